@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* This file contains the flow hash that picks a Maglev slot for a new flow.
+ * It is MurmurHash3 (x86, 32-bit) over the ten 32-bit words of a flow_key,
+ * read in host byte order. pkg/datapath has a Go twin (FlowHash) that must
+ * give the same value: every dispatcher must map a flow to the same slot. */
+#pragma once
+
+#include <linux/types.h>
+#include "dlb_abi.h"
+
+static __always_inline __u32 dlb_rotl32(__u32 x, int r)
+{
+	return (x << r) | (x >> (32 - r));
+}
+
+/* dlb_fmix32 is MurmurHash3's finaliser: every input bit affects every
+ * output bit. */
+static __always_inline __u32 dlb_fmix32(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6bU;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35U;
+	h ^= h >> 16;
+	return h;
+}
+
+#define FLOW_KEY_WORDS (sizeof(struct flow_key) / sizeof(__u32))
+
+/* flow_hash hashes a whole flow key with a seed. */
+static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 seed)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h = seed;
+
+#pragma unroll
+	for (int i = 0; i < FLOW_KEY_WORDS; i++) {
+		__u32 x = w[i];
+		x *= 0xcc9e2d51U;
+		x = dlb_rotl32(x, 15);
+		x *= 0x1b873593U;
+		h ^= x;
+		h = dlb_rotl32(h, 13);
+		h = h * 5 + 0xe6546b64U;
+	}
+	h ^= sizeof(struct flow_key);
+	return dlb_fmix32(h);
+}
+
+/* vip_filter_bit folds an IPv4 address (network byte order, read as a host
+ * u32) into a bit index of the VIP pre-filter. pkg/datapath has the twin. */
+static __always_inline __u32 vip_filter_bit(__u32 addr)
+{
+	return (addr ^ (addr >> 16)) & (VIP_FILTER_BITS - 1);
+}

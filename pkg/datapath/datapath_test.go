@@ -1,0 +1,332 @@
+//go:build linux
+
+package datapath
+
+import (
+	"bytes"
+	"encoding/hex"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// XDP actions as the program returns them.
+const (
+	xdpAborted  = 0
+	xdpDrop     = 1
+	xdpPass     = 2
+	xdpTX       = 3
+	xdpRedirect = 4
+)
+
+func tcpTo(dst netip.Addr, dport, sport uint16, flags string) testutil.Frame {
+	return testutil.Frame{Src: clientAddr, Dst: dst, Proto: "tcp", SrcPort: sport, DstPort: dport, Flags: flags, Payload: []byte("dlb")}
+}
+
+func udpTo(dst netip.Addr, dport, sport uint16) testutil.Frame {
+	return testutil.Frame{Src: clientAddr, Dst: dst, Proto: "udp", SrcPort: sport, DstPort: dport, Payload: []byte("dlb")}
+}
+
+func key(dst netip.Addr, dport, sport uint16, proto uint8) FlowKey {
+	return FlowKey{Src: clientAddr, Dst: dst, SrcPort: sport, DstPort: dport, Proto: proto}
+}
+
+// dpCase is one fixture: a frame, the state before it, and what must come
+// out: the verdict, the reason it is counted under, the exact output bytes,
+// the counter deltas and the connection-table entry.
+type dpCase struct {
+	name  string
+	frame []byte
+	// before are connection-table entries inserted first.
+	before []conn
+	want   uint32
+	reason string
+	// to is the backend the frame must be forwarded to (0: not forwarded,
+	// output must equal input).
+	to uint32
+	// newConn and finConn are the expected connection-counter deltas of
+	// the backends and their services: backend id -> delta.
+	newConn, finConn map[uint32]uint64
+	// conn is the flow whose entry is checked afterwards; wantConn is the
+	// expected entry (nil: no entry).
+	conn     *FlowKey
+	wantConn *conn
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestPrivilegedDatapathTable(t *testing.T) {
+	e := newTestEnv(t)
+
+	k80 := func(sport uint16) FlowKey { return key(vipTCP, 80, sport, 6) }
+	frame := func(f testutil.Frame) []byte { return f.Build(t) }
+	withVLAN := func(f testutil.Frame, ids ...uint16) testutil.Frame { f.VLANs = ids; return f }
+	withFrag := func(f testutil.Frame, off uint16, mf bool) testutil.Frame {
+		f.FragOffset, f.MoreFragments = off, mf
+		return f
+	}
+	withOpts := func(f testutil.Frame) testutil.Frame { f.Options = true; return f }
+
+	badIHL := frame(tcpTo(vipTCP, 80, 1030, "S"))
+	badIHL[14] = 0x44 // version 4, IHL 4
+	longTotLen := frame(tcpTo(vipTCP, 80, 1031, "S"))
+	longTotLen[16], longTotLen[17] = 0x05, 0xdc // tot_len 1500 > frame
+	shortDoff := frame(tcpTo(vipTCP, 80, 1032, "S"))
+	shortDoff[14+20+12] = 0x40 // data offset 4
+	ipv4Ver6 := frame(tcpTo(vipTCP, 80, 1033, "S"))
+	ipv4Ver6[14] = 0x65 // version 6 in an IPv4 ethertype
+	padded := append(frame(tcpTo(vipTCP, 80, 1034, "S")), make([]byte, 8)...)
+	lldp := frame(tcpTo(otherAddr, 80, 1035, "S"))
+	lldp[12], lldp[13] = 0x88, 0xcc
+
+	cases := []dpCase{
+		{name: "SYN of a new flow is scheduled and recorded", frame: frame(tcpTo(vipTCP, 80, 1000, "S")),
+			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1000)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "established flow hits its entry", frame: frame(tcpTo(vipTCP, 80, 1001, "A")),
+			before: []conn{{key: k80(1001), backend: 10, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 10,
+			conn: ptr(k80(1001)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "established flow keeps its down server", frame: frame(tcpTo(vipTCP, 80, 1002, "PA")),
+			before: []conn{{key: k80(1002), backend: 11, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 11,
+			conn: ptr(k80(1002)), wantConn: &conn{backend: 11, service: 1}},
+		{name: "SYN on a down server's entry is rescheduled", frame: frame(tcpTo(vipTCP, 80, 1003, "S")),
+			before: []conn{{key: k80(1003), backend: 11, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1}, finConn: map[uint32]uint64{11: 1},
+			conn: ptr(k80(1003)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "SYN on a removed server's entry is rescheduled", frame: frame(tcpTo(vipTCP, 80, 1004, "S")),
+			before: []conn{{key: k80(1004), backend: 99, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1004)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "ACK on a removed server's entry is rescheduled", frame: frame(tcpTo(vipTCP, 80, 1005, "A")),
+			before: []conn{{key: k80(1005), backend: 99, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1005)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "retransmitted SYN keeps its server", frame: frame(tcpTo(vipTCP, 80, 1006, "S")),
+			before: []conn{{key: k80(1006), backend: 10, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 10,
+			conn: ptr(k80(1006)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "FIN moves the entry to closing", frame: frame(tcpTo(vipTCP, 80, 1007, "FA")),
+			before: []conn{{key: k80(1007), backend: 10, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 10, finConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1007)), wantConn: &conn{backend: 10, service: 1, closing: true}},
+		{name: "RST moves the entry to closing", frame: frame(tcpTo(vipTCP, 80, 1008, "R")),
+			before: []conn{{key: k80(1008), backend: 11, service: 1}},
+			want:   xdpTX, reason: "fwd_tx", to: 11, finConn: map[uint32]uint64{11: 1},
+			conn: ptr(k80(1008)), wantConn: &conn{backend: 11, service: 1, closing: true}},
+		{name: "second FIN is not counted twice", frame: frame(tcpTo(vipTCP, 80, 1009, "FA")),
+			before: []conn{{key: k80(1009), backend: 10, service: 1, closing: true}},
+			want:   xdpTX, reason: "fwd_tx", to: 10,
+			conn: ptr(k80(1009)), wantConn: &conn{backend: 10, service: 1, closing: true}},
+		{name: "FIN of an unknown flow is forwarded without an entry", frame: frame(tcpTo(vipTCP, 80, 1010, "FA")),
+			want: xdpTX, reason: "fwd_tx", to: 10, conn: ptr(k80(1010))},
+		{name: "SYN on a closing entry starts a new connection", frame: frame(tcpTo(vipTCP, 80, 1011, "S")),
+			before: []conn{{key: k80(1011), backend: 10, service: 1, closing: true}},
+			want:   xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1011)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "SYN on an expired entry starts a new connection", frame: frame(tcpTo(vipTCP, 80, 1012, "S")),
+			before: []conn{{key: k80(1012), backend: 10, service: 1, idle: 400}},
+			want:   xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1}, finConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1012)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "mid-flow packet of an unknown flow is scheduled", frame: frame(tcpTo(vipTCP, 80, 1013, "A")),
+			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1013)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "UDP to a UDP port is scheduled", frame: frame(udpTo(vipTCP, 53, 1014)),
+			want: xdpTX, reason: "fwd_tx", to: 20, newConn: map[uint32]uint64{20: 1},
+			conn: ptr(key(vipTCP, 53, 1014, 17)), wantConn: &conn{backend: 20, service: 2}},
+		{name: "server on another interface is redirected", frame: frame(tcpTo(vipRedir, 80, 1015, "S")),
+			want: xdpRedirect, reason: "fwd_redirect", to: 30, newConn: map[uint32]uint64{30: 1},
+			conn: ptr(key(vipRedir, 80, 1015, 6)), wantConn: &conn{backend: 30, service: 3}},
+		{name: "port with no server taking connections drops", frame: frame(tcpTo(vipEmpty, 80, 1016, "S")),
+			want: xdpDrop, reason: "drop_no_backend", conn: ptr(key(vipEmpty, 80, 1016, 6))},
+		{name: "VLAN-tagged SYN keeps its tag", frame: frame(withVLAN(tcpTo(vipTCP, 80, 1017, "S"), 7)),
+			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1017)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "double-tagged SYN keeps its tags", frame: frame(withVLAN(tcpTo(vipTCP, 80, 1018, "S"), 100, 7)),
+			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1018)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "Ethernet padding after the IP packet is fine", frame: padded,
+			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
+			conn: ptr(k80(1034)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "non-VIP TCP passes", frame: frame(tcpTo(otherAddr, 80, 1019, "S")), want: xdpPass, reason: "pass_not_vip"},
+		{name: "non-VIP UDP passes", frame: frame(udpTo(otherAddr, 53, 1020)), want: xdpPass, reason: "pass_not_vip"},
+		{name: "NFA passes", frame: frame(tcpTo(nfaAddr, 22, 1021, "S")), want: xdpPass, reason: "pass_nfa"},
+		{name: "ARP passes", frame: testutil.ARPRequest(t, clientAddr, vipTCP), want: xdpPass, reason: "pass_non_ip"},
+		{name: "VLAN-tagged ARP passes", frame: vlanARP(t), want: xdpPass, reason: "pass_non_ip"},
+		{name: "LLDP passes", frame: lldp, want: xdpPass, reason: "pass_non_ip"},
+		{name: "IPv6 passes", frame: frame(testutil.Frame{Src: netip.MustParseAddr("2001:2::1"), Dst: netip.MustParseAddr("2001:2::100"), Proto: "tcp", SrcPort: 1, DstPort: 80, Flags: "S"}),
+			want: xdpPass, reason: "pass_ipv6"},
+		{name: "VIP, unbalanced port passes", frame: frame(tcpTo(vipTCP, 81, 1022, "S")), want: xdpPass, reason: "pass_vip_other", conn: ptr(key(vipTCP, 81, 1022, 6))},
+		{name: "VIP, wrong protocol passes", frame: frame(udpTo(vipTCP, 80, 1023)), want: xdpPass, reason: "pass_vip_other"},
+		{name: "VIP, ICMP echo passes", frame: frame(testutil.Frame{Src: clientAddr, Dst: vipTCP, Proto: "icmp"}), want: xdpPass, reason: "pass_vip_other"},
+		{name: "VIP, first fragment drops", frame: frame(withFrag(tcpTo(vipTCP, 80, 1024, "S"), 0, true)), want: xdpDrop, reason: "drop_fragment"},
+		{name: "VIP, later fragment drops", frame: frame(withFrag(udpTo(vipTCP, 53, 1025), 64, false)), want: xdpDrop, reason: "drop_fragment"},
+		{name: "non-VIP fragment passes", frame: frame(withFrag(tcpTo(otherAddr, 80, 1026, "S"), 8, true)), want: xdpPass, reason: "pass_not_vip"},
+		{name: "VIP, IP options drop", frame: frame(withOpts(tcpTo(vipTCP, 80, 1027, "S"))), want: xdpDrop, reason: "drop_ip_options"},
+		{name: "non-VIP, IP options pass", frame: frame(withOpts(tcpTo(otherAddr, 80, 1028, "S"))), want: xdpPass, reason: "pass_not_vip"},
+		{name: "IHL below 5 passes as malformed", frame: badIHL, want: xdpPass, reason: "pass_malformed"},
+		{name: "total length beyond the frame passes as malformed", frame: longTotLen, want: xdpPass, reason: "pass_malformed"},
+		{name: "TCP data offset below 5 passes as malformed", frame: shortDoff, want: xdpPass, reason: "pass_malformed"},
+		{name: "IP version 6 in an IPv4 frame passes as malformed", frame: ipv4Ver6, want: xdpPass, reason: "pass_malformed"},
+	}
+	// Both-protocol port: the backend follows the Go twin of the flow hash
+	// through a table that alternates by slot.
+	for i, proto := range []uint8{6, 17, 6, 17, 6, 6, 17, 17} {
+		sport := uint16(2000 + i)
+		k := key(vipBoth, 443, sport, proto)
+		want := 50 + FlowHash(k, DefaultHashSeed)%e.tableM%2
+		f := udpTo(vipBoth, 443, sport)
+		if proto == 6 {
+			f = tcpTo(vipBoth, 443, sport, "S")
+		}
+		cases = append(cases, dpCase{name: "both-protocol port picks the hashed slot", frame: frame(f),
+			want: xdpTX, reason: "fwd_tx", to: want, newConn: map[uint32]uint64{want: 1},
+			conn: &k, wantConn: &conn{backend: want, service: 5}})
+	}
+	// Truncation at every header offset, plain and VLAN-tagged: the frame
+	// passes untouched as malformed.
+	for _, full := range []struct {
+		frame   []byte
+		headers int // bytes of headers before the payload
+	}{
+		{frame(tcpTo(vipTCP, 80, 1029, "S")), 14 + 20 + 20},
+		{frame(withVLAN(udpTo(vipTCP, 53, 1029), 7)), 14 + 4 + 20 + 8},
+	} {
+		for n := 14; n < full.headers; n++ {
+			cases = append(cases, dpCase{name: "truncated at " + strconv.Itoa(n), frame: full.frame[:n], want: xdpPass, reason: "pass_malformed"})
+		}
+	}
+
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e.clearConns(t)
+			for _, b := range c.before {
+				e.putConn(t, b)
+			}
+			before := e.stats(t)
+			got, out := e.run(t, c.frame)
+			after := e.stats(t)
+
+			if got != c.want {
+				t.Errorf("verdict %d, want %d", got, c.want)
+			}
+			wantOut := c.frame
+			if c.to != 0 {
+				b := e.backend[c.to]
+				wantOut = append([]byte(nil), c.frame...)
+				copy(wantOut[0:6], b.MAC)
+				copy(wantOut[6:12], b.SrcMAC)
+			}
+			if !bytes.Equal(out, wantOut) {
+				t.Errorf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(wantOut))
+			}
+			checkReasonDelta(t, before, after, c.reason, uint64(len(c.frame)))
+			checkConnDeltas(t, e, before, after, c)
+			if c.conn != nil {
+				f, ok := e.getConn(t, *c.conn)
+				switch {
+				case c.wantConn == nil && ok:
+					t.Errorf("unexpected connection entry %+v", f)
+				case c.wantConn != nil && !ok:
+					t.Errorf("no connection entry")
+				case c.wantConn != nil:
+					wantState := uint8(dispatcherFlowStateFLOW_ESTABLISHED)
+					if c.wantConn.closing {
+						wantState = uint8(dispatcherFlowStateFLOW_CLOSING)
+					}
+					if f.Backend != c.wantConn.backend || f.Service != c.wantConn.service || f.State != wantState {
+						t.Errorf("entry backend %d service %d state %d, want %d %d %d",
+							f.Backend, f.Service, f.State, c.wantConn.backend, c.wantConn.service, wantState)
+					}
+					if now := monotonicNow(); f.LastSeen > now || now-f.LastSeen > 5e9 {
+						t.Errorf("entry last seen %d ns ago", now-f.LastSeen)
+					}
+				}
+			}
+		})
+	}
+	if len(cases) < 25 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+
+	// Every packet was counted under exactly one reason.
+	var total uint64
+	for _, r := range e.stats(t).Reasons {
+		total += r.Packets
+	}
+	if total != e.runs {
+		t.Errorf("reason counters add up to %d packets, %d were run", total, e.runs)
+	}
+}
+
+func vlanARP(t *testing.T) []byte {
+	f := testutil.ARPRequest(t, clientAddr, vipTCP)
+	tagged := append([]byte(nil), f[:12]...)
+	tagged = append(tagged, 0x81, 0x00, 0x00, 0x07)
+	return append(tagged, f[12:]...)
+}
+
+func checkReasonDelta(t *testing.T, before, after lb.DataplaneStats, reason string, bytes uint64) {
+	t.Helper()
+	found := false
+	for i, r := range after.Reasons {
+		dp := r.Packets - before.Reasons[i].Packets
+		db := r.Bytes - before.Reasons[i].Bytes
+		want := uint64(0)
+		if r.Reason == reason {
+			want, found = 1, true
+		}
+		if dp != want || db != want*bytes {
+			t.Errorf("reason %s: +%d packets +%d bytes, want +%d +%d", r.Reason, dp, db, want, want*bytes)
+		}
+	}
+	if !found {
+		t.Errorf("reason %q does not exist", reason)
+	}
+}
+
+func checkConnDeltas(t *testing.T, e *testEnv, before, after lb.DataplaneStats, c dpCase) {
+	t.Helper()
+	svcDelta := map[uint32]lb.Counters{}
+	for id, a := range after.Backends {
+		b := before.Backends[id]
+		d := lb.Counters{Packets: a.Packets - b.Packets, Bytes: a.Bytes - b.Bytes, NewConns: a.NewConns - b.NewConns, FinConns: a.FinConns - b.FinConns}
+		want := lb.Counters{NewConns: c.newConn[id], FinConns: c.finConn[id]}
+		if id == c.to {
+			want.Packets, want.Bytes = 1, uint64(len(c.frame))
+		}
+		if d != want {
+			t.Errorf("backend %d counters +%+v, want +%+v", id, d, want)
+		}
+		s := svcDelta[e.backend[id].Service]
+		s.Packets += want.Packets
+		s.Bytes += want.Bytes
+		s.NewConns += want.NewConns
+		s.FinConns += want.FinConns
+		svcDelta[e.backend[id].Service] = s
+	}
+	for id, a := range after.Services {
+		b := before.Services[id]
+		d := lb.Counters{Packets: a.Packets - b.Packets, Bytes: a.Bytes - b.Bytes, NewConns: a.NewConns - b.NewConns, FinConns: a.FinConns - b.FinConns}
+		if d != svcDelta[id] {
+			t.Errorf("service %d counters +%+v, want +%+v", id, d, svcDelta[id])
+		}
+	}
+}
+
+func TestReasonNamesCoverEnum(t *testing.T) {
+	if len(reasonNames) != int(dispatcherStatReasonSTAT_MAX) {
+		t.Fatalf("%d reason names for %d reasons", len(reasonNames), dispatcherStatReasonSTAT_MAX)
+	}
+	seen := map[string]bool{}
+	for i, n := range reasonNames {
+		if n == "" || seen[n] {
+			t.Errorf("reason %d has name %q", i, n)
+		}
+		seen[n] = true
+	}
+}

@@ -1,0 +1,290 @@
+package lb
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Defaults for a new port, as in IBM's Dispatcher.
+const (
+	// DefaultStaleTimeout is how long, in seconds, an idle connection keeps
+	// its entry in the connection table.
+	DefaultStaleTimeout = 300
+	// DefaultFinTimeout is how long, in seconds, a connection that has seen
+	// a FIN or RST keeps its entry.
+	DefaultFinTimeout = 60
+	// DefaultWeightBound is the highest weight a server of a port may have.
+	DefaultWeightBound = 20
+	// MaxWeightBound is the largest weightbound an operator may set.
+	MaxWeightBound = 100
+	// MaxTimeout bounds staletimeout and fintimeout (one week, in seconds).
+	MaxTimeout = 7 * 24 * 3600
+)
+
+// Protocol is the transport protocol a port balances.
+type Protocol uint8
+
+// Protocols a port can balance.
+const (
+	// TCP balances TCP only (the default).
+	TCP Protocol = iota + 1
+	// UDP balances UDP only.
+	UDP
+	// Both balances TCP and UDP on the same port number.
+	Both
+)
+
+// ParseProtocol parses "tcp", "udp" or "both".
+func ParseProtocol(s string) (Protocol, error) {
+	switch strings.ToLower(s) {
+	case "tcp":
+		return TCP, nil
+	case "udp":
+		return UDP, nil
+	case "both":
+		return Both, nil
+	}
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, udp or both)", s)
+}
+
+// String returns "tcp", "udp" or "both".
+func (p Protocol) String() string {
+	switch p {
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	case Both:
+		return "both"
+	}
+	return fmt.Sprintf("protocol(%d)", uint8(p))
+}
+
+// HasTCP reports whether p balances TCP.
+func (p Protocol) HasTCP() bool { return p == TCP || p == Both }
+
+// HasUDP reports whether p balances UDP.
+func (p Protocol) HasUDP() bool { return p == UDP || p == Both }
+
+// Method is how the executor forwards a packet to a server.
+type Method uint8
+
+// Forwarding methods.
+const (
+	// MAC rewrites the destination MAC address only; the server holds the
+	// cluster address on a loopback alias and replies straight to the client
+	// (direct server return).
+	MAC Method = iota + 1
+)
+
+// ParseMethod parses a forwarding method name.
+func ParseMethod(s string) (Method, error) {
+	switch strings.ToLower(s) {
+	case "mac":
+		return MAC, nil
+	case "nat", "napt", "cbr", "encap":
+		return 0, fmt.Errorf("method %q is not supported yet (supported: mac)", s)
+	}
+	return 0, fmt.Errorf("unknown method %q (want mac)", s)
+}
+
+// String returns the method's name.
+func (m Method) String() string {
+	switch m {
+	case MAC:
+		return "mac"
+	}
+	return fmt.Sprintf("method(%d)", uint8(m))
+}
+
+// XDPMode selects how the executor's XDP program is attached.
+type XDPMode uint8
+
+// XDP attach modes.
+const (
+	// XDPAuto tries native (driver) mode and falls back to generic.
+	XDPAuto XDPMode = iota
+	// XDPNative attaches in the driver; fails if the driver lacks XDP.
+	XDPNative
+	// XDPGeneric attaches after the kernel built an skb; works everywhere.
+	XDPGeneric
+)
+
+// ParseXDPMode parses "auto", "native" or "generic".
+func ParseXDPMode(s string) (XDPMode, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return XDPAuto, nil
+	case "native", "driver", "drv":
+		return XDPNative, nil
+	case "generic", "skb":
+		return XDPGeneric, nil
+	}
+	return 0, fmt.Errorf("unknown xdp mode %q (want auto, native or generic)", s)
+}
+
+// String returns "auto", "native" or "generic".
+func (m XDPMode) String() string {
+	switch m {
+	case XDPAuto:
+		return "auto"
+	case XDPNative:
+		return "native"
+	case XDPGeneric:
+		return "generic"
+	}
+	return fmt.Sprintf("xdpmode(%d)", uint8(m))
+}
+
+// Config is the whole desired state of a dispatcher: what the operator asked
+// for, independent of what the kernel currently holds.
+type Config struct {
+	// Executor holds the settings of the forwarder itself.
+	Executor Executor `json:"executor"`
+	// Clusters are the cluster addresses, kept sorted by address.
+	Clusters []Cluster `json:"clusters,omitempty"`
+}
+
+// Executor is the forwarder's own configuration.
+type Executor struct {
+	// Started says whether the operator started the executor; Interface and
+	// XDPMode say where and how.
+	Started bool `json:"started"`
+	// Interface is the network interface the XDP program is attached to.
+	Interface string `json:"interface,omitempty"`
+	// XDPMode is how the program is attached.
+	XDPMode XDPMode `json:"xdp_mode"`
+	// NFA is the non-forwarding address: traffic to it is never balanced.
+	// The zero Addr means none is set.
+	NFA netip.Addr `json:"nfa,omitzero"`
+	// FinTimeout is how long, in seconds, a closing connection keeps its
+	// connection-table entry.
+	FinTimeout uint32 `json:"fin_timeout"`
+}
+
+// Cluster is a cluster address (a VIP) and the ports balanced on it.
+type Cluster struct {
+	// Address is the cluster address.
+	Address netip.Addr `json:"address"`
+	// Configure says whether dlb puts the address on the executor's
+	// interface (IBM's "executor configure"), so that it answers ARP for it.
+	Configure bool `json:"configure,omitempty"`
+	// Ports are the ports balanced on this cluster, sorted by number.
+	Ports []Port `json:"ports,omitempty"`
+}
+
+// Port is one balanced port of a cluster.
+type Port struct {
+	// Number is the port number, 1..65535.
+	Number uint16 `json:"number"`
+	// Protocol is the transport protocol balanced.
+	Protocol Protocol `json:"protocol"`
+	// Method is the forwarding method.
+	Method Method `json:"method"`
+	// StickyTime is the affinity time in seconds; 0 means no affinity.
+	StickyTime uint32 `json:"sticky_time,omitempty"`
+	// StaleTimeout is how long, in seconds, an idle connection keeps its
+	// connection-table entry.
+	StaleTimeout uint32 `json:"stale_timeout"`
+	// WeightBound is the highest weight a server of this port may have.
+	WeightBound uint32 `json:"weight_bound"`
+	// Servers are the servers behind this port, sorted by address.
+	Servers []Server `json:"servers,omitempty"`
+}
+
+// Server is one backend of a port.
+type Server struct {
+	// Address is the server's address on the executor's L2 segment.
+	Address netip.Addr `json:"address"`
+	// Weight is the server's share of new connections, 0..WeightBound.
+	// Weight 0 takes no new connections but keeps its established ones.
+	Weight uint32 `json:"weight"`
+	// Down is the operator's "server down": no new connections until
+	// "server up"; established connections finish.
+	Down bool `json:"down,omitempty"`
+}
+
+// NewPort returns a port with IBM's defaults.
+func NewPort(number uint16) Port {
+	return Port{
+		Number:       number,
+		Protocol:     TCP,
+		Method:       MAC,
+		StaleTimeout: DefaultStaleTimeout,
+		WeightBound:  DefaultWeightBound,
+	}
+}
+
+// NewConfig returns an empty configuration with the executor's defaults.
+func NewConfig() Config {
+	return Config{Executor: Executor{FinTimeout: DefaultFinTimeout}}
+}
+
+// Clone returns a deep copy of c, so that a change can be prepared and
+// validated without touching the original.
+func (c Config) Clone() Config {
+	out := c
+	out.Clusters = make([]Cluster, len(c.Clusters))
+	for i, cl := range c.Clusters {
+		out.Clusters[i] = cl
+		out.Clusters[i].Ports = make([]Port, len(cl.Ports))
+		for j, p := range cl.Ports {
+			out.Clusters[i].Ports[j] = p
+			out.Clusters[i].Ports[j].Servers = append([]Server(nil), p.Servers...)
+		}
+	}
+	return out
+}
+
+// Cluster returns a pointer to the cluster with the given address, or nil.
+func (c *Config) Cluster(addr netip.Addr) *Cluster {
+	for i := range c.Clusters {
+		if c.Clusters[i].Address == addr {
+			return &c.Clusters[i]
+		}
+	}
+	return nil
+}
+
+// Port returns a pointer to the port with the given number, or nil.
+func (cl *Cluster) Port(number uint16) *Port {
+	for i := range cl.Ports {
+		if cl.Ports[i].Number == number {
+			return &cl.Ports[i]
+		}
+	}
+	return nil
+}
+
+// Server returns a pointer to the server with the given address, or nil.
+func (p *Port) Server(addr netip.Addr) *Server {
+	for i := range p.Servers {
+		if p.Servers[i].Address == addr {
+			return &p.Servers[i]
+		}
+	}
+	return nil
+}
+
+// ServiceKey identifies a balanced port: a cluster address and a port number.
+type ServiceKey struct {
+	// Cluster is the cluster address.
+	Cluster netip.Addr
+	// Port is the port number.
+	Port uint16
+}
+
+// String formats the key as cluster@port.
+func (k ServiceKey) String() string { return fmt.Sprintf("%s@%d", k.Cluster, k.Port) }
+
+// BackendKey identifies one server of one balanced port.
+type BackendKey struct {
+	// Service is the balanced port.
+	Service ServiceKey
+	// Server is the server's address.
+	Server netip.Addr
+}
+
+// String formats the key as cluster@port@server.
+func (k BackendKey) String() string { return fmt.Sprintf("%s@%s", k.Service, k.Server) }
