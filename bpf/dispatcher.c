@@ -93,16 +93,34 @@ static __always_inline void count_fin(__u32 backend_id, __u32 service_id)
 		c->fin_conns++;
 }
 
-/* pick chooses a backend for a new flow from the service's Maglev table.
+/* clock_now returns bpf_ktime_get_coarse_ns(), read at most once per jiffy
+ * per CPU: the coarse clock only moves once per tick anyway, and a helper
+ * call costs more than the rest of the established-flow path. */
+static __always_inline __u64 clock_now(void)
+{
+	__u32 key0 = 0;
+	struct dlb_clock *c = bpf_map_lookup_elem(&clock, &key0);
+
+	if (!c)
+		return bpf_ktime_get_coarse_ns();
+	__u64 j = bpf_jiffies64();
+	if (c->jiffies != j) {
+		c->jiffies = j;
+		c->now = bpf_ktime_get_coarse_ns();
+	}
+	return c->now;
+}
+
+/* pick chooses the backend of Maglev slot hash % M for a new connection.
  * It returns NULL when the service has no server taking connections. */
-static __always_inline struct backend *pick(const struct vip_meta *vm, const struct flow_key *fk,
-					    const struct dlb_config *cfg, __u32 *backend_id)
+static __always_inline struct backend *pick(const struct vip_meta *vm, const struct dlb_config *cfg, __u32 hash,
+					    __u32 *backend_id)
 {
 	void *table = bpf_map_lookup_elem(&maglev_tables, &vm->service);
 	if (!table || cfg->maglev_size == 0)
 		return NULL;
 
-	__u32 slot = flow_hash(fk, cfg->hash_seed) % cfg->maglev_size;
+	__u32 slot = hash % cfg->maglev_size;
 	__u32 *id = bpf_map_lookup_elem(table, &slot);
 	if (!id)
 		return NULL;
@@ -111,6 +129,40 @@ static __always_inline struct backend *pick(const struct vip_meta *vm, const str
 	if (!b || (b->flags & (BACKEND_F_PRESENT | BACKEND_F_NEW_OK)) != (BACKEND_F_PRESENT | BACKEND_F_NEW_OK))
 		return NULL;
 	*backend_id = *id;
+	return b;
+}
+
+/* remember_handshake records which server a SYN went to. */
+static __always_inline void remember_handshake(const struct flow_key *fk, __u32 hash, __u32 backend_id, __u32 service)
+{
+	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
+	struct handshake *hs = bpf_map_lookup_elem(&handshakes, &slot);
+
+	if (!hs)
+		return;
+	__builtin_memcpy(&hs->key, fk, sizeof(*fk));
+	hs->backend = backend_id;
+	hs->service = service;
+	hs->check = hash ^ backend_id ^ service;
+}
+
+/* handshake_backend returns the server the flow's SYN went to, if the
+ * handshake cache still holds it and that server is still configured. */
+static __always_inline struct backend *handshake_backend(const struct flow_key *fk, __u32 hash, __u32 service,
+							 __u32 *backend_id)
+{
+	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
+	struct handshake *hs = bpf_map_lookup_elem(&handshakes, &slot);
+
+	if (!hs || hs->service != service || hs->check != (hash ^ hs->backend ^ hs->service))
+		return NULL;
+	if (__builtin_memcmp(&hs->key, fk, sizeof(*fk)) != 0)
+		return NULL;
+	__u32 id = hs->backend;
+	struct backend *b = bpf_map_lookup_elem(&backends, &id);
+	if (!b || !(b->flags & BACKEND_F_PRESENT) || b->service != service)
+		return NULL;
+	*backend_id = id;
 	return b;
 }
 
@@ -134,20 +186,25 @@ static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, const
 	return verdict(ctx, STAT_FWD_REDIRECT, action);
 }
 
-/* balance handles a packet to a balanced cluster address, port and protocol. */
+/* balance handles a packet to a balanced cluster address, port and protocol
+ * that the established fast path did not take. f is its connection-table
+ * entry if the caller already looked it up (looked), else it looks. */
 static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const struct vip_meta *vm,
-				   const struct dlb_config *cfg, struct flow_key *fk, __u8 tcp_flags)
+				   const struct dlb_config *cfg, struct flow_key *fk, __u8 tcp_flags,
+				   struct flow *f, int looked)
 {
-	int syn = (tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	int tcp = fk->proto == IPPROTO_TCP;
+	int syn = tcp && (tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	int closing = tcp_flags & (TCP_FIN | TCP_RST);
-	__u64 now = bpf_ktime_get_coarse_ns();
+	__u64 now = clock_now();
 	__u32 id;
 	struct backend *b;
 
-	struct flow *f = bpf_map_lookup_elem(&conns, fk);
+	if (!looked)
+		f = bpf_map_lookup_elem(&conns, fk);
 	if (f) {
 		b = bpf_map_lookup_elem(&backends, &f->backend);
-		int gone = !b || !(b->flags & BACKEND_F_PRESENT) || f->service != vm->service;
+		int gone = !b || !(b->flags & BACKEND_F_PRESENT) || f->service != vm->service || b->service != vm->service;
 		__u64 timeout = f->state == FLOW_CLOSING ? vm->fin_timeout : vm->stale_timeout;
 		/* last_seen may be ahead of the coarse clock when userspace wrote it. */
 		__u64 idle = now > f->last_seen ? now - f->last_seen : 0;
@@ -172,7 +229,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		 * finished on its old server. */
 		__u32 old = f->backend;
 		int was_open = f->state == FLOW_ESTABLISHED && !gone;
-		b = pick(vm, fk, cfg, &id);
+		b = pick(vm, cfg, flow_hash(fk, cfg->hash_seed), &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		if (was_open)
@@ -184,7 +241,21 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		return forward(ctx, eth, b, id, vm->service, 1);
 	}
 
-	b = pick(vm, fk, cfg, &id);
+	__u32 hash = flow_hash(fk, cfg->hash_seed);
+	if (syn) {
+		/* No table entry for a bare SYN: remember the choice for its ACK. */
+		b = pick(vm, cfg, hash, &id);
+		if (!b)
+			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
+		remember_handshake(fk, hash, id, vm->service);
+		return forward(ctx, eth, b, id, vm->service, 0);
+	}
+
+	b = NULL;
+	if (tcp)
+		b = handshake_backend(fk, hash, vm->service, &id);
+	if (!b)
+		b = pick(vm, cfg, hash, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	/* A FIN or RST of a flow the table does not know is forwarded but
@@ -271,6 +342,26 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 		fk.dport = uh->dest;
 	}
 
+	/* Established fast path: a packet that is neither SYN, FIN nor RST of
+	 * a flow the table knows goes straight to its server, without the vips
+	 * lookup. A flow of a removed port fails the backend check (removing a
+	 * port clears its backends) and takes the full path. */
+	struct flow *f = NULL;
+	int looked = 0;
+	if (!(tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))) {
+		looked = 1;
+		f = bpf_map_lookup_elem(&conns, &fk);
+		if (f) {
+			struct backend *b = bpf_map_lookup_elem(&backends, &f->backend);
+			if (b && (b->flags & BACKEND_F_PRESENT) && b->service == f->service) {
+				__u64 now = clock_now();
+				if (now > f->last_seen + FLOW_TOUCH_NS)
+					f->last_seen = now;
+				return forward(ctx, eth, b, f->backend, f->service, 0);
+			}
+		}
+	}
+
 	struct vip_key vk = {
 		.port = fk.dport,
 		.proto = fk.proto,
@@ -283,7 +374,7 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 			return verdict(ctx, STAT_PASS_VIP_OTHER, XDP_PASS);
 		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 	}
-	return balance(ctx, eth, vm, cfg, &fk, tcp_flags);
+	return balance(ctx, eth, vm, cfg, &fk, tcp_flags, f, looked);
 }
 
 SEC("xdp")

@@ -95,11 +95,34 @@ struct flow {
 	__u8 pad[7];
 };
 
+/* An entry of the handshake cache. The executor does not create a
+ * connection-table entry for a bare SYN (a SYN flood must not evict
+ * established flows, and the table insert is the costliest step); it
+ * remembers here which server it sent the SYN to, and the handshake's first
+ * ACK, which creates the entry, goes to that same server even if the Maglev
+ * table changed in between. Slots are overwritten freely: a lost entry only
+ * means the ACK is scheduled by Maglev again. */
+struct handshake {
+	struct flow_key key;
+	__u32 backend;
+	__u32 service;
+	/* check = flow hash ^ backend ^ service: detects an entry torn by two
+	 * CPUs writing the same slot at once. */
+	__u32 check;
+	__u32 pad[3];
+};
+
+/* The per-CPU clock cache: bpf_ktime_get_coarse_ns() read once per jiffy. */
+struct dlb_clock {
+	__u64 jiffies;
+	__u64 now;
+};
+
 /* Per-service and per-backend counters (per CPU; Go sums them). */
 struct counters {
 	__u64 packets;
 	__u64 bytes;
-	__u64 new_conns; /* connections scheduled (entries created or rescheduled) */
+	__u64 new_conns; /* connections scheduled: entries created or rescheduled */
 	__u64 fin_conns; /* connections that saw FIN or RST, or were replaced */
 };
 

@@ -17,6 +17,8 @@
 #define MAGLEV_SIZE 65537
 /* Default size of the connection table. */
 #define CONN_TABLE_SIZE 262144
+/* Slots of the handshake cache (a power of two). */
+#define HANDSHAKE_SLOTS 16384
 /* Highest number of interfaces packets can be redirected to. */
 #define MAX_TX_PORTS 64
 
@@ -74,6 +76,24 @@ struct {
 	__uint(max_entries, CONN_TABLE_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } conns SEC(".maps");
+
+/* handshakes: which server each recent SYN went to (see struct handshake).
+ * Shared by all CPUs: a SYN and its ACK may be handled on different ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct handshake);
+	__uint(max_entries, HANDSHAKE_SLOTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} handshakes SEC(".maps");
+
+/* clock: the per-CPU clock cache (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct dlb_clock);
+	__uint(max_entries, 1);
+} clock SEC(".maps");
 
 /* tx_ports: interfaces that packets may be redirected to, by ifindex. */
 struct {

@@ -5,9 +5,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -109,7 +107,9 @@ func (d *Datapath) Apply(dp lb.Dataplane) error {
 			return err
 		}
 		wantBackends[b.ID] = e
-		wantPorts[uint32(b.Ifindex)] = true
+		if b.Ifindex != 0 { // 0: never resolved
+			wantPorts[uint32(b.Ifindex)] = true
+		}
 	}
 	for ifindex := range wantPorts {
 		if d.applied.txPorts[ifindex] {
@@ -246,7 +246,7 @@ func (d *Datapath) applyTable(s lb.DataplaneService) error {
 	}
 	sum := s.TableSum
 	if sum == adoptedTable {
-		sum = TableSum(s.Table)
+		sum = lb.TableSum(s.Table)
 	}
 	if old, ok := d.applied.tables[s.ID]; ok && old == sum {
 		return nil
@@ -268,16 +268,6 @@ func (d *Datapath) applyTable(s lb.DataplaneService) error {
 	}
 	d.applied.tables[s.ID] = sum
 	return nil
-}
-
-// TableSum returns a checksum of a Maglev table's contents. It is never 0.
-func TableSum(table []uint32) uint64 {
-	h := fnv.New64a()
-	h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(table))), len(table)*4))
-	if s := h.Sum64(); s != adoptedTable {
-		return s
-	}
-	return 1
 }
 
 // applyFilter rewrites the VIP pre-filter if the set of cluster addresses

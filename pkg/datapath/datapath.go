@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -185,27 +186,18 @@ func (d *Datapath) pinProgram() error {
 	return nil
 }
 
-// Attachment describes the XDP link.
-type Attachment struct {
-	// Ifindex is the interface the program is attached to.
-	Ifindex int
-	// LinkID and ProgramID identify the kernel objects.
-	LinkID    uint32
-	ProgramID uint32
-}
-
 // Attached returns the current attachment, or false when the program is
 // not attached.
-func (d *Datapath) Attached() (Attachment, bool) {
+func (d *Datapath) Attached() (lb.Attachment, bool) {
 	if d.xdp == nil {
-		return Attachment{}, false
+		return lb.Attachment{}, false
 	}
 	info, err := d.xdp.Info()
 	if err != nil || info.XDP() == nil {
-		return Attachment{}, false
+		return lb.Attachment{}, false
 	}
 	pinfo, _ := d.objs.DlbXdp.Info()
-	a := Attachment{Ifindex: int(info.XDP().Ifindex), LinkID: uint32(info.ID)}
+	a := lb.Attachment{Ifindex: int(info.XDP().Ifindex), LinkID: uint32(info.ID)}
 	if pinfo != nil {
 		if id, ok := pinfo.ID(); ok {
 			a.ProgramID = uint32(id)
@@ -282,6 +274,9 @@ func (d *Datapath) Close() error {
 func (d *Datapath) Remove() error {
 	errs := []error{d.Detach()}
 	for _, m := range d.maps() {
+		if !m.IsPinned() {
+			continue
+		}
 		if err := m.Unpin(); err != nil {
 			errs = append(errs, fmt.Errorf("unpinning map: %w", err))
 		}
@@ -296,10 +291,17 @@ func (d *Datapath) Remove() error {
 	return errors.Join(errs...)
 }
 
+// maps returns every map of the object, read off the generated struct so
+// that a map added to the C code is never forgotten here.
 func (d *Datapath) maps() []*ebpf.Map {
-	m := &d.objs.dispatcherMaps
-	return []*ebpf.Map{m.BackendStats, m.BackendSwept, m.Backends, m.Config, m.Conns, m.MaglevTables,
-		m.ReasonStats, m.ServiceStats, m.TxPorts, m.VipFilter, m.Vips}
+	v := reflect.ValueOf(&d.objs.dispatcherMaps).Elem()
+	out := make([]*ebpf.Map, 0, v.NumField())
+	for i := 0; i < v.NumField(); i++ {
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // MaglevSize returns the number of slots in every Maglev table.
@@ -342,4 +344,14 @@ func ensureBPFFS(dir string) error {
 		return fmt.Errorf("mounting bpffs on %s: %w", root, err)
 	}
 	return nil
+}
+
+// Limits returns how many services and backends the executor's maps hold;
+// the engine hands out ids below them.
+func Limits() (services, backends uint32, err error) {
+	spec, err := loadDispatcher()
+	if err != nil {
+		return 0, 0, fmt.Errorf("loading executor object: %w", err)
+	}
+	return spec.Maps[dispatcherMapMaglevTables].MaxEntries, spec.Maps[dispatcherMapBackends].MaxEntries, nil
 }

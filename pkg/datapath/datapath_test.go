@@ -83,9 +83,8 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 	lldp[12], lldp[13] = 0x88, 0xcc
 
 	cases := []dpCase{
-		{name: "SYN of a new flow is scheduled and recorded", frame: frame(tcpTo(vipTCP, 80, 1000, "S")),
-			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
-			conn: ptr(k80(1000)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "SYN of a new flow is scheduled without a table entry", frame: frame(tcpTo(vipTCP, 80, 1000, "S")),
+			want: xdpTX, reason: "fwd_tx", to: 10, conn: ptr(k80(1000))},
 		{name: "established flow hits its entry", frame: frame(tcpTo(vipTCP, 80, 1001, "A")),
 			before: []conn{{key: k80(1001), backend: 10, service: 1}},
 			want:   xdpTX, reason: "fwd_tx", to: 10,
@@ -138,20 +137,21 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 		{name: "UDP to a UDP port is scheduled", frame: frame(udpTo(vipTCP, 53, 1014)),
 			want: xdpTX, reason: "fwd_tx", to: 20, newConn: map[uint32]uint64{20: 1},
 			conn: ptr(key(vipTCP, 53, 1014, 17)), wantConn: &conn{backend: 20, service: 2}},
-		{name: "server on another interface is redirected", frame: frame(tcpTo(vipRedir, 80, 1015, "S")),
+		{name: "server on another interface is redirected", frame: frame(tcpTo(vipRedir, 80, 1015, "A")),
 			want: xdpRedirect, reason: "fwd_redirect", to: 30, newConn: map[uint32]uint64{30: 1},
 			conn: ptr(key(vipRedir, 80, 1015, 6)), wantConn: &conn{backend: 30, service: 3}},
 		{name: "port with no server taking connections drops", frame: frame(tcpTo(vipEmpty, 80, 1016, "S")),
 			want: xdpDrop, reason: "drop_no_backend", conn: ptr(key(vipEmpty, 80, 1016, 6))},
 		{name: "VLAN-tagged SYN keeps its tag", frame: frame(withVLAN(tcpTo(vipTCP, 80, 1017, "S"), 7)),
+			want: xdpTX, reason: "fwd_tx", to: 10, conn: ptr(k80(1017))},
+		{name: "VLAN-tagged ACK creates its entry", frame: frame(withVLAN(tcpTo(vipTCP, 80, 1036, "A"), 7)),
 			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
-			conn: ptr(k80(1017)), wantConn: &conn{backend: 10, service: 1}},
-		{name: "double-tagged SYN keeps its tags", frame: frame(withVLAN(tcpTo(vipTCP, 80, 1018, "S"), 100, 7)),
+			conn: ptr(k80(1036)), wantConn: &conn{backend: 10, service: 1}},
+		{name: "double-tagged ACK keeps its tags", frame: frame(withVLAN(tcpTo(vipTCP, 80, 1018, "A"), 100, 7)),
 			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
 			conn: ptr(k80(1018)), wantConn: &conn{backend: 10, service: 1}},
 		{name: "Ethernet padding after the IP packet is fine", frame: padded,
-			want: xdpTX, reason: "fwd_tx", to: 10, newConn: map[uint32]uint64{10: 1},
-			conn: ptr(k80(1034)), wantConn: &conn{backend: 10, service: 1}},
+			want: xdpTX, reason: "fwd_tx", to: 10, conn: ptr(k80(1034))},
 		{name: "non-VIP TCP passes", frame: frame(tcpTo(otherAddr, 80, 1019, "S")), want: xdpPass, reason: "pass_not_vip"},
 		{name: "non-VIP UDP passes", frame: frame(udpTo(otherAddr, 53, 1020)), want: xdpPass, reason: "pass_not_vip"},
 		{name: "NFA passes", frame: frame(tcpTo(nfaAddr, 22, 1021, "S")), want: xdpPass, reason: "pass_nfa"},
@@ -181,7 +181,7 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 		want := 50 + FlowHash(k, DefaultHashSeed)%e.tableM%2
 		f := udpTo(vipBoth, 443, sport)
 		if proto == 6 {
-			f = tcpTo(vipBoth, 443, sport, "S")
+			f = tcpTo(vipBoth, 443, sport, "A")
 		}
 		cases = append(cases, dpCase{name: "both-protocol port picks the hashed slot", frame: frame(f),
 			want: xdpTX, reason: "fwd_tx", to: want, newConn: map[uint32]uint64{want: 1},
@@ -328,5 +328,54 @@ func TestReasonNamesCoverEnum(t *testing.T) {
 			t.Errorf("reason %d has name %q", i, n)
 		}
 		seen[n] = true
+	}
+}
+
+// TestPrivilegedHandshakeSurvivesTableSwap: a SYN creates no table entry;
+// its ACK creates one on the SYN's server even when the Maglev table moved
+// the flow's slot to another server in between, and later SYNs follow the
+// new table.
+func TestPrivilegedHandshakeSurvivesTableSwap(t *testing.T) {
+	e := newTestEnv(t)
+	k := key(vipTCP, 80, 3000, 6)
+
+	if got, out := e.run(t, tcpTo(vipTCP, 80, 3000, "S").Build(t)); got != xdpTX || !bytes.Equal(out[:6], e.backend[10].MAC) {
+		t.Fatalf("SYN: verdict %d to %x", got, out[:6])
+	}
+	if _, ok := e.getConn(t, k); ok {
+		t.Fatal("a bare SYN created a table entry")
+	}
+
+	// Every slot now belongs to backend 12, a new server of the service.
+	st := e.fixtureState()
+	st.Backends = append(st.Backends, lb.DataplaneBackend{ID: 12, Service: 1, Address: netip.MustParseAddr("198.18.0.35"),
+		MAC: mac(0x35), SrcMAC: ifaceMAC, Ifindex: 1, AcceptNew: true})
+	st.Services[0].Table = fill(e.tableM, func(uint32) uint32 { return 12 })
+	if err := e.dp.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	e.backend[12] = st.Backends[len(st.Backends)-1]
+
+	before := e.stats(t)
+	if got, out := e.run(t, tcpTo(vipTCP, 80, 3000, "A").Build(t)); got != xdpTX || !bytes.Equal(out[:6], e.backend[10].MAC) {
+		t.Fatalf("handshake ACK: verdict %d to %x, want the SYN's server %s", got, out[:6], e.backend[10].MAC)
+	}
+	f, ok := e.getConn(t, k)
+	if !ok || f.Backend != 10 {
+		t.Fatalf("entry %+v %v, want backend 10", f, ok)
+	}
+	if d := e.stats(t).Backends[10].NewConns - before.Backends[10].NewConns; d != 1 {
+		t.Errorf("new connections on backend 10 +%d, want +1 (counted when the entry is created)", d)
+	}
+	// Data keeps going to the SYN's server; a new flow follows the new table.
+	if _, out := e.run(t, tcpTo(vipTCP, 80, 3000, "PA").Build(t)); !bytes.Equal(out[:6], e.backend[10].MAC) {
+		t.Errorf("data went to %x", out[:6])
+	}
+	if _, out := e.run(t, tcpTo(vipTCP, 80, 3001, "S").Build(t)); !bytes.Equal(out[:6], e.backend[12].MAC) {
+		t.Errorf("new SYN went to %x, want the new table's server", out[:6])
+	}
+	// An ACK without a remembered SYN is scheduled by the table.
+	if _, out := e.run(t, tcpTo(vipTCP, 80, 3002, "A").Build(t)); !bytes.Equal(out[:6], e.backend[12].MAC) {
+		t.Errorf("unknown ACK went to %x, want the new table's server", out[:6])
 	}
 }

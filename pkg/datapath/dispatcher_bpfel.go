@@ -43,6 +43,12 @@ type dispatcherCounters struct {
 	FinConns uint64
 }
 
+type dispatcherDlbClock struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	Now     uint64
+}
+
 type dispatcherDlbConfig struct {
 	_   structs.HostLayout
 	Nfa struct {
@@ -95,6 +101,15 @@ const (
 	dispatcherFlowStateFLOW_ESTABLISHED dispatcherFlowState = 1
 	dispatcherFlowStateFLOW_CLOSING     dispatcherFlowState = 2
 )
+
+type dispatcherHandshake struct {
+	_       structs.HostLayout
+	Key     dispatcherFlowKey
+	Backend uint32
+	Service uint32
+	Check   uint32
+	Pad     [3]uint32
+}
 
 type dispatcherReasonCounters struct {
 	_       structs.HostLayout
@@ -157,8 +172,10 @@ const (
 	dispatcherMapBackendStats       = "backend_stats"
 	dispatcherMapBackendSwept       = "backend_swept"
 	dispatcherMapBackends           = "backends"
+	dispatcherMapClock              = "clock"
 	dispatcherMapConfig             = "config"
 	dispatcherMapConns              = "conns"
+	dispatcherMapHandshakes         = "handshakes"
 	dispatcherMapMaglevTables       = "maglev_tables"
 	dispatcherMapReasonStats        = "reason_stats"
 	dispatcherMapServiceStats       = "service_stats"
@@ -225,8 +242,10 @@ type dispatcherMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	BackendSwept *ebpf.MapSpec `ebpf:"backend_swept"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	Clock        *ebpf.MapSpec `ebpf:"clock"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Conns        *ebpf.MapSpec `ebpf:"conns"`
+	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	ReasonStats  *ebpf.MapSpec `ebpf:"reason_stats"`
 	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
@@ -269,8 +288,10 @@ type dispatcherMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	BackendSwept *ebpf.Map `ebpf:"backend_swept"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	Clock        *ebpf.Map `ebpf:"clock"`
 	Config       *ebpf.Map `ebpf:"config"`
 	Conns        *ebpf.Map `ebpf:"conns"`
+	Handshakes   *ebpf.Map `ebpf:"handshakes"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	ReasonStats  *ebpf.Map `ebpf:"reason_stats"`
 	ServiceStats *ebpf.Map `ebpf:"service_stats"`
@@ -284,8 +305,10 @@ func (m *dispatcherMaps) Close() error {
 		m.BackendStats,
 		m.BackendSwept,
 		m.Backends,
+		m.Clock,
 		m.Config,
 		m.Conns,
+		m.Handshakes,
 		m.MaglevTables,
 		m.ReasonStats,
 		m.ServiceStats,

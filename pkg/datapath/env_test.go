@@ -57,13 +57,21 @@ func newPinDir(t *testing.T) string {
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
 	testutil.RequirePrivileged(t)
+	return openTestEnv(t, Options{ConnTableSize: 4096})
+}
+
+// openTestEnv loads the executor with opts (the pin directory is private)
+// in a new network namespace and applies the fixture state.
+func openTestEnv(t *testing.T, opts Options) *testEnv {
+	t.Helper()
 	testutil.InNewNetNS(t)
 	dummy, err := testutil.AddVethPair("dlbdp0", "dlbdp1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &testEnv{pinDir: newPinDir(t), dummy: dummy}
-	e.dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	opts.PinDir = e.pinDir
+	e.dp, err = Open(opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -93,3 +93,48 @@ type SweepResult struct {
 	// Active counts established, unexpired connections per backend id.
 	Active map[uint32]uint64
 }
+
+// Attachment describes where the executor's program is attached.
+type Attachment struct {
+	// Ifindex is the interface the program is attached to.
+	Ifindex int
+	// LinkID and ProgramID identify the kernel objects.
+	LinkID    uint32
+	ProgramID uint32
+}
+
+// Link is a network interface.
+type Link struct {
+	// Index and Name identify it; MAC is its hardware address.
+	Index int
+	Name  string
+	MAC   net.HardwareAddr
+	// Kind is the driver kind as netlink names it ("veth", "device", ...).
+	Kind string
+}
+
+// Neighbor says how to reach a server on a directly connected segment.
+type Neighbor struct {
+	// Ifindex is the interface the server is reached through, and IfMAC
+	// that interface's MAC address.
+	Ifindex int
+	IfMAC   net.HardwareAddr
+	// MAC is the server's MAC address, or nil while it is not resolved.
+	MAC net.HardwareAddr
+}
+
+// TableSum returns a checksum of a Maglev table (FNV-1a over its slots,
+// little-endian). It is never 0, so 0 can mean "not computed".
+func TableSum(slots []uint32) uint64 {
+	h := uint64(14695981039346656037)
+	for _, v := range slots {
+		for i := 0; i < 4; i++ {
+			h ^= uint64(byte(v >> (8 * i)))
+			h *= 1099511628211
+		}
+	}
+	if h == 0 {
+		return 1
+	}
+	return h
+}

@@ -288,3 +288,33 @@ type BackendKey struct {
 
 // String formats the key as cluster@port@server.
 func (k BackendKey) String() string { return fmt.Sprintf("%s@%s", k.Service, k.Server) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (p Protocol) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (p *Protocol) UnmarshalText(b []byte) error {
+	v, err := ParseProtocol(string(b))
+	*p = v
+	return err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m Method) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *Method) UnmarshalText(b []byte) error {
+	v, err := ParseMethod(string(b))
+	*m = v
+	return err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m XDPMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *XDPMode) UnmarshalText(b []byte) error {
+	v, err := ParseXDPMode(string(b))
+	*m = v
+	return err
+}

@@ -1,0 +1,156 @@
+package lb
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func TestParseTarget(t *testing.T) {
+	cases := []struct {
+		in      string
+		depth   Depth
+		want    Target
+		field   string // non-empty: want a *FieldError naming it
+		wantStr string
+	}{
+		{in: "", depth: ServerDepth, want: Target{}},
+		{in: "198.18.0.100", depth: ClusterDepth, want: Target{Clusters: addrs("198.18.0.100")}, wantStr: "198.18.0.100"},
+		{in: "198.18.0.100+198.18.0.101", depth: ClusterDepth, want: Target{Clusters: addrs("198.18.0.100", "198.18.0.101")}},
+		{in: "198.18.0.100@80", depth: PortDepth, want: Target{Clusters: addrs("198.18.0.100"), Ports: []uint16{80}}},
+		{in: "198.18.0.100@80+443", depth: PortDepth, want: Target{Clusters: addrs("198.18.0.100"), Ports: []uint16{80, 443}}},
+		{in: "@80", depth: PortDepth, want: Target{Ports: []uint16{80}}},
+		{in: "@80@198.18.0.21", depth: ServerDepth, want: Target{Ports: []uint16{80}, Servers: addrs("198.18.0.21")}, wantStr: "@80@198.18.0.21"},
+		{in: "198.18.0.100@@198.18.0.21", depth: ServerDepth, want: Target{Clusters: addrs("198.18.0.100"), Servers: addrs("198.18.0.21")}},
+		{in: "@@", depth: ServerDepth, want: Target{}},
+		{in: "198.18.0.100@80", depth: ClusterDepth, field: "cluster"},
+		{in: "198.18.0.100@80@1.2.3.4", depth: PortDepth, field: "port"},
+		{in: "198.18.0.100@80", depth: ServerDepth, field: "server"},
+		{in: "198.18.0.x", depth: ClusterDepth, field: "cluster"},
+		{in: "198.18.0.100@http", depth: PortDepth, field: "port"},
+		{in: "198.18.0.100@0", depth: PortDepth, field: "port"},
+		{in: "198.18.0.100@65536", depth: PortDepth, field: "port"},
+		{in: "198.18.0.100@-1", depth: PortDepth, field: "port"},
+		{in: "198.18.0.100@80@nope", depth: ServerDepth, field: "server"},
+		{in: "198.18.0.100@80+@198.18.0.21", depth: ServerDepth, field: "port"},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := ParseTarget(c.in, c.depth)
+			if c.field != "" {
+				if FieldOf(err) != c.field {
+					t.Fatalf("ParseTarget(%q) error %v, want a refusal naming %q", c.in, err, c.field)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseTarget(%q): %v", c.in, err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("ParseTarget(%q) = %+v, want %+v", c.in, got, c.want)
+			}
+			if c.wantStr != "" && got.String(c.depth) != c.wantStr {
+				t.Errorf("String() = %q, want %q", got.String(c.depth), c.wantStr)
+			}
+		})
+	}
+}
+
+func validConfig() Config {
+	c := NewConfig()
+	c.Executor.NFA = netip.MustParseAddr("198.18.0.2")
+	p := NewPort(80)
+	p.Servers = []Server{{Address: netip.MustParseAddr("198.18.0.21"), Weight: 5}}
+	c.Clusters = []Cluster{{Address: netip.MustParseAddr("198.18.0.100"), Ports: []Port{p}}}
+	return c
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(c *Config)
+		field string // "" = valid
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"cluster equals NFA", func(c *Config) { c.Clusters[0].Address = c.Executor.NFA }, "cluster"},
+		{"duplicate cluster", func(c *Config) { c.Clusters = append(c.Clusters, c.Clusters[0]) }, "cluster"},
+		{"IPv6 cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("2001:2::1") }, "cluster"},
+		{"multicast cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("224.0.0.1") }, "cluster"},
+		{"loopback cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("127.0.0.1") }, "cluster"},
+		{"unspecified cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("0.0.0.0") }, "cluster"},
+		{"broadcast NFA", func(c *Config) { c.Executor.NFA = netip.MustParseAddr("255.255.255.255") }, "nfa"},
+		{"port 0", func(c *Config) { c.Clusters[0].Ports[0].Number = 0 }, "port"},
+		{"duplicate port", func(c *Config) { c.Clusters[0].Ports = append(c.Clusters[0].Ports, c.Clusters[0].Ports[0]) }, "port"},
+		{"weight above weightbound", func(c *Config) { c.Clusters[0].Ports[0].Servers[0].Weight = 21 }, "weight"},
+		{"weightbound 0", func(c *Config) { c.Clusters[0].Ports[0].WeightBound = 0 }, "weightbound"},
+		{"weightbound 101", func(c *Config) { c.Clusters[0].Ports[0].WeightBound = 101 }, "weightbound"},
+		{"staletimeout 0", func(c *Config) { c.Clusters[0].Ports[0].StaleTimeout = 0 }, "staletimeout"},
+		{"stickytime not yet", func(c *Config) { c.Clusters[0].Ports[0].StickyTime = 5 }, "stickytime"},
+		{"fintimeout 0", func(c *Config) { c.Executor.FinTimeout = 0 }, "fintimeout"},
+		{"server equals VIP", func(c *Config) { c.Clusters[0].Ports[0].Servers[0].Address = c.Clusters[0].Address }, "server"},
+		{"server equals NFA", func(c *Config) { c.Clusters[0].Ports[0].Servers[0].Address = c.Executor.NFA }, "server"},
+		{"duplicate server", func(c *Config) {
+			p := &c.Clusters[0].Ports[0]
+			p.Servers = append(p.Servers, p.Servers[0])
+		}, "server"},
+		{"started without interface", func(c *Config) { c.Executor.Started = true }, "interface"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.edit(&c)
+			err := c.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if FieldOf(err) != tc.field {
+				t.Fatalf("Validate error %v, want a refusal naming %q", err, tc.field)
+			}
+			if !strings.HasPrefix(err.Error(), tc.field+": ") {
+				t.Errorf("message %q does not start with the field", err)
+			}
+		})
+	}
+}
+
+func TestCloneIsDeep(t *testing.T) {
+	c := validConfig()
+	d := c.Clone()
+	d.Clusters[0].Ports[0].Servers[0].Weight = 1
+	d.Clusters[0].Ports[0].Number = 81
+	if c.Clusters[0].Ports[0].Servers[0].Weight != 5 || c.Clusters[0].Ports[0].Number != 80 {
+		t.Fatal("Clone shares memory with the original")
+	}
+}
+
+func TestEnumTextRoundTrip(t *testing.T) {
+	for _, p := range []Protocol{TCP, UDP, Both} {
+		b, _ := p.MarshalText()
+		var q Protocol
+		if err := q.UnmarshalText(b); err != nil || q != p {
+			t.Errorf("protocol %v round trip: %v %v", p, q, err)
+		}
+	}
+	for _, m := range []XDPMode{XDPAuto, XDPNative, XDPGeneric} {
+		b, _ := m.MarshalText()
+		var q XDPMode
+		if err := q.UnmarshalText(b); err != nil || q != m {
+			t.Errorf("mode %v round trip: %v %v", m, q, err)
+		}
+	}
+	if _, err := ParseMethod("nat"); err == nil || !strings.Contains(err.Error(), "not supported yet") {
+		t.Errorf("ParseMethod(nat) = %v", err)
+	}
+}
