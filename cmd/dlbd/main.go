@@ -1,0 +1,147 @@
+// Command dlbd is the dlb dispatcher daemon: it owns the XDP executor, keeps
+// the desired configuration (persisted in its state directory), and serves
+// the admin API that dlbctl talks to on a unix socket.
+//
+// Killing or restarting dlbd, SIGKILL included, does not stop forwarding:
+// the executor's program, maps and XDP link are pinned under --pin-dir and
+// the next dlbd adopts them. "dlbctl executor stop" detaches the executor.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/datapath"
+	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/netif"
+	"github.com/dlbproject/dlb/pkg/server"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type options struct {
+	socket        string
+	stateDir      string
+	pinDir        string
+	connTableSize uint32
+	logLevel      string
+}
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:   "dlbd",
+		Short: "dlb dispatcher daemon (XDP L4 load balancer)",
+		Long: `dlbd runs the dlb dispatcher: it loads the XDP executor, keeps the
+configuration of clusters, ports and servers (changed with dlbctl and
+persisted in --state-dir after every accepted change), and serves the admin
+API on a unix socket.
+
+The executor's program, maps and XDP link are pinned under --pin-dir, so
+restarting or killing dlbd never stops forwarding or loses the connection
+table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
+		Version:       version,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := run(cmd.Context(), o)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "dlbd:", err)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.socket, "socket", client.DefaultSocket, "unix socket of the admin API (mode 0660)")
+	f.StringVar(&o.stateDir, "state-dir", "/var/lib/dlb", "directory of the persisted configuration")
+	f.StringVar(&o.pinDir, "pin-dir", datapath.DefaultPinDir, "bpffs directory where the executor is pinned")
+	f.Uint32Var(&o.connTableSize, "conn-table-size", 262144, "capacity of the connection table (fixed once pinned)")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func run(ctx context.Context, o options) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.connTableSize < 1024 {
+		return fmt.Errorf("--conn-table-size: %d is below the minimum of 1024", o.connTableSize)
+	}
+
+	maxServices, maxBackends, err := datapath.Limits()
+	if err != nil {
+		return err
+	}
+	engine, err := dispatcher.New(dispatcher.Options{
+		StateDir: o.stateDir,
+		OpenDatapath: func() (dispatcher.Datapath, error) {
+			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize})
+			if err != nil {
+				return nil, err
+			}
+			return dp, nil
+		},
+		Netif:       netif.New(),
+		Logger:      log,
+		MaxServices: maxServices,
+		MaxBackends: maxBackends,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := server.Listen(o.socket, 0o660)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(o.socket)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	engineDone := make(chan struct{})
+	go func() {
+		engine.Run(ctx)
+		close(engineDone)
+	}()
+
+	srv := &http.Server{Handler: server.Handler(engine, log), ReadHeaderTimeout: 10 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)
+
+	select {
+	case <-ctx.Done():
+	case err = <-srvErr:
+		stop()
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	<-engineDone
+	log.Info("dlbd stopped; the executor stays pinned and keeps forwarding")
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the API: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+// Package client calls dlbd's admin API (package api) over its unix socket
+// as typed Go.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// DefaultSocket is where dlbd listens by default.
+const DefaultSocket = "/run/dlb/dlbd.sock"
+
+// ErrUnreachable is returned (wrapped) when dlbd cannot be reached.
+var ErrUnreachable = errors.New("cannot reach dlbd")
+
+// RefusedError is returned when dlbd refused a request.
+type RefusedError struct {
+	// Status is the HTTP status dlbd answered.
+	Status int
+	// API is the error dlbd sent.
+	API api.Error
+}
+
+// Error returns dlbd's message.
+func (e *RefusedError) Error() string { return e.API.Message }
+
+// Client talks to one dlbd.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// New returns a client for the dlbd listening on the unix socket path.
+func New(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+}
+
+// Apply sends a batch of operations; dlbd applies all or none.
+func (c *Client) Apply(ctx context.Context, ops ...api.Op) (api.Result, error) {
+	var res api.Result
+	err := c.do(ctx, http.MethodPost, api.PathOps, "", api.Request{Ops: ops}, &res)
+	return res, err
+}
+
+// Executor reports the executor.
+func (c *Client) Executor(ctx context.Context) (api.ExecutorReport, error) {
+	var r api.ExecutorReport
+	err := c.do(ctx, http.MethodGet, api.PathExecutor, "", nil, &r)
+	return r, err
+}
+
+// Clusters reports the clusters target selects ("" for all).
+func (c *Client) Clusters(ctx context.Context, target string) ([]api.ClusterReport, error) {
+	var r []api.ClusterReport
+	err := c.do(ctx, http.MethodGet, api.PathClusters, target, nil, &r)
+	return r, err
+}
+
+// Ports reports the ports target selects (cluster@port, "" for all).
+func (c *Client) Ports(ctx context.Context, target string) ([]api.PortReport, error) {
+	var r []api.PortReport
+	err := c.do(ctx, http.MethodGet, api.PathPorts, target, nil, &r)
+	return r, err
+}
+
+// Servers reports the servers target selects (cluster@port@server, "" for
+// all).
+func (c *Client) Servers(ctx context.Context, target string) ([]api.ServerReport, error) {
+	var r []api.ServerReport
+	err := c.do(ctx, http.MethodGet, api.PathServers, target, nil, &r)
+	return r, err
+}
+
+func (c *Client) do(ctx context.Context, method, path, target string, body, out any) error {
+	u := "http://dlbd" + path
+	if target != "" {
+		u += "?target=" + url.QueryEscape(target)
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encoding request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("building request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading response: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		re := &RefusedError{Status: resp.StatusCode, API: api.Error{Op: -1}}
+		if err := json.Unmarshal(data, &re.API); err != nil || re.API.Message == "" {
+			re.API.Message = fmt.Sprintf("dlbd answered %s: %s", resp.Status, bytes.TrimSpace(data))
+		}
+		return re
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decoding response: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,456 @@
+package dispatcher
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// OpError is a refused operation: which one in the batch, and why.
+type OpError struct {
+	// Index is the position of the operation in its batch.
+	Index int
+	// Err says why; it is (or wraps) an *lb.FieldError when a field is to
+	// blame.
+	Err error
+}
+
+// Error formats the refusal.
+func (e *OpError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// applyOp applies one operation to cfg (a private copy).
+func applyOp(cfg *lb.Config, op api.Op) error {
+	switch op.Object {
+	case api.ObjectExecutor:
+		return applyExecutor(cfg, op)
+	case api.ObjectCluster:
+		return applyCluster(cfg, op)
+	case api.ObjectPort:
+		return applyPort(cfg, op)
+	case api.ObjectServer:
+		return applyServer(cfg, op)
+	}
+	return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port or server)", op.Object)
+}
+
+func badAction(op api.Op) error {
+	return lb.Errorf("action", "", "%s does not take %q", op.Object, op.Action)
+}
+
+// noParams refuses parameters that do not belong to the operation.
+func noParams(op api.Op, allowed ...string) error {
+	given := map[string]bool{
+		"interface": op.Interface != nil, "xdp-mode": op.XDPMode != nil, "nfa": op.NFA != nil,
+		"fintimeout": op.FinTimeout != nil, "configure": op.Configure != nil, "protocol": op.Protocol != nil,
+		"method": op.Method != nil, "stickytime": op.StickyTime != nil, "staletimeout": op.StaleTimeout != nil,
+		"weightbound": op.WeightBound != nil, "weight": op.Weight != nil,
+	}
+	for _, name := range sortedKeys(given) {
+		if given[name] && !slices.Contains(allowed, name) {
+			return lb.Errorf(name, "", "%s %s does not take --%s", op.Object, op.Action, name)
+		}
+	}
+	return nil
+}
+
+func applyExecutor(cfg *lb.Config, op api.Op) error {
+	if op.Target != "" {
+		return lb.Errorf("target", "", "executor takes no target (got %q)", op.Target)
+	}
+	ex := &cfg.Executor
+	switch op.Action {
+	case api.ActionStart:
+		if err := noParams(op, "interface", "xdp-mode"); err != nil {
+			return err
+		}
+		ifname := ex.Interface
+		if op.Interface != nil {
+			ifname = *op.Interface
+		}
+		if ifname == "" {
+			return lb.Errorf("interface", "", "executor start needs --interface")
+		}
+		mode := ex.XDPMode
+		if op.XDPMode != nil {
+			m, err := lb.ParseXDPMode(*op.XDPMode)
+			if err != nil {
+				return lb.Errorf("xdp-mode", "", "%v", err)
+			}
+			mode = m
+		}
+		if ex.Started && (ifname != ex.Interface || mode != ex.XDPMode) {
+			return lb.Errorf("interface", "", "the executor is already started on %s (%s mode); stop it first", ex.Interface, ex.XDPMode)
+		}
+		ex.Started, ex.Interface, ex.XDPMode = true, ifname, mode
+	case api.ActionStop:
+		if err := noParams(op); err != nil {
+			return err
+		}
+		ex.Started = false
+	case api.ActionSet:
+		if err := noParams(op, "nfa", "fintimeout"); err != nil {
+			return err
+		}
+		if op.NFA == nil && op.FinTimeout == nil {
+			return lb.Errorf("nfa", "", "executor set needs nfa or fintimeout")
+		}
+		if op.NFA != nil {
+			if *op.NFA == "" || *op.NFA == "none" {
+				ex.NFA = netip.Addr{}
+			} else {
+				a, err := netip.ParseAddr(*op.NFA)
+				if err != nil {
+					return lb.Errorf("nfa", "", "%q is not an IP address", *op.NFA)
+				}
+				ex.NFA = a
+			}
+		}
+		if op.FinTimeout != nil {
+			v, err := inRange("fintimeout", "", *op.FinTimeout, 1, lb.MaxTimeout)
+			if err != nil {
+				return err
+			}
+			ex.FinTimeout = v
+		}
+	default:
+		return badAction(op)
+	}
+	return nil
+}
+
+func applyCluster(cfg *lb.Config, op api.Op) error {
+	t, err := lb.ParseTarget(op.Target, lb.ClusterDepth)
+	if err != nil {
+		return err
+	}
+	switch op.Action {
+	case api.ActionAdd:
+		if err := noParams(op, "configure"); err != nil {
+			return err
+		}
+		if t.Clusters == nil {
+			return lb.Errorf("cluster", "", "cluster add needs a cluster address")
+		}
+		for _, a := range t.Clusters {
+			if cfg.Cluster(a) != nil {
+				return lb.Errorf("cluster", a.String(), "already exists")
+			}
+			cfg.Clusters = append(cfg.Clusters, lb.Cluster{Address: a, Configure: op.Configure != nil && *op.Configure})
+		}
+	case api.ActionSet:
+		if err := noParams(op, "configure"); err != nil {
+			return err
+		}
+		cls, err := matchClusters(cfg, t, op.Target)
+		if err != nil {
+			return err
+		}
+		if op.Configure == nil {
+			return lb.Errorf("configure", "", "cluster set needs --configure")
+		}
+		for _, cl := range cls {
+			cl.Configure = *op.Configure
+		}
+	case api.ActionRemove:
+		if err := noParams(op); err != nil {
+			return err
+		}
+		if _, err := matchClusters(cfg, t, op.Target); err != nil {
+			return err
+		}
+		cfg.Clusters = slices.DeleteFunc(cfg.Clusters, func(c lb.Cluster) bool { return t.MatchCluster(c.Address) })
+	default:
+		return badAction(op)
+	}
+	return nil
+}
+
+func applyPort(cfg *lb.Config, op api.Op) error {
+	t, err := lb.ParseTarget(op.Target, lb.PortDepth)
+	if err != nil {
+		return err
+	}
+	const portParams = "protocol method stickytime staletimeout weightbound"
+	switch op.Action {
+	case api.ActionAdd:
+		if err := noParams(op, strings.Fields(portParams)...); err != nil {
+			return err
+		}
+		if t.Ports == nil {
+			return lb.Errorf("port", "", "port add needs a port number (cluster@port)")
+		}
+		cls, err := matchClusters(cfg, t, op.Target)
+		if err != nil {
+			return err
+		}
+		for _, cl := range cls {
+			for _, n := range t.Ports {
+				obj := lb.ServiceKey{Cluster: cl.Address, Port: n}.String()
+				if cl.Port(n) != nil {
+					return lb.Errorf("port", obj, "already exists")
+				}
+				p := lb.NewPort(n)
+				if err := setPortParams(&p, op, obj); err != nil {
+					return err
+				}
+				cl.Ports = append(cl.Ports, p)
+			}
+		}
+	case api.ActionSet:
+		if err := noParams(op, strings.Fields(portParams)...); err != nil {
+			return err
+		}
+		ports, err := matchPorts(cfg, t, op.Target)
+		if err != nil {
+			return err
+		}
+		for _, mp := range ports {
+			if err := setPortParams(mp.port, op, mp.key.String()); err != nil {
+				return err
+			}
+		}
+	case api.ActionRemove:
+		if err := noParams(op); err != nil {
+			return err
+		}
+		if _, err := matchPorts(cfg, t, op.Target); err != nil {
+			return err
+		}
+		for i := range cfg.Clusters {
+			cl := &cfg.Clusters[i]
+			if t.MatchCluster(cl.Address) {
+				cl.Ports = slices.DeleteFunc(cl.Ports, func(p lb.Port) bool { return t.MatchPort(p.Number) })
+			}
+		}
+	default:
+		return badAction(op)
+	}
+	return nil
+}
+
+func setPortParams(p *lb.Port, op api.Op, obj string) error {
+	if op.Protocol != nil {
+		v, err := lb.ParseProtocol(*op.Protocol)
+		if err != nil {
+			return lb.Errorf("protocol", obj, "%v", err)
+		}
+		p.Protocol = v
+	}
+	if op.Method != nil {
+		v, err := lb.ParseMethod(*op.Method)
+		if err != nil {
+			return lb.Errorf("method", obj, "%v", err)
+		}
+		p.Method = v
+	}
+	var err error
+	if op.StickyTime != nil {
+		if p.StickyTime, err = inRange("stickytime", obj, *op.StickyTime, 0, lb.MaxTimeout); err != nil {
+			return err
+		}
+	}
+	if op.StaleTimeout != nil {
+		if p.StaleTimeout, err = inRange("staletimeout", obj, *op.StaleTimeout, 1, lb.MaxTimeout); err != nil {
+			return err
+		}
+	}
+	if op.WeightBound != nil {
+		if p.WeightBound, err = inRange("weightbound", obj, *op.WeightBound, 1, lb.MaxWeightBound); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyServer(cfg *lb.Config, op api.Op) error {
+	t, err := lb.ParseTarget(op.Target, lb.ServerDepth)
+	if err != nil {
+		return err
+	}
+	switch op.Action {
+	case api.ActionAdd:
+		if err := noParams(op, "weight"); err != nil {
+			return err
+		}
+		if t.Servers == nil {
+			return lb.Errorf("server", "", "server add needs a server address (cluster@port@server)")
+		}
+		ports, err := matchPorts(cfg, t, op.Target)
+		if err != nil {
+			return err
+		}
+		for _, mp := range ports {
+			for _, a := range t.Servers {
+				obj := lb.BackendKey{Service: mp.key, Server: a}.String()
+				if mp.port.Server(a) != nil {
+					return lb.Errorf("server", obj, "already exists")
+				}
+				s := lb.Server{Address: a, Weight: mp.port.WeightBound}
+				if op.Weight != nil {
+					w, err := inRange("weight", obj, *op.Weight, 0, int64(mp.port.WeightBound))
+					if err != nil {
+						return err
+					}
+					s.Weight = w
+				}
+				mp.port.Servers = append(mp.port.Servers, s)
+			}
+		}
+		return nil
+	case api.ActionSet, api.ActionRemove, api.ActionDown, api.ActionUp:
+	default:
+		return badAction(op)
+	}
+
+	allowed := []string{}
+	if op.Action == api.ActionSet {
+		allowed = append(allowed, "weight")
+	}
+	if err := noParams(op, allowed...); err != nil {
+		return err
+	}
+	servers, err := matchServers(cfg, t, op.Target)
+	if err != nil {
+		return err
+	}
+	switch op.Action {
+	case api.ActionSet:
+		if op.Weight == nil {
+			return lb.Errorf("weight", "", "server set needs --weight")
+		}
+		for _, ms := range servers {
+			w, err := inRange("weight", ms.key.String(), *op.Weight, 0, int64(ms.port.WeightBound))
+			if err != nil {
+				return err
+			}
+			ms.server.Weight = w
+		}
+	case api.ActionDown, api.ActionUp:
+		for _, ms := range servers {
+			ms.server.Down = op.Action == api.ActionDown
+		}
+	case api.ActionRemove:
+		for i := range cfg.Clusters {
+			cl := &cfg.Clusters[i]
+			if !t.MatchCluster(cl.Address) {
+				continue
+			}
+			for j := range cl.Ports {
+				p := &cl.Ports[j]
+				if t.MatchPort(p.Number) {
+					p.Servers = slices.DeleteFunc(p.Servers, func(s lb.Server) bool { return t.MatchServer(s.Address) })
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// matchClusters returns the clusters t selects; named clusters must exist,
+// and a wildcard must match something.
+func matchClusters(cfg *lb.Config, t lb.Target, target string) ([]*lb.Cluster, error) {
+	for _, a := range t.Clusters {
+		if cfg.Cluster(a) == nil {
+			return nil, lb.Errorf("cluster", a.String(), "is not a configured cluster")
+		}
+	}
+	var out []*lb.Cluster
+	for i := range cfg.Clusters {
+		if t.MatchCluster(cfg.Clusters[i].Address) {
+			out = append(out, &cfg.Clusters[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil, lb.Errorf("cluster", target, "matches no configured cluster")
+	}
+	return out, nil
+}
+
+type matchedPort struct {
+	key  lb.ServiceKey
+	port *lb.Port
+}
+
+// matchPorts returns the ports t selects; named ports must exist on every
+// selected cluster, and a wildcard must match something.
+func matchPorts(cfg *lb.Config, t lb.Target, target string) ([]matchedPort, error) {
+	cls, err := matchClusters(cfg, t, target)
+	if err != nil {
+		return nil, err
+	}
+	var out []matchedPort
+	for _, cl := range cls {
+		for _, n := range t.Ports {
+			if cl.Port(n) == nil && t.Clusters != nil {
+				return nil, lb.Errorf("port", lb.ServiceKey{Cluster: cl.Address, Port: n}.String(), "is not a configured port")
+			}
+		}
+		for i := range cl.Ports {
+			if t.MatchPort(cl.Ports[i].Number) {
+				out = append(out, matchedPort{lb.ServiceKey{Cluster: cl.Address, Port: cl.Ports[i].Number}, &cl.Ports[i]})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, lb.Errorf("port", target, "matches no configured port")
+	}
+	return out, nil
+}
+
+type matchedServer struct {
+	key    lb.BackendKey
+	port   *lb.Port
+	server *lb.Server
+}
+
+// matchServers returns the servers t selects; named servers must exist on
+// every selected port, and a wildcard must match something.
+func matchServers(cfg *lb.Config, t lb.Target, target string) ([]matchedServer, error) {
+	ports, err := matchPorts(cfg, t, target)
+	if err != nil {
+		return nil, err
+	}
+	var out []matchedServer
+	for _, mp := range ports {
+		for _, a := range t.Servers {
+			if mp.port.Server(a) == nil && t.Clusters != nil && t.Ports != nil {
+				return nil, lb.Errorf("server", lb.BackendKey{Service: mp.key, Server: a}.String(), "is not a configured server")
+			}
+		}
+		for i := range mp.port.Servers {
+			s := &mp.port.Servers[i]
+			if t.MatchServer(s.Address) {
+				out = append(out, matchedServer{lb.BackendKey{Service: mp.key, Server: s.Address}, mp.port, s})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, lb.Errorf("server", target, "matches no configured server")
+	}
+	return out, nil
+}
+
+// inRange checks an integer parameter.
+func inRange(field, obj string, v, lo, hi int64) (uint32, error) {
+	if v < lo || v > hi {
+		return 0, lb.Errorf(field, obj, "%d is outside %d..%d", v, lo, hi)
+	}
+	return uint32(v), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+

@@ -1,0 +1,196 @@
+//go:build linux
+
+// Package netif discovers and configures the host networking the executor
+// needs: interfaces, how each server is reached (interface and MAC), and
+// cluster addresses on the executor's interface. It is the only package
+// that imports github.com/vishvananda/netlink. It works in the network
+// namespace of the calling thread.
+package netif
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Errors returned by Neighbors.
+var (
+	// ErrNotOnLink: the server is reached through a gateway, so MAC
+	// forwarding cannot reach it.
+	ErrNotOnLink = errors.New("not on a directly connected network")
+	// ErrLocal: the address belongs to this host.
+	ErrLocal = errors.New("is an address of this host")
+)
+
+// Netif is the host's networking, through netlink.
+type Netif struct{}
+
+// New returns a Netif.
+func New() *Netif { return &Netif{} }
+
+// LinkByName returns the named interface.
+func (*Netif) LinkByName(name string) (lb.Link, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return lb.Link{}, fmt.Errorf("looking up interface %q: %w", name, err)
+	}
+	return toLink(l), nil
+}
+
+// LinkByIndex returns the interface with the given index.
+func (*Netif) LinkByIndex(index int) (lb.Link, error) {
+	l, err := netlink.LinkByIndex(index)
+	if err != nil {
+		return lb.Link{}, fmt.Errorf("looking up interface %d: %w", index, err)
+	}
+	return toLink(l), nil
+}
+
+func toLink(l netlink.Link) lb.Link {
+	a := l.Attrs()
+	return lb.Link{Index: a.Index, Name: a.Name, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...), Kind: l.Type()}
+}
+
+// usable are the neighbour states whose link-layer address can be used.
+const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE |
+	netlink.NUD_PERMANENT | netlink.NUD_NOARP
+
+// Neighbors returns, for each address, how to reach it: the interface its
+// route uses, that interface's MAC, and the address's MAC from the
+// neighbour table. When the table has no usable entry, or only a stale one,
+// it asks the kernel to resolve the address (through a managed entry, which
+// the kernel then keeps resolved) and returns what it has: MAC stays nil
+// until resolution succeeds. Addresses that cannot be reached by MAC
+// forwarding get an error instead (ErrNotOnLink, ErrLocal, no route).
+func (n *Netif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
+	out := map[netip.Addr]lb.Neighbor{}
+	errs := map[netip.Addr]error{}
+	type famIf struct{ ifindex, family int }
+	byIf := map[famIf][]netip.Addr{}
+	for _, addr := range addrs {
+		nb, err := n.route(addr)
+		if err != nil {
+			errs[addr] = err
+			continue
+		}
+		out[addr] = nb
+		family := netlink.FAMILY_V4
+		if addr.Is6() && !addr.Is4In6() {
+			family = netlink.FAMILY_V6
+		}
+		byIf[famIf{nb.Ifindex, family}] = append(byIf[famIf{nb.Ifindex, family}], addr)
+	}
+	for fi, list := range byIf {
+		neighs, err := netlink.NeighList(fi.ifindex, fi.family)
+		if err != nil {
+			for _, a := range list {
+				errs[a] = fmt.Errorf("reading the neighbour table: %w", err)
+				delete(out, a)
+			}
+			continue
+		}
+		table := map[netip.Addr]netlink.Neigh{}
+		for _, e := range neighs {
+			if a, ok := netip.AddrFromSlice(e.IP); ok {
+				table[a.Unmap()] = e
+			}
+		}
+		for _, a := range list {
+			nb := out[a]
+			e, found := table[a]
+			if found && e.State&usable != 0 && len(e.HardwareAddr) == 6 {
+				nb.MAC = append(net.HardwareAddr(nil), e.HardwareAddr...)
+				out[a] = nb
+			}
+			if found && e.State&(netlink.NUD_REACHABLE|netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0 {
+				continue
+			}
+			// Missing, incomplete, failed or stale: have the kernel
+			// (re)resolve it.
+			managed := found && e.FlagsExt&netlink.NTF_EXT_MANAGED != 0
+			if err := resolve(fi.ifindex, fi.family, a.AsSlice(), managed); err != nil {
+				errs[a] = fmt.Errorf("resolving %s: %w", a, err)
+				delete(out, a)
+			}
+		}
+	}
+	return out, errs
+}
+
+// route finds the interface addr is reached through, directly.
+func (n *Netif) route(addr netip.Addr) (lb.Neighbor, error) {
+	var nb lb.Neighbor
+	routes, err := netlink.RouteGet(addr.AsSlice())
+	if err != nil {
+		return nb, fmt.Errorf("finding a route to %s: %w", addr, err)
+	}
+	if len(routes) == 0 {
+		return nb, fmt.Errorf("no route to %s", addr)
+	}
+	r := routes[0]
+	if r.Type == unix.RTN_LOCAL {
+		return nb, fmt.Errorf("%s %w", addr, ErrLocal)
+	}
+	if r.Gw != nil {
+		return nb, fmt.Errorf("%s is %w (it is reached through %s)", addr, ErrNotOnLink, r.Gw)
+	}
+	link, err := n.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return nb, err
+	}
+	nb.Ifindex, nb.IfMAC = link.Index, link.MAC
+	return nb, nil
+}
+
+// resolve asks the kernel to resolve ip now (NTF_USE), creating a managed
+// entry if there is none, so that the kernel keeps it resolved.
+func resolve(ifindex, family int, ip net.IP, managed bool) error {
+	n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: ip, Flags: netlink.NTF_USE}
+	if !managed {
+		n.FlagsExt = netlink.NTF_EXT_MANAGED
+	}
+	err := netlink.NeighSet(n)
+	if err != nil && n.FlagsExt != 0 {
+		// Kernels before 5.16 have no managed entries.
+		n.FlagsExt = 0
+		err = netlink.NeighSet(n)
+	}
+	return err
+}
+
+// AddAddress puts addr on the named interface as a /32 (or /128), so that
+// the host answers ARP for it. It is idempotent.
+func (*Netif) AddAddress(ifname string, addr netip.Addr) error {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("looking up interface %q: %w", ifname, err)
+	}
+	if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
+		return fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
+	}
+	return nil
+}
+
+// DelAddress removes addr from the named interface; an address that is not
+// there is not an error.
+func (*Netif) DelAddress(ifname string, addr netip.Addr) error {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("looking up interface %q: %w", ifname, err)
+	}
+	if err := netlink.AddrDel(l, hostAddr(addr)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("removing %s from %s: %w", addr, ifname, err)
+	}
+	return nil
+}
+
+func hostAddr(a netip.Addr) *netlink.Addr {
+	p := netip.PrefixFrom(a, a.BitLen())
+	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}}
+}
