@@ -1,0 +1,400 @@
+package main
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// annotOp marks commands that change the configuration: only those may
+// appear in a script that "file load" runs.
+const annotOp = "dlbctl/op"
+
+// noun returns a command that groups verbs. Unlike cobra's default for a
+// command without Run, an unknown verb is a usage error, not help.
+func (a *app) noun(use, short, example string, verbs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Example: example,
+		Args:    cobra.ArbitraryArgs,
+		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return usagef("unknown command %q for %q%s", args[0], cmd.CommandPath(), suggestions(cmd, args[0]))
+		}),
+	}
+	c.AddCommand(verbs...)
+	return c
+}
+
+func suggestions(cmd *cobra.Command, arg string) string {
+	s := cmd.SuggestionsFor(arg)
+	if len(s) == 0 {
+		return ""
+	}
+	return "; did you mean " + strings.Join(s, " or ") + "?"
+}
+
+// opCmd turns c into a command that changes the configuration: build
+// makes its operation from the arguments and the flags, and the operation
+// is sent to dlbd, or collected when a script is being loaded. Both paths
+// share build, so a script line means exactly what the command means.
+func (a *app) opCmd(c *cobra.Command, build func(cmd *cobra.Command, args []string) api.Op) *cobra.Command {
+	c.Annotations = map[string]string{annotOp: "true"}
+	c.RunE = a.runE(func(cmd *cobra.Command, args []string) error {
+		op := build(cmd, args)
+		if a.collect != nil {
+			*a.collect = append(*a.collect, op)
+			return nil
+		}
+		_, err := a.client().Apply(cmd.Context(), op)
+		return err
+	})
+	return c
+}
+
+// target returns an argument validator for commands that take one target
+// of the given form, or at most one if optional.
+func target(form string, optional bool) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0 && !optional:
+			return usagef("%s needs a target (%s)", cmdName(cmd), form)
+		case len(args) > 1:
+			// IBM's keyword-value style ("weight 5") is the likely
+			// mistake; point at the flag.
+			if cmd.Flags().Lookup(args[1]) != nil {
+				return usagef("unexpected argument %q: dlbctl takes it as a flag, --%s", args[1], args[1])
+			}
+			return usagef("%s takes one target (%s), got %d arguments", cmdName(cmd), form, len(args))
+		}
+		return nil
+	}
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments (got %q)", cmdName(cmd), args[0])
+	}
+	return nil
+}
+
+// cmdName is the command's path without "dlbctl", for messages that
+// "dlbctl: " already starts.
+func cmdName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+func arg0(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
+}
+
+// The *Flag helpers return the value of a flag the user set, or nil: an
+// operation carries only the parameters given, and dlbd leaves the others
+// as they are.
+
+func stringFlag(cmd *cobra.Command, name string) *string {
+	if !cmd.Flags().Changed(name) {
+		return nil
+	}
+	v, _ := cmd.Flags().GetString(name)
+	return &v
+}
+
+func intFlag(cmd *cobra.Command, name string) *int64 {
+	if !cmd.Flags().Changed(name) {
+		return nil
+	}
+	v, _ := cmd.Flags().GetInt64(name)
+	return &v
+}
+
+func boolFlag(cmd *cobra.Command, name string) *bool {
+	if !cmd.Flags().Changed(name) {
+		return nil
+	}
+	v, _ := cmd.Flags().GetBool(name)
+	return &v
+}
+
+func (a *app) executorCmd() *cobra.Command {
+	start := a.opCmd(&cobra.Command{
+		Use:   "start [--interface IF] [--xdp-mode auto|native|generic]",
+		Short: "Attach the executor to an interface and start forwarding",
+		Long: `Attach the executor (dlbd's XDP program) to an interface and start
+forwarding. Without --interface, dlbd uses the interface it was last
+started on.`,
+		Example: `  dlbctl executor start --interface eth0
+  dlbctl executor start --interface eth0 --xdp-mode generic`,
+		Args: noArgs,
+	}, func(cmd *cobra.Command, _ []string) api.Op {
+		return api.Op{Object: api.ObjectExecutor, Action: api.ActionStart,
+			Interface: stringFlag(cmd, "interface"), XDPMode: stringFlag(cmd, "xdp-mode")}
+	})
+	start.Flags().String("interface", "", "network interface to attach to")
+	start.Flags().String("xdp-mode", "", "XDP attach mode: auto, native or generic (dlbd's default: auto)")
+	_ = start.RegisterFlagCompletionFunc("xdp-mode", fixedCompletion("auto", "native", "generic"))
+
+	stop := a.opCmd(&cobra.Command{
+		Use:     "stop",
+		Short:   "Detach the executor and stop forwarding",
+		Example: `  dlbctl executor stop`,
+		Args:    noArgs,
+	}, func(*cobra.Command, []string) api.Op {
+		return api.Op{Object: api.ObjectExecutor, Action: api.ActionStop}
+	})
+
+	set := a.opCmd(&cobra.Command{
+		Use:   "set KEYWORD VALUE [KEYWORD VALUE...]",
+		Short: "Set executor parameters (nfa, fintimeout)",
+		Long: `Set executor parameters, IBM style as keyword-value pairs:
+
+  nfa ADDR            the non-forwarding address: traffic to it is never
+                      balanced ("none" clears it)
+  fintimeout SECONDS  how long a connection that saw a FIN or RST keeps its
+                      entry in the connection table (default 60)
+
+Unique prefixes of keywords are accepted.`,
+		Example: `  dlbctl executor set nfa 192.0.2.10
+  dlbctl executor set fintimeout 30
+  dlbctl executor set nfa 192.0.2.10 fintimeout 30`,
+		Args:      executorSetArgs,
+		ValidArgs: executorKeywords,
+	}, func(_ *cobra.Command, args []string) api.Op {
+		op := api.Op{Object: api.ObjectExecutor, Action: api.ActionSet}
+		// executorSetArgs checked the keywords and values already.
+		for i := 0; i+1 < len(args); i += 2 {
+			switch kw, _ := executorKeyword(args[i]); kw {
+			case "nfa":
+				op.NFA = &args[i+1]
+			case "fintimeout":
+				v, _ := strconv.ParseInt(args[i+1], 10, 64)
+				op.FinTimeout = &v
+			}
+		}
+		return op
+	})
+
+	return a.noun("executor", "Start, stop, set and report the executor (the XDP forwarder)",
+		`  dlbctl executor start --interface eth0
+  dlbctl executor report`,
+		start, stop, set, a.executorReportCmd())
+}
+
+var executorKeywords = []string{"nfa", "fintimeout"}
+
+// executorKeyword resolves a keyword of "executor set" or its unique
+// prefix.
+func executorKeyword(s string) (string, bool) {
+	var found []string
+	for _, kw := range executorKeywords {
+		if kw == s {
+			return kw, true
+		}
+		if strings.HasPrefix(kw, s) && s != "" {
+			found = append(found, kw)
+		}
+	}
+	if len(found) == 1 {
+		return found[0], true
+	}
+	return "", false
+}
+
+func executorSetArgs(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usagef("executor set needs KEYWORD VALUE (keywords: %s)", strings.Join(executorKeywords, ", "))
+	}
+	seen := map[string]bool{}
+	for i := 0; i < len(args); i += 2 {
+		kw, ok := executorKeyword(args[i])
+		if !ok {
+			return usagef("unknown executor keyword %q (want %s)", args[i], strings.Join(executorKeywords, " or "))
+		}
+		if seen[kw] {
+			return usagef("executor keyword %s given twice", kw)
+		}
+		seen[kw] = true
+		if i+1 == len(args) {
+			return usagef("executor keyword %s needs a value", kw)
+		}
+		if kw == "fintimeout" {
+			if _, err := strconv.ParseInt(args[i+1], 10, 64); err != nil {
+				return usagef("invalid fintimeout %q: want a whole number of seconds", args[i+1])
+			}
+		}
+	}
+	return nil
+}
+
+func (a *app) clusterCmd() *cobra.Command {
+	add := a.opCmd(&cobra.Command{
+		Use:   "add VIP[+VIP...] [--configure]",
+		Short: "Add clusters (virtual addresses)",
+		Example: `  dlbctl cluster add 10.0.0.100
+  dlbctl cluster add 10.0.0.100+10.0.0.101 --configure`,
+		Args: target("VIP", false),
+	}, func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectCluster, Action: api.ActionAdd, Target: args[0],
+			Configure: boolFlag(cmd, "configure")}
+	})
+	add.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
+
+	set := a.opCmd(&cobra.Command{
+		Use:     "set VIP --configure=true|false",
+		Short:   "Change whether dlbd puts a cluster address on the interface",
+		Example: `  dlbctl cluster set 10.0.0.100 --configure=false`,
+		Args:    target("VIP", false),
+	}, func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectCluster, Action: api.ActionSet, Target: args[0],
+			Configure: boolFlag(cmd, "configure")}
+	})
+	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
+	_ = set.MarkFlagRequired("configure")
+
+	remove := a.opCmd(&cobra.Command{
+		Use:     "remove VIP",
+		Short:   "Remove clusters with their ports and servers",
+		Example: `  dlbctl cluster remove 10.0.0.100`,
+		Args:    target("VIP", false),
+	}, func(_ *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectCluster, Action: api.ActionRemove, Target: args[0]}
+	})
+
+	return a.noun("cluster", "Add, set, remove and report clusters (virtual addresses)",
+		`  dlbctl cluster add 10.0.0.100
+  dlbctl cluster report`,
+		add, set, remove, a.clusterReportCmd())
+}
+
+// portFlags adds the flags of "port add" and "port set".
+func portFlags(c *cobra.Command) *cobra.Command {
+	f := c.Flags()
+	f.String("protocol", "", "protocol to balance: tcp, udp or both (dlbd's default: tcp)")
+	f.String("method", "", "forwarding method: mac (dlbd's default)")
+	f.Int64("stickytime", 0, "affinity time in seconds (0: none)")
+	f.Int64("staletimeout", 0, "seconds an idle connection keeps its entry (dlbd's default: 300)")
+	f.Int64("weightbound", 0, "highest server weight on the port (dlbd's default: 20)")
+	_ = c.RegisterFlagCompletionFunc("protocol", fixedCompletion("tcp", "udp", "both"))
+	_ = c.RegisterFlagCompletionFunc("method", fixedCompletion("mac"))
+	return c
+}
+
+func portOp(action string) func(*cobra.Command, []string) api.Op {
+	return func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectPort, Action: action, Target: args[0],
+			Protocol: stringFlag(cmd, "protocol"), Method: stringFlag(cmd, "method"),
+			StickyTime: intFlag(cmd, "stickytime"), StaleTimeout: intFlag(cmd, "staletimeout"),
+			WeightBound: intFlag(cmd, "weightbound")}
+	}
+}
+
+func (a *app) portCmd() *cobra.Command {
+	add := portFlags(a.opCmd(&cobra.Command{
+		Use:   "add VIP@PORT [flags]",
+		Short: "Add ports to clusters",
+		Example: `  dlbctl port add 10.0.0.100@80
+  dlbctl port add 10.0.0.100@53 --protocol both --staletimeout 30
+  dlbctl port add @443 --weightbound 50   # port 443 on every cluster`,
+		Args: target("VIP@PORT", false),
+	}, portOp(api.ActionAdd)))
+
+	set := portFlags(a.opCmd(&cobra.Command{
+		Use:     "set VIP@PORT [flags]",
+		Short:   "Change ports' parameters",
+		Example: `  dlbctl port set 10.0.0.100@80 --staletimeout 600`,
+		Args:    target("VIP@PORT", false),
+	}, portOp(api.ActionSet)))
+	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "staletimeout", "weightbound")
+
+	remove := a.opCmd(&cobra.Command{
+		Use:     "remove VIP@PORT",
+		Short:   "Remove ports with their servers",
+		Example: `  dlbctl port remove 10.0.0.100@80`,
+		Args:    target("VIP@PORT", false),
+	}, func(_ *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectPort, Action: api.ActionRemove, Target: args[0]}
+	})
+
+	return a.noun("port", "Add, set, remove and report ports of clusters",
+		`  dlbctl port add 10.0.0.100@80
+  dlbctl port report 10.0.0.100@80`,
+		add, set, remove, a.portReportCmd())
+}
+
+func (a *app) serverCmd() *cobra.Command {
+	add := a.opCmd(&cobra.Command{
+		Use:   "add VIP@PORT@ADDR [--weight N]",
+		Short: "Add servers to ports",
+		Long: `Add servers to ports. A server's weight defaults to the port's
+weightbound.`,
+		Example: `  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
+  dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6
+  dlbctl server add @80@10.1.1.7          # to port 80 of every cluster`,
+		Args: target("VIP@PORT@ADDR", false),
+	}, func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectServer, Action: api.ActionAdd, Target: args[0], Weight: intFlag(cmd, "weight")}
+	})
+	add.Flags().Int64("weight", 0, "weight, 0..weightbound (dlbd's default: the port's weightbound)")
+
+	set := a.opCmd(&cobra.Command{
+		Use:     "set VIP@PORT@ADDR --weight N",
+		Short:   "Change servers' weight",
+		Example: `  dlbctl server set 10.0.0.100@80@10.1.1.5 --weight 10`,
+		Args:    target("VIP@PORT@ADDR", false),
+	}, func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectServer, Action: api.ActionSet, Target: args[0], Weight: intFlag(cmd, "weight")}
+	})
+	set.Flags().Int64("weight", 0, "weight, 0..weightbound")
+	_ = set.MarkFlagRequired("weight")
+
+	simple := func(action, short, example string) *cobra.Command {
+		return a.opCmd(&cobra.Command{
+			Use:     action + " VIP@PORT@ADDR",
+			Short:   short,
+			Example: example,
+			Args:    target("VIP@PORT@ADDR", false),
+		}, func(_ *cobra.Command, args []string) api.Op {
+			return api.Op{Object: api.ObjectServer, Action: action, Target: args[0]}
+		})
+	}
+	down := simple(api.ActionDown, "Mark servers down: established connections finish, new ones go elsewhere",
+		`  dlbctl server down 10.0.0.100@80@10.1.1.5
+  dlbctl server down @@10.1.1.5           # everywhere, for maintenance`)
+	up := simple(api.ActionUp, "Mark servers up again, with the weight they had",
+		`  dlbctl server up 10.0.0.100@80@10.1.1.5`)
+	remove := simple(api.ActionRemove, "Remove servers from ports",
+		`  dlbctl server remove 10.0.0.100@80@10.1.1.5`)
+
+	return a.noun("server", "Add, set, take down, bring up, remove and report servers",
+		`  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
+  dlbctl server report 10.0.0.100@80@`,
+		add, set, down, up, remove, a.serverReportCmd())
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		Short:   "Print dlbctl's version",
+		Example: `  dlbctl version`,
+		Args:    noArgs,
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			v := version
+			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+				v = bi.Main.Version
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "dlbctl %s (admin API %s)\n", v, api.Version)
+			return err
+		}),
+	}
+}

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// opJSON shows an operation with the parameters it carries, for failure
+// messages.
+func opJSON(ops ...api.Op) string {
+	b, _ := json.Marshal(ops)
+	return string(b)
+}
+
+func TestCommandOps(t *testing.T) {
+	const (
+		ex = api.ObjectExecutor
+		cl = api.ObjectCluster
+		po = api.ObjectPort
+		sv = api.ObjectServer
+	)
+	tests := []struct {
+		args []string
+		want api.Op
+	}{
+		{[]string{"executor", "start", "--interface", "eth0", "--xdp-mode", "native"},
+			api.Op{Object: ex, Action: api.ActionStart, Interface: ptr("eth0"), XDPMode: ptr("native")}},
+		{[]string{"executor", "start"}, api.Op{Object: ex, Action: api.ActionStart}},
+		{[]string{"executor", "start", "--interface=eth1"}, api.Op{Object: ex, Action: api.ActionStart, Interface: ptr("eth1")}},
+		{[]string{"executor", "stop"}, api.Op{Object: ex, Action: api.ActionStop}},
+		{[]string{"executor", "set", "nfa", "192.0.2.10"}, api.Op{Object: ex, Action: api.ActionSet, NFA: ptr("192.0.2.10")}},
+		{[]string{"executor", "set", "fintimeout", "30"}, api.Op{Object: ex, Action: api.ActionSet, FinTimeout: ptr[int64](30)}},
+		// Keywords take unique prefixes, and several pairs make one op.
+		{[]string{"executor", "set", "fin", "0", "n", "none"},
+			api.Op{Object: ex, Action: api.ActionSet, FinTimeout: ptr[int64](0), NFA: ptr("none")}},
+		{[]string{"cluster", "add", "10.0.0.1+10.0.0.2"}, api.Op{Object: cl, Action: api.ActionAdd, Target: "10.0.0.1+10.0.0.2"}},
+		{[]string{"cluster", "add", "10.0.0.1", "--configure"},
+			api.Op{Object: cl, Action: api.ActionAdd, Target: "10.0.0.1", Configure: ptr(true)}},
+		{[]string{"cluster", "set", "10.0.0.1", "--configure=false"},
+			api.Op{Object: cl, Action: api.ActionSet, Target: "10.0.0.1", Configure: ptr(false)}},
+		{[]string{"cluster", "remove", "10.0.0.1"}, api.Op{Object: cl, Action: api.ActionRemove, Target: "10.0.0.1"}},
+		{[]string{"port", "add", "10.0.0.1@80"}, api.Op{Object: po, Action: api.ActionAdd, Target: "10.0.0.1@80"}},
+		// A flag set to its zero value is still sent: the user set it.
+		{[]string{"port", "add", "10.0.0.1@53", "--protocol", "both", "--method", "mac", "--stickytime", "0",
+			"--staletimeout", "30", "--weightbound", "50"},
+			api.Op{Object: po, Action: api.ActionAdd, Target: "10.0.0.1@53", Protocol: ptr("both"), Method: ptr("mac"),
+				StickyTime: ptr[int64](0), StaleTimeout: ptr[int64](30), WeightBound: ptr[int64](50)}},
+		{[]string{"port", "set", "@80", "--weightbound", "10"},
+			api.Op{Object: po, Action: api.ActionSet, Target: "@80", WeightBound: ptr[int64](10)}},
+		{[]string{"port", "set", "10.0.0.1@80", "--protocol", "udp"},
+			api.Op{Object: po, Action: api.ActionSet, Target: "10.0.0.1@80", Protocol: ptr("udp")}},
+		{[]string{"port", "remove", "10.0.0.1@80+443"}, api.Op{Object: po, Action: api.ActionRemove, Target: "10.0.0.1@80+443"}},
+		{[]string{"server", "add", "@80@198.18.0.21"}, api.Op{Object: sv, Action: api.ActionAdd, Target: "@80@198.18.0.21"}},
+		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "--weight", "5"},
+			api.Op{Object: sv, Action: api.ActionAdd, Target: "10.0.0.1@80@10.1.1.5", Weight: ptr[int64](5)}},
+		// Ranges are dlbd's to check: the CLI sends what it was given.
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5", "--weight", "500"},
+			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@10.1.1.5", Weight: ptr[int64](500)}},
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5", "--weight", "-1"},
+			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@10.1.1.5", Weight: ptr[int64](-1)}},
+		{[]string{"server", "down", "@@10.1.1.5"}, api.Op{Object: sv, Action: api.ActionDown, Target: "@@10.1.1.5"}},
+		{[]string{"server", "up", "@@10.1.1.5"}, api.Op{Object: sv, Action: api.ActionUp, Target: "@@10.1.1.5"}},
+		{[]string{"server", "remove", "10.0.0.1@80@10.1.1.5"}, api.Op{Object: sv, Action: api.ActionRemove, Target: "10.0.0.1@80@10.1.1.5"}},
+		// dscontrol's unique prefixes.
+		{[]string{"se", "a", "10.0.0.1@80@10.1.1.6", "--weight", "3"},
+			api.Op{Object: sv, Action: api.ActionAdd, Target: "10.0.0.1@80@10.1.1.6", Weight: ptr[int64](3)}},
+		{[]string{"ex", "sto"}, api.Op{Object: ex, Action: api.ActionStop}},
+		// Global flags go anywhere.
+		{[]string{"-o", "json", "cluster", "remove", "10.0.0.9"}, api.Op{Object: cl, Action: api.ActionRemove, Target: "10.0.0.9"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			eng := &fakeEngine{}
+			r := dlbctl(serve(t, eng), tt.args...)
+			if r.code != exitOK || r.stderr != "" {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			got := eng.sent()
+			if len(got) != 1 || len(got[0]) != 1 || !reflect.DeepEqual(got[0][0], tt.want) {
+				t.Errorf("sent %v\nwant [%s]", got, opJSON(tt.want))
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"bogus"}, `unknown command "bogus" for "dlbctl"`},
+		{[]string{"server", "bogus", "x"}, `unknown command "bogus" for "dlbctl server"`},
+		{[]string{"server", "re", "x"}, `unknown command "re"`}, // ambiguous: remove, report
+		{[]string{"--bogus"}, "unknown flag: --bogus"},
+		{[]string{"cluster", "add", "10.0.0.1", "--weight", "5"}, "unknown flag: --weight"},
+		{[]string{"server", "add"}, "server add needs a target (VIP@PORT@ADDR)"},
+		{[]string{"server", "add", "a", "b"}, "server add takes one target (VIP@PORT@ADDR), got 2 arguments"},
+		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "weight", "5"}, `unexpected argument "weight"`},
+		{[]string{"server", "remove"}, "needs a target"},
+		{[]string{"cluster", "report", "a", "b"}, "takes one target"},
+		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "--weight", "abc"}, `"--weight"`},
+		{[]string{"port", "add", "10.0.0.1@80", "--staletimeout", "1.5"}, `"--staletimeout"`},
+		{[]string{"port", "add", "10.0.0.1@80", "--weightbound="}, `"--weightbound"`},
+		{[]string{"cluster", "add", "10.0.0.1", "--configure=maybe"}, `"--configure"`},
+		{[]string{"executor", "set"}, "executor set needs KEYWORD VALUE"},
+		{[]string{"executor", "set", "bogus", "1"}, `unknown executor keyword "bogus"`},
+		{[]string{"executor", "set", "nfa"}, "executor keyword nfa needs a value"},
+		{[]string{"executor", "set", "fintimeout", "abc"}, `invalid fintimeout "abc"`},
+		{[]string{"executor", "set", "nfa", "a", "nfa", "b"}, "given twice"},
+		{[]string{"executor", "start", "eth0"}, `executor start takes no arguments (got "eth0")`},
+		{[]string{"executor", "report", "x"}, "takes no arguments"},
+		{[]string{"cluster", "set", "10.0.0.1"}, `required flag(s) "configure" not set`},
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"}, `required flag(s) "weight" not set`},
+		{[]string{"port", "set", "10.0.0.1@80"}, "at least one of the flags"},
+		{[]string{"server", "report", "-o", "xml"}, `invalid --output "xml"`},
+		{[]string{"-o", "csv", "executor", "report"}, `invalid --output "csv"`},
+		{[]string{"file", "save"}, "file save needs one FILE"},
+		{[]string{"file", "load", "a", "b"}, "file load needs one FILE"},
+		{[]string{"version", "x"}, "takes no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			eng := &fakeEngine{}
+			r := dlbctl(serve(t, eng), tt.args...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d; stderr %q", r.code, exitUsage, r.stderr)
+			}
+			if !strings.HasPrefix(r.stderr, "dlbctl: ") || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("stderr %q, want it to contain %q", r.stderr, tt.want)
+			}
+			if !strings.Contains(r.stderr, "--help' for usage") {
+				t.Errorf("stderr %q does not point to --help", r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+			if got := eng.sent(); len(got) != 0 {
+				t.Errorf("sent %v, want nothing", got)
+			}
+		})
+	}
+}
+
+func TestRefused(t *testing.T) {
+	eng := &fakeEngine{refuse: &dispatcher.OpError{Index: 0,
+		Err: lb.Errorf("weight", "10.0.0.1@80@10.1.1.5", "500 is outside 0..20")}}
+	r := dlbctl(serve(t, eng), "server", "set", "10.0.0.1@80@10.1.1.5", "--weight", "500")
+	if r.code != exitFailed {
+		t.Errorf("exit %d, want %d", r.code, exitFailed)
+	}
+	if want := "dlbctl: weight: 500 is outside 0..20 (10.0.0.1@80@10.1.1.5)\n"; r.stderr != want {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
+	}
+	if len(eng.sent()) != 1 {
+		t.Errorf("sent %v, want one batch", eng.sent())
+	}
+}
+
+func TestReportRefused(t *testing.T) {
+	eng := &fakeEngine{reportErr: lb.Errorf("cluster", "10.9.9.9", "is not a configured cluster")}
+	r := dlbctl(serve(t, eng), "cluster", "report", "10.9.9.9")
+	if r.code != exitFailed || r.stderr != "dlbctl: cluster: is not a configured cluster (10.9.9.9)\n" {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout %q, want nothing", r.stdout)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	sock := filepath.Join(shortDir(t), "nobody.sock")
+	for _, args := range [][]string{
+		{"server", "report"},
+		{"server", "add", "10.0.0.1@80@10.1.1.5"},
+		{"executor", "report"},
+		{"file", "save", filepath.Join(shortDir(t), "cfg")},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := dlbctl(sock, args...)
+			if r.code != exitUnreachable {
+				t.Errorf("exit %d, want %d; stderr %q", r.code, exitUnreachable, r.stderr)
+			}
+			for _, want := range []string{"dlbctl: cannot reach dlbd at " + sock, "is dlbd running", "--socket"} {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr %q, want it to contain %q", r.stderr, want)
+				}
+			}
+		})
+	}
+}
+
+func TestSocketChoice(t *testing.T) {
+	envEng, flagEng := &fakeEngine{}, &fakeEngine{}
+	envSock, flagSock := serve(t, envEng), serve(t, flagEng)
+
+	r := runWith(map[string]string{"DLB_SOCKET": envSock}, "server", "up", "@@10.1.1.5")
+	if r.code != exitOK || len(envEng.sent()) != 1 || len(flagEng.sent()) != 0 {
+		t.Errorf("DLB_SOCKET: exit %d (%s), env got %d, flag got %d", r.code, r.stderr, len(envEng.sent()), len(flagEng.sent()))
+	}
+	r = runWith(map[string]string{"DLB_SOCKET": envSock}, "--socket", flagSock, "server", "up", "@@10.1.1.5")
+	if r.code != exitOK || len(envEng.sent()) != 1 || len(flagEng.sent()) != 1 {
+		t.Errorf("--socket over DLB_SOCKET: exit %d (%s), env got %d, flag got %d", r.code, r.stderr, len(envEng.sent()), len(flagEng.sent()))
+	}
+
+	// Neither: the default socket. The factory records it instead of
+	// dialling /run/dlb.
+	var asked []string
+	e := &env{
+		stdout: &strings.Builder{}, stderr: &strings.Builder{},
+		getenv: func(string) string { return "" },
+		newClient: func(socket string) dlbClient {
+			asked = append(asked, socket)
+			return unreachableClient{}
+		},
+	}
+	if code := run(e, []string{"cluster", "report"}); code != exitUnreachable {
+		t.Errorf("exit %d, want %d", code, exitUnreachable)
+	}
+	if len(asked) != 1 || asked[0] != client.DefaultSocket {
+		t.Errorf("client for %q, want [%s]", asked, client.DefaultSocket)
+	}
+}
+
+// unreachableClient fails every call as if dlbd were not running.
+type unreachableClient struct{}
+
+var errDown = errors.Join(client.ErrUnreachable, errors.New("test"))
+
+func (unreachableClient) Apply(context.Context, ...api.Op) (api.Result, error) {
+	return api.Result{}, errDown
+}
+func (unreachableClient) Executor(context.Context) (api.ExecutorReport, error) {
+	return api.ExecutorReport{}, errDown
+}
+func (unreachableClient) Clusters(context.Context, string) ([]api.ClusterReport, error) {
+	return nil, errDown
+}
+func (unreachableClient) Ports(context.Context, string) ([]api.PortReport, error) {
+	return nil, errDown
+}
+func (unreachableClient) Servers(context.Context, string) ([]api.ServerReport, error) {
+	return nil, errDown
+}
+
+func TestNoArgsPrintsHelp(t *testing.T) {
+	r := dlbctl("/nonexistent")
+	if r.code != exitOK {
+		t.Errorf("exit %d, want 0", r.code)
+	}
+	for _, want := range []string{"Usage:", "Exit status:", "3  dlbd is unreachable", "DLB_SOCKET", "server"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestNounAlonePrintsHelp(t *testing.T) {
+	r := dlbctl("/nonexistent", "server")
+	if r.code != exitOK || !strings.Contains(r.stdout, "Available Commands:") || !strings.Contains(r.stdout, "report") {
+		t.Errorf("exit %d, stdout\n%s", r.code, r.stdout)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		r := dlbctl("/nonexistent", "completion", shell)
+		if r.code != exitOK || !strings.Contains(r.stdout, "dlbctl") {
+			t.Errorf("completion %s: exit %d, %d bytes, stderr %q", shell, r.code, len(r.stdout), r.stderr)
+		}
+	}
+	// Flag values complete from the fixed sets.
+	r := dlbctl("/nonexistent", "__complete", "port", "add", "10.0.0.1@80", "--protocol", "")
+	for _, want := range []string{"tcp", "udp", "both"} {
+		if !strings.Contains(r.stdout, want+"\n") {
+			t.Errorf("completions %q lack %s", r.stdout, want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	r := dlbctl("/nonexistent", "version")
+	if r.code != exitOK || !strings.HasPrefix(r.stdout, "dlbctl ") || !strings.Contains(r.stdout, "API v1") {
+		t.Errorf("exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// commandPaths lists the argument vectors that name every command.
+func commandPaths(c *cobra.Command, prefix []string) [][]string {
+	var out [][]string
+	for _, sub := range c.Commands() {
+		if sub.Hidden {
+			continue
+		}
+		p := append(slices.Clone(prefix), sub.Name())
+		out = append(out, p)
+		out = append(out, commandPaths(sub, p)...)
+	}
+	return out
+}
+
+func TestSubcommandHelp(t *testing.T) {
+	root := (&app{env: osEnv()}).newRoot()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	paths := append([][]string{nil}, commandPaths(root, nil)...)
+	if len(paths) < 25 {
+		t.Fatalf("found only %d commands: %v", len(paths), paths)
+	}
+	for _, p := range paths {
+		name := strings.Join(append([]string{"dlbctl"}, p...), " ")
+		t.Run(name, func(t *testing.T) {
+			c, _, err := root.Find(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// help and completion are cobra's; every other command
+			// explains itself with an example.
+			ours := len(p) == 0 || (p[0] != "help" && p[0] != "completion")
+			if c.Short == "" || ours && c.Example == "" {
+				t.Errorf("Short %q, Example %q: want both", c.Short, c.Example)
+			}
+			r := dlbctl("/nonexistent", append(slices.Clone(p), "--help")...)
+			if r.code != exitOK || r.stderr != "" {
+				t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stdout, "Usage:") {
+				t.Errorf("help output lacks Usage:\n%s", r.stdout)
+			}
+		})
+	}
+}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/client"
+)
+
+// defaultFinTimeout is dlbd's default fintimeout (IBM's too); a saved
+// script leaves it out, so that the script reads as the operator's
+// choices.
+const defaultFinTimeout = 60
+
+func (a *app) fileCmd() *cobra.Command {
+	save := &cobra.Command{
+		Use:   "save FILE [--force]",
+		Short: "Save the configuration as a script of dlbctl commands",
+		Long: `Save dlbd's configuration as a script of dlbctl commands that recreates
+it with "dlbctl file load". The file is replaced atomically; an existing
+FILE is kept unless --force is given. FILE "-" writes to standard output.`,
+		Example: `  dlbctl file save /etc/dlb/dlb.cfg
+  dlbctl file save /etc/dlb/dlb.cfg --force
+  dlbctl file save -`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("file save needs one FILE, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: a.runE(a.fileSave),
+	}
+	save.Flags().Bool("force", false, "overwrite FILE if it exists")
+
+	load := &cobra.Command{
+		Use:   "load FILE",
+		Short: "Apply a script of dlbctl commands as one batch: all or nothing",
+		Long: `Apply a script of dlbctl commands, such as "dlbctl file save" writes, as
+one batch: dlbd applies all of it or, if it refuses any line, none of it.
+
+The script has one command per line, without "dlbctl" (a leading "dlbctl"
+is allowed). Blank lines and text after '#' are ignored; words may be quoted
+with '...' or "...". Only commands that change the configuration may
+appear: reports, file, version and completion are refused. The script is
+checked completely before anything is sent; an error names FILE:LINE.
+
+The script applies on top of the running configuration, like dscontrol's
+"file appendload": what it adds must not exist yet.`,
+		Example: `  dlbctl file load /etc/dlb/dlb.cfg`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("file load needs one FILE, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: a.runE(a.fileLoad),
+	}
+
+	return a.noun("file", "Save the configuration as a script, and load such scripts",
+		`  dlbctl file save /etc/dlb/dlb.cfg
+  dlbctl file load /etc/dlb/dlb.cfg`,
+		save, load)
+}
+
+func (a *app) fileSave(cmd *cobra.Command, args []string) error {
+	path := args[0]
+	force, _ := cmd.Flags().GetBool("force")
+	toStdout := path == "-"
+	// Checked before asking dlbd, so that a mistyped name costs nothing;
+	// writeFileAtomic checks again without a race.
+	if !toStdout && !force {
+		if _, err := os.Lstat(path); err == nil {
+			return usagef("%s exists; use --force to overwrite it", path)
+		}
+	}
+	ctx := cmd.Context()
+	c := a.client()
+	ex, err := c.Executor(ctx)
+	if err != nil {
+		return err
+	}
+	cls, err := c.Clusters(ctx, "")
+	if err != nil {
+		return err
+	}
+	ports, err := c.Ports(ctx, "")
+	if err != nil {
+		return err
+	}
+	servers, err := c.Servers(ctx, "")
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	writeScript(&buf, a.env.now(), a.socket, ex, cls, ports, servers)
+	if toStdout {
+		_, err := a.env.stdout.Write(buf.Bytes())
+		return err
+	}
+	if err := writeFileAtomic(path, buf.Bytes(), force); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.env.stdout, "saved %d clusters, %d ports and %d servers to %s\n", len(cls), len(ports), len(servers), path)
+	return nil
+}
+
+// writeScript writes a script of dlbctl commands that recreates the
+// configuration the reports describe. Each port follows its cluster and
+// each server its port, so that the script reads like the configuration;
+// the executor starts last, once everything it forwards to is defined.
+func writeScript(w io.Writer, when time.Time, socket string, ex api.ExecutorReport,
+	cls []api.ClusterReport, ports []api.PortReport, servers []api.ServerReport) {
+	fmt.Fprintf(w, "# dlb configuration saved by \"dlbctl file save\" from %s\n", socket)
+	fmt.Fprintf(w, "# on %s.\n", when.Format(time.RFC3339))
+	fmt.Fprintf(w, "# \"dlbctl file load FILE\" applies it as one batch: all or nothing.\n")
+
+	var exLines []string
+	if ex.NFA != "" {
+		exLines = append(exLines, "executor set nfa "+quote(ex.NFA))
+	}
+	if ex.FinTimeout != defaultFinTimeout && ex.FinTimeout != 0 {
+		exLines = append(exLines, fmt.Sprintf("executor set fintimeout %d", ex.FinTimeout))
+	}
+	if len(exLines) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(exLines, "\n"))
+	}
+
+	for _, cl := range cls {
+		fmt.Fprintf(w, "\ncluster add %s", quote(cl.Address))
+		if cl.Configure {
+			fmt.Fprintf(w, " --configure")
+		}
+		fmt.Fprintln(w)
+		for _, p := range ports {
+			if p.Cluster != cl.Address {
+				continue
+			}
+			svc := fmt.Sprintf("%s@%d", p.Cluster, p.Port)
+			fmt.Fprintf(w, "port add %s --protocol %s --method %s --staletimeout %d --weightbound %d",
+				quote(svc), quote(p.Protocol), quote(p.Method), p.StaleTimeout, p.WeightBound)
+			if p.StickyTime != 0 {
+				fmt.Fprintf(w, " --stickytime %d", p.StickyTime)
+			}
+			fmt.Fprintln(w)
+			var down []string
+			for _, s := range servers {
+				if s.Cluster != p.Cluster || s.Port != p.Port {
+					continue
+				}
+				t := quote(svc + "@" + s.Address)
+				fmt.Fprintf(w, "server add %s --weight %d\n", t, s.Weight)
+				if s.State == api.StateDown {
+					down = append(down, t)
+				}
+			}
+			for _, t := range down {
+				fmt.Fprintf(w, "server down %s\n", t)
+			}
+		}
+	}
+
+	if ex.Started {
+		fmt.Fprintf(w, "\nexecutor start --interface %s --xdp-mode %s\n", quote(ex.Interface), quote(ex.XDPMode))
+	}
+}
+
+// writeFileAtomic writes data to path through a temporary file in the
+// same directory, so that a reader (or a crash) never sees half a file.
+// Without force an existing path is kept.
+func writeFileAtomic(path string, data []byte, force bool) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("setting the mode of %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if force {
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("replacing %s: %w", path, err)
+		}
+	} else {
+		// A hard link creates path only if it does not exist, which a
+		// rename cannot promise.
+		if err := os.Link(tmp, path); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return usagef("%s exists; use --force to overwrite it", path)
+			}
+			return fmt.Errorf("creating %s: %w", path, err)
+		}
+		os.Remove(tmp)
+	}
+	// Make the new name durable too; failing here loses nothing written.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// quote quotes s for splitWords if it needs it.
+func quote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\r\n'\"\\#") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
+}
+
+// splitWords splits a script line into words like a (much) simpler shell:
+// blanks separate words, '...' quotes literally, "..." quotes with \" and
+// \\ escapes, a backslash outside quotes escapes the next character, and
+// '#' at the start of a word begins a comment.
+func splitWords(line string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '#' && !inWord:
+			return words, nil
+		case c == '\'':
+			inWord = true
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				return nil, errors.New("unterminated ' quote")
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			i += j + 1
+		case c == '"':
+			inWord = true
+			closed := false
+			for i++; i < len(line); i++ {
+				if line[i] == '"' {
+					closed = true
+					break
+				}
+				if line[i] == '\\' && i+1 < len(line) && (line[i+1] == '"' || line[i+1] == '\\') {
+					i++
+				}
+				cur.WriteByte(line[i])
+			}
+			if !closed {
+				return nil, errors.New(`unterminated " quote`)
+			}
+		case c == '\\':
+			if i+1 == len(line) {
+				return nil, errors.New("backslash at the end of the line (lines cannot be continued)")
+			}
+			inWord = true
+			i++
+			cur.WriteByte(line[i])
+		default:
+			inWord = true
+			cur.WriteByte(c)
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+func (a *app) fileLoad(cmd *cobra.Command, args []string) error {
+	path := args[0]
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading script: %w", err)
+	}
+	ops, lines, err := a.parseScript(path, string(data))
+	if err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		fmt.Fprintf(a.env.stdout, "%s: nothing to apply\n", path)
+		return nil
+	}
+	res, err := a.client().Apply(cmd.Context(), ops...)
+	if err != nil {
+		var re *client.RefusedError
+		if errors.As(err, &re) {
+			if i := re.API.Op; i >= 0 && i < len(lines) {
+				return fmt.Errorf("%s:%d: %w (nothing was applied)", path, lines[i], err)
+			}
+			return fmt.Errorf("%s: %w (nothing was applied)", path, err)
+		}
+		return err
+	}
+	fmt.Fprintf(a.env.stdout, "%s: applied %d operations\n", path, res.Applied)
+	return nil
+}
+
+// parseScript turns a script into the batch of operations it stands for,
+// and the line number of each operation. Each line runs through a fresh
+// command tree in collect mode, so that it is parsed exactly as on the
+// command line and a flag set on one line cannot leak into the next.
+func (a *app) parseScript(path, script string) ([]api.Op, []int, error) {
+	var ops []api.Op
+	var lines []int
+	lineErr := func(n int, help string, err error) error {
+		return &usageError{err: fmt.Errorf("%s:%d: %w", path, n, err), help: help}
+	}
+	for i, text := range strings.Split(script, "\n") {
+		n := i + 1
+		words, err := splitWords(text)
+		if err != nil {
+			return nil, nil, lineErr(n, "-", err)
+		}
+		if len(words) > 0 && words[0] == "dlbctl" {
+			words = words[1:]
+		}
+		if len(words) == 0 {
+			continue
+		}
+		la := &app{env: a.env, collect: &ops}
+		root := la.newRoot()
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		root.SetArgs(words)
+		// Cobra adds help and completion only when it executes; add them
+		// now so that Find sees them and they are refused like reports.
+		root.InitDefaultHelpCmd()
+		root.InitDefaultCompletionCmd()
+		c, _, err := root.Find(words)
+		if err != nil {
+			return nil, nil, lineErr(n, "dlbctl", err)
+		}
+		name := cmdName(c)
+		// A noun (executor, server...) is run anyway: it names the
+		// unknown verb, which says more than refusing the noun would.
+		if c.Annotations[annotOp] != "true" && !c.HasSubCommands() {
+			return nil, nil, lineErr(n, "-", fmt.Errorf("%q cannot be used in a script: only commands that change the configuration can", name))
+		}
+		before := len(ops)
+		if _, err := root.ExecuteC(); err != nil {
+			return nil, nil, lineErr(n, c.CommandPath(), err)
+		}
+		if len(ops) != before+1 {
+			// A noun without a verb, or --help: cobra printed help
+			// (discarded) instead of running a command.
+			return nil, nil, lineErr(n, c.CommandPath(), fmt.Errorf("%q is not a complete command that changes the configuration", strings.Join(words, " ")))
+		}
+		lines = append(lines, n)
+	}
+	return ops, lines, nil
+}

@@ -1,0 +1,238 @@
+// Command dlbctl is the command line interface of dlbd, the dlb dispatcher
+// daemon. It follows IBM Network Dispatcher's dscontrol: noun, verb, then a
+// cluster@port@server target ("dlbctl server add 10.0.0.1@80@10.1.1.5
+// --weight 5"), with '@' wildcards, '+' lists and unique prefixes of
+// command names ("dlbctl se rep").
+//
+// dlbctl talks to dlbd over its admin API (package api) on a unix socket;
+// it checks syntax only and leaves every decision about values to dlbd, so
+// that there is one authority on what a valid configuration is.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/client"
+)
+
+// Exit codes; documented in rootLong.
+const (
+	exitOK          = 0
+	exitFailed      = 1 // dlbd refused, or the command failed
+	exitUsage       = 2
+	exitUnreachable = 3
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func init() {
+	// dscontrol accepts unique prefixes of keywords ("dscontrol se rep");
+	// operators used to it type them. Cobra keeps this switch global, so
+	// it is set once here rather than in run, which tests call in parallel.
+	cobra.EnablePrefixMatching = true
+}
+
+func main() {
+	os.Exit(run(osEnv(), os.Args[1:]))
+}
+
+// dlbClient is the part of *client.Client that dlbctl uses; tests may
+// substitute it through env.newClient.
+type dlbClient interface {
+	Apply(ctx context.Context, ops ...api.Op) (api.Result, error)
+	Executor(ctx context.Context) (api.ExecutorReport, error)
+	Clusters(ctx context.Context, target string) ([]api.ClusterReport, error)
+	Ports(ctx context.Context, target string) ([]api.PortReport, error)
+	Servers(ctx context.Context, target string) ([]api.ServerReport, error)
+}
+
+// env is everything dlbctl takes from its process, so that tests can run
+// it in-process.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	newClient      func(socket string) dlbClient
+	now            func() time.Time
+}
+
+func osEnv() *env {
+	return &env{
+		stdout:    os.Stdout,
+		stderr:    os.Stderr,
+		getenv:    os.Getenv,
+		newClient: func(socket string) dlbClient { return client.New(socket) },
+		now:       time.Now,
+	}
+}
+
+// app is one invocation of dlbctl: the parsed global flags and how
+// operations are dispatched.
+type app struct {
+	env    *env
+	socket string
+	output string
+
+	// collect, when non-nil, receives the operations that commands build
+	// instead of sending them: "file load" runs each line of a script
+	// through the command tree this way and sends the whole batch itself.
+	collect *[]api.Op
+
+	// ran records that a command's RunE was entered; errors that happen
+	// before that (flags, arguments, required flags) are usage errors.
+	ran bool
+
+	cl dlbClient
+}
+
+// client returns the client for --socket, creating it on first use.
+func (a *app) client() dlbClient {
+	if a.cl == nil {
+		a.cl = a.env.newClient(a.socket)
+	}
+	return a.cl
+}
+
+// usageError is an error in how dlbctl was invoked (exit 2).
+type usageError struct {
+	err error
+	// help is the command whose --help the message points to; "" names
+	// the command that failed, "-" suppresses the pointer.
+	help string
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// run runs dlbctl with args (without the program name) and returns the
+// exit code.
+func run(e *env, args []string) int {
+	a := &app{env: e}
+	root := a.newRoot()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(context.Background())
+	if err == nil {
+		return exitOK
+	}
+	return a.fail(cmd, err)
+}
+
+// fail prints err and maps it to an exit code.
+func (a *app) fail(cmd *cobra.Command, err error) int {
+	w := a.env.stderr
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue) || !a.ran:
+		fmt.Fprintf(w, "dlbctl: %v\n", err)
+		help := cmd.CommandPath()
+		if ue != nil && ue.help != "" {
+			help = ue.help
+		}
+		if help != "-" {
+			fmt.Fprintf(w, "Run '%s --help' for usage.\n", help)
+		}
+		return exitUsage
+	case errors.Is(err, client.ErrUnreachable):
+		fmt.Fprintf(w, "dlbctl: %v\n", err)
+		fmt.Fprintf(w, "dlbctl: is dlbd running (systemctl status dlbd)? Using %s needs root or group dlb; --socket or DLB_SOCKET name another socket.\n", a.socket)
+		return exitUnreachable
+	default:
+		// dlbd's refusals already name the field and the object.
+		fmt.Fprintf(w, "dlbctl: %v\n", err)
+		return exitFailed
+	}
+}
+
+const rootLong = `dlbctl configures and reports dlbd, the dlb dispatcher (an XDP layer 4
+load balancer modelled on IBM Network Dispatcher; dlbctl is its dscontrol).
+
+Commands read noun, verb, target:
+
+  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
+
+A target addresses objects as cluster@port@server. An empty component is a
+wildcard for every existing object of that kind ("@80@10.1.1.5": that server
+on port 80 of every cluster), and '+' joins several values
+("10.0.0.100+10.0.0.101"). Unique prefixes of command names are accepted
+("dlbctl se rep" is "dlbctl server report").
+
+dlbctl checks syntax only; dlbd checks values and refuses a change with a
+message naming the field. Every change is applied all or none.
+
+Environment:
+  DLB_SOCKET  dlbd's socket when --socket is not given (default ` + client.DefaultSocket + `)
+
+Exit status:
+  0  success
+  1  dlbd refused the command (its message is printed), or the command failed
+  2  usage error: unknown command or flag, wrong arguments, bad flag value
+  3  dlbd is unreachable (not running, wrong socket, or no permission)`
+
+func (a *app) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlbctl",
+		Short: "Configure and report dlbd, the dlb dispatcher",
+		Long:  rootLong,
+		Example: `  dlbctl executor start --interface eth0
+  dlbctl cluster add 10.0.0.100
+  dlbctl port add 10.0.0.100@80
+  dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6 --weight 10
+  dlbctl server report -o json
+  dlbctl file save /etc/dlb/dlb.cfg`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Commands report their own errors (fail), and usage errors point
+		// to --help instead of dumping the usage text.
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			switch a.output {
+			case "table", "json", "yaml", "":
+				return nil
+			}
+			return usagef("invalid --output %q (want table, json or yaml)", a.output)
+		},
+	}
+	root.SetOut(a.env.stdout)
+	root.SetErr(a.env.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	// Lines of a script take no global flags: the socket and the output
+	// format belong to the "file load" that runs them.
+	if a.collect == nil {
+		sock := a.env.getenv("DLB_SOCKET")
+		if sock == "" {
+			sock = client.DefaultSocket
+		}
+		pf := root.PersistentFlags()
+		pf.StringVar(&a.socket, "socket", sock, "dlbd's unix socket (env DLB_SOCKET)")
+		pf.StringVarP(&a.output, "output", "o", "table", "report format: table, json or yaml")
+		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
+	}
+	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.fileCmd(), a.versionCmd())
+	return root
+}
+
+// runE wraps a command's body so that fail can tell errors of the body
+// from errors cobra found before running it.
+func (a *app) runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.ran = true
+		return f(cmd, args)
+	}
+}
+
+func fixedCompletion(values ...string) cobra.CompletionFunc {
+	return func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	}
+}

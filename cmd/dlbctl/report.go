@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+func (a *app) executorReportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report",
+		Short: "Report the executor: attachment, parameters and packet counters",
+		Example: `  dlbctl executor report
+  dlbctl executor report -o json`,
+		Args: noArgs,
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			r, err := a.client().Executor(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if r.Reasons == nil {
+				r.Reasons = []api.ReasonCount{}
+			}
+			return a.print(r, func(w io.Writer) { executorTable(w, r) })
+		}),
+	}
+}
+
+func (a *app) clusterReportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report [VIP]",
+		Short: "Report clusters and their counters",
+		Example: `  dlbctl cluster report
+  dlbctl cluster report 10.0.0.100 -o yaml`,
+		Args: target("VIP", true),
+		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+			r, err := a.client().Clusters(cmd.Context(), arg0(args))
+			if err != nil {
+				return err
+			}
+			return a.print(nonNil(r), func(w io.Writer) { clusterTable(w, r) })
+		}),
+	}
+}
+
+func (a *app) portReportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report [VIP@PORT]",
+		Short: "Report ports, their parameters and counters",
+		Example: `  dlbctl port report
+  dlbctl port report @80            # port 80 of every cluster`,
+		Args: target("VIP@PORT", true),
+		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+			r, err := a.client().Ports(cmd.Context(), arg0(args))
+			if err != nil {
+				return err
+			}
+			return a.print(nonNil(r), func(w io.Writer) { portTable(w, r) })
+		}),
+	}
+}
+
+func (a *app) serverReportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report [VIP@PORT@ADDR]",
+		Short: "Report servers: weight, state, counters and MAC address",
+		Example: `  dlbctl server report
+  dlbctl server report 10.0.0.100@80@
+  dlbctl server report @@10.1.1.5 -o json`,
+		Args: target("VIP@PORT@ADDR", true),
+		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+			r, err := a.client().Servers(cmd.Context(), arg0(args))
+			if err != nil {
+				return err
+			}
+			return a.print(nonNil(r), func(w io.Writer) { serverTable(w, r) })
+		}),
+	}
+}
+
+// nonNil makes an empty report print as [] rather than null, as dlbd
+// sends it.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// print writes a report in the format -o asked for. JSON is the API's
+// response body; YAML is the same document, so scripts see the same field
+// names whichever they choose.
+func (a *app) print(v any, table func(io.Writer)) error {
+	w := a.env.stdout
+	switch a.output {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := toYAML(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// toYAML renders v's JSON encoding as YAML. Going through JSON keeps the
+// json field names, the field order and the embedded Counters flattened,
+// which yaml's own struct encoding would each get differently.
+func toYAML(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding JSON: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // counters are uint64: keep every digit
+	n, err := yamlNode(dec)
+	if err != nil {
+		return nil, fmt.Errorf("converting JSON to YAML: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(n); err != nil {
+		return nil, fmt.Errorf("encoding YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encoding YAML: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// yamlNode reads one JSON value from dec as a YAML node.
+func yamlNode(dec *json.Decoder) (*yaml.Node, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	scalar := func(tag, value string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if t == '{' {
+			n = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		}
+		for dec.More() {
+			if n.Kind == yaml.MappingNode {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, scalar("!!str", k.(string)))
+			}
+			v, err := yamlNode(dec)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, v)
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+		return n, nil
+	case string:
+		n := scalar("!!str", t)
+		if yaml11Ambiguous(t) {
+			n.Style = yaml.DoubleQuotedStyle
+		}
+		return n, nil
+	case json.Number:
+		if _, err := strconv.ParseInt(t.String(), 10, 64); err == nil {
+			return scalar("!!int", t.String()), nil
+		}
+		if _, err := strconv.ParseUint(t.String(), 10, 64); err == nil {
+			return scalar("!!int", t.String()), nil
+		}
+		return scalar("!!float", t.String()), nil
+	case bool:
+		return scalar("!!bool", strconv.FormatBool(t)), nil
+	case nil:
+		return scalar("!!null", "null"), nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// yaml11Ambiguous reports whether a YAML 1.1 reader (PyYAML, older yq)
+// would take the plain string s for something else: a MAC address reads
+// as a base 60 number there, "on" or "no" as a boolean. yaml.v3 quotes
+// only what YAML 1.2 would misread.
+func yaml11Ambiguous(s string) bool {
+	switch strings.ToLower(s) {
+	case "y", "yes", "n", "no", "on", "off":
+		return true
+	}
+	return strings.Contains(s, ":")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func executorTable(w io.Writer, r api.ExecutorReport) {
+	fmt.Fprintf(w, "started:\t%s\n", yesNo(r.Started))
+	fmt.Fprintf(w, "interface:\t%s\n", orDash(r.Interface))
+	mode := orDash(r.XDPMode)
+	if r.AttachedMode != "" && r.AttachedMode != r.XDPMode {
+		mode += ", attached as " + r.AttachedMode
+	}
+	fmt.Fprintf(w, "xdp mode:\t%s\n", mode)
+	if r.Attached {
+		fmt.Fprintf(w, "attached:\tyes (ifindex %d, link id %d, program id %d)\n", r.Ifindex, r.LinkID, r.ProgramID)
+	} else {
+		fmt.Fprintf(w, "attached:\tno\n")
+	}
+	if r.PinDir != "" {
+		fmt.Fprintf(w, "pin dir:\t%s\n", r.PinDir)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "error:\t%s\n", r.Error)
+	}
+	nfa := r.NFA
+	if nfa == "" {
+		nfa = "none"
+	}
+	fmt.Fprintf(w, "nfa:\t%s\n", nfa)
+	fmt.Fprintf(w, "fintimeout:\t%d s\n", r.FinTimeout)
+	// Sizes are zero while the executor is not loaded: say so rather
+	// than show a table of capacity 0.
+	if r.ConnectionCapacity > 0 {
+		fmt.Fprintf(w, "connections:\t%d/%d\n", r.Connections, r.ConnectionCapacity)
+	} else {
+		fmt.Fprintf(w, "connections:\t-\n")
+	}
+	if r.MaglevSize > 0 {
+		fmt.Fprintf(w, "maglev size:\t%d\n", r.MaglevSize)
+	} else {
+		fmt.Fprintf(w, "maglev size:\t-\n")
+	}
+	// A line without a tab ends tabwriter's column block, so the reasons
+	// are aligned on their own.
+	fmt.Fprintf(w, "\n")
+	fmt.Fprintf(w, "REASON\tPACKETS\tBYTES\n")
+	var nbytes uint64
+	for _, rc := range r.Reasons {
+		fmt.Fprintf(w, "%s\t%d\t%d\n", rc.Reason, rc.Packets, rc.Bytes)
+		nbytes += rc.Bytes
+	}
+	fmt.Fprintf(w, "total\t%d\t%d\n", r.Packets, nbytes)
+}
+
+func clusterTable(w io.Writer, rs []api.ClusterReport) {
+	fmt.Fprintf(w, "CLUSTER\tCONFIGURE\tPORTS\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", r.Address, yesNo(r.Configure), r.Ports, counters(r.Counters))
+	}
+}
+
+func portTable(w io.Writer, rs []api.PortReport) {
+	fmt.Fprintf(w, "CLUSTER\tPORT\tPROTOCOL\tMETHOD\tSTICKYTIME\tSTALETIMEOUT\tWEIGHTBOUND\tSERVERS\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.Cluster, r.Port, r.Protocol, r.Method,
+			r.StickyTime, r.StaleTimeout, r.WeightBound, r.Servers, counters(r.Counters))
+	}
+}
+
+func serverTable(w io.Writer, rs []api.ServerReport) {
+	fmt.Fprintf(w, "CLUSTER\tPORT\tSERVER\tWEIGHT\tSTATE\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\tMAC\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Cluster, r.Port, r.Address, r.Weight, r.State,
+			counters(r.Counters), orDash(r.MAC))
+	}
+}
+
+// counters formats the PACKETS BYTES NEWC ACTV FIN columns.
+func counters(c api.Counters) string {
+	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d", c.Packets, c.Bytes, c.NewConnections, c.ActiveConnections, c.FinishedConnections)
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// big is a counter beyond float64's exact range: YAML output must keep
+// every digit.
+const big = 1<<63 + 1
+
+func cannedEngine() *fakeEngine {
+	return &fakeEngine{
+		exec: api.ExecutorReport{
+			Started: true, Interface: "eth0", XDPMode: "auto", Attached: true, AttachedMode: "generic",
+			Ifindex: 3, LinkID: 12, ProgramID: 34, PinDir: "/sys/fs/bpf/dlb",
+			NFA: "192.0.2.10", FinTimeout: 30, Connections: 12, ConnectionCapacity: 262144, MaglevSize: 65537,
+			Reasons: []api.ReasonCount{
+				{Reason: "forwarded", Packets: 1000, Bytes: 64000},
+				{Reason: "passed", Packets: 20, Bytes: 1500},
+			},
+			Packets: 1020,
+		},
+		clusters: []api.ClusterReport{
+			{Address: "10.0.0.100", Configure: true, Ports: 2,
+				Counters: api.Counters{Packets: big, Bytes: 2, NewConnections: 3, FinishedConnections: 4, ActiveConnections: 5}},
+			{Address: "10.0.0.101", Ports: 1},
+		},
+		ports: []api.PortReport{
+			{Cluster: "10.0.0.100", Port: 53, Protocol: "both", Method: "mac", StaleTimeout: 30, WeightBound: 50, Servers: 1},
+			{Cluster: "10.0.0.100", Port: 80, Protocol: "tcp", Method: "mac", StaleTimeout: 300, WeightBound: 20, Servers: 2,
+				Counters: api.Counters{Packets: 10, Bytes: 20, NewConnections: 3, FinishedConnections: 1, ActiveConnections: 2}},
+			{Cluster: "10.0.0.101", Port: 443, Protocol: "tcp", Method: "mac", StickyTime: 60, StaleTimeout: 900, WeightBound: 20, Servers: 1},
+		},
+		servers: []api.ServerReport{
+			{Cluster: "10.0.0.100", Port: 53, Address: "10.1.1.9", Weight: 50, State: api.StateUp, MAC: "02:00:00:00:00:09"},
+			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.5", Weight: 5, State: api.StateUp, MAC: "02:00:00:00:00:05",
+				Counters: api.Counters{Packets: 10, Bytes: 20, NewConnections: 3, FinishedConnections: 1, ActiveConnections: 2}},
+			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.6", Weight: 20, State: api.StateDown, MAC: "02:00:00:00:00:06"},
+			{Cluster: "10.0.0.101", Port: 443, Address: "10.1.1.7", Weight: 0, State: api.StateUnresolved},
+		},
+	}
+}
+
+func TestReportFormats(t *testing.T) {
+	eng := cannedEngine()
+	sock := serve(t, eng)
+	tests := []struct {
+		args   []string
+		target string // the target dlbd must be asked for
+		want   any    // the canned report
+		table  string
+	}{
+		{[]string{"executor", "report"}, "", eng.exec, `started:      yes
+interface:    eth0
+xdp mode:     auto, attached as generic
+attached:     yes (ifindex 3, link id 12, program id 34)
+pin dir:      /sys/fs/bpf/dlb
+nfa:          192.0.2.10
+fintimeout:   30 s
+connections:  12/262144
+maglev size:  65537
+
+REASON     PACKETS  BYTES
+forwarded  1000     64000
+passed     20       1500
+total      1020     65500
+`},
+		{[]string{"cluster", "report"}, "", eng.clusters, `CLUSTER     CONFIGURE  PORTS  PACKETS              BYTES  NEWC  ACTV  FIN
+10.0.0.100  yes        2      9223372036854775809  2      3     5     4
+10.0.0.101  no         1      0                    0      0     0     0
+`},
+		{[]string{"port", "report", "@80"}, "@80", eng.ports, `CLUSTER     PORT  PROTOCOL  METHOD  STICKYTIME  STALETIMEOUT  WEIGHTBOUND  SERVERS  PACKETS  BYTES  NEWC  ACTV  FIN
+10.0.0.100  53    both      mac     0           30            50           1        0        0      0     0     0
+10.0.0.100  80    tcp       mac     0           300           20           2        10       20     3     2     1
+10.0.0.101  443   tcp       mac     60          900           20           1        0        0      0     0     0
+`},
+		{[]string{"server", "report", "10.0.0.100@80@"}, "10.0.0.100@80@", eng.servers, `CLUSTER     PORT  SERVER    WEIGHT  STATE       PACKETS  BYTES  NEWC  ACTV  FIN  MAC
+10.0.0.100  53    10.1.1.9  50      up          0        0      0     0     0    02:00:00:00:00:09
+10.0.0.100  80    10.1.1.5  5       up          10       20     3     2     1    02:00:00:00:00:05
+10.0.0.100  80    10.1.1.6  20      down        0        0      0     0     0    02:00:00:00:00:06
+10.0.0.101  443   10.1.1.7  0       unresolved  0        0      0     0     0    -
+`},
+	}
+	for _, tt := range tests {
+		name := strings.Join(tt.args, " ")
+		// decode reads a report into a fresh value of the canned type.
+		decode := func(t *testing.T, unmarshal func([]byte, any) error, data []byte) any {
+			t.Helper()
+			p := reflect.New(reflect.TypeOf(tt.want))
+			if err := unmarshal(data, p.Interface()); err != nil {
+				t.Fatalf("decoding %s: %v", data, err)
+			}
+			return p.Elem().Interface()
+		}
+		t.Run(name+" -o json", func(t *testing.T) {
+			r := dlbctl(sock, append(tt.args, "-o", "json")...)
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if got := decode(t, json.Unmarshal, []byte(r.stdout)); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v\nwant %+v", got, tt.want)
+			}
+			// Indented, as the API's body would be pretty-printed.
+			if !strings.Contains(r.stdout, "\n  ") {
+				t.Errorf("not indented:\n%s", r.stdout)
+			}
+			eng.mu.Lock()
+			last := ""
+			if n := len(eng.targets); n > 0 {
+				last = eng.targets[n-1]
+			}
+			eng.mu.Unlock()
+			if last != tt.target {
+				t.Errorf("dlbd was asked for target %q, want %q", last, tt.target)
+			}
+		})
+		t.Run(name+" -o yaml", func(t *testing.T) {
+			r := dlbctl(sock, append(tt.args, "--output=yaml")...)
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			// YAML is the JSON document: decoding it generically and
+			// re-encoding it as JSON must give back the report, which
+			// only works if the field names are the JSON ones.
+			var doc any
+			if err := yaml.Unmarshal([]byte(r.stdout), &doc); err != nil {
+				t.Fatalf("decoding YAML: %v\n%s", err, r.stdout)
+			}
+			js, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := decode(t, json.Unmarshal, js); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v\nwant %+v\nYAML:\n%s", got, tt.want, r.stdout)
+			}
+		})
+		t.Run(name+" table", func(t *testing.T) {
+			r := dlbctl(sock, tt.args...)
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if r.stdout != tt.table {
+				t.Errorf("got\n%s\nwant\n%s", r.stdout, tt.table)
+			}
+			// -o table is the default, spelled out.
+			if r2 := dlbctl(sock, append(tt.args, "-o", "table")...); r2.stdout != r.stdout {
+				t.Errorf("-o table differs from the default:\n%s", r2.stdout)
+			}
+		})
+	}
+}
+
+func TestReportYAMLShape(t *testing.T) {
+	eng := cannedEngine()
+	r := dlbctl(serve(t, eng), "cluster", "report", "-o", "yaml")
+	want := `- address: 10.0.0.100
+  configure: true
+  ports: 2
+  packets: 9223372036854775809
+  bytes: 2
+  new_connections: 3
+  finished_connections: 4
+  active_connections: 5
+- address: 10.0.0.101
+  configure: false
+  ports: 1
+  packets: 0
+  bytes: 0
+  new_connections: 0
+  finished_connections: 0
+  active_connections: 0
+`
+	if r.code != exitOK || r.stdout != want {
+		t.Errorf("exit %d, got\n%s\nwant\n%s", r.code, r.stdout, want)
+	}
+
+	// A MAC address is a base 60 number to YAML 1.1 readers unless
+	// quoted; an address is not.
+	r = dlbctl(serve(t, eng), "server", "report", "-o", "yaml")
+	for _, want := range []string{`  mac: "02:00:00:00:00:09"` + "\n", "  address: 10.1.1.9\n", "  state: up\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("YAML lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestReportEmpty(t *testing.T) {
+	sock := serve(t, &fakeEngine{})
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "report"}, "CLUSTER  PORT  SERVER  WEIGHT  STATE  PACKETS  BYTES  NEWC  ACTV  FIN  MAC\n"},
+		{[]string{"cluster", "report"}, "CLUSTER  CONFIGURE  PORTS  PACKETS  BYTES  NEWC  ACTV  FIN\n"},
+		{[]string{"port", "report", "-o", "json"}, "[]\n"},
+		{[]string{"server", "report", "-o", "yaml"}, "[]\n"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := dlbctl(sock, tt.args...)
+			if r.code != exitOK || r.stdout != tt.want {
+				t.Errorf("exit %d, got %q, want %q", r.code, r.stdout, tt.want)
+			}
+		})
+	}
+
+	// An executor that never started has no attachment and no reasons.
+	r := dlbctl(sock, "executor", "report", "-o", "json")
+	var got api.ExecutorReport
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Reasons == nil {
+		t.Errorf("exit %d, %v, reasons %v: want []\n%s", r.code, err, got.Reasons, r.stdout)
+	}
+	r = dlbctl(sock, "executor", "report")
+	for _, want := range []string{"started:      no", "attached:     no", "nfa:          none", "connections:  -", "total   0        0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestPrefixReport(t *testing.T) {
+	eng := cannedEngine()
+	r := dlbctl(serve(t, eng), "se", "rep")
+	if r.code != exitOK || !strings.HasPrefix(r.stdout, "CLUSTER     PORT  SERVER") {
+		t.Errorf("exit %d (%s):\n%s", r.code, r.stderr, r.stdout)
+	}
+}
