@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// binDir holds dlbd, dlbctl, labhttpd and labclient, built once by TestMain.
+var (
+	binDir  string
+	repoDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repoDir = filepath.Join(wd, "..", "..")
+	if os.Geteuid() == 0 && !testing.Short() {
+		dir, err := os.MkdirTemp("", "dlbe2e-bin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/dlbd", "./cmd/dlbctl", "./scripts/labhttpd", "./scripts/labclient", "./scripts/labxdp")
+		cmd.Dir = repoDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+			return 1
+		}
+		binDir = dir
+	}
+	return m.Run()
+}
+
+// lab is a lab (scripts/lab.sh) with a dlbd in its dispatcher namespace.
+type lab struct {
+	t      *testing.T
+	prefix string
+	env    map[string]string
+	run    string // private directory: socket, state, logs
+	sock   string
+	pinDir string
+	state  string
+	dlbd   *exec.Cmd
+	dlbdN  int
+}
+
+// newLab builds a lab with n backends and one client; everything it made
+// is removed when the test ends, whatever happens.
+func newLab(t *testing.T, backends int) *lab {
+	t.Helper()
+	testutil.RequirePrivileged(t)
+	if testing.Short() {
+		t.Skip("end-to-end lab test (-short)")
+	}
+	l := &lab{t: t, prefix: fmt.Sprintf("dlbe%03x", rand.IntN(0xfff))}
+	l.run = t.TempDir()
+	l.sock = filepath.Join(l.run, "dlbd.sock")
+	l.state = filepath.Join(l.run, "state")
+	l.pinDir = "/sys/fs/bpf/" + l.prefix
+	t.Cleanup(l.teardown)
+	if out, err := l.script("up", "-n", fmt.Sprint(backends), "-c", "1").CombinedOutput(); err != nil {
+		t.Fatalf("lab up: %v\n%s", err, out)
+	}
+	out, err := l.script("env").Output()
+	if err != nil {
+		t.Fatalf("lab env: %v", err)
+	}
+	l.env = map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if ok {
+			l.env[k] = strings.Trim(v, "'")
+		}
+	}
+	return l
+}
+
+func (l *lab) script(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(repoDir, "scripts", "lab.sh"), args...)
+	cmd.Env = append(os.Environ(), "LAB_PREFIX="+l.prefix, "LAB_BIN="+binDir, "LAB_RUN="+filepath.Join(l.run, "lab"))
+	return cmd
+}
+
+func (l *lab) teardown() {
+	if l.dlbd != nil && l.dlbd.ProcessState == nil {
+		_ = l.dlbd.Process.Signal(syscall.SIGTERM)
+		l.waitDlbd()
+	}
+	if l.t.Failed() {
+		for i := 1; i <= l.dlbdN; i++ {
+			if b, err := os.ReadFile(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", i))); err == nil {
+				l.t.Logf("dlbd log %d:\n%s", i, b)
+			}
+		}
+	}
+	// Unpinning the link detaches the program; the namespaces go with the lab.
+	_ = os.RemoveAll(l.pinDir)
+	if out, err := l.script("down").CombinedOutput(); err != nil {
+		l.t.Errorf("lab down: %v\n%s", err, out)
+	}
+}
+
+// startDlbd starts dlbd in the dispatcher namespace and waits for its API.
+func (l *lab) startDlbd(extra ...string) {
+	l.t.Helper()
+	l.dlbdN++
+	args := append([]string{"--net=/run/netns/" + l.env["LAB_DISPATCHER_NS"], filepath.Join(binDir, "dlbd"),
+		"--socket", l.sock, "--state-dir", l.state, "--pin-dir", l.pinDir, "--log-level", "debug"}, extra...)
+	cmd := exec.Command("nsenter", args...)
+	logf, err := os.Create(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		l.t.Fatalf("starting dlbd: %v", err)
+	}
+	logf.Close()
+	l.dlbd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, _, code := l.ctl("executor", "report", "-o", "json"); code == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	l.t.Fatal("dlbd did not answer within 10 s")
+}
+
+// killDlbd sends sig to dlbd and waits for it to exit.
+func (l *lab) killDlbd(sig syscall.Signal) {
+	l.t.Helper()
+	if err := l.dlbd.Process.Signal(sig); err != nil {
+		l.t.Fatalf("signalling dlbd: %v", err)
+	}
+	l.waitDlbd()
+}
+
+func (l *lab) waitDlbd() {
+	done := make(chan struct{})
+	go func() { _ = l.dlbd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = l.dlbd.Process.Kill()
+		<-done
+	}
+}
+
+// ctl runs dlbctl against the lab's dlbd.
+func (l *lab) ctl(args ...string) (stdout, stderr string, code int) {
+	cmd := exec.Command(filepath.Join(binDir, "dlbctl"), append([]string{"--socket", l.sock}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return o.String(), e.String(), code
+}
+
+// mustCtl runs dlbctl and fails the test unless it succeeds.
+func (l *lab) mustCtl(args ...string) string {
+	l.t.Helper()
+	out, errOut, code := l.ctl(args...)
+	if code != 0 {
+		l.t.Fatalf("dlbctl %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// report runs a dlbctl report with -o json and decodes it into v.
+func (l *lab) report(v any, args ...string) {
+	l.t.Helper()
+	out := l.mustCtl(append(args, "-o", "json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		l.t.Fatalf("decoding %v: %v\n%s", args, err, out)
+	}
+}
+
+func (l *lab) servers() []api.ServerReport {
+	var r []api.ServerReport
+	l.report(&r, "server", "report")
+	return r
+}
+
+func (l *lab) executor() api.ExecutorReport {
+	var r api.ExecutorReport
+	l.report(&r, "executor", "report")
+	return r
+}
+
+// vip returns the lab's cluster address and backend addresses.
+func (l *lab) vip() string { return l.env["LAB_VIP"] }
+
+func (l *lab) backend(i int) string { return l.env[fmt.Sprintf("LAB_B%d_ADDR", i)] }
+
+// configure starts the executor and balances VIP:80 over the backends
+// with the given weights.
+func (l *lab) configure(mode string, weights ...int) {
+	l.t.Helper()
+	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", mode)
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
+	l.mustCtl("cluster", "add", l.vip(), "--configure")
+	l.mustCtl("port", "add", l.vip()+"@80")
+	for i, w := range weights {
+		l.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", l.vip(), l.backend(i+1)), "--weight", fmt.Sprint(w))
+	}
+	l.waitServersUp()
+}
+
+// waitServersUp waits until every server is resolved.
+func (l *lab) waitServersUp() {
+	l.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pending := 0
+		for _, s := range l.servers() {
+			if s.State == api.StateUnresolved {
+				pending++
+			}
+		}
+		if pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("%d servers still unresolved after 10 s", pending)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// loadResult is labclient's -json output.
+type loadResult struct {
+	Requests    int            `json:"requests"`
+	OK          int            `json:"ok"`
+	Failed      int            `json:"failed"`
+	PerBackend  map[string]int `json:"per_backend"`
+	Errors      map[string]int `json:"errors"`
+	ElapsedMS   int            `json:"elapsed_ms"`
+	FirstFailMS int            `json:"first_failure_ms"`
+	LastFailMS  int            `json:"last_failure_ms"`
+}
+
+// load runs labclient in the client namespace and returns its result.
+func (l *lab) load(ctx context.Context, args ...string) (loadResult, error) {
+	a := append([]string{"--net=/run/netns/" + l.env["LAB_C1_NS"], filepath.Join(binDir, "labclient"), "-json"}, args...)
+	cmd := exec.CommandContext(ctx, "nsenter", a...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var r loadResult
+	if jerr := json.Unmarshal(o.Bytes(), &r); jerr != nil {
+		return r, fmt.Errorf("labclient: %v (%v): %s %s", err, jerr, o.String(), e.String())
+	}
+	return r, nil
+}
+
+func (l *lab) mustLoad(args ...string) loadResult {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := l.load(ctx, args...)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return r
+}
+
+// inNS runs a command in one of the lab's namespaces.
+func (l *lab) inNS(role string, args ...string) (string, error) {
+	out, err := l.script(append([]string{"exec", role}, args...)...).CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# dlb demo: builds a lab of network namespaces (a client, a dispatcher and
+# three HTTP backends on one L2 segment), runs dlbd in the dispatcher
+# namespace, configures it with dlbctl exactly as an operator would, sends a
+# few thousand real HTTP requests through the cluster address, shows what
+# the dispatcher and the backends saw, and removes everything again.
+#
+# Usage: make demo   (or: bash scripts/demo.sh after "make build"), as root.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=${LAB_BIN:-$repo/bin}
+export LAB_PREFIX=${LAB_PREFIX:-dlbdemo}
+export LAB_BIN=$bin
+lab="$repo/scripts/lab.sh"
+requests=${DEMO_REQUESTS:-3000}
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "demo: needs root (it creates network namespaces and loads an XDP program); run: sudo make demo" >&2
+	exit 1
+fi
+for b in dlbd dlbctl labhttpd labclient labxdp; do
+	if [ ! -x "$bin/$b" ]; then
+		echo "demo: $bin/$b is missing; run: make build" >&2
+		exit 1
+	fi
+done
+
+run=$(mktemp -d /tmp/dlbdemo.XXXXXX)
+sock=$run/dlbd.sock
+pindir=/sys/fs/bpf/${LAB_PREFIX}
+dlbd_pid=
+
+cleanup() {
+	set +e
+	if [ -n "$dlbd_pid" ] && kill -0 "$dlbd_pid" 2>/dev/null; then
+		"$bin/dlbctl" --socket "$sock" executor stop >/dev/null 2>&1
+		kill "$dlbd_pid" 2>/dev/null
+		wait "$dlbd_pid" 2>/dev/null
+	fi
+	rm -rf "$pindir"
+	"$lab" down >/dev/null 2>&1
+	rm -rf "$run"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold= plain=; fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
+ctl() {
+	printf '$ dlbctl %s\n' "$*"
+	"$bin/dlbctl" --socket "$sock" "$@"
+}
+
+step "lab: client, dispatcher and 3 backends on one segment (198.18.0.0/24)"
+"$lab" up -n 3 -c 1
+eval "$("$lab" env)"
+
+step "start dlbd in the dispatcher namespace ($LAB_DISPATCHER_NS)"
+"$lab" exec d "$bin/dlbd" --socket "$sock" --state-dir "$run/state" --pin-dir "$pindir" \
+	>"$run/dlbd.log" 2>&1 &
+dlbd_pid=$!
+for _ in $(seq 50); do
+	[ -S "$sock" ] && break
+	sleep 0.1
+done
+[ -S "$sock" ] || { cat "$run/dlbd.log"; echo "demo: dlbd did not start" >&2; exit 1; }
+
+step "configure the dispatcher with dlbctl"
+ctl executor start --interface "$LAB_IF"
+ctl executor set nfa "$LAB_NFA"
+ctl cluster add "$LAB_VIP" --configure
+ctl port add "$LAB_VIP@80" --protocol tcp
+ctl server add "$LAB_VIP@80@$LAB_B1_ADDR" --weight 10
+ctl server add "$LAB_VIP@80@$LAB_B2_ADDR" --weight 10
+ctl server add "$LAB_VIP@80@$LAB_B3_ADDR" --weight 20
+ctl executor report
+
+step "$requests HTTP requests from the client to http://$LAB_VIP/ (a new TCP connection each)"
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n "$requests" -c 20
+
+step "what the dispatcher counted"
+ctl server report
+ctl port report
+
+step "weights follow the operator: b3 down, then 1000 more requests"
+ctl server down "$LAB_VIP@80@$LAB_B3_ADDR"
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 1000 -c 20
+ctl server report
+
+step "done; removing the lab"

@@ -1,0 +1,192 @@
+// Command labhttpd is a lab tool: a tiny HTTP server that names itself, run
+// in every backend namespace of the dlb test lab (scripts/lab.sh) so that a
+// client can tell which backend a load-balanced connection reached.
+//
+// It is not part of dlb and is not meant for production. Every reply carries
+// the header "X-Backend: <name>" and, where it has a body of its own, the body
+// "<name>\n".
+//
+// Endpoints:
+//
+//	GET|HEAD /          200, body "<name>\n"
+//	GET /slow?ms=N      sleeps N ms (at most 60000), then replies as /
+//	GET /bytes?n=N      N bytes of deterministic content (at most 100 MB)
+//
+// Usage:
+//
+//	labhttpd -name b1 [-listen :80]
+//
+// It logs to stderr and shuts down gracefully on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+const (
+	// maxSlow bounds /slow so a mistyped test cannot hang a server forever.
+	maxSlow = 60 * time.Second
+	// maxBytes bounds /bytes (100 MB).
+	maxBytes = 100 << 20
+	// shutdownTimeout is how long in-flight requests get after a signal.
+	shutdownTimeout = 5 * time.Second
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("labhttpd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: labhttpd -name NAME [-listen ADDR]\n\n"+
+			"Lab tool: an HTTP server that answers with its own name\n"+
+			"(body \"NAME\\n\", header X-Backend: NAME).\n"+
+			"Endpoints: GET|HEAD /, GET /slow?ms=N (N<=60000), GET /bytes?n=N (N<=104857600).\n\n")
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", ":80", "address to listen on")
+	name := fs.String("name", "", "backend name to report (required)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *name == "" || fs.NArg() != 0 {
+		fmt.Fprintln(fs.Output(), "labhttpd: -name is required and no positional arguments are accepted")
+		fs.Usage()
+		return 2
+	}
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("name", *name)
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("listen failed", "addr", *listen, "err", err)
+		return 1
+	}
+	srv := &http.Server{
+		Handler:           newHandler(*name, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String())
+
+	select {
+	case err := <-errc:
+		log.Error("serve failed", "err", err)
+		return 1
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown incomplete", "err", err)
+		_ = srv.Close()
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// newHandler returns the server's routes; every reply names the backend.
+func newHandler(name string, log *slog.Logger) http.Handler {
+	body := name + "\n"
+	reply := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			_, _ = io.WriteString(w, body)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", reply) // GET also matches HEAD
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := boundedInt(r.URL.Query().Get("ms"), int64(maxSlow/time.Millisecond))
+		if err != nil {
+			http.Error(w, "ms: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			reply(w, r)
+		case <-r.Context().Done(): // client went away
+		}
+	})
+	mux.HandleFunc("GET /bytes", func(w http.ResponseWriter, r *http.Request) {
+		n, err := boundedInt(r.URL.Query().Get("n"), maxBytes)
+		if err != nil {
+			http.Error(w, "n: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			_, _ = io.CopyN(w, &patternReader{}, n)
+		}
+	})
+	return withBackend(name, log, mux)
+}
+
+// withBackend sets X-Backend on every reply (errors included) and logs
+// requests at debug level so a load test does not flood the log.
+func withBackend(name string, log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Backend", name)
+		log.Debug("request", "method", r.Method, "uri", r.RequestURI, "remote", r.RemoteAddr)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// boundedInt parses a non-negative decimal no larger than max.
+func boundedInt(s string, max int64) (int64, error) {
+	if s == "" {
+		return 0, errors.New("missing")
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errors.New("not an integer")
+	}
+	if v < 0 || v > max {
+		return 0, fmt.Errorf("out of range [0, %d]", max)
+	}
+	return v, nil
+}
+
+// patternReader yields an endless, deterministic byte stream: byte i of the
+// stream is pattern[i%len(pattern)], so a client can verify what it got.
+type patternReader struct{ off int }
+
+const pattern = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\r\n"
+
+func (r *patternReader) Read(p []byte) (int, error) {
+	for i := 0; i < len(p); {
+		c := copy(p[i:], pattern[r.off:])
+		i += c
+		r.off = (r.off + c) % len(pattern)
+	}
+	return len(p), nil
+}
