@@ -164,7 +164,8 @@ started on.`,
   fintimeout SECONDS  how long a connection that saw a FIN or RST keeps its
                       entry in the connection table (default 60)
 
-Unique prefixes of keywords are accepted.`,
+Unique prefixes of keywords are accepted. Flags (--socket) go before the
+first keyword.`,
 		Example: `  dlbctl executor set nfa 192.0.2.10
   dlbctl executor set fintimeout 30
   dlbctl executor set nfa 192.0.2.10 fintimeout 30`,
@@ -184,6 +185,10 @@ Unique prefixes of keywords are accepted.`,
 		}
 		return op
 	})
+	// Keyword values are values even when they look like flags
+	// ("fintimeout -5" must reach dlbd and be refused there, naming the
+	// field): flags end at the first keyword.
+	set.Flags().SetInterspersed(false)
 
 	return a.noun("executor", "Start, stop, set and report the executor (the XDP forwarder)",
 		`  dlbctl executor start --interface eth0
