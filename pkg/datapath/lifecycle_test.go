@@ -1,0 +1,118 @@
+//go:build linux
+
+package datapath
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// TestPrivilegedSweep: the sweeper removes idle and orphaned entries,
+// counts established ones that expired as finished, and counts the active
+// ones per backend.
+func TestPrivilegedSweep(t *testing.T) {
+	e := newTestEnv(t)
+	k := func(sport uint16) FlowKey { return key(vipTCP, 80, sport, 6) }
+	conns := []conn{
+		{key: k(1), backend: 10, service: 1, idle: 10},                  // live
+		{key: k(2), backend: 10, service: 1, idle: 10},                  // live
+		{key: k(3), backend: 11, service: 1, idle: 10},                  // live, on a down server
+		{key: k(4), backend: 10, service: 1, idle: 400},                 // idle past staletimeout (300)
+		{key: k(5), backend: 10, service: 1, idle: 70, closing: true},   // closing past fintimeout (60)
+		{key: k(6), backend: 10, service: 1, idle: 30, closing: true},   // closing, not yet
+		{key: k(7), backend: 99, service: 1, idle: 1},                   // backend removed
+		{key: k(8), backend: 20, service: 1, idle: 1},                   // backend of another service
+		{key: key(vipTCP, 53, 9, 17), backend: 20, service: 2, idle: 5}, // live UDP
+	}
+	for _, c := range conns {
+		e.putConn(t, c)
+	}
+	before := e.stats(t).Backends[10].FinConns
+	res, err := e.dp.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Expired != 4 || res.Entries != 5 {
+		t.Errorf("expired %d, left %d; want 4 and 5", res.Expired, res.Entries)
+	}
+	want := map[uint32]uint64{10: 2, 11: 1, 20: 1}
+	for id, n := range want {
+		if res.Active[id] != n {
+			t.Errorf("backend %d: %d active, want %d (all: %v)", id, res.Active[id], n, res.Active)
+		}
+	}
+	for sport, gone := range map[uint16]bool{1: false, 3: false, 4: true, 5: true, 6: false, 7: true, 8: true} {
+		if _, ok := e.getConn(t, k(sport)); ok == gone {
+			t.Errorf("entry %d present %v, want %v", sport, ok, !gone)
+		}
+	}
+	// Only the established entry that expired counts as finished; the
+	// closing one was counted when it saw its FIN.
+	if d := e.stats(t).Backends[10].FinConns - before; d != 1 {
+		t.Errorf("backend 10 finished +%d, want +1", d)
+	}
+}
+
+// TestPrivilegedAdoption: a second Open on the same pins adopts the link,
+// the maps and their contents, and replaces the program on the link.
+func TestPrivilegedAdoption(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	a1, ok := e.dp.Attached()
+	if !ok {
+		t.Fatal("not attached")
+	}
+	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("second Open: %v", err)
+	}
+	e.dp = dp // the cleanup removes this one
+	a2, ok := dp.Attached()
+	if !ok || a2.LinkID != a1.LinkID || a2.Ifindex != e.dummy {
+		t.Fatalf("after Open: %+v %v, want link %d on %d", a2, ok, a1.LinkID, e.dummy)
+	}
+	if a2.ProgramID == a1.ProgramID {
+		t.Errorf("program %d not replaced", a2.ProgramID)
+	}
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+		t.Error("connection entry lost")
+	}
+	if len(dp.applied.backends) != len(e.state.Backends) || len(dp.applied.tables) != 4 {
+		t.Errorf("adopted %d backends and %d tables", len(dp.applied.backends), len(dp.applied.tables))
+	}
+	// Attaching again to the same interface keeps the link; another one is refused.
+	if m, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil || m != lb.XDPAuto {
+		t.Errorf("re-Attach: %v %v", m, err)
+	}
+	if _, err := dp.Attach(1, lb.XDPGeneric); !errors.Is(err, ErrOtherInterface) {
+		t.Errorf("Attach elsewhere: %v", err)
+	}
+	// The executor keeps working on the adopted maps.
+	if got, _ := e.run(t, tcpTo(vipTCP, 80, 7, "A").Build(t)); got != xdpTX {
+		t.Errorf("verdict %d after adoption", got)
+	}
+}
+
+// TestPrivilegedIncompatiblePins: opening pinned maps with another
+// connection-table size is refused, not silently recreated.
+func TestPrivilegedIncompatiblePins(t *testing.T) {
+	e := newTestEnv(t)
+	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
+	_, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 8192})
+	if !errors.Is(err, ErrIncompatiblePins) {
+		t.Fatalf("Open with another size: %v, want ErrIncompatiblePins", err)
+	}
+	t.Logf("refused: %v", err)
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+		t.Error("the pinned table lost its entry")
+	}
+}
