@@ -1,0 +1,136 @@
+// Package advisors probes servers the way IBM Network Dispatcher's advisors
+// do: a lightweight client of the server's own protocol opens a connection,
+// asks something small, and reports the time the exchange took as the
+// server's load (in milliseconds), or reports the server down with a reason.
+//
+// There is one file per protocol. Every probe honours its context's
+// deadline and the Target's timeouts, reads at most a bounded number of
+// bytes, and never panics on hostile replies: a reply it cannot understand
+// is a down result with a reason, not an error of the caller.
+package advisors
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+)
+
+// Target is what one probe asks about.
+type Target struct {
+	// Address and Port are where the server listens (for MAC forwarding,
+	// the server's own address; the probe does not go through the
+	// cluster address).
+	Address netip.Addr
+	Port    uint16
+	// ConnectTimeout bounds connection set-up, ReceiveTimeout the wait for
+	// the reply once connected. Zero means DefaultConnectTimeout and
+	// DefaultReceiveTimeout. The context's deadline, if earlier, wins.
+	ConnectTimeout, ReceiveTimeout time.Duration
+	// Request and Response are IBM's advisorrequest/advisorresponse: what
+	// to send and what the reply must contain, in the protocol's own terms
+	// (see each advisor's doc). Empty means the advisor's default.
+	Request, Response string
+	// Host is an optional host name (HTTP Host header, TLS server name).
+	Host string
+}
+
+// Defaults for a Target's timeouts.
+const (
+	DefaultConnectTimeout = 2 * time.Second
+	DefaultReceiveTimeout = 2 * time.Second
+)
+
+// ConnectTimeoutOrDefault returns t.ConnectTimeout or its default.
+func (t Target) ConnectTimeoutOrDefault() time.Duration {
+	if t.ConnectTimeout > 0 {
+		return t.ConnectTimeout
+	}
+	return DefaultConnectTimeout
+}
+
+// ReceiveTimeoutOrDefault returns t.ReceiveTimeout or its default.
+func (t Target) ReceiveTimeoutOrDefault() time.Duration {
+	if t.ReceiveTimeout > 0 {
+		return t.ReceiveTimeout
+	}
+	return DefaultReceiveTimeout
+}
+
+// HostPort returns "address:port" for dialing.
+func (t Target) HostPort() string {
+	return netip.AddrPortFrom(t.Address, t.Port).String()
+}
+
+// Result is what a probe found.
+type Result struct {
+	// Up says whether the server answered as expected.
+	Up bool
+	// Load is the server's load: by default the time the exchange took
+	// (IBM's advisors report milliseconds); a custom advisor in replace
+	// mode reports it directly. Meaningful only when Up.
+	Load time.Duration
+	// Reason says why the server is down ("connect refused", "timeout
+	// after 2s", "status 503", ...); empty when Up.
+	Reason string
+}
+
+// LoadMS returns the load in whole milliseconds, at least 1 when Up (a
+// server that answered has some load), and -1 when down, as IBM reports.
+func (r Result) LoadMS() int64 {
+	if !r.Up {
+		return -1
+	}
+	ms := r.Load.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}
+
+// Down returns a down Result with a formatted reason.
+func Down(format string, args ...any) Result {
+	return Result{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Advisor probes one protocol.
+type Advisor interface {
+	// Name is the advisor's name as operators type it ("http", "ldap").
+	Name() string
+	// DefaultPort is the protocol's usual port (0 if none).
+	DefaultPort() uint16
+	// Probe probes t once. It returns within the context's deadline and
+	// the Target's timeouts, whatever the server does.
+	Probe(ctx context.Context, t Target) Result
+}
+
+var registry = map[string]func() Advisor{}
+
+// register adds an advisor constructor; each protocol file calls it from
+// init.
+func register(name string, f func() Advisor) {
+	if _, dup := registry[name]; dup {
+		panic("advisors: " + name + " registered twice")
+	}
+	registry[name] = f
+}
+
+// New returns the named advisor, or an error naming the known ones.
+func New(name string) (Advisor, error) {
+	f, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown advisor %q (known: %v)", name, Names())
+	}
+	return f(), nil
+}
+
+// Names lists the known advisors, sorted.
+func Names() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,76 @@
+package advisors
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConnect(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	a, _ := New("connect")
+	tests := []struct {
+		name   string
+		target Target
+		up     bool
+		reason string
+	}{
+		{"listening", loTarget(portOf(t, l.Addr())), true, ""},
+		{"refused", loTarget(refusedPort(t)), false, "connect refused"},
+		{"no port", loTarget(0), false, "no port"},
+		{"no address", Target{Port: 80}, false, "no address"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, el := probeTimed(t, a, tc.target)
+			if r.Up != tc.up || r.Reason != tc.reason {
+				t.Fatalf("got %+v, want up=%v reason %q", r, tc.up, tc.reason)
+			}
+			if r.Up && (r.Load <= 0 || r.Load > el) {
+				t.Errorf("load %v not in (0, %v]", r.Load, el)
+			}
+			t.Logf("%s: %+v in %v", tc.name, r, el)
+		})
+	}
+}
+
+// TestConnectCanceled checks that a cancelled context ends a probe at once.
+func TestConnectCanceled(t *testing.T) {
+	port := tcpServer(t, nil, drain)
+	for _, name := range []string{"connect", "http", "https", "ssl"} {
+		a, _ := New(name)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		start := time.Now()
+		r := a.Probe(ctx, loTarget(port))
+		if r.Up || time.Since(start) > 100*time.Millisecond || !strings.Contains(r.Reason, "canceled") {
+			t.Errorf("%s with cancelled context: %+v after %v", name, r, time.Since(start))
+		}
+	}
+	// A context deadline shorter than the timeouts wins.
+	a, _ := New("http")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r := a.Probe(ctx, loTarget(port))
+	if el := time.Since(start); r.Up || el > 800*time.Millisecond {
+		t.Errorf("http with a 300ms context against a silent server: %+v after %v", r, el)
+	} else {
+		t.Logf("http with a 300ms context: %+v after %v", r, el)
+	}
+}
