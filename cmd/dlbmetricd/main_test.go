@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/metricserver"
+)
+
+const procFixture = "../../pkg/metricserver/testdata/proc/a"
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// writeFile writes a file with mode into dir.
+func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func execute(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var out, errb syncBuffer
+	cmd := newCommand(&out, &errb)
+	cmd.SetArgs(args)
+	err = cmd.ExecuteContext(ctx)
+	return out.String(), errb.String(), err
+}
+
+func TestFlagValidation(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good", "0123456789abcdef0123\n", 0o600)
+	worldReadable := writeFile(t, dir, "world", "0123456789abcdef0123\n", 0o644)
+	groupReadable := writeFile(t, dir, "group", "0123456789abcdef0123\n", 0o640)
+	empty := writeFile(t, dir, "empty", "", 0o600)
+	unreadable := writeFile(t, dir, "unreadable", "0123456789abcdef0123\n", 0o000)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no secret file", nil, "--secret-file is required"},
+		{"missing secret file", []string{"--secret-file", filepath.Join(dir, "nope")}, "no such file"},
+		{"world-readable secret", []string{"--secret-file", worldReadable}, "chmod 600 " + worldReadable},
+		{"group-readable secret", []string{"--secret-file", groupReadable}, "accessible by group or others"},
+		{"empty secret", []string{"--secret-file", empty}, "is empty"},
+		{"unreadable secret", []string{"--secret-file", unreadable}, "permission denied"},
+		{"secret is a directory", []string{"--secret-file", dir}, "not a regular file"},
+		{"zero script timeout", []string{"--secret-file", good, "--script-timeout", "0s"}, "--script-timeout"},
+		{"missing scripts dir", []string{"--secret-file", good, "--scripts-dir", filepath.Join(dir, "nope")}, "--scripts-dir"},
+		{"scripts dir is a file", []string{"--secret-file", good, "--scripts-dir", good}, "not a directory"},
+		{"bad log level", []string{"--secret-file", good, "--log-level", "loud"}, "--log-level"},
+		{"bad listen", []string{"--secret-file", good, "--listen", "10004"}, "--listen"},
+		{"client CA without cert", []string{"--secret-file", good, "--client-ca", good}, "--client-ca needs --tls-cert"},
+		{"cert without key", []string{"--secret-file", good, "--tls-cert", good}, "--tls-cert"},
+		{"argument", []string{"--secret-file", good, "extra"}, "unknown command"},
+	} {
+		if tc.name == "unreadable secret" && os.Geteuid() == 0 {
+			continue // root reads any file
+		}
+		_, stderr, err := execute(context.Background(), tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+			continue
+		}
+		if tc.name != "argument" && !strings.Contains(stderr, "dlbmetricd: ") {
+			t.Errorf("%s: stderr %q lacks the error", tc.name, stderr)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	stdout, _, err := execute(context.Background(), "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"--listen", "--secret-file", "--scripts-dir", "--script-timeout", "--log-level",
+		"--tls-cert", "--tls-key", "--client-ca", "--once", "--proc", "--name",
+		"X-Dlb-Signature", "HMAC-SHA256", "/v1/report?nonce=", "timestamp_ms", "cpuload", "memload", "loadavg",
+		"chmod 600", ":10004",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// TestServe starts the agent on a loopback port, fetches a report through
+// the client and stops it by cancelling its context, as SIGTERM does.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := writeFile(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
+	scripts := filepath.Join(dir, "scripts")
+	if err := os.Mkdir(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, scripts, "custom", "#!/bin/sh\necho 42\n", 0o755)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	cmd := newCommand(&bytes.Buffer{}, &stderr)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--secret-file", secret, "--scripts-dir", scripts,
+		"--proc", procFixture, "--name", "web1", "--log-level", "debug"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	listenRE := regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`)
+	var addr netip.AddrPort
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if m := listenRE.FindStringSubmatch(stderr.String()); m != nil {
+			addr = netip.MustParseAddrPort(m[1])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not start: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	rep, err := metricserver.NewClient(metricserver.ClientOptions{}).Fetch(ctx, addr,
+		metricserver.FetchOptions{Secret: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Agent != "web1" || rep.Metrics["custom"] != 42 || rep.Metrics["memload"] != 75 {
+		t.Errorf("report %+v", rep)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	if !strings.Contains(stderr.String(), "dlbmetricd stopped") {
+		t.Errorf("log: %s", stderr.String())
+	}
+}
+
+func TestOnce(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, err := execute(context.Background(), "--once", "--proc", procFixture, "--name", "web2")
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	var rep metricserver.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	// The fixture does not change, so no CPU time elapses between samples.
+	if rep.Agent != "web2" || rep.Metrics["memload"] != 75 || rep.Metrics["loadavg"] != 75 || rep.Missing["cpuload"] == "" {
+		t.Errorf("report %+v", rep)
+	}
+}

@@ -1,0 +1,60 @@
+package metricserver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// maxSecretFile bounds how much of a secret file is read.
+const maxSecretFile = 4096
+
+// ErrSecretPermissions is wrapped by LoadSecret's error when the secret
+// file may be read or written by its group or by others.
+var ErrSecretPermissions = errors.New("secret file is accessible by group or others")
+
+// LoadSecret reads a shared secret from a file. The secret is the file's
+// content without leading and trailing white space (so a file written with
+// "echo" or base64 works), and must be at least MinSecretLen bytes long.
+//
+// The file must be a regular file (or a symbolic link to one) of at most
+// 4 KiB that neither its group nor others may access (mode 0600 or 0400;
+// systemd's LoadCredential= files qualify). The error for a wider mode wraps
+// ErrSecretPermissions and names the chmod that fixes it.
+func LoadSecret(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errors.New("no secret file given")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening secret file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("checking secret file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("secret file %s is not a regular file", path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %04o; run: chmod 600 %s", ErrSecretPermissions, path, perm, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading secret file: %w", err)
+	}
+	if len(b) > maxSecretFile {
+		return nil, fmt.Errorf("secret file %s is larger than %d bytes", path, maxSecretFile)
+	}
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0:
+		return nil, fmt.Errorf("secret file %s is empty; create one with: head -c 32 /dev/urandom | base64 > %s", path, path)
+	case len(b) < MinSecretLen:
+		return nil, fmt.Errorf("secret in %s is %d bytes, shorter than %d; create one with: head -c 32 /dev/urandom | base64 > %s", path, len(b), MinSecretLen, path)
+	}
+	return b, nil
+}
