@@ -60,39 +60,49 @@
 // So a missing or stale input's proportion is shared by the server's other
 // inputs in their own ratio.
 //
-// 5. Target. target = clamp(now × F, 1, weightbound), where now is the
-// current weight, except that a server (re)entering service with weight 0
-// starts from its configured weight (1..weightbound), and one above the
-// weightbound from the weightbound. The target is relative to the current
-// weight: equal loads mean "this share suits it", not "reset to equal".
+// 5. Target. target = clamp(anchor × F, 1, weightbound), where the anchor
+// is the server's configured weight (capped to the weightbound), or its
+// current weight when it has none. The target is anchored to the
+// operator's weight, not to the current one: equal loads bring every
+// server back to its configured weight, so a server that was slow and is
+// fast again gets its share back (a target relative to the current weight
+// would leave it wherever its slow spell put it, since at any weight its
+// load per unit of weight looks like everyone else's). The loads only
+// scale the operator's weight, by at most [MaxRise] upwards: the manager
+// adjusts the weights the operator gave, it does not replace them.
 //
 // 6. Smoothing. proposed = round(now + (target − now)/smoothing), rounded
-// to the nearest integer, halves away from zero. As smoothing ≥ 1, the
-// unrounded value lies between now and target, so proposed lies between
-// now and round(target), and |proposed − now| ≤ |target − now|/smoothing +
-// ½. A weight moves once |target − now| ≥ smoothing/2 (¾ with the default
-// 1.5), so repeated cycles settle within that of a steady target.
+// to the nearest integer, halves away from zero, where now is the current
+// weight (a server (re)entering service with weight 0 starts from its
+// configured weight, one above the weightbound from the weightbound). As
+// smoothing ≥ 1, the unrounded value lies between now and target, so
+// proposed lies between now and round(target), and |proposed − now| ≤
+// |target − now|/smoothing + ½. When that rounds back to now although
+// round(target) differs, the weight moves one unit towards its target, so
+// that no weight sticks short of it (weight 1 towards 1.6 would otherwise
+// never move).
 //
-// 7. Sensitivity. The port's change is
+// 7. Sensitivity. The port's change is the change its loads ask for:
 //
-//	Change = 100 × Σ |proposed − now| / Σ now      (over balanced servers)
+//	Change = 100 × Σ |round(target) − now| / Σ now      (over balanced servers)
 //
-// that is, the share of the port's weight that would move, in percent.
-// IBM pushes weights "only when the total weight of the port changes by
-// more than sensitivity percent"; the plain total would never see weight
-// moving from one server to another, hence the sum of absolute changes.
-// When Change > sensitivity, every balanced server's Weight is its
-// proposed weight; otherwise every balanced server keeps its current one
-// ("below sensitivity: kept"). Changes that do not depend on load (a server
+// that is, the share of the port's weight that the targets would move, in
+// percent. IBM pushes weights "only when the total weight of the port
+// changes by more than sensitivity percent"; the plain total would never
+// see weight moving from one server to another, hence the sum of absolute
+// changes; and it is judged on the targets, not on the smoothed step, so
+// that a large wish taken in small damped steps (a server climbing back
+// from weight 1 among servers of weight 20) is still followed. When Change
+// > sensitivity, every balanced server's Weight is its proposed weight;
+// otherwise every balanced server keeps its current one ("below
+// sensitivity: kept"). Changes that do not depend on load (a server
 // leaving or re-entering service, a fixed weight, a weight above the
 // bound) are made either way. [Result].Push says whether any weight
 // differs from the current one.
 //
-// The threshold is a dead band: a port settles once the move that
-// smoothing asks for is within it. With three servers of weight about 10 a
-// move of one unit is 3.3%, under the default 5%, so small (and noisy)
-// imbalances are left alone; a lower sensitivity balances more finely at
-// the cost of more table rebuilds.
+// The threshold is a dead band: small (and noisy) wishes are left alone. A
+// lower sensitivity balances more finely at the cost of more table
+// rebuilds.
 //
 // # Reasons
 //
@@ -103,7 +113,8 @@
 // most, with the server's figure and the mean of the other in-service
 // servers: "higher advisor load (312 ms vs mean 80 ms)", "more active
 // connections per weight (30.0 vs mean 10.0)", "lower system load (20 vs
-// mean 75)". Notes follow after "; ": "back in service at configured weight
+// mean 75)"; or "back towards configured weight 10" when loads are even
+// and the weight returns to the operator's. Notes follow after "; ": "back in service at configured weight
 // 8", "capped to weightbound 20", "stale metric ignored", "no advisor
 // load", "bad metric ignored".
 //
@@ -143,15 +154,19 @@
 //     0..weightbound.
 //  3. Determinism and equilibrium. There is no state, clock or randomness.
 //     When every in-service server has the same loads (per unit of weight
-//     for connections), every r_k is 1, F = 1, target = now, and no weight
-//     changes.
+//     for connections), every r_k is 1, F = 1 and target = the configured
+//     weight: servers at their configured weights keep them (unchanged
+//     inputs, unchanged weights), others move back towards theirs.
 //  4. Smoothing. proposed lies between now and round(target) and moves at
-//     most |target − now|/smoothing + ½ (the rounding).
+//     most |target − now|/smoothing + ½ (the rounding), or one unit when
+//     that would not move it although round(target) differs.
 //  5. Sensitivity. When Change ≤ sensitivity, balanced servers keep their
 //     current weights; otherwise they take the proposed ones.
 //  6. Connections per unit of weight. Scaling a server's weight and its
 //     connection counts by the same factor changes neither its own factor
-//     F nor any other server's target.
+//     F nor any server's target (its own included, when anchored to a
+//     configured weight): a heavily weighted server is not punished for
+//     its own share.
 //
 // # Never herd (seed 000)
 //
@@ -163,7 +178,7 @@
 //     spreads new connections over all servers in service in their ratio.
 //     The best-looking server gets a larger share, never all of it.
 //   - However much better a server looks, its target is at most MaxRise
-//     (1.5) × its current weight and at most the weightbound, and smoothing
+//     (1.5) × its configured weight and at most the weightbound, and smoothing
 //     takes only 1/smoothing of that step per cycle: from weight 10, one
 //     cycle (smoothing 1.5) raises a server to 13 at most, whatever its
 //     figures. Falls are fast (an overloaded server's target can drop to 1

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// MaxRise is the most a server's target can exceed its current weight in one
-// cycle, as a factor: target <= MaxRise × now. With the default smoothing
-// the weight itself then rises by at most a third per cycle. Falls are not
-// limited this way: an overloaded server's target can drop to 1 at once.
+// MaxRise is the most a server's target can exceed its configured weight,
+// as a factor: target <= MaxRise × configured (and never above the
+// weightbound), however idle the server looks. Falls are not limited this
+// way: an overloaded server's target can drop to 1.
 const MaxRise = (gain + 1) / gain
 
 // Constants of the formula; doc.go explains each.
@@ -26,6 +26,9 @@ const (
 	advisorFloor = 5.0
 	// metricFloor (points of 0..100) does the same for metric loads.
 	metricFloor = 10.0
+	// evenFactor: a load factor within this of 1 is called even in
+	// reasons; the weight then moves only towards its anchor.
+	evenFactor = 0.05
 	// maxAdvisor caps an advisor load (ms) so that sums cannot overflow.
 	maxAdvisor = 1e9
 	// equalTolerance: a relative load within this of 1 is exactly 1, so
@@ -79,8 +82,10 @@ type Server struct {
 	Key string `json:"key"`
 	// Weight is the server's weight now, as the executor has it.
 	Weight int `json:"weight"`
-	// Configured is the operator's weight: the start value of a server
-	// that (re)enters service with weight 0, and the weight of a Fixed one.
+	// Configured is the operator's weight: the anchor the loads scale
+	// (equal loads bring the weight back to it), the start value of a
+	// server that (re)enters service with weight 0, and the weight of a
+	// Fixed one. Zero means none: the current weight anchors.
 	Configured int `json:"configured"`
 	// Fixed says the manager never changes the weight (IBM's fixedweight):
 	// it is Configured, capped to the weightbound.
@@ -120,10 +125,12 @@ type ServerResult struct {
 type Result struct {
 	// Servers holds one entry per input server, in the same order.
 	Servers []ServerResult `json:"servers"`
-	// Change is the load-driven change in percent: the sum over the
-	// balanced servers (in service, not fixed) of |Proposed − now|, divided
-	// by the sum of their current weights, × 100. It is pushed only when
-	// it exceeds Params.Sensitivity.
+	// Change is the load-driven change the port asks for, in percent: the
+	// sum over the balanced servers (in service, not fixed) of
+	// |round(Target) − now|, divided by the sum of their current weights,
+	// × 100. The smoothed weights (Proposed) are pushed only when it
+	// exceeds Params.Sensitivity: small wishes (noise) are ignored, large
+	// ones are followed in damped steps.
 	Change float64 `json:"change"`
 	// Push reports whether any Weight differs from the server's current
 	// Weight: either Change exceeded the sensitivity, or a server must
@@ -161,7 +168,9 @@ type work struct {
 	met   uint8 // sample state of the metric
 	dom   int8  // input that moved the target most, or -1
 	base  float64
-	rs    int // Reason's bounds in the reason buffer
+	f     float64 // the load factor F
+	anch  float64 // the anchor the factor scales
+	rs    int     // Reason's bounds in the reason buffer
 	re    int
 }
 
@@ -278,15 +287,26 @@ func Compute(p Params, servers []Server, now time.Time) Result {
 			default:
 				w.base = float64(s.Weight)
 			}
+			// The target is anchored to the operator's weight: loads
+			// scale it, so equal loads bring every server back to its
+			// configured weight (a server that recovered gets its share
+			// back), and a server that looks idle gets at most MaxRise
+			// times its configured weight.
+			// Without a configured weight (0), the current one anchors.
+			anchor := w.base
+			if s.Configured >= 1 {
+				anchor = float64(min(s.Configured, p.WeightBound))
+			}
 			f := w.factor(&prop)
-			target := w.base * f
+			w.f, w.anch = f, anchor
+			target := anchor * f
 			if !(target >= 1) { // NaN too
 				target = 1
 			}
 			target = min(target, bound)
 			r.Target = target
 			r.Proposed = int(step(w.base, target, p.Smoothing))
-			moved += math.Abs(float64(r.Proposed) - w.base)
+			moved += math.Abs(math.Round(target) - w.base)
 			total += w.base
 		}
 	}
@@ -374,11 +394,20 @@ func (w *work) factor(prop *[nInputs]float64) float64 {
 }
 
 // step moves now 1/smoothing of the way to target and rounds to the nearest
-// integer, halves away from zero. As now + (target−now)/smoothing lies
-// between now (an integer) and target, the result lies between now and
-// round(target).
+// integer, halves away from zero; when that rounds back to now although
+// round(target) differs, it moves one unit towards the target, so that a
+// weight never sticks short of its target (weight 1 with target 1.6 would
+// otherwise stay 1 forever). The result lies between now and round(target).
 func step(now, target, smoothing float64) float64 {
-	return math.Round(now + (target-now)/smoothing)
+	next := math.Round(now + (target-now)/smoothing)
+	goal := math.Round(target)
+	switch {
+	case next == now && goal > now:
+		next = now + 1
+	case next == now && goal < now:
+		next = now - 1
+	}
+	return next
 }
 
 // reason appends a balanced server's reason to buf.
@@ -395,6 +424,10 @@ func (w *work) reason(buf []byte, s *Server, r *ServerResult, pushed bool, bound
 		buf = append(buf, "below sensitivity: kept (proposed "...)
 		buf = strconv.AppendInt(buf, int64(r.Proposed), 10)
 		buf = append(buf, ')')
+	case r.Proposed != base && math.Abs(w.f-1) < evenFactor:
+		// Loads are even: the weight returns to the operator's.
+		buf = append(buf, "back towards configured weight "...)
+		buf = strconv.AppendInt(buf, int64(w.anch), 10)
 	case r.Proposed != base:
 		buf = w.driver(buf, r.Proposed > base)
 	}

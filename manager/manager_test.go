@@ -2,6 +2,7 @@ package manager
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,10 +185,12 @@ func TestCompute(t *testing.T) {
 			},
 			// a and c start from their configured weights (at least 1), b
 			// from the bound; a and c have no connections yet and look less
-			// loaded than b (10 per unit of its actual weight 25).
+			// loaded than b (10 per unit of its actual weight 25), whose
+			// target is its configured 10 scaled down, reached in a
+			// smoothed step from 20.
 			want: []want{
 				{9, "fewer active connections per weight (0.0 vs mean 5.0); back in service at configured weight 8"},
-				{15, "more active connections per weight (10.0 vs mean 0.0); capped to weightbound 20"},
+				{11, "more active connections per weight (10.0 vs mean 0.0); capped to weightbound 20"},
 				{1, "back in service at configured weight 1"},
 			},
 			push: true,
@@ -269,15 +272,19 @@ func TestStaleNotZero(t *testing.T) {
 
 // TestSmoothingConverges runs a closed loop: the advisor load of a server
 // grows with its share of the traffic divided by its capacity, and server
-// c has twice the capacity of a and b. The weights move by damped steps
-// and settle near 1:1:2 with sensitivity 0; with the default sensitivity
+// c has twice the capacity of a and b. When the operator's weights say so
+// (10 10 20), the weights stay near 1:1:2; when they do not (10 10 10), c
+// gains weight, but at most MaxRise times its configured weight: the
+// manager adjusts the operator's weights, it does not replace them. The
+// weights move by damped steps and settle; with the default sensitivity
 // they settle earlier, inside the dead band.
 func TestSmoothingConverges(t *testing.T) {
 	capacity := []float64{1, 1, 2}
+	configured := []int{10, 10, 20}
 	run := func(t *testing.T, sensitivity float64) ([]int, Result) {
 		p := params(0, 0, 100, 0)
 		p.Sensitivity = sensitivity
-		weights := []int{10, 10, 10}
+		weights := slices.Clone(configured)
 		stable := 0
 		var res Result
 		for cycle := range 30 {
@@ -288,13 +295,13 @@ func TestSmoothingConverges(t *testing.T) {
 			servers := make([]Server, len(weights))
 			for i, w := range weights {
 				share := float64(w) / total
-				servers[i] = Server{Key: string(rune('a' + i)), Weight: w, Configured: 10,
+				servers[i] = Server{Key: string(rune('a' + i)), Weight: w, Configured: configured[i],
 					Advisor: fresh(20 + 600*share/capacity[i])}
 			}
 			res = Compute(p, servers, t0)
 			for i, r := range res.Servers {
 				now := float64(weights[i])
-				if d := math.Abs(float64(r.Proposed) - now); d > math.Abs(r.Target-now)/p.Smoothing+0.5 {
+				if d := math.Abs(float64(r.Proposed) - now); d > max(1, math.Abs(r.Target-now)/p.Smoothing+0.5) {
 					t.Fatalf("cycle %d server %s: moved %v, more than |%.2f-%v|/%v+0.5", cycle, r.Key, d, r.Target, now, p.Smoothing)
 				}
 			}
@@ -325,6 +332,13 @@ func TestSmoothingConverges(t *testing.T) {
 		weights, res := run(t, DefaultSensitivity)
 		if weights[2] <= weights[0] || res.Change > DefaultSensitivity {
 			t.Fatalf("weights settled at %v (change %.1f%%), want c above a, change within %v%%", weights, res.Change, DefaultSensitivity)
+		}
+	})
+	t.Run("equal configured weights", func(t *testing.T) {
+		configured = []int{10, 10, 10}
+		weights, _ := run(t, 0)
+		if weights[2] <= weights[0] || float64(weights[2]) > MaxRise*10 {
+			t.Fatalf("weights settled at %v, want c above a and at most %v", weights, MaxRise*10)
 		}
 	})
 }
@@ -433,5 +447,31 @@ func TestStateString(t *testing.T) {
 		if got := s.String(); got != want {
 			t.Errorf("State(%d) = %q, want %q", s, got, want)
 		}
+	}
+}
+
+// TestRecovery is the lab's slow-backend case: a server that was pushed
+// down to weight 1 while slow, and is as fast as the others again, climbs
+// back to its configured weight under the default sensitivity, a unit or
+// more per cycle — a weight never sticks short of its target.
+func TestRecovery(t *testing.T) {
+	p := params(25, 25, 50, 0)
+	weights := []int{20, 1, 20}
+	configured := []int{10, 10, 10}
+	for cycle := range 20 {
+		servers := make([]Server, 3)
+		for i := range servers {
+			w := uint64(weights[i])
+			servers[i] = Server{Key: string(rune('a' + i)), Weight: weights[i], Configured: configured[i],
+				Active: 3 * w, New: 10 * w, Advisor: fresh(1)}
+		}
+		res := Compute(p, servers, t0)
+		for i, r := range res.Servers {
+			weights[i] = r.Weight
+		}
+		t.Logf("cycle %2d: weights %v, change %.1f%%, push %v, b: %s", cycle, weights, res.Change, res.Push, res.Servers[1].Reason)
+	}
+	if !slices.Equal(weights, configured) {
+		t.Fatalf("weights settled at %v, want the configured %v", weights, configured)
 	}
 }

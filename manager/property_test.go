@@ -113,7 +113,8 @@ func TestPropMoreLoadNeverRaises(t *testing.T) {
 
 // TestPropBounds is property 2, with the never-herd bound on targets: a
 // balanced server's weight is within 1..weightbound and its target at most
-// MaxRise × the weight it starts from; others get 0 or their fixed weight.
+// MaxRise × its anchor (its configured weight, else the weight it starts
+// from); others get 0 or their fixed weight.
 func TestPropBounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
@@ -140,7 +141,7 @@ func TestPropBounds(t *testing.T) {
 				if r.Weight < 1 || r.Weight > p.WeightBound || r.Proposed < 1 || r.Proposed > p.WeightBound {
 					t.Fatalf("balanced %+v: %+v outside 1..%d", s, r, p.WeightBound)
 				}
-				if limit := min(MaxRise*float64(start(s, p.WeightBound)), float64(p.WeightBound)); r.Target > limit || r.Target < 1 {
+				if limit := min(MaxRise*float64(anchor(s, p.WeightBound)), float64(p.WeightBound)); r.Target > limit || r.Target < 1 {
 					t.Fatalf("balanced %+v: target %v outside 1..%v", s, r.Target, limit)
 				}
 			}
@@ -149,8 +150,9 @@ func TestPropBounds(t *testing.T) {
 }
 
 // TestPropDeterministicAndEquilibrium is property 3: the same inputs give
-// the same outputs, and identical loads (connections per unit of weight)
-// leave every balanced weight where it is.
+// the same outputs; identical loads (connections per unit of weight) leave
+// every balanced weight that sits at its configured weight where it is, and
+// bring the others back towards theirs.
 func TestPropDeterministicAndEquilibrium(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
@@ -173,6 +175,7 @@ func TestPropDeterministicAndEquilibrium(t *testing.T) {
 				continue
 			}
 			s.Weight = rapid.IntRange(1, p.WeightBound).Draw(t, "eqWeight")
+			s.Configured = s.Weight // the operator's weight: the equilibrium
 			w := uint64(s.Weight)
 			s.Active, s.New = perActive*w, perNew*w
 			if !s.Advisor.At.IsZero() {
@@ -191,12 +194,34 @@ func TestPropDeterministicAndEquilibrium(t *testing.T) {
 		if res.Change != 0 {
 			t.Fatalf("equal loads: change %v", res.Change)
 		}
+
+		// Equal loads away from the configured weights: every target is
+		// the configured weight, and each weight moves towards it.
+		for i := range servers {
+			if balanced(servers[i]) {
+				servers[i].Configured = rapid.IntRange(1, p.WeightBound).Draw(t, "configured")
+			}
+		}
+		res = Compute(p, servers, t0)
+		for i, s := range servers {
+			r := res.Servers[i]
+			if !balanced(s) {
+				continue
+			}
+			if r.Target != float64(s.Configured) {
+				t.Fatalf("equal loads: %+v has target %v, want its configured weight", s, r.Target)
+			}
+			if lo, hi := min(s.Weight, s.Configured), max(s.Weight, s.Configured); r.Proposed < lo || r.Proposed > hi {
+				t.Fatalf("equal loads: %+v proposed %d, not between its weight and its configured weight", s, r.Proposed)
+			}
+		}
 	})
 }
 
 // TestPropSmoothing is property 4: the proposed weight lies between the
 // starting weight and round(target), and moves at most |target −
-// now|/smoothing + ½ (the rounding).
+// now|/smoothing + ½ (the rounding), or one unit when that would not move
+// it at all although round(target) differs.
 func TestPropSmoothing(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
@@ -213,17 +238,18 @@ func TestPropSmoothing(t *testing.T) {
 			if prop < lo || prop > hi {
 				t.Fatalf("%+v: proposed %v outside [%v, %v]", s, prop, lo, hi)
 			}
-			if d := math.Abs(prop - now); d > math.Abs(r.Target-now)/p.Smoothing+0.5+1e-9 {
+			if d := math.Abs(prop - now); d > max(1, math.Abs(r.Target-now)/p.Smoothing+0.5+1e-9) {
 				t.Fatalf("%+v: moved %v from %v towards %v, more than 1/%v of the way + ½", s, d, now, r.Target, p.Smoothing)
 			}
 		}
 	})
 }
 
-// TestPropSensitivity is property 5: Change is 100 × Σ|proposed − now| /
-// Σ now over the balanced servers; above the sensitivity balanced servers
-// take the proposed weights, otherwise they keep their current ones; Push
-// says whether any weight differs from the current one.
+// TestPropSensitivity is property 5: Change is 100 × Σ|round(target) −
+// now| / Σ now over the balanced servers (the change the loads ask for);
+// above the sensitivity balanced servers take the proposed (smoothed)
+// weights, otherwise they keep their current ones; Push says whether any
+// weight differs from the current one.
 func TestPropSensitivity(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
@@ -240,7 +266,7 @@ func TestPropSensitivity(t *testing.T) {
 				continue
 			}
 			now := start(s, p.WeightBound)
-			moved += math.Abs(float64(r.Proposed - now))
+			moved += math.Abs(math.Round(r.Target) - float64(now))
 			total += float64(now)
 		}
 		want := 0.0
@@ -271,7 +297,9 @@ func TestPropSensitivity(t *testing.T) {
 
 // TestPropPerUnitOfWeight is property 6: scaling a server's weight and its
 // connection counts by the same factor leaves the other servers' targets
-// exactly as they were and scales its own target by the same factor.
+// exactly as they were, and its own too when it has a configured weight
+// (its load per unit of weight did not change: it is not punished for its
+// own share); without one its target, anchored to its weight, scales.
 func TestPropPerUnitOfWeight(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
@@ -297,7 +325,11 @@ func TestPropPerUnitOfWeight(t *testing.T) {
 		ta, tb := a.Servers[i].Target, b.Servers[i].Target
 		bound := float64(p.WeightBound)
 		if ta > 1 && ta < bound && tb > 1 && tb < bound {
-			if want := ta * float64(k); math.Abs(tb-want) > 1e-9*want {
+			want := ta * float64(k)
+			if s.Configured >= 1 {
+				want = ta
+			}
+			if math.Abs(tb-want) > 1e-9*want {
 				t.Fatalf("scaling server %d by %d: target %v → %v, want %v", i, k, ta, tb, want)
 			}
 		}
@@ -358,4 +390,13 @@ func TestPropNoPanic(t *testing.T) {
 			}
 		}
 	})
+}
+
+// anchor is the weight a balanced server's loads scale: its configured
+// weight (capped to the bound) when it has one, else its start weight.
+func anchor(s Server, bound int) int {
+	if s.Configured >= 1 {
+		return min(s.Configured, bound)
+	}
+	return start(s, bound)
 }
