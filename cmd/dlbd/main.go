@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/netif"
 	"github.com/dlbproject/dlb/pkg/server"
 )
@@ -37,6 +40,8 @@ type options struct {
 	pinDir        string
 	connTableSize uint32
 	logLevel      string
+	scriptsDir    string
+	scriptTimeout time.Duration
 }
 
 func main() {
@@ -76,6 +81,9 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 	f.StringVar(&o.pinDir, "pin-dir", datapath.DefaultPinDir, "bpffs directory where the executor is pinned")
 	f.Uint32Var(&o.connTableSize, "conn-table-size", 262144, "capacity of the connection table (fixed once pinned)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
+		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert and halfOpenAlertDone")
+	f.DurationVar(&o.scriptTimeout, "script-timeout", 10*time.Second, "an event script is killed when it runs longer")
 	return cmd
 }
 
@@ -102,10 +110,14 @@ func run(ctx context.Context, o options) error {
 			}
 			return dp, nil
 		},
-		Netif:       netif.New(),
-		Logger:      log,
-		MaxServices: maxServices,
-		MaxBackends: maxBackends,
+		Netif:            netif.New(),
+		Logger:           log,
+		ScriptsDir:       o.scriptsDir,
+		ScriptTimeout:    o.scriptTimeout,
+		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
+		MetricErrorClass: metricErrorClass,
+		MaxServices:      maxServices,
+		MaxBackends:      maxBackends,
 	})
 	if err != nil {
 		return err
@@ -144,4 +156,61 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("serving the API: %w", err)
 	}
 	return nil
+}
+
+// newMetricSource returns the engine's factory of metric pollers: dlb's
+// authenticated agent through one shared client (which remembers every
+// agent's sequence numbers), or a Prometheus endpoint.
+func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Addr, []string) (dispatcher.MetricSource, error) {
+	return func(ms lb.MetricServer, server netip.Addr, names []string) (dispatcher.MetricSource, error) {
+		addr := netip.AddrPortFrom(server, ms.Port)
+		switch ms.Source {
+		case "prometheus":
+			queries := make([]metricserver.PromQuery, len(names))
+			for i, n := range names {
+				q, err := metricserver.ParsePromQuery(n)
+				if err != nil {
+					return nil, fmt.Errorf("metric %q: %w", n, err)
+				}
+				queries[i] = q
+			}
+			src, err := metricserver.NewPromSource("http://"+addr.String()+ms.Path, metricserver.PromOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) (map[string]float64, time.Time, error) {
+				r, err := src.Fetch(ctx, queries)
+				return r.Metrics, r.Time(), err
+			}, nil
+		default:
+			if ms.SecretFile == "" {
+				return nil, errors.New("no secret file: dlbctl metric set --secret-file FILE")
+			}
+			secret, err := metricserver.LoadSecret(ms.SecretFile)
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) (map[string]float64, time.Time, error) {
+				r, err := client.Fetch(ctx, addr, metricserver.FetchOptions{Secret: secret})
+				return r.Metrics, r.Time(), err
+			}, nil
+		}
+	}
+}
+
+// metricErrorClass names why a metric report was refused.
+func metricErrorClass(err error) string {
+	for _, c := range []struct {
+		err  error
+		name string
+	}{
+		{metricserver.ErrUnauthenticated, "unauthenticated"}, {metricserver.ErrReplayed, "replayed"},
+		{metricserver.ErrMalformed, "malformed"}, {metricserver.ErrOutOfRange, "out_of_range"},
+		{metricserver.ErrStale, "stale"}, {metricserver.ErrUnavailable, "unavailable"},
+	} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return ""
 }

@@ -22,6 +22,12 @@ const (
 	PathPorts = "/v1/ports"
 	// PathServers reports servers (GET, ?target=cluster@port@server).
 	PathServers = "/v1/servers"
+	// PathManager reports the manager: weights and their inputs (GET).
+	PathManager = "/v1/manager"
+	// PathAdvisors reports the advisors and their probes (GET).
+	PathAdvisors = "/v1/advisors"
+	// PathMetrics reports the metric servers' figures (GET).
+	PathMetrics = "/v1/metrics"
 )
 
 // Objects an Op can change.
@@ -30,17 +36,22 @@ const (
 	ObjectCluster  = "cluster"
 	ObjectPort     = "port"
 	ObjectServer   = "server"
+	ObjectManager  = "manager"
+	ObjectAdvisor  = "advisor"
+	ObjectMetric   = "metric"
 )
 
 // Actions an Op can take. Not every object takes every action.
 const (
-	ActionStart  = "start"  // executor
-	ActionStop   = "stop"   // executor
-	ActionSet    = "set"    // executor, port, server
-	ActionAdd    = "add"    // cluster, port, server
-	ActionRemove = "remove" // cluster, port, server
-	ActionDown   = "down"   // server
-	ActionUp     = "up"     // server
+	ActionStart     = "start"     // executor, manager, advisor
+	ActionStop      = "stop"      // executor, manager, advisor
+	ActionSet       = "set"       // executor, cluster, port, server, manager, advisor, metric
+	ActionAdd       = "add"       // cluster, port, server, metric
+	ActionRemove    = "remove"    // cluster, port, server, metric
+	ActionDown      = "down"      // server
+	ActionUp        = "up"        // server
+	ActionQuiesce   = "quiesce"   // manager (target: cluster@port@server, or a server address)
+	ActionUnquiesce = "unquiesce" // manager
 )
 
 // Request is a batch of operations, applied all or none.
@@ -64,7 +75,8 @@ type Op struct {
 	FinTimeout *int64  `json:"fin_timeout,omitempty"`
 
 	// Cluster parameters.
-	Configure *bool `json:"configure,omitempty"`
+	Configure   *bool   `json:"configure,omitempty"`
+	Proportions []int64 `json:"proportions,omitempty"` // active new port system
 
 	// Port parameters.
 	Protocol     *string `json:"protocol,omitempty"`
@@ -72,9 +84,40 @@ type Op struct {
 	StickyTime   *int64  `json:"sticky_time,omitempty"`
 	StaleTimeout *int64  `json:"stale_timeout,omitempty"`
 	WeightBound  *int64  `json:"weight_bound,omitempty"`
+	AllDown      *string `json:"all_down,omitempty"`
 
 	// Server parameters.
-	Weight *int64 `json:"weight,omitempty"`
+	Weight          *int64  `json:"weight,omitempty"`
+	FixedWeight     *bool   `json:"fixed_weight,omitempty"`
+	AdvisorRequest  *string `json:"advisor_request,omitempty"`
+	AdvisorResponse *string `json:"advisor_response,omitempty"`
+
+	// Manager parameters. Interval is also an advisor's.
+	Interval    *float64 `json:"interval,omitempty"`
+	Refresh     *int64   `json:"refresh,omitempty"`
+	Smoothing   *float64 `json:"smoothing,omitempty"`
+	Sensitivity *float64 `json:"sensitivity,omitempty"`
+	// Now, with quiesce, also drops the server's affinity records.
+	Now *bool `json:"now,omitempty"`
+
+	// Advisor parameters; the target is cluster@port (cluster empty for
+	// every cluster balancing the port).
+	Advisor        *string  `json:"advisor,omitempty"`
+	ConnectTimeout *float64 `json:"connect_timeout,omitempty"`
+	ReceiveTimeout *float64 `json:"receive_timeout,omitempty"`
+	Retries        *int64   `json:"retries,omitempty"`
+	Rise           *int64   `json:"rise,omitempty"`
+	Fall           *int64   `json:"fall,omitempty"`
+	Program        *string  `json:"program,omitempty"`
+	Args           []string `json:"args,omitempty"`
+	Mode           *string  `json:"mode,omitempty"`
+
+	// Metric parameters; the target of add/remove is a cluster.
+	Metrics    []string `json:"metrics,omitempty"`
+	Source     *string  `json:"source,omitempty"`
+	MetricPort *int64   `json:"metric_port,omitempty"`
+	SecretFile *string  `json:"secret_file,omitempty"`
+	Path       *string  `json:"path,omitempty"`
 }
 
 // Result answers an accepted Request.
@@ -144,9 +187,11 @@ type ExecutorReport struct {
 
 // ClusterReport describes a cluster.
 type ClusterReport struct {
-	Address   string `json:"address"`
-	Configure bool   `json:"configure"`
-	Ports     int    `json:"ports"`
+	Address     string   `json:"address"`
+	Configure   bool     `json:"configure"`
+	Ports       int      `json:"ports"`
+	Proportions []int    `json:"proportions"` // active new port system
+	Metrics     []string `json:"metrics,omitempty"`
 	Counters
 }
 
@@ -159,6 +204,7 @@ type PortReport struct {
 	StickyTime   uint32 `json:"sticky_time"`
 	StaleTimeout uint32 `json:"stale_timeout"`
 	WeightBound  uint32 `json:"weight_bound"`
+	AllDown      string `json:"all_down"`
 	Servers      int    `json:"servers"`
 	Counters
 }
@@ -172,6 +218,11 @@ const (
 	StateDown = "down"
 	// StateUnresolved: its MAC address is not known yet.
 	StateUnresolved = "unresolved"
+	// StateQuiesced: the manager quiesced it; like down.
+	StateQuiesced = "quiesced"
+	// StateFailed: its advisor found it down; new connections go
+	// elsewhere until the advisor sees it up again.
+	StateFailed = "failed"
 )
 
 // ServerReport describes one server of one port.
@@ -179,8 +230,130 @@ type ServerReport struct {
 	Cluster string `json:"cluster"`
 	Port    uint16 `json:"port"`
 	Address string `json:"address"`
-	Weight  uint32 `json:"weight"`
-	State   string `json:"state"`
-	MAC     string `json:"mac,omitempty"`
+	// Weight is the operator's (configured) weight; CurrentWeight the one
+	// the executor uses now (the manager's, while it runs).
+	Weight          uint32 `json:"weight"`
+	CurrentWeight   uint32 `json:"current_weight"`
+	FixedWeight     bool   `json:"fixed_weight,omitempty"`
+	State           string `json:"state"`
+	MAC             string `json:"mac,omitempty"`
+	AdvisorRequest  string `json:"advisor_request,omitempty"`
+	AdvisorResponse string `json:"advisor_response,omitempty"`
 	Counters
+}
+
+// ManagerReport describes the manager and, per port and server, the
+// weights and the inputs they came from.
+type ManagerReport struct {
+	Started     bool    `json:"started"`
+	Interval    float64 `json:"interval"`
+	Refresh     int     `json:"refresh"`
+	Smoothing   float64 `json:"smoothing"`
+	Sensitivity float64 `json:"sensitivity"`
+	// Cycles counts manager cycles since dlbd started.
+	Cycles uint64        `json:"cycles"`
+	Ports  []ManagerPort `json:"ports"`
+}
+
+// ManagerPort is one port in the manager report.
+type ManagerPort struct {
+	Cluster     string `json:"cluster"`
+	Port        uint16 `json:"port"`
+	Proportions []int  `json:"proportions"`
+	WeightBound uint32 `json:"weight_bound"`
+	// Alert says that no server of the port takes new connections.
+	Alert bool `json:"alert"`
+	// Change is the last cycle's weight change in percent, and Pushed
+	// whether it passed the sensitivity threshold.
+	Change  float64         `json:"change"`
+	Pushed  bool            `json:"pushed"`
+	Servers []ManagerServer `json:"servers"`
+}
+
+// ManagerServer is one server in the manager report: IBM's columns.
+type ManagerServer struct {
+	Address string `json:"address"`
+	// Weight is the weight the executor uses now; NewWeight the one the
+	// last cycle computed (applied only when pushed).
+	Weight    uint32 `json:"weight"`
+	NewWeight uint32 `json:"new_weight"`
+	// Active and New are ACTV and NEWC (new connections in the last
+	// refresh period).
+	Active uint64 `json:"active"`
+	New    uint64 `json:"new"`
+	// PortLoad is the advisor's load in ms (-1: down, 0: no advisor).
+	PortLoad int64 `json:"port_load"`
+	// SystemLoad is the metric servers' load 0..100 (-1: none or stale).
+	SystemLoad float64 `json:"system_load"`
+	State      string  `json:"state"`
+	// Reason says why the weight last changed.
+	Reason string `json:"reason"`
+}
+
+// AdvisorReport describes one started advisor and its servers.
+type AdvisorReport struct {
+	Name           string          `json:"name"`
+	Cluster        string          `json:"cluster,omitempty"`
+	Port           uint16          `json:"port"`
+	Interval       float64         `json:"interval"`
+	ConnectTimeout float64         `json:"connect_timeout"`
+	ReceiveTimeout float64         `json:"receive_timeout"`
+	Retries        int             `json:"retries"`
+	Rise           int             `json:"rise"`
+	Fall           int             `json:"fall"`
+	Program        string          `json:"program,omitempty"`
+	Args           []string        `json:"args,omitempty"`
+	Mode           string          `json:"mode,omitempty"`
+	Servers        []AdvisorServer `json:"servers"`
+}
+
+// Advisor states of a server.
+const (
+	AdvisorUp      = "up"
+	AdvisorDown    = "down"
+	AdvisorUnknown = "unknown"
+)
+
+// AdvisorServer is one probed server in the advisor report.
+type AdvisorServer struct {
+	Address string `json:"address"`
+	Port    uint16 `json:"port"`
+	State   string `json:"state"`
+	// LoadMS is the last probe's load in ms (-1: down).
+	LoadMS int64 `json:"load_ms"`
+	// Since is when the server entered its state (RFC 3339), and
+	// SecondsInState how long ago that was.
+	Since          string  `json:"since,omitempty"`
+	SecondsInState float64 `json:"seconds_in_state"`
+	LastError      string  `json:"last_error,omitempty"`
+	Probes         uint64  `json:"probes"`
+	Failures       uint64  `json:"failures"`
+}
+
+// MetricReport describes the metric sources and what they reported.
+type MetricReport struct {
+	Source     string           `json:"source"`
+	Port       uint16           `json:"port"`
+	SecretFile string           `json:"secret_file,omitempty"`
+	Path       string           `json:"path,omitempty"`
+	Clusters   []MetricCluster  `json:"clusters"`
+	Servers    []MetricServer   `json:"servers"`
+	Refused    map[string]int64 `json:"refused"`
+}
+
+// MetricCluster lists a cluster's metrics.
+type MetricCluster struct {
+	Cluster string   `json:"cluster"`
+	Metrics []string `json:"metrics"`
+}
+
+// MetricServer is one server's last report.
+type MetricServer struct {
+	Address string             `json:"address"`
+	Values  map[string]float64 `json:"values,omitempty"`
+	// AgeSeconds is how old the report is; Stale says the manager
+	// ignores it (older than 3 manager intervals).
+	AgeSeconds float64 `json:"age_seconds"`
+	Stale      bool    `json:"stale"`
+	LastError  string  `json:"last_error,omitempty"`
 }

@@ -87,6 +87,27 @@ func (c *Client) Servers(ctx context.Context, target string) ([]api.ServerReport
 	return r, err
 }
 
+// Manager reports the manager: weights and their inputs.
+func (c *Client) Manager(ctx context.Context) (api.ManagerReport, error) {
+	var r api.ManagerReport
+	err := c.do(ctx, http.MethodGet, api.PathManager, "", nil, &r)
+	return r, err
+}
+
+// Advisors reports the started advisors and their servers.
+func (c *Client) Advisors(ctx context.Context) ([]api.AdvisorReport, error) {
+	var r []api.AdvisorReport
+	err := c.do(ctx, http.MethodGet, api.PathAdvisors, "", nil, &r)
+	return r, err
+}
+
+// Metrics reports the metric servers' figures.
+func (c *Client) Metrics(ctx context.Context) (api.MetricReport, error) {
+	var r api.MetricReport
+	err := c.do(ctx, http.MethodGet, api.PathMetrics, "", nil, &r)
+	return r, err
+}
+
 func (c *Client) do(ctx context.Context, method, path, target string, body, out any) error {
 	u := "http://dlbd" + path
 	if target != "" {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -54,7 +56,17 @@ func (e *Engine) apply(ops []api.Op) (api.Result, error) {
 		}
 		return api.Result{}, &OpError{Index: last, Err: err}
 	}
+	e.resetWeights(e.cfg, next)
 	e.cfg, e.ids = next, nextIDs
+	e.reconcileProbes(e.cfg)
+	e.reconcileMetrics(e.cfg)
+	if e.cfg.Manager.Started {
+		// Weights reset by this change take effect now, not at the next
+		// cycle.
+		e.pushDataplane("change")
+	} else {
+		e.checkAlerts()
+	}
 	for i, op := range ops {
 		e.log.Info("applied", "op", i, "object", op.Object, "action", op.Action, "target", op.Target)
 	}
@@ -224,37 +236,48 @@ type table struct {
 	sum         uint64
 }
 
-// dataplane computes what the executor's maps must hold for cfg.
+// dataplane computes what the executor's maps must hold for cfg. The
+// Maglev tables whose members or weights changed are rebuilt, in parallel
+// when there are several (a manager cycle may change many ports at once).
 func (e *Engine) dataplane(cfg lb.Config, x ids) lb.Dataplane {
 	dp := lb.Dataplane{NFA: cfg.Executor.NFA}
 	m := e.dp.MaglevSize()
 	live := map[uint32]bool{}
+	var stale []tableJob
 	for _, cl := range cfg.Clusters {
 		for _, p := range cl.Ports {
 			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
 			sid := x.Services[sk.String()]
 			live[sid] = true
 			var members []maglev.Backend
-			for _, s := range p.Servers {
+			states, _ := e.serverStates(cfg, cl, p)
+			for i, s := range p.Servers {
 				bk := lb.BackendKey{Service: sk, Server: s.Address}
 				nb := e.neigh[s.Address]
 				b := lb.DataplaneBackend{
 					ID: x.Backends[bk.String()], Service: sid, Address: s.Address,
 					MAC: nb.MAC, SrcMAC: nb.IfMAC, Ifindex: nb.Ifindex,
-					AcceptNew: !s.Down && s.Weight > 0 && nb.MAC != nil,
+					AcceptNew: states[i].accept,
 				}
 				dp.Backends = append(dp.Backends, b)
 				if b.AcceptNew {
-					members = append(members, maglev.Backend{Key: s.Address.String(), ID: b.ID, Weight: s.Weight})
+					members = append(members, maglev.Backend{Key: s.Address.String(), ID: b.ID, Weight: states[i].weight})
 				}
 			}
-			t := e.table(sid, members, m)
+			fp := fingerprint(members, m)
+			if t, ok := e.tables[sid]; !ok || t.fingerprint != fp {
+				stale = append(stale, tableJob{sid: sid, members: members, fp: fp})
+			}
 			dp.Services = append(dp.Services, lb.DataplaneService{
 				ID: sid, Cluster: cl.Address, Port: p.Number, Protocol: p.Protocol,
 				StaleTimeout: p.StaleTimeout, FinTimeout: cfg.Executor.FinTimeout,
-				Table: t.slots, TableSum: t.sum,
 			})
 		}
+	}
+	e.buildTables(stale, m)
+	for i := range dp.Services {
+		t := e.tables[dp.Services[i].ID]
+		dp.Services[i].Table, dp.Services[i].TableSum = t.slots, t.sum
 	}
 	for id := range e.tables {
 		if !live[id] {
@@ -264,30 +287,59 @@ func (e *Engine) dataplane(cfg lb.Config, x ids) lb.Dataplane {
 	return dp
 }
 
-// table returns the service's Maglev table, rebuilding it only when its
-// members or weights changed.
-func (e *Engine) table(sid uint32, members []maglev.Backend, m uint32) table {
+// tableJob is a Maglev table to rebuild.
+type tableJob struct {
+	sid     uint32
+	members []maglev.Backend
+	fp      string
+	out     table
+}
+
+// fingerprint identifies a table's inputs: its size and its members' keys,
+// ids and weights.
+func fingerprint(members []maglev.Backend, m uint32) string {
 	sort.Slice(members, func(i, j int) bool { return members[i].Key < members[j].Key })
 	var fp strings.Builder
 	fp.WriteString(strconv.Itoa(int(m)))
 	for _, b := range members {
 		fmt.Fprintf(&fp, ";%s/%d/%d", b.Key, b.ID, b.Weight)
 	}
-	if t, ok := e.tables[sid]; ok && t.fingerprint == fp.String() {
-		return t
+	return fp.String()
+}
+
+// buildTables rebuilds the given tables on up to GOMAXPROCS goroutines and
+// stores them in the cache.
+func (e *Engine) buildTables(jobs []tableJob, m uint32) {
+	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				j := &jobs[i]
+				slots, err := maglev.Build(j.members, m)
+				if err != nil {
+					// Build only fails on inputs the engine never produces
+					// (a non-prime size, duplicate keys); serve nothing
+					// rather than something wrong.
+					e.log.Error("building Maglev table", "service", j.sid, "err", err)
+					slots = nil
+				}
+				j.out = table{fingerprint: j.fp, slots: slots}
+				if slots != nil {
+					j.out.sum = lb.TableSum(slots)
+				}
+			}
+		}()
 	}
-	slots, err := maglev.Build(members, m)
-	if err != nil {
-		// Build only fails on inputs the engine never produces (a
-		// non-prime size, duplicate keys); serve nothing rather than
-		// something wrong.
-		e.log.Error("building Maglev table", "service", sid, "err", err)
-		slots = nil
+	for i := range jobs {
+		next <- i
 	}
-	t := table{fingerprint: fp.String(), slots: slots}
-	if slots != nil {
-		t.sum = lb.TableSum(slots)
+	close(next)
+	wg.Wait()
+	for _, j := range jobs {
+		e.tables[j.sid] = j.out
 	}
-	e.tables[sid] = t
-	return t
 }

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -75,6 +76,21 @@ type Options struct {
 	// ResolveWait bounds how long a change waits for new servers' MAC
 	// addresses to resolve before it is applied without them (default 1 s).
 	ResolveWait time.Duration
+	// ScriptsDir holds the operator's event scripts (serverDown, serverUp,
+	// managerAlert, managerClear, halfOpenAlert, halfOpenAlertDone); empty
+	// runs none. ScriptTimeout bounds each run (default 10 s).
+	ScriptsDir    string
+	ScriptTimeout time.Duration
+	// NewMetricSource builds the poller of one server's load agent; nil
+	// makes "metric add" refuse to start pollers (logged).
+	NewMetricSource func(ms lb.MetricServer, server netip.Addr, names []string) (MetricSource, error)
+	// NewAdvisor builds the probe an advisor configuration names; the
+	// default is package advisors' (tests substitute fakes).
+	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)
+	// MetricErrorClass names the class of a refused or failed metric report
+	// ("unauthenticated", "replayed", ...) for "dlbctl metric report";
+	// "failed" when nil or it returns "".
+	MetricErrorClass func(error) string
 }
 
 // Engine is the dispatcher's engine. Create it with New, run it with Run.
@@ -97,6 +113,26 @@ type Engine struct {
 	// configured maps cluster addresses the engine put on an interface to
 	// that interface.
 	configured map[netip.Addr]string
+
+	// ctx lives as long as Run; probe and metric loops hang off it.
+	ctx context.Context
+	// The manager: per-backend weights and inputs, per-port results.
+	backends map[lb.BackendKey]*backendRT
+	ports    map[lb.ServiceKey]*portRT
+	cycles   uint64
+	// The advisors: probe loops, their results and the servers' health.
+	probes   map[probeKey]*runningProbe
+	health   map[probeKey]*health
+	results  chan probeResult
+	probeGen uint64
+	// The metric servers: pollers, results and the last reports.
+	pollers       map[netip.Addr]*metricPoller
+	metrics       map[netip.Addr]*metricRT
+	metricResults chan metricResult
+	// metricRefused counts refused or failed metric reports by reason.
+	metricRefused map[string]int64
+	// events waiting for their scripts.
+	events chan event
 }
 
 // ErrStopped is returned by calls made after Run returned.
@@ -119,17 +155,34 @@ func New(opts Options) (*Engine, error) {
 	if opts.ResolveWait == 0 {
 		opts.ResolveWait = time.Second
 	}
+	if opts.NewAdvisor == nil {
+		opts.NewAdvisor = newAdvisor
+	}
+	if opts.ScriptTimeout == 0 {
+		opts.ScriptTimeout = 10 * time.Second
+	}
 	if opts.MaxServices == 0 || opts.MaxBackends == 0 {
 		return nil, errors.New("creating engine: MaxServices and MaxBackends must be set")
 	}
 	e := &Engine{
-		opts:       opts,
-		log:        opts.Logger,
-		mgmt:       make(chan func()),
-		neigh:      map[netip.Addr]lb.Neighbor{},
-		neighErr:   map[netip.Addr]error{},
-		tables:     map[uint32]table{},
-		configured: map[netip.Addr]string{},
+		opts:          opts,
+		log:           opts.Logger,
+		mgmt:          make(chan func()),
+		neigh:         map[netip.Addr]lb.Neighbor{},
+		neighErr:      map[netip.Addr]error{},
+		tables:        map[uint32]table{},
+		configured:    map[netip.Addr]string{},
+		ctx:           context.Background(),
+		backends:      map[lb.BackendKey]*backendRT{},
+		ports:         map[lb.ServiceKey]*portRT{},
+		probes:        map[probeKey]*runningProbe{},
+		health:        map[probeKey]*health{},
+		results:       make(chan probeResult, 64),
+		pollers:       map[netip.Addr]*metricPoller{},
+		metrics:       map[netip.Addr]*metricRT{},
+		metricResults: make(chan metricResult, 64),
+		metricRefused: map[string]int64{},
+		events:        make(chan event, maxQueuedEvents),
 	}
 	st, err := loadState(opts.StateDir)
 	if err != nil {
@@ -153,13 +206,38 @@ func New(opts Options) (*Engine, error) {
 // Run executes the engine's management loop until ctx is done. It then
 // releases the executor, which stays pinned and keeps forwarding.
 func (e *Engine) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.ctx = ctx
+	go e.runEvents(ctx)
+	e.reconcileProbes(e.cfg)
+	e.reconcileMetrics(e.cfg)
+	e.checkAlerts()
+
 	tick := time.NewTicker(e.opts.TickInterval)
 	defer tick.Stop()
 	sweep := time.NewTicker(e.opts.SweepInterval)
 	defer sweep.Stop()
+	cycle := time.NewTimer(seconds(e.cfg.Manager.Interval))
+	defer cycle.Stop()
 	for {
 		select {
+		case r := <-e.results:
+			e.onProbe(r)
+		case r := <-e.metricResults:
+			e.onMetric(r)
+		case now := <-cycle.C:
+			if e.cfg.Manager.Started {
+				e.managerCycle(now)
+			}
+			cycle.Reset(seconds(e.cfg.Manager.Interval))
 		case <-ctx.Done():
+			for _, p := range e.probes {
+				p.cancel()
+			}
+			for _, p := range e.pollers {
+				p.cancel()
+			}
 			if e.dp != nil {
 				if err := e.dp.Close(); err != nil {
 					e.log.Error("releasing the executor", "err", err)

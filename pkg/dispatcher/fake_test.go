@@ -26,6 +26,7 @@ type fakeDatapath struct {
 	failNext error // returned by the next Apply
 	removed  bool
 	closed   bool
+	maglev   uint32 // table size; 251 when 0
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
@@ -69,11 +70,16 @@ func (f *fakeDatapath) Stats() (lb.DataplaneStats, error) {
 	return lb.DataplaneStats{Services: map[uint32]lb.Counters{}, Backends: map[uint32]lb.Counters{}}, nil
 }
 func (f *fakeDatapath) Sweep() (lb.SweepResult, error) { return lb.SweepResult{}, nil }
-func (f *fakeDatapath) MaglevSize() uint32             { return 251 }
-func (f *fakeDatapath) ConnTableCapacity() uint32      { return 1024 }
-func (f *fakeDatapath) PinDir() string                 { return "/fake" }
-func (f *fakeDatapath) Close() error                   { f.closed = true; return nil }
-func (f *fakeDatapath) Remove() error                  { f.removed = true; f.attached = false; return nil }
+func (f *fakeDatapath) MaglevSize() uint32 {
+	if f.maglev == 0 {
+		return 251
+	}
+	return f.maglev
+}
+func (f *fakeDatapath) ConnTableCapacity() uint32 { return 1024 }
+func (f *fakeDatapath) PinDir() string            { return "/fake" }
+func (f *fakeDatapath) Close() error              { f.closed = true; return nil }
+func (f *fakeDatapath) Remove() error             { f.removed = true; f.attached = false; return nil }
 
 // fakeNetif resolves servers from a table and records addresses.
 type fakeNetif struct {
@@ -138,6 +144,8 @@ type harness struct {
 	dir   string
 	opens int
 	stop  func()
+	// extra adjusts the engine's options before each start.
+	extra func(*Options)
 }
 
 func newHarness(t *testing.T, dir string) *harness {
@@ -153,7 +161,7 @@ func newHarness(t *testing.T, dir string) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	var err error
-	h.e, err = New(Options{
+	opts := Options{
 		StateDir:     h.dir,
 		OpenDatapath: func() (Datapath, error) { h.opens++; return h.dp, nil },
 		Netif:        h.nif,
@@ -161,7 +169,11 @@ func (h *harness) start() {
 		MaxServices:  4096, MaxBackends: 16384,
 		TickInterval: 20 * time.Millisecond, SweepInterval: time.Hour,
 		ResolveWait: 50 * time.Millisecond,
-	})
+	}
+	if h.extra != nil {
+		h.extra(&opts)
+	}
+	h.e, err = New(opts)
 	if err != nil {
 		h.t.Fatalf("New: %v", err)
 	}

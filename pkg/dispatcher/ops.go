@@ -36,8 +36,14 @@ func applyOp(cfg *lb.Config, op api.Op) error {
 		return applyPort(cfg, op)
 	case api.ObjectServer:
 		return applyServer(cfg, op)
+	case api.ObjectManager:
+		return applyManager(cfg, op)
+	case api.ObjectAdvisor:
+		return applyAdvisor(cfg, op)
+	case api.ObjectMetric:
+		return applyMetric(cfg, op)
 	}
-	return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port or server)", op.Object)
+	return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor or metric)", op.Object)
 }
 
 func badAction(op api.Op) error {
@@ -51,6 +57,16 @@ func noParams(op api.Op, allowed ...string) error {
 		"fintimeout": op.FinTimeout != nil, "configure": op.Configure != nil, "protocol": op.Protocol != nil,
 		"method": op.Method != nil, "stickytime": op.StickyTime != nil, "staletimeout": op.StaleTimeout != nil,
 		"weightbound": op.WeightBound != nil, "weight": op.Weight != nil,
+		"proportions": op.Proportions != nil, "alldown": op.AllDown != nil, "fixedweight": op.FixedWeight != nil,
+		"advisorrequest": op.AdvisorRequest != nil, "advisorresponse": op.AdvisorResponse != nil,
+		"interval": op.Interval != nil, "refresh": op.Refresh != nil, "smoothing": op.Smoothing != nil,
+		"sensitivity": op.Sensitivity != nil, "now": op.Now != nil,
+		"advisor":        op.Advisor != nil && op.Object != api.ObjectAdvisor,
+		"connecttimeout": op.ConnectTimeout != nil, "receivetimeout": op.ReceiveTimeout != nil,
+		"retries": op.Retries != nil, "rise": op.Rise != nil, "fall": op.Fall != nil,
+		"program": op.Program != nil, "args": op.Args != nil, "mode": op.Mode != nil,
+		"metrics": op.Metrics != nil, "source": op.Source != nil, "metricport": op.MetricPort != nil,
+		"secretfile": op.SecretFile != nil, "path": op.Path != nil,
 	}
 	for _, name := range sortedKeys(given) {
 		if given[name] && !slices.Contains(allowed, name) {
@@ -132,7 +148,7 @@ func applyCluster(cfg *lb.Config, op api.Op) error {
 	}
 	switch op.Action {
 	case api.ActionAdd:
-		if err := noParams(op, "configure"); err != nil {
+		if err := noParams(op, "configure", "proportions"); err != nil {
 			return err
 		}
 		if t.Clusters == nil {
@@ -142,21 +158,39 @@ func applyCluster(cfg *lb.Config, op api.Op) error {
 			if cfg.Cluster(a) != nil {
 				return lb.Errorf("cluster", a.String(), "already exists")
 			}
-			cfg.Clusters = append(cfg.Clusters, lb.Cluster{Address: a, Configure: op.Configure != nil && *op.Configure})
+			cl := lb.NewCluster(a)
+			cl.Configure = op.Configure != nil && *op.Configure
+			if op.Proportions != nil {
+				p, err := proportionsParam(a.String(), op.Proportions)
+				if err != nil {
+					return err
+				}
+				cl.Proportions = p
+			}
+			cfg.Clusters = append(cfg.Clusters, cl)
 		}
 	case api.ActionSet:
-		if err := noParams(op, "configure"); err != nil {
+		if err := noParams(op, "configure", "proportions"); err != nil {
 			return err
 		}
 		cls, err := matchClusters(cfg, t, op.Target)
 		if err != nil {
 			return err
 		}
-		if op.Configure == nil {
-			return lb.Errorf("configure", "", "cluster set needs --configure")
+		if op.Configure == nil && op.Proportions == nil {
+			return lb.Errorf("configure", "", "cluster set needs --configure or --proportions")
 		}
 		for _, cl := range cls {
-			cl.Configure = *op.Configure
+			if op.Configure != nil {
+				cl.Configure = *op.Configure
+			}
+			if op.Proportions != nil {
+				p, err := proportionsParam(cl.Address.String(), op.Proportions)
+				if err != nil {
+					return err
+				}
+				cl.Proportions = p
+			}
 		}
 	case api.ActionRemove:
 		if err := noParams(op); err != nil {
@@ -177,7 +211,7 @@ func applyPort(cfg *lb.Config, op api.Op) error {
 	if err != nil {
 		return err
 	}
-	const portParams = "protocol method stickytime staletimeout weightbound"
+	const portParams = "protocol method stickytime staletimeout weightbound alldown"
 	switch op.Action {
 	case api.ActionAdd:
 		if err := noParams(op, strings.Fields(portParams)...); err != nil {
@@ -266,7 +300,27 @@ func setPortParams(p *lb.Port, op api.Op, obj string) error {
 			return err
 		}
 	}
+	if op.AllDown != nil {
+		v, err := lb.ParseAllDown(*op.AllDown)
+		if err != nil {
+			return lb.Errorf("alldown", obj, "%v", err)
+		}
+		p.AllDown = v
+	}
 	return nil
+}
+
+// setServerParams applies a server's optional parameters other than weight.
+func setServerParams(s *lb.Server, op api.Op) {
+	if op.FixedWeight != nil {
+		s.FixedWeight = *op.FixedWeight
+	}
+	if op.AdvisorRequest != nil {
+		s.AdvisorRequest = *op.AdvisorRequest
+	}
+	if op.AdvisorResponse != nil {
+		s.AdvisorResponse = *op.AdvisorResponse
+	}
 }
 
 func applyServer(cfg *lb.Config, op api.Op) error {
@@ -276,7 +330,7 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 	}
 	switch op.Action {
 	case api.ActionAdd:
-		if err := noParams(op, "weight"); err != nil {
+		if err := noParams(op, "weight", "fixedweight", "advisorrequest", "advisorresponse"); err != nil {
 			return err
 		}
 		if t.Servers == nil {
@@ -300,6 +354,7 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 					}
 					s.Weight = w
 				}
+				setServerParams(&s, op)
 				mp.port.Servers = append(mp.port.Servers, s)
 			}
 		}
@@ -311,7 +366,7 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 
 	allowed := []string{}
 	if op.Action == api.ActionSet {
-		allowed = append(allowed, "weight")
+		allowed = append(allowed, "weight", "fixedweight", "advisorrequest", "advisorresponse")
 	}
 	if err := noParams(op, allowed...); err != nil {
 		return err
@@ -322,15 +377,18 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 	}
 	switch op.Action {
 	case api.ActionSet:
-		if op.Weight == nil {
-			return lb.Errorf("weight", "", "server set needs --weight")
+		if op.Weight == nil && op.FixedWeight == nil && op.AdvisorRequest == nil && op.AdvisorResponse == nil {
+			return lb.Errorf("weight", "", "server set needs --weight, --fixedweight, --advisorrequest or --advisorresponse")
 		}
 		for _, ms := range servers {
-			w, err := inRange("weight", ms.key.String(), *op.Weight, 0, int64(ms.port.WeightBound))
-			if err != nil {
-				return err
+			if op.Weight != nil {
+				w, err := inRange("weight", ms.key.String(), *op.Weight, 0, int64(ms.port.WeightBound))
+				if err != nil {
+					return err
+				}
+				ms.server.Weight = w
 			}
-			ms.server.Weight = w
+			setServerParams(ms.server, op)
 		}
 	case api.ActionDown, api.ActionUp:
 		for _, ms := range servers {

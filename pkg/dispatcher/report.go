@@ -2,6 +2,9 @@ package dispatcher
 
 import (
 	"context"
+	"net/netip"
+	"slices"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -107,7 +110,9 @@ func (e *Engine) clusterReports(target string) ([]api.ClusterReport, error) {
 		if !t.MatchCluster(cl.Address) {
 			continue
 		}
-		r := api.ClusterReport{Address: cl.Address.String(), Configure: cl.Configure, Ports: len(cl.Ports)}
+		pr := cl.Proportions
+		r := api.ClusterReport{Address: cl.Address.String(), Configure: cl.Configure, Ports: len(cl.Ports),
+			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics}
 		for _, p := range cl.Ports {
 			addCounters(&r.Counters, e.portCounters(st, cl, p))
 		}
@@ -130,7 +135,7 @@ func (e *Engine) portReports(target string) ([]api.PortReport, error) {
 			out = append(out, api.PortReport{
 				Cluster: cl.Address.String(), Port: p.Number, Protocol: p.Protocol.String(), Method: p.Method.String(),
 				StickyTime: p.StickyTime, StaleTimeout: p.StaleTimeout, WeightBound: p.WeightBound,
-				Servers: len(p.Servers), Counters: e.portCounters(st, cl, p),
+				AllDown: p.AllDown.String(), Servers: len(p.Servers), Counters: e.portCounters(st, cl, p),
 			})
 		}
 	}
@@ -149,9 +154,10 @@ func (e *Engine) serverReports(target string) ([]api.ServerReport, error) {
 				continue
 			}
 			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
-			for _, s := range p.Servers {
+			states, _ := e.serverStates(e.cfg, cl, p)
+			for i, s := range p.Servers {
 				if t.MatchServer(s.Address) {
-					out = append(out, e.serverReport(st, sk, s))
+					out = append(out, e.serverReport(st, sk, s, states[i]))
 				}
 			}
 		}
@@ -159,21 +165,144 @@ func (e *Engine) serverReports(target string) ([]api.ServerReport, error) {
 	return out, nil
 }
 
-func (e *Engine) serverReport(st lb.DataplaneStats, sk lb.ServiceKey, s lb.Server) api.ServerReport {
+func (e *Engine) serverReport(st lb.DataplaneStats, sk lb.ServiceKey, s lb.Server, eff effective) api.ServerReport {
 	id := e.ids.Backends[lb.BackendKey{Service: sk, Server: s.Address}.String()]
 	r := api.ServerReport{
 		Cluster: sk.Cluster.String(), Port: sk.Port, Address: s.Address.String(), Weight: s.Weight,
-		State: api.StateUp, Counters: e.backendCounters(st, id),
+		CurrentWeight: eff.weight, FixedWeight: s.FixedWeight, State: eff.state,
+		AdvisorRequest: s.AdvisorRequest, AdvisorResponse: s.AdvisorResponse,
+		Counters: e.backendCounters(st, id),
 	}
-	nb := e.neigh[s.Address]
-	if nb.MAC != nil {
+	if nb := e.neigh[s.Address]; nb.MAC != nil {
 		r.MAC = nb.MAC.String()
 	}
-	switch {
-	case s.Down:
-		r.State = api.StateDown
-	case nb.MAC == nil:
-		r.State = api.StateUnresolved
+	return r
+}
+
+// ManagerReport reports the manager: settings, and per port and server the
+// weights and the inputs they came from.
+func (e *Engine) ManagerReport(ctx context.Context) (api.ManagerReport, error) {
+	return call(ctx, e, func() (api.ManagerReport, error) { return e.managerReport(), nil })
+}
+
+func (e *Engine) managerReport() api.ManagerReport {
+	m := e.cfg.Manager
+	r := api.ManagerReport{Started: m.Started, Interval: m.Interval, Refresh: m.Refresh, Smoothing: m.Smoothing,
+		Sensitivity: m.Sensitivity, Cycles: e.cycles, Ports: []api.ManagerPort{}}
+	for _, cl := range e.cfg.Clusters {
+		pr := cl.Proportions
+		for _, p := range cl.Ports {
+			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
+			prt := e.port(sk)
+			states, alert := e.serverStates(e.cfg, cl, p)
+			mp := api.ManagerPort{Cluster: cl.Address.String(), Port: p.Number,
+				Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, WeightBound: p.WeightBound,
+				Alert: alert, Change: prt.change, Pushed: prt.pushed, Servers: []api.ManagerServer{}}
+			for i, s := range p.Servers {
+				rt := e.backends[lb.BackendKey{Service: sk, Server: s.Address}]
+				ms := api.ManagerServer{Address: s.Address.String(), Weight: states[i].weight, NewWeight: states[i].weight,
+					State: states[i].state, PortLoad: e.portLoad(cl, p, s), SystemLoad: -1}
+				if rt != nil {
+					ms.Active, ms.New, ms.Reason = rt.actv, rt.newc, rt.reason
+					if m.Started {
+						ms.NewWeight = uint32(max(rt.newWeight, 0))
+					}
+				}
+				if !m.Started {
+					ms.Reason = "manager stopped: configured weight"
+				}
+				if v, at := e.metricSample(cl, s.Address); !at.IsZero() && time.Since(at) <= 3*seconds(m.Interval) {
+					ms.SystemLoad = v
+				}
+				mp.Servers = append(mp.Servers, ms)
+			}
+			r.Ports = append(r.Ports, mp)
+		}
+	}
+	return r
+}
+
+// portLoad is IBM's PORT column: the advisor's last load in ms, -1 when an
+// advisor finds the server down, 0 when no advisor covers the port.
+func (e *Engine) portLoad(cl lb.Cluster, p lb.Port, s lb.Server) int64 {
+	if e.advisorDown(e.cfg, cl.Address, p.Number, s.Address) {
+		return -1
+	}
+	load, at := e.advisorSample(e.cfg, cl.Address, p.Number, s.Address)
+	if at.IsZero() {
+		return 0
+	}
+	return int64(load)
+}
+
+// AdvisorReports reports every started advisor and its servers.
+func (e *Engine) AdvisorReports(ctx context.Context) ([]api.AdvisorReport, error) {
+	return call(ctx, e, func() ([]api.AdvisorReport, error) { return e.advisorReports(), nil })
+}
+
+func (e *Engine) advisorReports() []api.AdvisorReport {
+	out := []api.AdvisorReport{}
+	now := time.Now()
+	for _, a := range e.cfg.Advisors {
+		r := api.AdvisorReport{Name: a.Name, Port: a.Port, Interval: a.Interval, ConnectTimeout: a.ConnectTimeout,
+			ReceiveTimeout: a.ReceiveTimeout, Retries: a.Retries, Rise: a.Rise, Fall: a.Fall,
+			Program: a.Program, Args: a.Args, Mode: a.Mode, Servers: []api.AdvisorServer{}}
+		if a.Cluster.IsValid() {
+			r.Cluster = a.Cluster.String()
+		}
+		var keys []probeKey
+		for k := range e.health {
+			if k.advisor == a.Key() {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(x, y probeKey) int { return x.addr.Compare(y.addr) })
+		for _, k := range keys {
+			h := e.health[k]
+			as := api.AdvisorServer{Address: k.addr.String(), Port: k.port, State: h.state, LoadMS: h.last.LoadMS(),
+				LastError: h.last.Reason, Probes: h.probes, Failures: h.fails,
+				Since: h.since.UTC().Format(time.RFC3339), SecondsInState: now.Sub(h.since).Seconds()}
+			if h.probes == 0 {
+				as.LoadMS = 0
+			}
+			r.Servers = append(r.Servers, as)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// MetricReport reports the metric settings and each server's last report.
+func (e *Engine) MetricReport(ctx context.Context) (api.MetricReport, error) {
+	return call(ctx, e, func() (api.MetricReport, error) { return e.metricReport(), nil })
+}
+
+func (e *Engine) metricReport() api.MetricReport {
+	ms := e.cfg.MetricServer
+	r := api.MetricReport{Source: ms.Source, Port: ms.Port, SecretFile: ms.SecretFile, Path: ms.Path,
+		Clusters: []api.MetricCluster{}, Servers: []api.MetricServer{}, Refused: map[string]int64{}}
+	for _, cl := range e.cfg.Clusters {
+		if len(cl.Metrics) > 0 {
+			r.Clusters = append(r.Clusters, api.MetricCluster{Cluster: cl.Address.String(), Metrics: cl.Metrics})
+		}
+	}
+	addrs := make([]netip.Addr, 0, len(e.metrics))
+	for a := range e.metrics {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, func(x, y netip.Addr) int { return x.Compare(y) })
+	stale := 3 * seconds(e.cfg.Manager.Interval)
+	for _, a := range addrs {
+		m := e.metrics[a]
+		s := api.MetricServer{Address: a.String(), Values: m.values, LastError: m.err, Stale: true, AgeSeconds: -1}
+		if !m.at.IsZero() {
+			age := time.Since(m.at)
+			s.AgeSeconds, s.Stale = age.Seconds(), age > stale
+		}
+		r.Servers = append(r.Servers, s)
+	}
+	for reason, n := range e.metricRefused {
+		r.Refused[reason] = n
 	}
 	return r
 }

@@ -142,6 +142,7 @@ func loadState(dir string) (state, error) {
 	if st.IDs.Backends == nil {
 		st.IDs.Backends = map[string]uint32{}
 	}
+	st.Config.FillDefaults()
 	st.Config.Sort()
 	if err := st.Config.Validate(); err != nil {
 		return st, fmt.Errorf("state %s is invalid: %w", path, err)

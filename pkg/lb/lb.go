@@ -144,6 +144,12 @@ type Config struct {
 	Executor Executor `json:"executor"`
 	// Clusters are the cluster addresses, kept sorted by address.
 	Clusters []Cluster `json:"clusters,omitempty"`
+	// Manager sets weights from load while it is started.
+	Manager Manager `json:"manager"`
+	// Advisors are the started advisors, sorted by key.
+	Advisors []Advisor `json:"advisors,omitempty"`
+	// MetricServer says how to reach each server's load agent.
+	MetricServer MetricServer `json:"metric_server"`
 }
 
 // Executor is the forwarder's own configuration.
@@ -172,6 +178,11 @@ type Cluster struct {
 	Configure bool `json:"configure,omitempty"`
 	// Ports are the ports balanced on this cluster, sorted by number.
 	Ports []Port `json:"ports,omitempty"`
+	// Proportions weigh the manager's inputs for this cluster's servers.
+	Proportions Proportions `json:"proportions"`
+	// Metrics are the system metrics the manager asks each server's load
+	// agent for (IBM's "metric add cluster@metric"), averaged into SYS.
+	Metrics []string `json:"metrics,omitempty"`
 }
 
 // Port is one balanced port of a cluster.
@@ -189,6 +200,8 @@ type Port struct {
 	StaleTimeout uint32 `json:"stale_timeout"`
 	// WeightBound is the highest weight a server of this port may have.
 	WeightBound uint32 `json:"weight_bound"`
+	// AllDown is the policy when no server may take new connections.
+	AllDown AllDown `json:"all_down"`
 	// Servers are the servers behind this port, sorted by address.
 	Servers []Server `json:"servers,omitempty"`
 }
@@ -203,6 +216,15 @@ type Server struct {
 	// Down is the operator's "server down": no new connections until
 	// "server up"; established connections finish.
 	Down bool `json:"down,omitempty"`
+	// Quiesced is the manager's "quiesce": like Down, set and cleared with
+	// "manager quiesce" and "unquiesce".
+	Quiesced bool `json:"quiesced,omitempty"`
+	// FixedWeight keeps Weight whatever the manager computes.
+	FixedWeight bool `json:"fixed_weight,omitempty"`
+	// AdvisorRequest and AdvisorResponse are what this server's advisors
+	// send and expect, overriding the advisor's defaults.
+	AdvisorRequest  string `json:"advisor_request,omitempty"`
+	AdvisorResponse string `json:"advisor_response,omitempty"`
 }
 
 // NewPort returns a port with IBM's defaults.
@@ -218,16 +240,45 @@ func NewPort(number uint16) Port {
 
 // NewConfig returns an empty configuration with the executor's defaults.
 func NewConfig() Config {
-	return Config{Executor: Executor{FinTimeout: DefaultFinTimeout}}
+	return Config{Executor: Executor{FinTimeout: DefaultFinTimeout}, Manager: NewManager(), MetricServer: NewMetricServer()}
+}
+
+// NewCluster returns a cluster with the default proportions.
+func NewCluster(addr netip.Addr) Cluster {
+	return Cluster{Address: addr, Proportions: DefaultProportions()}
+}
+
+// FillDefaults gives settings that an older state file did not have their
+// defaults.
+func (c *Config) FillDefaults() {
+	if c.Manager.Interval == 0 {
+		started := c.Manager.Started
+		c.Manager = NewManager()
+		c.Manager.Started = started
+	}
+	if c.MetricServer.Source == "" {
+		c.MetricServer = NewMetricServer()
+	}
+	for i := range c.Clusters {
+		if c.Clusters[i].Proportions == (Proportions{}) {
+			c.Clusters[i].Proportions = DefaultProportions()
+		}
+	}
 }
 
 // Clone returns a deep copy of c, so that a change can be prepared and
 // validated without touching the original.
 func (c Config) Clone() Config {
 	out := c
+	out.Advisors = make([]Advisor, len(c.Advisors))
+	for i, a := range c.Advisors {
+		out.Advisors[i] = a
+		out.Advisors[i].Args = append([]string(nil), a.Args...)
+	}
 	out.Clusters = make([]Cluster, len(c.Clusters))
 	for i, cl := range c.Clusters {
 		out.Clusters[i] = cl
+		out.Clusters[i].Metrics = append([]string(nil), cl.Metrics...)
 		out.Clusters[i].Ports = make([]Port, len(cl.Ports))
 		for j, p := range cl.Ports {
 			out.Clusters[i].Ports[j] = p

@@ -70,7 +70,9 @@ func validConfig() Config {
 	c.Executor.NFA = netip.MustParseAddr("198.18.0.2")
 	p := NewPort(80)
 	p.Servers = []Server{{Address: netip.MustParseAddr("198.18.0.21"), Weight: 5}}
-	c.Clusters = []Cluster{{Address: netip.MustParseAddr("198.18.0.100"), Ports: []Port{p}}}
+	cl := NewCluster(netip.MustParseAddr("198.18.0.100"))
+	cl.Ports = []Port{p}
+	c.Clusters = []Cluster{cl}
 	return c
 }
 
@@ -103,6 +105,32 @@ func TestValidate(t *testing.T) {
 			p.Servers = append(p.Servers, p.Servers[0])
 		}, "server"},
 		{"started without interface", func(c *Config) { c.Executor.Started = true }, "interface"},
+		{"proportions not summing to 100", func(c *Config) { c.Clusters[0].Proportions = Proportions{50, 50, 1, 0} }, "proportions"},
+		{"negative proportion", func(c *Config) { c.Clusters[0].Proportions = Proportions{110, -10, 0, 0} }, "proportions"},
+		{"manager interval 0", func(c *Config) { c.Manager.Interval = 0 }, "interval"},
+		{"smoothing below 1", func(c *Config) { c.Manager.Smoothing = 0.5 }, "smoothing"},
+		{"sensitivity above 100", func(c *Config) { c.Manager.Sensitivity = 101 }, "sensitivity"},
+		{"refresh 0", func(c *Config) { c.Manager.Refresh = 0 }, "refresh"},
+		{"advisor rise 0", func(c *Config) {
+			a := NewAdvisor("http", netip.Addr{}, 80)
+			a.Rise = 0
+			c.Advisors = []Advisor{a}
+		}, "rise"},
+		{"advisor twice", func(c *Config) {
+			a := NewAdvisor("http", netip.Addr{}, 80)
+			c.Advisors = []Advisor{a, a}
+		}, "advisor"},
+		{"exec advisor without program", func(c *Config) {
+			a := NewAdvisor("exec", netip.Addr{}, 80)
+			a.Mode = "normal"
+			c.Advisors = []Advisor{a}
+		}, "program"},
+		{"advisor on unknown cluster", func(c *Config) {
+			c.Advisors = []Advisor{NewAdvisor("http", netip.MustParseAddr("198.18.0.9"), 80)}
+		}, "cluster"},
+		{"bad metric name", func(c *Config) { c.Clusters[0].Metrics = []string{"cpu load"} }, "metric"},
+		{"metric twice", func(c *Config) { c.Clusters[0].Metrics = []string{"cpuload", "cpuload"} }, "metric"},
+		{"metric source", func(c *Config) { c.MetricServer.Source = "snmp" }, "source"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -152,5 +180,30 @@ func TestEnumTextRoundTrip(t *testing.T) {
 	}
 	if _, err := ParseMethod("nat"); err == nil || !strings.Contains(err.Error(), "not supported yet") {
 		t.Errorf("ParseMethod(nat) = %v", err)
+	}
+}
+
+func TestRaiseProportions(t *testing.T) {
+	cases := []struct {
+		in, port, system Proportions
+	}{
+		{Proportions{50, 50, 0, 0}, Proportions{49, 50, 1, 0}, Proportions{49, 50, 0, 1}},
+		{Proportions{0, 0, 100, 0}, Proportions{0, 0, 100, 0}, Proportions{0, 0, 99, 1}},
+		{Proportions{30, 30, 20, 20}, Proportions{30, 30, 20, 20}, Proportions{30, 30, 20, 20}},
+	}
+	for _, c := range cases {
+		p := c.in
+		p.RaisePort()
+		if p != c.port {
+			t.Errorf("%s RaisePort = %s, want %s", c.in, p, c.port)
+		}
+		s := c.in
+		s.RaiseSystem()
+		if s != c.system {
+			t.Errorf("%s RaiseSystem = %s, want %s", c.in, s, c.system)
+		}
+		if err := p.Check(""); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // FieldError is a refusal that names the field that was wrong.
@@ -103,6 +104,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.checkManage(); err != nil {
+		return err
+	}
 	// A server that is itself a cluster address would loop packets back.
 	for _, cl := range c.Clusters {
 		for _, p := range cl.Ports {
@@ -168,6 +172,7 @@ func (cl *Cluster) validatePorts() error {
 // two equal configurations serialise identically.
 func (c *Config) Sort() {
 	slices.SortFunc(c.Clusters, func(a, b Cluster) int { return a.Address.Compare(b.Address) })
+	slices.SortFunc(c.Advisors, func(a, b Advisor) int { return strings.Compare(a.Key(), b.Key()) })
 	for i := range c.Clusters {
 		ps := c.Clusters[i].Ports
 		slices.SortFunc(ps, func(a, b Port) int { return int(a.Number) - int(b.Number) })

@@ -30,6 +30,9 @@ type Engine interface {
 	ClusterReports(ctx context.Context, target string) ([]api.ClusterReport, error)
 	PortReports(ctx context.Context, target string) ([]api.PortReport, error)
 	ServerReports(ctx context.Context, target string) ([]api.ServerReport, error)
+	ManagerReport(ctx context.Context) (api.ManagerReport, error)
+	AdvisorReports(ctx context.Context) ([]api.AdvisorReport, error)
+	MetricReport(ctx context.Context) (api.MetricReport, error)
 }
 
 // maxRequest bounds a request body (a file load of many thousand
@@ -64,6 +67,18 @@ func Handler(e Engine, log *slog.Logger) http.Handler {
 	})
 	mux.HandleFunc("GET "+api.PathServers, func(w http.ResponseWriter, r *http.Request) {
 		res, err := e.ServerReports(r.Context(), r.URL.Query().Get("target"))
+		respond(w, log, res, err)
+	})
+	mux.HandleFunc("GET "+api.PathManager, func(w http.ResponseWriter, r *http.Request) {
+		res, err := e.ManagerReport(r.Context())
+		respond(w, log, res, err)
+	})
+	mux.HandleFunc("GET "+api.PathAdvisors, func(w http.ResponseWriter, r *http.Request) {
+		res, err := e.AdvisorReports(r.Context())
+		respond(w, log, res, err)
+	})
+	mux.HandleFunc("GET "+api.PathMetrics, func(w http.ResponseWriter, r *http.Request) {
+		res, err := e.MetricReport(r.Context())
 		respond(w, log, res, err)
 	})
 	return mux

@@ -11,6 +11,8 @@
 //	GET|HEAD /          200, body "<name>\n"
 //	GET /slow?ms=N      sleeps N ms (at most 60000), then replies as /
 //	GET /bytes?n=N      N bytes of deterministic content (at most 100 MB)
+//	POST /admin/delay?ms=N  from now on, delay every reply by N ms (at most
+//	                    60000; 0 removes the delay), to play a slow server
 //
 // Usage:
 //
@@ -31,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -54,7 +57,8 @@ func run(args []string) int {
 		fmt.Fprintf(fs.Output(), "usage: labhttpd -name NAME [-listen ADDR]\n\n"+
 			"Lab tool: an HTTP server that answers with its own name\n"+
 			"(body \"NAME\\n\", header X-Backend: NAME).\n"+
-			"Endpoints: GET|HEAD /, GET /slow?ms=N (N<=60000), GET /bytes?n=N (N<=104857600).\n\n")
+			"Endpoints: GET|HEAD /, GET /slow?ms=N (N<=60000), GET /bytes?n=N (N<=104857600),\n"+
+			"POST /admin/delay?ms=N (delay every reply by N ms; 0 removes it).\n\n")
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", ":80", "address to listen on")
@@ -111,7 +115,17 @@ func run(args []string) int {
 // newHandler returns the server's routes; every reply names the backend.
 func newHandler(name string, log *slog.Logger) http.Handler {
 	body := name + "\n"
+	var delay atomic.Int64 // ms added before every reply
 	reply := func(w http.ResponseWriter, r *http.Request) {
+		if d := delay.Load(); d > 0 {
+			t := time.NewTimer(time.Duration(d) * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		w.WriteHeader(http.StatusOK)
@@ -134,6 +148,16 @@ func newHandler(name string, log *slog.Logger) http.Handler {
 			reply(w, r)
 		case <-r.Context().Done(): // client went away
 		}
+	})
+	mux.HandleFunc("POST /admin/delay", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := boundedInt(r.URL.Query().Get("ms"), int64(maxSlow/time.Millisecond))
+		if err != nil {
+			http.Error(w, "ms: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		delay.Store(ms)
+		log.Info("reply delay set", "ms", ms)
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /bytes", func(w http.ResponseWriter, r *http.Request) {
 		n, err := boundedInt(r.URL.Query().Get("n"), maxBytes)

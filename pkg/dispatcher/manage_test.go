@@ -1,0 +1,365 @@
+package dispatcher
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// fakeProber answers probes from a table the test changes.
+type fakeProber struct {
+	mu   sync.Mutex
+	down map[netip.Addr]bool
+	load map[netip.Addr]time.Duration
+}
+
+func newFakeProber() *fakeProber {
+	return &fakeProber{down: map[netip.Addr]bool{}, load: map[netip.Addr]time.Duration{}}
+}
+
+func (f *fakeProber) Name() string        { return "connect" }
+func (f *fakeProber) DefaultPort() uint16 { return 0 }
+func (f *fakeProber) Probe(_ context.Context, t advisors.Target) advisors.Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down[t.Address] {
+		return advisors.Down("connect refused")
+	}
+	l := f.load[t.Address]
+	if l == 0 {
+		l = 5 * time.Millisecond
+	}
+	return advisors.Result{Up: true, Load: l}
+}
+
+func (f *fakeProber) set(a netip.Addr, down bool, load time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down[a], f.load[a] = down, load
+}
+
+// newManagedHarness is a harness whose advisors are the fake prober and
+// whose scripts directory is private.
+func newManagedHarness(t *testing.T) (*harness, *fakeProber, string) {
+	t.Helper()
+	fp := newFakeProber()
+	scripts := t.TempDir()
+	h := &harness{t: t, dp: &fakeDatapath{}, nif: newFakeNetif(), dir: t.TempDir()}
+	for i := 21; i <= 29; i++ {
+		h.nif.macs[netip.AddrFrom4([4]byte{198, 18, 0, byte(i)})] = []byte{2, 0, 0, 0, 0, byte(i)}
+	}
+	h.extra = func(o *Options) {
+		o.NewAdvisor = func(lb.Advisor) (advisors.Advisor, error) { return fp, nil }
+		o.ScriptsDir = scripts
+		o.ScriptTimeout = 300 * time.Millisecond
+	}
+	h.start()
+	return h, fp, scripts
+}
+
+// eventually polls cond for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (h *harness) serverState(target string) string {
+	h.t.Helper()
+	r, err := h.e.ServerReports(context.Background(), target)
+	if err != nil || len(r) != 1 {
+		h.t.Fatalf("server report %s: %v %v", target, r, err)
+	}
+	return r[0].State
+}
+
+func (h *harness) accepts(addr netip.Addr, port uint16) bool {
+	dp := h.dp.state()
+	svc := map[uint32]uint16{}
+	for _, s := range dp.Services {
+		svc[s.ID] = s.Port
+	}
+	for _, b := range dp.Backends {
+		if b.Address == addr && svc[b.Service] == port {
+			return b.AcceptNew
+		}
+	}
+	h.t.Fatalf("no backend %s:%d", addr, port)
+	return false
+}
+
+func TestAdvisorFailoverAndRecovery(t *testing.T) {
+	h, fp, scripts := newManagedHarness(t)
+	base(h)
+	log := filepath.Join(t.TempDir(), "events")
+	for _, ev := range []string{"serverDown", "serverUp"} {
+		script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_SERVER $DLB_PORT $DLB_REASON\" >> " + log + "\n"
+		if err := os.WriteFile(filepath.Join(scripts, ev), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := op("advisor", "start", "@80")
+	start.Advisor = str("connect")
+	start.Interval, start.Rise, start.Fall = ptrF(0.1), num(2), num(2)
+	h.mustApply(start)
+	s2 := vip + "@80@198.18.0.22"
+	eventually(t, "first probes", func() bool {
+		r, _ := h.e.AdvisorReports(context.Background())
+		return len(r) == 1 && len(r[0].Servers) == 2 && r[0].Servers[1].State == api.AdvisorUp
+	})
+
+	fp.set(s2Addr, true, 0)
+	eventually(t, "s2 failed", func() bool { return h.serverState(s2) == api.StateFailed })
+	if h.accepts(s2Addr, 80) || !h.accepts(s2Addr, 443) {
+		t.Error("a failed server must stop taking new connections on port 80 only")
+	}
+	fp.set(s2Addr, false, 0)
+	eventually(t, "s2 back", func() bool { return h.serverState(s2) == api.StateUp })
+	if !h.accepts(s2Addr, 80) {
+		t.Error("recovered server takes no new connections")
+	}
+	eventually(t, "event scripts ran", func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "serverDown 198.18.0.22 80 connect refused") &&
+			strings.Contains(string(b), "serverUp 198.18.0.22 80")
+	})
+
+	r, _ := h.e.AdvisorReports(context.Background())
+	srv := r[0].Servers[1]
+	if srv.Failures < 2 || srv.Probes < 4 || srv.LastError != "" {
+		t.Errorf("advisor report %+v", srv)
+	}
+	// Stopping the advisor forgets its verdicts.
+	stop := op("advisor", "stop", "@80")
+	stop.Advisor = str("connect")
+	h.mustApply(stop)
+	if r, _ := h.e.AdvisorReports(context.Background()); len(r) != 0 {
+		t.Errorf("advisor report after stop: %+v", r)
+	}
+}
+
+var s2Addr = netip.MustParseAddr("198.18.0.22")
+
+func ptrF(f float64) *float64 { return &f }
+
+func TestManagerWeightsFollowAdvisorLoad(t *testing.T) {
+	h, fp, _ := newManagedHarness(t)
+	base(h)
+	fp.set(s1, false, 10*time.Millisecond)
+	fp.set(s2, false, 300*time.Millisecond)
+	start := op("advisor", "start", vip+"@80")
+	start.Advisor = str("connect")
+	start.Interval = ptrF(0.1)
+	set := op("manager", "set", "")
+	set.Interval = ptrF(0.1)
+	prop := op("cluster", "set", vip)
+	prop.Proportions = []int64{0, 0, 100, 0}
+	h.mustApply(start, set, prop, op("manager", "start", ""))
+
+	eventually(t, "the slow server's weight falls below the fast one's", func() bool {
+		r, _ := h.e.ManagerReport(context.Background())
+		for _, p := range r.Ports {
+			if p.Port == 80 && len(p.Servers) == 2 {
+				return p.Servers[1].Weight < p.Servers[0].Weight/2
+			}
+		}
+		return false
+	})
+	r, _ := h.e.ManagerReport(context.Background())
+	p80, p443 := r.Ports[0], r.Ports[1]
+	if p80.Port != 80 || p443.Port != 443 {
+		t.Fatalf("ports in the report: %d, %d", p80.Port, p443.Port)
+	}
+	t.Logf("manager report, port 80: %+v", p80)
+	if r.Cycles < 1 || !r.Started {
+		t.Errorf("manager report %+v", r)
+	}
+	// The executor's table follows the weights.
+	dp := h.dp.state()
+	ids := map[uint32]netip.Addr{}
+	for _, b := range dp.Backends {
+		ids[b.ID] = b.Address
+	}
+	count := map[netip.Addr]int{}
+	for _, s := range dp.Services {
+		if s.Port == 80 {
+			for _, id := range s.Table {
+				count[ids[id]]++
+			}
+		}
+	}
+	if count[s2]*2 > count[s1] {
+		t.Errorf("table shares %v do not follow the weights", count)
+	}
+	// Port 443 has no advisor: its PORT column says so.
+	for _, srv := range p443.Servers {
+		if srv.PortLoad != 0 {
+			t.Errorf("port 443 server %s has advisor load %d", srv.Address, srv.PortLoad)
+		}
+	}
+	// A fixed weight is never changed.
+	fix := op("server", "set", vip+"@80@198.18.0.22")
+	fix.FixedWeight = yes()
+	fix.Weight = num(20)
+	h.mustApply(fix)
+	time.Sleep(500 * time.Millisecond)
+	r, _ = h.e.ManagerReport(context.Background())
+	if w := r.Ports[0].Servers[1].Weight; w != 20 {
+		t.Errorf("fixed server weight %d, want 20", w)
+	}
+}
+
+func TestQuiesce(t *testing.T) {
+	h, _, _ := newManagedHarness(t)
+	base(h)
+	h.mustApply(op("manager", "quiesce", "198.18.0.21"))
+	for _, target := range []string{vip + "@80@198.18.0.21", vip + "@443@198.18.0.21"} {
+		if st := h.serverState(target); st != api.StateQuiesced {
+			t.Errorf("%s state %s", target, st)
+		}
+	}
+	if h.accepts(s1, 80) || h.accepts(s1, 443) || !h.accepts(s2, 80) {
+		t.Error("quiesced server still takes new connections, or another stopped")
+	}
+	h.mustApply(op("manager", "unquiesce", vip+"@80@198.18.0.21"))
+	if !h.accepts(s1, 80) || h.accepts(s1, 443) {
+		t.Error("unquiesce on one port")
+	}
+	if err := h.apply(op("manager", "quiesce", "198.18.0.99")); lb.FieldOf(err) != "server" {
+		t.Errorf("quiesce of an unknown server: %v", err)
+	}
+}
+
+func TestAllDownPolicies(t *testing.T) {
+	h, fp, scripts := newManagedHarness(t)
+	base(h)
+	log := filepath.Join(t.TempDir(), "alerts")
+	for _, ev := range []string{"managerAlert", "managerClear"} {
+		os.WriteFile(filepath.Join(scripts, ev), []byte("#!/bin/sh\necho \"$DLB_EVENT $DLB_CLUSTER $DLB_PORT $DLB_POLICY\" >> "+log+"\n"), 0o755)
+	}
+	start := op("advisor", "start", "@80")
+	start.Advisor = str("connect")
+	start.Interval, start.Fall = ptrF(0.1), num(1)
+	h.mustApply(start)
+	fp.set(s1, true, 0)
+	fp.set(s2, true, 0)
+	table80 := func() []uint32 {
+		for _, s := range h.dp.state().Services {
+			if s.Port == 80 {
+				return s.Table
+			}
+		}
+		return nil
+	}
+	eventually(t, "both servers failed: refuse", func() bool { return table80() == nil })
+	eventually(t, "managerAlert", func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "managerAlert 198.18.0.100 80 refuse")
+	})
+	policy := op("port", "set", vip+"@80")
+	policy.AllDown = str("spread")
+	h.mustApply(policy)
+	if table80() == nil || !h.accepts(s1, 80) || !h.accepts(s2, 80) {
+		t.Error("spread policy does not spread over the failed servers")
+	}
+	fp.set(s1, false, 0)
+	eventually(t, "managerClear", func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "managerClear 198.18.0.100 80")
+	})
+	eventually(t, "only the live server once one is back", func() bool { return h.accepts(s1, 80) && !h.accepts(s2, 80) })
+}
+
+func TestSlowScriptNeverBlocks(t *testing.T) {
+	h, _, scripts := newManagedHarness(t)
+	base(h)
+	marker := filepath.Join(t.TempDir(), "finished")
+	os.WriteFile(filepath.Join(scripts, "managerAlert"), []byte("#!/bin/sh\nsleep 5\ntouch "+marker+"\n"), 0o755)
+	// Every server of port 443 down: an alert whose script hangs.
+	h.mustApply(op("server", "down", vip+"@443@"))
+	begin := time.Now()
+	for i := 0; i < 20; i++ {
+		w := op("server", "set", vip+"@80@198.18.0.21")
+		w.Weight = num(int64(1 + i%20))
+		h.mustApply(w)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Errorf("20 changes took %v while a script hung", d)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the slow script was not killed at its timeout")
+	}
+}
+
+func TestAdvisorAndMetricOps(t *testing.T) {
+	h, _, _ := newManagedHarness(t)
+	base(h)
+	start := op("advisor", "start", "80")
+	start.Advisor = str("http")
+	if err := h.apply(start); lb.FieldOf(err) != "port" {
+		t.Errorf("advisor start with a bare port target (dlbctl adds the @): %v", err)
+	}
+	start.Target = "@80"
+	h.mustApply(start)
+	c := h.config()
+	if p := c.Cluster(netip.MustParseAddr(vip)).Proportions; p != (lb.Proportions{Active: 49, New: 50, Port: 1}) {
+		t.Errorf("proportions after advisor start %s, want 49 50 1 0", p)
+	}
+	if err := h.apply(start); lb.FieldOf(err) != "advisor" {
+		t.Errorf("second start: %v", err)
+	}
+	bad := start
+	bad.Advisor = str("gopher")
+	bad.Target = "@443"
+	if err := h.apply(bad); lb.FieldOf(err) != "advisor" {
+		t.Errorf("unknown advisor: %v", err)
+	}
+	set := op("advisor", "set", "@80")
+	set.Advisor = str("http")
+	set.Fall = num(0)
+	if err := h.apply(set); lb.FieldOf(err) != "fall" {
+		t.Errorf("fall 0: %v", err)
+	}
+	m := op("metric", "add", vip)
+	m.Metrics = []string{"cpuload", "memload"}
+	h.mustApply(m)
+	c = h.config()
+	if cl := c.Cluster(netip.MustParseAddr(vip)); cl.Proportions != (lb.Proportions{Active: 49, New: 49, Port: 1, System: 1}) || len(cl.Metrics) != 2 {
+		t.Errorf("after metric add: %+v", cl)
+	}
+	if err := h.apply(m); lb.FieldOf(err) != "metric" {
+		t.Errorf("metric added twice: %v", err)
+	}
+	p := op("cluster", "set", vip)
+	p.Proportions = []int64{30, 30, 30, 5}
+	if err := h.apply(p); lb.FieldOf(err) != "proportions" {
+		t.Errorf("proportions summing to 95: %v", err)
+	}
+	ms := op("metric", "set", "")
+	ms.Source = str("prometheus")
+	h.mustApply(ms)
+	if c := h.config(); c.MetricServer.Port != lb.DefaultPrometheusPort || c.MetricServer.Path != "/metrics" {
+		t.Errorf("prometheus source defaults: %+v", c.MetricServer)
+	}
+	// All of it survives a restart.
+	before := h.config()
+	h.restart()
+	if got := h.config(); got.Manager != before.Manager || len(got.Advisors) != 1 || got.MetricServer != before.MetricServer {
+		t.Errorf("after restart: %+v", got)
+	}
+}
