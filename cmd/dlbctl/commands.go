@@ -243,29 +243,41 @@ func executorSetArgs(_ *cobra.Command, args []string) error {
 }
 
 func (a *app) clusterCmd() *cobra.Command {
+	clusterArgs := func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usagef("%s needs a target (VIP)", cmdName(cmd))
+		}
+		_, err := proportionsArgs(cmd, args)
+		return err
+	}
+	clusterOp := func(action string) func(*cobra.Command, []string) api.Op {
+		return func(cmd *cobra.Command, args []string) api.Op {
+			p, _ := proportionsArgs(cmd, args)
+			return api.Op{Object: api.ObjectCluster, Action: action, Target: args[0],
+				Configure: boolFlag(cmd, "configure"), Proportions: p}
+		}
+	}
+	const propHelp = "the manager's proportions: active new port system, summing to 100 (default 50 50 0 0)"
 	add := a.opCmd(&cobra.Command{
-		Use:   "add VIP[+VIP...] [--configure]",
+		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S]",
 		Short: "Add clusters (virtual addresses)",
 		Example: `  dlbctl cluster add 10.0.0.100
   dlbctl cluster add 10.0.0.100+10.0.0.101 --configure`,
-		Args: target("VIP", false),
-	}, func(cmd *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectCluster, Action: api.ActionAdd, Target: args[0],
-			Configure: boolFlag(cmd, "configure")}
-	})
+		Args: clusterArgs,
+	}, clusterOp(api.ActionAdd))
 	add.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
+	add.Flags().String("proportions", "", propHelp)
 
 	set := a.opCmd(&cobra.Command{
-		Use:     "set VIP --configure=true|false",
-		Short:   "Change whether dlbd puts a cluster address on the interface",
-		Example: `  dlbctl cluster set 10.0.0.100 --configure=false`,
-		Args:    target("VIP", false),
-	}, func(cmd *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectCluster, Action: api.ActionSet, Target: args[0],
-			Configure: boolFlag(cmd, "configure")}
-	})
+		Use:   "set VIP [--configure=true|false] [--proportions A N P S]",
+		Short: "Change a cluster's proportions, or whether dlbd puts its address on the interface",
+		Example: `  dlbctl cluster set 10.0.0.100 --configure=false
+  dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0`,
+		Args: clusterArgs,
+	}, clusterOp(api.ActionSet))
 	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
-	_ = set.MarkFlagRequired("configure")
+	set.Flags().String("proportions", "", propHelp)
+	set.MarkFlagsOneRequired("configure", "proportions")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP",
@@ -290,6 +302,7 @@ func portFlags(c *cobra.Command) *cobra.Command {
 	f.Int64("stickytime", 0, "affinity time in seconds (0: none)")
 	f.Int64("staletimeout", 0, "seconds an idle connection keeps its entry (dlbd's default: 300)")
 	f.Int64("weightbound", 0, "highest server weight on the port (dlbd's default: 20)")
+	f.String("alldown", "", "when no server takes new connections: refuse (default) or spread over all")
 	_ = c.RegisterFlagCompletionFunc("protocol", fixedCompletion("tcp", "udp", "both"))
 	_ = c.RegisterFlagCompletionFunc("method", fixedCompletion("mac"))
 	return c
@@ -300,7 +313,7 @@ func portOp(action string) func(*cobra.Command, []string) api.Op {
 		return api.Op{Object: api.ObjectPort, Action: action, Target: args[0],
 			Protocol: stringFlag(cmd, "protocol"), Method: stringFlag(cmd, "method"),
 			StickyTime: intFlag(cmd, "stickytime"), StaleTimeout: intFlag(cmd, "staletimeout"),
-			WeightBound: intFlag(cmd, "weightbound")}
+			WeightBound: intFlag(cmd, "weightbound"), AllDown: stringFlag(cmd, "alldown")}
 	}
 }
 
@@ -320,7 +333,7 @@ func (a *app) portCmd() *cobra.Command {
 		Example: `  dlbctl port set 10.0.0.100@80 --staletimeout 600`,
 		Args:    target("VIP@PORT", false),
 	}, portOp(api.ActionSet)))
-	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "staletimeout", "weightbound")
+	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "staletimeout", "weightbound", "alldown")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP@PORT",
@@ -346,22 +359,23 @@ weightbound.`,
 		Example: `  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
   dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6
   dlbctl server add @80@10.1.1.7          # to port 80 of every cluster`,
-		Args: target("VIP@PORT@ADDR", false),
-	}, func(cmd *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectServer, Action: api.ActionAdd, Target: args[0], Weight: intFlag(cmd, "weight")}
-	})
+		Args: serverArgs,
+	}, serverOp(api.ActionAdd))
+	serverFlags(add)
 	add.Flags().Int64("weight", 0, "weight, 0..weightbound (dlbd's default: the port's weightbound)")
 
 	set := a.opCmd(&cobra.Command{
-		Use:     "set VIP@PORT@ADDR --weight N",
-		Short:   "Change servers' weight",
-		Example: `  dlbctl server set 10.0.0.100@80@10.1.1.5 --weight 10`,
-		Args:    target("VIP@PORT@ADDR", false),
-	}, func(cmd *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectServer, Action: api.ActionSet, Target: args[0], Weight: intFlag(cmd, "weight")}
-	})
+		Use:   "set VIP@PORT@ADDR [--weight N] [--fixedweight yes|no] [--advisorrequest R] [--advisorresponse R]",
+		Short: "Change servers' weight and advisor settings",
+		Example: `  dlbctl server set 10.0.0.100@80@10.1.1.5 --weight 10
+  dlbctl server set 10.0.0.100@80@10.1.1.5 --fixedweight yes
+  dlbctl server set 10.0.0.100@80@10.1.1.5 --advisorrequest "GET /health HTTP/1.1" --advisorresponse ok`,
+		Args: target("VIP@PORT@ADDR", false),
+	}, serverOp(api.ActionSet))
+	set.Args = serverArgs
+	serverFlags(set)
 	set.Flags().Int64("weight", 0, "weight, 0..weightbound")
-	_ = set.MarkFlagRequired("weight")
+	set.MarkFlagsOneRequired("weight", "fixedweight", "advisorrequest", "advisorresponse")
 
 	simple := func(action, short, example string) *cobra.Command {
 		return a.opCmd(&cobra.Command{
@@ -385,6 +399,34 @@ weightbound.`,
 		`  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
   dlbctl server report 10.0.0.100@80@`,
 		add, set, down, up, remove, a.serverReportCmd())
+}
+
+// serverFlags adds the flags of "server add" and "server set" other than
+// the weight.
+func serverFlags(c *cobra.Command) {
+	f := c.Flags()
+	f.String("fixedweight", "", "yes: the manager never changes the weight")
+	f.String("advisorrequest", "", "what this server's advisors send (e.g. an HTTP request line)")
+	f.String("advisorresponse", "", "what this server's advisors expect in the reply")
+}
+
+// serverArgs checks the target and --fixedweight.
+func serverArgs(cmd *cobra.Command, args []string) error {
+	if err := target("VIP@PORT@ADDR", false)(cmd, args); err != nil {
+		return err
+	}
+	_, err := yesNoFlag(cmd, "fixedweight")
+	return err
+}
+
+// serverOp builds "server add" and "server set" operations. A bad
+// --fixedweight is refused by the argument check first.
+func serverOp(action string) func(*cobra.Command, []string) api.Op {
+	return func(cmd *cobra.Command, args []string) api.Op {
+		fixed, _ := yesNoFlag(cmd, "fixedweight")
+		return api.Op{Object: api.ObjectServer, Action: action, Target: args[0], Weight: intFlag(cmd, "weight"),
+			FixedWeight: fixed, AdvisorRequest: stringFlag(cmd, "advisorrequest"), AdvisorResponse: stringFlag(cmd, "advisorresponse")}
+	}
 }
 
 func (a *app) versionCmd() *cobra.Command {

@@ -122,8 +122,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"executor", "set", "nfa", "a", "nfa", "b"}, "given twice"},
 		{[]string{"executor", "start", "eth0"}, `executor start takes no arguments (got "eth0")`},
 		{[]string{"executor", "report", "x"}, "takes no arguments"},
-		{[]string{"cluster", "set", "10.0.0.1"}, `required flag(s) "configure" not set`},
-		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"}, `required flag(s) "weight" not set`},
+		{[]string{"cluster", "set", "10.0.0.1"}, `at least one of the flags in the group [configure proportions] is required`},
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"}, `at least one of the flags in the group [weight fixedweight advisorrequest advisorresponse] is required`},
 		{[]string{"port", "set", "10.0.0.1@80"}, "at least one of the flags"},
 		{[]string{"server", "report", "-o", "xml"}, `invalid --output "xml"`},
 		{[]string{"-o", "csv", "executor", "report"}, `invalid --output "csv"`},
@@ -253,6 +253,15 @@ func (unreachableClient) Ports(context.Context, string) ([]api.PortReport, error
 }
 func (unreachableClient) Servers(context.Context, string) ([]api.ServerReport, error) {
 	return nil, errDown
+}
+func (unreachableClient) Manager(context.Context) (api.ManagerReport, error) {
+	return api.ManagerReport{}, errDown
+}
+func (unreachableClient) Advisors(context.Context) ([]api.AdvisorReport, error) {
+	return nil, errDown
+}
+func (unreachableClient) Metrics(context.Context) (api.MetricReport, error) {
+	return api.MetricReport{}, errDown
 }
 
 func TestNoArgsPrintsHelp(t *testing.T) {

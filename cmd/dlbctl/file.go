@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,24 +85,32 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 	}
 	ctx := cmd.Context()
 	c := a.client()
-	ex, err := c.Executor(ctx)
-	if err != nil {
+	var cfg savedConfig
+	var err error
+	if cfg.ex, err = c.Executor(ctx); err != nil {
 		return err
 	}
-	cls, err := c.Clusters(ctx, "")
-	if err != nil {
+	if cfg.clusters, err = c.Clusters(ctx, ""); err != nil {
 		return err
 	}
-	ports, err := c.Ports(ctx, "")
-	if err != nil {
+	if cfg.ports, err = c.Ports(ctx, ""); err != nil {
 		return err
 	}
-	servers, err := c.Servers(ctx, "")
-	if err != nil {
+	if cfg.servers, err = c.Servers(ctx, ""); err != nil {
 		return err
 	}
+	if cfg.manager, err = c.Manager(ctx); err != nil {
+		return err
+	}
+	if cfg.advisors, err = c.Advisors(ctx); err != nil {
+		return err
+	}
+	if cfg.metrics, err = c.Metrics(ctx); err != nil {
+		return err
+	}
+	cls, ports, servers := cfg.clusters, cfg.ports, cfg.servers
 	var buf bytes.Buffer
-	writeScript(&buf, a.env.now(), a.socket, ex, cls, ports, servers)
+	writeScript(&buf, a.env.now(), a.socket, cfg)
 	if toStdout {
 		_, err := a.env.stdout.Write(buf.Bytes())
 		return err
@@ -113,16 +122,36 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// savedConfig is what "file save" reads from dlbd.
+type savedConfig struct {
+	ex       api.ExecutorReport
+	clusters []api.ClusterReport
+	ports    []api.PortReport
+	servers  []api.ServerReport
+	manager  api.ManagerReport
+	advisors []api.AdvisorReport
+	metrics  api.MetricReport
+}
+
+// Defaults of dlbd's that a saved script leaves out.
+var (
+	defaultProportions = []int{50, 50, 0, 0}
+	defaultManager     = api.ManagerReport{Interval: 2, Refresh: 2, Smoothing: 1.5, Sensitivity: 5}
+)
+
 // writeScript writes a script of dlbctl commands that recreates the
 // configuration the reports describe. Each port follows its cluster and
 // each server its port, so that the script reads like the configuration;
-// the executor starts last, once everything it forwards to is defined.
-func writeScript(w io.Writer, when time.Time, socket string, ex api.ExecutorReport,
-	cls []api.ClusterReport, ports []api.PortReport, servers []api.ServerReport) {
+// advisors and metrics follow (they need their ports), then the clusters'
+// proportions (starting an advisor or adding a metric may raise them),
+// and the executor and the manager start last, once everything they work
+// on is defined.
+func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 	fmt.Fprintf(w, "# dlb configuration saved by \"dlbctl file save\" from %s\n", socket)
 	fmt.Fprintf(w, "# on %s.\n", when.Format(time.RFC3339))
 	fmt.Fprintf(w, "# \"dlbctl file load FILE\" applies it as one batch: all or nothing.\n")
 
+	ex := c.ex
 	var exLines []string
 	if ex.NFA != "" {
 		exLines = append(exLines, "executor set nfa "+quote(ex.NFA))
@@ -134,13 +163,14 @@ func writeScript(w io.Writer, when time.Time, socket string, ex api.ExecutorRepo
 		fmt.Fprintf(w, "\n%s\n", strings.Join(exLines, "\n"))
 	}
 
-	for _, cl := range cls {
+	var quiesced []string
+	for _, cl := range c.clusters {
 		fmt.Fprintf(w, "\ncluster add %s", quote(cl.Address))
 		if cl.Configure {
 			fmt.Fprintf(w, " --configure")
 		}
 		fmt.Fprintln(w)
-		for _, p := range ports {
+		for _, p := range c.ports {
 			if p.Cluster != cl.Address {
 				continue
 			}
@@ -150,16 +180,32 @@ func writeScript(w io.Writer, when time.Time, socket string, ex api.ExecutorRepo
 			if p.StickyTime != 0 {
 				fmt.Fprintf(w, " --stickytime %d", p.StickyTime)
 			}
+			if p.AllDown != "" && p.AllDown != "refuse" {
+				fmt.Fprintf(w, " --alldown %s", quote(p.AllDown))
+			}
 			fmt.Fprintln(w)
 			var down []string
-			for _, s := range servers {
+			for _, s := range c.servers {
 				if s.Cluster != p.Cluster || s.Port != p.Port {
 					continue
 				}
 				t := quote(svc + "@" + s.Address)
-				fmt.Fprintf(w, "server add %s --weight %d\n", t, s.Weight)
-				if s.State == api.StateDown {
+				fmt.Fprintf(w, "server add %s --weight %d", t, s.Weight)
+				if s.FixedWeight {
+					fmt.Fprintf(w, " --fixedweight yes")
+				}
+				if s.AdvisorRequest != "" {
+					fmt.Fprintf(w, " --advisorrequest %s", quote(s.AdvisorRequest))
+				}
+				if s.AdvisorResponse != "" {
+					fmt.Fprintf(w, " --advisorresponse %s", quote(s.AdvisorResponse))
+				}
+				fmt.Fprintln(w)
+				switch s.State {
+				case api.StateDown:
 					down = append(down, t)
+				case api.StateQuiesced:
+					quiesced = append(quiesced, t)
 				}
 			}
 			for _, t := range down {
@@ -168,8 +214,76 @@ func writeScript(w io.Writer, when time.Time, socket string, ex api.ExecutorRepo
 		}
 	}
 
+	if len(c.advisors) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, a := range c.advisors {
+		fmt.Fprintf(w, "advisor start %s %s --interval %g --connecttimeout %g --receivetimeout %g --retries %d --rise %d --fall %d",
+			quote(a.Name), quote(fmt.Sprintf("%s@%d", a.Cluster, a.Port)), a.Interval, a.ConnectTimeout, a.ReceiveTimeout,
+			a.Retries, a.Rise, a.Fall)
+		if a.Program != "" {
+			fmt.Fprintf(w, " --program %s --mode %s", quote(a.Program), quote(a.Mode))
+			for _, arg := range a.Args {
+				fmt.Fprintf(w, " --arg %s", quote(arg))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+
+	m := c.metrics
+	var msLines []string
+	if m.Source != "" && m.Source != "dlbmetricd" {
+		msLines = append(msLines, "--source "+quote(m.Source))
+	}
+	if m.Port != 0 && !(m.Port == 10004 && m.Source == "dlbmetricd") && !(m.Port == 9100 && m.Source == "prometheus") {
+		msLines = append(msLines, fmt.Sprintf("--port %d", m.Port))
+	}
+	if m.SecretFile != "" {
+		msLines = append(msLines, "--secret-file "+quote(m.SecretFile))
+	}
+	if m.Path != "" && !(m.Path == "/metrics" && m.Source == "prometheus") {
+		msLines = append(msLines, "--path "+quote(m.Path))
+	}
+	if len(msLines) > 0 {
+		fmt.Fprintf(w, "\nmetric set %s\n", strings.Join(msLines, " "))
+	}
+	for _, mc := range m.Clusters {
+		if len(mc.Metrics) > 0 {
+			fmt.Fprintf(w, "metric add %s\n", quote(mc.Cluster+"@"+strings.Join(mc.Metrics, "+")))
+		}
+	}
+
+	// Advisors and metrics raise zero proportions when loaded: pin the
+	// saved values after them.
+	pin := len(c.advisors) > 0 || len(m.Clusters) > 0
+	var props []string
+	for _, cl := range c.clusters {
+		if len(cl.Proportions) == 4 && (pin || !slices.Equal(cl.Proportions, defaultProportions)) {
+			props = append(props, fmt.Sprintf("cluster set %s --proportions %d %d %d %d", quote(cl.Address),
+				cl.Proportions[0], cl.Proportions[1], cl.Proportions[2], cl.Proportions[3]))
+		}
+	}
+	if len(props) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(props, "\n"))
+	}
+	for i, t := range quiesced {
+		if i == 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "manager quiesce %s\n", t)
+	}
+
+	mr := c.manager
+	if mr.Interval != 0 && (mr.Interval != defaultManager.Interval || mr.Refresh != defaultManager.Refresh ||
+		mr.Smoothing != defaultManager.Smoothing || mr.Sensitivity != defaultManager.Sensitivity) {
+		fmt.Fprintf(w, "\nmanager set interval %g refresh %d smoothing %g sensitivity %g\n",
+			mr.Interval, mr.Refresh, mr.Smoothing, mr.Sensitivity)
+	}
 	if ex.Started {
 		fmt.Fprintf(w, "\nexecutor start --interface %s --xdp-mode %s\n", quote(ex.Interface), quote(ex.XDPMode))
+	}
+	if mr.Started {
+		fmt.Fprintf(w, "manager start\n")
 	}
 }
 

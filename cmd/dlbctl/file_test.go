@@ -66,8 +66,8 @@ func TestFileSave(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parsing the saved script: %v", err)
 	}
-	if n := len(ops); n != 13 || ops[n-1].Action != api.ActionStart {
-		t.Errorf("saved script holds %d operations, want 13 ending with executor start: %s", n, opJSON(ops...))
+	if n := len(ops); n != 14 || ops[n-1].Action != api.ActionStart {
+		t.Errorf("saved script holds %d operations, want 14 ending with executor start: %s", n, opJSON(ops...))
 	}
 }
 
@@ -197,7 +197,7 @@ func TestFileLoadBadLine(t *testing.T) {
 		{`cluster add "10.0.0.1`, `unterminated " quote`},
 		{`cluster add 10.0.0.1 \`, "backslash at the end"},
 		{"executor set bogus 1", `unknown executor keyword "bogus"`},
-		{"cluster set 10.0.0.1", `required flag(s) "configure" not set`},
+		{"cluster set 10.0.0.1", `at least one of the flags in the group [configure proportions] is required`},
 		{"server add", "server add needs a target"},
 	}
 	for _, tt := range tests {

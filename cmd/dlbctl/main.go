@@ -53,6 +53,9 @@ type dlbClient interface {
 	Clusters(ctx context.Context, target string) ([]api.ClusterReport, error)
 	Ports(ctx context.Context, target string) ([]api.PortReport, error)
 	Servers(ctx context.Context, target string) ([]api.ServerReport, error)
+	Manager(ctx context.Context) (api.ManagerReport, error)
+	Advisors(ctx context.Context) ([]api.AdvisorReport, error)
+	Metrics(ctx context.Context) (api.MetricReport, error)
 }
 
 // env is everything dlbctl takes from its process, so that tests can run
@@ -218,7 +221,8 @@ func (a *app) newRoot() *cobra.Command {
 		pf.StringVarP(&a.output, "output", "o", "table", "report format: table, json or yaml")
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
-	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.fileCmd(), a.versionCmd())
+	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
+		a.metricCmd(), a.fileCmd(), a.versionCmd())
 	return root
 }
 

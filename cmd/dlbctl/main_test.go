@@ -33,6 +33,9 @@ type fakeEngine struct {
 	clusters []api.ClusterReport
 	ports    []api.PortReport
 	servers  []api.ServerReport
+	manager  api.ManagerReport
+	advisors []api.AdvisorReport
+	metrics  api.MetricReport
 }
 
 func (f *fakeEngine) Apply(_ context.Context, ops []api.Op) (api.Result, error) {
@@ -61,6 +64,24 @@ func (f *fakeEngine) PortReports(_ context.Context, target string) ([]api.PortRe
 
 func (f *fakeEngine) ServerReports(_ context.Context, target string) ([]api.ServerReport, error) {
 	return report(f, target, f.servers)
+}
+
+func (f *fakeEngine) ManagerReport(context.Context) (api.ManagerReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.manager, f.reportErr
+}
+
+func (f *fakeEngine) AdvisorReports(context.Context) ([]api.AdvisorReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.advisors, f.reportErr
+}
+
+func (f *fakeEngine) MetricReport(context.Context) (api.MetricReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.metrics, f.reportErr
 }
 
 func report[T any](f *fakeEngine, target string, canned []T) ([]T, error) {

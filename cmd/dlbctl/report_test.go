@@ -28,9 +28,9 @@ func cannedEngine() *fakeEngine {
 			Packets: 1020,
 		},
 		clusters: []api.ClusterReport{
-			{Address: "10.0.0.100", Configure: true, Ports: 2,
+			{Address: "10.0.0.100", Configure: true, Ports: 2, Proportions: []int{50, 50, 0, 0},
 				Counters: api.Counters{Packets: big, Bytes: 2, NewConnections: 3, FinishedConnections: 4, ActiveConnections: 5}},
-			{Address: "10.0.0.101", Ports: 1},
+			{Address: "10.0.0.101", Ports: 1, Proportions: []int{40, 40, 20, 0}, Metrics: []string{"cpuload"}},
 		},
 		ports: []api.PortReport{
 			{Cluster: "10.0.0.100", Port: 53, Protocol: "both", Method: "mac", StaleTimeout: 30, WeightBound: 50, Servers: 1},
@@ -163,6 +163,11 @@ func TestReportYAMLShape(t *testing.T) {
 	want := `- address: 10.0.0.100
   configure: true
   ports: 2
+  proportions:
+    - 50
+    - 50
+    - 0
+    - 0
   packets: 9223372036854775809
   bytes: 2
   new_connections: 3
@@ -171,6 +176,13 @@ func TestReportYAMLShape(t *testing.T) {
 - address: 10.0.0.101
   configure: false
   ports: 1
+  proportions:
+    - 40
+    - 40
+    - 20
+    - 0
+  metrics:
+    - cpuload
   packets: 0
   bytes: 0
   new_connections: 0
