@@ -212,6 +212,16 @@ func (s *session) Close() {
 	_ = s.raw.Close()
 }
 
+// CloseWrite half-closes the TCP connection: the server reads EOF after
+// what was sent, and can still answer. Some servers wait for more input
+// before answering a goodbye (Exim waits 200 ms after QUIT, in case the
+// client pipelined more); the half-close ends that wait.
+func (s *session) CloseWrite() {
+	if cw, ok := s.raw.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
 // Up returns an up Result whose Load is the time since dial began.
 func (s *session) Up() Result {
 	return Result{Up: true, Load: s.Elapsed()}
