@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps generate check-generated lint test test-unit bench demo clean
+.PHONY: all build deps test-deps generate check-generated lint test test-unit bench demo clean
 
 all: build
 
@@ -15,9 +15,13 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/dlbd ./cmd/dlbctl ./scripts/labhttpd ./scripts/labclient ./scripts/labxdp
 
-## deps: install the tools the lab and tests use (iproute2, util-linux, ethtool) if missing
+## deps: install what the lab and demo use (iproute2, util-linux, ethtool) if missing
 deps:
-	@bash scripts/deps.sh
+	@bash scripts/deps.sh lab
+
+## test-deps: deps, plus the real servers the advisor tests probe
+test-deps:
+	@bash scripts/deps.sh test
 
 ## generate: rebuild the BPF objects and their Go bindings with clang-19
 generate:
@@ -45,7 +49,7 @@ lint:
 
 ## test: everything — unit, data-path (BPF_PROG_TEST_RUN) and end-to-end lab tests.
 ## Privileged tests skip when not root; DLB_REQUIRE_PRIVILEGED=1 makes that a failure.
-test: deps lint build
+test: test-deps lint build
 	$(GO) test -count=1 -timeout 14m ./...
 
 ## test-unit: only what needs no root

@@ -83,9 +83,41 @@ step "what the dispatcher counted"
 ctl server report
 ctl port report
 
-step "weights follow the operator: b3 down, then 1000 more requests"
+step "the operator takes b3 down: 1000 more requests avoid it"
 ctl server down "$LAB_VIP@80@$LAB_B3_ADDR"
 "$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 1000 -c 20
-ctl server report
+ctl server up "$LAB_VIP@80@$LAB_B3_ADDR"
+
+step "the manager and an http advisor: weights follow load and health"
+ctl advisor start http "$LAB_VIP@80" --interval 1 --fall 2 --rise 2 --connecttimeout 1 --receivetimeout 1
+ctl manager set interval 1
+ctl manager start
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 2000 -c 20 -duration 3s >/dev/null
+sleep 1 # a manager cycle sees the traffic
+ctl manager report
+
+# wait_state SERVER STATE: poll the server report until SERVER is in STATE.
+wait_state() {
+	for _ in $(seq 100); do
+		"$bin/dlbctl" --socket "$sock" server report "$LAB_VIP@80@$1" -o json | grep -q "\"state\": \"$2\"" && return 0
+		sleep 0.1
+	done
+	echo "demo: $1 did not become $2" >&2
+	return 1
+}
+
+step "b2's HTTP server stops: its advisor marks it down, new connections go elsewhere"
+"$lab" backend-stop b2
+wait_state "$LAB_B2_ADDR" failed
+ctl advisor report
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 1000 -c 20
+
+step "b2's HTTP server is back: after 2 good probes it rejoins"
+"$lab" backend-start b2 >/dev/null
+wait_state "$LAB_B2_ADDR" up
+ctl advisor report
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 1000 -c 20
+sleep 2 # two manager cycles
+ctl manager report
 
 step "done; removing the lab"
