@@ -56,9 +56,13 @@ test: test-deps lint build
 test-unit:
 	$(GO) test -count=1 -short ./...
 
-## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root)
+## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root);
+## then the control plane: a manager cycle over 10,000 servers and Maglev rebuilds
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
+	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
+	$(GO) test -run '^$$' -bench 'ManagerCycle' -benchtime 5x ./pkg/dispatcher/
+	$(GO) test -run '^$$' -bench 'Build' -benchtime 20x ./pkg/maglev/
 
 ## demo: a real lab (namespaces, dlbd, dlbctl, HTTP backends) with traffic through the VIP (needs root)
 demo: deps build
