@@ -56,38 +56,12 @@ func startVsftpd(t *testing.T) (*os.Process, uint16) {
 func TestFTPRealServer(t *testing.T) {
 	proc, port := startVsftpd(t)
 	a, _ := New("ftp")
-	tests := []struct {
-		name              string
-		request, response string
-		up                bool
-		reason            string
-	}{
+	probeRealServer(t, a, proc, port, []realCase{
 		{name: "SYST", up: true},
 		{name: "greeting matches", response: "dlb test FTP", up: true},
 		{name: "FEAT multi-line reply matches", request: "FEAT", response: " EPSV", up: true},
 		{name: "strict 215 refused before login", response: "215 ", reason: `reply does not contain "215 "`},
 		{name: "response mismatch", request: "FEAT", response: "MLST", reason: `reply does not contain "MLST"`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			target := loTarget(port)
-			target.Request, target.Response = tc.request, tc.response
-			r, el := probeTimed(t, a, target)
-			if r.Up != tc.up || r.Reason != tc.reason {
-				t.Fatalf("got %+v, want up=%v reason %q", r, tc.up, tc.reason)
-			}
-			if r.Up && (r.Load <= 0 || r.Load > el) {
-				t.Errorf("load %v not in (0, %v]", r.Load, el)
-			}
-			t.Logf("up=%v load=%v reason=%q in %v", r.Up, r.Load, r.Reason, el)
-		})
-	}
-	t.Run("server stopped", func(t *testing.T) {
-		stopServer(t, proc, port)
-		r, _ := probeTimed(t, a, loTarget(port))
-		if r.Up || r.Reason != "connect refused" {
-			t.Fatalf("got %+v, want down \"connect refused\"", r)
-		}
 	})
 }
 

@@ -78,39 +78,13 @@ func startDovecot(t *testing.T, protocol string) (*os.Process, uint16) {
 func TestIMAPRealServer(t *testing.T) {
 	proc, port := startDovecot(t, "imap")
 	a, _ := New("imap")
-	tests := []struct {
-		name              string
-		request, response string
-		up                bool
-		reason            string
-	}{
+	probeRealServer(t, a, proc, port, []realCase{
 		{name: "greeting", up: true},
 		{name: "greeting matches", response: "dlb test imap ready", up: true},
 		{name: "CAPABILITY", request: "CAPABILITY", response: "IMAP4rev1", up: true},
 		{name: "NOOP", request: "NOOP", up: true},
 		{name: "command refused before login", request: "SELECT INBOX", reason: `reply "a1 BAD Error in IMAP command received by server." to SELECT is not OK`},
 		{name: "response mismatch", response: "Cyrus", reason: `reply does not contain "Cyrus"`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			target := loTarget(port)
-			target.Request, target.Response = tc.request, tc.response
-			r, el := probeTimed(t, a, target)
-			if r.Up != tc.up || r.Reason != tc.reason {
-				t.Fatalf("got %+v, want up=%v reason %q", r, tc.up, tc.reason)
-			}
-			if r.Up && (r.Load <= 0 || r.Load > el) {
-				t.Errorf("load %v not in (0, %v]", r.Load, el)
-			}
-			t.Logf("up=%v load=%v reason=%q in %v", r.Up, r.Load, r.Reason, el)
-		})
-	}
-	t.Run("server stopped", func(t *testing.T) {
-		stopServer(t, proc, port)
-		r, _ := probeTimed(t, a, loTarget(port))
-		if r.Up || r.Reason != "connect refused" {
-			t.Fatalf("got %+v, want down \"connect refused\"", r)
-		}
 	})
 }
 

@@ -57,12 +57,7 @@ func startSlapd(t *testing.T) (*os.Process, uint16) {
 func TestLDAPRealServer(t *testing.T) {
 	proc, port := startSlapd(t)
 	a, _ := New("ldap")
-	tests := []struct {
-		name              string
-		request, response string
-		up                bool
-		reason            string
-	}{
+	probeRealServer(t, a, proc, port, []realCase{
 		{name: "anonymous bind", up: true},
 		{name: "naming context", response: "dc=dlb,dc=test", up: true},
 		{name: "operational attribute", response: "OpenLDAProotDSE", up: true},
@@ -70,27 +65,6 @@ func TestLDAPRealServer(t *testing.T) {
 		{name: "simple bind, DN with a space", request: "cn=Directory Manager,dc=dlb,dc=test secret", up: true},
 		{name: "wrong password", request: "cn=Directory Manager,dc=dlb,dc=test wrong", reason: "bind failed: invalid credentials (49)"},
 		{name: "request without password", request: "cn=admin", reason: `request is not "bind-dn password"`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			target := loTarget(port)
-			target.Request, target.Response = tc.request, tc.response
-			r, el := probeTimed(t, a, target)
-			if r.Up != tc.up || r.Reason != tc.reason {
-				t.Fatalf("got %+v, want up=%v reason %q", r, tc.up, tc.reason)
-			}
-			if r.Up && (r.Load <= 0 || r.Load > el) {
-				t.Errorf("load %v not in (0, %v]", r.Load, el)
-			}
-			t.Logf("up=%v load=%v reason=%q in %v", r.Up, r.Load, r.Reason, el)
-		})
-	}
-	t.Run("server stopped", func(t *testing.T) {
-		stopServer(t, proc, port)
-		r, _ := probeTimed(t, a, loTarget(port))
-		if r.Up || r.Reason != "connect refused" {
-			t.Fatalf("got %+v, want down \"connect refused\"", r)
-		}
 	})
 }
 

@@ -70,12 +70,7 @@ func startExim(t *testing.T) (*os.Process, uint16) {
 func TestSMTPRealServer(t *testing.T) {
 	proc, port := startExim(t)
 	a, _ := New("smtp")
-	tests := []struct {
-		name              string
-		request, response string
-		up                bool
-		reason            string
-	}{
+	probeRealServer(t, a, proc, port, []realCase{
 		{name: "EHLO", up: true},
 		{name: "greeting matches", response: "ESMTP Exim", up: true},
 		{name: "EHLO keyword matches", response: "250-PIPELINING", up: true},
@@ -83,27 +78,6 @@ func TestSMTPRealServer(t *testing.T) {
 		{name: "HELO with a name", request: "HELO lb1.dlb.test", response: "Hello lb1.dlb.test", up: true},
 		{name: "response mismatch", response: "STARTTLS", reason: `reply does not contain "STARTTLS"`},
 		{name: "refused command", request: "RCPT TO:<a@b.test>", reason: `reply "503 sender not yet given" to RCPT is not 2xx`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			target := loTarget(port)
-			target.Request, target.Response = tc.request, tc.response
-			r, el := probeTimed(t, a, target)
-			if r.Up != tc.up || r.Reason != tc.reason {
-				t.Fatalf("got %+v, want up=%v reason %q", r, tc.up, tc.reason)
-			}
-			if r.Up && (r.Load <= 0 || r.Load > el) {
-				t.Errorf("load %v not in (0, %v]", r.Load, el)
-			}
-			t.Logf("up=%v load=%v reason=%q in %v", r.Up, r.Load, r.Reason, el)
-		})
-	}
-	t.Run("server stopped", func(t *testing.T) {
-		stopServer(t, proc, port)
-		r, _ := probeTimed(t, a, loTarget(port))
-		if r.Up || r.Reason != "connect refused" {
-			t.Fatalf("got %+v, want down \"connect refused\"", r)
-		}
 	})
 }
 

@@ -615,3 +615,40 @@ func TestTextprotoRegistered(t *testing.T) {
 		}
 	}
 }
+
+// realCase is one probe of a real server: what to send and expect, and the
+// verdict.
+type realCase struct {
+	name              string
+	request, response string
+	up                bool
+	reason            string
+}
+
+// probeRealServer probes a real server with each case (an up probe must
+// report a load within the probe's own duration), then stops the server
+// and checks that the probe reports the connection refused.
+func probeRealServer(t *testing.T, a Advisor, proc *os.Process, port uint16, cases []realCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			target := loTarget(port)
+			target.Request, target.Response = tc.request, tc.response
+			r, el := probeTimed(t, a, target)
+			if r.Up != tc.up || r.Reason != tc.reason {
+				t.Fatalf("got %+v, want up=%v reason %q", r, tc.up, tc.reason)
+			}
+			if r.Up && (r.Load <= 0 || r.Load > el) {
+				t.Errorf("load %v not in (0, %v]", r.Load, el)
+			}
+			t.Logf("up=%v load=%v reason=%q in %v", r.Up, r.Load, r.Reason, el)
+		})
+	}
+	t.Run("server stopped", func(t *testing.T) {
+		stopServer(t, proc, port)
+		r, _ := probeTimed(t, a, loTarget(port))
+		if r.Up || r.Reason != "connect refused" {
+			t.Fatalf("got %+v, want down \"connect refused\"", r)
+		}
+	})
+}
