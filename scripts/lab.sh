@@ -10,14 +10,32 @@
 #   ${P}b1 .. ${P}bN   backends     dlbeth0 198.18.0.(20+i)/24, VIP 198.18.0.100/32 on lo
 #   ${P}sw             switch       bridge dlbbr0 with one port ${P}-<role> per namespace
 #
+# With -r N (opt-in), a second segment for NAT servers behind a router:
+#
+#   ${P}r              router       dlbeth0 198.18.0.254/24 on dlbbr0 (port ${P}-r),
+#                                   dlbeth1 198.18.1.1/24 on dlbbr1 (port ${P}-r1), forwarding on
+#   ${P}n1 .. ${P}nN   NAT servers  dlbeth0 198.18.1.(10+i)/24 on dlbbr1, default route via 198.18.1.1
+#
+# and the dispatcher routes 198.18.1.0/24 via 198.18.0.254. The NAT return
+# address 198.18.0.3 is NOT configured: dlbd puts it on the dispatcher.
+#
+# With -6 (opt-in), IPv6 on the lab links (otherwise it stays disabled):
+# 2001:2::/64 on segment A (dispatcher ::2, clients ::11.., backends ::21..,
+# router ::fe, VIP 2001:2::100/128 on every backend's lo) and 2001:2:1::/64
+# on the NAT segment (router ::1, NAT servers ::11..). Addresses are added
+# with nodad, and router advertisements, autoconfiguration, DAD and router
+# solicitations are off, so the lab is deterministic. Linux answers neighbour
+# solicitations only for addresses on the receiving interface, so a backend
+# never answers for the VIP on its lo (IPv6 needs no arp_ignore equivalent).
+#
 # The VIP is NOT put on the dispatcher: dlbd does that. Backends carry it on lo
 # with arp_ignore=1/arp_announce=2 so they never answer ARP for it (direct
 # server return by MAC rewrite).
 #
 # Rules kept here: every namespace and link is named with the prefix (which
-# must start with "dlb"), every address is in 198.18.0.0/24, links are created
-# directly inside their namespaces (nothing ever appears in the root
-# namespace), and `down` kills only the PIDs this script recorded.
+# must start with "dlb"), every address is in 198.18.0.0/23 or 2001:2::/48,
+# links are created directly inside their namespaces (nothing ever appears in
+# the root namespace), and `down` kills only the PIDs this script recorded.
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -49,6 +67,30 @@ readonly MAX_CLIENTS=9 # keeps clients below the backends' range
 readonly MAX_BACKENDS=79 # keeps backends below the VIP
 readonly DEFAULT_BACKENDS=3
 readonly DEFAULT_CLIENTS=1
+# NAT segment (-r): a router between segment A and a second bridge.
+readonly ROUTER_NS=${P}r
+readonly NAT_BRIDGE=dlbbr1
+readonly NAT_BRIDGE_MAC=02:d1:b0:00:ff:01
+readonly ROUTER_NAT_IFACE=dlbeth1 # the router's interface on the NAT segment
+readonly ROUTER_HOST=254 # the router is $NET.254 on segment A
+readonly ROUTER_ADDR=$NET.$ROUTER_HOST
+readonly NAT_NET=198.18.1
+readonly NAT_GW_HOST=1 # the router is $NAT_NET.1 on the NAT segment
+readonly NAT_GATEWAY=$NAT_NET.$NAT_GW_HOST
+readonly RETURN_ADDR=$NET.3 # dlbd's NAT return address: never configured here
+readonly NAT_MAC_PREFIX=02:d1:b0:00:02 # NAT-segment veths: ...:<host part in hex>
+readonly NAT_PEER_MAC_PREFIX=02:d1:b0:00:03 # their switch-side peers
+readonly NAT_BASE=10 # n<i> is $NAT_NET.(10+i)
+readonly MAX_NATSERVERS=9
+# IPv6 (-6): the host part is written with the same decimal digits as IPv4.
+readonly NET6=2001:2: # segment A: $NET6:<host>/64
+readonly NAT_NET6=2001:2:1: # NAT segment: $NAT_NET6:<host>/64
+readonly PLEN6=64
+readonly NFA6=$NET6:2
+readonly VIP6=$NET6:100
+readonly RETURN_ADDR6=$NET6:3 # never configured here
+readonly ROUTER_ADDR6=$NET6:fe
+readonly NAT_GATEWAY6=$NAT_NET6:1
 readonly READY_TIMEOUT_DS=50 # tenths of a second to wait for labhttpd
 readonly STOP_TIMEOUT_DS=50 # tenths of a second to wait for SIGTERM to work
 
@@ -61,17 +103,23 @@ a dispatcher (${P}d, NFA $NFA), clients (${P}c1.., $NET.11..) and backends
 (${P}b1.., $NET.21..) that run labhttpd on :80 and carry the VIP $VIP on lo.
 
 commands:
-  up [-n BACKENDS] [-c CLIENTS]  create the lab (default $DEFAULT_BACKENDS backends, $DEFAULT_CLIENTS client;
-                                 at most $MAX_BACKENDS and $MAX_CLIENTS) and start labhttpd on every backend
+  up [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-6]
+                                 create the lab (default $DEFAULT_BACKENDS backends, $DEFAULT_CLIENTS client;
+                                 at most $MAX_BACKENDS and $MAX_CLIENTS) and start labhttpd on every backend;
+                                 -r N (0..$MAX_NATSERVERS, default 0) adds a router ${P}r ($ROUTER_ADDR, $NAT_GATEWAY)
+                                 and N NAT servers ${P}n1.. ($NAT_NET.11..) on bridge $NAT_BRIDGE, running
+                                 labhttpd too; -6 enables IPv6: ${NET6}:/$PLEN6 (NFA $NFA6, VIP $VIP6)
+                                 and ${NAT_NET6}:/$PLEN6 on the NAT segment
   down                           remove everything the lab made, even if half-created;
                                  idempotent; kills only PIDs it recorded
   exec ROLE CMD [ARG...]         run CMD in ROLE's network namespace (nsenter --net);
-                                 ROLE is d, sw, c1..cK or b1..bN
-  env [-n BACKENDS] [-c CLIENTS] print shell-sourceable LAB_* variables describing the lab
+                                 ROLE is d, sw, c1..cK, b1..bN, r or n1..nN
+  env [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-6]
+                                 print shell-sourceable LAB_* variables describing the lab
                                  (counts default to the running lab's, else the defaults)
-  backend-start NAME [ARG...]    start labhttpd on backend NAME (b1..bN); ARGs are appended to
-                                 "-listen :80 -name NAME" (later flags win)
-  backend-stop NAME              stop labhttpd on backend NAME (SIGTERM, then SIGKILL after 5 s)
+  backend-start NAME [ARG...]    start labhttpd on backend or NAT server NAME (b1..bN, n1..nN);
+                                 ARGs are appended to "-listen :80 -name NAME" (later flags win)
+  backend-stop NAME              stop labhttpd on NAME (SIGTERM, then SIGKILL after 5 s)
   help                           show this text
 
 environment:
@@ -82,8 +130,11 @@ environment:
 
 examples:
   sudo $PROG up -n 3
+  sudo $PROG up -n 2 -r 2 -6
   sudo $PROG exec c1 curl -s http://$NET.21/
   sudo $PROG exec c1 "\$LAB_BIN/labclient" -url http://$VIP/ -n 1000 -c 20
+  sudo $PROG exec d "\$LAB_BIN/labclient" -url http://$NAT_NET.11/ -n 10
+  sudo $PROG exec c1 "\$LAB_BIN/labclient" -url 'http://[${NET6}:21]/' -n 10
   eval "\$($PROG env)"; echo "\$LAB_BACKEND_ADDRS"
   sudo $PROG down
 EOF
@@ -121,10 +172,10 @@ require_tools() {
 }
 
 # ns_re matches exactly the namespaces this prefix owns.
-ns_re() { printf '^%s(sw|d|c[0-9]+|b[0-9]+)$' "$P"; }
+ns_re() { printf '^%s(sw|d|r|c[0-9]+|b[0-9]+|n[0-9]+)$' "$P"; }
 
-# lab_namespaces prints the lab's existing namespaces: clients and backends
-# first, then the dispatcher, then the switch.
+# lab_namespaces prints the lab's existing namespaces: clients, backends and
+# NAT servers first, then the router, the dispatcher, and the switch.
 lab_namespaces() {
 	local re name names=()
 	re=$(ns_re)
@@ -132,29 +183,44 @@ lab_namespaces() {
 		[[ $name =~ $re ]] && names+=("$name")
 	done < <(ip netns list 2>/dev/null)
 	((${#names[@]})) || return 0
-	printf '%s\n' "${names[@]}" | sort -V | awk -v d="$D_NS" -v sw="$SW_NS" '
+	printf '%s\n' "${names[@]}" | sort -V | awk -v r="$ROUTER_NS" -v d="$D_NS" -v sw="$SW_NS" '
+		$0 == r { last0 = $0; next }
 		$0 == d { last1 = $0; next }
 		$0 == sw { last2 = $0; next }
 		{ print }
-		END { if (last1 != "") print last1; if (last2 != "") print last2 }'
+		END {
+			if (last0 != "") print last0
+			if (last1 != "") print last1
+			if (last2 != "") print last2
+		}'
 }
 
 # hex2 prints a host number as two hex digits.
 hex2() { printf '%02x' "$1"; }
 
-# role_ns prints the namespace for ROLE (d, sw, cN, bN) or fails.
+# role_ns prints the namespace for ROLE (d, sw, r, cN, bN, nN) or fails.
 role_ns() {
 	case $1 in
-	d | sw) printf '%s%s' "$P" "$1" ;;
-	c[1-9] | c[1-9][0-9] | b[1-9] | b[1-9][0-9]) printf '%s%s' "$P" "$1" ;;
+	d | sw | r) printf '%s%s' "$P" "$1" ;;
+	c[1-9] | c[1-9][0-9] | b[1-9] | b[1-9][0-9] | n[1-9]) printf '%s%s' "$P" "$1" ;;
 	*) return 1 ;;
 	esac
 }
 
-# backend_ns NAME prints backend NAME's namespace, or exits with a usage error.
+# backend_ns NAME prints the namespace of backend or NAT server NAME, or
+# exits with a usage error.
 backend_ns() {
-	[[ $1 =~ ^b[1-9][0-9]?$ ]] || usage_error "'$1' is not a backend name (b1..b$MAX_BACKENDS)"
+	[[ $1 =~ ^(b[1-9][0-9]?|n[1-9])$ ]] ||
+		usage_error "'$1' is not a backend or NAT server name (b1..b$MAX_BACKENDS, n1..n$MAX_NATSERVERS)"
 	role_ns "$1"
+}
+
+# server_addr NAME prints the IPv4 address of backend or NAT server NAME.
+server_addr() {
+	case $1 in
+	b*) printf '%s' "$NET.$((BACKEND_BASE + ${1#b}))" ;;
+	n*) printf '%s' "$NAT_NET.$((NAT_BASE + ${1#n}))" ;;
+	esac
 }
 
 # in_ns NS CMD... runs CMD in the network namespace NS. nsenter, unlike
@@ -172,39 +238,51 @@ sysctl_ns() {
 	in_ns "$ns" sysctl -q -w "$@" >/dev/null
 }
 
-# parse_counts FROM_STATE [-n N] [-c K] sets NB and NC from the options, else
-# (if FROM_STATE is 1) from the running lab's state, else the defaults.
+# parse_counts FROM_STATE [-n N] [-c K] [-r R] [-6] sets NB, NC, NR and V6
+# from the options, else (if FROM_STATE is 1) from the running lab's state,
+# else the defaults (NR=0, V6=0).
 NB=
 NC=
+NR=
+V6=
 parse_counts() {
 	local from_state=$1 opt OPTIND=1
 	shift
-	while getopts ':n:c:' opt; do
+	while getopts ':n:c:r:6' opt; do
 		case $opt in
 		n) NB=$OPTARG ;;
 		c) NC=$OPTARG ;;
+		r) NR=$OPTARG ;;
+		6) V6=1 ;;
 		:) usage_error "option -$OPTARG needs a value" ;;
 		*) usage_error "unknown option -$OPTARG" ;;
 		esac
 	done
 	shift $((OPTIND - 1))
 	(($# == 0)) || usage_error "unexpected arguments: $*"
-	if ((from_state)) && [[ -z $NB || -z $NC ]] && [[ -r $LAB_RUN/state ]]; then
+	if ((from_state)) && [[ -z $NB || -z $NC || -z $NR || -z $V6 ]] && [[ -r $LAB_RUN/state ]]; then
 		local key val
 		while IFS='=' read -r key val; do
 			case $key in
 			BACKENDS) [[ -n $NB ]] || NB=$val ;;
 			CLIENTS) [[ -n $NC ]] || NC=$val ;;
+			NATSERVERS) [[ -n $NR ]] || NR=$val ;;
+			IPV6) [[ -n $V6 ]] || V6=$val ;;
 			esac
 		done <"$LAB_RUN/state"
 	fi
 	NB=${NB:-$DEFAULT_BACKENDS}
 	NC=${NC:-$DEFAULT_CLIENTS}
+	NR=${NR:-0}
+	[[ $V6 == 1 ]] || V6=0
 	valid_count "$NB" "$MAX_BACKENDS" || usage_error "backends: '$NB' is not in 1..$MAX_BACKENDS"
 	valid_count "$NC" "$MAX_CLIENTS" || usage_error "clients: '$NC' is not in 1..$MAX_CLIENTS"
+	[[ $NR =~ ^0{1,3}$ ]] || valid_count "$NR" "$MAX_NATSERVERS" ||
+		usage_error "NAT servers: '$NR' is not in 0..$MAX_NATSERVERS"
 	# Strip leading zeros so "03" means 3, not octal.
 	NB=$((10#$NB))
 	NC=$((10#$NC))
+	NR=$((10#$NR))
 }
 
 # valid_count N MAX: is N a decimal number in 1..MAX?
@@ -283,7 +361,10 @@ backend_listen_addr() {
 		-listen=* | --listen=*) listen=${a#*=} ;;
 		esac
 	done
-	printf '%s|%s' "${listen%:*}" "${listen##*:}"
+	local host=${listen%:*}
+	host=${host#[}
+	host=${host%]}
+	printf '%s|%s' "$host" "${listen##*:}"
 }
 
 # backend_start NAME [ARG...] starts labhttpd in backend NAME's namespace and
@@ -311,7 +392,7 @@ backend_start() {
 		"$LAB_BIN/labhttpd" -listen :80 -name "$name" "$@" </dev/null >>"$log" 2>&1
 	IFS='|' read -r host port <<<"$(backend_listen_addr "$@")"
 	addr=$host
-	[[ -n $addr && $addr != 0.0.0.0 ]] || addr=$NET.$((BACKEND_BASE + ${name#b}))
+	[[ -n $addr && $addr != 0.0.0.0 && $addr != :: ]] || addr=$(server_addr "$name")
 	for ((i = 0; i < READY_TIMEOUT_DS; i++)); do
 		if pid=$(recorded_pid "$pidfile" "$ns") && http_ok "$ns" "$addr" "$port"; then
 			info "$name: labhttpd pid $pid answering on $addr:$port"
@@ -343,37 +424,74 @@ backend_stop() {
 # --- up / down -----------------------------------------------------------------
 
 # add_ns NS creates a namespace with lo up and IPv6 off for links made later.
+# With -6, links made later are also kept quiet once IPv6 is enabled on
+# them: no router advertisements or solicitations, no autoconfiguration,
+# no duplicate address detection (not even for the link-local address).
 add_ns() {
 	local ns=$1
 	ip netns add "$ns"
 	ip -n "$ns" link set lo up
 	sysctl_ns "$ns" net.ipv6.conf.default.disable_ipv6=1
+	if ((V6)); then
+		sysctl_ns "$ns" net.ipv6.conf.default.accept_ra=0 net.ipv6.conf.default.autoconf=0 \
+			net.ipv6.conf.default.router_solicitations=0 net.ipv6.conf.default.accept_dad=0 \
+			net.ipv6.conf.default.dad_transmits=0
+	fi
 }
 
-# add_port ROLE ADDR_HOST creates ROLE's veth: dlbeth0 in the role's
-# namespace with $NET.ADDR_HOST/24, and its peer ${P}-ROLE on the bridge.
-add_port() {
-	local role=$1 host=$2 ns peer
-	ns=$(role_ns "$role")
-	peer=$P-$role
+# add_link NS IFNAME HOST BRIDGE MAC_PREFIX PEER PEER_MAC_PREFIX CIDR [CIDR6]
+# creates a veth: IFNAME in NS with MAC MAC_PREFIX:<HOST in hex> and the IPv4
+# address CIDR (and, if given, the IPv6 address CIDR6, which also enables
+# IPv6 on IFNAME), and its peer PEER in the switch namespace, on BRIDGE.
+add_link() {
+	local ns=$1 ifname=$2 host=$3 bridge=$4 mac_prefix=$5 peer=$6 peer_mac_prefix=$7 cidr=$8 cidr6=${9:-}
 	# Created directly in the two namespaces, so no name is ever taken in
 	# the root namespace.
-	ip link add "$IFACE" netns "$ns" address "$MAC_PREFIX:$(hex2 "$host")" type veth \
-		peer name "$peer" netns "$SW_NS" address "$PEER_MAC_PREFIX:$(hex2 "$host")"
+	ip link add "$ifname" netns "$ns" address "$mac_prefix:$(hex2 "$host")" type veth \
+		peer name "$peer" netns "$SW_NS" address "$peer_mac_prefix:$(hex2 "$host")"
 
+	# The bridge ports carry IPv6 frames without IPv6 of their own.
 	sysctl_ns "$SW_NS" "net.ipv6.conf.$peer.disable_ipv6=1"
-	ip -n "$SW_NS" link set "$peer" master "$BRIDGE"
+	ip -n "$SW_NS" link set "$peer" master "$bridge"
 	# Native-mode XDP_TX/redirect into a veth needs NAPI on the receiving
 	# peer, which GRO turns on.
 	in_ns "$SW_NS" ethtool -K "$peer" gro on >/dev/null
 	ip -n "$SW_NS" link set "$peer" up
 
-	sysctl_ns "$ns" "net.ipv6.conf.$IFACE.disable_ipv6=1"
+	if [[ -n $cidr6 ]]; then
+		sysctl_ns "$ns" "net.ipv6.conf.$ifname.disable_ipv6=0"
+	else
+		sysctl_ns "$ns" "net.ipv6.conf.$ifname.disable_ipv6=1"
+	fi
 	# Locally generated packets would otherwise leave with partial
 	# checksums that break once an XDP program forwards them.
-	in_ns "$ns" ethtool -K "$IFACE" tx off >/dev/null
-	ip -n "$ns" addr add "$NET.$host/$PLEN" dev "$IFACE"
-	ip -n "$ns" link set "$IFACE" up
+	in_ns "$ns" ethtool -K "$ifname" tx off >/dev/null
+	ip -n "$ns" addr add "$cidr" dev "$ifname"
+	[[ -z $cidr6 ]] || ip -n "$ns" -6 addr add "$cidr6" dev "$ifname" nodad
+	ip -n "$ns" link set "$ifname" up
+}
+
+# add_port ROLE ADDR_HOST [ADDR6] creates ROLE's veth on segment A: dlbeth0
+# in the role's namespace with $NET.ADDR_HOST/24 (and, with -6, ADDR6/64,
+# by default $NET6:ADDR_HOST), and its peer ${P}-ROLE on the bridge.
+add_port() {
+	local role=$1 host=$2 ns cidr6=
+	ns=$(role_ns "$role")
+	((V6)) && cidr6=${3:-$NET6:$host}/$PLEN6
+	add_link "$ns" "$IFACE" "$host" "$BRIDGE" "$MAC_PREFIX" "$P-$role" "$PEER_MAC_PREFIX" \
+		"$NET.$host/$PLEN" "$cidr6"
+}
+
+# add_nat_port ROLE ADDR_HOST [ADDR6] [IFNAME] [PEER] is add_port for the
+# NAT segment: IFNAME (default dlbeth0) with $NAT_NET.ADDR_HOST/24 (and, with
+# -6, ADDR6/64, by default $NAT_NET6:ADDR_HOST), its peer PEER (default
+# ${P}-ROLE) on bridge $NAT_BRIDGE.
+add_nat_port() {
+	local role=$1 host=$2 ns cidr6=
+	ns=$(role_ns "$role")
+	((V6)) && cidr6=${3:-$NAT_NET6:$host}/$PLEN6
+	add_link "$ns" "${4:-$IFACE}" "$host" "$NAT_BRIDGE" "$NAT_MAC_PREFIX" "${5:-$P-$role}" \
+		"$NAT_PEER_MAC_PREFIX" "$NAT_NET.$host/$PLEN" "$cidr6"
 }
 
 cmd_up() {
@@ -407,7 +525,8 @@ cmd_up() {
 
 	rm -rf "$LAB_RUN"
 	mkdir -p "$LAB_RUN"
-	printf 'PREFIX=%s\nBACKENDS=%s\nCLIENTS=%s\n' "$P" "$NB" "$NC" >"$LAB_RUN/state"
+	printf 'PREFIX=%s\nBACKENDS=%s\nCLIENTS=%s\nNATSERVERS=%s\nIPV6=%s\n' \
+		"$P" "$NB" "$NC" "$NR" "$V6" >"$LAB_RUN/state"
 
 	local i
 	add_ns "$SW_NS"
@@ -436,14 +555,44 @@ cmd_up() {
 			net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 \
 			net.ipv4.conf.lo.arp_ignore=1 net.ipv4.conf.lo.arp_announce=2 \
 			"net.ipv4.conf.$IFACE.arp_ignore=1" "net.ipv4.conf.$IFACE.arp_announce=2"
+		# Linux answers neighbour solicitations only for addresses on the
+		# interface they arrive on, so the IPv6 VIP on lo stays silent too.
+		((V6 == 0)) || ip -n "$ns" -6 addr add "$VIP6/128" dev lo nodad
 	done
+	if ((NR > 0)); then
+		ip -n "$SW_NS" link add "$NAT_BRIDGE" address "$NAT_BRIDGE_MAC" type bridge \
+			stp_state 0 forward_delay 0 mcast_snooping 0
+		sysctl_ns "$SW_NS" "net.ipv6.conf.$NAT_BRIDGE.disable_ipv6=1"
+		ip -n "$SW_NS" link set "$NAT_BRIDGE" up
+
+		add_ns "$ROUTER_NS"
+		add_port r "$ROUTER_HOST" "$ROUTER_ADDR6"
+		add_nat_port r "$NAT_GW_HOST" "$NAT_GATEWAY6" "$ROUTER_NAT_IFACE" "$P-r1"
+		sysctl_ns "$ROUTER_NS" net.ipv4.ip_forward=1
+		((V6 == 0)) || sysctl_ns "$ROUTER_NS" net.ipv6.conf.all.forwarding=1
+
+		ip -n "$D_NS" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+		((V6 == 0)) || ip -n "$D_NS" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
+		for ((i = 1; i <= NR; i++)); do
+			local ns=${P}n$i
+			add_ns "$ns"
+			add_nat_port "n$i" $((NAT_BASE + i))
+			ip -n "$ns" route add default via "$NAT_GATEWAY" dev "$IFACE"
+			((V6 == 0)) || ip -n "$ns" -6 route add default via "$NAT_GATEWAY6" dev "$IFACE"
+		done
+	fi
 	for ((i = 1; i <= NB; i++)); do
 		backend_start "b$i"
+	done
+	for ((i = 1; i <= NR; i++)); do
+		backend_start "n$i"
 	done
 
 	UP_DONE=1
 	trap - EXIT INT TERM
 	info "lab up: prefix $P, dispatcher ${P}d ($NFA), $NC client(s) from $NET.$((CLIENT_BASE + 1)), $NB backend(s) from $NET.$((BACKEND_BASE + 1)), VIP $VIP (not configured on the dispatcher)"
+	((NR == 0)) || info "NAT: router $ROUTER_NS ($ROUTER_ADDR, $NAT_GATEWAY), $NR NAT server(s) from $NAT_NET.$((NAT_BASE + 1)); return address $RETURN_ADDR not configured"
+	((V6 == 0)) || info "IPv6: NFA $NFA6, VIP $VIP6 (not configured on the dispatcher), clients from $NET6:$((CLIENT_BASE + 1)), backends from $NET6:$((BACKEND_BASE + 1))"
 	info "state and logs in $LAB_RUN; remove with: $PROG down"
 }
 
@@ -501,7 +650,7 @@ cmd_exec() {
 	(($# >= 2)) || usage_error "usage: $PROG exec ROLE CMD [ARG...]"
 	local role=$1 ns
 	shift
-	ns=$(role_ns "$role") || usage_error "unknown role '$role' (want d, sw, c1..c$MAX_CLIENTS or b1..b$MAX_BACKENDS)"
+	ns=$(role_ns "$role") || usage_error "unknown role '$role' (want d, sw, r, c1..c$MAX_CLIENTS, b1..b$MAX_BACKENDS or n1..n$MAX_NATSERVERS)"
 	[[ -e /run/netns/$ns ]] || die "namespace $ns does not exist (is the lab up? try: $PROG up)"
 	exec nsenter --net="/run/netns/$ns" -- "$@"
 }
@@ -563,6 +712,71 @@ cmd_env() {
 	var LAB_BACKEND_ADDRS "${b_addr[*]}"
 	var LAB_BACKEND_MACS "${b_mac[*]}"
 	var LAB_BACKEND_PEERS "${b_peer[*]}"
+
+	# -6: printed only when IPv6 is on.
+	var LAB_IPV6 "$V6"
+	if ((V6)); then
+		local c_addr6=() b_addr6=()
+		var LAB_SUBNET6 "$NET6:/$PLEN6"
+		var LAB_PREFIXLEN6 "$PLEN6"
+		var LAB_VIP6 "$VIP6"
+		var LAB_NFA6 "$NFA6"
+		var LAB_DISPATCHER_ADDR6 "$NFA6"
+		var LAB_RETURN_ADDR6 "$RETURN_ADDR6"
+		for ((i = 1; i <= NC; i++)); do
+			c_addr6+=("$NET6:$((CLIENT_BASE + i))")
+			var "LAB_C${i}_ADDR6" "$NET6:$((CLIENT_BASE + i))"
+		done
+		var LAB_CLIENT_ADDRS6 "${c_addr6[*]}"
+		for ((i = 1; i <= NB; i++)); do
+			b_addr6+=("$NET6:$((BACKEND_BASE + i))")
+			var "LAB_B${i}_ADDR6" "$NET6:$((BACKEND_BASE + i))"
+		done
+		var LAB_BACKEND_ADDRS6 "${b_addr6[*]}"
+	fi
+
+	# -r: printed only when there are NAT servers.
+	var LAB_NATSERVERS "$NR"
+	if ((NR > 0)); then
+		local n_name=() n_ns=() n_addr=() n_addr6=() n_mac=() n_peer=()
+		var LAB_ROUTER_NS "$ROUTER_NS"
+		var LAB_ROUTER_IF "$IFACE"
+		var LAB_ROUTER_ADDR "$ROUTER_ADDR"
+		var LAB_ROUTER_MAC "$MAC_PREFIX:$(hex2 "$ROUTER_HOST")"
+		var LAB_ROUTER_PEER "$P-r"
+		var LAB_ROUTER_NAT_IF "$ROUTER_NAT_IFACE"
+		var LAB_ROUTER_NAT_MAC "$NAT_MAC_PREFIX:$(hex2 "$NAT_GW_HOST")"
+		var LAB_ROUTER_NAT_PEER "$P-r1"
+		var LAB_NAT_BRIDGE "$NAT_BRIDGE"
+		var LAB_NAT_SUBNET "$NAT_NET.0/$PLEN"
+		var LAB_NAT_GATEWAY "$NAT_GATEWAY"
+		var LAB_RETURN_ADDR "$RETURN_ADDR"
+		if ((V6)); then
+			var LAB_ROUTER_ADDR6 "$ROUTER_ADDR6"
+			var LAB_NAT_SUBNET6 "$NAT_NET6:/$PLEN6"
+			var LAB_NAT_GATEWAY6 "$NAT_GATEWAY6"
+		fi
+		for ((i = 1; i <= NR; i++)); do
+			role=n$i host=$((NAT_BASE + i)) ns=$P$role
+			n_name+=("$role") n_ns+=("$ns") n_addr+=("$NAT_NET.$host")
+			n_mac+=("$NAT_MAC_PREFIX:$(hex2 "$host")") n_peer+=("$P-$role")
+			var "LAB_N${i}_NAME" "$role"
+			var "LAB_N${i}_NS" "$ns"
+			var "LAB_N${i}_ADDR" "$NAT_NET.$host"
+			var "LAB_N${i}_MAC" "$NAT_MAC_PREFIX:$(hex2 "$host")"
+			var "LAB_N${i}_PEER" "$P-$role"
+			if ((V6)); then
+				n_addr6+=("$NAT_NET6:$host")
+				var "LAB_N${i}_ADDR6" "$NAT_NET6:$host"
+			fi
+		done
+		var LAB_NATSERVER_NAMES "${n_name[*]}"
+		var LAB_NATSERVER_NS "${n_ns[*]}"
+		var LAB_NATSERVER_ADDRS "${n_addr[*]}"
+		var LAB_NATSERVER_MACS "${n_mac[*]}"
+		var LAB_NATSERVER_PEERS "${n_peer[*]}"
+		((V6 == 0)) || var LAB_NATSERVER_ADDRS6 "${n_addr6[*]}"
+	fi
 }
 
 main() {

@@ -45,7 +45,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/dlbd", "./cmd/dlbctl", "./cmd/dlbmetricd", "./scripts/labhttpd", "./scripts/labclient", "./scripts/labxdp")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/dlbd", "./cmd/dlbctl", "./cmd/dlbmetricd", "./scripts/labhttpd", "./scripts/labclient", "./scripts/labxdp", "./scripts/labflood")
 		cmd.Dir = repoDir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
