@@ -42,7 +42,7 @@
 //
 // 1. Load with a noise floor. For each input k a balanced or fixed server
 // in service gets v_k = load + floor_k, the floors being 1 connection per
-// unit of weight, 5 ms, and 10 points of system load. The floors keep
+// unit of weight, 10 ms, and 10 points of system load. The floors keep
 // tiny absolute differences (3 connections against none, 0.2 ms against
 // 0.6 ms, 2% CPU against 6%) from looking like huge relative ones.
 //
@@ -104,6 +104,16 @@
 // lower sensitivity balances more finely at the cost of more table
 // rebuilds.
 //
+// 8. Follow-through. The dead band decides whether a move starts, not
+// where it stops: for [FollowCycles] cycles after a cycle whose Change
+// passed the sensitivity, any Change above 0 is pushed too, so a server
+// whose target is 4 does not stay at 5 because one unit is within the
+// band. The engine carries the port's [Result].FollowThrough into the next
+// cycle's [Params].FollowThrough. The follow-through ends when the targets
+// are reached (Change 0) or after FollowCycles cycles without a Change
+// above the sensitivity: noise on a settled port never starts a move, and
+// a move lasts at most FollowCycles cycles past its last large change.
+//
 // # Reasons
 //
 // Each [ServerResult] says in a few words why its weight is what it is, for
@@ -124,16 +134,17 @@
 // three servers of weight 10 with 40 new connections each:
 //
 //	      ACTV  PORT   v_actv  v_port  g_actv          g_port          F      target  proposed
-//	a     100   80 ms  11      85      3/(2+11/13.5)   3/(2+85/201)    1.115  11.15   11
-//	b     100   80 ms  11      85      (as a)          (as a)          1.115  11.15   11
-//	c     150   312 ms 16      317     3/(2+16/11)     3/(2+317/85)    0.770   7.70    8
+//	a     100   80 ms  11      90      3/(2+11/13.5)   3/(2+90/206)    1.112  11.12   11
+//	b     100   80 ms  11      90      (as a)          (as a)          1.112  11.12   11
+//	c     150   312 ms 16      322     3/(2+16/11)     3/(2+322/90)    0.776   7.76    9
 //
 // (NEWC per weight is 4+1 = 5 for all: g_new = 1.) For a: 11/13.5 = 0.815
-// gives g = 1.066; 85/201 = 0.423 gives 1.238; F = (30×1.066 + 30×1 +
-// 40×1.238)/100 = 1.115. Its proposed weight is round(10 + 1.15/1.5) =
-// round(10.77) = 11. For c, F = (30×0.868 + 30 + 40×0.524)/100 = 0.770 and
-// round(10 − 2.30/1.5) = round(8.47) = 8. Change = (1+1+2)/30 = 13.3% > 5%:
-// pushed. c's reason: "higher advisor load (312 ms vs mean 80 ms)".
+// gives g = 1.066; 90/206 = 0.437 gives 1.231; F = (30×1.066 + 30×1 +
+// 40×1.231)/100 = 1.112. Its proposed weight is round(10 + 1.12/1.5) =
+// round(10.75) = 11. For c, F = (30×0.868 + 30 + 40×0.538)/100 = 0.776 and
+// round(10 − 2.24/1.5) = round(8.504) = 9. Change = (1+1+2)/30 = 13.3% > 5%:
+// pushed; c, whose rounded target is 8, gets there next cycle. c's reason:
+// "higher advisor load (312 ms vs mean 80 ms)".
 //
 // # Properties
 //

@@ -24,9 +24,9 @@ func ExampleCompute() {
 	}
 	fmt.Printf("change %.1f%%, push %v\n", res.Change, res.Push)
 	// Output:
-	// a 11 (target 11.15) lower advisor load (80 ms vs mean 196 ms)
-	// b 11 (target 11.15) lower advisor load (80 ms vs mean 196 ms)
-	// c  8 (target  7.70) higher advisor load (312 ms vs mean 80 ms)
+	// a 11 (target 11.12) lower advisor load (80 ms vs mean 196 ms)
+	// b 11 (target 11.12) lower advisor load (80 ms vs mean 196 ms)
+	// c  9 (target  7.76) higher advisor load (312 ms vs mean 80 ms)
 	// d  0 (target  0.00) advisor down
 	// change 13.3%, push true
 }

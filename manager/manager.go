@@ -21,9 +21,10 @@ const (
 	// connFloor is added to the connections per unit of weight, so that a
 	// handful of connections cannot look like an enormous difference.
 	connFloor = 1.0
-	// advisorFloor (ms) does the same for advisor loads: 0.2 ms against
-	// 0.6 ms is noise, not a threefold difference.
-	advisorFloor = 5.0
+	// advisorFloor (ms) does the same for advisor loads: 1 ms against 5 ms
+	// is a scheduler hiccup on a busy dispatcher, not a fivefold
+	// difference; 200 ms against 1 ms still counts nearly twentyfold.
+	advisorFloor = 10.0
 	// metricFloor (points of 0..100) does the same for metric loads.
 	metricFloor = 10.0
 	// evenFactor: a load factor within this of 1 is called even in
@@ -111,8 +112,8 @@ type ServerResult struct {
 	// Weight is the weight the executor should have from now on.
 	Weight int `json:"weight"`
 	// Proposed is the smoothed weight the loads asked for. It differs from
-	// Weight only when the port's change was below the sensitivity
-	// threshold and the current weight was kept.
+	// Weight only when the port's change was within the sensitivity
+	// threshold (and not followed through) and the current weight was kept.
 	Proposed int `json:"proposed"`
 	// Target is where the loads would put the weight without smoothing.
 	Target float64 `json:"target"`
@@ -129,14 +130,20 @@ type Result struct {
 	// sum over the balanced servers (in service, not fixed) of
 	// |round(Target) − now|, divided by the sum of their current weights,
 	// × 100. The smoothed weights (Proposed) are pushed only when it
-	// exceeds Params.Sensitivity: small wishes (noise) are ignored, large
-	// ones are followed in damped steps.
+	// exceeds Params.Sensitivity, or is above 0 while Params.FollowThrough
+	// is: small wishes (noise) are ignored, large ones are followed in
+	// damped steps all the way to their targets.
 	Change float64 `json:"change"`
 	// Push reports whether any Weight differs from the server's current
-	// Weight: either Change exceeded the sensitivity, or a server must
+	// Weight: either the load-driven change was pushed, or a server must
 	// change anyway (it left or re-entered service, it is fixed, or its
 	// weight is above the weightbound).
 	Push bool `json:"push"`
+	// FollowThrough is what the next cycle's Params.FollowThrough should
+	// be: FollowCycles after a change above the sensitivity, one less
+	// after a change within it that was still followed, 0 once the targets
+	// are reached.
+	FollowThrough int `json:"follow_through"`
 }
 
 // The four inputs, in the order of Proportions.
@@ -313,7 +320,13 @@ func Compute(p Params, servers []Server, now time.Time) Result {
 	if total > 0 {
 		res.Change = moved / total * 100
 	}
-	pushLoad := res.Change > p.Sensitivity
+	pushLoad := res.Change > p.Sensitivity || (p.FollowThrough > 0 && res.Change > 0)
+	switch {
+	case res.Change > p.Sensitivity:
+		res.FollowThrough = FollowCycles
+	case pushLoad:
+		res.FollowThrough = p.FollowThrough - 1
+	}
 
 	// Weights and reasons.
 	buf := make([]byte, 0, 48*len(servers))

@@ -125,7 +125,7 @@ func TestCompute(t *testing.T) {
 				{Key: "b", Weight: 10, Active: 100, New: 40, Advisor: fresh(80)},
 				{Key: "c", Weight: 10, Active: 150, New: 40, Advisor: fresh(312)},
 			},
-			want: []want{{11, "lower advisor load (80 ms vs mean 196 ms)"}, {11, "lower advisor load"}, {8, "higher advisor load (312 ms vs mean 80 ms)"}},
+			want: []want{{11, "lower advisor load (80 ms vs mean 196 ms)"}, {11, "lower advisor load"}, {9, "higher advisor load (312 ms vs mean 80 ms)"}},
 			push: true,
 		},
 		{
@@ -368,6 +368,66 @@ func TestSensitivity(t *testing.T) {
 				t.Errorf("sensitivity %.2f: %s weight %d, want %d", sens, r.Key, r.Weight, want)
 			}
 		}
+	}
+}
+
+// TestFollowThrough: a wish within the sensitivity is kept on a settled
+// port, followed for FollowCycles cycles after a change above it, and a
+// move that starts above the threshold ends at its target, not within the
+// dead band of it.
+func TestFollowThrough(t *testing.T) {
+	small := []Server{srv("a", 10, 16, 5), srv("b", 10, 10, 5), srv("c", 10, 10, 5), srv("d", 10, 10, 5)}
+	tests := []struct {
+		name       string
+		follow     int
+		wantWeight int
+		wantFollow int
+	}{
+		{"settled: kept", 0, 10, 0},
+		{"following: pushed", 2, 9, 1},
+		{"last follow cycle: pushed", 1, 9, 0},
+		{"out of range counts as FollowCycles", 99, 9, FollowCycles - 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultParams()
+			p.FollowThrough = tt.follow
+			res := Compute(p, small, t0)
+			if got := res.Servers[0].Weight; got != tt.wantWeight {
+				t.Errorf("a's weight %d, want %d (%s)", got, tt.wantWeight, res.Servers[0].Reason)
+			}
+			if res.FollowThrough != tt.wantFollow {
+				t.Errorf("FollowThrough %d, want %d", res.FollowThrough, tt.wantFollow)
+			}
+		})
+	}
+
+	// A slow server (seed: 200 ms against 1 ms) among two fast ones,
+	// cycle after cycle with the engine carrying FollowThrough: it ends at
+	// its rounded target.
+	p := DefaultParams()
+	p.Proportions = Proportions{Active: 20, New: 20, Port: 60}
+	servers := []Server{
+		{Key: "a", Weight: 10, Configured: 10, Active: 0, New: 50, Advisor: fresh(1)},
+		{Key: "b", Weight: 10, Configured: 10, Active: 6, New: 50, Advisor: fresh(201)},
+		{Key: "c", Weight: 10, Configured: 10, Active: 0, New: 50, Advisor: fresh(1)},
+	}
+	var res Result
+	for cycle := 0; cycle < 10; cycle++ {
+		res = Compute(p, servers, t0)
+		p.FollowThrough = res.FollowThrough
+		for i := range servers {
+			servers[i].Weight = res.Servers[i].Weight
+			servers[i].New = uint64(5 * servers[i].Weight) // new connections follow the weights
+		}
+	}
+	for _, r := range res.Servers {
+		if want := int(math.Round(r.Target)); r.Weight != want {
+			t.Errorf("%s: weight %d after 10 cycles, want its target %d (%.2f)", r.Key, r.Weight, want, r.Target)
+		}
+	}
+	if res.Push || res.FollowThrough != 0 {
+		t.Errorf("settled at the targets, yet Push %v, FollowThrough %d", res.Push, res.FollowThrough)
 	}
 }
 

@@ -23,6 +23,9 @@ const (
 	// StaleIntervals is how many manager intervals an advisor or metric
 	// sample stays usable; an older one is stale and ignored.
 	StaleIntervals = 3
+	// FollowCycles is how many cycles after one whose change passed the
+	// sensitivity a port keeps following its targets within the dead band.
+	FollowCycles = 3
 )
 
 // Proportions say how much each of the four inputs counts, in percent of
@@ -84,6 +87,12 @@ type Params struct {
 	// Interval is the manager interval; a sample older than StaleIntervals
 	// intervals is stale.
 	Interval time.Duration `json:"interval"`
+	// FollowThrough is the port's state, not configuration: the previous
+	// cycle's Result.FollowThrough (0 on the first cycle). While it is
+	// above 0 a change within the sensitivity is still pushed, so that a
+	// move that started above the threshold reaches its targets instead of
+	// stopping within the dead band of them.
+	FollowThrough int `json:"follow_through"`
 }
 
 // DefaultParams returns IBM's defaults: proportions 50 50 0 0, weightbound
@@ -141,5 +150,6 @@ func (p Params) sanitized() Params {
 	if p.Interval <= 0 {
 		p.Interval = DefaultInterval
 	}
+	p.FollowThrough = min(max(p.FollowThrough, 0), FollowCycles)
 	return p
 }

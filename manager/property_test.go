@@ -22,6 +22,8 @@ func genParams(t *rapid.T) Params {
 		Smoothing:   rapid.Float64Range(1, 5).Draw(t, "smoothing"),
 		Sensitivity: rapid.SampledFrom([]float64{0, 0, 1, 5, 5, 20, 100}).Draw(t, "sensitivity"),
 		Interval:    time.Duration(rapid.IntRange(1, 10).Draw(t, "interval")) * time.Second,
+
+		FollowThrough: rapid.SampledFrom([]int{0, 0, 0, 1, FollowCycles}).Draw(t, "followThrough"),
 	}
 }
 
@@ -247,9 +249,11 @@ func TestPropSmoothing(t *testing.T) {
 
 // TestPropSensitivity is property 5: Change is 100 × Σ|round(target) −
 // now| / Σ now over the balanced servers (the change the loads ask for);
-// above the sensitivity balanced servers take the proposed (smoothed)
-// weights, otherwise they keep their current ones; Push says whether any
-// weight differs from the current one.
+// above the sensitivity, or above 0 while following through, balanced
+// servers take the proposed (smoothed) weights, otherwise they keep their
+// current ones; Push says whether any weight differs from the current one;
+// FollowThrough restarts at FollowCycles above the sensitivity, counts
+// down while following, and is 0 otherwise.
 func TestPropSensitivity(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
@@ -279,13 +283,23 @@ func TestPropSensitivity(t *testing.T) {
 		if res.Push != push {
 			t.Fatalf("Push %v, but weights differ: %v", res.Push, push)
 		}
+		wantFollow := 0
+		switch {
+		case res.Change > p.Sensitivity:
+			wantFollow = FollowCycles
+		case p.FollowThrough > 0 && res.Change > 0:
+			wantFollow = p.FollowThrough - 1
+		}
+		if res.FollowThrough != wantFollow {
+			t.Fatalf("change %v%%, sensitivity %v%%, following %d: FollowThrough %d, want %d", res.Change, p.Sensitivity, p.FollowThrough, res.FollowThrough, wantFollow)
+		}
 		for i, s := range servers {
 			if !balanced(s) {
 				continue
 			}
 			r := res.Servers[i]
 			want := start(s, p.WeightBound)
-			if res.Change > p.Sensitivity {
+			if res.Change > p.Sensitivity || (p.FollowThrough > 0 && res.Change > 0) {
 				want = r.Proposed
 			}
 			if r.Weight != want {

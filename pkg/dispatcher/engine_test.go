@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -344,5 +345,39 @@ func TestIDsAreStableAndNotReusedAtOnce(t *testing.T) {
 	}
 	if err := x.assign(cfg, 16, 8); lb.FieldOf(err) != "server" {
 		t.Errorf("overflow error %v", err)
+	}
+}
+
+func TestHealthLoadMedian(t *testing.T) {
+	up := func(ms int) advisors.Result {
+		return advisors.Result{Up: true, Load: time.Duration(ms) * time.Millisecond}
+	}
+	down := advisors.Result{Up: false}
+	tests := []struct {
+		name    string
+		results []advisors.Result
+		want    float64
+		ok      bool
+	}{
+		{"none", nil, 0, false},
+		{"one", []advisors.Result{up(7)}, 7, true},
+		{"two takes the lower", []advisors.Result{up(7), up(3)}, 3, true},
+		{"one outlier ignored", []advisors.Result{up(1), up(40), up(1)}, 1, true},
+		{"two slow in a row count", []advisors.Result{up(1), up(200), up(210)}, 200, true},
+		{"window slides", []advisors.Result{up(200), up(200), up(200), up(1), up(1)}, 1, true},
+		{"down forgets", []advisors.Result{up(200), up(200), down}, 0, false},
+		{"after down starts afresh", []advisors.Result{up(200), up(200), down, up(2)}, 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h health
+			for _, r := range tt.results {
+				h.record(r)
+			}
+			got, ok := h.load()
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("load() = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
 	}
 }

@@ -51,9 +51,10 @@ func (e *Engine) managerCycle(now time.Time) {
 					Metric:  manager.Sample{Value: sys, At: sysAt},
 				}
 			}
-			res := manager.Compute(params, in, now)
 			prt := e.port(sk)
-			prt.change, prt.pushed = res.Change, res.Push
+			params.FollowThrough = prt.follow
+			res := manager.Compute(params, in, now)
+			prt.change, prt.pushed, prt.follow = res.Change, res.Push, res.FollowThrough
 			for i, sr := range res.Servers {
 				r := rts[i]
 				r.newWeight, r.reason = sr.Weight, sr.Reason

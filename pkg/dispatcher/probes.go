@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
@@ -35,6 +36,38 @@ type health struct {
 	last           advisors.Result
 	lastAt, since  time.Time
 	probes, fails  uint64
+	// recent holds the loads (ms) of the last up results, newest at
+	// recent[(nRecent-1)%len(recent)]; a down result empties it.
+	recent  [loadWindow]float64
+	nRecent int
+}
+
+// loadWindow is how many up results the advisor load given to the manager
+// is the median of: one probe that met a scheduler hiccup on the dispatcher
+// or the backend does not move weights, two slow ones in a row do.
+const loadWindow = 3
+
+// record remembers an up result's load, or forgets all on a down one.
+func (h *health) record(r advisors.Result) {
+	if !r.Up {
+		h.nRecent = 0
+		return
+	}
+	h.recent[h.nRecent%loadWindow] = float64(r.LoadMS())
+	h.nRecent++
+}
+
+// load is the median of the remembered loads (the lower middle one of
+// two), and false when there are none.
+func (h *health) load() (float64, bool) {
+	n := min(h.nRecent, loadWindow)
+	if n == 0 {
+		return 0, false
+	}
+	v := h.recent
+	w := v[:n]
+	slices.Sort(w)
+	return w[(n-1)/2], true
 }
 
 // probeResult is a probe loop's message to the management goroutine.
@@ -172,6 +205,7 @@ func (e *Engine) onProbe(r probeResult) {
 	}
 	h.probes++
 	h.last, h.lastAt = r.res, r.at
+	h.record(r.res)
 	if !r.res.Up {
 		h.fails++
 	}

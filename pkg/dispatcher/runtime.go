@@ -30,6 +30,7 @@ type portRT struct {
 	alert  bool
 	change float64
 	pushed bool
+	follow int // the manager's FollowThrough for the port's next cycle
 }
 
 // rt returns the runtime record of a backend, creating it.
@@ -109,8 +110,9 @@ func (e *Engine) advisorDown(cfg lb.Config, cluster netip.Addr, port uint16, ser
 	return false
 }
 
-// advisorSample returns the load the advisors covering a port last
-// measured for the server (the highest, if several), and when.
+// advisorSample returns the load the advisors covering a port measured for
+// the server — the median of each advisor's last few up results, the
+// highest over advisors — and when the last result came.
 func (e *Engine) advisorSample(cfg lb.Config, cluster netip.Addr, port uint16, server netip.Addr) (float64, time.Time) {
 	var load float64
 	var at time.Time
@@ -122,7 +124,7 @@ func (e *Engine) advisorSample(cfg lb.Config, cluster netip.Addr, port uint16, s
 		if h == nil || h.lastAt.IsZero() || !h.last.Up {
 			continue
 		}
-		if l := float64(h.last.LoadMS()); l > load {
+		if l, ok := h.load(); ok && l > load {
 			load, at = l, h.lastAt
 		}
 	}

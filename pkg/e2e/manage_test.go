@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/manager"
 	"github.com/dlbproject/dlb/pkg/api"
 )
 
@@ -195,7 +196,7 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
 	l.mustCtl("advisor", "start", "http", l.vip()+"@80", "--interval", "0.5", "--receivetimeout", "2")
-	l.mustCtl("cluster", "set", l.vip(), "--proportions", "25", "25", "50", "0")
+	l.mustCtl("cluster", "set", l.vip(), "--proportions", "20", "20", "60", "0")
 	l.mustCtl("manager", "set", "interval", "1", "refresh", "1")
 	l.mustCtl("manager", "start")
 
@@ -203,13 +204,13 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 	defer cancel()
 	loadDone := make(chan loadResult, 1)
 	go func() {
-		r, _ := l.load(ctx, "-url", "http://"+l.vip()+"/", "-duration", "40s", "-c", "6", "-timeout", "3s")
+		r, _ := l.load(ctx, "-url", "http://"+l.vip()+"/", "-duration", "60s", "-c", "16", "-timeout", "3s")
 		loadDone <- r
 	}()
 	time.Sleep(4 * time.Second) // settle under load
 	before := l.weights()
 	c0 := l.newConns()
-	time.Sleep(3 * time.Second)
+	time.Sleep(5 * time.Second)
 	c1 := l.newConns()
 	shareBefore := share(c0, c1, 2)
 
@@ -219,11 +220,16 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 	cycles := took.Seconds() / 1.0
 	time.Sleep(2 * time.Second)
 	c2 := l.newConns()
-	time.Sleep(3 * time.Second)
+	time.Sleep(5 * time.Second)
 	c3 := l.newConns()
 	shareSlow := share(c2, c3, 2)
-	t.Logf("b2 delayed 200 ms: weight %d -> %v in %.1f s (~%.0f cycles); share of new connections %.1f%% -> %.1f%%",
-		before[2], l.weights(), time.Since(slowAt).Seconds(), cycles, 100*shareBefore, 100*shareSlow)
+	for _, p := range l.manager().Ports {
+		if p.Port == 80 {
+			t.Logf("manager while b2 is slow: %+v", p.Servers)
+		}
+	}
+	t.Logf("b2 delayed 200 ms: weight %d -> %v in %.1f s (~%.0f cycles); share of new connections %.1f%% of %d -> %.1f%% of %d",
+		before[2], l.weights(), time.Since(slowAt).Seconds(), cycles, 100*shareBefore, sum(c0, c1), 100*shareSlow, sum(c2, c3))
 	if cycles > 5.5 {
 		t.Errorf("b2's weight took %.1f cycles to halve, want at most 5", cycles)
 	}
@@ -239,17 +245,24 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 	t.Logf("b2 recovered %.1f s after its delay was removed", recovered.Seconds())
 	t.Logf("b2 recovered: weights %v", l.weights())
 
-	// Settled: for 10 cycles no change passes the sensitivity threshold.
+	// Settled: for 10 cycles no change passes the sensitivity threshold
+	// (the default, 5%), and no weight moves at all.
 	time.Sleep(3 * time.Second)
 	start := l.manager().Cycles
-	pushed := 0
+	past, pushed := 0, 0
 	seen := map[uint64]bool{}
 	for len(seen) < 10 {
 		m := l.manager()
 		if m.Cycles > start && !seen[m.Cycles] {
 			seen[m.Cycles] = true
 			for _, p := range m.Ports {
-				if p.Port == 80 && p.Pushed {
+				if p.Port != 80 {
+					continue
+				}
+				if p.Change > manager.DefaultSensitivity {
+					past++
+				}
+				if p.Pushed {
 					pushed++
 					t.Logf("cycle %d pushed a change of %.1f%%: %+v", m.Cycles, p.Change, p.Servers)
 				}
@@ -257,8 +270,8 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if pushed != 0 {
-		t.Errorf("%d of 10 settled cycles pushed weights past the sensitivity threshold", pushed)
+	if past != 0 || pushed != 0 {
+		t.Errorf("of 10 settled cycles, %d asked for a change past the sensitivity threshold and %d moved weights", past, pushed)
 	}
 	cancel()
 	if r := <-loadDone; r.Failed != 0 {
@@ -268,15 +281,19 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 
 // share is backend i's share of the new connections between two snapshots.
 func share(a, b map[int]uint64, i int) float64 {
-	var total, mine uint64
+	if n := sum(a, b); n > 0 {
+		return float64(b[i]-a[i]) / float64(n)
+	}
+	return 0
+}
+
+// sum is the number of new connections between two snapshots.
+func sum(a, b map[int]uint64) uint64 {
+	var n uint64
 	for k := range b {
-		total += b[k] - a[k]
+		n += b[k] - a[k]
 	}
-	mine = b[i] - a[i]
-	if total == 0 {
-		return 0
-	}
-	return float64(mine) / float64(total)
+	return n
 }
 
 // TestPrivilegedE2EBusyBackend: a metric script on one backend reports high
