@@ -68,29 +68,39 @@ type Op struct {
 	Action string `json:"action"`
 	Target string `json:"target,omitempty"`
 
-	// Executor parameters.
-	Interface  *string `json:"interface,omitempty"`
-	XDPMode    *string `json:"xdp_mode,omitempty"`
-	NFA        *string `json:"nfa,omitempty"`
-	FinTimeout *int64  `json:"fin_timeout,omitempty"`
+	// Executor parameters. NFA and ClientGateway set the IPv4 or the IPv6
+	// value by the address's family; "none" clears both.
+	Interface     *string `json:"interface,omitempty"`
+	XDPMode       *string `json:"xdp_mode,omitempty"`
+	NFA           *string `json:"nfa,omitempty"`
+	FinTimeout    *int64  `json:"fin_timeout,omitempty"`
+	ClientGateway *string `json:"client_gateway,omitempty"`
 
 	// Cluster parameters.
 	Configure   *bool   `json:"configure,omitempty"`
 	Proportions []int64 `json:"proportions,omitempty"` // active new port system
 
-	// Port parameters.
-	Protocol     *string `json:"protocol,omitempty"`
-	Method       *string `json:"method,omitempty"`
-	StickyTime   *int64  `json:"sticky_time,omitempty"`
-	StaleTimeout *int64  `json:"stale_timeout,omitempty"`
-	WeightBound  *int64  `json:"weight_bound,omitempty"`
-	AllDown      *string `json:"all_down,omitempty"`
+	// Port parameters. CrossPort 0 and StickyMask 0 clear them.
+	Protocol           *string `json:"protocol,omitempty"`
+	Method             *string `json:"method,omitempty"`
+	StickyTime         *int64  `json:"sticky_time,omitempty"`
+	StickyMask         *int64  `json:"sticky_mask,omitempty"`
+	CrossPort          *int64  `json:"cross_port,omitempty"`
+	SelectionAlgorithm *string `json:"selection_algorithm,omitempty"`
+	MaxHalfOpen        *int64  `json:"max_half_open,omitempty"`
+	StaleTimeout       *int64  `json:"stale_timeout,omitempty"`
+	WeightBound        *int64  `json:"weight_bound,omitempty"`
+	AllDown            *string `json:"all_down,omitempty"`
 
-	// Server parameters.
+	// Server parameters. MapPort 0, and ReturnAddress or Router "none",
+	// clear them.
 	Weight          *int64  `json:"weight,omitempty"`
 	FixedWeight     *bool   `json:"fixed_weight,omitempty"`
 	AdvisorRequest  *string `json:"advisor_request,omitempty"`
 	AdvisorResponse *string `json:"advisor_response,omitempty"`
+	MapPort         *int64  `json:"map_port,omitempty"`
+	ReturnAddress   *string `json:"return_address,omitempty"`
+	Router          *string `json:"router,omitempty"`
 
 	// Manager parameters. Interval is also an advisor's.
 	Interval    *float64 `json:"interval,omitempty"`
@@ -171,18 +181,42 @@ type ExecutorReport struct {
 	// Error is the last error bringing the executor up, if it is not.
 	Error string `json:"error,omitempty"`
 
-	NFA        string `json:"nfa,omitempty"`
-	FinTimeout uint32 `json:"fin_timeout"`
+	NFA            string `json:"nfa,omitempty"`
+	NFA6           string `json:"nfa6,omitempty"`
+	ClientGateway  string `json:"client_gateway,omitempty"`
+	ClientGateway6 string `json:"client_gateway6,omitempty"`
+	FinTimeout     uint32 `json:"fin_timeout"`
 
-	// Connection table fill and capacity; Maglev table size.
+	// Connection table fill and capacity (MAC and NAT connections);
+	// Maglev table size; the capacities of the NAT, half-open and
+	// affinity tables, fixed when dlbd loaded the executor.
 	Connections        int    `json:"connections"`
 	ConnectionCapacity uint32 `json:"connection_capacity"`
 	MaglevSize         uint32 `json:"maglev_size"`
+	NATCapacity        uint32 `json:"nat_capacity,omitempty"`
+	HalfOpenCapacity   uint32 `json:"half_open_capacity,omitempty"`
+	AffinityCapacity   uint32 `json:"affinity_capacity,omitempty"`
+	// AffinityRecords counts live affinity records.
+	AffinityRecords uint64 `json:"affinity_records"`
+	// ReturnAddresses is the NAT port-pool use of each return address.
+	ReturnAddresses []ReturnAddressReport `json:"return_addresses,omitempty"`
+	// Events count what happened beside the per-packet reasons (table
+	// inserts refused, NAT ports exhausted, half-open evictions, ...).
+	Events map[string]uint64 `json:"events,omitempty"`
 
 	// Reasons count every packet the executor saw under one reason.
 	Reasons []ReasonCount `json:"reasons"`
 	// Packets is the sum of Reasons' packets.
 	Packets uint64 `json:"packets"`
+}
+
+// ReturnAddressReport is the NAT port pool of one return address.
+type ReturnAddressReport struct {
+	Address string `json:"address"`
+	// Ports is the pool's size; Established and HalfOpen the ports held.
+	Ports       uint32 `json:"ports"`
+	Established uint32 `json:"established"`
+	HalfOpen    uint32 `json:"half_open"`
 }
 
 // ClusterReport describes a cluster.
@@ -197,15 +231,27 @@ type ClusterReport struct {
 
 // PortReport describes a port.
 type PortReport struct {
-	Cluster      string `json:"cluster"`
-	Port         uint16 `json:"port"`
-	Protocol     string `json:"protocol"`
-	Method       string `json:"method"`
-	StickyTime   uint32 `json:"sticky_time"`
-	StaleTimeout uint32 `json:"stale_timeout"`
-	WeightBound  uint32 `json:"weight_bound"`
-	AllDown      string `json:"all_down"`
-	Servers      int    `json:"servers"`
+	Cluster    string `json:"cluster"`
+	Port       uint16 `json:"port"`
+	Protocol   string `json:"protocol"`
+	Method     string `json:"method"`
+	StickyTime uint32 `json:"sticky_time"`
+	// StickyMask is the affinity prefix length (0: whole address).
+	StickyMask         uint8  `json:"sticky_mask,omitempty"`
+	CrossPort          uint16 `json:"cross_port,omitempty"`
+	SelectionAlgorithm string `json:"selection_algorithm"`
+	MaxHalfOpen        uint32 `json:"max_half_open,omitempty"`
+	StaleTimeout       uint32 `json:"stale_timeout"`
+	WeightBound        uint32 `json:"weight_bound"`
+	AllDown            string `json:"all_down"`
+	Servers            int    `json:"servers"`
+	// HalfOpen counts the port's half-open connections (SYNs without a
+	// completed handshake, last 30 s; saturates under a flood), and
+	// HalfOpenAlert says it is above MaxHalfOpen.
+	HalfOpen      uint64 `json:"half_open"`
+	HalfOpenAlert bool   `json:"half_open_alert,omitempty"`
+	// AffinityRecords counts the live affinity records the port wrote.
+	AffinityRecords uint64 `json:"affinity_records"`
 	Counters
 }
 
@@ -239,6 +285,12 @@ type ServerReport struct {
 	MAC             string `json:"mac,omitempty"`
 	AdvisorRequest  string `json:"advisor_request,omitempty"`
 	AdvisorResponse string `json:"advisor_response,omitempty"`
+	// MapPort, ReturnAddress and Router are the server's NAT settings.
+	MapPort       uint16 `json:"map_port,omitempty"`
+	ReturnAddress string `json:"return_address,omitempty"`
+	Router        string `json:"router,omitempty"`
+	// AffinityRecords counts the live affinity records naming the server.
+	AffinityRecords uint64 `json:"affinity_records"`
 	Counters
 }
 
