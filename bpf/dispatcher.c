@@ -2,24 +2,41 @@
 /* Copyright The dlb Authors.
  *
  * The dlb executor: an XDP program that balances TCP and UDP connections to
- * cluster addresses over servers by MAC forwarding (direct server return).
+ * cluster addresses over servers, by MAC forwarding (direct server return)
+ * or NAT/NAPT, for IPv4 and IPv6.
  *
- * For each packet: parse Ethernet (up to two VLAN tags), IPv4, TCP/UDP; if
- * it is addressed to a balanced cluster address, port and protocol, find
- * its connection in the connection table or pick a server from the
- * service's Maglev table, rewrite the MAC addresses and send it on.
+ * For each packet: parse Ethernet (up to two VLAN tags), IPv4 or IPv6 (with
+ * its extension headers), TCP/UDP; if it is addressed to a balanced cluster
+ * address, port and protocol, find its connection in the connection tables
+ * or pick a server (affinity record, else the service's Maglev table) and
+ * send it on (MAC rewrite; for NAT also addresses, ports and checksums). A
+ * reply to a NAT return address is translated back to its client; an ICMP
+ * error about a known flow goes to the flow's server or client (icmp.h).
  * Everything else passes to the host stack byte for byte. Every packet is
  * counted under exactly one stat_reason.
  *
- * Policy for packets that cannot be balanced safely: an IPv4 fragment or a
- * packet with IPv4 options addressed to a cluster address is dropped
- * (STAT_DROP_FRAGMENT, STAT_DROP_IP_OPTIONS), whatever its protocol; the
- * same packets to any other address pass untouched. Truncated or invalid
+ * Policy for packets that cannot be balanced safely, when addressed to a
+ * cluster or return address: an IPv4 fragment or an IPv6 packet with a
+ * fragment header is dropped (STAT_DROP_FRAGMENT); a packet with IPv4
+ * options is dropped (STAT_DROP_IP_OPTIONS); an IPv6 packet whose
+ * extension headers the executor does not walk (more than
+ * DLB_IPV6_MAX_EXT hop-by-hop, destination-options or routing headers, or
+ * a routing header with segments left) is dropped (STAT_DROP_IPV6_EXT).
+ * The same packets to any other address pass untouched: the extension
+ * headers of a non-cluster IPv6 packet are not even read, so the non-VIP
+ * path stays one Bloom-filter read for both families. Truncated or invalid
  * headers pass (STAT_PASS_MALFORMED) for the host stack to discard.
+ *
+ * Established flows take a fast path before the vips lookup: a packet that
+ * is neither SYN, FIN nor RST is looked up in nat_flows (cluster addresses
+ * with a NAT port, per the nat_filter) or conns, and forwarded with no
+ * helper call but the per-CPU clock cache's and no map write but a last_seen
+ * refresh at most once a second.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
@@ -29,6 +46,11 @@
 #include "dlb_abi.h"
 #include "dlb_maps.h"
 #include "hash.h"
+#include "common.h"
+#include "csum.h"
+#include "schedule.h"
+#include "nat.h"
+#include "icmp.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -38,160 +60,32 @@ enum flow_state dlb_btf_flow_state __attribute__((unused));
 enum backend_flags dlb_btf_backend_flags __attribute__((unused));
 enum vip_flags dlb_btf_vip_flags __attribute__((unused));
 enum dlb_family dlb_btf_family __attribute__((unused));
-
-#define NSEC_PER_SEC 1000000000ULL
-/* An established flow's last_seen is rewritten at most once per this step,
- * so that the fast path does not write to the table on every packet. */
-#define FLOW_TOUCH_NS NSEC_PER_SEC
-
-#define TCP_FIN 0x01
-#define TCP_SYN 0x02
-#define TCP_RST 0x04
-#define TCP_ACK 0x10
+enum dlb_consts dlb_btf_consts __attribute__((unused));
+enum dlb_method dlb_btf_method __attribute__((unused));
+enum dlb_selection dlb_btf_selection __attribute__((unused));
+enum nat_flags dlb_btf_nat_flags __attribute__((unused));
+enum dlb_event dlb_btf_event __attribute__((unused));
 
 /* IPv4 "more fragments" flag and fragment offset, in network byte order. */
 #define IP_MF_OFFSET bpf_htons(0x3fff)
+
+/* IPv6 extension headers the executor walks, and the fragment header. */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_DEST 60
 
 struct vlan_hdr {
 	__be16 tci;
 	__be16 encap_proto;
 };
 
-/* verdict counts the packet under reason and returns action. */
-static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
-{
-	struct reason_counters *rc = bpf_map_lookup_elem(&reason_stats, &reason);
-
-	if (rc) {
-		rc->packets++;
-		rc->bytes += ctx->data_end - ctx->data;
-	}
-	return action;
-}
-
-static __always_inline void count(void *map, __u32 id, __u64 bytes, __u32 new_conns, __u32 fin_conns)
-{
-	struct counters *c = bpf_map_lookup_elem(map, &id);
-
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-		c->new_conns += new_conns;
-		c->fin_conns += fin_conns;
-	}
-}
-
-/* count_fin counts a finished connection on its backend and service. */
-static __always_inline void count_fin(__u32 backend_id, __u32 service_id)
-{
-	struct counters *c = bpf_map_lookup_elem(&backend_stats, &backend_id);
-
-	if (c)
-		c->fin_conns++;
-	c = bpf_map_lookup_elem(&service_stats, &service_id);
-	if (c)
-		c->fin_conns++;
-}
-
-/* clock_now returns bpf_ktime_get_coarse_ns(), read at most once per jiffy
- * per CPU: the coarse clock only moves once per tick anyway, and a helper
- * call costs more than the rest of the established-flow path. */
-static __always_inline __u64 clock_now(void)
-{
-	__u32 key0 = 0;
-	struct dlb_clock *c = bpf_map_lookup_elem(&clock, &key0);
-
-	if (!c)
-		return bpf_ktime_get_coarse_ns();
-	__u64 j = bpf_jiffies64();
-	if (c->jiffies != j) {
-		c->jiffies = j;
-		c->now = bpf_ktime_get_coarse_ns();
-	}
-	return c->now;
-}
-
-/* pick chooses the backend of Maglev slot hash % M for a new connection.
- * It returns NULL when the service has no server taking connections. */
-static __always_inline struct backend *pick(const struct vip_meta *vm, const struct dlb_config *cfg, __u32 hash,
-					    __u32 *backend_id)
-{
-	void *table = bpf_map_lookup_elem(&maglev_tables, &vm->service);
-	if (!table || cfg->maglev_size == 0)
-		return NULL;
-
-	__u32 slot = hash % cfg->maglev_size;
-	__u32 *id = bpf_map_lookup_elem(table, &slot);
-	if (!id)
-		return NULL;
-
-	struct backend *b = bpf_map_lookup_elem(&backends, id);
-	if (!b || (b->flags & (BACKEND_F_PRESENT | BACKEND_F_NEW_OK)) != (BACKEND_F_PRESENT | BACKEND_F_NEW_OK))
-		return NULL;
-	*backend_id = *id;
-	return b;
-}
-
-/* remember_handshake records which server a SYN went to. */
-static __always_inline void remember_handshake(const struct flow_key *fk, __u32 hash, __u32 backend_id, __u32 service)
-{
-	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
-	struct handshake *hs = bpf_map_lookup_elem(&handshakes, &slot);
-
-	if (!hs)
-		return;
-	__builtin_memcpy(&hs->key, fk, sizeof(*fk));
-	hs->backend = backend_id;
-	hs->service = service;
-	hs->check = hash ^ backend_id ^ service;
-}
-
-/* handshake_backend returns the server the flow's SYN went to, if the
- * handshake cache still holds it and that server is still configured. */
-static __always_inline struct backend *handshake_backend(const struct flow_key *fk, __u32 hash, __u32 service,
-							 __u32 *backend_id)
-{
-	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
-	struct handshake *hs = bpf_map_lookup_elem(&handshakes, &slot);
-
-	if (!hs || hs->service != service || hs->check != (hash ^ hs->backend ^ hs->service))
-		return NULL;
-	if (__builtin_memcmp(&hs->key, fk, sizeof(*fk)) != 0)
-		return NULL;
-	__u32 id = hs->backend;
-	struct backend *b = bpf_map_lookup_elem(&backends, &id);
-	if (!b || !(b->flags & BACKEND_F_PRESENT) || b->service != service)
-		return NULL;
-	*backend_id = id;
-	return b;
-}
-
-/* forward rewrites the MAC addresses towards b and sends the frame. */
-static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, const struct backend *b,
-				   __u32 backend_id, __u32 service_id, __u32 new_conns)
-{
-	__u64 bytes = ctx->data_end - ctx->data;
-
-	__builtin_memcpy(eth->h_dest, b->mac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, b->src_mac, ETH_ALEN);
-	count(&service_stats, service_id, bytes, new_conns, 0);
-	count(&backend_stats, backend_id, bytes, new_conns, 0);
-
-	if (b->ifindex == ctx->ingress_ifindex)
-		return verdict(ctx, STAT_FWD_TX, XDP_TX);
-
-	int action = bpf_redirect_map(&tx_ports, b->ifindex, XDP_DROP);
-	if (action != XDP_REDIRECT)
-		return verdict(ctx, STAT_DROP_NO_TX_PORT, XDP_DROP);
-	return verdict(ctx, STAT_FWD_REDIRECT, action);
-}
-
-/* balance handles a packet to a balanced cluster address, port and protocol
- * that the established fast path did not take. f is its connection-table
- * entry if the caller already looked it up (looked), else it looks. */
+/* balance handles a packet to a MAC-forwarded service that the established
+ * fast path did not take. f is its connection-table entry if the caller
+ * already looked it up (looked), else it looks. */
 static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const struct vip_meta *vm,
 				   const struct dlb_config *cfg, struct flow_key *fk, __u8 tcp_flags,
-				   struct flow *f, int looked)
+				   struct flow *f, int looked, int family)
 {
 	int tcp = fk->proto == IPPROTO_TCP;
 	int syn = tcp && (tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
@@ -206,8 +100,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		b = bpf_map_lookup_elem(&backends, &f->backend);
 		int gone = !b || !(b->flags & BACKEND_F_PRESENT) || f->service != vm->service || b->service != vm->service;
 		__u64 timeout = f->state == FLOW_CLOSING ? vm->fin_timeout : vm->stale_timeout;
-		/* last_seen may be ahead of the coarse clock when userspace wrote it. */
-		__u64 idle = now > f->last_seen ? now - f->last_seen : 0;
+		__u64 idle = idle_ns(now, f->last_seen);
 		int expired = idle > timeout * NSEC_PER_SEC;
 		int resched = gone || (syn && (!(b->flags & BACKEND_F_NEW_OK) || f->state == FLOW_CLOSING || expired));
 
@@ -217,6 +110,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 				f->state = FLOW_CLOSING;
 				f->last_seen = now;
 				count_fin(id, vm->service);
+				affinity_touch(vm, fk, id, now, family);
 			} else if (idle > FLOW_TOUCH_NS) {
 				f->last_seen = now;
 			}
@@ -229,7 +123,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		 * finished on its old server. */
 		__u32 old = f->backend;
 		int was_open = f->state == FLOW_ESTABLISHED && !gone;
-		b = pick(vm, cfg, flow_hash(fk, cfg->hash_seed), &id);
+		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		if (was_open)
@@ -238,16 +132,18 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		f->service = vm->service;
 		f->state = closing ? FLOW_CLOSING : FLOW_ESTABLISHED;
 		f->last_seen = now;
+		if (!syn)
+			affinity_record(vm, fk, b, id, now, family);
 		return forward(ctx, eth, b, id, vm->service, 1);
 	}
 
 	__u32 hash = flow_hash(fk, cfg->hash_seed);
 	if (syn) {
 		/* No table entry for a bare SYN: remember the choice for its ACK. */
-		b = pick(vm, cfg, hash, &id);
+		b = pick_mac(vm, cfg, fk, hash, now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
-		remember_handshake(fk, hash, id, vm->service);
+		remember_handshake(fk, hash, id, vm->service, now);
 		return forward(ctx, eth, b, id, vm->service, 0);
 	}
 
@@ -255,7 +151,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 	if (tcp)
 		b = handshake_backend(fk, hash, vm->service, &id);
 	if (!b)
-		b = pick(vm, cfg, hash, &id);
+		b = pick_mac(vm, cfg, fk, hash, now, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	/* A FIN or RST of a flow the table does not know is forwarded but
@@ -269,17 +165,176 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		.service = vm->service,
 		.state = FLOW_ESTABLISHED,
 	};
-	bpf_map_update_elem(&conns, fk, &nf, BPF_ANY);
+	if (bpf_map_update_elem(&conns, fk, &nf, BPF_ANY) != 0)
+		event(EV_CONN_INSERT_FAILED);
+	affinity_record(vm, fk, b, id, now, family);
 	return forward(ctx, eth, b, id, vm->service, 1);
 }
 
-/* vip_marker reports whether addr is a cluster address at all. */
-static __always_inline int vip_marker(__u32 addr)
+/* addr_marker returns the marker flags of an address (VIP_F_MARKER for a
+ * cluster address, VIP_F_RETURN for a return address), 0 for others. */
+static __always_inline __u32 addr_marker(const struct dlb_ip *addr, int family)
 {
-	struct vip_key vk = { .family = DLB_FAMILY_IPV4 };
+	struct vip_key vk = { .family = family };
 
-	*(__u32 *)vk.addr.addr = addr;
-	return bpf_map_lookup_elem(&vips, &vk) != NULL;
+	ip_copy(&vk.addr, addr);
+	struct vip_meta *m = bpf_map_lookup_elem(&vips, &vk);
+	return m ? m->flags & (VIP_F_MARKER | VIP_F_RETURN) : 0;
+}
+
+/* other_reason is the reason of a packet to an address with marker flags
+ * mf that the executor does not balance. */
+static __always_inline __u32 other_reason(__u32 mf)
+{
+	if (mf & VIP_F_RETURN)
+		return STAT_PASS_RETURN_OTHER;
+	if (mf & VIP_F_MARKER)
+		return STAT_PASS_VIP_OTHER;
+	return STAT_PASS_NOT_VIP;
+}
+
+/* The slow paths: BPF-to-BPF calls, so that their stack frames and code
+ * stay out of the fast path. Each exists once per family (the family a
+ * constant in it), which keeps every frame small enough for the fast
+ * path's frame plus the deepest chain of calls to fit the 512-byte BPF
+ * stack (frames are rounded up to 32 bytes: today dlb_xdp 176 +
+ * slow_nat_promote 176 + dlb_nat_find 112 = 192 + 192 + 128 = 512, the
+ * limit). The verifier refuses the program when a change overflows it: the
+ * data-path tests load it. Large temporaries live in the per-CPU scratch
+ * map instead. */
+#define DLB_SLOW(name, body, ...)                                                        \
+	static __noinline int name##4(struct xdp_md *ctx, struct pkt *pk, ##__VA_ARGS__) \
+	{                                                                                \
+		const int family = DLB_FAMILY_IPV4;                                      \
+		return body;                                                             \
+	}                                                                                \
+	static __noinline int name##6(struct xdp_md *ctx, struct pkt *pk, ##__VA_ARGS__) \
+	{                                                                                \
+		const int family = DLB_FAMILY_IPV6;                                      \
+		return body;                                                             \
+	}
+
+DLB_SLOW(slow_mac, balance(ctx, pk->eth, vm, pk->cfg, &pk->fk, pk->tcp_flags, f, pk->looked, family),
+	 struct vip_meta *vm, struct flow *f)
+DLB_SLOW(slow_nat_existing, nat_existing(ctx, pk, vm, nf, family), struct vip_meta *vm, struct nat_flow *nf)
+DLB_SLOW(slow_nat_syn, nat_syn(ctx, pk, vm, family), struct vip_meta *vm)
+DLB_SLOW(slow_nat_promote, nat_promote(ctx, pk, vm, family), struct vip_meta *vm)
+DLB_SLOW(slow_nat_udp, nat_udp_new(ctx, pk, vm, family), struct vip_meta *vm)
+DLB_SLOW(slow_reply, nat_reply(ctx, pk, family))
+DLB_SLOW(slow_icmp, handle_icmp(ctx, pk, family))
+
+/* SLOW calls the slow path name for family (a constant). */
+#define SLOW(name, family, ...) \
+	((family) == DLB_FAMILY_IPV4 ? name##4(ctx, pk, ##__VA_ARGS__) : name##6(ctx, pk, ##__VA_ARGS__))
+
+/* fast_nat6 is the established fast path of an IPv6 NAT flow: a call of
+ * its own, since rewriting 32 bytes of addresses would make the fast
+ * path's stack frame too large for the slow paths' frames beside it. */
+static __noinline int fast_nat6(struct xdp_md *ctx, struct pkt *pk, struct nat_flow *nf, struct backend *b)
+{
+	return nat_to_server(ctx, pk, DLB_FAMILY_IPV6, &nf->nat_addr, nf->nat_port, b, nf->backend, nf->service, 0);
+}
+
+/* process handles a TCP or UDP packet whose destination passed the VIP
+ * pre-filter (bit is its filter bit): a NAT reply, an established flow, or
+ * a packet for the vips lookup. */
+static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit, int family)
+{
+	struct flow_key *fk = &pk->fk;
+	__u32 key0 = 0;
+	struct nat_bloom *nb = bpf_map_lookup_elem(&nat_filter, &key0);
+	__u64 mask = 1ULL << (bit % 64);
+	int is_ret = nb && (nb->returns[bit / 64] & mask);
+	int is_nat = nb && (nb->nat_vips[bit / 64] & mask);
+
+	if (is_ret) {
+		int v = SLOW(slow_reply, family);
+		if (v >= 0)
+			return v;
+	}
+
+	/* Established fast path: a packet that is neither SYN, FIN nor RST of
+	 * a flow the tables know goes straight to its server, without the vips
+	 * lookup. A flow of a removed port fails the backend check (removing a
+	 * port clears its backends) and takes the full path. */
+	struct flow *f = NULL;
+	struct nat_flow *nf = NULL;
+	if (!(pk->tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))) {
+		pk->looked = 1;
+		if (is_nat) {
+			nf = bpf_map_lookup_elem(&nat_flows, fk);
+			if (nf) {
+				struct backend *b = bpf_map_lookup_elem(&backends, &nf->backend);
+				if (b && (b->flags & BACKEND_F_PRESENT) && b->service == nf->service) {
+					__u64 now = clock_now();
+					if (now > nf->last_seen + FLOW_TOUCH_NS)
+						nf->last_seen = now;
+					if (family == DLB_FAMILY_IPV6)
+						return fast_nat6(ctx, pk, nf, b);
+					return nat_to_server(ctx, pk, family, &nf->nat_addr, nf->nat_port, b, nf->backend,
+							     nf->service, 0);
+				}
+			}
+		} else {
+			f = bpf_map_lookup_elem(&conns, fk);
+			if (f) {
+				struct backend *b = bpf_map_lookup_elem(&backends, &f->backend);
+				if (b && (b->flags & BACKEND_F_PRESENT) && b->service == f->service) {
+					__u64 now = clock_now();
+					if (now > f->last_seen + FLOW_TOUCH_NS)
+						f->last_seen = now;
+					return forward(ctx, pk->eth, b, f->backend, f->service, 0);
+				}
+			}
+		}
+	}
+
+	struct vip_key vk = {
+		.port = fk->dport,
+		.proto = fk->proto,
+		.family = family,
+	};
+	ip_copy(&vk.addr, &fk->dst);
+	struct vip_meta *vm = bpf_map_lookup_elem(&vips, &vk);
+	if (!vm || (vm->flags & (VIP_F_MARKER | VIP_F_RETURN)))
+		return verdict(ctx, other_reason(addr_marker(&fk->dst, family)), XDP_PASS);
+	if (vm->method == DLB_METHOD_NAT) {
+		if (!(pk->looked && is_nat))
+			nf = bpf_map_lookup_elem(&nat_flows, fk);
+		if (nf) {
+			int v = SLOW(slow_nat_existing, family, vm, nf);
+			if (v >= 0)
+				return v;
+		}
+		if (fk->proto != IPPROTO_TCP)
+			return SLOW(slow_nat_udp, family, vm);
+		if ((pk->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN)
+			return SLOW(slow_nat_syn, family, vm);
+		return SLOW(slow_nat_promote, family, vm);
+	}
+	pk->looked = pk->looked && !is_nat;
+	return SLOW(slow_mac, family, vm, f);
+}
+
+/* parse_l4 reads the ports and TCP flags of a TCP or UDP header at l4 into
+ * fk. It returns -1 when the header is truncated or invalid. */
+static __always_inline int parse_l4(void *l4, void *data_end, __u8 proto, struct flow_key *fk, __u8 *tcp_flags)
+{
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+		if ((void *)(th + 1) > data_end || th->doff < 5)
+			return -1;
+		fk->sport = th->source;
+		fk->dport = th->dest;
+		*tcp_flags = ((__u8 *)th)[13];
+		return 0;
+	}
+	struct udphdr *uh = l4;
+	if ((void *)(uh + 1) > data_end)
+		return -1;
+	fk->sport = uh->source;
+	fk->dport = uh->dest;
+	return 0;
 }
 
 static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph)
@@ -300,81 +355,131 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 	if (cfg->nfa_family == DLB_FAMILY_IPV4 && daddr == *(__u32 *)cfg->nfa.addr)
 		return verdict(ctx, STAT_PASS_NFA, XDP_PASS);
 
-	/* Most traffic that is not for a cluster address leaves here after one
-	 * memory read. */
+	/* Most traffic that is not for a cluster or return address leaves
+	 * here after one memory read. */
 	struct vip_bloom *vf = bpf_map_lookup_elem(&vip_filter, &key0);
 	__u32 bit = vip_filter_bit(daddr);
 	if (!vf || !(vf->bits[bit / 64] & (1ULL << (bit % 64))))
 		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 
+	struct pkt pk = {
+		.eth = eth,
+		.l3 = iph,
+		.l4 = (void *)(iph + 1),
+		.end = (void *)iph + tot_len,
+		.cfg = cfg,
+		.fk = { .proto = iph->protocol, .family = DLB_FAMILY_IPV4 },
+	};
+	*(__u32 *)pk.fk.src.addr = iph->saddr;
+	*(__u32 *)pk.fk.dst.addr = daddr;
+
 	int frag = iph->frag_off & IP_MF_OFFSET;
 	if (frag || iph->ihl != 5 || (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)) {
-		if (!vip_marker(daddr))
+		__u32 mf = addr_marker(&pk.fk.dst, DLB_FAMILY_IPV4);
+		if (!mf)
 			return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 		if (frag)
 			return verdict(ctx, STAT_DROP_FRAGMENT, XDP_DROP);
 		if (iph->ihl != 5)
 			return verdict(ctx, STAT_DROP_IP_OPTIONS, XDP_DROP);
-		return verdict(ctx, STAT_PASS_VIP_OTHER, XDP_PASS);
-	}
-
-	struct flow_key fk = {
-		.proto = iph->protocol,
-		.family = DLB_FAMILY_IPV4,
-	};
-	*(__u32 *)fk.src.addr = iph->saddr;
-	*(__u32 *)fk.dst.addr = daddr;
-	__u8 tcp_flags = 0;
-
-	void *l4 = (void *)(iph + 1);
-	if (iph->protocol == IPPROTO_TCP) {
-		struct tcphdr *th = l4;
-		if ((void *)(th + 1) > data_end || th->doff < 5)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-		fk.sport = th->source;
-		fk.dport = th->dest;
-		tcp_flags = ((__u8 *)th)[13];
-	} else {
-		struct udphdr *uh = l4;
-		if ((void *)(uh + 1) > data_end)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-		fk.sport = uh->source;
-		fk.dport = uh->dest;
-	}
-
-	/* Established fast path: a packet that is neither SYN, FIN nor RST of
-	 * a flow the table knows goes straight to its server, without the vips
-	 * lookup. A flow of a removed port fails the backend check (removing a
-	 * port clears its backends) and takes the full path. */
-	struct flow *f = NULL;
-	int looked = 0;
-	if (!(tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))) {
-		looked = 1;
-		f = bpf_map_lookup_elem(&conns, &fk);
-		if (f) {
-			struct backend *b = bpf_map_lookup_elem(&backends, &f->backend);
-			if (b && (b->flags & BACKEND_F_PRESENT) && b->service == f->service) {
-				__u64 now = clock_now();
-				if (now > f->last_seen + FLOW_TOUCH_NS)
-					f->last_seen = now;
-				return forward(ctx, eth, b, f->backend, f->service, 0);
-			}
+		if (iph->protocol == IPPROTO_ICMP) {
+			pk.mflags = mf;
+			return slow_icmp4(ctx, &pk);
 		}
+		return verdict(ctx, other_reason(mf), XDP_PASS);
 	}
 
-	struct vip_key vk = {
-		.port = fk.dport,
-		.proto = fk.proto,
-		.family = DLB_FAMILY_IPV4,
-	};
-	*(__u32 *)vk.addr.addr = daddr;
-	struct vip_meta *vm = bpf_map_lookup_elem(&vips, &vk);
-	if (!vm || (vm->flags & VIP_F_MARKER)) {
-		if (vip_marker(daddr))
-			return verdict(ctx, STAT_PASS_VIP_OTHER, XDP_PASS);
+	if (parse_l4(pk.l4, data_end, iph->protocol, &pk.fk, &pk.tcp_flags))
+		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+	return process(ctx, &pk, bit, DLB_FAMILY_IPV4);
+}
+
+static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, struct ipv6hdr *ip6h)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 key0 = 0;
+
+	if (ip6h->version != 6)
+		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+	void *end = (void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len);
+	if (end > data_end)
+		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	if (!cfg)
 		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+	const __u32 *d = ip6h->daddr.in6_u.u6_addr32;
+	if (cfg->nfa6_family == DLB_FAMILY_IPV6) {
+		const __u32 *n = (const __u32 *)cfg->nfa6.addr;
+		if (((d[0] ^ n[0]) | (d[1] ^ n[1]) | (d[2] ^ n[2]) | (d[3] ^ n[3])) == 0)
+			return verdict(ctx, STAT_PASS_NFA, XDP_PASS);
 	}
-	return balance(ctx, eth, vm, cfg, &fk, tcp_flags, f, looked);
+
+	struct vip_bloom *vf = bpf_map_lookup_elem(&vip_filter, &key0);
+	__u32 bit = vip_filter_bit(ip6_fold(d));
+	if (!vf || !(vf->bits[bit / 64] & (1ULL << (bit % 64))))
+		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+
+	struct pkt pk = {
+		.eth = eth,
+		.l3 = ip6h,
+		.end = end,
+		.cfg = cfg,
+		.fk = { .family = DLB_FAMILY_IPV6 },
+	};
+	__builtin_memcpy(pk.fk.src.addr, &ip6h->saddr, 16);
+	__builtin_memcpy(pk.fk.dst.addr, &ip6h->daddr, 16);
+
+	/* Walk the extension headers the executor understands. */
+	__u8 nh = ip6h->nexthdr;
+	void *p = (void *)(ip6h + 1);
+	int frag = 0, bad = 0;
+#pragma unroll
+	for (int i = 0; i < DLB_IPV6_MAX_EXT; i++) {
+		if (nh == NEXTHDR_FRAGMENT) {
+			frag = 1;
+			break;
+		}
+		if (nh != NEXTHDR_HOP && nh != NEXTHDR_ROUTING && nh != NEXTHDR_DEST)
+			break;
+		__u8 *oh = p;
+		if ((void *)(oh + 8) > data_end)
+			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		if (nh == NEXTHDR_ROUTING && oh[3] != 0) {
+			/* Segments left: this is a waypoint, not the destination. */
+			bad = 1;
+			break;
+		}
+		nh = oh[0];
+		p += ((__u32)oh[1] + 1) * 8;
+	}
+	if (!frag && !bad) {
+		if (nh == NEXTHDR_FRAGMENT)
+			frag = 1;
+		else if (nh == NEXTHDR_HOP || nh == NEXTHDR_ROUTING || nh == NEXTHDR_DEST)
+			bad = 1; /* more than DLB_IPV6_MAX_EXT */
+	}
+	pk.fk.proto = nh;
+	pk.l4 = p;
+
+	if (frag || bad || (nh != IPPROTO_TCP && nh != IPPROTO_UDP)) {
+		__u32 mf = addr_marker(&pk.fk.dst, DLB_FAMILY_IPV6);
+		if (!mf)
+			return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+		if (frag)
+			return verdict(ctx, STAT_DROP_FRAGMENT, XDP_DROP);
+		if (bad)
+			return verdict(ctx, STAT_DROP_IPV6_EXT, XDP_DROP);
+		if (nh == IPPROTO_ICMPV6) {
+			pk.mflags = mf;
+			return slow_icmp6(ctx, &pk);
+		}
+		return verdict(ctx, other_reason(mf), XDP_PASS);
+	}
+
+	if (parse_l4(p, data_end, nh, &pk.fk, &pk.tcp_flags))
+		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+	return process(ctx, &pk, bit, DLB_FAMILY_IPV6);
 }
 
 SEC("xdp")
@@ -406,7 +511,11 @@ int dlb_xdp(struct xdp_md *ctx)
 			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		return handle_ipv4(ctx, eth, iph);
 	}
-	if (proto == bpf_htons(ETH_P_IPV6))
-		return verdict(ctx, STAT_PASS_IPV6, XDP_PASS);
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6h = data + off;
+		if ((void *)(ip6h + 1) > data_end)
+			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return handle_ipv6(ctx, eth, ip6h);
+	}
 	return verdict(ctx, STAT_PASS_NON_IP, XDP_PASS);
 }

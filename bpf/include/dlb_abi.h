@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* This file contains every type, enum and flag shared by the XDP executor and
  * its Go loader. bpf2go generates the Go side from it (pkg/datapath), so a
- * layout change here is a layout change there, never a silent drift. */
+ * layout change here is a layout change there, never a silent drift.
+ *
+ * Values are in network byte order where the field type says __be16/__be32
+ * or the field is an address; everything else is in host byte order. */
 #pragma once
 
 #include <linux/types.h>
@@ -20,41 +23,103 @@ enum dlb_family {
 	DLB_FAMILY_IPV6 = 6,
 };
 
+/* Constants both sides need. An enum, so that bpf2go generates them. */
+enum dlb_consts {
+	/* DLB_ABI_VERSION is written into the config map. A loader refuses
+	 * pinned maps that another ABI version wrote: layouts can differ
+	 * where sizes agree. Bump it on every layout or meaning change. */
+	DLB_ABI_VERSION = 2,
+	/* A half-open connection (a SYN without its handshake-completing
+	 * ACK) counts as half-open for this long; the sweeper frees NAT
+	 * half-open entries older than this. */
+	DLB_HALF_OPEN_SECONDS = 30,
+	/* How many hash-derived candidate ports a new NAT mapping tries
+	 * before the pool counts as exhausted. */
+	DLB_NAT_CANDIDATES = 8,
+	/* Default NAT port pool of a return address (inclusive). */
+	DLB_NAT_PORT_MIN = 1024,
+	DLB_NAT_PORT_MAX = 65535,
+	/* How many IPv6 extension headers the executor walks. */
+	DLB_IPV6_MAX_EXT = 4,
+};
+
+/* Forwarding methods of a service (IBM's "method"). */
+enum dlb_method {
+	/* DLB_METHOD_MAC rewrites the MAC addresses only (direct server
+	 * return): the server holds the cluster address on a loopback alias
+	 * and answers the client itself. */
+	DLB_METHOD_MAC = 0,
+	/* DLB_METHOD_NAT (NAPT) rewrites the destination to the server (port
+	 * from mapport) and the source to the server's return address and a
+	 * port from that address's pool; replies come back to the return
+	 * address and are translated back. */
+	DLB_METHOD_NAT = 1,
+};
+
+/* How a service with a non-zero sticky_time uses affinity records (IBM's
+ * selectionalgorithm). */
+enum dlb_selection {
+	/* DLB_SELECT_AFFINITY: a new connection follows the client's
+	 * unexpired record whenever its server is configured and takes new
+	 * connections or is quiesced (BACKEND_F_QUIESCED). */
+	DLB_SELECT_AFFINITY = 0,
+	/* DLB_SELECT_CONN_AFFIN: the record is followed only while its
+	 * server takes new connections; otherwise the connection is
+	 * scheduled afresh and the record replaced. */
+	DLB_SELECT_CONN_AFFIN = 1,
+	/* DLB_SELECT_CONNECTION: records are neither read nor written;
+	 * every connection is scheduled by its own 5-tuple. */
+	DLB_SELECT_CONNECTION = 2,
+};
+
 /* Key of the vips map: one entry per balanced cluster address, port and
- * protocol. An entry with port 0 and proto 0 is the cluster-address marker:
- * it says "this address is a cluster address" for packets that carry no
- * usable port (fragments, IP options, other protocols). */
+ * protocol. An entry with port 0 and proto 0 is an address marker: it says
+ * "this address is a cluster address" (VIP_F_MARKER) or "this address is a
+ * NAT return address" (VIP_F_RETURN) for packets that carry no balanced
+ * port (fragments, IP options, ICMP, other protocols and ports). */
 struct vip_key {
 	struct dlb_ip addr;
 	__be16 port;
-	__u8 proto;  /* IPPROTO_TCP or IPPROTO_UDP; 0 in the marker */
+	__u8 proto;  /* IPPROTO_TCP or IPPROTO_UDP; 0 in a marker */
 	__u8 family; /* enum dlb_family */
 };
 
 /* Value of the vips map. */
 struct vip_meta {
-	__u32 service;       /* service id: index of maglev_tables and service_stats */
-	__u32 flags;         /* VIP_F_* */
-	__u32 stale_timeout; /* seconds an idle connection keeps its entry */
-	__u32 fin_timeout;   /* seconds a closing connection keeps its entry */
+	__u32 service;        /* service id: index of maglev_tables and service_stats */
+	__u32 flags;          /* VIP_F_* */
+	__u32 stale_timeout;  /* seconds an idle connection keeps its entry */
+	__u32 fin_timeout;    /* seconds a closing connection keeps its entry */
+	__u32 sticky_time;    /* seconds an affinity record lives after its last use; 0: no affinity */
+	__u32 affinity_group; /* services with the same group share affinity records (crossport) */
+	__u8 method;          /* enum dlb_method */
+	__u8 selection;       /* enum dlb_selection */
+	__u8 sticky_mask4;    /* affinity by client subnet: IPv4 prefix length (1-32) */
+	__u8 sticky_mask6;    /* IPv6 prefix length (1-128) */
 };
 
 /* Flags of a vip_meta. */
 enum vip_flags {
 	/* VIP_F_MARKER marks the cluster-address marker entry. */
 	VIP_F_MARKER = 1 << 0,
+	/* VIP_F_RETURN marks a NAT return address's marker entry. */
+	VIP_F_RETURN = 1 << 1,
 };
 
 /* A backend: one server of one service. Indexed by backend id. */
 struct backend {
 	struct dlb_ip addr;
-	__u8 mac[6];     /* the server's MAC address */
-	__u8 src_mac[6]; /* MAC of the interface the server is reached through */
-	__u32 ifindex;   /* interface the server is reached through */
+	__u8 mac[6];     /* next hop towards the server: its MAC, or the router's */
+	__u8 src_mac[6]; /* MAC of the interface the next hop is reached through */
+	__u32 ifindex;   /* interface the next hop is reached through */
 	__u32 service;   /* the service this backend belongs to */
 	__u32 flags;     /* BACKEND_F_* */
 	__u8 family;     /* enum dlb_family */
-	__u8 pad[3];
+	__u8 pad;
+	__be16 port;              /* NAT: the server's port (mapport); 0: the cluster port */
+	struct dlb_ip nat_addr;   /* NAT: the return address (source towards the server) */
+	__u16 nat_port_min;       /* NAT: the return address's port pool, inclusive */
+	__u16 nat_port_max;
 };
 
 /* Flags of a backend. */
@@ -66,9 +131,14 @@ enum backend_flags {
 	 * weight is above 0). Without it, established flows still reach it but
 	 * a SYN is rescheduled. */
 	BACKEND_F_NEW_OK = 1 << 1,
+	/* BACKEND_F_QUIESCED: the server takes no new connections from the
+	 * Maglev table but is up (IBM's quiesce without "now"): under
+	 * DLB_SELECT_AFFINITY clients with an unexpired record still reach
+	 * it. */
+	BACKEND_F_QUIESCED = 1 << 2,
 };
 
-/* Key of the conns map: a flow as the client sent it. */
+/* Key of the conns and nat_flows maps: a flow as the client sent it. */
 struct flow_key {
 	struct dlb_ip src; /* client address */
 	struct dlb_ip dst; /* cluster address */
@@ -86,7 +156,7 @@ enum flow_state {
 	FLOW_CLOSING = 2,
 };
 
-/* Value of the conns map. */
+/* Value of the conns map (MAC forwarding). */
 struct flow {
 	__u64 last_seen; /* bpf_ktime_get_coarse_ns() when last refreshed */
 	__u32 backend;   /* backend id */
@@ -95,13 +165,15 @@ struct flow {
 	__u8 pad[7];
 };
 
-/* An entry of the handshake cache. The executor does not create a
- * connection-table entry for a bare SYN (a SYN flood must not evict
- * established flows, and the table insert is the costliest step); it
+/* An entry of the handshake cache (MAC forwarding). The executor does not
+ * create a connection-table entry for a bare SYN (a SYN flood must not
+ * evict established flows, and the table insert is the costliest step); it
  * remembers here which server it sent the SYN to, and the handshake's first
  * ACK, which creates the entry, goes to that same server even if the Maglev
- * table changed in between. Slots are overwritten freely: a lost entry only
- * means the ACK is scheduled by Maglev again. */
+ * table changed in between, and clears the slot. Slots are overwritten
+ * freely: a lost entry only means the ACK is scheduled by Maglev again.
+ * Slots with a recent "seen" are the half-open connections the sweeper
+ * counts per service. */
 struct handshake {
 	struct flow_key key;
 	__u32 backend;
@@ -109,7 +181,124 @@ struct handshake {
 	/* check = flow hash ^ backend ^ service: detects an entry torn by two
 	 * CPUs writing the same slot at once. */
 	__u32 check;
-	__u32 pad[3];
+	__u32 pad;
+	__u64 seen; /* coarse ns of the SYN; 0 once the handshake completed */
+};
+
+/* Where to send a frame: a neighbour's MAC, the MAC of the interface it
+ * is reached through, and that interface. */
+struct next_hop {
+	__u8 mac[6];
+	__u8 src_mac[6];
+	__u32 ifindex; /* 0: unset */
+};
+
+/* Key of nat_ports: one port of a return address. A live NAT mapping owns
+ * its key, so the same return address and port are never handed out
+ * twice. */
+struct nat_key {
+	struct dlb_ip addr; /* return address */
+	__be16 port;        /* NAT port */
+	__u8 proto;
+	__u8 family;
+};
+
+/* Value of nat_flows (key: the client's flow_key): how to translate the
+ * client's packets. The server address and port come from the backend. */
+struct nat_flow {
+	__u64 last_seen;        /* coarse ns, refreshed at most once a second */
+	__u32 backend;
+	__u32 service;
+	__u8 state;             /* enum flow_state */
+	__u8 pad;
+	__be16 nat_port;
+	__u32 pad2;
+	struct dlb_ip nat_addr; /* return address */
+};
+
+/* Value of nat_ports: how to translate the server's replies back. */
+struct nat_rev {
+	__u64 last_seen; /* coarse ns of the last reply, refreshed at most once a second */
+	struct dlb_ip client;
+	struct dlb_ip vip;
+	__be16 client_port;
+	__be16 vip_port;
+	__u32 backend;
+	__u32 service;
+	__u8 state; /* enum flow_state: closing once the server sent FIN or RST */
+	__u8 flags; /* NAT_F_* */
+	__u16 pad;
+	struct next_hop hop; /* towards the client, once resolved (NAT_F_NEXT_HOP) */
+};
+
+/* Flags of a nat_rev or halfopen. */
+enum nat_flags {
+	/* NAT_F_NEXT_HOP: hop holds the next hop towards the client, looked
+	 * up in the routing table (unused when a client gateway is set). */
+	NAT_F_NEXT_HOP = 1 << 0,
+};
+
+/* A slot of nat_halfopen: a NAT connection between its SYN and the
+ * client's ACK that completes its handshake, holding the return address
+ * and port it reserved. The table is direct-mapped: the reservation of
+ * (return address, port, protocol) lives in slot halfopen_slot(...) & mask.
+ * A slot is claimed with a compare-and-exchange on owner, so that two SYNs
+ * can never reserve the same port. */
+struct halfopen {
+	/* owner: 0 when free; else the creation time in seconds (coarse
+	 * clock) << 32 | a 32-bit tag of the slot's contents (halfopen_tag),
+	 * 0 while they are being written. A slot older than
+	 * DLB_HALF_OPEN_SECONDS is free. */
+	__u64 owner;
+	struct nat_key key; /* the reserved return address, port and protocol */
+	__u32 pad;
+	struct dlb_ip client;
+	struct dlb_ip vip;
+	__be16 client_port;
+	__be16 vip_port;
+	__u8 flags; /* NAT_F_* */
+	__u8 pad2[3];
+	__u32 backend;
+	__u32 service;
+	struct next_hop hop; /* towards the client, once resolved (NAT_F_NEXT_HOP) */
+};
+
+/* An entry of the NAT handshake cache: which port a recent NAT SYN
+ * reserved, so that its ACK finds the half-open connection directly. Slots
+ * are overwritten freely: a lost slot only means the ACK looks the
+ * reservation up by recomputing the SYN's server and candidate ports. */
+struct nat_handshake {
+	struct flow_key key;
+	struct dlb_ip nat_addr;
+	__be16 nat_port;
+	__u16 pad;
+	/* check = flow hash ^ nat_port: detects a slot torn by two CPUs. */
+	__u32 check;
+};
+
+/* Key of the affinity map: a client (or client subnet) in an affinity
+ * group. */
+struct affinity_key {
+	struct dlb_ip client; /* masked with the service's sticky mask */
+	__u32 group;          /* vip_meta.affinity_group */
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* Value of the affinity map. */
+struct affinity_record {
+	__u64 last_seen;      /* coarse ns of the last new connection or FIN */
+	struct dlb_ip server; /* the server's address, for crossport lookups */
+	__u32 backend;        /* backend id in the service that wrote it */
+	__u32 service;
+};
+
+/* Key of service_servers: a server of a service, by address. */
+struct server_key {
+	struct dlb_ip addr;
+	__u32 service;
+	__u8 family;
+	__u8 pad[3];
 };
 
 /* The per-CPU clock cache: bpf_ktime_get_coarse_ns() read once per jiffy. */
@@ -118,7 +307,8 @@ struct dlb_clock {
 	__u64 now;
 };
 
-/* Per-service and per-backend counters (per CPU; Go sums them). */
+/* Per-service and per-backend counters (per CPU; Go sums them). For NAT
+ * services, packets and bytes count both directions. */
 struct counters {
 	__u64 packets;
 	__u64 bytes;
@@ -131,21 +321,31 @@ struct counters {
  * to the packets seen. */
 enum stat_reason {
 	/* Passed to the host stack untouched. */
-	STAT_PASS_NON_IP = 0,   /* not IPv4 or IPv6: ARP, LLDP, ... */
-	STAT_PASS_IPV6 = 1,     /* IPv6 (not balanced yet) */
-	STAT_PASS_MALFORMED = 2,/* truncated or invalid headers */
-	STAT_PASS_NFA = 3,      /* to the non-forwarding address */
-	STAT_PASS_NOT_VIP = 4,  /* to an address that is not a cluster address */
-	STAT_PASS_VIP_OTHER = 5,/* to a cluster address, but no balanced port/protocol */
+	STAT_PASS_NON_IP = 0,      /* not IPv4 or IPv6: ARP, LLDP, ... */
+	STAT_PASS_MALFORMED = 1,   /* truncated or invalid headers */
+	STAT_PASS_NFA = 2,         /* to a non-forwarding address */
+	STAT_PASS_NOT_VIP = 3,     /* not to a cluster or return address (IPv6 ND included) */
+	STAT_PASS_VIP_OTHER = 4,   /* to a cluster address, but no balanced port/protocol (ICMP echo, ND) */
+	STAT_PASS_RETURN_OTHER = 5,/* to a return address, but no live NAT mapping */
+	STAT_PASS_ICMP_NO_FLOW = 6,/* ICMP error to a cluster/return address about no known flow */
+	/* Passed after translation: a NAT reply whose next hop towards the
+	 * client has no resolved neighbour; the host stack forwards it (and
+	 * resolves the neighbour). */
+	STAT_PASS_NO_NEIGH = 7,
 	/* Dropped. */
-	STAT_DROP_FRAGMENT = 6,   /* IP fragment to a cluster address */
-	STAT_DROP_IP_OPTIONS = 7, /* IPv4 options to a cluster address */
-	STAT_DROP_NO_BACKEND = 8, /* balanced port with no server taking connections */
-	STAT_DROP_NO_TX_PORT = 9, /* server's interface missing from tx_ports */
+	STAT_DROP_FRAGMENT = 8,     /* IP fragment to a cluster or return address */
+	STAT_DROP_IP_OPTIONS = 9,   /* IPv4 options to a cluster or return address */
+	STAT_DROP_IPV6_EXT = 10,    /* IPv6 extension headers to a cluster/return address that cannot be balanced */
+	STAT_DROP_NO_BACKEND = 11,  /* balanced port with no server taking connections */
+	STAT_DROP_NO_TX_PORT = 12,  /* server's interface missing from tx_ports */
+	STAT_DROP_NAT_EXHAUSTED = 13,/* NAT: no free port among the candidates of the return address */
+	STAT_DROP_TABLE_FULL = 14,  /* NAT: nat_flows or nat_ports refused an insert (full) */
+	STAT_DROP_NAT_NO_FLOW = 15, /* NAT: TCP segment that is no SYN, of no known or half-open connection */
+	STAT_DROP_NO_ROUTE = 16,    /* NAT: no usable route towards the client */
 	/* Forwarded. */
-	STAT_FWD_TX = 10,       /* sent back out of the receiving interface */
-	STAT_FWD_REDIRECT = 11, /* redirected to another interface */
-	STAT_MAX = 12,
+	STAT_FWD_TX = 17,       /* sent back out of the receiving interface */
+	STAT_FWD_REDIRECT = 18, /* redirected to another interface */
+	STAT_MAX = 19,
 };
 
 /* Counters of one reason (per CPU). */
@@ -154,19 +354,57 @@ struct reason_counters {
 	__u64 bytes;
 };
 
-/* The executor's global settings: the single entry of the config map. */
-struct dlb_config {
-	struct dlb_ip nfa;  /* non-forwarding address; all zero when unset */
-	__u32 maglev_size;  /* entries in every Maglev table (a prime) */
-	__u32 hash_seed;    /* seed of the flow hash; equal on every dispatcher */
-	__u8 nfa_family;    /* enum dlb_family; DLB_FAMILY_NONE when unset */
-	__u8 pad[7];
+/* Things that happened, counted beside the reasons (per CPU). A packet may
+ * count several events or none. */
+enum dlb_event {
+	EV_CONN_INSERT_FAILED = 0,  /* MAC: the connection table refused an insert (the packet was still forwarded) */
+	EV_AFFINITY_HIT = 1,        /* a new connection followed an affinity record */
+	EV_AFFINITY_WRITTEN = 2,    /* an affinity record was created or replaced */
+	EV_HALFOPEN_CREATED = 3,    /* NAT: a SYN reserved a port (a new half-open connection) */
+	EV_HALFOPEN_RETRANSMIT = 4, /* NAT: a SYN found its half-open connection */
+	EV_HALFOPEN_PROMOTED = 5,   /* NAT: a handshake ACK promoted its half-open connection */
+	EV_HALFOPEN_LOST = 6,       /* NAT: a handshake ACK found no port reservation (evicted, expired or taken) */
+	EV_HALFOPEN_EVICTED = 7,    /* NAT: a SYN took the slot of an older half-open connection (the table was full) */
+	EV_NAT_TABLE_FULL = 8,      /* NAT: nat_flows or nat_ports refused an insert */
+	EV_NAT_PORT_COLLISION = 9,  /* NAT: a candidate port was in use, the next one was tried */
+	EV_NAT_FLOW_RELEASED = 10,  /* NAT: a mapping was freed by the executor (closed, expired or orphaned, replaced) */
+	EV_FIB_LOOKUP = 11,         /* NAT: a next hop towards a client was looked up in the routing table */
+	EV_ICMP_TO_BACKEND = 12,    /* an ICMP error about a flow was sent to the flow's server */
+	EV_ICMP_TO_CLIENT = 13,     /* NAT: an ICMP error from the server side was translated for the client */
+	EV_MAX = 14,
 };
 
-/* Bits of the VIP pre-filter: a one-hash Bloom filter over cluster addresses
- * that lets the executor pass most non-cluster traffic with one memory read
- * instead of a hash-map lookup. */
+/* The executor's global settings: the single entry of the config map. */
+struct dlb_config {
+	struct dlb_ip nfa;  /* IPv4 non-forwarding address; all zero when unset */
+	__u32 maglev_size;  /* entries in every Maglev table (a prime) */
+	__u32 hash_seed;    /* seed of the flow hash; equal on every dispatcher */
+	__u8 nfa_family;    /* DLB_FAMILY_IPV4, or DLB_FAMILY_NONE when unset */
+	__u8 nfa6_family;   /* DLB_FAMILY_IPV6, or DLB_FAMILY_NONE when unset */
+	__u8 pad[2];
+	__u32 abi_version;  /* DLB_ABI_VERSION of the executor that wrote it */
+	__u32 halfopen_mask;/* slots of nat_halfopen - 1 (a power of two - 1) */
+	__u32 pad2;
+	struct dlb_ip nfa6; /* IPv6 non-forwarding address */
+	/* Client gateways: where NAT replies to IPv4 (gw4) and IPv6 (gw6)
+	 * clients go. ifindex 0: look the next hop up in the routing table. */
+	struct next_hop gw4;
+	struct next_hop gw6;
+};
+
+/* Bits of the VIP pre-filter: a one-hash Bloom filter over cluster and
+ * return addresses that lets the executor pass most other traffic with one
+ * memory read instead of a hash-map lookup. */
 #define VIP_FILTER_BITS 65536
 struct vip_bloom {
 	__u64 bits[VIP_FILTER_BITS / 64];
+};
+
+/* The NAT pre-filters, at the same bit positions as vip_bloom: cluster
+ * addresses that have a NAT port (their flows are looked up in nat_flows
+ * first), and return addresses (packets to them are looked up in
+ * nat_ports first). */
+struct nat_bloom {
+	__u64 nat_vips[VIP_FILTER_BITS / 64];
+	__u64 returns[VIP_FILTER_BITS / 64];
 };

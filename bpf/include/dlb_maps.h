@@ -17,6 +17,15 @@
 #define MAGLEV_SIZE 65537
 /* Default size of the connection table. */
 #define CONN_TABLE_SIZE 262144
+/* Default size of nat_flows and nat_ports (NAT connections). */
+#define NAT_TABLE_SIZE 262144
+/* Default slots of nat_halfopen (a power of two; one slot per half-open
+ * NAT connection). The table is direct-mapped by return address and port,
+ * so at most this many ports of a pool are reserved by half-open
+ * connections at once: keep it at most a quarter of the smallest pool. */
+#define HALFOPEN_TABLE_SIZE 16384
+/* Default size of the affinity map. */
+#define AFFINITY_TABLE_SIZE 65536
 /* Slots of the handshake cache (a power of two). */
 #define HANDSHAKE_SLOTS 16384
 /* Highest number of interfaces packets can be redirected to. */
@@ -31,7 +40,8 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } vips SEC(".maps");
 
-/* vip_filter: Bloom pre-filter over cluster addresses (one entry). */
+/* vip_filter: Bloom pre-filter over cluster and return addresses (one
+ * entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
@@ -77,6 +87,79 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } conns SEC(".maps");
 
+/* nat_filter: the NAT pre-filters (one entry, see struct nat_bloom). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct nat_bloom);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_filter SEC(".maps");
+
+/* nat_flows: established NAT connections, by the client's flow: how to
+ * translate the client's packets. A plain hash, never an LRU: a live
+ * mapping must never be evicted (its port would be handed out again while
+ * the connection still uses it). When full, new NAT connections are
+ * refused (STAT_DROP_TABLE_FULL); the sweeper frees idle entries.
+ * Allocated on demand, so an executor without NAT services costs nothing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct nat_flow);
+	__uint(max_entries, NAT_TABLE_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_flows SEC(".maps");
+
+/* nat_ports: established NAT connections, by return address and NAT port:
+ * the port allocation (an insert with BPF_NOEXIST claims a port) and the
+ * translation of the server's replies. Same size and policy as nat_flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct nat_key);
+	__type(value, struct nat_rev);
+	__uint(max_entries, NAT_TABLE_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_ports SEC(".maps");
+
+/* nat_halfopen: NAT connections between their SYN and their handshake
+ * ACK, direct-mapped by the port they reserved (see struct halfopen). A
+ * bounded table of its own, written without a hash insert: a SYN flood
+ * only overwrites other half-open slots (the oldest of a SYN's candidate
+ * slots, and only when all are taken), never an established connection,
+ * and cannot exhaust a port pool. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct halfopen);
+	__uint(max_entries, HALFOPEN_TABLE_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_halfopen SEC(".maps");
+
+/* affinity: affinity records (stickytime), by affinity group and masked
+ * client address. An LRU: a lost record only loses stickiness. Written
+ * when a connection is established (never by a bare SYN) and on FIN;
+ * refreshed and expired by the sweeper. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_record);
+	__uint(max_entries, AFFINITY_TABLE_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} affinity SEC(".maps");
+
+/* service_servers: (service, server address) -> backend id, so that an
+ * affinity record written by one port of a crossport group finds the same
+ * server on another port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct server_key);
+	__type(value, __u32);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_servers SEC(".maps");
+
 /* handshakes: which server each recent SYN went to (see struct handshake).
  * Shared by all CPUs: a SYN and its ACK may be handled on different ones. */
 struct {
@@ -87,6 +170,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } handshakes SEC(".maps");
 
+/* nat_handshakes: which port each recent NAT SYN reserved (see struct
+ * nat_handshake). Shared by all CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct nat_handshake);
+	__uint(max_entries, HANDSHAKE_SLOTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_handshakes SEC(".maps");
+
 /* clock: the per-CPU clock cache (one entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -94,6 +187,52 @@ struct {
 	__type(value, struct dlb_clock);
 	__uint(max_entries, 1);
 } clock SEC(".maps");
+
+/* Room for a struct bpf_fib_lookup (bpf2go cannot generate its anonymous
+ * unions, so the map holds bytes). */
+struct fib_scratch {
+	__u8 data[sizeof(struct bpf_fib_lookup)];
+} __attribute__((aligned(8)));
+
+/* fib_params: per-CPU scratch space for bpf_fib_lookup's parameters, which
+ * do not fit the BPF stack beside everything else. Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct fib_scratch);
+	__uint(max_entries, 1);
+} fib_params SEC(".maps");
+
+/* Scratch space of the NAT slow paths: keys and values too large for the
+ * BPF stack beside everything else. */
+/* The arguments and results of the NAT port functions (dlb_nat_reserve,
+ * dlb_nat_find): global functions, which take pointers to memory only. */
+struct nat_args {
+	struct flow_key fk;  /* in: the client's flow */
+	struct nat_key nk;   /* out: the reservation's key */
+	__u32 pad;
+	__u64 now;           /* in: coarse ns */
+	__u64 owner;         /* out: the reservation slot's owner word */
+	__u32 backend;       /* in: the server chosen; out: the reservation's */
+	__u32 service;       /* in */
+	__u32 slot;          /* out: the reservation's nat_halfopen slot */
+	__u32 retx;          /* out (reserve): 1 when the flow had reserved the port already */
+};
+
+struct nat_scratch {
+	struct nat_rev rev_value;
+	struct nat_flow flow;
+	struct nat_key port;
+	struct nat_args args;
+};
+
+/* scratch: per-CPU struct nat_scratch (one entry). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct nat_scratch);
+	__uint(max_entries, 1);
+} scratch SEC(".maps");
 
 /* tx_ports: interfaces that packets may be redirected to, by ifindex. */
 struct {
@@ -141,6 +280,15 @@ struct {
 	__uint(max_entries, MAX_BACKENDS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } backend_swept SEC(".maps");
+
+/* events: counts per enum dlb_event, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, EV_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} events SEC(".maps");
 
 /* reason_stats: packets and bytes per enum stat_reason, per CPU. */
 struct {

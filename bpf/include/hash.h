@@ -47,9 +47,30 @@ static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 seed)
 	return dlb_fmix32(h);
 }
 
-/* vip_filter_bit folds an IPv4 address (network byte order, read as a host
- * u32) into a bit index of the VIP pre-filter. pkg/datapath has the twin. */
+/* vip_filter_bit folds an address into a bit index of the VIP pre-filter.
+ * addr is an IPv4 address (network byte order, read as a host u32), or the
+ * XOR of an IPv6 address's four words read the same way (ip6_fold). The
+ * pkg/datapath twin is FilterBit. */
 static __always_inline __u32 vip_filter_bit(__u32 addr)
 {
 	return (addr ^ (addr >> 16)) & (VIP_FILTER_BITS - 1);
+}
+
+/* ip6_fold XORs the four words of an IPv6 address. */
+static __always_inline __u32 ip6_fold(const __u32 *w)
+{
+	return w[0] ^ w[1] ^ w[2] ^ w[3];
+}
+
+/* NAT_HASH_SALT makes the NAT port hash independent of the Maglev one. */
+#define NAT_HASH_SALT 0x6e617470U /* "natp" */
+
+/* nat_candidate returns candidate i (0 <= i < DLB_NAT_CANDIDATES) of a NAT
+ * port in the pool [min, min+size) for a flow whose NAT hash is h
+ * (flow_hash(client flow, seed ^ NAT_HASH_SALT)). The candidates are fixed
+ * per flow, so a retransmitted SYN tries the same ports in the same order.
+ * pkg/datapath has the twin (natCandidate). */
+static __always_inline __u16 nat_candidate(__u32 h, __u32 i, __u32 min, __u32 size)
+{
+	return min + dlb_fmix32(h + i * 0x9e3779b9U) % size;
 }

@@ -22,17 +22,18 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Length of every benchmark frame: 64 bytes, the frame size of the usual
- * Mpps figures (14 Ethernet + 20 IPv4 + 20 TCP + 10 payload). */
-#define BENCH_FRAME_LEN 64
+/* Largest benchmark frame. IPv4 frames are 64 bytes, the frame size of
+ * the usual Mpps figures (14 Ethernet + 20 IPv4 + 20 TCP + 10 payload);
+ * IPv6 frames 88 (14 + 40 IPv6 + 20 TCP + 14 payload). */
+#define BENCH_FRAME_MAX 128
 
 /* The frame the wrapper restores before every run (one entry). */
 struct bench_frame {
-	__u32 len;      /* must equal BENCH_FRAME_LEN and the frame's length */
+	__u32 len;      /* the frame's length: a multiple of 8, at most BENCH_FRAME_MAX */
 	__u32 vary;     /* non-zero: make every run a new flow */
 	__u32 addr_off; /* offset of two bytes of the source address to vary */
 	__u32 port_off; /* offset of the source port to vary */
-	__u8 data[BENCH_FRAME_LEN] __attribute__((aligned(8)));
+	__u8 data[BENCH_FRAME_MAX] __attribute__((aligned(8)));
 };
 
 struct {
@@ -73,23 +74,28 @@ int bench_wrapper(struct xdp_md *ctx)
 	__u32 key0 = 0;
 
 	struct bench_frame *bf = bpf_map_lookup_elem(&bench_frame, &key0);
-	if (!bf || bf->len != BENCH_FRAME_LEN)
+	if (!bf)
 		return XDP_ABORTED;
-	/* The frame must be exactly BENCH_FRAME_LEN bytes long. */
-	if (ctx->data_end - ctx->data != BENCH_FRAME_LEN || data + BENCH_FRAME_LEN > data_end)
+	/* The frame must be exactly bf->len bytes long. */
+	__u32 len = bf->len;
+	if (len % 8 || len > BENCH_FRAME_MAX || ctx->data_end - ctx->data != len)
 		return XDP_ABORTED;
 	/* Eight-byte copies: x86 allows unaligned packet stores. */
 	__u64 *dst = data;
 	const __u64 *src = (const __u64 *)bf->data;
-#pragma unroll
-	for (int i = 0; i < BENCH_FRAME_LEN / 8; i++)
+	for (int i = 0; i < BENCH_FRAME_MAX / 8; i++) {
+		if (i * 8 >= len)
+			break;
+		if ((void *)(dst + i + 1) > data_end)
+			return XDP_ABORTED;
 		dst[i] = src[i];
+	}
 
 	if (bf->vary) {
 		__u32 *runs = bpf_map_lookup_elem(&bench_runs, &key0);
 		__u32 aoff = bf->addr_off, poff = bf->port_off;
 
-		if (!runs || aoff > BENCH_FRAME_LEN - 2 || poff > BENCH_FRAME_LEN - 2)
+		if (!runs || aoff > BENCH_FRAME_MAX - 2 || poff > BENCH_FRAME_MAX - 2)
 			return XDP_ABORTED;
 		__u32 n = ++*runs;
 		__u16 *addr = data + aoff, *port = data + poff;

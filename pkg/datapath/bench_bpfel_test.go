@@ -19,7 +19,7 @@ type benchBenchFrame struct {
 	Vary    uint32
 	AddrOff uint32
 	PortOff uint32
-	Data    [64]uint8
+	Data    [128]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
 	"slices"
@@ -47,8 +48,10 @@ import (
 //	DLB_BENCH_NOPIN=1     do not pin the test thread to one CPU
 
 const (
-	// benchFrameLen is BENCH_FRAME_LEN of bench.c.
-	benchFrameLen = 64
+	// benchFrameLen and benchFrame6Len are the lengths of the IPv4 and
+	// IPv6 benchmark frames (at most BENCH_FRAME_MAX of bench.c).
+	benchFrameLen  = 64
+	benchFrame6Len = 88
 	// benchRounds is the number of measured rounds (after one warm-up
 	// round); every case is measured once per round, interleaved, so
 	// that drift affects all of them alike.
@@ -67,7 +70,15 @@ type benchCase struct {
 	base string
 	// goal is the target: cost at most goal × bare XDP_PASS (0: none).
 	goal float64
-	ns   []float64
+	// relGoal, when set, makes the goal relGoal × the ratio of the case
+	// named relTo (NAT: at most 1.5× its MAC counterpart).
+	relGoal float64
+	relTo   string
+	// v6: the frame is IPv6 (vary offsets differ).
+	v6 bool
+	// prepare, when set, runs before every measurement (outside it).
+	prepare func()
+	ns      []float64
 }
 
 func TestBenchReport(t *testing.T) {
@@ -101,21 +112,46 @@ func TestBenchReport(t *testing.T) {
 
 	b := &benchRunner{t: t, objs: &objs}
 
-	// 64-byte frames (14 Ethernet + 20 IPv4 + 20 TCP + 10 payload).
-	pad := []byte("dlb-bench!")
+	// 64-byte IPv4 frames (14 Ethernet + 20 IPv4 + 20 TCP + 10 payload)
+	// and 88-byte IPv6 frames (14 + 40 IPv6 + 20 TCP + 14 payload).
 	build := func(f testutil.Frame) []byte {
-		f.Payload = pad
+		want := benchFrameLen
+		f.Payload = []byte("dlb-bench!")
+		if f.Src.Is6() {
+			want, f.Payload = benchFrame6Len, []byte("dlb-bench-ipv6")
+		}
 		fr := f.Build(t)
-		if len(fr) != benchFrameLen {
-			t.Fatalf("benchmark frame has %d bytes, want %d", len(fr), benchFrameLen)
+		if len(fr) != want {
+			t.Fatalf("benchmark frame has %d bytes, want %d", len(fr), want)
 		}
 		return fr
+	}
+	tcp6 := func(dst netip.Addr, sport uint16, flags string) testutil.Frame {
+		return testutil.Frame{Src: client6, Dst: dst, Proto: "tcp", SrcPort: sport, DstPort: 80, Flags: flags}
 	}
 	const estPort = 40000
 	estFrame := build(tcpTo(vipTCP, 80, estPort, "A"))
 	synFrame := build(tcpTo(vipTCP, 80, 1, "S"))
 	ackFrame := build(tcpTo(vipTCP, 80, 1, "A"))
 	otherFrame := build(tcpTo(otherAddr, 80, estPort, "A"))
+	natEstFrame := build(tcpTo(vipNAT, 80, estPort, "A"))
+	natSynFrame := build(tcpTo(vipNAT, 80, 1, "S"))
+	est6Frame := build(tcp6(vip6, estPort, "A"))
+	syn6Frame := build(tcp6(vip6, 1, "S"))
+	pass6Frame := build(tcp6(other6, estPort, "A"))
+	// The NAT benchmark connection, established through its handshake,
+	// and the reply its server sends.
+	natEst := key(vipNAT, 80, estPort, 6)
+	for _, flags := range []string{"S", "A"} {
+		if v, _ := e.run(t, build(tcpTo(vipNAT, 80, estPort, flags))); v != xdpTX {
+			t.Fatalf("NAT benchmark handshake: %s verdict %d", flags, v)
+		}
+	}
+	natFlow, _, ok := e.getNAT(t, natEst)
+	if !ok {
+		t.Fatal("NAT benchmark connection not established")
+	}
+	natReplyFrame := build(testutil.Frame{Src: natServer, Dst: retAddr, Proto: "tcp", SrcPort: 8080, DstPort: htons(natFlow.NatPort), Flags: "A"})
 
 	// Phase 1: every case once per round, interleaved. A new connection
 	// costs twice: its SYN (Maglev pick, remembered in the handshake cache;
@@ -136,6 +172,22 @@ func TestBenchReport(t *testing.T) {
 			base: "wrapper(vary)→pass", goal: 6},
 		{name: "non-VIP pass", target: dispatcher, frame: otherFrame, repeat: 1_000_000, want: xdpPass,
 			base: "wrapper→pass", goal: 1.5},
+		{name: "NAT established flow", target: dispatcher, frame: natEstFrame, repeat: 1_000_000, want: xdpTX,
+			base: "wrapper→pass", relGoal: 1.5, relTo: "established flow"},
+		{name: "NAT established reply", target: dispatcher, frame: natReplyFrame, repeat: 1_000_000, want: xdpTX,
+			base: "wrapper→pass", relGoal: 1.5, relTo: "established flow"},
+		{name: "NAT new flow: SYN", target: dispatcher, frame: natSynFrame, vary: true, repeat: 8_000, want: xdpTX,
+			base: "wrapper(vary)→pass", relGoal: 1.5, relTo: "new flow: SYN", prepare: func() { clearHalfOpen(t, e) }},
+		{name: "NAT SYN, half-open full", target: dispatcher, frame: natSynFrame, vary: true, repeat: 1_000_000, want: xdpTX,
+			base: "wrapper(vary)→pass", relGoal: 1.5, relTo: "new flow: SYN"},
+		{name: "wrapper→pass (IPv6)", target: objs.BenchPass, frame: est6Frame, repeat: 1_000_000, want: xdpPass, v6: true},
+		{name: "wrapper(vary)→pass (IPv6)", target: objs.BenchPass, frame: syn6Frame, vary: true, repeat: 1_000_000, want: xdpPass, v6: true},
+		{name: "IPv6 established flow", target: dispatcher, frame: est6Frame, repeat: 1_000_000, want: xdpTX, v6: true,
+			base: "wrapper→pass (IPv6)", goal: 3.5},
+		{name: "IPv6 new flow: SYN", target: dispatcher, frame: syn6Frame, vary: true, repeat: 1_000_000, want: xdpTX, v6: true,
+			base: "wrapper(vary)→pass (IPv6)", goal: 6},
+		{name: "IPv6 non-VIP pass", target: dispatcher, frame: pass6Frame, repeat: 1_000_000, want: xdpPass, v6: true,
+			base: "wrapper→pass (IPv6)", goal: 1.5},
 	}
 	// Phase 2: a full table, where every insert makes the LRU evict
 	// (overload), and a SYN flood, which inserts nothing and so evicts
@@ -172,6 +224,12 @@ func TestBenchReport(t *testing.T) {
 	b.checkSYN(e, byName["new flow: SYN"])
 	b.checkNew(e, newRoom)
 	b.checkNotVIP(e, byName["non-VIP pass"])
+	b.checkPass(byName["bare XDP_PASS"], byName["wrapper→pass (IPv6)"], byName["wrapper(vary)→pass (IPv6)"])
+	b.checkNotVIP(e, byName["IPv6 non-VIP pass"])
+	b.checkNAT(e, byName["NAT established flow"], byName["NAT established reply"], byName["NAT new flow: SYN"], htons(natFlow.NatPort))
+	clearHalfOpen(t, e)
+	b.checkIPv6(e, byName["IPv6 established flow"], byName["IPv6 new flow: SYN"],
+		FlowKey{Src: client6, Dst: vip6, SrcPort: estPort, DstPort: 80, Proto: 6})
 
 	// One warm-up round, then the measured rounds.
 	rounds := func(cases []*benchCase) {
@@ -219,7 +277,7 @@ func TestBenchReport(t *testing.T) {
 	bare := median(byName["bare XDP_PASS"].ns)
 	var out strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&out, format, args...) }
-	w("\n== dlb executor benchmark (BPF_PROG_TEST_RUN, 64-byte frames) ==\n")
+	w("\n== dlb executor benchmark (BPF_PROG_TEST_RUN, 64-byte IPv4 and 88-byte IPv6 frames) ==\n")
 	w("date      %s\n", started.UTC().Format("2006-01-02 15:04 MST"))
 	w("program   %s\n", object)
 	w("machine   %s, %d CPUs, %s\n", kernelRelease(), runtime.NumCPU(), cpuModel())
@@ -232,19 +290,27 @@ func TestBenchReport(t *testing.T) {
 	w("conns     capacity %d; %d entries after phase 1 (new flows had room), %d after phase 2 (full)\n\n",
 		capacity, roomEntries, fullEntries)
 
-	w("%-22s %10s %8s %7s  %s\n", "case", "ns/packet", "× bare", "goal", "met")
-	w("%-22s %10.1f %8.2f\n", "bare XDP_PASS", bare, 1.0)
+	w("%-24s %10s %8s %7s  %s\n", "case", "ns/packet", "× bare", "goal", "met")
+	w("%-24s %10.1f %8.2f\n", "bare XDP_PASS", bare, 1.0)
+	ratioOf := func(c *benchCase, byName map[string]*benchCase, bare float64) float64 {
+		return (median(c.ns) - median(byName[c.base].ns) + bare) / bare
+	}
 	row := func(c *benchCase, byName map[string]*benchCase, bare float64) {
 		cost := median(c.ns) - median(byName[c.base].ns) + bare
 		ratio := cost / bare
+		goal, goalText := c.goal, fmt.Sprintf("≤%g×", c.goal)
+		if c.relGoal != 0 {
+			goal = c.relGoal * ratioOf(byName[c.relTo], byName, bare)
+			goalText = fmt.Sprintf("≤%.2f×", goal)
+		}
 		met := "yes"
-		if ratio > c.goal {
+		if ratio > goal {
 			met = "NOT MET"
 		}
-		w("%-22s %10.1f %8.2f %7s  %s\n", c.name, cost, ratio, fmt.Sprintf("≤%g×", c.goal), met)
+		w("%-24s %10.1f %8.2f %7s  %s\n", c.name, cost, ratio, goalText, met)
 	}
 	for _, c := range cases {
-		if c.goal != 0 {
+		if c.goal != 0 || c.relGoal != 0 {
 			row(c, byName, bare)
 		}
 	}
@@ -254,11 +320,17 @@ func TestBenchReport(t *testing.T) {
 	}
 	row(newFull, fullByName, median(full[0].ns))
 	row(full[3], fullByName, median(full[0].ns))
+	w("\nNAT established / MAC established: %.2f (goal ≤ 1.5); NAT reply / MAC established: %.2f\n",
+		ratioOf(byName["NAT established flow"], byName, bare)/ratioOf(byName["established flow"], byName, bare),
+		ratioOf(byName["NAT established reply"], byName, bare)/ratioOf(byName["established flow"], byName, bare))
+	w("NAT SYN / MAC SYN: %.2f with room in the half-open table, %.2f with it full (goal ≤ 1.5)\n",
+		ratioOf(byName["NAT new flow: SYN"], byName, bare)/ratioOf(byName["new flow: SYN"], byName, bare),
+		ratioOf(byName["NAT SYN, half-open full"], byName, bare)/ratioOf(byName["new flow: SYN"], byName, bare))
 
 	w("\nraw kernel ns/run: median (min–max) over the rounds, runs per round\n")
 	raw := func(phase string, cs []*benchCase) {
 		for _, c := range cs {
-			w("  %-8s %-38s %6.1f  (%.0f–%.0f)  ×%d\n", phase, rawName(c), median(c.ns), slices.Min(c.ns), slices.Max(c.ns), c.repeat)
+			w("  %-8s %-42s %6.1f  (%.0f–%.0f)  ×%d\n", phase, rawName(c), median(c.ns), slices.Min(c.ns), slices.Max(c.ns), c.repeat)
 		}
 	}
 	raw("phase 1", cases)
@@ -272,6 +344,9 @@ func TestBenchReport(t *testing.T) {
 func rawName(c *benchCase) string {
 	if c.base == "" {
 		return c.name
+	}
+	if c.v6 && c.vary {
+		return "wrapper(vary)→" + c.name
 	}
 	if c.vary {
 		return "wrapper(vary)→" + c.name
@@ -356,10 +431,13 @@ func (b *benchRunner) setup(c *benchCase) {
 	if err := b.objs.BenchProgs.Update(uint32(0), c.target, ebpf.UpdateAny); err != nil {
 		b.t.Fatalf("%s: setting the wrapper's target: %v", c.name, err)
 	}
-	bf := benchBenchFrame{Len: benchFrameLen}
+	bf := benchBenchFrame{Len: uint32(len(c.frame))}
 	if c.vary {
 		// The source address's last two bytes and the source port.
 		bf.Vary, bf.AddrOff, bf.PortOff = 1, 14+12+2, 14+20
+		if c.v6 {
+			bf.AddrOff, bf.PortOff = 14+8+14, 14+40
+		}
 	}
 	copy(bf.Data[:], c.frame)
 	if err := b.objs.BenchFrame.Update(uint32(0), &bf, ebpf.UpdateAny); err != nil {
@@ -378,6 +456,9 @@ func (b *benchRunner) prog(c *benchCase) *ebpf.Program {
 func (b *benchRunner) measure(c *benchCase) float64 {
 	b.t.Helper()
 	b.setup(c)
+	if c.prepare != nil {
+		c.prepare()
+	}
 	ret, d, err := b.prog(c).Benchmark(c.frame, c.repeat, nil)
 	if err != nil {
 		b.t.Fatalf("%s: %v", c.name, err)
@@ -413,10 +494,14 @@ func (b *benchRunner) checkPass(bare, wrapped, varied *benchCase) {
 		}
 		if c.vary {
 			// Only the varied bytes may differ.
-			if out[28] == c.frame[28] && out[29] == c.frame[29] && out[34] == c.frame[34] && out[35] == c.frame[35] {
+			a, p := 28, 34
+			if c.v6 {
+				a, p = 36, 54
+			}
+			if out[a] == c.frame[a] && out[a+1] == c.frame[a+1] && out[p] == c.frame[p] && out[p+1] == c.frame[p+1] {
 				t.Fatalf("%s: the source address and port were not varied", c.name)
 			}
-			for _, i := range []int{28, 29, 34, 35} {
+			for _, i := range []int{a, a + 1, p, p + 1} {
 				out[i] = c.frame[i]
 			}
 		}
@@ -530,6 +615,74 @@ func (b *benchRunner) checkNotVIP(e *testEnv, c *benchCase) {
 	}
 	if d := reason() - before; d != sanityRuns {
 		t.Fatalf("%s: %d packets counted as pass_not_vip in %d runs", c.name, d, sanityRuns)
+	}
+}
+
+// checkNAT checks that the NAT cases take their paths: the established
+// flow's packets leave translated towards the router and its replies
+// towards the client gateway, with no new connection; every varied SYN
+// creates a half-open connection.
+func (b *benchRunner) checkNAT(e *testEnv, est, reply, syn *benchCase, port uint16) {
+	t := b.t
+	t.Helper()
+	before := e.stats(t)
+	ret, out := b.run(est, sanityRuns)
+	if ret != xdpTX || !bytes.Equal(out[0:6], routerMAC) || !bytes.Equal(out[26:30], retAddr.AsSlice()) ||
+		!bytes.Equal(out[30:34], natServer.AsSlice()) || out[34] != byte(port>>8) || out[35] != byte(port) {
+		t.Fatalf("%s: returned %d with %x, want XDP_TX translated to %s:%d -> %s", est.name, ret, out, retAddr, port, natServer)
+	}
+	ret, out = b.run(reply, sanityRuns)
+	if ret != xdpTX || !bytes.Equal(out[0:6], gwMAC) || !bytes.Equal(out[26:30], vipNAT.AsSlice()) || !bytes.Equal(out[30:34], clientAddr.AsSlice()) {
+		t.Fatalf("%s: returned %d with %x, want XDP_TX translated to %s -> %s", reply.name, ret, out, vipNAT, clientAddr)
+	}
+	after := e.stats(t)
+	if d := after.Services[6].NewConns - before.Services[6].NewConns; d != 0 {
+		t.Fatalf("NAT established: %d new connections", d)
+	}
+	ret, out = b.run(syn, sanityRuns)
+	created := e.stats(t).Events["halfopen_created"] - after.Events["halfopen_created"]
+	if ret != xdpTX || !bytes.Equal(out[0:6], routerMAC) || !bytes.Equal(out[26:30], retAddr.AsSlice()) || created != sanityRuns {
+		t.Fatalf("%s: returned %d with %x and %d half-open connections in %d runs", syn.name, ret, out, created, sanityRuns)
+	}
+}
+
+// checkIPv6 checks the IPv6 cases: the established flow hits its entry,
+// SYNs are forwarded without one.
+func (b *benchRunner) checkIPv6(e *testEnv, est, syn *benchCase, k FlowKey) {
+	t := b.t
+	t.Helper()
+	if ret, _ := b.run(est, 1); ret != xdpTX {
+		t.Fatalf("%s: first packet returned %d", est.name, ret)
+	}
+	if f, ok := e.getConn(t, k); !ok || f.Backend != 70 {
+		t.Fatalf("%s: entry %+v (present %v), want backend 70", est.name, f, ok)
+	}
+	before := e.stats(t).Services[10]
+	ret, out := b.run(est, sanityRuns)
+	if ret != xdpTX || !bytes.Equal(out[0:6], e.backend[70].MAC) || !bytes.Equal(out[12:], est.frame[12:]) {
+		t.Fatalf("%s: returned %d with %x", est.name, ret, out)
+	}
+	entries := countConns(t, e)
+	ret, out = b.run(syn, sanityRuns)
+	after := e.stats(t).Services[10]
+	if ret != xdpTX || !bytes.Equal(out[0:6], e.backend[70].MAC) || countConns(t, e) != entries {
+		t.Fatalf("%s: returned %d to %x, or inserted entries", syn.name, ret, out[0:6])
+	}
+	if d := after.Packets - before.Packets; d != 2*sanityRuns {
+		t.Fatalf("IPv6: service counted %d packets in %d runs", d, 2*sanityRuns)
+	}
+}
+
+// clearHalfOpen frees every NAT half-open slot, so that the next SYNs
+// find room (the NAT SYN case with room).
+func clearHalfOpen(t *testing.T, e *testEnv) {
+	t.Helper()
+	slots := make([]uint32, e.dp.objs.NatHalfopen.MaxEntries())
+	for i := range slots {
+		slots[i] = uint32(i)
+	}
+	if _, err := e.dp.objs.NatHalfopen.BatchUpdate(slots, make([]dispatcherHalfopen, len(slots)), nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,11 +1,12 @@
 //go:build linux
 
 // Package datapath owns the executor's BPF objects. It loads the XDP program
-// and its maps, adopting the maps, program and link a previous dlbd left
-// pinned, so that a restart never stops forwarding or loses the connection
-// table; it attaches the program through a pinned bpf_link and replaces the
-// program on that link in place; it writes a desired lb.Dataplane into the
-// maps; and it reads counters and sweeps the connection table.
+// and its maps, adopting the maps, program and links a previous dlbd left
+// pinned, so that a restart never stops forwarding or loses a connection;
+// it attaches the program through pinned bpf_links (one per interface) and
+// replaces the program on them in place; it writes a desired lb.Dataplane
+// into the maps; and it reads counters and sweeps the connection, NAT,
+// half-open and affinity tables.
 //
 // It is the only package that imports github.com/cilium/ebpf. Its objects
 // hold file descriptors: call Close (keep pins) or Remove (unpin) when done.
@@ -17,6 +18,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -36,6 +40,9 @@ const DefaultHashSeed = 0x646c6221 // "dlb!"
 const (
 	linkPin = "link"
 	progPin = "prog"
+	// extraLinkPin prefixes the pins of the links of AttachInterface,
+	// followed by the interface index.
+	extraLinkPin = "link_if"
 )
 
 // Errors returned by the data path.
@@ -59,6 +66,20 @@ type Options struct {
 	// MaglevSize is the size of every Maglev table, a prime (the object's
 	// default when 0).
 	MaglevSize uint32
+	// NATTableSize is the capacity of the NAT connection tables (nat_flows
+	// and nat_ports; the object's default, 262144, when 0). A full table
+	// refuses new NAT connections; it never evicts one.
+	NATTableSize uint32
+	// HalfOpenTableSize is the number of slots of the NAT half-open table
+	// (one per half-open connection), a power of two (the object's
+	// default, 16384, when 0). The table is direct-mapped by return
+	// address and port, so it bounds how many ports of a pool half-open
+	// connections (a SYN flood) can hold: keep it at most a quarter of
+	// the smallest pool.
+	HalfOpenTableSize uint32
+	// AffinityTableSize is the capacity of the affinity-record table (an
+	// LRU; the object's default, 65536, when 0).
+	AffinityTableSize uint32
 }
 
 // Datapath is the loaded executor.
@@ -68,6 +89,7 @@ type Datapath struct {
 	innerSpec  *ebpf.MapSpec
 	maglevSize uint32
 	xdp        link.Link // nil while not attached
+	extra      map[int]link.Link
 	applied    applied
 }
 
@@ -89,24 +111,36 @@ func Open(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("creating pin directory: %w", err)
 	}
 
+	if n := opts.HalfOpenTableSize; n != 0 && n&(n-1) != 0 {
+		return nil, fmt.Errorf("half-open table size %d is not a power of two", n)
+	}
 	spec, err := loadDispatcher()
 	if err != nil {
 		return nil, fmt.Errorf("loading executor object: %w", err)
 	}
-	if opts.ConnTableSize != 0 {
-		spec.Maps[dispatcherMapConns].MaxEntries = opts.ConnTableSize
+	for name, size := range map[string]uint32{
+		dispatcherMapConns:       opts.ConnTableSize,
+		dispatcherMapNatFlows:    opts.NATTableSize,
+		dispatcherMapNatPorts:    opts.NATTableSize,
+		dispatcherMapNatHalfopen: opts.HalfOpenTableSize,
+		dispatcherMapAffinity:    opts.AffinityTableSize,
+	} {
+		if size != 0 {
+			spec.Maps[name].MaxEntries = size
+		}
 	}
 	outer := spec.Maps[dispatcherMapMaglevTables]
 	if opts.MaglevSize != 0 {
 		outer.InnerMap.MaxEntries = opts.MaglevSize
 	}
 
-	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maglevSize: outer.InnerMap.MaxEntries}
+	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maglevSize: outer.InnerMap.MaxEntries,
+		extra: map[int]link.Link{}}
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
 	})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		return nil, fmt.Errorf("%w under %s: %v (restart dlbd with the sizes it was started with, or run \"dlbctl executor stop\" to remove them)", ErrIncompatiblePins, opts.PinDir, err)
+		return nil, fmt.Errorf("%w under %s: %v (restart dlbd with the table sizes it was started with, or run \"dlbctl executor stop\" to remove them; an upgrade across an executor ABI change needs the latter)", ErrIncompatiblePins, opts.PinDir, err)
 	}
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -143,33 +177,65 @@ func (d *Datapath) checkConfig() error {
 	if err := d.objs.Config.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("reading config map: %w", err)
 	}
+	abi := uint32(dispatcherDlbConstsDLB_ABI_VERSION)
+	if cfg.MaglevSize != 0 && cfg.AbiVersion != abi {
+		return fmt.Errorf("%w under %s: written by executor ABI version %d, this dlbd has version %d (run \"dlbctl executor stop\" to remove them)", ErrIncompatiblePins, d.pinDir, cfg.AbiVersion, abi)
+	}
 	if cfg.MaglevSize != 0 && cfg.MaglevSize != d.maglevSize {
 		return fmt.Errorf("%w under %s: Maglev tables have %d entries, this dlbd uses %d", ErrIncompatiblePins, d.pinDir, cfg.MaglevSize, d.maglevSize)
 	}
 	cfg.MaglevSize = d.maglevSize
 	cfg.HashSeed = DefaultHashSeed
+	cfg.AbiVersion = abi
+	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
 	if err := d.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing config map: %w", err)
 	}
 	return nil
 }
 
-// adoptLink replaces the program on a pinned XDP link, if there is one.
+// adoptLink replaces the program on the pinned XDP links, if there are
+// any: the main one and those of AttachInterface.
 func (d *Datapath) adoptLink() error {
-	path := filepath.Join(d.pinDir, linkPin)
+	l, err := d.adoptOne(filepath.Join(d.pinDir, linkPin))
+	if err != nil || l == nil {
+		return err
+	}
+	d.xdp = l
+	entries, err := os.ReadDir(d.pinDir)
+	if err != nil {
+		return fmt.Errorf("reading pin directory: %w", err)
+	}
+	for _, e := range entries {
+		ifindex, err := strconv.Atoi(strings.TrimPrefix(e.Name(), extraLinkPin))
+		if !strings.HasPrefix(e.Name(), extraLinkPin) || err != nil {
+			continue
+		}
+		l, err := d.adoptOne(filepath.Join(d.pinDir, e.Name()))
+		if err != nil {
+			return err
+		}
+		if l != nil {
+			d.extra[ifindex] = l
+		}
+	}
+	return nil
+}
+
+// adoptOne loads the link pinned at path and puts the program on it.
+func (d *Datapath) adoptOne(path string) (link.Link, error) {
 	l, err := link.LoadPinnedLink(path, nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("loading pinned link %s: %w", path, err)
+		return nil, fmt.Errorf("loading pinned link %s: %w", path, err)
 	}
 	if err := l.Update(d.objs.DlbXdp); err != nil {
 		l.Close()
-		return fmt.Errorf("replacing the program on the pinned link: %w", err)
+		return nil, fmt.Errorf("replacing the program on the pinned link %s: %w", path, err)
 	}
-	d.xdp = l
-	return nil
+	return l, nil
 }
 
 // pinProgram pins the program, replacing a previous pin atomically.
@@ -192,11 +258,15 @@ func (d *Datapath) Attached() (lb.Attachment, bool) {
 	if d.xdp == nil {
 		return lb.Attachment{}, false
 	}
-	info, err := d.xdp.Info()
+	return linkAttachment(d.xdp, d.objs.DlbXdp)
+}
+
+func linkAttachment(l link.Link, prog *ebpf.Program) (lb.Attachment, bool) {
+	info, err := l.Info()
 	if err != nil || info.XDP() == nil {
 		return lb.Attachment{}, false
 	}
-	pinfo, _ := d.objs.DlbXdp.Info()
+	pinfo, _ := prog.Info()
 	a := lb.Attachment{Ifindex: int(info.XDP().Ifindex), LinkID: uint32(info.ID)}
 	if pinfo != nil {
 		if id, ok := pinfo.ID(); ok {
@@ -218,6 +288,17 @@ func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 		}
 		return lb.XDPAuto, nil
 	}
+	l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
+	if err != nil {
+		return 0, err
+	}
+	d.xdp = l
+	return m, nil
+}
+
+// attachLink attaches the program to an interface in the given mode (auto:
+// native, else generic) and pins the link at pin.
+func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Link, lb.XDPMode, error) {
 	try := []lb.XDPMode{mode}
 	if mode == lb.XDPAuto {
 		try = []lb.XDPMode{lb.XDPNative, lb.XDPGeneric}
@@ -233,18 +314,82 @@ func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 			errs = append(errs, fmt.Errorf("%s mode: %w", m, err))
 			continue
 		}
-		if err := l.Pin(filepath.Join(d.pinDir, linkPin)); err != nil {
+		if err := l.Pin(pin); err != nil {
 			l.Close()
-			return 0, fmt.Errorf("pinning XDP link: %w", err)
+			return nil, 0, fmt.Errorf("pinning XDP link: %w", err)
 		}
-		d.xdp = l
-		return m, nil
+		return l, m, nil
 	}
-	return 0, fmt.Errorf("attaching XDP program: %w", errors.Join(errs...))
+	return nil, 0, fmt.Errorf("attaching XDP program: %w", errors.Join(errs...))
 }
 
-// Detach detaches the program from its interface and removes the link pin.
+// AttachInterface attaches the program to one more interface, beside the
+// one Attach attached it to: a NAT dispatcher whose clients and servers
+// are behind different interfaces needs it on both (replies arrive on the
+// servers' side). The link is pinned and adopted like the main one; if
+// the program is already attached to the interface, AttachInterface
+// keeps that attachment and returns lb.XDPAuto.
+func (d *Datapath) AttachInterface(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
+	if a, ok := d.Attached(); ok && a.Ifindex == ifindex {
+		return lb.XDPAuto, nil
+	}
+	if _, ok := d.extra[ifindex]; ok {
+		return lb.XDPAuto, nil
+	}
+	l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(ifindex)))
+	if err != nil {
+		return 0, err
+	}
+	d.extra[ifindex] = l
+	return m, nil
+}
+
+// DetachInterface detaches the program from an interface of
+// AttachInterface and removes the link's pin.
+func (d *Datapath) DetachInterface(ifindex int) error {
+	l, ok := d.extra[ifindex]
+	if !ok {
+		return nil
+	}
+	delete(d.extra, ifindex)
+	if err := l.Unpin(); err != nil {
+		l.Close()
+		return fmt.Errorf("unpinning XDP link: %w", err)
+	}
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("detaching XDP program: %w", err)
+	}
+	return nil
+}
+
+// Attachments returns every attachment: Attach's first, then those of
+// AttachInterface by interface index.
+func (d *Datapath) Attachments() []lb.Attachment {
+	var out []lb.Attachment
+	if a, ok := d.Attached(); ok {
+		out = append(out, a)
+	}
+	var idx []int
+	for i := range d.extra {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		if a, ok := linkAttachment(d.extra[i], d.objs.DlbXdp); ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Detach detaches the program from every interface and removes the link
+// pins.
 func (d *Datapath) Detach() error {
+	for ifindex := range d.extra {
+		if err := d.DetachInterface(ifindex); err != nil {
+			return err
+		}
+	}
 	if d.xdp == nil {
 		return nil
 	}
@@ -265,6 +410,10 @@ func (d *Datapath) Close() error {
 	if d.xdp != nil {
 		d.xdp.Close()
 		d.xdp = nil
+	}
+	for i, l := range d.extra {
+		l.Close()
+		delete(d.extra, i)
 	}
 	return d.objs.Close()
 }
@@ -309,6 +458,16 @@ func (d *Datapath) MaglevSize() uint32 { return d.maglevSize }
 
 // ConnTableCapacity returns the connection table's capacity.
 func (d *Datapath) ConnTableCapacity() uint32 { return d.objs.Conns.MaxEntries() }
+
+// NATTableCapacity returns the capacity of the NAT connection tables.
+func (d *Datapath) NATTableCapacity() uint32 { return d.objs.NatFlows.MaxEntries() }
+
+// HalfOpenTableCapacity returns the number of slots of the NAT half-open
+// table (one per half-open connection).
+func (d *Datapath) HalfOpenTableCapacity() uint32 { return d.objs.NatHalfopen.MaxEntries() }
+
+// AffinityTableCapacity returns the capacity of the affinity-record table.
+func (d *Datapath) AffinityTableCapacity() uint32 { return d.objs.Affinity.MaxEntries() }
 
 // PinDir returns the directory the objects are pinned under.
 func (d *Datapath) PinDir() string { return d.pinDir }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -54,6 +55,20 @@ type dpCase struct {
 	// expected entry (nil: no entry).
 	conn     *FlowKey
 	wantConn *conn
+
+	// setup prepares state beyond before (NAT entries, affinity records,
+	// earlier packets of the flow); it runs before the counters are read.
+	setup func(t *testing.T)
+	// wantFrame is the exact output frame when it is more than a MAC
+	// rewrite towards to (NAT, ICMP translation, replies to clients).
+	wantFrame []byte
+	// countAs is the backend whose counters count the packet, when it is
+	// not to (a reply or an ICMP error translated for the client).
+	countAs uint32
+	// events are expected event deltas (unlisted events are not checked).
+	events map[string]uint64
+	// check runs after the packet, for further expectations.
+	check func(t *testing.T)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -158,8 +173,8 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 		{name: "ARP passes", frame: testutil.ARPRequest(t, clientAddr, vipTCP), want: xdpPass, reason: "pass_non_ip"},
 		{name: "VLAN-tagged ARP passes", frame: vlanARP(t), want: xdpPass, reason: "pass_non_ip"},
 		{name: "LLDP passes", frame: lldp, want: xdpPass, reason: "pass_non_ip"},
-		{name: "IPv6 passes", frame: frame(testutil.Frame{Src: netip.MustParseAddr("2001:2::1"), Dst: netip.MustParseAddr("2001:2::100"), Proto: "tcp", SrcPort: 1, DstPort: 80, Flags: "S"}),
-			want: xdpPass, reason: "pass_ipv6"},
+		{name: "IPv6 to a non-cluster address passes", frame: frame(testutil.Frame{Src: client6, Dst: other6, Proto: "tcp", SrcPort: 1, DstPort: 80, Flags: "S"}),
+			want: xdpPass, reason: "pass_not_vip"},
 		{name: "VIP, unbalanced port passes", frame: frame(tcpTo(vipTCP, 81, 1022, "S")), want: xdpPass, reason: "pass_vip_other", conn: ptr(key(vipTCP, 81, 1022, 6))},
 		{name: "VIP, wrong protocol passes", frame: frame(udpTo(vipTCP, 80, 1023)), want: xdpPass, reason: "pass_vip_other"},
 		{name: "VIP, ICMP echo passes", frame: frame(testutil.Frame{Src: clientAddr, Dst: vipTCP, Proto: "icmp"}), want: xdpPass, reason: "pass_vip_other"},
@@ -201,11 +216,26 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 		}
 	}
 
+	cases = append(cases, natCases(t, e)...)
+	cases = append(cases, ipv6Cases(t, e)...)
+	cases = append(cases, icmpCases(t, e)...)
+	cases = append(cases, affinityCases(t, e)...)
+
+	names := map[string]bool{}
+	for _, c := range cases {
+		if names[c.name] && !strings.HasPrefix(c.name, "truncated") && !strings.HasPrefix(c.name, "both-protocol") {
+			t.Fatalf("two cases named %q", c.name)
+		}
+		names[c.name] = true
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e.clearConns(t)
+			e.clearTables(t)
 			for _, b := range c.before {
 				e.putConn(t, b)
+			}
+			if c.setup != nil {
+				c.setup(t)
 			}
 			before := e.stats(t)
 			got, out := e.run(t, c.frame)
@@ -221,11 +251,29 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 				copy(wantOut[0:6], b.MAC)
 				copy(wantOut[6:12], b.SrcMAC)
 			}
+			if c.wantFrame != nil {
+				wantOut = c.wantFrame
+			}
 			if !bytes.Equal(out, wantOut) {
 				t.Errorf("output differs:\n got %s\nwant %s", hex.EncodeToString(out), hex.EncodeToString(wantOut))
 			}
+			if !bytes.Equal(out, c.frame) && testutil.VerifyChecksums(c.frame) == nil {
+				// A frame the executor changed keeps valid checksums,
+				// recomputed here by gopacket.
+				if err := testutil.VerifyChecksums(out); err != nil {
+					t.Errorf("output checksums: %v", err)
+				}
+			}
 			checkReasonDelta(t, before, after, c.reason, uint64(len(c.frame)))
 			checkConnDeltas(t, e, before, after, c)
+			for name, want := range c.events {
+				if d := after.Events[name] - before.Events[name]; d != want {
+					t.Errorf("event %s +%d, want +%d", name, d, want)
+				}
+			}
+			if c.check != nil {
+				c.check(t)
+			}
 			if c.conn != nil {
 				f, ok := e.getConn(t, *c.conn)
 				switch {
@@ -249,7 +297,7 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 			}
 		})
 	}
-	if len(cases) < 25 {
+	if len(cases) < 150 {
 		t.Fatalf("only %d cases", len(cases))
 	}
 
@@ -296,7 +344,11 @@ func checkConnDeltas(t *testing.T, e *testEnv, before, after lb.DataplaneStats, 
 		b := before.Backends[id]
 		d := lb.Counters{Packets: a.Packets - b.Packets, Bytes: a.Bytes - b.Bytes, NewConns: a.NewConns - b.NewConns, FinConns: a.FinConns - b.FinConns}
 		want := lb.Counters{NewConns: c.newConn[id], FinConns: c.finConn[id]}
-		if id == c.to {
+		counted := c.to
+		if c.countAs != 0 {
+			counted = c.countAs
+		}
+		if id == counted {
 			want.Packets, want.Bytes = 1, uint64(len(c.frame))
 		}
 		if d != want {
@@ -326,6 +378,15 @@ func TestReasonNamesCoverEnum(t *testing.T) {
 	for i, n := range reasonNames {
 		if n == "" || seen[n] {
 			t.Errorf("reason %d has name %q", i, n)
+		}
+		seen[n] = true
+	}
+	if len(eventNames) != int(dispatcherDlbEventEV_MAX) {
+		t.Fatalf("%d event names for %d events", len(eventNames), dispatcherDlbEventEV_MAX)
+	}
+	for i, n := range eventNames {
+		if n == "" || seen[n] {
+			t.Errorf("event %d has name %q", i, n)
 		}
 		seen[n] = true
 	}

@@ -13,6 +13,28 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type dispatcherAffinityKey struct {
+	_      structs.HostLayout
+	Client struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Group  uint32
+	Family uint8
+	Pad    [3]uint8
+}
+
+type dispatcherAffinityRecord struct {
+	_        structs.HostLayout
+	LastSeen uint64
+	Server   struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Backend uint32
+	Service uint32
+}
+
 type dispatcherBackend struct {
 	_    structs.HostLayout
 	Addr struct {
@@ -25,14 +47,22 @@ type dispatcherBackend struct {
 	Service uint32
 	Flags   uint32
 	Family  uint8
-	Pad     [3]uint8
+	Pad     uint8
+	Port    uint16
+	NatAddr struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	NatPortMin uint16
+	NatPortMax uint16
 }
 
 type dispatcherBackendFlags uint32
 
 const (
-	dispatcherBackendFlagsBACKEND_F_PRESENT dispatcherBackendFlags = 1
-	dispatcherBackendFlagsBACKEND_F_NEW_OK  dispatcherBackendFlags = 2
+	dispatcherBackendFlagsBACKEND_F_PRESENT  dispatcherBackendFlags = 1
+	dispatcherBackendFlagsBACKEND_F_NEW_OK   dispatcherBackendFlags = 2
+	dispatcherBackendFlagsBACKEND_F_QUIESCED dispatcherBackendFlags = 4
 )
 
 type dispatcherCounters struct {
@@ -55,11 +85,52 @@ type dispatcherDlbConfig struct {
 		_    structs.HostLayout
 		Addr [16]uint8
 	}
-	MaglevSize uint32
-	HashSeed   uint32
-	NfaFamily  uint8
-	Pad        [7]uint8
+	MaglevSize   uint32
+	HashSeed     uint32
+	NfaFamily    uint8
+	Nfa6Family   uint8
+	Pad          [2]uint8
+	AbiVersion   uint32
+	HalfopenMask uint32
+	Pad2         uint32
+	Nfa6         struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Gw4 dispatcherNextHop
+	Gw6 dispatcherNextHop
 }
+
+type dispatcherDlbConsts uint32
+
+const (
+	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 2
+	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS dispatcherDlbConsts = 30
+	dispatcherDlbConstsDLB_NAT_CANDIDATES    dispatcherDlbConsts = 8
+	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
+	dispatcherDlbConstsDLB_NAT_PORT_MAX      dispatcherDlbConsts = 65535
+	dispatcherDlbConstsDLB_IPV6MAX_EXT       dispatcherDlbConsts = 4
+)
+
+type dispatcherDlbEvent uint32
+
+const (
+	dispatcherDlbEventEV_CONN_INSERT_FAILED  dispatcherDlbEvent = 0
+	dispatcherDlbEventEV_AFFINITY_HIT        dispatcherDlbEvent = 1
+	dispatcherDlbEventEV_AFFINITY_WRITTEN    dispatcherDlbEvent = 2
+	dispatcherDlbEventEV_HALFOPEN_CREATED    dispatcherDlbEvent = 3
+	dispatcherDlbEventEV_HALFOPEN_RETRANSMIT dispatcherDlbEvent = 4
+	dispatcherDlbEventEV_HALFOPEN_PROMOTED   dispatcherDlbEvent = 5
+	dispatcherDlbEventEV_HALFOPEN_LOST       dispatcherDlbEvent = 6
+	dispatcherDlbEventEV_HALFOPEN_EVICTED    dispatcherDlbEvent = 7
+	dispatcherDlbEventEV_NAT_TABLE_FULL      dispatcherDlbEvent = 8
+	dispatcherDlbEventEV_NAT_PORT_COLLISION  dispatcherDlbEvent = 9
+	dispatcherDlbEventEV_NAT_FLOW_RELEASED   dispatcherDlbEvent = 10
+	dispatcherDlbEventEV_FIB_LOOKUP          dispatcherDlbEvent = 11
+	dispatcherDlbEventEV_ICMP_TO_BACKEND     dispatcherDlbEvent = 12
+	dispatcherDlbEventEV_ICMP_TO_CLIENT      dispatcherDlbEvent = 13
+	dispatcherDlbEventEV_MAX                 dispatcherDlbEvent = 14
+)
 
 type dispatcherDlbFamily uint32
 
@@ -68,6 +139,26 @@ const (
 	dispatcherDlbFamilyDLB_FAMILY_IPV4 dispatcherDlbFamily = 4
 	dispatcherDlbFamilyDLB_FAMILY_IPV6 dispatcherDlbFamily = 6
 )
+
+type dispatcherDlbMethod uint32
+
+const (
+	dispatcherDlbMethodDLB_METHOD_MAC dispatcherDlbMethod = 0
+	dispatcherDlbMethodDLB_METHOD_NAT dispatcherDlbMethod = 1
+)
+
+type dispatcherDlbSelection uint32
+
+const (
+	dispatcherDlbSelectionDLB_SELECT_AFFINITY   dispatcherDlbSelection = 0
+	dispatcherDlbSelectionDLB_SELECT_CONN_AFFIN dispatcherDlbSelection = 1
+	dispatcherDlbSelectionDLB_SELECT_CONNECTION dispatcherDlbSelection = 2
+)
+
+type dispatcherFibScratch struct {
+	_    structs.HostLayout
+	Data [64]uint8
+}
 
 type dispatcherFlow struct {
 	_        structs.HostLayout
@@ -102,13 +193,134 @@ const (
 	dispatcherFlowStateFLOW_CLOSING     dispatcherFlowState = 2
 )
 
+type dispatcherHalfopen struct {
+	_      structs.HostLayout
+	Owner  uint64
+	Key    dispatcherNatKey
+	Pad    uint32
+	Client struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Vip struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	ClientPort uint16
+	VipPort    uint16
+	Flags      uint8
+	Pad2       [3]uint8
+	Backend    uint32
+	Service    uint32
+	Hop        dispatcherNextHop
+}
+
 type dispatcherHandshake struct {
 	_       structs.HostLayout
 	Key     dispatcherFlowKey
 	Backend uint32
 	Service uint32
 	Check   uint32
-	Pad     [3]uint32
+	Pad     uint32
+	Seen    uint64
+}
+
+type dispatcherNatBloom struct {
+	_       structs.HostLayout
+	NatVips [1024]uint64
+	Returns [1024]uint64
+}
+
+type dispatcherNatFlags uint32
+
+const (
+	dispatcherNatFlagsNAT_F_NEXT_HOP dispatcherNatFlags = 1
+)
+
+type dispatcherNatFlow struct {
+	_        structs.HostLayout
+	LastSeen uint64
+	Backend  uint32
+	Service  uint32
+	State    uint8
+	Pad      uint8
+	NatPort  uint16
+	Pad2     uint32
+	NatAddr  struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+}
+
+type dispatcherNatHandshake struct {
+	_       structs.HostLayout
+	Key     dispatcherFlowKey
+	NatAddr struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	NatPort uint16
+	Pad     uint16
+	Check   uint32
+}
+
+type dispatcherNatKey struct {
+	_    structs.HostLayout
+	Addr struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Port   uint16
+	Proto  uint8
+	Family uint8
+}
+
+type dispatcherNatRev struct {
+	_        structs.HostLayout
+	LastSeen uint64
+	Client   struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Vip struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	ClientPort uint16
+	VipPort    uint16
+	Backend    uint32
+	Service    uint32
+	State      uint8
+	Flags      uint8
+	Pad        uint16
+	Hop        dispatcherNextHop
+}
+
+type dispatcherNatScratch struct {
+	_        structs.HostLayout
+	RevValue dispatcherNatRev
+	Flow     dispatcherNatFlow
+	Port     dispatcherNatKey
+	_        [4]byte
+	Args     struct {
+		_       structs.HostLayout
+		Fk      dispatcherFlowKey
+		Nk      dispatcherNatKey
+		Pad     uint32
+		Now     uint64
+		Owner   uint64
+		Backend uint32
+		Service uint32
+		Slot    uint32
+		Retx    uint32
+	}
+}
+
+type dispatcherNextHop struct {
+	_       structs.HostLayout
+	Mac     [6]uint8
+	SrcMac  [6]uint8
+	Ifindex uint32
 }
 
 type dispatcherReasonCounters struct {
@@ -117,22 +329,40 @@ type dispatcherReasonCounters struct {
 	Bytes   uint64
 }
 
+type dispatcherServerKey struct {
+	_    structs.HostLayout
+	Addr struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Service uint32
+	Family  uint8
+	Pad     [3]uint8
+}
+
 type dispatcherStatReason uint32
 
 const (
-	dispatcherStatReasonSTAT_PASS_NON_IP     dispatcherStatReason = 0
-	dispatcherStatReasonSTAT_PASS_IPV6       dispatcherStatReason = 1
-	dispatcherStatReasonSTAT_PASS_MALFORMED  dispatcherStatReason = 2
-	dispatcherStatReasonSTAT_PASS_NFA        dispatcherStatReason = 3
-	dispatcherStatReasonSTAT_PASS_NOT_VIP    dispatcherStatReason = 4
-	dispatcherStatReasonSTAT_PASS_VIP_OTHER  dispatcherStatReason = 5
-	dispatcherStatReasonSTAT_DROP_FRAGMENT   dispatcherStatReason = 6
-	dispatcherStatReasonSTAT_DROP_IP_OPTIONS dispatcherStatReason = 7
-	dispatcherStatReasonSTAT_DROP_NO_BACKEND dispatcherStatReason = 8
-	dispatcherStatReasonSTAT_DROP_NO_TX_PORT dispatcherStatReason = 9
-	dispatcherStatReasonSTAT_FWD_TX          dispatcherStatReason = 10
-	dispatcherStatReasonSTAT_FWD_REDIRECT    dispatcherStatReason = 11
-	dispatcherStatReasonSTAT_MAX             dispatcherStatReason = 12
+	dispatcherStatReasonSTAT_PASS_NON_IP        dispatcherStatReason = 0
+	dispatcherStatReasonSTAT_PASS_MALFORMED     dispatcherStatReason = 1
+	dispatcherStatReasonSTAT_PASS_NFA           dispatcherStatReason = 2
+	dispatcherStatReasonSTAT_PASS_NOT_VIP       dispatcherStatReason = 3
+	dispatcherStatReasonSTAT_PASS_VIP_OTHER     dispatcherStatReason = 4
+	dispatcherStatReasonSTAT_PASS_RETURN_OTHER  dispatcherStatReason = 5
+	dispatcherStatReasonSTAT_PASS_ICMP_NO_FLOW  dispatcherStatReason = 6
+	dispatcherStatReasonSTAT_PASS_NO_NEIGH      dispatcherStatReason = 7
+	dispatcherStatReasonSTAT_DROP_FRAGMENT      dispatcherStatReason = 8
+	dispatcherStatReasonSTAT_DROP_IP_OPTIONS    dispatcherStatReason = 9
+	dispatcherStatReasonSTAT_DROP_IPV6EXT       dispatcherStatReason = 10
+	dispatcherStatReasonSTAT_DROP_NO_BACKEND    dispatcherStatReason = 11
+	dispatcherStatReasonSTAT_DROP_NO_TX_PORT    dispatcherStatReason = 12
+	dispatcherStatReasonSTAT_DROP_NAT_EXHAUSTED dispatcherStatReason = 13
+	dispatcherStatReasonSTAT_DROP_TABLE_FULL    dispatcherStatReason = 14
+	dispatcherStatReasonSTAT_DROP_NAT_NO_FLOW   dispatcherStatReason = 15
+	dispatcherStatReasonSTAT_DROP_NO_ROUTE      dispatcherStatReason = 16
+	dispatcherStatReasonSTAT_FWD_TX             dispatcherStatReason = 17
+	dispatcherStatReasonSTAT_FWD_REDIRECT       dispatcherStatReason = 18
+	dispatcherStatReasonSTAT_MAX                dispatcherStatReason = 19
 )
 
 type dispatcherVipBloom struct {
@@ -144,6 +374,7 @@ type dispatcherVipFlags uint32
 
 const (
 	dispatcherVipFlagsVIP_F_MARKER dispatcherVipFlags = 1
+	dispatcherVipFlagsVIP_F_RETURN dispatcherVipFlags = 2
 )
 
 type dispatcherVipKey struct {
@@ -158,34 +389,55 @@ type dispatcherVipKey struct {
 }
 
 type dispatcherVipMeta struct {
-	_            structs.HostLayout
-	Service      uint32
-	Flags        uint32
-	StaleTimeout uint32
-	FinTimeout   uint32
+	_             structs.HostLayout
+	Service       uint32
+	Flags         uint32
+	StaleTimeout  uint32
+	FinTimeout    uint32
+	StickyTime    uint32
+	AffinityGroup uint32
+	Method        uint8
+	Selection     uint8
+	StickyMask4   uint8
+	StickyMask6   uint8
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	dispatcherMapAffinity           = "affinity"
 	dispatcherMapBackendStats       = "backend_stats"
 	dispatcherMapBackendSwept       = "backend_swept"
 	dispatcherMapBackends           = "backends"
 	dispatcherMapClock              = "clock"
 	dispatcherMapConfig             = "config"
 	dispatcherMapConns              = "conns"
+	dispatcherMapEvents             = "events"
+	dispatcherMapFibParams          = "fib_params"
 	dispatcherMapHandshakes         = "handshakes"
 	dispatcherMapMaglevTables       = "maglev_tables"
+	dispatcherMapNatFilter          = "nat_filter"
+	dispatcherMapNatFlows           = "nat_flows"
+	dispatcherMapNatHalfopen        = "nat_halfopen"
+	dispatcherMapNatHandshakes      = "nat_handshakes"
+	dispatcherMapNatPorts           = "nat_ports"
 	dispatcherMapReasonStats        = "reason_stats"
+	dispatcherMapScratch            = "scratch"
+	dispatcherMapServiceServers     = "service_servers"
 	dispatcherMapServiceStats       = "service_stats"
 	dispatcherMapTxPorts            = "tx_ports"
 	dispatcherMapVipFilter          = "vip_filter"
 	dispatcherMapVips               = "vips"
 	dispatcherProgDlbXdp            = "dlb_xdp"
 	dispatcherVarDlbBtfBackendFlags = "dlb_btf_backend_flags"
+	dispatcherVarDlbBtfConsts       = "dlb_btf_consts"
+	dispatcherVarDlbBtfEvent        = "dlb_btf_event"
 	dispatcherVarDlbBtfFamily       = "dlb_btf_family"
 	dispatcherVarDlbBtfFlowState    = "dlb_btf_flow_state"
+	dispatcherVarDlbBtfMethod       = "dlb_btf_method"
+	dispatcherVarDlbBtfNatFlags     = "dlb_btf_nat_flags"
+	dispatcherVarDlbBtfSelection    = "dlb_btf_selection"
 	dispatcherVarDlbBtfStatReason   = "dlb_btf_stat_reason"
 	dispatcherVarDlbBtfVipFlags     = "dlb_btf_vip_flags"
 )
@@ -239,19 +491,29 @@ type dispatcherProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dispatcherMapSpecs struct {
-	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
-	BackendSwept *ebpf.MapSpec `ebpf:"backend_swept"`
-	Backends     *ebpf.MapSpec `ebpf:"backends"`
-	Clock        *ebpf.MapSpec `ebpf:"clock"`
-	Config       *ebpf.MapSpec `ebpf:"config"`
-	Conns        *ebpf.MapSpec `ebpf:"conns"`
-	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
-	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
-	ReasonStats  *ebpf.MapSpec `ebpf:"reason_stats"`
-	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
-	TxPorts      *ebpf.MapSpec `ebpf:"tx_ports"`
-	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
-	Vips         *ebpf.MapSpec `ebpf:"vips"`
+	Affinity       *ebpf.MapSpec `ebpf:"affinity"`
+	BackendStats   *ebpf.MapSpec `ebpf:"backend_stats"`
+	BackendSwept   *ebpf.MapSpec `ebpf:"backend_swept"`
+	Backends       *ebpf.MapSpec `ebpf:"backends"`
+	Clock          *ebpf.MapSpec `ebpf:"clock"`
+	Config         *ebpf.MapSpec `ebpf:"config"`
+	Conns          *ebpf.MapSpec `ebpf:"conns"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	FibParams      *ebpf.MapSpec `ebpf:"fib_params"`
+	Handshakes     *ebpf.MapSpec `ebpf:"handshakes"`
+	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
+	NatFilter      *ebpf.MapSpec `ebpf:"nat_filter"`
+	NatFlows       *ebpf.MapSpec `ebpf:"nat_flows"`
+	NatHalfopen    *ebpf.MapSpec `ebpf:"nat_halfopen"`
+	NatHandshakes  *ebpf.MapSpec `ebpf:"nat_handshakes"`
+	NatPorts       *ebpf.MapSpec `ebpf:"nat_ports"`
+	ReasonStats    *ebpf.MapSpec `ebpf:"reason_stats"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	ServiceServers *ebpf.MapSpec `ebpf:"service_servers"`
+	ServiceStats   *ebpf.MapSpec `ebpf:"service_stats"`
+	TxPorts        *ebpf.MapSpec `ebpf:"tx_ports"`
+	VipFilter      *ebpf.MapSpec `ebpf:"vip_filter"`
+	Vips           *ebpf.MapSpec `ebpf:"vips"`
 }
 
 // dispatcherVariableSpecs contains global variables before they are loaded into the kernel.
@@ -259,8 +521,13 @@ type dispatcherMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type dispatcherVariableSpecs struct {
 	DlbBtfBackendFlags *ebpf.VariableSpec `ebpf:"dlb_btf_backend_flags"`
+	DlbBtfConsts       *ebpf.VariableSpec `ebpf:"dlb_btf_consts"`
+	DlbBtfEvent        *ebpf.VariableSpec `ebpf:"dlb_btf_event"`
 	DlbBtfFamily       *ebpf.VariableSpec `ebpf:"dlb_btf_family"`
 	DlbBtfFlowState    *ebpf.VariableSpec `ebpf:"dlb_btf_flow_state"`
+	DlbBtfMethod       *ebpf.VariableSpec `ebpf:"dlb_btf_method"`
+	DlbBtfNatFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_flags"`
+	DlbBtfSelection    *ebpf.VariableSpec `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.VariableSpec `ebpf:"dlb_btf_stat_reason"`
 	DlbBtfVipFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_vip_flags"`
 }
@@ -285,32 +552,52 @@ func (o *dispatcherObjects) Close() error {
 //
 // It can be passed to loadDispatcherObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dispatcherMaps struct {
-	BackendStats *ebpf.Map `ebpf:"backend_stats"`
-	BackendSwept *ebpf.Map `ebpf:"backend_swept"`
-	Backends     *ebpf.Map `ebpf:"backends"`
-	Clock        *ebpf.Map `ebpf:"clock"`
-	Config       *ebpf.Map `ebpf:"config"`
-	Conns        *ebpf.Map `ebpf:"conns"`
-	Handshakes   *ebpf.Map `ebpf:"handshakes"`
-	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
-	ReasonStats  *ebpf.Map `ebpf:"reason_stats"`
-	ServiceStats *ebpf.Map `ebpf:"service_stats"`
-	TxPorts      *ebpf.Map `ebpf:"tx_ports"`
-	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
-	Vips         *ebpf.Map `ebpf:"vips"`
+	Affinity       *ebpf.Map `ebpf:"affinity"`
+	BackendStats   *ebpf.Map `ebpf:"backend_stats"`
+	BackendSwept   *ebpf.Map `ebpf:"backend_swept"`
+	Backends       *ebpf.Map `ebpf:"backends"`
+	Clock          *ebpf.Map `ebpf:"clock"`
+	Config         *ebpf.Map `ebpf:"config"`
+	Conns          *ebpf.Map `ebpf:"conns"`
+	Events         *ebpf.Map `ebpf:"events"`
+	FibParams      *ebpf.Map `ebpf:"fib_params"`
+	Handshakes     *ebpf.Map `ebpf:"handshakes"`
+	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
+	NatFilter      *ebpf.Map `ebpf:"nat_filter"`
+	NatFlows       *ebpf.Map `ebpf:"nat_flows"`
+	NatHalfopen    *ebpf.Map `ebpf:"nat_halfopen"`
+	NatHandshakes  *ebpf.Map `ebpf:"nat_handshakes"`
+	NatPorts       *ebpf.Map `ebpf:"nat_ports"`
+	ReasonStats    *ebpf.Map `ebpf:"reason_stats"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	ServiceServers *ebpf.Map `ebpf:"service_servers"`
+	ServiceStats   *ebpf.Map `ebpf:"service_stats"`
+	TxPorts        *ebpf.Map `ebpf:"tx_ports"`
+	VipFilter      *ebpf.Map `ebpf:"vip_filter"`
+	Vips           *ebpf.Map `ebpf:"vips"`
 }
 
 func (m *dispatcherMaps) Close() error {
 	return _DispatcherClose(
+		m.Affinity,
 		m.BackendStats,
 		m.BackendSwept,
 		m.Backends,
 		m.Clock,
 		m.Config,
 		m.Conns,
+		m.Events,
+		m.FibParams,
 		m.Handshakes,
 		m.MaglevTables,
+		m.NatFilter,
+		m.NatFlows,
+		m.NatHalfopen,
+		m.NatHandshakes,
+		m.NatPorts,
 		m.ReasonStats,
+		m.Scratch,
+		m.ServiceServers,
 		m.ServiceStats,
 		m.TxPorts,
 		m.VipFilter,
@@ -323,8 +610,13 @@ func (m *dispatcherMaps) Close() error {
 // It can be passed to loadDispatcherObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dispatcherVariables struct {
 	DlbBtfBackendFlags *ebpf.Variable `ebpf:"dlb_btf_backend_flags"`
+	DlbBtfConsts       *ebpf.Variable `ebpf:"dlb_btf_consts"`
+	DlbBtfEvent        *ebpf.Variable `ebpf:"dlb_btf_event"`
 	DlbBtfFamily       *ebpf.Variable `ebpf:"dlb_btf_family"`
 	DlbBtfFlowState    *ebpf.Variable `ebpf:"dlb_btf_flow_state"`
+	DlbBtfMethod       *ebpf.Variable `ebpf:"dlb_btf_method"`
+	DlbBtfNatFlags     *ebpf.Variable `ebpf:"dlb_btf_nat_flags"`
+	DlbBtfSelection    *ebpf.Variable `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.Variable `ebpf:"dlb_btf_stat_reason"`
 	DlbBtfVipFlags     *ebpf.Variable `ebpf:"dlb_btf_vip_flags"`
 }

@@ -6,4 +6,4 @@ package datapath
 // clang-19 and committed, so that building dlb needs no clang. Run
 // "make generate" after changing any file under bpf/.
 //
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -tags linux -target bpfel -type backend -type vip_key -type vip_meta -type flow_key -type flow -type counters -type reason_counters -type dlb_config -type vip_bloom -type handshake -type dlb_clock dispatcher ../../bpf/dispatcher.c -- -I../../bpf/include -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -tags linux -target bpfel -type backend -type vip_key -type vip_meta -type flow_key -type flow -type counters -type reason_counters -type dlb_config -type vip_bloom -type handshake -type dlb_clock -type nat_key -type nat_flow -type nat_rev -type halfopen -type nat_handshake -type affinity_key -type affinity_record -type server_key -type next_hop -type nat_bloom dispatcher ../../bpf/dispatcher.c -- -I../../bpf/include -I/usr/include/x86_64-linux-gnu -Wall -Werror -mcpu=v3

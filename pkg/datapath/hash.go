@@ -33,7 +33,11 @@ func (k FlowKey) raw() dispatcherFlowKey {
 // hash.h): MurmurHash3 x86_32 over the key's ten words. A new flow takes
 // Maglev slot FlowHash(k, seed) % M.
 func FlowHash(k FlowKey, seed uint32) uint32 {
-	fk := k.raw()
+	return rawHash(k.raw(), seed)
+}
+
+// rawHash is flow_hash over a raw key.
+func rawHash(fk dispatcherFlowKey, seed uint32) uint32 {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&fk)), unsafe.Sizeof(fk))
 	h := seed
 	for i := 0; i+4 <= len(b); i += 4 {
@@ -46,6 +50,10 @@ func FlowHash(k FlowKey, seed uint32) uint32 {
 		h = h*5 + 0xe6546b64
 	}
 	h ^= uint32(len(b))
+	return fmix32(h)
+}
+
+func fmix32(h uint32) uint32 {
 	h ^= h >> 16
 	h *= 0x85ebca6b
 	h ^= h >> 13
@@ -54,10 +62,60 @@ func FlowHash(k FlowKey, seed uint32) uint32 {
 	return h
 }
 
-// FilterBit returns the VIP pre-filter bit of an IPv4 address, as the
-// executor computes it (vip_filter_bit in bpf/include/hash.h).
+// FilterBit returns the VIP pre-filter bit of an IPv4 or IPv6 address, as
+// the executor computes it (vip_filter_bit and ip6_fold in bpf/include/
+// hash.h).
 func FilterBit(a netip.Addr) uint32 {
-	v4 := a.As4()
-	w := binary.LittleEndian.Uint32(v4[:])
+	raw, _ := addrBytes(a)
+	w := binary.LittleEndian.Uint32(raw[0:]) ^ binary.LittleEndian.Uint32(raw[4:]) ^
+		binary.LittleEndian.Uint32(raw[8:]) ^ binary.LittleEndian.Uint32(raw[12:])
 	return (w ^ w>>16) & (uint32(len(dispatcherVipBloom{}.Bits))*64 - 1)
+}
+
+// natHashSalt is NAT_HASH_SALT of bpf/include/hash.h.
+const natHashSalt = 0x6e617470
+
+// NATCandidates returns the NAT ports the executor tries, in order, for a
+// new connection of flow k on a return address with pool [min, max]
+// (nat_candidate in bpf/include/hash.h): the first one free is taken.
+func NATCandidates(k FlowKey, seed uint32, min, max uint16) []uint16 {
+	h := rawHash(k.raw(), seed^natHashSalt)
+	size := uint32(max) - uint32(min) + 1
+	out := make([]uint16, dispatcherDlbConstsDLB_NAT_CANDIDATES)
+	for i := range out {
+		out[i] = uint16(uint32(min) + fmix32(h+uint32(i)*0x9e3779b9)%size)
+	}
+	return out
+}
+
+// affinityKey returns the affinity key of a client (affinity_key_of in
+// bpf/include/schedule.h): the address masked to the service's prefix.
+func affinityKey(client netip.Addr, group uint32, mask4, mask6 uint8) dispatcherAffinityKey {
+	var ak dispatcherAffinityKey
+	bits := 32
+	if client.Is6() && !client.Is4In6() {
+		bits = 128
+		if mask6 != 0 && mask6 < 128 {
+			bits = int(mask6)
+		}
+	} else if mask4 != 0 && mask4 < 32 {
+		bits = int(mask4)
+	}
+	p, _ := client.Unmap().Prefix(bits)
+	ak.Client.Addr, ak.Family = addrBytes(p.Addr())
+	ak.Group = group
+	return ak
+}
+
+// AffinityHash returns the hash by which an affinity service picks the
+// Maglev slot of a client without a usable record (affinity_hash in bpf/
+// include/schedule.h): a new client of such a service takes slot
+// AffinityHash(...) % M, whatever its port.
+func AffinityHash(client netip.Addr, group uint32, mask4, mask6 uint8, seed uint32) uint32 {
+	ak := affinityKey(client, group, mask4, mask6)
+	var fk dispatcherFlowKey
+	fk.Src.Addr = ak.Client.Addr
+	binary.LittleEndian.PutUint32(fk.Dst.Addr[:4], ak.Group)
+	fk.Family = ak.Family
+	return rawHash(fk, seed)
 }

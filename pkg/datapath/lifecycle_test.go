@@ -6,6 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -62,6 +64,13 @@ func TestPrivilegedAdoption(t *testing.T) {
 	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
+	peer, err := netlink.LinkByName("dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dp.AttachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
+		t.Fatalf("AttachInterface: %v", err)
+	}
 	a1, ok := e.dp.Attached()
 	if !ok {
 		t.Fatal("not attached")
@@ -83,10 +92,14 @@ func TestPrivilegedAdoption(t *testing.T) {
 	if a2.ProgramID == a1.ProgramID {
 		t.Errorf("program %d not replaced", a2.ProgramID)
 	}
+	// The second interface's link was adopted too, with the new program.
+	if as := dp.Attachments(); len(as) != 2 || as[1].Ifindex != peer.Attrs().Index || as[1].ProgramID != a2.ProgramID {
+		t.Errorf("attachments after Open: %+v", as)
+	}
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
 		t.Error("connection entry lost")
 	}
-	if len(dp.applied.backends) != len(e.state.Backends) || len(dp.applied.tables) != 4 {
+	if len(dp.applied.backends) != len(e.state.Backends) || len(dp.applied.tables) != len(e.state.Services)-1 {
 		t.Errorf("adopted %d backends and %d tables", len(dp.applied.backends), len(dp.applied.tables))
 	}
 	// Attaching again to the same interface keeps the link; another one is refused.

@@ -5,6 +5,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -15,26 +16,53 @@ import (
 // reasonNames names every stat_reason, in order. A test checks that it
 // covers the enum.
 var reasonNames = [...]string{
-	dispatcherStatReasonSTAT_PASS_NON_IP:     "pass_non_ip",
-	dispatcherStatReasonSTAT_PASS_IPV6:       "pass_ipv6",
-	dispatcherStatReasonSTAT_PASS_MALFORMED:  "pass_malformed",
-	dispatcherStatReasonSTAT_PASS_NFA:        "pass_nfa",
-	dispatcherStatReasonSTAT_PASS_NOT_VIP:    "pass_not_vip",
-	dispatcherStatReasonSTAT_PASS_VIP_OTHER:  "pass_vip_other",
-	dispatcherStatReasonSTAT_DROP_FRAGMENT:   "drop_fragment",
-	dispatcherStatReasonSTAT_DROP_IP_OPTIONS: "drop_ip_options",
-	dispatcherStatReasonSTAT_DROP_NO_BACKEND: "drop_no_backend",
-	dispatcherStatReasonSTAT_DROP_NO_TX_PORT: "drop_no_tx_port",
-	dispatcherStatReasonSTAT_FWD_TX:          "fwd_tx",
-	dispatcherStatReasonSTAT_FWD_REDIRECT:    "fwd_redirect",
+	dispatcherStatReasonSTAT_PASS_NON_IP:        "pass_non_ip",
+	dispatcherStatReasonSTAT_PASS_MALFORMED:     "pass_malformed",
+	dispatcherStatReasonSTAT_PASS_NFA:           "pass_nfa",
+	dispatcherStatReasonSTAT_PASS_NOT_VIP:       "pass_not_vip",
+	dispatcherStatReasonSTAT_PASS_VIP_OTHER:     "pass_vip_other",
+	dispatcherStatReasonSTAT_PASS_RETURN_OTHER:  "pass_return_other",
+	dispatcherStatReasonSTAT_PASS_ICMP_NO_FLOW:  "pass_icmp_no_flow",
+	dispatcherStatReasonSTAT_PASS_NO_NEIGH:      "pass_no_neigh",
+	dispatcherStatReasonSTAT_DROP_FRAGMENT:      "drop_fragment",
+	dispatcherStatReasonSTAT_DROP_IP_OPTIONS:    "drop_ip_options",
+	dispatcherStatReasonSTAT_DROP_IPV6EXT:       "drop_ipv6_ext",
+	dispatcherStatReasonSTAT_DROP_NO_BACKEND:    "drop_no_backend",
+	dispatcherStatReasonSTAT_DROP_NO_TX_PORT:    "drop_no_tx_port",
+	dispatcherStatReasonSTAT_DROP_NAT_EXHAUSTED: "drop_nat_exhausted",
+	dispatcherStatReasonSTAT_DROP_TABLE_FULL:    "drop_table_full",
+	dispatcherStatReasonSTAT_DROP_NAT_NO_FLOW:   "drop_nat_no_flow",
+	dispatcherStatReasonSTAT_DROP_NO_ROUTE:      "drop_no_route",
+	dispatcherStatReasonSTAT_FWD_TX:             "fwd_tx",
+	dispatcherStatReasonSTAT_FWD_REDIRECT:       "fwd_redirect",
 }
 
-// Stats reads the executor's counters: per reason, and per service and
-// backend that Apply wrote.
+// eventNames names every dlb_event (lb.DataplaneStats.Events keys). A test
+// checks that it covers the enum.
+var eventNames = [...]string{
+	dispatcherDlbEventEV_CONN_INSERT_FAILED:  "conn_insert_failed",
+	dispatcherDlbEventEV_AFFINITY_HIT:        "affinity_hit",
+	dispatcherDlbEventEV_AFFINITY_WRITTEN:    "affinity_written",
+	dispatcherDlbEventEV_HALFOPEN_CREATED:    "halfopen_created",
+	dispatcherDlbEventEV_HALFOPEN_RETRANSMIT: "halfopen_retransmit",
+	dispatcherDlbEventEV_HALFOPEN_PROMOTED:   "halfopen_promoted",
+	dispatcherDlbEventEV_HALFOPEN_LOST:       "halfopen_lost",
+	dispatcherDlbEventEV_HALFOPEN_EVICTED:    "halfopen_evicted",
+	dispatcherDlbEventEV_NAT_TABLE_FULL:      "nat_table_full",
+	dispatcherDlbEventEV_NAT_PORT_COLLISION:  "nat_port_collision",
+	dispatcherDlbEventEV_NAT_FLOW_RELEASED:   "nat_flow_released",
+	dispatcherDlbEventEV_FIB_LOOKUP:          "fib_lookup",
+	dispatcherDlbEventEV_ICMP_TO_BACKEND:     "icmp_to_backend",
+	dispatcherDlbEventEV_ICMP_TO_CLIENT:      "icmp_to_client",
+}
+
+// Stats reads the executor's counters: per reason, per event, and per
+// service and backend that Apply wrote.
 func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 	st := lb.DataplaneStats{
 		Services: map[uint32]lb.Counters{},
 		Backends: map[uint32]lb.Counters{},
+		Events:   map[string]uint64{},
 	}
 	for r, name := range reasonNames {
 		var per []dispatcherReasonCounters
@@ -48,8 +76,19 @@ func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 		}
 		st.Reasons = append(st.Reasons, rc)
 	}
+	for e, name := range eventNames {
+		var per []uint64
+		if err := d.objs.Events.Lookup(uint32(e), &per); err != nil {
+			return st, fmt.Errorf("reading event counters: %w", err)
+		}
+		var n uint64
+		for _, c := range per {
+			n += c
+		}
+		st.Events[name] = n
+	}
 	for _, m := range d.applied.vips {
-		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER) != 0 {
+		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) != 0 {
 			continue
 		}
 		if _, ok := st.Services[m.Service]; ok {
@@ -101,24 +140,142 @@ func monotonicNow() uint64 {
 
 const sweepBatch = 4096
 
-// Sweep walks the connection table once. It removes entries that idled past
-// their port's staletimeout (or fintimeout, once closing), entries of
-// removed services or backends, and counts established connections per
-// backend. An established connection that expires counts as finished.
+// batchRead reads a whole map with batch lookups.
+func batchRead[K comparable, V any](m *ebpf.Map, each func(K, V)) error {
+	keys := make([]K, sweepBatch)
+	vals := make([]V, sweepBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			each(keys[i], vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// svcInfo is what the sweeper needs of a service.
+type svcInfo struct {
+	stale, fin uint64 // ns
+	sticky     uint64 // ns; 0: no affinity records
+	meta       dispatcherVipMeta
+}
+
+func (d *Datapath) services() map[uint32]svcInfo {
+	svc := map[uint32]svcInfo{}
+	for _, m := range d.applied.vips {
+		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) != 0 {
+			continue
+		}
+		si := svcInfo{stale: uint64(m.StaleTimeout) * 1e9, fin: uint64(m.FinTimeout) * 1e9, meta: m}
+		if m.StickyTime != 0 && dispatcherDlbSelection(m.Selection) != dispatcherDlbSelectionDLB_SELECT_CONNECTION {
+			si.sticky = uint64(m.StickyTime) * 1e9
+		}
+		svc[m.Service] = si
+	}
+	return svc
+}
+
+// Sweep walks the executor's tables once. It removes connection entries
+// (MAC and NAT) that idled past their port's staletimeout (or fintimeout,
+// once closing), entries of removed services or backends, NAT half-open
+// entries older than 30 seconds, and expired affinity records (refreshing
+// those of clients that are still connected); it counts established
+// connections per backend, half-open connections per service, affinity
+// records per service and backend, and NAT port use per return address.
+// An established connection that expires counts as finished.
 func (d *Datapath) Sweep() (lb.SweepResult, error) {
 	return d.sweep(monotonicNow())
 }
 
+// sweeper is one sweep's working state.
+type sweeper struct {
+	d     *Datapath
+	now   uint64
+	svc   map[uint32]svcInfo
+	res   lb.SweepResult
+	swept map[uint32]uint64
+	// seen is the latest activity of established connections per affinity
+	// key, for refreshing records.
+	seen map[dispatcherAffinityKey]uint64
+}
+
 func (d *Datapath) sweep(now uint64) (lb.SweepResult, error) {
-	res := lb.SweepResult{Active: map[uint32]uint64{}}
-	type timeouts struct{ stale, fin uint64 }
-	svc := map[uint32]timeouts{}
-	for _, m := range d.applied.vips {
-		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER) == 0 {
-			svc[m.Service] = timeouts{uint64(m.StaleTimeout) * 1e9, uint64(m.FinTimeout) * 1e9}
+	s := &sweeper{
+		d:   d,
+		now: now,
+		svc: d.services(),
+		res: lb.SweepResult{
+			Active:           map[uint32]uint64{},
+			HalfOpen:         map[uint32]uint64{},
+			AffinityServices: map[uint32]uint64{},
+			AffinityBackends: map[uint32]uint64{},
+			ReturnPools:      map[netip.Addr]lb.DataplanePoolUse{},
+		},
+		swept: map[uint32]uint64{},
+		seen:  map[dispatcherAffinityKey]uint64{},
+	}
+	for _, step := range []func() error{s.conns, s.nat, s.halfOpen, s.handshakes, s.affinity} {
+		if err := step(); err != nil {
+			return s.res, err
 		}
 	}
-	swept := map[uint32]uint64{}
+	for id, n := range s.swept {
+		if n == 0 {
+			continue
+		}
+		var total uint64
+		if err := d.objs.BackendSwept.Lookup(id, &total); err != nil {
+			return s.res, fmt.Errorf("reading swept counter of backend %d: %w", id, err)
+		}
+		if err := d.objs.BackendSwept.Update(id, total+n, ebpf.UpdateAny); err != nil {
+			return s.res, fmt.Errorf("writing swept counter of backend %d: %w", id, err)
+		}
+	}
+	return s.res, nil
+}
+
+// verdictOf decides an entry's fate: doomed (and whether that counts as an
+// established connection expiring), or active.
+func (s *sweeper) verdictOf(service, backend uint32, lastSeen uint64, established bool) (doomed, counted bool) {
+	to, svcOK := s.svc[service]
+	b, backendOK := s.d.applied.backends[backend]
+	limit := to.stale
+	if !established {
+		limit = to.fin
+	}
+	idle := uint64(0)
+	if s.now > lastSeen {
+		idle = s.now - lastSeen
+	}
+	switch {
+	case !svcOK || !backendOK || b.Service != service:
+		return true, false
+	case idle > limit:
+		return true, established
+	}
+	return false, false
+}
+
+// noteActive records an established connection for the affinity refresh.
+func (s *sweeper) noteActive(service uint32, client [16]uint8, family uint8, lastSeen uint64) {
+	si := s.svc[service]
+	if si.sticky == 0 {
+		return
+	}
+	ak := affinityKey(addrFrom(client, family), si.meta.AffinityGroup, si.meta.StickyMask4, si.meta.StickyMask6)
+	if lastSeen > s.seen[ak] {
+		s.seen[ak] = lastSeen
+	}
+}
+
+// conns sweeps the MAC connection table.
+func (s *sweeper) conns() error {
 	type doomedEntry struct {
 		key     dispatcherFlowKey
 		seen    uint64
@@ -126,75 +283,302 @@ func (d *Datapath) sweep(now uint64) (lb.SweepResult, error) {
 		counted bool // counted as swept (it was established)
 	}
 	var doomed []doomedEntry
-
-	keys := make([]dispatcherFlowKey, sweepBatch)
-	vals := make([]dispatcherFlow, sweepBatch)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := d.objs.Conns.BatchLookup(&cursor, keys, vals, nil)
-		for i := 0; i < n; i++ {
-			k, f := keys[i], vals[i]
-			res.Entries++
-			to, svcOK := svc[f.Service]
-			b, backendOK := d.applied.backends[f.Backend]
-			established := dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED
-			limit := to.stale
-			if !established {
-				limit = to.fin
+	err := batchRead(s.d.objs.Conns, func(k dispatcherFlowKey, f dispatcherFlow) {
+		s.res.Entries++
+		established := dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED
+		if gone, counted := s.verdictOf(f.Service, f.Backend, f.LastSeen, established); gone {
+			doomed = append(doomed, doomedEntry{k, f.LastSeen, f.Backend, counted})
+			if counted {
+				s.swept[f.Backend]++
 			}
-			idle := uint64(0)
-			if now > f.LastSeen {
-				idle = now - f.LastSeen
-			}
-			switch {
-			case !svcOK || !backendOK || b.Service != f.Service:
-				doomed = append(doomed, doomedEntry{k, f.LastSeen, f.Backend, false})
-			case idle > limit:
-				doomed = append(doomed, doomedEntry{k, f.LastSeen, f.Backend, established})
-				if established {
-					swept[f.Backend]++
-				}
-			case established:
-				res.Active[f.Backend]++
-			}
+			return
 		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
+		if established {
+			s.res.Active[f.Backend]++
+			s.noteActive(f.Service, k.Src.Addr, k.Family, f.LastSeen)
 		}
-		if err != nil {
-			return res, fmt.Errorf("reading connection table: %w", err)
-		}
+	})
+	if err != nil {
+		return fmt.Errorf("reading connection table: %w", err)
 	}
-
 	// Delete only entries no packet refreshed since they were read.
 	for _, e := range doomed {
 		var f dispatcherFlow
-		if err := d.objs.Conns.Lookup(&e.key, &f); err != nil || f.LastSeen != e.seen {
+		if err := s.d.objs.Conns.Lookup(&e.key, &f); err != nil || f.LastSeen != e.seen {
 			if e.counted {
-				swept[e.backend]-- // gone already, or a packet revived it
+				s.swept[e.backend]-- // gone already, or a packet revived it
 			}
 			if err == nil && dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED {
-				res.Active[f.Backend]++
+				s.res.Active[f.Backend]++
 			}
 			continue
 		}
-		if err := d.objs.Conns.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return res, fmt.Errorf("removing expired connection: %w", err)
+		if err := s.d.objs.Conns.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing expired connection: %w", err)
 		}
-		res.Expired++
-		res.Entries--
+		s.res.Expired++
+		s.res.Entries--
 	}
-	for id, n := range swept {
-		if n == 0 {
+	return nil
+}
+
+// revOwner returns the client flow a nat_ports entry translates for.
+func revOwner(k dispatcherNatKey, r dispatcherNatRev) dispatcherFlowKey {
+	return dispatcherFlowKey{Src: r.Client, Dst: r.Vip, Sport: r.ClientPort, Dport: r.VipPort, Proto: k.Proto, Family: k.Family}
+}
+
+// pool returns the pool use entry of a return address.
+func (s *sweeper) pool(addr [16]uint8, family uint8) (netip.Addr, lb.DataplanePoolUse) {
+	a := addrFrom(addr, family)
+	u, ok := s.res.ReturnPools[a]
+	if !ok {
+		for _, b := range s.d.applied.backends {
+			if b.NatAddr.Addr == addr && b.Family == family && b.NatPortMax >= b.NatPortMin && b.NatPortMin != 0 {
+				u.Size = uint32(b.NatPortMax) - uint32(b.NatPortMin) + 1
+				break
+			}
+		}
+	}
+	return a, u
+}
+
+// nat sweeps the NAT connection tables. A connection is its nat_flows
+// entry and the nat_ports entry it names; it is idle when both halves
+// are, closing when either saw FIN or RST.
+func (s *sweeper) nat() error {
+	revs := map[dispatcherNatKey]dispatcherNatRev{}
+	if err := batchRead(s.d.objs.NatPorts, func(k dispatcherNatKey, r dispatcherNatRev) { revs[k] = r }); err != nil {
+		return fmt.Errorf("reading nat_ports: %w", err)
+	}
+	type pair struct {
+		fk      dispatcherFlowKey
+		rk      dispatcherNatKey
+		fseen   uint64
+		rseen   uint64
+		backend uint32
+		counted bool
+	}
+	var doomed []pair
+	owned := map[dispatcherNatKey]bool{}
+	err := batchRead(s.d.objs.NatFlows, func(fk dispatcherFlowKey, f dispatcherNatFlow) {
+		s.res.Entries++
+		rk := dispatcherNatKey{Addr: f.NatAddr, Port: f.NatPort, Proto: fk.Proto, Family: fk.Family}
+		r, ok := revs[rk]
+		if !ok {
+			// Created after nat_ports was read, or half gone.
+			if err := s.d.objs.NatPorts.Lookup(&rk, &r); err == nil {
+				ok = true
+			}
+		}
+		if !ok || revOwner(rk, r) != fk {
+			doomed = append(doomed, pair{fk: fk, fseen: f.LastSeen, backend: f.Backend})
+			return
+		}
+		owned[rk] = true
+		last := max(f.LastSeen, r.LastSeen)
+		established := dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED &&
+			dispatcherFlowState(r.State) == dispatcherFlowStateFLOW_ESTABLISHED
+		if gone, counted := s.verdictOf(f.Service, f.Backend, last, established); gone {
+			doomed = append(doomed, pair{fk, rk, f.LastSeen, r.LastSeen, f.Backend, counted})
+			if counted {
+				s.swept[f.Backend]++
+			}
+			return
+		}
+		a, u := s.pool(rk.Addr.Addr, rk.Family)
+		u.Established++
+		s.res.ReturnPools[a] = u
+		if established {
+			s.res.Active[f.Backend]++
+			s.noteActive(f.Service, fk.Src.Addr, fk.Family, last)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("reading nat_flows: %w", err)
+	}
+
+	// Delete the halves no packet refreshed since they were read: the
+	// client side first (no new packet can use the port then), then the
+	// port itself.
+	for _, p := range doomed {
+		var f dispatcherNatFlow
+		if err := s.d.objs.NatFlows.Lookup(&p.fk, &f); err != nil || f.LastSeen != p.fseen {
+			if p.counted {
+				s.swept[p.backend]--
+			}
 			continue
 		}
-		var total uint64
-		if err := d.objs.BackendSwept.Lookup(id, &total); err != nil {
-			return res, fmt.Errorf("reading swept counter of backend %d: %w", id, err)
+		if p.rk != (dispatcherNatKey{}) {
+			var r dispatcherNatRev
+			if err := s.d.objs.NatPorts.Lookup(&p.rk, &r); err == nil && r.LastSeen != p.rseen {
+				if p.counted {
+					s.swept[p.backend]--
+				}
+				continue
+			}
 		}
-		if err := d.objs.BackendSwept.Update(id, total+n, ebpf.UpdateAny); err != nil {
-			return res, fmt.Errorf("writing swept counter of backend %d: %w", id, err)
+		if err := s.d.objs.NatFlows.Delete(&p.fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing expired NAT connection: %w", err)
+		}
+		if p.rk != (dispatcherNatKey{}) {
+			if err := s.deleteRev(p.rk, p.fk); err != nil {
+				return err
+			}
+		}
+		s.res.Expired++
+		s.res.Entries--
+	}
+
+	// Ports whose client side is gone (a table insert that failed half
+	// way, or a client side removed above): free them unless a client
+	// side appeared since.
+	for rk, r := range revs {
+		if owned[rk] {
+			continue
+		}
+		fk := revOwner(rk, r)
+		var f dispatcherNatFlow
+		if err := s.d.objs.NatFlows.Lookup(&fk, &f); err == nil {
+			continue
+		}
+		if err := s.deleteRev(rk, fk); err != nil {
+			return err
 		}
 	}
-	return res, nil
+	return nil
+}
+
+// deleteRev deletes a nat_ports entry if it still belongs to fk.
+func (s *sweeper) deleteRev(rk dispatcherNatKey, fk dispatcherFlowKey) error {
+	var r dispatcherNatRev
+	if err := s.d.objs.NatPorts.Lookup(&rk, &r); err != nil || revOwner(rk, r) != fk {
+		return nil
+	}
+	if err := s.d.objs.NatPorts.Delete(&rk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("freeing NAT port: %w", err)
+	}
+	return nil
+}
+
+// halfOpenNs is how long a SYN counts as half-open (MAC: in the handshake
+// cache; NAT: its reservation).
+const halfOpenNs = uint64(dispatcherDlbConstsDLB_HALF_OPEN_SECONDS) * 1e9
+
+// halfOpen counts the live reservations of the NAT half-open table (its
+// slots expire by themselves: nothing to remove).
+func (s *sweeper) halfOpen() error {
+	nowS := s.now / 1e9
+	err := batchRead(s.d.objs.NatHalfopen, func(_ uint32, h dispatcherHalfopen) {
+		if h.Owner == 0 || uint32(h.Owner) == 0 || nowS-h.Owner>>32 > uint64(dispatcherDlbConstsDLB_HALF_OPEN_SECONDS) {
+			return
+		}
+		s.res.HalfOpen[h.Service]++
+		a, u := s.pool(h.Key.Addr.Addr, h.Key.Family)
+		u.HalfOpen++
+		s.res.ReturnPools[a] = u
+	})
+	if err != nil {
+		return fmt.Errorf("reading nat_halfopen: %w", err)
+	}
+	return nil
+}
+
+// handshakes counts the MAC half-open connections: handshake-cache slots
+// with a recent SYN whose ACK has not come.
+func (s *sweeper) handshakes() error {
+	err := batchRead(s.d.objs.Handshakes, func(_ uint32, h dispatcherHandshake) {
+		if h.Seen == 0 || s.now < h.Seen || s.now-h.Seen > halfOpenNs {
+			return
+		}
+		if h.Check != rawHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
+			return
+		}
+		s.res.HalfOpen[h.Service]++
+	})
+	if err != nil {
+		return fmt.Errorf("reading handshakes: %w", err)
+	}
+	return nil
+}
+
+// affinity refreshes the records of connected clients, removes expired
+// records and those of removed servers, and counts the rest.
+func (s *sweeper) affinity() error {
+	type rec struct {
+		k dispatcherAffinityKey
+		r dispatcherAffinityRecord
+	}
+	var refresh []rec
+	var doomed []dispatcherAffinityKey
+	err := batchRead(s.d.objs.Affinity, func(k dispatcherAffinityKey, r dispatcherAffinityRecord) {
+		si, ok := s.svc[r.Service]
+		b, bok := s.d.applied.backends[r.Backend]
+		if !ok || si.sticky == 0 || !bok || b.Service != r.Service || b.Addr != r.Server {
+			doomed = append(doomed, k)
+			return
+		}
+		if last := s.seen[k]; last > r.LastSeen {
+			r.LastSeen = last
+			refresh = append(refresh, rec{k, r})
+		}
+		if s.now > r.LastSeen && s.now-r.LastSeen > si.sticky {
+			doomed = append(doomed, k)
+			return
+		}
+		s.res.AffinityServices[r.Service]++
+		s.res.AffinityBackends[r.Backend]++
+	})
+	if err != nil {
+		return fmt.Errorf("reading affinity records: %w", err)
+	}
+	for _, x := range refresh {
+		var cur dispatcherAffinityRecord
+		if err := s.d.objs.Affinity.Lookup(&x.k, &cur); err != nil || cur.Backend != x.r.Backend || cur.LastSeen >= x.r.LastSeen {
+			continue
+		}
+		cur.LastSeen = x.r.LastSeen
+		if err := s.d.objs.Affinity.Update(&x.k, &cur, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("refreshing affinity record: %w", err)
+		}
+	}
+	for _, k := range doomed {
+		if err := s.d.objs.Affinity.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing affinity record: %w", err)
+		}
+		s.res.AffinityExpired++
+	}
+	return nil
+}
+
+// DropAffinity removes every affinity record that sends clients to the
+// backend with the given id (IBM's "manager quiesce ... now", or a server
+// going down): its clients' next connections are scheduled afresh. It
+// returns how many records it removed.
+func (d *Datapath) DropAffinity(backend uint32) (int, error) {
+	return d.dropAffinity(func(r dispatcherAffinityRecord) bool { return r.Backend == backend })
+}
+
+// dropAffinity removes the records for which drop returns true.
+func (d *Datapath) dropAffinity(drop func(dispatcherAffinityRecord) bool) (int, error) {
+	var doomed []dispatcherAffinityKey
+	err := batchRead(d.objs.Affinity, func(k dispatcherAffinityKey, r dispatcherAffinityRecord) {
+		if drop(r) {
+			doomed = append(doomed, k)
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading affinity records: %w", err)
+	}
+	n := 0
+	for _, k := range doomed {
+		err := d.objs.Affinity.Delete(&k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("removing affinity record: %w", err)
+		}
+		n++
+	}
+	return n, nil
 }

@@ -6,30 +6,104 @@ import (
 )
 
 // Dataplane is what the executor's maps must hold: the engine computes it
-// from a Config (assigning ids and building Maglev tables), and the data
-// path writes it. It is the whole desired kernel state, so applying it is
-// idempotent.
+// from a Config (assigning ids and building Maglev tables, resolving next
+// hops), and the data path writes it. It is the whole desired kernel state,
+// so applying it is idempotent. Every field added after the first release
+// has a zero value that keeps the executor's earlier behaviour: MAC
+// forwarding, no affinity, IPv4 NFA only.
 type Dataplane struct {
-	// NFA is the non-forwarding address; the zero Addr means none.
+	// NFA is the IPv4 non-forwarding address; the zero Addr means none.
 	NFA netip.Addr
+	// NFA6 is the IPv6 non-forwarding address; the zero Addr means none.
+	// Traffic to either NFA is never balanced or translated.
+	NFA6 netip.Addr
+	// ClientGateway and ClientGateway6 are where NAT replies (and ICMP
+	// errors translated for clients) to IPv4 and IPv6 clients go: IBM's
+	// "executor set clientgateway". The zero value (no MAC) means "the
+	// next hop the routing table gives", looked up in the kernel once per
+	// NAT connection (bpf_fib_lookup; this needs forwarding enabled on the
+	// interface the replies arrive on).
+	ClientGateway, ClientGateway6 DataplaneNextHop
+	// ReturnPools are the NAT port pools of return addresses. A return
+	// address of a NAT backend that has no entry uses ports
+	// 1024-65535. Every return address must be an address the dispatcher
+	// owns (the server side must route and ARP/ND it to the dispatcher),
+	// and none may be an NFA or a cluster address.
+	ReturnPools []DataplaneReturnPool
 	// Services are the balanced ports, one per cluster@port.
 	Services []DataplaneService
 	// Backends are the servers, one per cluster@port@server.
 	Backends []DataplaneBackend
 }
 
+// DataplaneMethod is how a service forwards packets to its servers.
+type DataplaneMethod uint8
+
+// Forwarding methods of a service.
+const (
+	// DataplaneMAC (the zero value) rewrites MAC addresses only: the
+	// server holds the cluster address on a loopback alias and answers
+	// the client directly.
+	DataplaneMAC DataplaneMethod = iota
+	// DataplaneNAT (NAPT) rewrites the destination to the server (port:
+	// the backend's Port, else the service's) and the source to the
+	// backend's ReturnAddress and a port of that address's pool; replies
+	// to the return address are translated back and sent to the client.
+	DataplaneNAT
+)
+
+// DataplaneSelection is how a service with a non-zero StickyTime uses
+// affinity records (IBM's selectionalgorithm).
+type DataplaneSelection uint8
+
+// Selections. A record names the server of a client's (or client
+// subnet's) latest connection and lives StickyTime seconds after its last
+// use: the connection's establishment, a FIN, or a sweep that found the
+// client still connected.
+const (
+	// DataplaneAffinity (the zero value): a new connection follows the
+	// client's unexpired record whenever the record's server is configured
+	// and either takes new connections or is Quiesced.
+	DataplaneAffinity DataplaneSelection = iota
+	// DataplaneConnAffin: the record is followed only while its server
+	// takes new connections (AcceptNew); otherwise the connection is
+	// scheduled afresh and the record replaced.
+	DataplaneConnAffin
+	// DataplaneConnection: records are neither read nor written; every
+	// connection is scheduled on its own (StickyTime is ignored).
+	DataplaneConnection
+)
+
 // DataplaneService is one balanced cluster@port as the executor sees it.
 type DataplaneService struct {
 	// ID indexes the service's Maglev table and counters.
 	ID uint32
-	// Cluster is the cluster address.
+	// Cluster is the cluster address (IPv4 or IPv6).
 	Cluster netip.Addr
 	// Port is the port number.
 	Port uint16
 	// Protocol says which of TCP and UDP are balanced.
 	Protocol Protocol
-	// StaleTimeout and FinTimeout are in seconds.
+	// Method is the forwarding method (zero: MAC).
+	Method DataplaneMethod
+	// StaleTimeout and FinTimeout are in seconds: how long an idle
+	// connection, and one that saw FIN or RST, keep their entries. For UDP
+	// the StaleTimeout is the idle time after which a flow may move.
 	StaleTimeout, FinTimeout uint32
+	// StickyTime is IBM's stickytime in seconds: how long a client's
+	// affinity record lives after its last use. 0 disables affinity.
+	StickyTime uint32
+	// StickyMask4 and StickyMask6 are IBM's stickymask: records are kept
+	// per client subnet of this many prefix bits (IPv4 1-32, IPv6 1-128).
+	// 0 means the whole address.
+	StickyMask4, StickyMask6 uint8
+	// AffinityGroup makes services share affinity records (IBM's
+	// crossport): services with the same non-zero group (which must be
+	// below 1<<31) use each other's records, matching servers by address.
+	// 0 gives the service records of its own.
+	AffinityGroup uint32
+	// Selection is IBM's selectionalgorithm (zero: affinity).
+	Selection DataplaneSelection
 	// Table is the service's Maglev table: slot -> backend id. It is nil
 	// when no server takes new connections.
 	Table []uint32
@@ -44,20 +118,57 @@ type DataplaneBackend struct {
 	ID uint32
 	// Service is the id of the service it belongs to.
 	Service uint32
-	// Address is the server's address.
+	// Address is the server's address (of the service's family).
 	Address netip.Addr
-	// MAC is the server's MAC address; SrcMAC that of the interface it is
-	// reached through, whose index is Ifindex.
+	// MAC is the next hop towards the server: the server's own MAC on the
+	// dispatcher's segment, or, for a NAT server behind a router (IBM's
+	// "router"), the router's MAC. SrcMAC is the MAC of the interface that
+	// next hop is reached through, whose index is Ifindex.
 	MAC, SrcMAC net.HardwareAddr
-	// Ifindex is the interface the server is reached through.
+	// Ifindex is the interface the next hop is reached through.
 	Ifindex int
-	// AcceptNew says whether the server takes new connections.
+	// AcceptNew says whether the server takes new connections from the
+	// Maglev table (it is up and its weight is above 0).
 	AcceptNew bool
+	// Quiesced says that the server is up but takes no new connections
+	// from the Maglev table (IBM's "manager quiesce" without "now"):
+	// under DataplaneAffinity clients with an unexpired affinity record
+	// still reach it. Leave it false for a down server.
+	Quiesced bool
+	// Port is the server's port for NAT (IBM's mapport); 0 means the
+	// service's port. MAC forwarding ignores it.
+	Port uint16
+	// ReturnAddress is the source address NAT gives the server's
+	// connections (IBM's returnaddress); required for a NAT service's
+	// backends, of the server's family. MAC forwarding ignores it.
+	ReturnAddress netip.Addr
+}
+
+// DataplaneNextHop is a neighbour the executor sends frames to directly.
+type DataplaneNextHop struct {
+	// MAC is the neighbour's MAC address; nil means "not configured".
+	MAC net.HardwareAddr
+	// SrcMAC is the MAC of the interface the neighbour is reached through,
+	// whose index is Ifindex.
+	SrcMAC  net.HardwareAddr
+	Ifindex int
+}
+
+// DataplaneReturnPool is the NAT port pool of one return address.
+type DataplaneReturnPool struct {
+	// Address is the return address.
+	Address netip.Addr
+	// PortMin and PortMax bound the ports NAT may use, inclusive
+	// (1 <= PortMin <= PortMax). Half-open connections (a SYN flood) can
+	// hold at most as many ports of a pool as the executor's half-open
+	// table has slots (16384 by default): keep pools at least four times
+	// that, or shrink the table.
+	PortMin, PortMax uint16
 }
 
 // Counters count a service's or a backend's traffic.
 type Counters struct {
-	// Packets and Bytes forwarded.
+	// Packets and Bytes forwarded (for NAT services, both directions).
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 	// NewConns counts connections scheduled; FinConns those that finished
@@ -82,16 +193,51 @@ type DataplaneStats struct {
 	// Services and Backends are keyed by id.
 	Services map[uint32]Counters
 	Backends map[uint32]Counters
+	// Events counts things that happened beside the per-packet reasons,
+	// by name: table inserts refused (conn_insert_failed,
+	// nat_table_full), affinity records used and written, NAT half-open
+	// connections created, retransmitted, promoted, lost and evicted (the
+	// half-open table was full: a SYN flood), NAT port collisions and
+	// releases, routing-table lookups, ICMP errors delivered. See the
+	// datapath package for the full list.
+	Events map[string]uint64
 }
 
-// SweepResult is what one pass over the connection table found.
+// SweepResult is what one pass over the executor's tables found.
 type SweepResult struct {
-	// Entries is the number of entries left in the table.
+	// Entries is the number of connection entries left (MAC connections
+	// plus NAT connections).
 	Entries int
-	// Expired is the number of entries removed.
+	// Expired is the number of connection entries removed.
 	Expired int
 	// Active counts established, unexpired connections per backend id.
 	Active map[uint32]uint64
+	// HalfOpen counts half-open connections per service id: SYNs seen in
+	// the last 30 seconds whose handshake has not completed (MAC: slots
+	// of the handshake cache, at most 16384 in all; NAT: reservations in
+	// the half-open table). Both saturate under a SYN flood rather than
+	// count every spoofed SYN, which is enough for the engine to compare
+	// with a port's maxhalfopen (IBM's halfOpenAlert).
+	HalfOpen map[uint32]uint64
+	// AffinityServices and AffinityBackends count live affinity records
+	// by the service and backend that wrote them.
+	AffinityServices map[uint32]uint64
+	AffinityBackends map[uint32]uint64
+	// AffinityExpired is the number of affinity records removed.
+	AffinityExpired int
+	// ReturnPools is the NAT port use of every return address in use.
+	ReturnPools map[netip.Addr]DataplanePoolUse
+}
+
+// DataplanePoolUse is how much of a return address's NAT port pool is in
+// use.
+type DataplanePoolUse struct {
+	// Size is the number of ports in the pool.
+	Size uint32 `json:"size"`
+	// Established counts ports held by established connections (UDP flows
+	// included); HalfOpen those reserved by half-open TCP connections.
+	Established uint32 `json:"established"`
+	HalfOpen    uint32 `json:"half_open"`
 }
 
 // Attachment describes where the executor's program is attached.

@@ -9,10 +9,11 @@ import (
 // RequirePrivileged skips tb unless the process runs as root. When
 // DLB_REQUIRE_PRIVILEGED=1 (as CI sets it) it fails instead, so that a
 // privileged test can never pass by being skipped. Privileged tests must be
-// named TestPrivileged... so that they can be selected with -run.
+// named TestPrivileged... so that they can be selected with -run (fuzz
+// targets, selected with -fuzz, may use it too).
 func RequirePrivileged(tb testing.TB) {
 	tb.Helper()
-	if !strings.HasPrefix(tb.Name(), "TestPrivileged") && !strings.HasPrefix(tb.Name(), "BenchmarkPrivileged") {
+	if !strings.HasPrefix(tb.Name(), "TestPrivileged") && !strings.HasPrefix(tb.Name(), "BenchmarkPrivileged") && !strings.HasPrefix(tb.Name(), "Fuzz") {
 		tb.Fatalf("privileged test %s must be named TestPrivileged...", tb.Name())
 	}
 	if os.Geteuid() == 0 {

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* This file contains the executor's small helpers shared by every path:
+ * counting (reasons, events, per-service and per-backend counters), the
+ * per-CPU clock cache, address helpers, and sending a frame towards a next
+ * hop. Everything is inlined into the one XDP program. */
+#pragma once
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "dlb_abi.h"
+#include "dlb_maps.h"
+
+#define NSEC_PER_SEC 1000000000ULL
+/* An established flow's last_seen is rewritten at most once per this step,
+ * so that the fast path does not write to the table on every packet. */
+#define FLOW_TOUCH_NS NSEC_PER_SEC
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+#ifndef IPPROTO_ICMPV6
+#define IPPROTO_ICMPV6 58
+#endif
+
+/* A parsed packet as the executor's slow paths receive it: they are
+ * BPF-to-BPF calls (each with its own stack frame, so that the fast path's
+ * frame stays small), and a call takes at most five arguments. */
+struct pkt {
+	struct ethhdr *eth;
+	void *l3;        /* IPv4 or IPv6 header */
+	void *l4;        /* TCP or UDP header; the ICMP header for ICMP */
+	void *end;       /* end of the IP packet */
+	struct dlb_config *cfg;
+	struct flow_key fk;
+	__u32 mflags;    /* ICMP: marker flags of the destination (VIP_F_*) */
+	__u8 tcp_flags;
+	__u8 looked;     /* the fast path looked the flow up (a miss if NULL) */
+	__u8 pad[2];
+};
+
+/* verdict counts the packet under reason and returns action. */
+static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
+{
+	struct reason_counters *rc = bpf_map_lookup_elem(&reason_stats, &reason);
+
+	if (rc) {
+		rc->packets++;
+		rc->bytes += ctx->data_end - ctx->data;
+	}
+	return action;
+}
+
+/* event counts one enum dlb_event. */
+static __always_inline void event(__u32 ev)
+{
+	__u64 *c = bpf_map_lookup_elem(&events, &ev);
+
+	if (c)
+		(*c)++;
+}
+
+static __always_inline void count(void *map, __u32 id, __u64 bytes, __u32 new_conns, __u32 fin_conns)
+{
+	struct counters *c = bpf_map_lookup_elem(map, &id);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+		c->new_conns += new_conns;
+		c->fin_conns += fin_conns;
+	}
+}
+
+/* count_fin counts a finished connection on its backend and service. */
+static __always_inline void count_fin(__u32 backend_id, __u32 service_id)
+{
+	struct counters *c = bpf_map_lookup_elem(&backend_stats, &backend_id);
+
+	if (c)
+		c->fin_conns++;
+	c = bpf_map_lookup_elem(&service_stats, &service_id);
+	if (c)
+		c->fin_conns++;
+}
+
+/* clock_now returns bpf_ktime_get_coarse_ns(), read at most once per jiffy
+ * per CPU: the coarse clock only moves once per tick anyway, and a helper
+ * call costs more than the rest of the established-flow path. */
+static __always_inline __u64 clock_now(void)
+{
+	__u32 key0 = 0;
+	struct dlb_clock *c = bpf_map_lookup_elem(&clock, &key0);
+
+	if (!c)
+		return bpf_ktime_get_coarse_ns();
+	__u64 j = bpf_jiffies64();
+	if (c->jiffies != j) {
+		c->jiffies = j;
+		c->now = bpf_ktime_get_coarse_ns();
+	}
+	return c->now;
+}
+
+/* idle_ns returns how long ago last was, 0 if it is ahead of now (as
+ * when userspace wrote it). */
+static __always_inline __u64 idle_ns(__u64 now, __u64 last)
+{
+	return now > last ? now - last : 0;
+}
+
+/* ip_eq compares two key-form addresses of the same family. */
+static __always_inline int ip_eq(const struct dlb_ip *a, const struct dlb_ip *b)
+{
+	const __u32 *x = (const __u32 *)a->addr, *y = (const __u32 *)b->addr;
+
+	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+}
+
+static __always_inline void ip_copy(struct dlb_ip *dst, const struct dlb_ip *src)
+{
+	__u32 *d = (__u32 *)dst->addr;
+	const __u32 *s = (const __u32 *)src->addr;
+
+	d[0] = s[0];
+	d[1] = s[1];
+	d[2] = s[2];
+	d[3] = s[3];
+}
+
+/* server_port returns the port a backend is reached on: its mapport, or
+ * the cluster port. */
+static __always_inline __be16 server_port(const struct backend *b, __be16 vip_port)
+{
+	return b->port ? b->port : vip_port;
+}
+
+/* transmit sends the frame out of ifindex: back out of the receiving
+ * interface, or redirected through tx_ports. A missing tx_ports entry
+ * drops (STAT_DROP_NO_TX_PORT), unless any_port allows a plain
+ * bpf_redirect (next hops from the routing table). */
+static __always_inline int transmit(struct xdp_md *ctx, __u32 ifindex, int any_port)
+{
+	if (ifindex == ctx->ingress_ifindex)
+		return verdict(ctx, STAT_FWD_TX, XDP_TX);
+
+	int action = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
+	if (action != XDP_REDIRECT && any_port)
+		action = bpf_redirect(ifindex, 0);
+	if (action != XDP_REDIRECT)
+		return verdict(ctx, STAT_DROP_NO_TX_PORT, XDP_DROP);
+	return verdict(ctx, STAT_FWD_REDIRECT, action);
+}
+
+/* forward rewrites the MAC addresses towards b (the server, or the router
+ * in front of it), counts the packet and sends the frame. */
+static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, const struct backend *b,
+				   __u32 backend_id, __u32 service_id, __u32 new_conns)
+{
+	__u64 bytes = ctx->data_end - ctx->data;
+
+	__builtin_memcpy(eth->h_dest, b->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, b->src_mac, ETH_ALEN);
+	count(&service_stats, service_id, bytes, new_conns, 0);
+	count(&backend_stats, backend_id, bytes, new_conns, 0);
+	return transmit(ctx, b->ifindex, 0);
+}
+
+/* backend_ok returns backend id if it is configured for service. */
+static __always_inline struct backend *backend_ok(__u32 id, __u32 service)
+{
+	struct backend *b = bpf_map_lookup_elem(&backends, &id);
+
+	if (!b || !(b->flags & BACKEND_F_PRESENT) || b->service != service)
+		return NULL;
+	return b;
+}

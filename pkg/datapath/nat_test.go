@@ -1,0 +1,411 @@
+//go:build linux
+
+package datapath
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// TestPrivilegedSweepNAT: the sweeper expires NAT connections by the later
+// of their two halves, frees their ports, removes orphaned halves and
+// connections of removed backends, and reports pool use.
+func TestPrivilegedSweepNAT(t *testing.T) {
+	e := newTestEnv(t)
+	k := func(sport uint16) FlowKey { return key(vipNAT, 80, sport, 6) }
+	c := func(sport, port uint16, idle uint64, closing bool) natConn {
+		return natConn{key: k(sport), backend: 60, service: 6, ret: retAddr, port: port, idle: idle, closing: closing}
+	}
+	e.putNAT(t, c(1, 40001, 10, false))  // live
+	e.putNAT(t, c(2, 40002, 400, false)) // idle past staletimeout
+	e.putNAT(t, c(3, 40003, 70, true))   // closing past fintimeout
+	e.putNAT(t, c(4, 40004, 30, true))   // closing, not yet
+	e.putNAT(t, c(5, 40005, 400, false)) // client side idle, but the server side is live
+	e.putNAT(t, natConn{key: k(6), backend: 99, service: 6, ret: retAddr, port: 40006})
+	// Make the server side of 5 live.
+	rk := dispatcherNatKey{Port: htons(40005), Proto: 6, Family: 4}
+	rk.Addr.Addr, _ = addrBytes(retAddr)
+	var r dispatcherNatRev
+	if err := e.dp.objs.NatPorts.Lookup(&rk, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.LastSeen = coarseNow()
+	if err := e.dp.objs.NatPorts.Put(&rk, &r); err != nil {
+		t.Fatal(err)
+	}
+	// An orphaned port (its client side is gone).
+	e.putNAT(t, c(7, 40007, 1, false))
+	fk := k(7).raw()
+	if err := e.dp.objs.NatFlows.Delete(&fk); err != nil {
+		t.Fatal(err)
+	}
+
+	before := e.stats(t).Backends[60].FinConns
+	res, err := e.dp.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Expired != 3 || res.Entries != 3 {
+		t.Errorf("expired %d, left %d; want 3 and 3", res.Expired, res.Entries)
+	}
+	if res.Active[60] != 2 {
+		t.Errorf("backend 60: %d active, want 2 (%v)", res.Active[60], res.Active)
+	}
+	for port, taken := range map[uint16]bool{40001: true, 40002: false, 40003: false, 40004: true, 40005: true, 40006: false, 40007: false} {
+		if got := e.natPortTaken(t, retAddr, port, 6); got != taken {
+			t.Errorf("port %d taken %v, want %v", port, got, taken)
+		}
+	}
+	if d := e.stats(t).Backends[60].FinConns - before; d != 1 {
+		t.Errorf("backend 60 finished +%d, want +1 (the established connection that expired)", d)
+	}
+	if u := res.ReturnPools[retAddr]; u.Established != 3 || u.Size != 65535-1024+1 {
+		t.Errorf("pool use of %s: %+v", retAddr, u)
+	}
+}
+
+// TestPrivilegedHalfOpenCounts: half-open connections are counted per
+// service (MAC: the handshake cache; NAT: the half-open table), completed
+// handshakes stop counting, and stale NAT half-open entries are freed.
+func TestPrivilegedHalfOpenCounts(t *testing.T) {
+	e := newTestEnv(t)
+	for sport := uint16(100); sport < 110; sport++ {
+		e.run(t, tcpTo(vipTCP, 80, sport, "S").Build(t))
+		e.run(t, tcpTo(vipNAT, 80, sport, "S").Build(t))
+	}
+	// Three MAC and two NAT handshakes complete.
+	for sport := uint16(100); sport < 103; sport++ {
+		e.run(t, tcpTo(vipTCP, 80, sport, "A").Build(t))
+	}
+	for sport := uint16(100); sport < 102; sport++ {
+		e.run(t, tcpTo(vipNAT, 80, sport, "A").Build(t))
+	}
+	res, err := e.dp.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HalfOpen[1] != 7 || res.HalfOpen[6] != 8 {
+		t.Errorf("half-open: service 1 %d, service 6 %d; want 7 and 8 (%v)", res.HalfOpen[1], res.HalfOpen[6], res.HalfOpen)
+	}
+	if u := res.ReturnPools[retAddr]; u.HalfOpen != 8 || u.Established != 2 {
+		t.Errorf("pool use %+v, want 8 half-open and 2 established", u)
+	}
+	// Thirty-one seconds later the half-open entries are stale.
+	res, err = e.dp.sweep(monotonicNow() + 31e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.HalfOpen[1] != 0 || res.HalfOpen[6] != 0 || res.ReturnPools[retAddr].HalfOpen != 0 {
+		t.Errorf("stale half-open still counted: %v, %+v", res.HalfOpen, res.ReturnPools[retAddr])
+	}
+}
+
+// TestPrivilegedSweepAffinity: affinity records are refreshed while their
+// client is connected, expire after stickytime, go with their server, are
+// counted per service and backend, and DropAffinity removes one backend's.
+func TestPrivilegedSweepAffinity(t *testing.T) {
+	e := newTestEnv(t)
+	c1 := netip.MustParseAddr("198.18.5.1")
+	c2 := netip.MustParseAddr("198.18.6.1")
+	c3 := netip.MustParseAddr("198.18.7.1")
+	c4 := netip.MustParseAddr("198.18.8.1")
+	e.putAffinity(t, c1, 14, 90, 50) // live
+	e.putAffinity(t, c2, 14, 91, 70) // expired...
+	e.putAffinity(t, c3, 14, 91, 70) // ...but its client is still connected
+	e.putConn(t, conn{key: FlowKey{Src: c3, Dst: vipAff, SrcPort: 1, DstPort: 80, Proto: 6}, backend: 91, service: 14, idle: 5})
+	e.putAffinity(t, c4, 15, 92, 10) // live, on the crossport service
+	res, err := e.dp.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.AffinityExpired != 1 {
+		t.Errorf("%d records expired, want 1", res.AffinityExpired)
+	}
+	if res.AffinityServices[14] != 2 || res.AffinityServices[15] != 1 || res.AffinityBackends[90] != 1 || res.AffinityBackends[91] != 1 || res.AffinityBackends[92] != 1 {
+		t.Errorf("records per service %v, per backend %v", res.AffinityServices, res.AffinityBackends)
+	}
+	if r, ok := e.affinityOf(t, c3, 14); !ok || monotonicNow()-r.LastSeen > 10e9 {
+		t.Errorf("connected client's record %+v (present %v) was not refreshed", r, ok)
+	}
+	if _, ok := e.affinityOf(t, c2, 14); ok {
+		t.Error("expired record left")
+	}
+
+	// quiesce --now: drop backend 90's records.
+	if n, err := e.dp.DropAffinity(90); err != nil || n != 1 {
+		t.Errorf("DropAffinity(90) = %d, %v; want 1", n, err)
+	}
+	if _, ok := e.affinityOf(t, c1, 14); ok {
+		t.Error("backend 90's record left")
+	}
+
+	// Removing a server drops its records.
+	st := e.fixtureState()
+	for i, b := range st.Backends {
+		if b.ID == 92 {
+			st.Backends = append(st.Backends[:i], st.Backends[i+1:]...)
+			break
+		}
+	}
+	if err := e.dp.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.affinityOf(t, c4, 15); ok {
+		t.Error("removed server's record left")
+	}
+	if _, ok := e.affinityOf(t, c3, 14); !ok {
+		t.Error("another server's record was dropped")
+	}
+}
+
+// TestPrivilegedNATTableFull: full NAT tables refuse new connections
+// cleanly (counted) and never evict a live mapping.
+func TestPrivilegedNATTableFull(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	e := openTestEnv(t, Options{ConnTableSize: 4096, NATTableSize: 8})
+	var live []FlowKey
+	for sport := uint16(1); sport <= 8; sport++ {
+		if v, _ := e.run(t, udpTo(vipNAT, 53, sport).Build(t)); v != xdpTX {
+			t.Fatalf("flow %d: verdict %d", sport, v)
+		}
+		live = append(live, key(vipNAT, 53, sport, 17))
+	}
+	before := e.stats(t)
+	if v, _ := e.run(t, udpTo(vipNAT, 53, 100).Build(t)); v != xdpDrop {
+		t.Errorf("UDP flow beyond the table: verdict %d, want drop", v)
+	}
+	// A TCP handshake: the SYN is half-open, the ACK cannot be promoted.
+	e.run(t, tcpTo(vipNAT, 80, 100, "S").Build(t))
+	if v, _ := e.run(t, tcpTo(vipNAT, 80, 100, "A").Build(t)); v != xdpDrop {
+		t.Errorf("handshake ACK into a full table: verdict %d, want drop", v)
+	}
+	after := e.stats(t)
+	if d := reasonDelta(before, after, "drop_table_full"); d != 2 {
+		t.Errorf("drop_table_full +%d, want +2", d)
+	}
+	if d := after.Events["nat_table_full"] - before.Events["nat_table_full"]; d != 2 {
+		t.Errorf("nat_table_full +%d, want +2", d)
+	}
+	for _, k := range live {
+		if _, _, ok := e.getNAT(t, k); !ok {
+			t.Errorf("live mapping %v was lost", k)
+		}
+	}
+	if _, _, ok := e.halfOpen(t, key(vipNAT, 80, 100, 6)); ok {
+		t.Error("the refused connection keeps its port reserved")
+	}
+}
+
+func reasonDelta(before, after lb.DataplaneStats, reason string) uint64 {
+	for i, r := range after.Reasons {
+		if r.Reason == reason {
+			return r.Packets - before.Reasons[i].Packets
+		}
+	}
+	return 0
+}
+
+// TestPrivilegedIncompatibleNewTables: restarting over pinned maps with
+// other NAT, half-open or affinity table sizes is refused.
+func TestPrivilegedIncompatibleNewTables(t *testing.T) {
+	e := newTestEnv(t)
+	for _, opts := range []Options{
+		{NATTableSize: 1024},
+		{HalfOpenTableSize: 1024},
+		{AffinityTableSize: 1024},
+	} {
+		opts.PinDir, opts.ConnTableSize = e.pinDir, 4096
+		_, err := Open(opts)
+		if !errors.Is(err, ErrIncompatiblePins) {
+			t.Errorf("Open with %+v: %v, want ErrIncompatiblePins", opts, err)
+			continue
+		}
+		t.Logf("refused: %v", err)
+	}
+	// Pins of another ABI version are refused too.
+	var cfg dispatcherDlbConfig
+	if err := e.dp.objs.Config.Lookup(uint32(0), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.AbiVersion++
+	if err := e.dp.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096}); !errors.Is(err, ErrIncompatiblePins) {
+		t.Errorf("Open over another ABI version: %v, want ErrIncompatiblePins", err)
+	}
+}
+
+// TestPrivilegedApplyRefusesBadNAT: invalid NAT configurations are refused
+// whole.
+func TestPrivilegedApplyRefusesBadNAT(t *testing.T) {
+	e := newTestEnv(t)
+	for name, mutate := range map[string]func(*lb.Dataplane){
+		"no return address": func(dp *lb.Dataplane) {
+			for i := range dp.Backends {
+				if dp.Backends[i].ID == 60 {
+					dp.Backends[i].ReturnAddress = netip.Addr{}
+				}
+			}
+		},
+		"return address is the NFA": func(dp *lb.Dataplane) {
+			for i := range dp.Backends {
+				if dp.Backends[i].ID == 60 {
+					dp.Backends[i].ReturnAddress = nfaAddr
+				}
+			}
+		},
+		"return address is a cluster address": func(dp *lb.Dataplane) {
+			for i := range dp.Backends {
+				if dp.Backends[i].ID == 60 {
+					dp.Backends[i].ReturnAddress = vipTCP
+				}
+			}
+		},
+		"return address of another family": func(dp *lb.Dataplane) {
+			for i := range dp.Backends {
+				if dp.Backends[i].ID == 60 {
+					dp.Backends[i].ReturnAddress = ret6
+				}
+			}
+		},
+		"empty pool": func(dp *lb.Dataplane) {
+			dp.ReturnPools = []lb.DataplaneReturnPool{{Address: retAddr, PortMin: 2000, PortMax: 1000}}
+		},
+		"bad gateway":   func(dp *lb.Dataplane) { dp.ClientGateway.MAC = dp.ClientGateway.MAC[:3] },
+		"two IPv6 NFAs": func(dp *lb.Dataplane) { dp.NFA = netip.MustParseAddr("2001:2::3") },
+	} {
+		dp := e.fixtureState()
+		mutate(&dp)
+		if err := e.dp.Apply(dp); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	// Nothing changed: the fixture still forwards.
+	if v, _ := e.run(t, tcpTo(vipNAT, 80, 1, "S").Build(t)); v != xdpTX {
+		t.Errorf("verdict %d after refused changes", v)
+	}
+}
+
+// TestPrivilegedNATRoutingNextHop: without a client gateway, a NAT reply
+// goes to the next hop the routing table gives, looked up once per
+// connection; an unresolved neighbour passes the translated reply to the
+// host stack, and no route drops it.
+func TestPrivilegedNATRoutingNextHop(t *testing.T) {
+	e := newTestEnv(t)
+	st := e.fixtureState()
+	st.ClientGateway, st.ClientGateway6 = lb.DataplaneNextHop{}, lb.DataplaneNextHop{}
+	if err := e.dp.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	// The client subnets are on dlbdp0, where one client's MAC is known.
+	clientMAC := mac(0x55)
+	link, err := netlink.LinkByIndex(e.dummy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"198.18.1.1/24", "2001:2:0:1::1/64"} {
+		addr, _ := netlink.ParseAddr(a)
+		addr.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(link, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []netip.Addr{clientAddr, client6} {
+		n := &netlink.Neigh{LinkIndex: e.dummy, State: netlink.NUD_PERMANENT, IP: c.AsSlice(), HardwareAddr: clientMAC}
+		if c.Is6() {
+			n.Family = netlink.FAMILY_V6
+		}
+		if err := netlink.NeighAdd(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"/proc/sys/net/ipv4/conf/all/forwarding", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reply := func(port uint16) []byte {
+		return testutil.Frame{Src: natServer, Dst: retAddr, Proto: "tcp", SrcPort: 8080, DstPort: port, Flags: "PA", Payload: []byte("srv")}.Build(t)
+	}
+	cases := []struct {
+		name   string
+		client netip.Addr
+		port   uint16
+		want   uint32
+		reason string
+		mac    net.HardwareAddr // expected destination MAC; nil: not rewritten
+		fibs   uint64
+	}{
+		{"resolved neighbour: redirected to it", clientAddr, 45000, xdpRedirect, "fwd_redirect", clientMAC, 1},
+		{"the next hop is cached in the connection", clientAddr, 45000, xdpRedirect, "fwd_redirect", clientMAC, 0},
+		{"unresolved neighbour: translated and passed", netip.MustParseAddr("198.18.1.11"), 45001, xdpPass, "pass_no_neigh", nil, 1},
+		{"no route: dropped", netip.MustParseAddr("198.19.200.1"), 45002, xdpDrop, "drop_no_route", nil, 1},
+	}
+	// No subtests: the packets must run on this goroutine's thread, in
+	// the test's network namespace, whose routes the lookups read.
+	for _, c := range cases {
+		func() {
+			t := &namedT{t, c.name}
+			k := FlowKey{Src: c.client, Dst: vipNAT, SrcPort: 5500, DstPort: 80, Proto: 6}
+			if _, _, ok := e.getNAT(t, k); !ok {
+				e.putNAT(t, natConn{key: k, backend: 60, service: 6, ret: retAddr, port: c.port})
+			}
+			before := e.stats(t)
+			in := reply(c.port)
+			v, out := e.run(t, in)
+			after := e.stats(t)
+			if v != c.want {
+				t.Errorf("verdict %d, want %d", v, c.want)
+			}
+			if d := reasonDelta(before, after, c.reason); d != 1 {
+				t.Errorf("reason %s +%d, want +1", c.reason, d)
+			}
+			if d := after.Events["fib_lookup"] - before.Events["fib_lookup"]; d != c.fibs {
+				t.Errorf("fib lookups +%d, want +%d", d, c.fibs)
+			}
+			if c.mac != nil && (!bytes.Equal(out[0:6], c.mac) || !bytes.Equal(out[6:12], link.Attrs().HardwareAddr)) {
+				t.Errorf("MACs %x -> %x, want %s -> %s", out[6:12], out[0:6], link.Attrs().HardwareAddr, c.mac)
+			}
+			if c.want != xdpDrop {
+				want := testutil.Frame{Src: vipNAT, Dst: c.client, Proto: "tcp", SrcPort: 80, DstPort: 5500, Flags: "PA", Payload: []byte("srv")}.Build(t)
+				if !bytes.Equal(out[12:], want[12:]) {
+					t.Errorf("not translated:\n got %x\nwant %x", out[12:], want[12:])
+				}
+			}
+		}()
+	}
+
+	// IPv6: the same through the IPv6 routing table.
+	k := FlowKey{Src: client6, Dst: vip6NAT, SrcPort: 5501, DstPort: 80, Proto: 6}
+	e.putNAT(t, natConn{key: k, backend: 80, service: 12, ret: ret6, port: 45003})
+	in := testutil.Frame{Src: nat6Server, Dst: ret6, Proto: "tcp", SrcPort: 8080, DstPort: 45003, Flags: "PA"}.Build(t)
+	if v, out := e.run(t, in); v != xdpRedirect || !bytes.Equal(out[0:6], clientMAC) {
+		t.Errorf("IPv6 reply: verdict %d to %x, want a redirect to %s", v, out[0:6], clientMAC)
+	}
+}
+
+// namedT prefixes a test's errors with a case name.
+type namedT struct {
+	*testing.T
+	name string
+}
+
+func (t *namedT) Errorf(format string, args ...any) {
+	t.T.Helper()
+	t.T.Errorf("%s: "+format, append([]any{t.name}, args...)...)
+}
