@@ -464,8 +464,10 @@ add_link() {
 		sysctl_ns "$ns" "net.ipv6.conf.$ifname.disable_ipv6=1"
 	fi
 	# Locally generated packets would otherwise leave with partial
-	# checksums that break once an XDP program forwards them.
-	in_ns "$ns" ethtool -K "$ifname" tx off >/dev/null
+	# checksums that break once an XDP program forwards them; and with rx
+	# offload a veth marks what it receives "checksum unnecessary", so a
+	# wrong checksum would never show in TcpInCsumErrors/UdpInCsumErrors.
+	in_ns "$ns" ethtool -K "$ifname" tx off rx off >/dev/null
 	ip -n "$ns" addr add "$cidr" dev "$ifname"
 	[[ -z $cidr6 ]] || ip -n "$ns" -6 addr add "$cidr6" dev "$ifname" nodad
 	ip -n "$ns" link set "$ifname" up
@@ -571,6 +573,11 @@ cmd_up() {
 		sysctl_ns "$ROUTER_NS" net.ipv4.ip_forward=1
 		((V6 == 0)) || sysctl_ns "$ROUTER_NS" net.ipv6.conf.all.forwarding=1
 
+		# NAT replies go to the client by a routing-table lookup in the
+		# executor (no clientgateway here), which needs forwarding on.
+		sysctl_ns "$D_NS" net.ipv4.conf.all.forwarding=1 net.ipv4.conf.all.accept_local=1 "net.ipv4.conf.$IFACE.accept_local=1" \
+			net.ipv4.conf.all.send_redirects=0 "net.ipv4.conf.$IFACE.send_redirects=0"
+		((V6 == 0)) || sysctl_ns "$D_NS" net.ipv6.conf.all.forwarding=1
 		ip -n "$D_NS" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
 		((V6 == 0)) || ip -n "$D_NS" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
 		for ((i = 1; i <= NR; i++)); do

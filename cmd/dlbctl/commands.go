@@ -156,17 +156,26 @@ started on.`,
 
 	set := a.opCmd(&cobra.Command{
 		Use:   "set KEYWORD VALUE [KEYWORD VALUE...]",
-		Short: "Set executor parameters (nfa, fintimeout)",
+		Short: "Set executor parameters (nfa, clientgateway, fintimeout)",
 		Long: `Set executor parameters, IBM style as keyword-value pairs:
 
-  nfa ADDR            the non-forwarding address: traffic to it is never
-                      balanced ("none" clears it)
-  fintimeout SECONDS  how long a connection that saw a FIN or RST keeps its
-                      entry in the connection table (default 60)
+  nfa ADDR|none         the non-forwarding address: traffic to it is never
+                        balanced
+  clientgateway ADDR|none
+                        the router through which method nat ports send the
+                        servers' replies to clients
+  fintimeout SECONDS    how long a connection that saw a FIN or RST keeps its
+                        entry in the connection table (default 60)
+
+The executor has an IPv4 and an IPv6 value of nfa and of clientgateway: an
+address sets the value of its family and leaves the other as it is, and
+"none" clears both. Setting both takes two commands.
 
 Unique prefixes of keywords are accepted. Flags (--socket) go before the
 first keyword.`,
 		Example: `  dlbctl executor set nfa 192.0.2.10
+  dlbctl executor set nfa 2001:db8::10
+  dlbctl executor set clientgateway 192.0.2.1
   dlbctl executor set fintimeout 30
   dlbctl executor set nfa 192.0.2.10 fintimeout 30`,
 		Args:      executorSetArgs,
@@ -178,6 +187,8 @@ first keyword.`,
 			switch kw, _ := executorKeyword(args[i]); kw {
 			case "nfa":
 				op.NFA = &args[i+1]
+			case "clientgateway":
+				op.ClientGateway = &args[i+1]
 			case "fintimeout":
 				v, _ := strconv.ParseInt(args[i+1], 10, 64)
 				op.FinTimeout = &v
@@ -196,7 +207,7 @@ first keyword.`,
 		start, stop, set, a.executorReportCmd())
 }
 
-var executorKeywords = []string{"nfa", "fintimeout"}
+var executorKeywords = []string{"nfa", "clientgateway", "fintimeout"}
 
 // executorKeyword resolves a keyword of "executor set" or its unique
 // prefix.
@@ -224,10 +235,14 @@ func executorSetArgs(_ *cobra.Command, args []string) error {
 	for i := 0; i < len(args); i += 2 {
 		kw, ok := executorKeyword(args[i])
 		if !ok {
-			return usagef("unknown executor keyword %q (want %s)", args[i], strings.Join(executorKeywords, " or "))
+			n := len(executorKeywords)
+			return usagef("unknown executor keyword %q (want %s or %s)", args[i],
+				strings.Join(executorKeywords[:n-1], ", "), executorKeywords[n-1])
 		}
 		if seen[kw] {
-			return usagef("executor keyword %s given twice", kw)
+			// An operation carries one value of each: the IPv4 and the
+			// IPv6 address of nfa or clientgateway take two commands.
+			return usagef("executor keyword %s given twice (set each value with its own executor set)", kw)
 		}
 		seen[kw] = true
 		if i+1 == len(args) {
@@ -298,13 +313,18 @@ func (a *app) clusterCmd() *cobra.Command {
 func portFlags(c *cobra.Command) *cobra.Command {
 	f := c.Flags()
 	f.String("protocol", "", "protocol to balance: tcp, udp or both (dlbd's default: tcp)")
-	f.String("method", "", "forwarding method: mac (dlbd's default)")
+	f.String("method", "", "forwarding method: mac (dlbd's default) or nat")
 	f.Int64("stickytime", 0, "affinity time in seconds (0: none)")
+	f.Int64("stickymask", 0, "affinity by client network: prefix length in bits (0: the whole client address)")
+	f.Int64("crossport", 0, "another port of the cluster that shares this port's affinity: a client goes to the same server on both (0: none)")
+	f.String("selectionalgorithm", "", "how a server is chosen: connection, affinity (dlbd's default) or conn+affin")
+	f.Int64("maxhalfopen", 0, "half-open connections above which dlbd raises a halfOpenAlert (0: no alert)")
 	f.Int64("staletimeout", 0, "seconds an idle connection keeps its entry (dlbd's default: 300)")
 	f.Int64("weightbound", 0, "highest server weight on the port (dlbd's default: 20)")
 	f.String("alldown", "", "when no server takes new connections: refuse (default) or spread over all")
 	_ = c.RegisterFlagCompletionFunc("protocol", fixedCompletion("tcp", "udp", "both"))
-	_ = c.RegisterFlagCompletionFunc("method", fixedCompletion("mac"))
+	_ = c.RegisterFlagCompletionFunc("method", fixedCompletion("mac", "nat"))
+	_ = c.RegisterFlagCompletionFunc("selectionalgorithm", fixedCompletion("connection", "affinity", "conn+affin"))
 	return c
 }
 
@@ -312,7 +332,9 @@ func portOp(action string) func(*cobra.Command, []string) api.Op {
 	return func(cmd *cobra.Command, args []string) api.Op {
 		return api.Op{Object: api.ObjectPort, Action: action, Target: args[0],
 			Protocol: stringFlag(cmd, "protocol"), Method: stringFlag(cmd, "method"),
-			StickyTime: intFlag(cmd, "stickytime"), StaleTimeout: intFlag(cmd, "staletimeout"),
+			StickyTime: intFlag(cmd, "stickytime"), StickyMask: intFlag(cmd, "stickymask"),
+			CrossPort: intFlag(cmd, "crossport"), SelectionAlgorithm: stringFlag(cmd, "selectionalgorithm"),
+			MaxHalfOpen: intFlag(cmd, "maxhalfopen"), StaleTimeout: intFlag(cmd, "staletimeout"),
 			WeightBound: intFlag(cmd, "weightbound"), AllDown: stringFlag(cmd, "alldown")}
 	}
 }
@@ -323,17 +345,22 @@ func (a *app) portCmd() *cobra.Command {
 		Short: "Add ports to clusters",
 		Example: `  dlbctl port add 10.0.0.100@80
   dlbctl port add 10.0.0.100@53 --protocol both --staletimeout 30
-  dlbctl port add @443 --weightbound 50   # port 443 on every cluster`,
+  dlbctl port add @443 --weightbound 50   # port 443 on every cluster
+  dlbctl port add 10.0.0.100@8080 --method nat --maxhalfopen 1000
+  dlbctl port add 10.0.0.100@443 --stickytime 300 --stickymask 24 --crossport 80`,
 		Args: target("VIP@PORT", false),
 	}, portOp(api.ActionAdd)))
 
 	set := portFlags(a.opCmd(&cobra.Command{
-		Use:     "set VIP@PORT [flags]",
-		Short:   "Change ports' parameters",
-		Example: `  dlbctl port set 10.0.0.100@80 --staletimeout 600`,
-		Args:    target("VIP@PORT", false),
+		Use:   "set VIP@PORT [flags]",
+		Short: "Change ports' parameters",
+		Example: `  dlbctl port set 10.0.0.100@80 --staletimeout 600
+  dlbctl port set 10.0.0.100@80 --selectionalgorithm conn+affin
+  dlbctl port set 10.0.0.100@443 --crossport 0     # stop sharing affinity`,
+		Args: target("VIP@PORT", false),
 	}, portOp(api.ActionSet)))
-	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "staletimeout", "weightbound", "alldown")
+	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "stickymask", "crossport", "selectionalgorithm",
+		"maxhalfopen", "staletimeout", "weightbound", "alldown")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP@PORT",
@@ -352,30 +379,37 @@ func (a *app) portCmd() *cobra.Command {
 
 func (a *app) serverCmd() *cobra.Command {
 	add := a.opCmd(&cobra.Command{
-		Use:   "add VIP@PORT@ADDR [--weight N]",
+		Use:   "add VIP@PORT@ADDR [--weight N] [flags]",
 		Short: "Add servers to ports",
 		Long: `Add servers to ports. A server's weight defaults to the port's
-weightbound.`,
+weightbound.
+
+` + serverNATHelp,
 		Example: `  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
   dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6
-  dlbctl server add @80@10.1.1.7          # to port 80 of every cluster`,
+  dlbctl server add @80@10.1.1.7          # to port 80 of every cluster
+  dlbctl server add 10.0.0.100@80@198.18.1.11 --mapport 8080 --returnaddress 10.0.0.3 --router 10.0.0.254`,
 		Args: serverArgs,
 	}, serverOp(api.ActionAdd))
 	serverFlags(add)
 	add.Flags().Int64("weight", 0, "weight, 0..weightbound (dlbd's default: the port's weightbound)")
 
 	set := a.opCmd(&cobra.Command{
-		Use:   "set VIP@PORT@ADDR [--weight N] [--fixedweight yes|no] [--advisorrequest R] [--advisorresponse R]",
-		Short: "Change servers' weight and advisor settings",
+		Use:   "set VIP@PORT@ADDR [--weight N] [--fixedweight yes|no] [--advisorrequest R] [--advisorresponse R] [flags]",
+		Short: "Change servers' weight, advisor and NAT settings",
+		Long: `Change servers' weight, advisor and NAT settings.
+
+` + serverNATHelp,
 		Example: `  dlbctl server set 10.0.0.100@80@10.1.1.5 --weight 10
   dlbctl server set 10.0.0.100@80@10.1.1.5 --fixedweight yes
-  dlbctl server set 10.0.0.100@80@10.1.1.5 --advisorrequest "GET /health HTTP/1.1" --advisorresponse ok`,
+  dlbctl server set 10.0.0.100@80@10.1.1.5 --advisorrequest "GET /health HTTP/1.1" --advisorresponse ok
+  dlbctl server set 10.0.0.100@80@198.18.1.11 --router none --mapport 0`,
 		Args: target("VIP@PORT@ADDR", false),
 	}, serverOp(api.ActionSet))
 	set.Args = serverArgs
 	serverFlags(set)
 	set.Flags().Int64("weight", 0, "weight, 0..weightbound")
-	set.MarkFlagsOneRequired("weight", "fixedweight", "advisorrequest", "advisorresponse")
+	set.MarkFlagsOneRequired("weight", "fixedweight", "advisorrequest", "advisorresponse", "mapport", "returnaddress", "router")
 
 	simple := func(action, short, example string) *cobra.Command {
 		return a.opCmd(&cobra.Command{
@@ -401,6 +435,18 @@ weightbound.`,
 		add, set, down, up, remove, a.serverReportCmd())
 }
 
+// serverNATHelp explains the server flags that apply to method nat ports.
+const serverNATHelp = `On ports of method nat, dlbd rewrites addresses instead of forwarding
+frames, so a server may listen on another port and sit on another subnet:
+
+  --mapport PORT          the port the server listens on (0: the
+                          cluster's port)
+  --returnaddress ADDR    the source address NAT gives the connections it
+                          makes to the server; dlbd puts it on the
+                          executor's interface ("none" clears it)
+  --router ADDR           the next hop to a server on another subnet
+                          ("none" clears it: the server is on the link)`
+
 // serverFlags adds the flags of "server add" and "server set" other than
 // the weight.
 func serverFlags(c *cobra.Command) {
@@ -408,6 +454,9 @@ func serverFlags(c *cobra.Command) {
 	f.String("fixedweight", "", "yes: the manager never changes the weight")
 	f.String("advisorrequest", "", "what this server's advisors send (e.g. an HTTP request line)")
 	f.String("advisorresponse", "", "what this server's advisors expect in the reply")
+	f.Int64("mapport", 0, "method nat: the server's port (0: the cluster's port)")
+	f.String("returnaddress", "", "method nat: the source address of NAT's connections to the server, put on the executor's interface (none: clear)")
+	f.String("router", "", "method nat: the next hop to a server on another subnet (none: clear)")
 }
 
 // serverArgs checks the target and --fixedweight.
@@ -425,7 +474,8 @@ func serverOp(action string) func(*cobra.Command, []string) api.Op {
 	return func(cmd *cobra.Command, args []string) api.Op {
 		fixed, _ := yesNoFlag(cmd, "fixedweight")
 		return api.Op{Object: api.ObjectServer, Action: action, Target: args[0], Weight: intFlag(cmd, "weight"),
-			FixedWeight: fixed, AdvisorRequest: stringFlag(cmd, "advisorrequest"), AdvisorResponse: stringFlag(cmd, "advisorresponse")}
+			FixedWeight: fixed, AdvisorRequest: stringFlag(cmd, "advisorrequest"), AdvisorResponse: stringFlag(cmd, "advisorresponse"),
+			MapPort: intFlag(cmd, "mapport"), ReturnAddress: stringFlag(cmd, "returnaddress"), Router: stringFlag(cmd, "router")}
 	}
 }
 

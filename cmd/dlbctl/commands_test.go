@@ -46,6 +46,12 @@ func TestCommandOps(t *testing.T) {
 		// Keywords take unique prefixes, and several pairs make one op.
 		{[]string{"executor", "set", "fin", "0", "n", "none"},
 			api.Op{Object: ex, Action: api.ActionSet, FinTimeout: ptr[int64](0), NFA: ptr("none")}},
+		// The address's family picks the IPv4 or IPv6 value: dlbd's job.
+		{[]string{"executor", "set", "nfa", "2001:2::2"}, api.Op{Object: ex, Action: api.ActionSet, NFA: ptr("2001:2::2")}},
+		{[]string{"executor", "set", "clientgateway", "192.0.2.1"},
+			api.Op{Object: ex, Action: api.ActionSet, ClientGateway: ptr("192.0.2.1")}},
+		{[]string{"executor", "set", "c", "none", "nfa", "2001:2::2", "f", "30"},
+			api.Op{Object: ex, Action: api.ActionSet, ClientGateway: ptr("none"), NFA: ptr("2001:2::2"), FinTimeout: ptr[int64](30)}},
 		{[]string{"cluster", "add", "10.0.0.1+10.0.0.2"}, api.Op{Object: cl, Action: api.ActionAdd, Target: "10.0.0.1+10.0.0.2"}},
 		{[]string{"cluster", "add", "10.0.0.1", "--configure"},
 			api.Op{Object: cl, Action: api.ActionAdd, Target: "10.0.0.1", Configure: ptr(true)}},
@@ -62,6 +68,18 @@ func TestCommandOps(t *testing.T) {
 			api.Op{Object: po, Action: api.ActionSet, Target: "@80", WeightBound: ptr[int64](10)}},
 		{[]string{"port", "set", "10.0.0.1@80", "--protocol", "udp"},
 			api.Op{Object: po, Action: api.ActionSet, Target: "10.0.0.1@80", Protocol: ptr("udp")}},
+		{[]string{"port", "add", "10.0.0.1@8080", "--method", "nat", "--stickytime", "300", "--stickymask", "24",
+			"--crossport", "80", "--selectionalgorithm", "conn+affin", "--maxhalfopen", "1000"},
+			api.Op{Object: po, Action: api.ActionAdd, Target: "10.0.0.1@8080", Method: ptr("nat"), StickyTime: ptr[int64](300),
+				StickyMask: ptr[int64](24), CrossPort: ptr[int64](80), SelectionAlgorithm: ptr("conn+affin"), MaxHalfOpen: ptr[int64](1000)}},
+		// 0 clears crossport, stickymask and maxhalfopen; it is sent.
+		{[]string{"port", "set", "10.0.0.1@443", "--crossport", "0", "--stickymask=0", "--maxhalfopen", "0"},
+			api.Op{Object: po, Action: api.ActionSet, Target: "10.0.0.1@443", CrossPort: ptr[int64](0), StickyMask: ptr[int64](0),
+				MaxHalfOpen: ptr[int64](0)}},
+		{[]string{"port", "set", "@80", "--selectionalgorithm", "connection"},
+			api.Op{Object: po, Action: api.ActionSet, Target: "@80", SelectionAlgorithm: ptr("connection")}},
+		{[]string{"port", "set", "2001:2::100@80", "--crossport", "-1", "--stickymask", "200"},
+			api.Op{Object: po, Action: api.ActionSet, Target: "2001:2::100@80", CrossPort: ptr[int64](-1), StickyMask: ptr[int64](200)}},
 		{[]string{"port", "remove", "10.0.0.1@80+443"}, api.Op{Object: po, Action: api.ActionRemove, Target: "10.0.0.1@80+443"}},
 		{[]string{"server", "add", "@80@198.18.0.21"}, api.Op{Object: sv, Action: api.ActionAdd, Target: "@80@198.18.0.21"}},
 		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "--weight", "5"},
@@ -71,6 +89,17 @@ func TestCommandOps(t *testing.T) {
 			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@10.1.1.5", Weight: ptr[int64](500)}},
 		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5", "--weight", "-1"},
 			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@10.1.1.5", Weight: ptr[int64](-1)}},
+		{[]string{"server", "add", "2001:2::100@80@2001:2:1::11", "--mapport", "8080", "--returnaddress", "2001:2::3",
+			"--router", "2001:2::fe"},
+			api.Op{Object: sv, Action: api.ActionAdd, Target: "2001:2::100@80@2001:2:1::11", MapPort: ptr[int64](8080),
+				ReturnAddress: ptr("2001:2::3"), Router: ptr("2001:2::fe")}},
+		{[]string{"server", "set", "10.0.0.1@80@198.18.1.11", "--mapport", "0", "--returnaddress", "none", "--router", "none"},
+			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@198.18.1.11", MapPort: ptr[int64](0),
+				ReturnAddress: ptr("none"), Router: ptr("none")}},
+		{[]string{"server", "set", "10.0.0.1@80@198.18.1.11", "--router", "198.18.0.254"},
+			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@198.18.1.11", Router: ptr("198.18.0.254")}},
+		{[]string{"server", "set", "10.0.0.1@80@198.18.1.11", "--mapport", "70000"},
+			api.Op{Object: sv, Action: api.ActionSet, Target: "10.0.0.1@80@198.18.1.11", MapPort: ptr[int64](70000)}},
 		{[]string{"server", "down", "@@10.1.1.5"}, api.Op{Object: sv, Action: api.ActionDown, Target: "@@10.1.1.5"}},
 		{[]string{"server", "up", "@@10.1.1.5"}, api.Op{Object: sv, Action: api.ActionUp, Target: "@@10.1.1.5"}},
 		{[]string{"server", "remove", "10.0.0.1@80@10.1.1.5"}, api.Op{Object: sv, Action: api.ActionRemove, Target: "10.0.0.1@80@10.1.1.5"}},
@@ -120,11 +149,25 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"executor", "set", "nfa"}, "executor keyword nfa needs a value"},
 		{[]string{"executor", "set", "fintimeout", "abc"}, `invalid fintimeout "abc"`},
 		{[]string{"executor", "set", "nfa", "a", "nfa", "b"}, "given twice"},
+		{[]string{"executor", "set", "nfa", "192.0.2.10", "nfa", "2001:2::2"}, "executor keyword nfa given twice"},
+		{[]string{"executor", "set", "clientgateway"}, "executor keyword clientgateway needs a value"},
+		{[]string{"executor", "set", "gateway", "192.0.2.1"}, `unknown executor keyword "gateway" (want nfa, clientgateway or fintimeout)`},
+		{[]string{"port", "add", "10.0.0.1@80", "--stickymask", "abc"}, `"--stickymask"`},
+		{[]string{"port", "set", "10.0.0.1@80", "--crossport", "http"}, `"--crossport"`},
+		{[]string{"port", "set", "10.0.0.1@80", "--crossport"}, "flag needs an argument: --crossport"},
+		{[]string{"port", "add", "10.0.0.1@80", "--maxhalfopen", "1e3"}, `"--maxhalfopen"`},
+		{[]string{"port", "add", "10.0.0.1@80", "--selectionalgorithm"}, "flag needs an argument: --selectionalgorithm"},
+		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "--mapport", "8080/tcp"}, `"--mapport"`},
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5", "--mapport="}, `"--mapport"`},
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5", "--router"}, "flag needs an argument: --router"},
+		{[]string{"cluster", "add", "10.0.0.1", "--router", "10.0.0.254"}, "unknown flag: --router"},
 		{[]string{"executor", "start", "eth0"}, `executor start takes no arguments (got "eth0")`},
 		{[]string{"executor", "report", "x"}, "takes no arguments"},
 		{[]string{"cluster", "set", "10.0.0.1"}, `at least one of the flags in the group [configure proportions] is required`},
-		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"}, `at least one of the flags in the group [weight fixedweight advisorrequest advisorresponse] is required`},
-		{[]string{"port", "set", "10.0.0.1@80"}, "at least one of the flags"},
+		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"},
+			`at least one of the flags in the group [weight fixedweight advisorrequest advisorresponse mapport returnaddress router] is required`},
+		{[]string{"port", "set", "10.0.0.1@80"}, `at least one of the flags in the group [protocol method stickytime stickymask ` +
+			`crossport selectionalgorithm maxhalfopen staletimeout weightbound alldown] is required`},
 		{[]string{"server", "report", "-o", "xml"}, `invalid --output "xml"`},
 		{[]string{"-o", "csv", "executor", "report"}, `invalid --output "csv"`},
 		{[]string{"file", "save"}, "file save needs one FILE"},
@@ -291,10 +334,22 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 	// Flag values complete from the fixed sets.
-	r := dlbctl("/nonexistent", "__complete", "port", "add", "10.0.0.1@80", "--protocol", "")
-	for _, want := range []string{"tcp", "udp", "both"} {
+	for flag, values := range map[string][]string{
+		"--protocol":           {"tcp", "udp", "both"},
+		"--method":             {"mac", "nat"},
+		"--selectionalgorithm": {"connection", "affinity", "conn+affin"},
+	} {
+		r := dlbctl("/nonexistent", "__complete", "port", "set", "10.0.0.1@80", flag, "")
+		for _, want := range values {
+			if !strings.Contains(r.stdout, want+"\n") {
+				t.Errorf("%s completions %q lack %s", flag, r.stdout, want)
+			}
+		}
+	}
+	r := dlbctl("/nonexistent", "__complete", "executor", "set", "")
+	for _, want := range executorKeywords {
 		if !strings.Contains(r.stdout, want+"\n") {
-			t.Errorf("completions %q lack %s", r.stdout, want)
+			t.Errorf("executor set completions %q lack %s", r.stdout, want)
 		}
 	}
 }
@@ -349,5 +404,28 @@ func TestSubcommandHelp(t *testing.T) {
 				t.Errorf("help output lacks Usage:\n%s", r.stdout)
 			}
 		})
+	}
+}
+
+func TestNATHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"port", "add", "--help"}, []string{"--method string", "mac (dlbd's default) or nat", "tcp, udp or both",
+			"--stickymask int", "--crossport int", "connection, affinity (dlbd's default) or conn+affin", "--maxhalfopen int", "no alert"}},
+		{[]string{"port", "set", "--help"}, []string{"or nat", "--crossport 0"}},
+		{[]string{"server", "add", "--help"}, []string{"method nat", "--mapport PORT", "the port the server listens on",
+			"--returnaddress ADDR", "executor's interface", "--router ADDR", "another subnet", `"none" clears it`}},
+		{[]string{"server", "set", "--help"}, []string{"--mapport int", "--returnaddress string", "--router string"}},
+		{[]string{"executor", "set", "--help"}, []string{"clientgateway ADDR|none", "IPv4 and an IPv6 value", `"none" clears both`}},
+	}
+	for _, tt := range tests {
+		r := dlbctl("/nonexistent", tt.args...)
+		for _, want := range tt.want {
+			if r.code != exitOK || !strings.Contains(r.stdout, want) {
+				t.Errorf("%s: exit %d, output lacks %q:\n%s", strings.Join(tt.args, " "), r.code, want, r.stdout)
+			}
+		}
 	}
 }

@@ -139,13 +139,18 @@ var (
 	defaultManager     = api.ManagerReport{Interval: 2, Refresh: 2, Smoothing: 1.5, Sensitivity: 5}
 )
 
+// defaultSelectionAlgorithm is dlbd's default selectionalgorithm; a saved
+// script leaves it out.
+const defaultSelectionAlgorithm = "affinity"
+
 // writeScript writes a script of dlbctl commands that recreates the
 // configuration the reports describe. Each port follows its cluster and
 // each server its port, so that the script reads like the configuration;
 // advisors and metrics follow (they need their ports), then the clusters'
 // proportions (starting an advisor or adding a metric may raise them),
 // and the executor and the manager start last, once everything they work
-// on is defined.
+// on is defined. A port's crossport names another port of its cluster,
+// so it is set once all the cluster's ports exist.
 func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 	fmt.Fprintf(w, "# dlb configuration saved by \"dlbctl file save\" from %s\n", socket)
 	fmt.Fprintf(w, "# on %s.\n", when.Format(time.RFC3339))
@@ -153,8 +158,13 @@ func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 
 	ex := c.ex
 	var exLines []string
-	if ex.NFA != "" {
-		exLines = append(exLines, "executor set nfa "+quote(ex.NFA))
+	// An address sets the value of its family, so the IPv4 and the IPv6
+	// values take a line each.
+	for _, kv := range [][2]string{{"nfa", ex.NFA}, {"nfa", ex.NFA6},
+		{"clientgateway", ex.ClientGateway}, {"clientgateway", ex.ClientGateway6}} {
+		if kv[1] != "" {
+			exLines = append(exLines, "executor set "+kv[0]+" "+quote(kv[1]))
+		}
 	}
 	if ex.FinTimeout != defaultFinTimeout && ex.FinTimeout != 0 {
 		exLines = append(exLines, fmt.Sprintf("executor set fintimeout %d", ex.FinTimeout))
@@ -170,6 +180,7 @@ func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 			fmt.Fprintf(w, " --configure")
 		}
 		fmt.Fprintln(w)
+		var crossports []string
 		for _, p := range c.ports {
 			if p.Cluster != cl.Address {
 				continue
@@ -179,6 +190,15 @@ func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 				quote(svc), quote(p.Protocol), quote(p.Method), p.StaleTimeout, p.WeightBound)
 			if p.StickyTime != 0 {
 				fmt.Fprintf(w, " --stickytime %d", p.StickyTime)
+			}
+			if p.StickyMask != 0 {
+				fmt.Fprintf(w, " --stickymask %d", p.StickyMask)
+			}
+			if p.SelectionAlgorithm != "" && p.SelectionAlgorithm != defaultSelectionAlgorithm {
+				fmt.Fprintf(w, " --selectionalgorithm %s", quote(p.SelectionAlgorithm))
+			}
+			if p.MaxHalfOpen != 0 {
+				fmt.Fprintf(w, " --maxhalfopen %d", p.MaxHalfOpen)
 			}
 			if p.AllDown != "" && p.AllDown != "refuse" {
 				fmt.Fprintf(w, " --alldown %s", quote(p.AllDown))
@@ -200,6 +220,15 @@ func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 				if s.AdvisorResponse != "" {
 					fmt.Fprintf(w, " --advisorresponse %s", quote(s.AdvisorResponse))
 				}
+				if s.MapPort != 0 {
+					fmt.Fprintf(w, " --mapport %d", s.MapPort)
+				}
+				if s.ReturnAddress != "" {
+					fmt.Fprintf(w, " --returnaddress %s", quote(s.ReturnAddress))
+				}
+				if s.Router != "" {
+					fmt.Fprintf(w, " --router %s", quote(s.Router))
+				}
 				fmt.Fprintln(w)
 				switch s.State {
 				case api.StateDown:
@@ -211,6 +240,12 @@ func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
 			for _, t := range down {
 				fmt.Fprintf(w, "server down %s\n", t)
 			}
+			if p.CrossPort != 0 {
+				crossports = append(crossports, fmt.Sprintf("port set %s --crossport %d", quote(svc), p.CrossPort))
+			}
+		}
+		for _, l := range crossports {
+			fmt.Fprintln(w, l)
 		}
 	}
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -248,11 +250,10 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "error:\t%s\n", r.Error)
 	}
-	nfa := r.NFA
-	if nfa == "" {
-		nfa = "none"
-	}
-	fmt.Fprintf(w, "nfa:\t%s\n", nfa)
+	fmt.Fprintf(w, "nfa:\t%s\n", orNone(r.NFA))
+	fmt.Fprintf(w, "nfa6:\t%s\n", orNone(r.NFA6))
+	fmt.Fprintf(w, "client gateway:\t%s\n", orNone(r.ClientGateway))
+	fmt.Fprintf(w, "client gateway6:\t%s\n", orNone(r.ClientGateway6))
 	fmt.Fprintf(w, "fintimeout:\t%d s\n", r.FinTimeout)
 	// Sizes are zero while the executor is not loaded: say so rather
 	// than show a table of capacity 0.
@@ -261,13 +262,26 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 	} else {
 		fmt.Fprintf(w, "connections:\t-\n")
 	}
-	if r.MaglevSize > 0 {
-		fmt.Fprintf(w, "maglev size:\t%d\n", r.MaglevSize)
-	} else {
-		fmt.Fprintf(w, "maglev size:\t-\n")
+	fmt.Fprintf(w, "nat capacity:\t%s\n", sizeOrDash(r.NATCapacity))
+	fmt.Fprintf(w, "half-open capacity:\t%s\n", sizeOrDash(r.HalfOpenCapacity))
+	switch {
+	case r.AffinityCapacity > 0:
+		fmt.Fprintf(w, "affinity records:\t%d/%d\n", r.AffinityRecords, r.AffinityCapacity)
+	case r.AffinityRecords > 0:
+		fmt.Fprintf(w, "affinity records:\t%d\n", r.AffinityRecords)
+	default:
+		fmt.Fprintf(w, "affinity records:\t-\n")
 	}
-	// A line without a tab ends tabwriter's column block, so the reasons
-	// are aligned on their own.
+	fmt.Fprintf(w, "maglev size:\t%s\n", sizeOrDash(r.MaglevSize))
+	// A line without a tab ends tabwriter's column block, so each table
+	// below is aligned on its own.
+	if len(r.ReturnAddresses) > 0 {
+		fmt.Fprintf(w, "\n")
+		fmt.Fprintf(w, "RETURN ADDRESS\tPORTS\tESTABLISHED\tHALF-OPEN\n")
+		for _, ra := range r.ReturnAddresses {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", ra.Address, ra.Ports, ra.Established, ra.HalfOpen)
+		}
+	}
 	fmt.Fprintf(w, "\n")
 	fmt.Fprintf(w, "REASON\tPACKETS\tBYTES\n")
 	var nbytes uint64
@@ -276,6 +290,38 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 		nbytes += rc.Bytes
 	}
 	fmt.Fprintf(w, "total\t%d\t%d\n", r.Packets, nbytes)
+	if len(r.Events) > 0 {
+		fmt.Fprintf(w, "\n")
+		fmt.Fprintf(w, "EVENT\tCOUNT\n")
+		for _, name := range slices.Sorted(maps.Keys(r.Events)) {
+			fmt.Fprintf(w, "%s\t%d\n", name, r.Events[name])
+		}
+	}
+}
+
+// orNone shows an unset address as "none", the word that clears it.
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// sizeOrDash formats a table size, which is 0 while the executor is not
+// loaded (or dlbd does not have the table).
+func sizeOrDash(n uint32) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(n), 10)
+}
+
+// numOrDash formats a parameter whose 0 means "not set".
+func numOrDash[T uint8 | uint16 | uint32](n T) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(n), 10)
 }
 
 func clusterTable(w io.Writer, rs []api.ClusterReport) {
@@ -285,19 +331,31 @@ func clusterTable(w io.Writer, rs []api.ClusterReport) {
 	}
 }
 
+// portTable shows a port's parameters, then its counters: the
+// connection counters, the half-open connections (ALERT above
+// maxhalfopen) and the affinity records. Parameters whose 0 means unset
+// show as '-'.
 func portTable(w io.Writer, rs []api.PortReport) {
-	fmt.Fprintf(w, "CLUSTER\tPORT\tPROTOCOL\tMETHOD\tSTICKYTIME\tSTALETIMEOUT\tWEIGHTBOUND\tSERVERS\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\n")
+	fmt.Fprintf(w, "CLUSTER\tPORT\tPROTOCOL\tMETHOD\tSELECTION\tSTICKYTIME\tSTICKYMASK\tCROSSPORT\tSTALETIMEOUT\tWEIGHTBOUND\tMAXHALFOPEN\tSERVERS\t"+
+		"PACKETS\tBYTES\tNEWC\tACTV\tFIN\tHALFOPEN\tAFFINITY\n")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.Cluster, r.Port, r.Protocol, r.Method,
-			r.StickyTime, r.StaleTimeout, r.WeightBound, r.Servers, counters(r.Counters))
+		halfOpen := strconv.FormatUint(r.HalfOpen, 10)
+		if r.HalfOpenAlert {
+			halfOpen += " ALERT"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%d\n", r.Cluster, r.Port, r.Protocol, r.Method,
+			orDash(r.SelectionAlgorithm), r.StickyTime, numOrDash(r.StickyMask), numOrDash(r.CrossPort), r.StaleTimeout,
+			r.WeightBound, numOrDash(r.MaxHalfOpen), r.Servers, counters(r.Counters), halfOpen, r.AffinityRecords)
 	}
 }
 
+// serverTable shows a server's weight, state, counters and affinity
+// records, then where it is: its MAC address and its NAT settings.
 func serverTable(w io.Writer, rs []api.ServerReport) {
-	fmt.Fprintf(w, "CLUSTER\tPORT\tSERVER\tWEIGHT\tSTATE\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\tMAC\n")
+	fmt.Fprintf(w, "CLUSTER\tPORT\tSERVER\tWEIGHT\tSTATE\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\tAFFINITY\tMAC\tMAPPORT\tRETURNADDRESS\tROUTER\n")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Cluster, r.Port, r.Address, r.Weight, r.State,
-			counters(r.Counters), orDash(r.MAC))
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Cluster, r.Port, r.Address, r.Weight, r.State,
+			counters(r.Counters), r.AffinityRecords, orDash(r.MAC), numOrDash(r.MapPort), orDash(r.ReturnAddress), orDash(r.Router))
 	}
 }
 

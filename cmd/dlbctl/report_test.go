@@ -20,7 +20,14 @@ func cannedEngine() *fakeEngine {
 		exec: api.ExecutorReport{
 			Started: true, Interface: "eth0", XDPMode: "auto", Attached: true, AttachedMode: "generic",
 			Ifindex: 3, LinkID: 12, ProgramID: 34, PinDir: "/sys/fs/bpf/dlb",
-			NFA: "192.0.2.10", FinTimeout: 30, Connections: 12, ConnectionCapacity: 262144, MaglevSize: 65537,
+			NFA: "192.0.2.10", NFA6: "2001:2::2", ClientGateway: "192.0.2.1", ClientGateway6: "2001:2::1",
+			FinTimeout: 30, Connections: 12, ConnectionCapacity: 262144, MaglevSize: 65537,
+			NATCapacity: 131072, HalfOpenCapacity: 65536, AffinityCapacity: 65536, AffinityRecords: 7,
+			ReturnAddresses: []api.ReturnAddressReport{
+				{Address: "10.0.0.3", Ports: 64512, Established: 40, HalfOpen: 2},
+				{Address: "2001:2::3", Ports: 64512},
+			},
+			Events: map[string]uint64{"nat_ports_exhausted": 3, "affinity_insert_failed": 1},
 			Reasons: []api.ReasonCount{
 				{Reason: "forwarded", Packets: 1000, Bytes: 64000},
 				{Reason: "passed", Packets: 20, Bytes: 1500},
@@ -30,20 +37,27 @@ func cannedEngine() *fakeEngine {
 		clusters: []api.ClusterReport{
 			{Address: "10.0.0.100", Configure: true, Ports: 2, Proportions: []int{50, 50, 0, 0},
 				Counters: api.Counters{Packets: big, Bytes: 2, NewConnections: 3, FinishedConnections: 4, ActiveConnections: 5}},
-			{Address: "10.0.0.101", Ports: 1, Proportions: []int{40, 40, 20, 0}, Metrics: []string{"cpuload"}},
+			{Address: "10.0.0.101", Ports: 2, Proportions: []int{40, 40, 20, 0}, Metrics: []string{"cpuload"}},
 		},
 		ports: []api.PortReport{
-			{Cluster: "10.0.0.100", Port: 53, Protocol: "both", Method: "mac", StaleTimeout: 30, WeightBound: 50, Servers: 1},
-			{Cluster: "10.0.0.100", Port: 80, Protocol: "tcp", Method: "mac", StaleTimeout: 300, WeightBound: 20, Servers: 2,
+			{Cluster: "10.0.0.100", Port: 53, Protocol: "both", Method: "mac", SelectionAlgorithm: "affinity",
+				StaleTimeout: 30, WeightBound: 50, Servers: 1},
+			{Cluster: "10.0.0.100", Port: 80, Protocol: "tcp", Method: "mac", SelectionAlgorithm: "connection", MaxHalfOpen: 500,
+				StaleTimeout: 300, WeightBound: 20, Servers: 2, HalfOpen: 800, HalfOpenAlert: true,
 				Counters: api.Counters{Packets: 10, Bytes: 20, NewConnections: 3, FinishedConnections: 1, ActiveConnections: 2}},
-			{Cluster: "10.0.0.101", Port: 443, Protocol: "tcp", Method: "mac", StickyTime: 60, StaleTimeout: 900, WeightBound: 20, Servers: 1},
+			{Cluster: "10.0.0.101", Port: 443, Protocol: "tcp", Method: "mac", StickyTime: 60, StickyMask: 24, CrossPort: 8443,
+				SelectionAlgorithm: "affinity", StaleTimeout: 900, WeightBound: 20, Servers: 1, HalfOpen: 3, AffinityRecords: 5},
+			{Cluster: "10.0.0.101", Port: 8443, Protocol: "tcp", Method: "nat", StickyTime: 60, StickyMask: 24, CrossPort: 443,
+				SelectionAlgorithm: "conn+affin", StaleTimeout: 300, WeightBound: 20, Servers: 1, AffinityRecords: 2},
 		},
 		servers: []api.ServerReport{
 			{Cluster: "10.0.0.100", Port: 53, Address: "10.1.1.9", Weight: 50, State: api.StateUp, MAC: "02:00:00:00:00:09"},
 			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.5", Weight: 5, State: api.StateUp, MAC: "02:00:00:00:00:05",
 				Counters: api.Counters{Packets: 10, Bytes: 20, NewConnections: 3, FinishedConnections: 1, ActiveConnections: 2}},
 			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.6", Weight: 20, State: api.StateDown, MAC: "02:00:00:00:00:06"},
-			{Cluster: "10.0.0.101", Port: 443, Address: "10.1.1.7", Weight: 0, State: api.StateUnresolved},
+			{Cluster: "10.0.0.101", Port: 443, Address: "10.1.1.7", Weight: 0, State: api.StateUnresolved, AffinityRecords: 5},
+			{Cluster: "10.0.0.101", Port: 8443, Address: "198.18.1.11", Weight: 20, State: api.StateUp, MAC: "02:d1:b0:00:00:fe",
+				MapPort: 443, ReturnAddress: "10.0.0.3", Router: "198.18.0.254", AffinityRecords: 2},
 		},
 	}
 }
@@ -57,35 +71,53 @@ func TestReportFormats(t *testing.T) {
 		want   any    // the canned report
 		table  string
 	}{
-		{[]string{"executor", "report"}, "", eng.exec, `started:      yes
-interface:    eth0
-xdp mode:     auto, attached as generic
-attached:     yes (ifindex 3, link id 12, program id 34)
-pin dir:      /sys/fs/bpf/dlb
-nfa:          192.0.2.10
-fintimeout:   30 s
-connections:  12/262144
-maglev size:  65537
+		{[]string{"executor", "report"}, "", eng.exec, `started:             yes
+interface:           eth0
+xdp mode:            auto, attached as generic
+attached:            yes (ifindex 3, link id 12, program id 34)
+pin dir:             /sys/fs/bpf/dlb
+nfa:                 192.0.2.10
+nfa6:                2001:2::2
+client gateway:      192.0.2.1
+client gateway6:     2001:2::1
+fintimeout:          30 s
+connections:         12/262144
+nat capacity:        131072
+half-open capacity:  65536
+affinity records:    7/65536
+maglev size:         65537
+
+RETURN ADDRESS  PORTS  ESTABLISHED  HALF-OPEN
+10.0.0.3        64512  40           2
+2001:2::3       64512  0            0
 
 REASON     PACKETS  BYTES
 forwarded  1000     64000
 passed     20       1500
 total      1020     65500
+
+EVENT                   COUNT
+affinity_insert_failed  1
+nat_ports_exhausted     3
 `},
 		{[]string{"cluster", "report"}, "", eng.clusters, `CLUSTER     CONFIGURE  PORTS  PACKETS              BYTES  NEWC  ACTV  FIN
 10.0.0.100  yes        2      9223372036854775809  2      3     5     4
-10.0.0.101  no         1      0                    0      0     0     0
+10.0.0.101  no         2      0                    0      0     0     0
 `},
-		{[]string{"port", "report", "@80"}, "@80", eng.ports, `CLUSTER     PORT  PROTOCOL  METHOD  STICKYTIME  STALETIMEOUT  WEIGHTBOUND  SERVERS  PACKETS  BYTES  NEWC  ACTV  FIN
-10.0.0.100  53    both      mac     0           30            50           1        0        0      0     0     0
-10.0.0.100  80    tcp       mac     0           300           20           2        10       20     3     2     1
-10.0.0.101  443   tcp       mac     60          900           20           1        0        0      0     0     0
+		// Parameters whose 0 means unset show '-'; the half-open count is
+		// marked above maxhalfopen.
+		{[]string{"port", "report", "@80"}, "@80", eng.ports, `CLUSTER     PORT  PROTOCOL  METHOD  SELECTION   STICKYTIME  STICKYMASK  CROSSPORT  STALETIMEOUT  WEIGHTBOUND  MAXHALFOPEN  SERVERS  PACKETS  BYTES  NEWC  ACTV  FIN  HALFOPEN   AFFINITY
+10.0.0.100  53    both      mac     affinity    0           -           -          30            50           -            1        0        0      0     0     0    0          0
+10.0.0.100  80    tcp       mac     connection  0           -           -          300           20           500          2        10       20     3     2     1    800 ALERT  0
+10.0.0.101  443   tcp       mac     affinity    60          24          8443       900           20           -            1        0        0      0     0     0    3          5
+10.0.0.101  8443  tcp       nat     conn+affin  60          24          443        300           20           -            1        0        0      0     0     0    0          2
 `},
-		{[]string{"server", "report", "10.0.0.100@80@"}, "10.0.0.100@80@", eng.servers, `CLUSTER     PORT  SERVER    WEIGHT  STATE       PACKETS  BYTES  NEWC  ACTV  FIN  MAC
-10.0.0.100  53    10.1.1.9  50      up          0        0      0     0     0    02:00:00:00:00:09
-10.0.0.100  80    10.1.1.5  5       up          10       20     3     2     1    02:00:00:00:00:05
-10.0.0.100  80    10.1.1.6  20      down        0        0      0     0     0    02:00:00:00:00:06
-10.0.0.101  443   10.1.1.7  0       unresolved  0        0      0     0     0    -
+		{[]string{"server", "report", "10.0.0.100@80@"}, "10.0.0.100@80@", eng.servers, `CLUSTER     PORT  SERVER       WEIGHT  STATE       PACKETS  BYTES  NEWC  ACTV  FIN  AFFINITY  MAC                MAPPORT  RETURNADDRESS  ROUTER
+10.0.0.100  53    10.1.1.9     50      up          0        0      0     0     0    0         02:00:00:00:00:09  -        -              -
+10.0.0.100  80    10.1.1.5     5       up          10       20     3     2     1    0         02:00:00:00:00:05  -        -              -
+10.0.0.100  80    10.1.1.6     20      down        0        0      0     0     0    0         02:00:00:00:00:06  -        -              -
+10.0.0.101  443   10.1.1.7     0       unresolved  0        0      0     0     0    5         -                  -        -              -
+10.0.0.101  8443  198.18.1.11  20      up          0        0      0     0     0    2         02:d1:b0:00:00:fe  443      10.0.0.3       198.18.0.254
 `},
 	}
 	for _, tt := range tests {
@@ -175,7 +207,7 @@ func TestReportYAMLShape(t *testing.T) {
   active_connections: 5
 - address: 10.0.0.101
   configure: false
-  ports: 1
+  ports: 2
   proportions:
     - 40
     - 40
@@ -209,7 +241,9 @@ func TestReportEmpty(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"server", "report"}, "CLUSTER  PORT  SERVER  WEIGHT  STATE  PACKETS  BYTES  NEWC  ACTV  FIN  MAC\n"},
+		{[]string{"server", "report"}, "CLUSTER  PORT  SERVER  WEIGHT  STATE  PACKETS  BYTES  NEWC  ACTV  FIN  AFFINITY  MAC  MAPPORT  RETURNADDRESS  ROUTER\n"},
+		{[]string{"port", "report"}, "CLUSTER  PORT  PROTOCOL  METHOD  SELECTION  STICKYTIME  STICKYMASK  CROSSPORT  STALETIMEOUT  WEIGHTBOUND  " +
+			"MAXHALFOPEN  SERVERS  PACKETS  BYTES  NEWC  ACTV  FIN  HALFOPEN  AFFINITY\n"},
 		{[]string{"cluster", "report"}, "CLUSTER  CONFIGURE  PORTS  PACKETS  BYTES  NEWC  ACTV  FIN\n"},
 		{[]string{"port", "report", "-o", "json"}, "[]\n"},
 		{[]string{"server", "report", "-o", "yaml"}, "[]\n"},
@@ -230,9 +264,17 @@ func TestReportEmpty(t *testing.T) {
 		t.Errorf("exit %d, %v, reasons %v: want []\n%s", r.code, err, got.Reasons, r.stdout)
 	}
 	r = dlbctl(sock, "executor", "report")
-	for _, want := range []string{"started:      no", "attached:     no", "nfa:          none", "connections:  -", "total   0        0"} {
+	for _, want := range []string{"started:             no", "attached:            no", "nfa:                 none",
+		"nfa6:                none", "client gateway:      none", "client gateway6:     none", "connections:         -",
+		"nat capacity:        -", "half-open capacity:  -", "affinity records:    -", "total   0        0"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// Without return addresses or events, their tables are left out.
+	for _, absent := range []string{"RETURN ADDRESS", "EVENT"} {
+		if strings.Contains(r.stdout, absent) {
+			t.Errorf("table has %q:\n%s", absent, r.stdout)
 		}
 	}
 }

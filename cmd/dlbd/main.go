@@ -38,10 +38,11 @@ type options struct {
 	socket        string
 	stateDir      string
 	pinDir        string
-	connTableSize uint32
 	logLevel      string
 	scriptsDir    string
 	scriptTimeout time.Duration
+	// The executor's table sizes, fixed once its maps are pinned.
+	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 }
 
 func main() {
@@ -80,6 +81,10 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 	f.StringVar(&o.stateDir, "state-dir", "/var/lib/dlb", "directory of the persisted configuration")
 	f.StringVar(&o.pinDir, "pin-dir", datapath.DefaultPinDir, "bpffs directory where the executor is pinned")
 	f.Uint32Var(&o.connTableSize, "conn-table-size", 262144, "capacity of the connection table (fixed once pinned)")
+	f.Uint32Var(&o.natTableSize, "nat-table-size", 262144, "capacity of the NAT connection tables (fixed once pinned)")
+	f.Uint32Var(&o.halfOpenTableSize, "halfopen-table-size", 16384,
+		"slots of the NAT half-open table, a power of two; at most a quarter of the smallest return-address port pool (fixed once pinned)")
+	f.Uint32Var(&o.affinityTableSize, "affinity-table-size", 65536, "capacity of the affinity-record table (fixed once pinned)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
 		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert and halfOpenAlertDone")
@@ -93,8 +98,16 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if o.connTableSize < 1024 {
-		return fmt.Errorf("--conn-table-size: %d is below the minimum of 1024", o.connTableSize)
+	for _, t := range []struct {
+		flag string
+		v    uint32
+	}{{"conn-table-size", o.connTableSize}, {"nat-table-size", o.natTableSize}, {"halfopen-table-size", o.halfOpenTableSize}, {"affinity-table-size", o.affinityTableSize}} {
+		if t.v < 1024 || t.v > 1<<26 {
+			return fmt.Errorf("--%s: %d is outside 1024..%d", t.flag, t.v, 1<<26)
+		}
+	}
+	if n := o.halfOpenTableSize; n&(n-1) != 0 {
+		return fmt.Errorf("--halfopen-table-size: %d is not a power of two", n)
 	}
 
 	maxServices, maxBackends, err := datapath.Limits()
@@ -104,7 +117,8 @@ func run(ctx context.Context, o options) error {
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir: o.stateDir,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
-			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize})
+			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize,
+				NATTableSize: o.natTableSize, HalfOpenTableSize: o.halfOpenTableSize, AffinityTableSize: o.affinityTableSize})
 			if err != nil {
 				return nil, err
 			}

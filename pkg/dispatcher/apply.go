@@ -57,6 +57,7 @@ func (e *Engine) apply(ops []api.Op) (api.Result, error) {
 		return api.Result{}, &OpError{Index: last, Err: err}
 	}
 	e.resetWeights(e.cfg, next)
+	e.dropAffinity(e.cfg, next, nextIDs)
 	e.cfg, e.ids = next, nextIDs
 	e.reconcileProbes(e.cfg)
 	e.reconcileMetrics(e.cfg)
@@ -73,14 +74,52 @@ func (e *Engine) apply(ops []api.Op) (api.Result, error) {
 	return api.Result{Applied: len(ops)}, nil
 }
 
-// addedServers lists server addresses next has that cur does not.
+// dropAffinity removes the affinity records of the servers that next
+// quiesces "now" and cur did not: their sticky clients go elsewhere from
+// their next connection on. (Records of removed servers go with the
+// executor's next sweep.)
+func (e *Engine) dropAffinity(cur, next lb.Config, x ids) {
+	if e.dp == nil {
+		return
+	}
+	was := map[lb.BackendKey]bool{}
+	for _, cl := range cur.Clusters {
+		for _, p := range cl.Ports {
+			for _, s := range p.Servers {
+				if s.QuiesceNow {
+					was[lb.BackendKey{Service: lb.ServiceKey{Cluster: cl.Address, Port: p.Number}, Server: s.Address}] = true
+				}
+			}
+		}
+	}
+	for _, cl := range next.Clusters {
+		for _, p := range cl.Ports {
+			for _, s := range p.Servers {
+				k := lb.BackendKey{Service: lb.ServiceKey{Cluster: cl.Address, Port: p.Number}, Server: s.Address}
+				if !s.QuiesceNow || was[k] {
+					continue
+				}
+				n, err := e.dp.DropAffinity(x.Backends[k.String()])
+				if err != nil {
+					e.log.Error("dropping affinity records", "server", k, "err", err)
+					continue
+				}
+				e.log.Info("quiesced now: affinity records dropped", "server", k, "records", n)
+			}
+		}
+	}
+}
+
+// addedServers lists the next hops next has that cur does not: new
+// servers, routers and client gateways must be reachable for a change to
+// be accepted.
 func addedServers(cur, next lb.Config) []netip.Addr {
 	have := map[netip.Addr]bool{}
-	for _, a := range serverAddrs(cur) {
+	for _, a := range nextHops(cur) {
 		have[a] = true
 	}
 	var out []netip.Addr
-	for _, a := range serverAddrs(next) {
+	for _, a := range nextHops(next) {
 		if !have[a] {
 			out = append(out, a)
 		}
@@ -90,8 +129,9 @@ func addedServers(cur, next lb.Config) []netip.Addr {
 
 // reconcile makes the kernel match next: loads, attaches or removes the
 // executor, resolves servers, writes the maps and puts cluster addresses on
-// the interface. Servers in fresh must be reachable by MAC forwarding. On
-// failure it restores what it changed and returns the error.
+// the interface. Next hops in fresh (servers, routers, client gateways)
+// must be directly reachable. On failure it restores what it changed and
+// returns the error.
 func (e *Engine) reconcile(next lb.Config, nextIDs ids, fresh []netip.Addr) error {
 	ex := next.Executor
 	if !ex.Started {
@@ -160,7 +200,7 @@ func (e *Engine) reconcile(next lb.Config, nextIDs ids, fresh []netip.Addr) erro
 	}
 
 	var unknown []netip.Addr
-	for _, a := range serverAddrs(next) {
+	for _, a := range nextHops(next) {
 		if e.neigh[a].MAC == nil {
 			unknown = append(unknown, a)
 		}
@@ -169,7 +209,7 @@ func (e *Engine) reconcile(next lb.Config, nextIDs ids, fresh []netip.Addr) erro
 	for _, a := range fresh {
 		if err := e.neighErr[a]; err != nil {
 			undo()
-			return lb.Errorf("server", a.String(), "%v", err)
+			return lb.Errorf(hopRole(next, a), a.String(), "%v", err)
 		}
 	}
 
@@ -193,15 +233,41 @@ func (e *Engine) reconcile(next lb.Config, nextIDs ids, fresh []netip.Addr) erro
 	return nil
 }
 
-// configureAddresses puts the cluster addresses marked Configure on the
-// executor's interface and takes off those it put there that are no longer
-// wanted.
+// hopRole names what a next hop is in cfg, for refusals: "router",
+// "clientgateway" or "server" (with a hint for a NAT server off the
+// segment).
+func hopRole(cfg lb.Config, a netip.Addr) string {
+	if a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6 {
+		return "clientgateway"
+	}
+	for _, cl := range cfg.Clusters {
+		for _, p := range cl.Ports {
+			for _, s := range p.Servers {
+				if s.Router == a {
+					return "router"
+				}
+			}
+		}
+	}
+	return "server"
+}
+
+// configureAddresses puts the cluster addresses marked Configure and the
+// NAT return addresses on the executor's interface, and takes off those it
+// put there that are no longer wanted.
 func (e *Engine) configureAddresses(cfg lb.Config) error {
 	want := map[netip.Addr]string{}
 	if cfg.Executor.Started {
 		for _, cl := range cfg.Clusters {
 			if cl.Configure {
 				want[cl.Address] = cfg.Executor.Interface
+			}
+			for _, p := range cl.Ports {
+				for _, s := range p.Servers {
+					if p.Method == lb.NAT && s.ReturnAddress.IsValid() {
+						want[s.ReturnAddress] = cfg.Executor.Interface
+					}
+				}
 			}
 		}
 	}
@@ -240,9 +306,14 @@ type table struct {
 // Maglev tables whose members or weights changed are rebuilt, in parallel
 // when there are several (a manager cycle may change many ports at once).
 func (e *Engine) dataplane(cfg lb.Config, x ids) lb.Dataplane {
-	dp := lb.Dataplane{NFA: cfg.Executor.NFA}
+	ex := cfg.Executor
+	dp := lb.Dataplane{
+		NFA: ex.NFA, NFA6: ex.NFA6,
+		ClientGateway: e.hop(ex.ClientGateway), ClientGateway6: e.hop(ex.ClientGateway6),
+	}
 	m := e.dp.MaglevSize()
 	live := map[uint32]bool{}
+	groups := affinityGroups(cfg, x)
 	var stale []tableJob
 	for _, cl := range cfg.Clusters {
 		for _, p := range cl.Ports {
@@ -253,11 +324,17 @@ func (e *Engine) dataplane(cfg lb.Config, x ids) lb.Dataplane {
 			states, _ := e.serverStates(cfg, cl, p)
 			for i, s := range p.Servers {
 				bk := lb.BackendKey{Service: sk, Server: s.Address}
-				nb := e.neigh[s.Address]
+				nb := e.neigh[s.NextHop()]
 				b := lb.DataplaneBackend{
 					ID: x.Backends[bk.String()], Service: sid, Address: s.Address,
 					MAC: nb.MAC, SrcMAC: nb.IfMAC, Ifindex: nb.Ifindex,
 					AcceptNew: states[i].accept,
+					// A quiesced server keeps the clients whose affinity
+					// records name it, unless it was quiesced "now".
+					Quiesced: states[i].state == api.StateQuiesced && !s.QuiesceNow,
+				}
+				if p.Method == lb.NAT {
+					b.Port, b.ReturnAddress = s.MapPort, s.ReturnAddress
 				}
 				dp.Backends = append(dp.Backends, b)
 				if b.AcceptNew {
@@ -268,10 +345,26 @@ func (e *Engine) dataplane(cfg lb.Config, x ids) lb.Dataplane {
 			if t, ok := e.tables[sid]; !ok || t.fingerprint != fp {
 				stale = append(stale, tableJob{sid: sid, members: members, fp: fp})
 			}
-			dp.Services = append(dp.Services, lb.DataplaneService{
+			svc := lb.DataplaneService{
 				ID: sid, Cluster: cl.Address, Port: p.Number, Protocol: p.Protocol,
-				StaleTimeout: p.StaleTimeout, FinTimeout: cfg.Executor.FinTimeout,
-			})
+				StaleTimeout: p.StaleTimeout, FinTimeout: ex.FinTimeout,
+				StickyTime: p.StickyTime, AffinityGroup: groups[sid],
+			}
+			if p.Method == lb.NAT {
+				svc.Method = lb.DataplaneNAT
+			}
+			if cl.Address.Is4() {
+				svc.StickyMask4 = p.StickyMask
+			} else {
+				svc.StickyMask6 = p.StickyMask
+			}
+			switch p.Selection {
+			case lb.SelectConnection:
+				svc.Selection = lb.DataplaneConnection
+			case lb.SelectConnAffin:
+				svc.Selection = lb.DataplaneConnAffin
+			}
+			dp.Services = append(dp.Services, svc)
 		}
 	}
 	e.buildTables(stale, m)
@@ -285,6 +378,66 @@ func (e *Engine) dataplane(cfg lb.Config, x ids) lb.Dataplane {
 		}
 	}
 	return dp
+}
+
+// hop returns how the executor reaches a next hop: its MAC and interface,
+// or the zero value (not configured, or not resolved yet).
+func (e *Engine) hop(a netip.Addr) lb.DataplaneNextHop {
+	if !a.IsValid() {
+		return lb.DataplaneNextHop{}
+	}
+	nb := e.neigh[a]
+	if nb.MAC == nil {
+		return lb.DataplaneNextHop{}
+	}
+	return lb.DataplaneNextHop{MAC: nb.MAC, SrcMAC: nb.IfMAC, Ifindex: nb.Ifindex}
+}
+
+// affinityGroups gives the services linked by crossport (directly or
+// through others) a shared affinity group: the smallest service id of the
+// group plus one. Services without crossport get none (0).
+func affinityGroups(cfg lb.Config, x ids) map[uint32]uint32 {
+	out := map[uint32]uint32{}
+	for _, cl := range cfg.Clusters {
+		parent := map[uint16]uint16{}
+		var find func(uint16) uint16
+		find = func(n uint16) uint16 {
+			for parent[n] != n {
+				n = parent[n]
+			}
+			return n
+		}
+		linked := false
+		for _, p := range cl.Ports {
+			parent[p.Number] = p.Number
+		}
+		for _, p := range cl.Ports {
+			if _, ok := parent[p.CrossPort]; p.CrossPort != 0 && ok {
+				parent[find(p.Number)] = find(p.CrossPort)
+				linked = true
+			}
+		}
+		if !linked {
+			continue
+		}
+		minID := map[uint16]uint32{}
+		count := map[uint16]int{}
+		for _, p := range cl.Ports {
+			root := find(p.Number)
+			sid := x.Services[lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String()]
+			if cur, ok := minID[root]; !ok || sid < cur {
+				minID[root] = sid
+			}
+			count[root]++
+		}
+		for _, p := range cl.Ports {
+			root := find(p.Number)
+			if count[root] > 1 {
+				out[x.Services[lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String()]] = minID[root] + 1
+			}
+		}
+	}
+	return out
 }
 
 // tableJob is a Maglev table to rebuild.

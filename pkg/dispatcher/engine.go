@@ -14,6 +14,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
@@ -33,10 +34,16 @@ type Datapath interface {
 	Stats() (lb.DataplaneStats, error)
 	// Sweep expires idle connections and counts active ones.
 	Sweep() (lb.SweepResult, error)
-	// MaglevSize and ConnTableCapacity report sizes; PinDir where the
-	// objects are pinned.
+	// DropAffinity removes the affinity records naming a backend and
+	// returns how many it removed.
+	DropAffinity(backend uint32) (int, error)
+	// MaglevSize and the capacities report sizes fixed at load; PinDir
+	// where the objects are pinned.
 	MaglevSize() uint32
 	ConnTableCapacity() uint32
+	NATTableCapacity() uint32
+	HalfOpenTableCapacity() uint32
+	AffinityTableCapacity() uint32
 	PinDir() string
 	// Close releases the executor and keeps it pinned and forwarding.
 	Close() error
@@ -287,6 +294,36 @@ func (e *Engine) sweepConns() {
 	if res.Expired > 0 {
 		e.log.Debug("swept connections", "expired", res.Expired, "left", res.Entries)
 	}
+	e.checkHalfOpen()
+}
+
+// checkHalfOpen compares every port's half-open connections with its
+// maxhalfopen and raises halfOpenAlert when they go above it, and
+// halfOpenAlertDone when they are back at or below it (or the threshold
+// was removed).
+func (e *Engine) checkHalfOpen() {
+	for _, cl := range e.cfg.Clusters {
+		for _, p := range cl.Ports {
+			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
+			n := e.sweep.HalfOpen[e.ids.Services[sk.String()]]
+			prt := e.port(sk)
+			alert := p.MaxHalfOpen > 0 && n > uint64(p.MaxHalfOpen)
+			if alert == prt.halfOpenAlert {
+				continue
+			}
+			prt.halfOpenAlert = alert
+			ev := eventHalfOpenDone
+			if alert {
+				ev = eventHalfOpenAlert
+				e.log.Warn("half-open connections above maxhalfopen: a SYN flood?", "cluster", cl.Address, "port", p.Number,
+					"half_open", n, "max_half_open", p.MaxHalfOpen)
+			}
+			e.emit(ev, map[string]string{
+				"DLB_CLUSTER": cl.Address.String(), "DLB_PORT": itoa(int(p.Number)),
+				"DLB_HALFOPEN": strconv.FormatUint(n, 10), "DLB_MAXHALFOPEN": itoa(int(p.MaxHalfOpen)),
+			})
+		}
+	}
 }
 
 // refreshNeighbors re-reads how every server is reached and pushes a
@@ -295,7 +332,7 @@ func (e *Engine) refreshNeighbors() {
 	if e.dp == nil {
 		return
 	}
-	if !e.updateNeighbors(serverAddrs(e.cfg)) {
+	if !e.updateNeighbors(nextHops(e.cfg)) {
 		return
 	}
 	if err := e.dp.Apply(e.dataplane(e.cfg, e.ids)); err != nil {
@@ -317,7 +354,7 @@ func (e *Engine) updateNeighbors(addrs []netip.Addr) bool {
 		if !ok {
 			if err := errs[a]; err != nil {
 				if prev := e.neighErr[a]; prev == nil || prev.Error() != err.Error() {
-					e.log.Warn("server unreachable by MAC forwarding", "server", a, "err", err)
+					e.log.Warn("next hop unreachable", "address", a, "err", err)
 				}
 				e.neighErr[a] = err
 			}
@@ -329,7 +366,7 @@ func (e *Engine) updateNeighbors(addrs []netip.Addr) bool {
 		}
 		if !had || old.Ifindex != nb.Ifindex || old.MAC.String() != nb.MAC.String() || old.IfMAC.String() != nb.IfMAC.String() {
 			if nb.MAC != nil && (!had || old.MAC.String() != nb.MAC.String()) {
-				e.log.Info("server resolved", "server", a, "mac", nb.MAC.String(), "ifindex", nb.Ifindex)
+				e.log.Info("next hop resolved", "address", a, "mac", nb.MAC.String(), "ifindex", nb.Ifindex)
 			}
 			e.neigh[a] = nb
 			changed = true
@@ -358,19 +395,25 @@ func (e *Engine) waitNeighbors(addrs []netip.Addr) {
 	}
 }
 
-// serverAddrs lists the distinct server addresses of cfg.
-func serverAddrs(cfg lb.Config) []netip.Addr {
+// nextHops lists the distinct addresses whose MACs the executor needs: each
+// server's next hop (the server, or its router) and the client gateways.
+func nextHops(cfg lb.Config) []netip.Addr {
 	seen := map[netip.Addr]bool{}
 	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a.IsValid() && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
 	for _, cl := range cfg.Clusters {
 		for _, p := range cl.Ports {
 			for _, s := range p.Servers {
-				if !seen[s.Address] {
-					seen[s.Address] = true
-					out = append(out, s.Address)
-				}
+				add(s.NextHop())
 			}
 		}
 	}
+	add(cfg.Executor.ClientGateway)
+	add(cfg.Executor.ClientGateway6)
 	return out
 }

@@ -26,7 +26,9 @@ type fakeDatapath struct {
 	failNext error // returned by the next Apply
 	removed  bool
 	closed   bool
-	maglev   uint32 // table size; 251 when 0
+	maglev   uint32         // table size; 251 when 0
+	dropped  []uint32       // backends DropAffinity was called for
+	swept    lb.SweepResult // what Sweep returns
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
@@ -69,7 +71,11 @@ func (f *fakeDatapath) state() *lb.Dataplane {
 func (f *fakeDatapath) Stats() (lb.DataplaneStats, error) {
 	return lb.DataplaneStats{Services: map[uint32]lb.Counters{}, Backends: map[uint32]lb.Counters{}}, nil
 }
-func (f *fakeDatapath) Sweep() (lb.SweepResult, error) { return lb.SweepResult{}, nil }
+func (f *fakeDatapath) Sweep() (lb.SweepResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.swept, nil
+}
 func (f *fakeDatapath) MaglevSize() uint32 {
 	if f.maglev == 0 {
 		return 251
@@ -77,9 +83,20 @@ func (f *fakeDatapath) MaglevSize() uint32 {
 	return f.maglev
 }
 func (f *fakeDatapath) ConnTableCapacity() uint32 { return 1024 }
-func (f *fakeDatapath) PinDir() string            { return "/fake" }
-func (f *fakeDatapath) Close() error              { f.closed = true; return nil }
-func (f *fakeDatapath) Remove() error             { f.removed = true; f.attached = false; return nil }
+func (f *fakeDatapath) NATTableCapacity() uint32  { return 2048 }
+func (f *fakeDatapath) HalfOpenTableCapacity() uint32 {
+	return 512
+}
+func (f *fakeDatapath) AffinityTableCapacity() uint32 { return 4096 }
+func (f *fakeDatapath) DropAffinity(backend uint32) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropped = append(f.dropped, backend)
+	return 1, nil
+}
+func (f *fakeDatapath) PinDir() string { return "/fake" }
+func (f *fakeDatapath) Close() error   { f.closed = true; return nil }
+func (f *fakeDatapath) Remove() error  { f.removed = true; f.attached = false; return nil }
 
 // fakeNetif resolves servers from a table and records addresses.
 type fakeNetif struct {
@@ -150,7 +167,14 @@ type harness struct {
 
 func newHarness(t *testing.T, dir string) *harness {
 	t.Helper()
-	h := &harness{t: t, dp: &fakeDatapath{}, nif: newFakeNetif(), dir: dir}
+	return newHarnessWith(t, dir, nil)
+}
+
+// newHarnessWith is newHarness with extra adjusting the engine's options;
+// servers 198.18.0.21-29 resolve.
+func newHarnessWith(t *testing.T, dir string, extra func(*Options)) *harness {
+	t.Helper()
+	h := &harness{t: t, dp: &fakeDatapath{}, nif: newFakeNetif(), dir: dir, extra: extra}
 	for i := 21; i <= 29; i++ {
 		h.nif.macs[netip.AddrFrom4([4]byte{198, 18, 0, byte(i)})] = net.HardwareAddr{2, 0, 0, 0, 0, byte(i)}
 	}

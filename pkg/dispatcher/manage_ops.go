@@ -61,8 +61,12 @@ func applyManager(cfg *lb.Config, op api.Op) error {
 		if err != nil {
 			return err
 		}
+		now := op.Now != nil && *op.Now
 		for _, ms := range servers {
 			ms.server.Quiesced = op.Action == api.ActionQuiesce
+			// "quiesce --now" sticks until unquiesce; a later plain
+			// quiesce does not bring affinity back.
+			ms.server.QuiesceNow = ms.server.Quiesced && (now || ms.server.QuiesceNow)
 		}
 	default:
 		return badAction(op)

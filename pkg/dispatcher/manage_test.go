@@ -53,16 +53,11 @@ func newManagedHarness(t *testing.T) (*harness, *fakeProber, string) {
 	t.Helper()
 	fp := newFakeProber()
 	scripts := t.TempDir()
-	h := &harness{t: t, dp: &fakeDatapath{}, nif: newFakeNetif(), dir: t.TempDir()}
-	for i := 21; i <= 29; i++ {
-		h.nif.macs[netip.AddrFrom4([4]byte{198, 18, 0, byte(i)})] = []byte{2, 0, 0, 0, 0, byte(i)}
-	}
-	h.extra = func(o *Options) {
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 		o.NewAdvisor = func(lb.Advisor) (advisors.Advisor, error) { return fp, nil }
 		o.ScriptsDir = scripts
 		o.ScriptTimeout = 300 * time.Millisecond
-	}
-	h.start()
+	})
 	return h, fp, scripts
 }
 

@@ -67,6 +67,10 @@ func noParams(op api.Op, allowed ...string) error {
 		"program": op.Program != nil, "args": op.Args != nil, "mode": op.Mode != nil,
 		"metrics": op.Metrics != nil, "source": op.Source != nil, "metricport": op.MetricPort != nil,
 		"secretfile": op.SecretFile != nil, "path": op.Path != nil,
+		"clientgateway": op.ClientGateway != nil, "stickymask": op.StickyMask != nil,
+		"crossport": op.CrossPort != nil, "selectionalgorithm": op.SelectionAlgorithm != nil,
+		"maxhalfopen": op.MaxHalfOpen != nil, "mapport": op.MapPort != nil,
+		"returnaddress": op.ReturnAddress != nil, "router": op.Router != nil,
 	}
 	for _, name := range sortedKeys(given) {
 		if given[name] && !slices.Contains(allowed, name) {
@@ -111,21 +115,20 @@ func applyExecutor(cfg *lb.Config, op api.Op) error {
 		}
 		ex.Started = false
 	case api.ActionSet:
-		if err := noParams(op, "nfa", "fintimeout"); err != nil {
+		if err := noParams(op, "nfa", "fintimeout", "clientgateway"); err != nil {
 			return err
 		}
-		if op.NFA == nil && op.FinTimeout == nil {
-			return lb.Errorf("nfa", "", "executor set needs nfa or fintimeout")
+		if op.NFA == nil && op.FinTimeout == nil && op.ClientGateway == nil {
+			return lb.Errorf("nfa", "", "executor set needs nfa, clientgateway or fintimeout")
 		}
 		if op.NFA != nil {
-			if *op.NFA == "" || *op.NFA == "none" {
-				ex.NFA = netip.Addr{}
-			} else {
-				a, err := netip.ParseAddr(*op.NFA)
-				if err != nil {
-					return lb.Errorf("nfa", "", "%q is not an IP address", *op.NFA)
-				}
-				ex.NFA = a
+			if err := setByFamily("nfa", *op.NFA, &ex.NFA, &ex.NFA6); err != nil {
+				return err
+			}
+		}
+		if op.ClientGateway != nil {
+			if err := setByFamily("clientgateway", *op.ClientGateway, &ex.ClientGateway, &ex.ClientGateway6); err != nil {
+				return err
 			}
 		}
 		if op.FinTimeout != nil {
@@ -139,6 +142,37 @@ func applyExecutor(cfg *lb.Config, op api.Op) error {
 		return badAction(op)
 	}
 	return nil
+}
+
+// setByFamily sets *v4 or *v6 to the address s, by its family; "none" (or
+// "") clears both.
+func setByFamily(field, s string, v4, v6 *netip.Addr) error {
+	if s == "" || s == "none" {
+		*v4, *v6 = netip.Addr{}, netip.Addr{}
+		return nil
+	}
+	a, err := parseAddr(field, "", s)
+	if err != nil {
+		return err
+	}
+	if a.Is4() {
+		*v4 = a
+	} else {
+		*v6 = a
+	}
+	return nil
+}
+
+// parseAddr parses an address parameter; "none" is the zero Addr.
+func parseAddr(field, obj, s string) (netip.Addr, error) {
+	if s == "" || s == "none" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, lb.Errorf(field, obj, "%q is not an IP address", s)
+	}
+	return a.Unmap(), nil
 }
 
 func applyCluster(cfg *lb.Config, op api.Op) error {
@@ -211,7 +245,7 @@ func applyPort(cfg *lb.Config, op api.Op) error {
 	if err != nil {
 		return err
 	}
-	const portParams = "protocol method stickytime staletimeout weightbound alldown"
+	const portParams = "protocol method stickytime stickymask crossport selectionalgorithm maxhalfopen staletimeout weightbound alldown"
 	switch op.Action {
 	case api.ActionAdd:
 		if err := noParams(op, strings.Fields(portParams)...); err != nil {
@@ -290,6 +324,32 @@ func setPortParams(p *lb.Port, op api.Op, obj string) error {
 			return err
 		}
 	}
+	if op.StickyMask != nil {
+		v, err := inRange("stickymask", obj, *op.StickyMask, 0, 128)
+		if err != nil {
+			return err
+		}
+		p.StickyMask = uint8(v)
+	}
+	if op.CrossPort != nil {
+		v, err := inRange("crossport", obj, *op.CrossPort, 0, 65535)
+		if err != nil {
+			return err
+		}
+		p.CrossPort = uint16(v)
+	}
+	if op.SelectionAlgorithm != nil {
+		v, err := lb.ParseSelection(*op.SelectionAlgorithm)
+		if err != nil {
+			return lb.Errorf("selectionalgorithm", obj, "%v", err)
+		}
+		p.Selection = v
+	}
+	if op.MaxHalfOpen != nil {
+		if p.MaxHalfOpen, err = inRange("maxhalfopen", obj, *op.MaxHalfOpen, 0, lb.MaxHalfOpen); err != nil {
+			return err
+		}
+	}
 	if op.StaleTimeout != nil {
 		if p.StaleTimeout, err = inRange("staletimeout", obj, *op.StaleTimeout, 1, lb.MaxTimeout); err != nil {
 			return err
@@ -310,8 +370,11 @@ func setPortParams(p *lb.Port, op api.Op, obj string) error {
 	return nil
 }
 
+// serverParams are the parameters server add and set take.
+var serverParams = []string{"weight", "fixedweight", "advisorrequest", "advisorresponse", "mapport", "returnaddress", "router"}
+
 // setServerParams applies a server's optional parameters other than weight.
-func setServerParams(s *lb.Server, op api.Op) {
+func setServerParams(s *lb.Server, op api.Op, obj string) error {
 	if op.FixedWeight != nil {
 		s.FixedWeight = *op.FixedWeight
 	}
@@ -321,6 +384,25 @@ func setServerParams(s *lb.Server, op api.Op) {
 	if op.AdvisorResponse != nil {
 		s.AdvisorResponse = *op.AdvisorResponse
 	}
+	if op.MapPort != nil {
+		v, err := inRange("mapport", obj, *op.MapPort, 0, 65535)
+		if err != nil {
+			return err
+		}
+		s.MapPort = uint16(v)
+	}
+	var err error
+	if op.ReturnAddress != nil {
+		if s.ReturnAddress, err = parseAddr("returnaddress", obj, *op.ReturnAddress); err != nil {
+			return err
+		}
+	}
+	if op.Router != nil {
+		if s.Router, err = parseAddr("router", obj, *op.Router); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func applyServer(cfg *lb.Config, op api.Op) error {
@@ -330,7 +412,7 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 	}
 	switch op.Action {
 	case api.ActionAdd:
-		if err := noParams(op, "weight", "fixedweight", "advisorrequest", "advisorresponse"); err != nil {
+		if err := noParams(op, serverParams...); err != nil {
 			return err
 		}
 		if t.Servers == nil {
@@ -354,7 +436,9 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 					}
 					s.Weight = w
 				}
-				setServerParams(&s, op)
+				if err := setServerParams(&s, op, obj); err != nil {
+					return err
+				}
 				mp.port.Servers = append(mp.port.Servers, s)
 			}
 		}
@@ -366,7 +450,7 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 
 	allowed := []string{}
 	if op.Action == api.ActionSet {
-		allowed = append(allowed, "weight", "fixedweight", "advisorrequest", "advisorresponse")
+		allowed = append(allowed, serverParams...)
 	}
 	if err := noParams(op, allowed...); err != nil {
 		return err
@@ -377,8 +461,9 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 	}
 	switch op.Action {
 	case api.ActionSet:
-		if op.Weight == nil && op.FixedWeight == nil && op.AdvisorRequest == nil && op.AdvisorResponse == nil {
-			return lb.Errorf("weight", "", "server set needs --weight, --fixedweight, --advisorrequest or --advisorresponse")
+		if op.Weight == nil && op.FixedWeight == nil && op.AdvisorRequest == nil && op.AdvisorResponse == nil &&
+			op.MapPort == nil && op.ReturnAddress == nil && op.Router == nil {
+			return lb.Errorf("weight", "", "server set needs --weight, --fixedweight, --advisorrequest, --advisorresponse, --mapport, --returnaddress or --router")
 		}
 		for _, ms := range servers {
 			if op.Weight != nil {
@@ -388,7 +473,9 @@ func applyServer(cfg *lb.Config, op api.Op) error {
 				}
 				ms.server.Weight = w
 			}
-			setServerParams(ms.server, op)
+			if err := setServerParams(ms.server, op, ms.key.String()); err != nil {
+				return err
+			}
 		}
 	case api.ActionDown, api.ActionUp:
 		for _, ms := range servers {

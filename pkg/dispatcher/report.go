@@ -46,9 +46,8 @@ func (e *Engine) executorReport() (api.ExecutorReport, error) {
 		Started: ex.Started, Interface: ex.Interface, XDPMode: ex.XDPMode.String(),
 		FinTimeout: ex.FinTimeout, Reasons: []api.ReasonCount{},
 	}
-	if ex.NFA.IsValid() {
-		r.NFA = ex.NFA.String()
-	}
+	r.NFA, r.NFA6 = addrString(ex.NFA), addrString(ex.NFA6)
+	r.ClientGateway, r.ClientGateway6 = addrString(ex.ClientGateway), addrString(ex.ClientGateway6)
 	if e.execErr != nil {
 		r.Error = e.execErr.Error()
 	}
@@ -65,6 +64,17 @@ func (e *Engine) executorReport() (api.ExecutorReport, error) {
 	r.Connections = e.sweep.Entries
 	r.ConnectionCapacity = e.dp.ConnTableCapacity()
 	r.MaglevSize = e.dp.MaglevSize()
+	r.NATCapacity, r.HalfOpenCapacity, r.AffinityCapacity = e.dp.NATTableCapacity(), e.dp.HalfOpenTableCapacity(), e.dp.AffinityTableCapacity()
+	for _, n := range e.sweep.AffinityServices {
+		r.AffinityRecords += n
+	}
+	for a, use := range e.sweep.ReturnPools {
+		r.ReturnAddresses = append(r.ReturnAddresses, api.ReturnAddressReport{
+			Address: a.String(), Ports: use.Size, Established: use.Established, HalfOpen: use.HalfOpen})
+	}
+	slices.SortFunc(r.ReturnAddresses, func(a, b api.ReturnAddressReport) int {
+		return netip.MustParseAddr(a.Address).Compare(netip.MustParseAddr(b.Address))
+	})
 	st, err := e.dp.Stats()
 	if err != nil {
 		return r, err
@@ -73,7 +83,18 @@ func (e *Engine) executorReport() (api.ExecutorReport, error) {
 		r.Reasons = append(r.Reasons, api.ReasonCount{Reason: rc.Reason, Packets: rc.Packets, Bytes: rc.Bytes})
 		r.Packets += rc.Packets
 	}
+	if len(st.Events) > 0 {
+		r.Events = st.Events
+	}
 	return r, nil
+}
+
+// addrString formats an optional address: "" when unset.
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }
 
 // selection parses a report's target, checks that a non-empty one names
@@ -132,10 +153,17 @@ func (e *Engine) portReports(target string) ([]api.PortReport, error) {
 			if !t.MatchCluster(cl.Address) || !t.MatchPort(p.Number) {
 				continue
 			}
+			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
+			sid := e.ids.Services[sk.String()]
 			out = append(out, api.PortReport{
 				Cluster: cl.Address.String(), Port: p.Number, Protocol: p.Protocol.String(), Method: p.Method.String(),
-				StickyTime: p.StickyTime, StaleTimeout: p.StaleTimeout, WeightBound: p.WeightBound,
-				AllDown: p.AllDown.String(), Servers: len(p.Servers), Counters: e.portCounters(st, cl, p),
+				StickyTime: p.StickyTime, StickyMask: p.StickyMask, CrossPort: p.CrossPort,
+				SelectionAlgorithm: p.Selection.String(), MaxHalfOpen: p.MaxHalfOpen,
+				StaleTimeout: p.StaleTimeout, WeightBound: p.WeightBound,
+				AllDown: p.AllDown.String(), Servers: len(p.Servers),
+				HalfOpen: e.sweep.HalfOpen[sid], HalfOpenAlert: e.port(sk).halfOpenAlert,
+				AffinityRecords: e.sweep.AffinityServices[sid],
+				Counters:        e.portCounters(st, cl, p),
 			})
 		}
 	}
@@ -171,9 +199,11 @@ func (e *Engine) serverReport(st lb.DataplaneStats, sk lb.ServiceKey, s lb.Serve
 		Cluster: sk.Cluster.String(), Port: sk.Port, Address: s.Address.String(), Weight: s.Weight,
 		CurrentWeight: eff.weight, FixedWeight: s.FixedWeight, State: eff.state,
 		AdvisorRequest: s.AdvisorRequest, AdvisorResponse: s.AdvisorResponse,
-		Counters: e.backendCounters(st, id),
+		MapPort: s.MapPort, ReturnAddress: addrString(s.ReturnAddress), Router: addrString(s.Router),
+		AffinityRecords: e.sweep.AffinityBackends[id],
+		Counters:        e.backendCounters(st, id),
 	}
-	if nb := e.neigh[s.Address]; nb.MAC != nil {
+	if nb := e.neigh[s.NextHop()]; nb.MAC != nil {
 		r.MAC = nb.MAC.String()
 	}
 	return r

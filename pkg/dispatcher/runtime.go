@@ -31,6 +31,9 @@ type portRT struct {
 	change float64
 	pushed bool
 	follow int // the manager's FollowThrough for the port's next cycle
+	// halfOpenAlert: the port's half-open connections are above its
+	// maxhalfopen (halfOpenAlert raised, halfOpenAlertDone not yet).
+	halfOpenAlert bool
 }
 
 // rt returns the runtime record of a backend, creating it.
@@ -73,7 +76,7 @@ func (e *Engine) serverStates(cfg lb.Config, cl lb.Cluster, p lb.Port) ([]effect
 			st = api.StateQuiesced
 		case e.advisorDown(cfg, cl.Address, p.Number, s.Address):
 			st = api.StateFailed
-		case e.neigh[s.Address].MAC == nil:
+		case e.neigh[s.NextHop()].MAC == nil:
 			st = api.StateUnresolved
 		}
 		out[i] = effective{weight: w, state: st, accept: st == api.StateUp && w > 0}
@@ -87,7 +90,7 @@ func (e *Engine) serverStates(cfg lb.Config, cl lb.Cluster, p lb.Port) ([]effect
 		// advisors' verdict is overruled; operator decisions stand.
 		w := max(p.WeightBound/2, 1)
 		for i, s := range p.Servers {
-			if out[i].state == api.StateFailed && e.neigh[s.Address].MAC != nil {
+			if out[i].state == api.StateFailed && e.neigh[s.NextHop()].MAC != nil {
 				out[i].weight, out[i].accept = w, true
 				anyAccept = true
 			}

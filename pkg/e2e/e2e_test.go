@@ -217,7 +217,8 @@ func configView(t *testing.T, l *lab) string {
 	t.Helper()
 	var b strings.Builder
 	ex := l.executor()
-	fmt.Fprintf(&b, "executor started=%v if=%s mode=%s nfa=%s fin=%d\n", ex.Started, ex.Interface, ex.XDPMode, ex.NFA, ex.FinTimeout)
+	fmt.Fprintf(&b, "executor started=%v if=%s mode=%s nfa=%s nfa6=%s gw=%s gw6=%s fin=%d\n", ex.Started, ex.Interface, ex.XDPMode,
+		ex.NFA, ex.NFA6, ex.ClientGateway, ex.ClientGateway6, ex.FinTimeout)
 	var cls []api.ClusterReport
 	l.report(&cls, "cluster", "report")
 	for _, c := range cls {
@@ -226,10 +227,12 @@ func configView(t *testing.T, l *lab) string {
 	var ports []api.PortReport
 	l.report(&ports, "port", "report")
 	for _, p := range ports {
-		fmt.Fprintf(&b, "port %s@%d %s %s sticky=%d stale=%d bound=%d servers=%d\n", p.Cluster, p.Port, p.Protocol, p.Method, p.StickyTime, p.StaleTimeout, p.WeightBound, p.Servers)
+		fmt.Fprintf(&b, "port %s@%d %s %s sticky=%d/%d/%d/%s halfopen=%d stale=%d bound=%d servers=%d\n", p.Cluster, p.Port, p.Protocol, p.Method,
+			p.StickyTime, p.StickyMask, p.CrossPort, p.SelectionAlgorithm, p.MaxHalfOpen, p.StaleTimeout, p.WeightBound, p.Servers)
 	}
 	for _, s := range l.servers() {
-		fmt.Fprintf(&b, "server %s@%d@%s weight=%d state=%s\n", s.Cluster, s.Port, s.Address, s.Weight, s.State)
+		fmt.Fprintf(&b, "server %s@%d@%s weight=%d state=%s nat=%d/%s/%s\n", s.Cluster, s.Port, s.Address, s.Weight, s.State,
+			s.MapPort, s.ReturnAddress, s.Router)
 	}
 	return b.String()
 }

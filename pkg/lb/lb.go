@@ -18,8 +18,11 @@ const (
 	DefaultWeightBound = 20
 	// MaxWeightBound is the largest weightbound an operator may set.
 	MaxWeightBound = 100
-	// MaxTimeout bounds staletimeout and fintimeout (one week, in seconds).
+	// MaxTimeout bounds staletimeout, fintimeout and stickytime (one week,
+	// in seconds).
 	MaxTimeout = 7 * 24 * 3600
+	// MaxHalfOpen bounds a port's maxhalfopen.
+	MaxHalfOpen = 1 << 30
 )
 
 // Protocol is the transport protocol a port balances.
@@ -76,17 +79,25 @@ const (
 	// cluster address on a loopback alias and replies straight to the client
 	// (direct server return).
 	MAC Method = iota + 1
+	// NAT (NAPT) rewrites the destination to the server (and its mapport)
+	// and the source to the server's return address and a port of that
+	// address's pool; the server replies to the dispatcher, which
+	// translates the reply back. The server needs no cluster address and
+	// may sit behind a router.
+	NAT
 )
 
-// ParseMethod parses a forwarding method name.
+// ParseMethod parses a forwarding method name: "mac" or "nat" ("napt").
 func ParseMethod(s string) (Method, error) {
 	switch strings.ToLower(s) {
 	case "mac":
 		return MAC, nil
-	case "nat", "napt", "cbr", "encap":
-		return 0, fmt.Errorf("method %q is not supported yet (supported: mac)", s)
+	case "nat", "napt":
+		return NAT, nil
+	case "cbr", "encap":
+		return 0, fmt.Errorf("method %q is not supported (want mac or nat)", s)
 	}
-	return 0, fmt.Errorf("unknown method %q (want mac)", s)
+	return 0, fmt.Errorf("unknown method %q (want mac or nat)", s)
 }
 
 // String returns the method's name.
@@ -94,8 +105,55 @@ func (m Method) String() string {
 	switch m {
 	case MAC:
 		return "mac"
+	case NAT:
+		return "nat"
 	}
 	return fmt.Sprintf("method(%d)", uint8(m))
+}
+
+// Selection is IBM's selectionalgorithm: how a port with a stickytime uses
+// affinity records.
+type Selection uint8
+
+// Selection algorithms. A record names the server of a client's (or, with
+// a stickymask, a client subnet's) latest connection and lives stickytime
+// seconds after its last use.
+const (
+	// SelectAffinity (the default) sends a client's new connection to its
+	// record's server while the record lives, even if that server is
+	// quiesced (but not when it is down or removed).
+	SelectAffinity Selection = iota
+	// SelectConnection schedules every connection on its own: no records.
+	SelectConnection
+	// SelectConnAffin follows a record only while its server takes new
+	// connections; otherwise it schedules afresh and replaces the record.
+	SelectConnAffin
+)
+
+// ParseSelection parses "affinity", "connection" or "conn+affin".
+func ParseSelection(s string) (Selection, error) {
+	switch strings.ToLower(s) {
+	case "", "affinity":
+		return SelectAffinity, nil
+	case "connection":
+		return SelectConnection, nil
+	case "conn+affin", "connaffin":
+		return SelectConnAffin, nil
+	}
+	return 0, fmt.Errorf("unknown selection algorithm %q (want connection, affinity or conn+affin)", s)
+}
+
+// String returns "affinity", "connection" or "conn+affin".
+func (s Selection) String() string {
+	switch s {
+	case SelectAffinity:
+		return "affinity"
+	case SelectConnection:
+		return "connection"
+	case SelectConnAffin:
+		return "conn+affin"
+	}
+	return fmt.Sprintf("selection(%d)", uint8(s))
 }
 
 // XDPMode selects how the executor's XDP program is attached.
@@ -161,9 +219,15 @@ type Executor struct {
 	Interface string `json:"interface,omitempty"`
 	// XDPMode is how the program is attached.
 	XDPMode XDPMode `json:"xdp_mode"`
-	// NFA is the non-forwarding address: traffic to it is never balanced.
-	// The zero Addr means none is set.
-	NFA netip.Addr `json:"nfa,omitzero"`
+	// NFA and NFA6 are the IPv4 and IPv6 non-forwarding addresses: traffic
+	// to them is never balanced. The zero Addr means none is set.
+	NFA  netip.Addr `json:"nfa,omitzero"`
+	NFA6 netip.Addr `json:"nfa6,omitzero"`
+	// ClientGateway and ClientGateway6 are IBM's clientgateway: the next
+	// hop NAT replies to IPv4 and IPv6 clients go to. The zero Addr means
+	// the routing table decides.
+	ClientGateway  netip.Addr `json:"client_gateway,omitzero"`
+	ClientGateway6 netip.Addr `json:"client_gateway6,omitzero"`
 	// FinTimeout is how long, in seconds, a closing connection keeps its
 	// connection-table entry.
 	FinTimeout uint32 `json:"fin_timeout"`
@@ -195,6 +259,18 @@ type Port struct {
 	Method Method `json:"method"`
 	// StickyTime is the affinity time in seconds; 0 means no affinity.
 	StickyTime uint32 `json:"sticky_time,omitempty"`
+	// StickyMask keeps affinity per client subnet of this many leading
+	// bits (IPv4 1..32, IPv6 1..128); 0 means the whole address.
+	StickyMask uint8 `json:"sticky_mask,omitempty"`
+	// CrossPort names another port of the cluster that shares this port's
+	// affinity records (IBM's crossport); 0 means none. Ports linked by
+	// crossport, directly or through others, form one group.
+	CrossPort uint16 `json:"cross_port,omitempty"`
+	// Selection is the selection algorithm.
+	Selection Selection `json:"selection_algorithm,omitempty"`
+	// MaxHalfOpen raises a halfOpenAlert when the port's half-open
+	// connections exceed it; 0 means no alert.
+	MaxHalfOpen uint32 `json:"max_half_open,omitempty"`
 	// StaleTimeout is how long, in seconds, an idle connection keeps its
 	// connection-table entry.
 	StaleTimeout uint32 `json:"stale_timeout"`
@@ -208,7 +284,8 @@ type Port struct {
 
 // Server is one backend of a port.
 type Server struct {
-	// Address is the server's address on the executor's L2 segment.
+	// Address is the server's address: on the executor's L2 segment for
+	// MAC forwarding; anywhere its Router (or the segment) reaches for NAT.
 	Address netip.Addr `json:"address"`
 	// Weight is the server's share of new connections, 0..WeightBound.
 	// Weight 0 takes no new connections but keeps its established ones.
@@ -217,14 +294,34 @@ type Server struct {
 	// "server up"; established connections finish.
 	Down bool `json:"down,omitempty"`
 	// Quiesced is the manager's "quiesce": like Down, set and cleared with
-	// "manager quiesce" and "unquiesce".
-	Quiesced bool `json:"quiesced,omitempty"`
+	// "manager quiesce" and "unquiesce". A quiesced server still takes the
+	// new connections of clients whose affinity record names it, unless
+	// QuiesceNow ("manager quiesce --now") also dropped those records.
+	Quiesced   bool `json:"quiesced,omitempty"`
+	QuiesceNow bool `json:"quiesce_now,omitempty"`
 	// FixedWeight keeps Weight whatever the manager computes.
 	FixedWeight bool `json:"fixed_weight,omitempty"`
 	// AdvisorRequest and AdvisorResponse are what this server's advisors
 	// send and expect, overriding the advisor's defaults.
 	AdvisorRequest  string `json:"advisor_request,omitempty"`
 	AdvisorResponse string `json:"advisor_response,omitempty"`
+	// MapPort, ReturnAddress and Router apply to NAT ports only: the
+	// server's port (0: the cluster port), the source address NAT gives
+	// the server's connections (required; dlbd puts it on the executor's
+	// interface), and the next hop to a server on another subnet (the zero
+	// Addr: the server is on the executor's segment).
+	MapPort       uint16     `json:"map_port,omitempty"`
+	ReturnAddress netip.Addr `json:"return_address,omitzero"`
+	Router        netip.Addr `json:"router,omitzero"`
+}
+
+// NextHop is the address whose MAC frames to the server are sent to: its
+// router, or the server itself.
+func (s Server) NextHop() netip.Addr {
+	if s.Router.IsValid() {
+		return s.Router
+	}
+	return s.Address
 }
 
 // NewPort returns a port with IBM's defaults.
@@ -357,6 +454,16 @@ func (m Method) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 func (m *Method) UnmarshalText(b []byte) error {
 	v, err := ParseMethod(string(b))
 	*m = v
+	return err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Selection) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *Selection) UnmarshalText(b []byte) error {
+	v, err := ParseSelection(string(b))
+	*s = v
 	return err
 }
 

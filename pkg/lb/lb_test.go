@@ -85,7 +85,30 @@ func TestValidate(t *testing.T) {
 		{"valid", func(*Config) {}, ""},
 		{"cluster equals NFA", func(c *Config) { c.Clusters[0].Address = c.Executor.NFA }, "cluster"},
 		{"duplicate cluster", func(c *Config) { c.Clusters = append(c.Clusters, c.Clusters[0]) }, "cluster"},
-		{"IPv6 cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("2001:2::1") }, "cluster"},
+		{"IPv6 cluster with an IPv4 server", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("2001:2::1") }, "server"},
+		{"IPv6 cluster and server", func(c *Config) {
+			c.Clusters[0].Address = netip.MustParseAddr("2001:2::100")
+			c.Clusters[0].Ports[0].Servers[0].Address = netip.MustParseAddr("2001:2::21")
+		}, ""},
+		{"IPv4 cluster with an IPv6 server", func(c *Config) {
+			c.Clusters[0].Ports[0].Servers[0].Address = netip.MustParseAddr("2001:2::21")
+		}, "server"},
+		{"link-local IPv6 cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("fe80::1") }, "cluster"},
+		{"IPv4-mapped cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("::ffff:198.18.0.100") }, "cluster"},
+		{"IPv6 NFA in the IPv4 slot", func(c *Config) { c.Executor.NFA = netip.MustParseAddr("2001:2::2") }, "nfa"},
+		{"IPv6 NFA", func(c *Config) { c.Executor.NFA6 = netip.MustParseAddr("2001:2::2") }, ""},
+		{"IPv4 NFA in the IPv6 slot", func(c *Config) { c.Executor.NFA6 = netip.MustParseAddr("198.18.0.3") }, "nfa"},
+		{"cluster equals IPv6 NFA", func(c *Config) {
+			c.Executor.NFA6 = netip.MustParseAddr("2001:2::100")
+			c.Clusters[0].Address = c.Executor.NFA6
+			c.Clusters[0].Ports[0].Servers[0].Address = netip.MustParseAddr("2001:2::21")
+		}, "cluster"},
+		{"client gateways", func(c *Config) {
+			c.Executor.ClientGateway = netip.MustParseAddr("198.18.0.1")
+			c.Executor.ClientGateway6 = netip.MustParseAddr("2001:2::1")
+		}, ""},
+		{"multicast client gateway", func(c *Config) { c.Executor.ClientGateway = netip.MustParseAddr("224.0.0.1") }, "clientgateway"},
+		{"IPv6 client gateway in the IPv4 slot", func(c *Config) { c.Executor.ClientGateway = netip.MustParseAddr("2001:2::1") }, "clientgateway"},
 		{"multicast cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("224.0.0.1") }, "cluster"},
 		{"loopback cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("127.0.0.1") }, "cluster"},
 		{"unspecified cluster", func(c *Config) { c.Clusters[0].Address = netip.MustParseAddr("0.0.0.0") }, "cluster"},
@@ -96,7 +119,43 @@ func TestValidate(t *testing.T) {
 		{"weightbound 0", func(c *Config) { c.Clusters[0].Ports[0].WeightBound = 0 }, "weightbound"},
 		{"weightbound 101", func(c *Config) { c.Clusters[0].Ports[0].WeightBound = 101 }, "weightbound"},
 		{"staletimeout 0", func(c *Config) { c.Clusters[0].Ports[0].StaleTimeout = 0 }, "staletimeout"},
-		{"stickytime not yet", func(c *Config) { c.Clusters[0].Ports[0].StickyTime = 5 }, "stickytime"},
+		{"stickytime", func(c *Config) { c.Clusters[0].Ports[0].StickyTime = 5 }, ""},
+		{"stickytime above a week", func(c *Config) { c.Clusters[0].Ports[0].StickyTime = MaxTimeout + 1 }, "stickytime"},
+		{"stickymask 24", func(c *Config) { c.Clusters[0].Ports[0].StickyMask = 24 }, ""},
+		{"stickymask 33 on IPv4", func(c *Config) { c.Clusters[0].Ports[0].StickyMask = 33 }, "stickymask"},
+		{"stickymask 64 on IPv6", func(c *Config) {
+			c.Clusters[0].Address = netip.MustParseAddr("2001:2::100")
+			c.Clusters[0].Ports[0].Servers[0].Address = netip.MustParseAddr("2001:2::21")
+			c.Clusters[0].Ports[0].StickyMask = 64
+		}, ""},
+		{"unknown selection algorithm", func(c *Config) { c.Clusters[0].Ports[0].Selection = 9 }, "selectionalgorithm"},
+		{"crossport", func(c *Config) { crossPorts(c, 60, 60) }, ""},
+		{"crossport to itself", func(c *Config) { c.Clusters[0].Ports[0].StickyTime, c.Clusters[0].Ports[0].CrossPort = 60, 80 }, "crossport"},
+		{"crossport to a missing port", func(c *Config) { c.Clusters[0].Ports[0].StickyTime, c.Clusters[0].Ports[0].CrossPort = 60, 443 }, "crossport"},
+		{"crossport without stickytime", func(c *Config) { crossPorts(c, 60, 0) }, "crossport"},
+		{"maxhalfopen", func(c *Config) { c.Clusters[0].Ports[0].MaxHalfOpen = 1000 }, ""},
+		{"maxhalfopen too high", func(c *Config) { c.Clusters[0].Ports[0].MaxHalfOpen = MaxHalfOpen + 1 }, "maxhalfopen"},
+		{"method 0", func(c *Config) { c.Clusters[0].Ports[0].Method = 0 }, "method"},
+		{"nat server", func(c *Config) { natServer(c) }, ""},
+		{"nat server behind a router, mapport", func(c *Config) {
+			s := natServer(c)
+			s.Address, s.Router, s.MapPort = netip.MustParseAddr("198.18.1.11"), netip.MustParseAddr("198.18.0.254"), 8080
+		}, ""},
+		{"nat server without return address", func(c *Config) { natServer(c).ReturnAddress = netip.Addr{} }, "returnaddress"},
+		{"nat return address of the wrong family", func(c *Config) { natServer(c).ReturnAddress = netip.MustParseAddr("2001:2::3") }, "returnaddress"},
+		{"nat return address is the NFA", func(c *Config) { natServer(c).ReturnAddress = c.Executor.NFA }, "returnaddress"},
+		{"nat return address is the VIP", func(c *Config) { natServer(c).ReturnAddress = c.Clusters[0].Address }, "returnaddress"},
+		{"nat return address is a server", func(c *Config) { natServer(c).ReturnAddress = netip.MustParseAddr("198.18.0.21") }, "returnaddress"},
+		{"nat router is the server", func(c *Config) { s := natServer(c); s.Router = s.Address }, "router"},
+		{"nat router is a VIP", func(c *Config) { natServer(c).Router = c.Clusters[0].Address }, "router"},
+		{"nat router is a return address", func(c *Config) { s := natServer(c); s.Router = s.ReturnAddress }, "returnaddress"},
+		{"mapport on a mac port", func(c *Config) { c.Clusters[0].Ports[0].Servers[0].MapPort = 8080 }, "mapport"},
+		{"returnaddress on a mac port", func(c *Config) {
+			c.Clusters[0].Ports[0].Servers[0].ReturnAddress = netip.MustParseAddr("198.18.0.3")
+		}, "returnaddress"},
+		{"router on a mac port", func(c *Config) {
+			c.Clusters[0].Ports[0].Servers[0].Router = netip.MustParseAddr("198.18.0.254")
+		}, "router"},
 		{"fintimeout 0", func(c *Config) { c.Executor.FinTimeout = 0 }, "fintimeout"},
 		{"server equals VIP", func(c *Config) { c.Clusters[0].Ports[0].Servers[0].Address = c.Clusters[0].Address }, "server"},
 		{"server equals NFA", func(c *Config) { c.Clusters[0].Ports[0].Servers[0].Address = c.Executor.NFA }, "server"},
@@ -153,6 +212,25 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// crossPorts adds port 443 to the cluster, sharing affinity with port 80,
+// with the given stickytimes.
+func crossPorts(c *Config, st80, st443 uint32) {
+	p := NewPort(443)
+	p.StickyTime = st443
+	c.Clusters[0].Ports = append(c.Clusters[0].Ports, p)
+	c.Clusters[0].Ports[0].StickyTime, c.Clusters[0].Ports[0].CrossPort = st80, 443
+}
+
+// natServer turns port 80 into a NAT port whose server has a return
+// address, and returns the server.
+func natServer(c *Config) *Server {
+	p := &c.Clusters[0].Ports[0]
+	p.Method = NAT
+	s := &p.Servers[0]
+	s.ReturnAddress = netip.MustParseAddr("198.18.0.3")
+	return s
+}
+
 func TestCloneIsDeep(t *testing.T) {
 	c := validConfig()
 	d := c.Clone()
@@ -178,8 +256,27 @@ func TestEnumTextRoundTrip(t *testing.T) {
 			t.Errorf("mode %v round trip: %v %v", m, q, err)
 		}
 	}
-	if _, err := ParseMethod("nat"); err == nil || !strings.Contains(err.Error(), "not supported yet") {
-		t.Errorf("ParseMethod(nat) = %v", err)
+	for _, m := range []Method{MAC, NAT} {
+		b, _ := m.MarshalText()
+		var q Method
+		if err := q.UnmarshalText(b); err != nil || q != m {
+			t.Errorf("method %v round trip: %v %v", m, q, err)
+		}
+	}
+	for _, s := range []Selection{SelectAffinity, SelectConnection, SelectConnAffin} {
+		b, _ := s.MarshalText()
+		var q Selection
+		if err := q.UnmarshalText(b); err != nil || q != s {
+			t.Errorf("selection %v round trip: %v %v", s, q, err)
+		}
+	}
+	for _, bad := range []string{"cbr", "encap", "dsr"} {
+		if _, err := ParseMethod(bad); err == nil || !strings.Contains(err.Error(), "want mac or nat") {
+			t.Errorf("ParseMethod(%s) = %v", bad, err)
+		}
+	}
+	if _, err := ParseSelection("random"); err == nil {
+		t.Error("ParseSelection(random) accepted")
 	}
 }
 

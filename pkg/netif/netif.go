@@ -165,7 +165,8 @@ func resolve(ifindex, family int, ip net.IP, managed bool) error {
 }
 
 // AddAddress puts addr on the named interface as a /32 (or /128), so that
-// the host answers ARP for it. It is idempotent.
+// the host answers ARP (or neighbour solicitations) for it. It is
+// idempotent.
 func (*Netif) AddAddress(ifname string, addr netip.Addr) error {
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
@@ -190,7 +191,15 @@ func (*Netif) DelAddress(ifname string, addr netip.Addr) error {
 	return nil
 }
 
+// hostAddr is a as a host address. An IPv6 one skips duplicate address
+// detection: it must answer neighbour solicitations at once (it is a
+// cluster or return address the operator assigned to this host), not
+// after a second of being tentative.
 func hostAddr(a netip.Addr) *netlink.Addr {
 	p := netip.PrefixFrom(a, a.BitLen())
-	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}}
+	out := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}}
+	if a.Is6() {
+		out.Flags = unix.IFA_F_NODAD
+	}
+	return out
 }
