@@ -13,7 +13,7 @@ all: build
 
 ## build: dlbd, dlbctl and the lab tools into ./bin (needs no clang: the BPF object is committed)
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/dlbd ./cmd/dlbctl ./scripts/labhttpd ./scripts/labclient ./scripts/labxdp ./scripts/labflood
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/dlbd ./cmd/dlbctl ./scripts/labhttpd ./scripts/labclient ./scripts/labxdp ./scripts/labflood ./scripts/labicmp
 
 ## deps: install what the lab and demo use (iproute2, util-linux, ethtool) if missing
 deps:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # lab.sh builds and tears down the network-namespace lab that `make demo` and
 # the end-to-end tests use: one L2 segment (a bridge in a switch namespace)
-# joining a dispatcher, clients and backends, with labhttpd on every backend.
+# joining a dispatcher, clients and backends, with labhttpd on every backend
+# (HTTP on :80, and its UDP responder on :53).
 #
 # Topology (P = $LAB_PREFIX, default "dlb"):
 #
@@ -118,7 +119,7 @@ commands:
                                  print shell-sourceable LAB_* variables describing the lab
                                  (counts default to the running lab's, else the defaults)
   backend-start NAME [ARG...]    start labhttpd on backend or NAT server NAME (b1..bN, n1..nN);
-                                 ARGs are appended to "-listen :80 -name NAME" (later flags win)
+                                 ARGs are appended to "-listen :80 -name NAME -udp :53" (later flags win)
   backend-stop NAME              stop labhttpd on NAME (SIGTERM, then SIGKILL after 5 s)
   help                           show this text
 
@@ -367,8 +368,8 @@ backend_listen_addr() {
 	printf '%s|%s' "$host" "${listen##*:}"
 }
 
-# backend_start NAME [ARG...] starts labhttpd in backend NAME's namespace and
-# waits (bounded) until it answers.
+# backend_start NAME [ARG...] starts labhttpd (HTTP on :80, UDP responder on
+# :53) in backend NAME's namespace and waits (bounded) until HTTP answers.
 backend_start() {
 	local name=$1
 	shift
@@ -389,7 +390,7 @@ backend_start() {
 	# shellcheck disable=SC2016 # expanded by the inner bash
 	setsid -f nsenter --net="/run/netns/$ns" -- \
 		bash -c 'echo $$ >"$1.tmp" && mv "$1.tmp" "$1" && shift && exec "$@"' _ "$pidfile" \
-		"$LAB_BIN/labhttpd" -listen :80 -name "$name" "$@" </dev/null >>"$log" 2>&1
+		"$LAB_BIN/labhttpd" -listen :80 -name "$name" -udp :53 "$@" </dev/null >>"$log" 2>&1
 	IFS='|' read -r host port <<<"$(backend_listen_addr "$@")"
 	addr=$host
 	[[ -n $addr && $addr != 0.0.0.0 && $addr != :: ]] || addr=$(server_addr "$name")

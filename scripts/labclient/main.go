@@ -1,24 +1,58 @@
-// Command labclient is a lab tool: an HTTP load generator for the dlb test lab
-// (scripts/lab.sh). It opens a new TCP connection for every request (keep-alive
-// is off), so each request is a new connection the load balancer must schedule,
-// and it counts which backend answered each one.
+// Command labclient is a lab tool: an HTTP (and UDP) load generator for the
+// dlb test lab (scripts/lab.sh). By default it opens a new TCP connection for
+// every request (keep-alive is off), so each request is a new connection the
+// load balancer must schedule, and it counts which backend answered each one.
 //
 // The backend is the X-Backend response header that scripts/labhttpd sets,
-// or, if that header is missing, the first line of the body.
+// or, if that header is missing, the first line of the body. The X-Peer
+// header (the client address the backend saw) of successful replies is
+// counted too. A reply with an X-Content-SHA256 header (labhttpd's /bytes)
+// has its body hashed; a mismatch fails the request with the error
+// "body hash mismatch".
 //
 // Usage:
 //
 //	labclient [-url URL] [-n N | -duration D] [-c C] [-timeout T] [-json] [-max-failures-shown K]
+//	labclient -keepalive -duration D [-url URL] [-c C] [-interval I] [-timeout T] [-json]
+//	labclient -udp HOST:PORT [-flows F] [-packets P] [-c C] [-timeout T] [-json]
+//
+// With -keepalive it holds -c persistent connections instead, each one TCP
+// connection for its whole life (never re-dialled), sending GETs one after
+// another with -interval between them until -duration has passed (-n is
+// ignored). A connection stops at its first failure, which it records.
+// Only http:// URLs are supported in this mode.
+//
+// With -udp it sends datagrams to labhttpd's UDP responder instead of HTTP
+// requests: -flows flows (-c of them at a time), each a connected UDP socket
+// with its own source port sending -packets datagrams one after another,
+// each waiting up to -timeout for the reply "<name> <peer ip:port>". -url,
+// -n and -duration are ignored.
 //
 // Exit status: 0 if every request succeeded (and at least one was made),
 // 1 if any failed, 2 on a usage error. A request fails on any transport error,
-// timeout, or status outside 2xx.
+// timeout, status outside 2xx or body hash mismatch (UDP: timeout, error or
+// malformed reply).
 //
 // With -json it prints one object:
 //
 //	{"requests":N,"ok":N,"failed":N,"per_backend":{"b1":N,...},
 //	 "errors":{"<error text>":count,...},"elapsed_ms":N,
-//	 "first_failure_ms":N,"last_failure_ms":N}
+//	 "first_failure_ms":N,"last_failure_ms":N,
+//	 "peers":{"<ip>":N,...},"hash_mismatches":N,"bytes":N}
+//
+// bytes counts the body bytes of every reply (UDP: reply datagram bytes),
+// failed ones included. -keepalive adds
+//
+//	"connections":N,"broken":N,"backend_changes":N
+//
+// (connections that saw a failure, and connections whose X-Backend changed
+// between two replies), and -udp adds
+//
+//	"flows":N,"flows_split":N
+//
+// (flows whose replies came from more than one backend). In -udp mode
+// requests counts datagrams sent, ok replies received, per_backend the
+// reply names and peers the IP part of the reply's peer.
 //
 // The failure times are the start times, in milliseconds since the run began,
 // of the earliest and latest failed request (-1 if none failed): a failover
@@ -31,6 +65,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -42,6 +78,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +97,10 @@ const (
 	// maxFirstLine bounds how much of the body is read to find a backend
 	// name when the X-Backend header is missing.
 	maxFirstLine = 256
+	// maxFlows caps -flows.
+	maxFlows = 1_000_000
+	// maxPackets caps -packets.
+	maxPackets = 100_000
 )
 
 // config is the parsed command line.
@@ -71,6 +112,14 @@ type config struct {
 	timeout     time.Duration
 	json        bool
 	maxFailures int
+	// -keepalive mode
+	keepalive bool
+	interval  time.Duration
+	// -udp mode
+	udp     string
+	flows   int
+	packets int
+	udpAddr *net.UDPAddr // resolved from udp by run
 }
 
 func main() {
@@ -86,9 +135,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	if cfg.udp != "" {
+		if cfg.udpAddr, err = net.ResolveUDPAddr("udp", cfg.udp); err != nil {
+			fmt.Fprintln(stderr, "labclient: -udp:", err)
+			return 1
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	rep := loadgen(ctx, cfg)
+	var rep Report
+	switch {
+	case cfg.keepalive:
+		rep = keepaliveLoad(ctx, cfg)
+	case cfg.udp != "":
+		rep = udpLoad(ctx, cfg)
+	default:
+		rep = loadgen(ctx, cfg)
+	}
 
 	if cfg.json {
 		enc := json.NewEncoder(stdout)
@@ -102,7 +166,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitCode(rep)
 }
 
-const usageLine = "usage: labclient [-url URL] [-n N | -duration D] [-c C] [-timeout T] [-json] [-max-failures-shown K]"
+const usageLine = "usage: labclient [-url URL] [-n N | -duration D] [-c C] [-timeout T] [-json] [-max-failures-shown K]\n" +
+	"       labclient -keepalive -duration D [-url URL] [-c C] [-interval I] [-timeout T] [-json]\n" +
+	"       labclient -udp HOST:PORT [-flows F] [-packets P] [-c C] [-timeout T] [-json]"
 
 // parseFlags parses and validates args; on error it has already printed a
 // message and the usage text to stderr.
@@ -113,7 +179,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageLine+"\n\n"+
 			"Lab tool: sends HTTP GETs, each on a new TCP connection, and counts which\n"+
-			"backend (X-Backend header, else first body line) answered.\n"+
+			"backend (X-Backend header, else first body line) answered and which client\n"+
+			"address it saw (X-Peer). Bodies with X-Content-SHA256 are verified.\n"+
+			"-keepalive: -c persistent connections, one GET every -interval each, for -duration;\n"+
+			"a connection stops at its first failure and is never re-dialled.\n"+
+			"-udp: -flows UDP flows (own source port each) of -packets datagrams to labhttpd -udp.\n"+
 			"Exit status: 0 all succeeded, 1 some failed (or none ran), 2 usage error.\n\n")
 		fs.PrintDefaults()
 	}
@@ -124,6 +194,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Second, "per-request timeout (connect through end of body)")
 	fs.BoolVar(&cfg.json, "json", false, "print one JSON object instead of a table")
 	fs.IntVar(&cfg.maxFailures, "max-failures-shown", 5, "distinct errors listed in the table output")
+	fs.BoolVar(&cfg.keepalive, "keepalive", false, "keep-alive mode: -c persistent connections for -duration (required)")
+	fs.DurationVar(&cfg.interval, "interval", 50*time.Millisecond, "with -keepalive, pause between two requests on a connection")
+	fs.StringVar(&cfg.udp, "udp", "", "UDP mode: send datagrams to HOST:PORT (IPv6 in brackets) instead of HTTP requests")
+	fs.IntVar(&cfg.flows, "flows", 100, fmt.Sprintf("with -udp, flows (UDP sockets), 1..%d", maxFlows))
+	fs.IntVar(&cfg.packets, "packets", 1, fmt.Sprintf("with -udp, datagrams per flow, 1..%d", maxPackets))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -148,6 +223,28 @@ func (c config) validate(rest []string) error {
 		return fmt.Errorf("-timeout %v: must be > 0", c.timeout)
 	case c.maxFailures < 0:
 		return fmt.Errorf("-max-failures-shown %d: must be >= 0", c.maxFailures)
+	case c.keepalive && c.udp != "":
+		return errors.New("-keepalive and -udp exclude each other")
+	case c.keepalive && c.duration == 0:
+		return errors.New("-keepalive needs -duration")
+	case c.interval < 0 || c.interval > maxDuration:
+		return fmt.Errorf("-interval %v: must be in 0..%v", c.interval, maxDuration)
+	case c.flows < 1 || c.flows > maxFlows:
+		return fmt.Errorf("-flows %d: must be in 1..%d", c.flows, maxFlows)
+	case c.packets < 1 || c.packets > maxPackets:
+		return fmt.Errorf("-packets %d: must be in 1..%d", c.packets, maxPackets)
+	case int64(c.flows)*int64(c.packets) > maxRequests:
+		return fmt.Errorf("-flows %d x -packets %d: more than %d datagrams", c.flows, c.packets, maxRequests)
+	}
+	if c.udp != "" {
+		host, port, err := net.SplitHostPort(c.udp)
+		if err != nil || host == "" {
+			return fmt.Errorf("-udp %q: want HOST:PORT ([IPv6]:PORT)", c.udp)
+		}
+		if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+			return fmt.Errorf("-udp %q: port must be in 1..65535", c.udp)
+		}
+		return nil
 	}
 	u, err := url.Parse(c.url)
 	if err != nil {
@@ -155,6 +252,9 @@ func (c config) validate(rest []string) error {
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return fmt.Errorf("-url %q: want http://HOST[:PORT]/PATH", c.url)
+	}
+	if c.keepalive && u.Scheme != "http" {
+		return fmt.Errorf("-url %q: -keepalive supports http only", c.url)
 	}
 	return nil
 }
@@ -195,8 +295,8 @@ func loadgen(ctx context.Context, cfg config) Report {
 				if !deadline.IsZero() && !time.Now().Before(deadline) {
 					return
 				}
-				backend, err := fetch(client, cfg.url)
-				t.add(result{at: at, backend: backend, err: err})
+				rp, err := fetch(client, cfg.url)
+				t.add(result{at: at, reply: rp, err: err})
 			}
 		})
 	}
@@ -210,28 +310,60 @@ func loadgen(ctx context.Context, cfg config) Report {
 	return total.report(elapsed)
 }
 
-// fetch makes one request on a new connection and returns the answering
-// backend's name.
-func fetch(client *http.Client, u string) (string, error) {
+// fetch makes one request on a new connection and returns what the reply
+// said.
+func fetch(client *http.Client, u string) (reply, error) {
 	resp, err := client.Get(u)
 	if err != nil {
-		return "", err
+		return reply{}, err
 	}
+	return readReply(resp)
+}
+
+// reply is what one successful (or failed, for bytes) request learned.
+type reply struct {
+	backend string // X-Backend, else the first body line
+	peer    string // X-Peer: the client address the server saw
+	bytes   int64  // body bytes read
+}
+
+// errHashMismatch fails a request whose body does not match its
+// X-Content-SHA256 header.
+var errHashMismatch = errors.New("body hash mismatch")
+
+// readReply reads and closes resp's body and returns the reply; it fails
+// on a body read error, a status outside 2xx, or a body that does not
+// match its X-Content-SHA256 header.
+func readReply(resp *http.Response) (reply, error) {
 	defer resp.Body.Close()
+	var rp reply
 	br := bufio.NewReaderSize(resp.Body, maxFirstLine)
 	var first string
 	if resp.Header.Get("X-Backend") == "" {
 		line, _ := br.Peek(maxFirstLine)
 		first = string(line)
 	}
+	wantSum := strings.TrimSpace(resp.Header.Get("X-Content-SHA256"))
+	var sink io.Writer = io.Discard
+	h := sha256.New()
+	if wantSum != "" {
+		sink = h
+	}
 	// Read the whole body so truncated or reset transfers count as failures.
-	if _, err := io.Copy(io.Discard, br); err != nil {
-		return "", &bodyError{err}
+	n, err := io.Copy(sink, br)
+	rp.bytes = n
+	if err != nil {
+		return rp, &bodyError{err}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return "", fmt.Errorf("HTTP status %s", resp.Status)
+		return rp, fmt.Errorf("HTTP status %s", resp.Status)
 	}
-	return backendName(resp.Header, first), nil
+	if wantSum != "" && !strings.EqualFold(hex.EncodeToString(h.Sum(nil)), wantSum) {
+		return rp, errHashMismatch
+	}
+	rp.backend = backendName(resp.Header, first)
+	rp.peer = strings.TrimSpace(resp.Header.Get("X-Peer"))
+	return rp, nil
 }
 
 // unknownBackend names answers that carried no backend name at all.
@@ -287,9 +419,9 @@ func errorText(err error) string {
 
 // result is the outcome of one request.
 type result struct {
-	at      time.Duration // start time since the run began
-	backend string        // who answered, if err == nil
-	err     error
+	at time.Duration // start time since the run began
+	reply
+	err error
 }
 
 // tally accumulates results; each worker owns one, and they are merged at
@@ -298,24 +430,34 @@ type tally struct {
 	requests, ok, failed int
 	perBackend           map[string]int
 	errors               map[string]int
+	peers                map[string]int
+	hashMismatches       int
+	bytes                int64
 	// firstFail and lastFail are the earliest and latest start times of a
 	// failed request; they are meaningful only when failed > 0.
 	firstFail, lastFail time.Duration
 }
 
 func newTally() *tally {
-	return &tally{perBackend: map[string]int{}, errors: map[string]int{}}
+	return &tally{perBackend: map[string]int{}, errors: map[string]int{}, peers: map[string]int{}}
 }
 
 func (t *tally) add(r result) {
 	t.requests++
+	t.bytes += r.bytes
 	if r.err == nil {
 		t.ok++
 		t.perBackend[r.backend]++
+		if r.peer != "" {
+			t.peers[r.peer]++
+		}
 		return
 	}
 	t.noteFailures(1, r.at, r.at)
 	t.errors[errorText(r.err)]++
+	if errors.Is(r.err, errHashMismatch) {
+		t.hashMismatches++
+	}
 }
 
 // noteFailures counts n failures that started between first and last.
@@ -343,6 +485,11 @@ func (t *tally) merge(o *tally) {
 	for k, v := range o.errors {
 		t.errors[k] += v
 	}
+	for k, v := range o.peers {
+		t.peers[k] += v
+	}
+	t.hashMismatches += o.hashMismatches
+	t.bytes += o.bytes
 }
 
 // Report is labclient's result, printed as JSON with -json.
@@ -355,6 +502,18 @@ type Report struct {
 	ElapsedMS      int64          `json:"elapsed_ms"`
 	FirstFailureMS int64          `json:"first_failure_ms"`
 	LastFailureMS  int64          `json:"last_failure_ms"`
+	// Peers counts the X-Peer values (UDP: the reply's peer IP) of
+	// successful replies.
+	Peers          map[string]int `json:"peers"`
+	HashMismatches int            `json:"hash_mismatches"`
+	Bytes          int64          `json:"bytes"`
+	// -keepalive only.
+	Connections    *int `json:"connections,omitempty"`
+	Broken         *int `json:"broken,omitempty"`
+	BackendChanges *int `json:"backend_changes,omitempty"`
+	// -udp only.
+	Flows      *int `json:"flows,omitempty"`
+	FlowsSplit *int `json:"flows_split,omitempty"`
 }
 
 func (t *tally) report(elapsed time.Duration) Report {
@@ -367,6 +526,9 @@ func (t *tally) report(elapsed time.Duration) Report {
 		ElapsedMS:      elapsed.Milliseconds(),
 		FirstFailureMS: -1,
 		LastFailureMS:  -1,
+		Peers:          t.peers,
+		HashMismatches: t.hashMismatches,
+		Bytes:          t.bytes,
 	}
 	if r.Failed > 0 {
 		r.FirstFailureMS = t.firstFail.Milliseconds()
@@ -395,6 +557,22 @@ func formatTable(r Report, maxErrors int) string {
 	}
 	fmt.Fprintf(&b, "requests %d  ok %d  failed %d (%.1f%%)  elapsed %d ms\n",
 		r.Requests, r.OK, r.Failed, percent(r.Failed, r.Requests), r.ElapsedMS)
+	if len(r.Peers) > 0 {
+		fmt.Fprintf(&b, "%-40s %10s\n", "PEER (address the backend saw)", "COUNT")
+		for _, p := range sortedNatural(keys(r.Peers)) {
+			fmt.Fprintf(&b, "%-40s %10d\n", p, r.Peers[p])
+		}
+	}
+	if r.Bytes > 0 || r.HashMismatches > 0 {
+		fmt.Fprintf(&b, "bytes %d  hash mismatches %d\n", r.Bytes, r.HashMismatches)
+	}
+	if r.Connections != nil {
+		fmt.Fprintf(&b, "connections %d  broken %d  backend changes %d\n",
+			*r.Connections, deref(r.Broken), deref(r.BackendChanges))
+	}
+	if r.Flows != nil {
+		fmt.Fprintf(&b, "flows %d  split over backends %d\n", *r.Flows, deref(r.FlowsSplit))
+	}
 	if r.Failed == 0 {
 		return b.String()
 	}
@@ -411,6 +589,14 @@ func formatTable(r Report, maxErrors int) string {
 		fmt.Fprintf(&b, "%10s  ... and %d more distinct errors\n", "", rest)
 	}
 	return b.String()
+}
+
+// deref returns *p, or 0 for nil.
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func percent(n, of int) float64 {

@@ -3,26 +3,38 @@
 // client can tell which backend a load-balanced connection reached.
 //
 // It is not part of dlb and is not meant for production. Every reply carries
-// the header "X-Backend: <name>" and, where it has a body of its own, the body
-// "<name>\n".
+// the headers "X-Backend: <name>" and "X-Peer: <client IP>" (the source
+// address the server saw, without the port: after NAT it is the translated
+// one) and, where it has a body of its own, the body "<name>\n".
 //
 // Endpoints:
 //
 //	GET|HEAD /          200, body "<name>\n"
 //	GET /slow?ms=N      sleeps N ms (at most 60000), then replies as /
-//	GET /bytes?n=N      N bytes of deterministic content (at most 100 MB)
+//	GET /bytes?n=N      N bytes of deterministic content (at most 100 MB),
+//	                    with "X-Content-SHA256: <hex SHA-256 of the N bytes>"
 //	POST /admin/delay?ms=N  from now on, delay every reply by N ms (at most
 //	                    60000; 0 removes the delay), to play a slow server
 //
+// With -udp ADDR it also runs a UDP responder: every datagram is answered,
+// to its sender, with "<name> <sender IP:port>\n", sent FROM THE ADDRESS THE
+// DATAGRAM WAS SENT TO (IP_PKTINFO / IPV6_PKTINFO), so that a client that
+// sent to a VIP held on lo gets its reply from the VIP and its connected
+// socket accepts it. An ADDR without a host (":53") serves IPv4 and IPv6 on
+// two sockets; if the IPv6 one cannot be opened, it serves IPv4 only and
+// logs why. An IPv4 or IPv6 host serves that family only.
+//
 // Usage:
 //
-//	labhttpd -name b1 [-listen :80]
+//	labhttpd -name b1 [-listen :80] [-udp :53]
 //
 // It logs to stderr and shuts down gracefully on SIGTERM or SIGINT.
 package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,9 +42,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,21 +62,24 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-func run(args []string) int {
+func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("labhttpd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: labhttpd -name NAME [-listen ADDR]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: labhttpd -name NAME [-listen ADDR] [-udp ADDR]\n\n"+
 			"Lab tool: an HTTP server that answers with its own name\n"+
-			"(body \"NAME\\n\", header X-Backend: NAME).\n"+
-			"Endpoints: GET|HEAD /, GET /slow?ms=N (N<=60000), GET /bytes?n=N (N<=104857600),\n"+
-			"POST /admin/delay?ms=N (delay every reply by N ms; 0 removes it).\n\n")
+			"(body \"NAME\\n\", headers X-Backend: NAME and X-Peer: CLIENT-IP).\n"+
+			"Endpoints: GET|HEAD /, GET /slow?ms=N (N<=60000), GET /bytes?n=N (N<=104857600,\n"+
+			"with X-Content-SHA256), POST /admin/delay?ms=N (delay every reply by N ms; 0 removes it).\n"+
+			"With -udp, answers every datagram with \"NAME PEER-IP:PORT\\n\" from the address it was sent to.\n\n")
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", ":80", "address to listen on")
 	name := fs.String("name", "", "backend name to report (required)")
+	udpAddr := fs.String("udp", "", `UDP responder address, e.g. ":53" (IPv4 and IPv6); empty: off`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -74,8 +91,14 @@ func run(args []string) int {
 		fs.Usage()
 		return 2
 	}
+	if *udpAddr != "" {
+		if _, err := udpNetworks(*udpAddr); err != nil {
+			fmt.Fprintln(fs.Output(), "labhttpd: -udp:", err)
+			return 2
+		}
+	}
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("name", *name)
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("name", *name)
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -91,7 +114,17 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 3)
+	var udp *udpResponder
+	if *udpAddr != "" {
+		if udp, err = listenUDP(*udpAddr, *name, log); err != nil {
+			log.Error("UDP listen failed", "addr", *udpAddr, "err", err)
+			_ = ln.Close()
+			return 1
+		}
+		defer udp.Close()
+		udp.Serve(errc)
+	}
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
 
@@ -102,6 +135,9 @@ func run(args []string) int {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	if udp != nil {
+		udp.Close()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -167,6 +203,7 @@ func newHandler(name string, log *slog.Logger) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		w.Header().Set("X-Content-SHA256", patternSHA256(n))
 		w.WriteHeader(http.StatusOK)
 		if r.Method != http.MethodHead {
 			_, _ = io.CopyN(w, &patternReader{}, n)
@@ -175,14 +212,58 @@ func newHandler(name string, log *slog.Logger) http.Handler {
 	return withBackend(name, log, mux)
 }
 
-// withBackend sets X-Backend on every reply (errors included) and logs
-// requests at debug level so a load test does not flood the log.
+// withBackend sets X-Backend and X-Peer on every reply (errors included)
+// and logs requests at debug level so a load test does not flood the log.
 func withBackend(name string, log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Backend", name)
+		w.Header().Set("X-Peer", peerIP(r.RemoteAddr))
 		log.Debug("request", "method", r.Method, "uri", r.RequestURI, "remote", r.RemoteAddr)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// peerIP returns the IP part of a remote "ip:port" address, IPv4-mapped
+// IPv6 addresses shown as IPv4; anything unparsable is returned as is.
+func peerIP(remote string) string {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap().WithZone("").String()
+	}
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
+}
+
+// maxCachedSums bounds the cache of /bytes digests.
+const maxCachedSums = 64
+
+// sumCache remembers the digests of recent /bytes sizes: hashing 100 MB
+// takes long enough to delay the first byte of every large reply.
+var sumCache struct {
+	sync.Mutex
+	m map[int64]string
+}
+
+// patternSHA256 returns the hex SHA-256 of the first n bytes of the
+// patternReader stream: what GET /bytes?n=N sends.
+func patternSHA256(n int64) string {
+	sumCache.Lock()
+	sum, ok := sumCache.m[n]
+	sumCache.Unlock()
+	if ok {
+		return sum
+	}
+	h := sha256.New()
+	_, _ = io.CopyN(h, &patternReader{}, n)
+	sum = hex.EncodeToString(h.Sum(nil))
+	sumCache.Lock()
+	if sumCache.m == nil || len(sumCache.m) >= maxCachedSums {
+		sumCache.m = make(map[int64]string, maxCachedSums) // start over: sizes are few
+	}
+	sumCache.m[n] = sum
+	sumCache.Unlock()
+	return sum
 }
 
 // boundedInt parses a non-negative decimal no larger than max.
