@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # dlb demo: builds a lab of network namespaces (a client, a dispatcher and
-# three HTTP backends on one L2 segment), runs dlbd in the dispatcher
-# namespace, configures it with dlbctl exactly as an operator would, sends a
-# few thousand real HTTP requests through the cluster address, shows what
-# the dispatcher and the backends saw, and removes everything again.
+# three HTTP backends on one L2 segment, plus two NAT servers behind a
+# router on a second subnet, IPv4 and IPv6), runs dlbd in the dispatcher
+# namespace, configures it with dlbctl exactly as an operator would, sends
+# real HTTP requests through the cluster addresses (MAC forwarding, NAT,
+# IPv6, affinity), shows what the dispatcher and the backends saw, and
+# removes everything again.
 #
 # Usage: make demo   (or: bash scripts/demo.sh after "make build"), as root.
 set -euo pipefail
@@ -52,8 +54,8 @@ ctl() {
 	"$bin/dlbctl" --socket "$sock" "$@"
 }
 
-step "lab: client, dispatcher and 3 backends on one segment (198.18.0.0/24)"
-"$lab" up -n 3 -c 1
+step "lab: client, dispatcher and 3 backends on one segment (198.18.0.0/24, 2001:2::/64), 2 NAT servers behind a router (198.18.1.0/24)"
+"$lab" up -n 3 -c 1 -r 2 -6
 eval "$("$lab" env)"
 
 step "start dlbd in the dispatcher namespace ($LAB_DISPATCHER_NS)"
@@ -119,5 +121,25 @@ ctl advisor report
 "$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 1000 -c 20
 sleep 2 # two manager cycles
 ctl manager report
+
+step "NAT: port 81 goes to two servers on another subnet, behind a router"
+ctl port add "$LAB_VIP@81" --method nat
+ctl server add "$LAB_VIP@81@$LAB_N1_ADDR+$LAB_N2_ADDR" --returnaddress "$LAB_RETURN_ADDR" --router "$LAB_ROUTER_ADDR" --mapport 80
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP:81/" -n 1000 -c 20
+ctl server report "$LAB_VIP@81@"
+
+step "IPv6: cluster $LAB_VIP6 on the same three backends"
+ctl executor set nfa "$LAB_NFA6"
+ctl cluster add "$LAB_VIP6" --configure
+ctl port add "$LAB_VIP6@80"
+ctl server add "$LAB_VIP6@80@$LAB_B1_ADDR6+$LAB_B2_ADDR6+$LAB_B3_ADDR6"
+"$lab" exec c1 "$bin/labclient" -url "http://[$LAB_VIP6]/" -n 1000 -c 20
+
+step "affinity: with a stickytime the client keeps its server"
+ctl port set "$LAB_VIP@80" --stickytime 60
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 200 -c 1
+sleep 2.5 # record counts and NAT pool use come from dlbd's sweep, every 2 s
+ctl port report "$LAB_VIP@80"
+ctl executor report
 
 step "done; removing the lab"

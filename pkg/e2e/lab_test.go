@@ -45,7 +45,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/dlbd", "./cmd/dlbctl", "./cmd/dlbmetricd", "./scripts/labhttpd", "./scripts/labclient", "./scripts/labxdp", "./scripts/labflood")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/dlbd", "./cmd/dlbctl", "./cmd/dlbmetricd", "./scripts/labhttpd", "./scripts/labclient", "./scripts/labxdp", "./scripts/labflood", "./scripts/labicmp")
 		cmd.Dir = repoDir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
@@ -73,6 +73,13 @@ type lab struct {
 // is removed when the test ends, whatever happens.
 func newLab(t *testing.T, backends int) *lab {
 	t.Helper()
+	return newLabArgs(t, "-n", fmt.Sprint(backends), "-c", "1")
+}
+
+// newLabArgs builds a lab with the given "lab.sh up" options (-n, -c, -r,
+// -6).
+func newLabArgs(t *testing.T, upArgs ...string) *lab {
+	t.Helper()
 	testutil.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("end-to-end lab test (-short)")
@@ -83,7 +90,7 @@ func newLab(t *testing.T, backends int) *lab {
 	l.state = filepath.Join(l.run, "state")
 	l.pinDir = "/sys/fs/bpf/" + l.prefix
 	t.Cleanup(l.teardown)
-	if out, err := l.script("up", "-n", fmt.Sprint(backends), "-c", "1").CombinedOutput(); err != nil {
+	if out, err := l.script(append([]string{"up"}, upArgs...)...).CombinedOutput(); err != nil {
 		t.Fatalf("lab up: %v\n%s", err, out)
 	}
 	out, err := l.script("env").Output()
@@ -270,11 +277,31 @@ type loadResult struct {
 	ElapsedMS   int            `json:"elapsed_ms"`
 	FirstFailMS int            `json:"first_failure_ms"`
 	LastFailMS  int            `json:"last_failure_ms"`
+	// Peers counts the source addresses the backends saw; HashMismatches
+	// the bodies that differed from the hash their server sent; Bytes the
+	// body bytes received.
+	Peers          map[string]int `json:"peers"`
+	HashMismatches int            `json:"hash_mismatches"`
+	Bytes          int64          `json:"bytes"`
+	// Keep-alive mode: connections held, broken, and those whose backend
+	// changed.
+	Connections    int `json:"connections"`
+	Broken         int `json:"broken"`
+	BackendChanges int `json:"backend_changes"`
+	// UDP mode: flows, and those answered by more than one backend.
+	Flows      int `json:"flows"`
+	FlowsSplit int `json:"flows_split"`
 }
 
-// load runs labclient in the client namespace and returns its result.
+// load runs labclient in the first client's namespace and returns its
+// result.
 func (l *lab) load(ctx context.Context, args ...string) (loadResult, error) {
-	a := append([]string{"--net=/run/netns/" + l.env["LAB_C1_NS"], filepath.Join(binDir, "labclient"), "-json"}, args...)
+	return l.loadFrom(ctx, 1, args...)
+}
+
+// loadFrom runs labclient in client i's namespace.
+func (l *lab) loadFrom(ctx context.Context, client int, args ...string) (loadResult, error) {
+	a := append([]string{"--net=/run/netns/" + l.env[fmt.Sprintf("LAB_C%d_NS", client)], filepath.Join(binDir, "labclient"), "-json"}, args...)
 	cmd := exec.CommandContext(ctx, "nsenter", a...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

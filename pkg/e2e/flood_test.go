@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// floodResult is labflood's -json summary.
+type floodResult struct {
+	Frames     int     `json:"frames"`
+	Seconds    float64 `json:"seconds"`
+	PPS        float64 `json:"pps"`
+	SendErrors int     `json:"send_errors"`
+	Stopped    string  `json:"stopped"`
+	Error      string  `json:"error"`
+}
+
+// flood sends count spoofed SYNs to addr:port from client i's namespace,
+// from random sources in 198.19.0.0/16 (inside the lab's test range, off
+// every lab subnet, so nobody answers them).
+func (l *lab) flood(client int, addr, port string, count int) floodResult {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+l.env[fmt.Sprintf("LAB_C%d_NS", client)],
+		filepath.Join(binDir, "labflood"), "-iface", l.env["LAB_IF"], "-dst", addr, "-dport", port, "-dstmac", "auto",
+		"-src", "198.19.0.0/16", "-count", fmt.Sprint(count), "-json")
+	out, err := cmd.Output()
+	var r floodResult
+	if jerr := json.Unmarshal(out, &r); jerr != nil {
+		l.t.Fatalf("labflood: %v (%v): %s", err, jerr, out)
+	}
+	return r
+}
+
+// floodPhase floods target (VIP:port) with count SYNs while 40 keep-alive
+// connections and a stream of new connections from client 1 use the same
+// port, and checks that no established connection broke or moved and that
+// at least 99% of the new connections succeeded.
+func (l *lab) floodPhase(name, port string, count int) {
+	l.t.Helper()
+	t := l.t
+	url := "http://" + l.vip() + ":" + port + "/"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	held := make(chan loadResult, 1)
+	fresh := make(chan loadResult, 1)
+	go func() {
+		r, err := l.loadFrom(ctx, 1, "-url", url, "-keepalive", "-c", "40", "-interval", "50ms", "-duration", "12s", "-timeout", "3s")
+		if err != nil {
+			t.Error(err)
+		}
+		held <- r
+	}()
+	go func() {
+		r, err := l.loadFrom(ctx, 1, "-url", url, "-duration", "10s", "-c", "8", "-timeout", "3s")
+		if err != nil {
+			t.Error(err)
+		}
+		fresh <- r
+	}()
+	time.Sleep(1500 * time.Millisecond) // connections established before the flood
+	f := l.flood(2, l.vip(), port, count)
+	t.Logf("%s: flood of %d spoofed SYNs in %.1f s (%.0f/s), %d send errors, %s", name, f.Frames, f.Seconds, f.PPS, f.SendErrors, f.Stopped)
+	if f.Frames < count {
+		t.Errorf("%s: only %d of %d flood SYNs sent: %s", name, f.Frames, count, f.Error)
+	}
+	var ports []api.PortReport
+	l.report(&ports, "port", "report", l.vip()+"@"+port)
+	t.Logf("%s: right after the flood the port counts %d half-open connections (alert %v)", name, ports[0].HalfOpen, ports[0].HalfOpenAlert)
+
+	h, n := <-held, <-fresh
+	t.Logf("%s: %d keep-alive connections made %d requests: %d broken, %d moved to another backend", name, h.Connections, h.Requests, h.Broken, h.BackendChanges)
+	t.Logf("%s: new connections during the flood: %d of %d succeeded (%.2f%%), errors %v", name, n.OK, n.Requests, 100*float64(n.OK)/float64(max(n.Requests, 1)), n.Errors)
+	if h.Connections != 40 || h.Broken != 0 || h.BackendChanges != 0 || h.Requests == 0 {
+		t.Errorf("%s: established connections: %d held, %d broken, %d moved (errors %v)", name, h.Connections, h.Broken, h.BackendChanges, h.Errors)
+	}
+	if n.Requests == 0 || float64(n.OK) < 0.99*float64(n.Requests) {
+		t.Errorf("%s: only %d of %d new connections succeeded during the flood", name, n.OK, n.Requests)
+	}
+}
+
+// TestPrivilegedE2ESYNFlood floods a MAC port and a NAT port with spoofed
+// SYNs, 25 and 10 times their connection table's size, while clients hold
+// established connections and open new ones: no established connection
+// breaks or moves, at least 99% of the new ones succeed, the connection
+// tables never overflow, and maxhalfopen raises halfOpenAlert and, once
+// the flood is over, halfOpenAlertDone.
+func TestPrivilegedE2ESYNFlood(t *testing.T) {
+	l := newLabArgs(t, "-n", "3", "-r", "2", "-c", "2")
+	scripts := t.TempDir()
+	events := filepath.Join(t.TempDir(), "events")
+	for _, ev := range []string{"halfOpenAlert", "halfOpenAlertDone"} {
+		script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_CLUSTER $DLB_PORT\" >> " + events + "\n"
+		if err := os.WriteFile(filepath.Join(scripts, ev), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The NAT table also holds the legitimate connections of the test
+	// (thousands, each kept for the FIN timeout after it closes).
+	const table, natTable = 4096, 16384
+	l.startDlbd("--conn-table-size", fmt.Sprint(table), "--nat-table-size", fmt.Sprint(natTable),
+		"--halfopen-table-size", "1024", "--scripts-dir", scripts)
+	l.configure("generic", 10, 10, 10)
+	vip := l.vip()
+	l.mustCtl("port", "set", vip+"@80", "--maxhalfopen", "1000")
+	// Port 81 is NAT to the servers behind the router (their port 80).
+	l.mustCtl("port", "add", vip+"@81", "--method", "nat", "--maxhalfopen", "500")
+	for i := 1; i <= 2; i++ {
+		l.mustCtl("server", "add", vip+"@81@"+l.env[fmt.Sprintf("LAB_N%d_ADDR", i)],
+			"--returnaddress", l.env["LAB_RETURN_ADDR"], "--router", l.env["LAB_ROUTER_ADDR"], "--mapport", "80")
+	}
+	l.waitServersUp()
+	if ex := l.executor(); ex.ConnectionCapacity != table || ex.NATCapacity != natTable || ex.HalfOpenCapacity != 1024 {
+		t.Fatalf("table sizes %d/%d/%d, want %d/%d/1024", ex.ConnectionCapacity, ex.NATCapacity, ex.HalfOpenCapacity, table, natTable)
+	}
+
+	l.floodPhase("MAC", "80", 25*table)
+	l.floodPhase("NAT", "81", 10*natTable)
+
+	ex := l.executor()
+	t.Logf("after both floods: %d connection entries (capacity %d + NAT %d), events %v", ex.Connections, ex.ConnectionCapacity, ex.NATCapacity, ex.Events)
+	if ex.Connections > int(ex.ConnectionCapacity+ex.NATCapacity) {
+		t.Errorf("%d connection entries, above the capacity", ex.Connections)
+	}
+	waitFor(t, 5*time.Second, "halfOpenAlert for both ports", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Contains(string(b), "halfOpenAlert "+vip+" 80\n") && strings.Contains(string(b), "halfOpenAlert "+vip+" 81\n")
+	})
+	// Half-open counts cover the last 30 s: the alerts clear after that.
+	took := waitFor(t, 60*time.Second, "halfOpenAlertDone for both ports", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Contains(string(b), "halfOpenAlertDone "+vip+" 80\n") && strings.Contains(string(b), "halfOpenAlertDone "+vip+" 81\n")
+	})
+	b, _ := os.ReadFile(events)
+	t.Logf("events (done %.0f s after the last flood):\n%s", took.Seconds(), b)
+
+	// The executor still balances normally afterwards.
+	r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10")
+	if r.OK != 300 {
+		t.Errorf("after the floods: %d of 300 connections answered: %v", r.OK, r.Errors)
+	}
+}

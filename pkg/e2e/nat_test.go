@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// csum is a namespace's TCP and UDP checksum-error counters.
+type csum struct{ tcp, udp, udp6 uint64 }
+
+// csumErrors reads TcpInCsumErrors, UdpInCsumErrors and Udp6InCsumErrors
+// in a lab namespace (TCP over IPv6 counts under Tcp).
+func (l *lab) csumErrors(role string) csum {
+	l.t.Helper()
+	out, err := l.inNS(role, "cat", "/proc/net/snmp", "/proc/net/snmp6")
+	if err != nil {
+		l.t.Fatalf("reading %s's counters: %v\n%s", role, err, out)
+	}
+	var c csum
+	var header []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == "Udp6InCsumErrors" {
+			c.udp6, _ = strconv.ParseUint(f[1], 10, 64)
+			continue
+		}
+		if len(f) < 2 || (f[0] != "Tcp:" && f[0] != "Udp:") {
+			continue
+		}
+		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
+			header = f // the names line precedes the values line
+			continue
+		}
+		for i := 1; i < len(f) && i < len(header); i++ {
+			if header[0] == f[0] && header[i] == "InCsumErrors" {
+				v, _ := strconv.ParseUint(f[i], 10, 64)
+				if f[0] == "Tcp:" {
+					c.tcp = v
+				} else {
+					c.udp = v
+				}
+			}
+		}
+	}
+	return c
+}
+
+// csumSnapshot reads the counters of the given roles.
+func (l *lab) csumSnapshot(roles ...string) map[string]csum {
+	out := map[string]csum{}
+	for _, r := range roles {
+		out[r] = l.csumErrors(r)
+	}
+	return out
+}
+
+// checkCsumDeltas fails unless no role's checksum-error counters moved
+// since before.
+func (l *lab) checkCsumDeltas(before map[string]csum) {
+	l.t.Helper()
+	for role, b := range before {
+		a := l.csumErrors(role)
+		l.t.Logf("%s: TcpInCsumErrors +%d, UdpInCsumErrors +%d, Udp6InCsumErrors +%d", role, a.tcp-b.tcp, a.udp-b.udp, a.udp6-b.udp6)
+		if a != b {
+			l.t.Errorf("%s saw checksum errors: %+v -> %+v", role, b, a)
+		}
+	}
+}
+
+// startNAT starts the executor and balances VIP:80 (TCP) and VIP:53 (UDP)
+// by NAT over the lab's NAT servers behind its router, with the lab's
+// return address; v6 selects the IPv6 addresses.
+func (l *lab) startNAT(v6 bool, servers int) (vip string) {
+	l.t.Helper()
+	vip, ret, router, addrKey := l.vip(), l.env["LAB_RETURN_ADDR"], l.env["LAB_ROUTER_ADDR"], "LAB_N%d_ADDR"
+	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", "generic")
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
+	if v6 {
+		vip, ret, router, addrKey = l.env["LAB_VIP6"], l.env["LAB_RETURN_ADDR6"], l.env["LAB_ROUTER_ADDR6"], "LAB_N%d_ADDR6"
+		l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA6"])
+	}
+	l.mustCtl("cluster", "add", vip, "--configure")
+	l.mustCtl("port", "add", vip+"@80", "--method", "nat")
+	l.mustCtl("port", "add", vip+"@53", "--method", "nat", "--protocol", "udp", "--staletimeout", "30")
+	for i := 1; i <= servers; i++ {
+		for _, port := range []string{"80", "53"} {
+			l.mustCtl("server", "add", vip+"@"+port+"@"+l.env[fmt.Sprintf(addrKey, i)], "--returnaddress", ret, "--router", router)
+		}
+	}
+	l.waitServersUp()
+	return vip
+}
+
+// hostPort joins an address and a port, bracketing IPv6.
+func hostPort(addr, port string) string {
+	if strings.Contains(addr, ":") {
+		return "[" + addr + "]:" + port
+	}
+	return addr + ":" + port
+}
+
+// checkNATTraffic sends conns TCP connections, a 10 MB download and 200
+// UDP flows through vip, and checks that all were answered by both NAT
+// servers, that the servers saw only the return address, and that the
+// bodies were intact.
+func (l *lab) checkNATTraffic(vip, ret string, conns int) {
+	l.t.Helper()
+	t := l.t
+	r := l.mustLoad("-url", "http://"+hostPort(vip, "80")+"/", "-n", fmt.Sprint(conns), "-c", "20")
+	t.Logf("%d connections: %d ok, %d failed, per server %v, servers saw sources %v", r.Requests, r.OK, r.Failed, r.PerBackend, r.Peers)
+	if r.OK != conns || r.Failed != 0 {
+		t.Errorf("%d of %d connections answered, %d failed: %v", r.OK, conns, r.Failed, r.Errors)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if r.PerBackend[n] < conns/4 {
+			t.Errorf("NAT server %s answered %d of %d connections", n, r.PerBackend[n], conns)
+		}
+	}
+	if len(r.Peers) != 1 || r.Peers[ret] != r.OK {
+		t.Errorf("the servers saw sources %v, want only the return address %s", r.Peers, ret)
+	}
+
+	const big = 10 << 20
+	b := l.mustLoad("-url", "http://"+hostPort(vip, "80")+fmt.Sprintf("/bytes?n=%d", big), "-n", "1", "-c", "1", "-timeout", "60s")
+	t.Logf("10 MB download: %d ok, %d bytes, %d hash mismatches", b.OK, b.Bytes, b.HashMismatches)
+	if b.OK != 1 || b.Bytes != big || b.HashMismatches != 0 {
+		t.Errorf("10 MB download: ok %d, %d bytes, %d hash mismatches, errors %v", b.OK, b.Bytes, b.HashMismatches, b.Errors)
+	}
+
+	u := l.mustLoad("-udp", hostPort(vip, "53"), "-flows", "200", "-packets", "3", "-c", "20")
+	t.Logf("UDP: %d flows, %d datagrams, %d answered, %d flows split, per server %v, sources %v", u.Flows, u.Requests, u.OK, u.FlowsSplit, u.PerBackend, u.Peers)
+	if u.OK != 600 || u.FlowsSplit != 0 {
+		t.Errorf("UDP: %d of 600 datagrams answered, %d flows split across servers", u.OK, u.FlowsSplit)
+	}
+	if len(u.Peers) != 1 || u.Peers[ret] != u.OK {
+		t.Errorf("UDP: the servers saw sources %v, want only %s", u.Peers, ret)
+	}
+	if u.PerBackend["n1"] == 0 || u.PerBackend["n2"] == 0 {
+		t.Errorf("UDP flows not spread over both servers: %v", u.PerBackend)
+	}
+}
+
+// TestPrivilegedE2ENAT balances by NAT to two servers on a second subnet
+// behind a router: 2,000 connections all answered, the servers see only
+// the return address, no checksum errors anywhere, a 10 MB download
+// intact, UDP flows stay on their server.
+func TestPrivilegedE2ENAT(t *testing.T) {
+	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1")
+	l.startDlbd()
+	vip := l.startNAT(false, 2)
+	ret := l.env["LAB_RETURN_ADDR"]
+	before := l.csumSnapshot("c1", "n1", "n2")
+	l.checkNATTraffic(vip, ret, 2000)
+	l.checkCsumDeltas(before)
+
+	// The pools' use is counted by dlbd's sweep (every 2 s); the closed
+	// connections hold their ports for the FIN timeout.
+	var ex api.ExecutorReport
+	waitFor(t, 6*time.Second, "the sweep to count the return address's pool", func() bool {
+		ex = l.executor()
+		return len(ex.ReturnAddresses) > 0
+	})
+	t.Logf("executor: %d connections, return addresses %+v, events %v", ex.Connections, ex.ReturnAddresses, ex.Events)
+	if len(ex.ReturnAddresses) != 1 || ex.ReturnAddresses[0].Address != ret || ex.ReturnAddresses[0].Ports != 64512 ||
+		ex.ReturnAddresses[0].Established == 0 {
+		t.Errorf("return address pools %+v, want %s with 64512 ports, some held", ex.ReturnAddresses, ret)
+	}
+	if ex.Events["nat_table_full"] != 0 {
+		t.Errorf("nat_table_full counted %d", ex.Events["nat_table_full"])
+	}
+	for _, rc := range ex.Reasons {
+		if (rc.Reason == "drop_nat_exhausted" || rc.Reason == "drop_table_full" || rc.Reason == "drop_no_route") && rc.Packets != 0 {
+			t.Errorf("%s counted %d packets", rc.Reason, rc.Packets)
+		}
+	}
+	var srv []api.ServerReport
+	l.report(&srv, "server", "report", vip+"@80@")
+	for _, s := range srv {
+		if s.ReturnAddress != ret || s.Router != l.env["LAB_ROUTER_ADDR"] || s.MAC != l.env["LAB_ROUTER_MAC"] || s.NewConnections == 0 {
+			t.Errorf("server report %+v: want return address %s, router %s reached at %s", s, ret, l.env["LAB_ROUTER_ADDR"], l.env["LAB_ROUTER_MAC"])
+		}
+	}
+}
+
+// TestPrivilegedE2ENAT66 is TestPrivilegedE2ENAT over IPv6.
+func TestPrivilegedE2ENAT66(t *testing.T) {
+	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1", "-6")
+	l.startDlbd()
+	vip := l.startNAT(true, 2)
+	before := l.csumSnapshot("c1", "n1", "n2")
+	l.checkNATTraffic(vip, l.env["LAB_RETURN_ADDR6"], 1000)
+	l.checkCsumDeltas(before)
+}
+
+// TestPrivilegedE2EIPv6 balances an IPv6 and an IPv4 cluster address by
+// MAC forwarding at the same time: every connection answered, spread over
+// the backends, no checksum errors.
+func TestPrivilegedE2EIPv6(t *testing.T) {
+	l := newLabArgs(t, "-n", "3", "-c", "1", "-6")
+	l.startDlbd()
+	l.configure("generic", 10, 10, 10)
+	vip6 := l.env["LAB_VIP6"]
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA6"])
+	l.mustCtl("cluster", "add", vip6, "--configure")
+	l.mustCtl("port", "add", vip6+"@80")
+	l.mustCtl("port", "add", vip6+"@53", "--protocol", "udp")
+	for i := 1; i <= 3; i++ {
+		l.mustCtl("server", "add", fmt.Sprintf("%s@80+53@%s", vip6, l.env[fmt.Sprintf("LAB_B%d_ADDR6", i)]))
+	}
+	l.waitServersUp()
+	before := l.csumSnapshot("c1", "b1", "b2", "b3")
+
+	r := l.mustLoad("-url", "http://"+hostPort(vip6, "80")+"/", "-n", "1500", "-c", "20")
+	t.Logf("IPv6: %d connections, %d ok, per backend %v, sources %v", r.Requests, r.OK, r.PerBackend, r.Peers)
+	if r.OK != 1500 || r.Failed != 0 {
+		t.Errorf("IPv6: %d of 1500 answered: %v", r.OK, r.Errors)
+	}
+	for i := 1; i <= 3; i++ {
+		if n := r.PerBackend[fmt.Sprintf("b%d", i)]; n < 300 {
+			t.Errorf("IPv6: b%d answered %d of 1500", i, n)
+		}
+	}
+	if r.Peers[l.env["LAB_C1_ADDR6"]] != r.OK {
+		t.Errorf("IPv6 MAC forwarding: backends saw sources %v, want the client %s", r.Peers, l.env["LAB_C1_ADDR6"])
+	}
+	r4 := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "300", "-c", "10")
+	if r4.OK != 300 {
+		t.Errorf("IPv4 alongside IPv6: %d of 300 answered: %v", r4.OK, r4.Errors)
+	}
+	const big = 10 << 20
+	b := l.mustLoad("-url", "http://"+hostPort(vip6, "80")+fmt.Sprintf("/bytes?n=%d", big), "-n", "1", "-timeout", "60s")
+	if b.OK != 1 || b.Bytes != big || b.HashMismatches != 0 {
+		t.Errorf("IPv6 10 MB download: ok %d, %d bytes, %d hash mismatches, %v", b.OK, b.Bytes, b.HashMismatches, b.Errors)
+	}
+	u := l.mustLoad("-udp", hostPort(vip6, "53"), "-flows", "150", "-packets", "3", "-c", "15")
+	t.Logf("IPv6 UDP: %d flows, %d of %d answered, %d split, per backend %v", u.Flows, u.OK, u.Requests, u.FlowsSplit, u.PerBackend)
+	if u.OK != 450 || u.FlowsSplit != 0 || len(u.PerBackend) != 3 {
+		t.Errorf("IPv6 UDP: %d of 450 answered, %d flows split, backends %v", u.OK, u.FlowsSplit, u.PerBackend)
+	}
+	l.checkCsumDeltas(before)
+}
