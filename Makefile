@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-unit bench demo clean
+.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz bench demo clean
 
 all: build
 
@@ -51,6 +51,14 @@ lint:
 ## Privileged tests skip when not root; DLB_REQUIRE_PRIVILEGED=1 makes that a failure.
 test: test-deps lint build
 	$(GO) test -count=1 -timeout 14m ./...
+	$(MAKE) fuzz
+
+## fuzz: the executor's fuzz target, coverage-guided (needs root; skips without
+## it); FUZZTIME=10m make fuzz for a long run (new failing inputs land in
+## pkg/datapath/testdata/fuzz)
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzExecutor$$' -fuzztime $(FUZZTIME) ./pkg/datapath/
 
 ## test-unit: only what needs no root
 test-unit:

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,5 +149,36 @@ func TestPrivilegedE2ESYNFlood(t *testing.T) {
 	r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10")
 	if r.OK != 300 {
 		t.Errorf("after the floods: %d of 300 connections answered: %v", r.OK, r.Errors)
+	}
+}
+
+// TestPrivilegedE2ETableSizeChangeRefused: a dlbd restarted with other
+// table sizes over the pinned executor refuses to adopt it, says why, and
+// leaves it forwarding as it was; restarted with the original sizes it
+// adopts it again.
+func TestPrivilegedE2ETableSizeChangeRefused(t *testing.T) {
+	l := newLab(t, 2)
+	l.startDlbd("--conn-table-size", "4096", "--nat-table-size", "8192")
+	l.configure("generic", 10, 10)
+	linkID := l.executor().LinkID
+	l.killDlbd(syscall.SIGTERM)
+
+	for _, flags := range [][]string{{"--conn-table-size", "8192", "--nat-table-size", "8192"}, {"--conn-table-size", "4096", "--nat-table-size", "16384"}} {
+		l.startDlbd(flags...)
+		ex := l.executor()
+		t.Logf("restarted with %v: executor error %q", flags, ex.Error)
+		if ex.Attached || !strings.Contains(ex.Error, "table sizes") {
+			t.Errorf("restarted with %v: attached %v, error %q; want a refusal naming the table sizes", flags, ex.Attached, ex.Error)
+		}
+		// The pinned executor keeps forwarding meanwhile.
+		if r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10"); r.OK != 200 {
+			t.Errorf("while refused: %d of 200 connections answered", r.OK)
+		}
+		l.killDlbd(syscall.SIGTERM)
+	}
+	l.startDlbd("--conn-table-size", "4096", "--nat-table-size", "8192")
+	ex := l.executor()
+	if !ex.Attached || ex.Error != "" || ex.LinkID != linkID || ex.ConnectionCapacity != 4096 || ex.NATCapacity != 8192 {
+		t.Errorf("restarted with the original sizes: %+v", ex)
 	}
 }
