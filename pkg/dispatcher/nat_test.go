@@ -284,3 +284,34 @@ func TestHalfOpenAlert(t *testing.T) {
 		t.Errorf("scripts saw\n%s\nwant\n%s", b, want)
 	}
 }
+
+// TestAdvisorProbesNATMapport: an advisor of a NAT port probes each
+// server at its mapport (where it listens), a MAC server at the port.
+func TestAdvisorProbesNATMapport(t *testing.T) {
+	cfg := lb.NewConfig()
+	cl := lb.NewCluster(netip.MustParseAddr(vip))
+	nat := lb.NewPort(81)
+	nat.Method = lb.NAT
+	nat.Servers = []lb.Server{
+		{Address: natSrv, Weight: 10, MapPort: 8080, ReturnAddress: retAddr},
+		{Address: netip.MustParseAddr("198.18.1.12"), Weight: 10, ReturnAddress: retAddr},
+	}
+	mac := lb.NewPort(80)
+	mac.Servers = []lb.Server{{Address: s1, Weight: 10}}
+	cl.Ports = []lb.Port{mac, nat}
+	cfg.Clusters = []lb.Cluster{cl}
+	cfg.Advisors = []lb.Advisor{lb.NewAdvisor("http", netip.Addr{}, 81), lb.NewAdvisor("http", netip.Addr{}, 80)}
+	got := map[string]uint16{}
+	for k, spec := range wantedProbes(cfg) {
+		got[k.addr.String()] = spec.target.Port
+	}
+	want := map[string]uint16{natSrv.String(): 8080, "198.18.1.12": 81, s1.String(): 80}
+	if len(got) != len(want) {
+		t.Fatalf("probes %v, want %v", got, want)
+	}
+	for a, p := range want {
+		if got[a] != p {
+			t.Errorf("%s probed at port %d, want %d", a, got[a], p)
+		}
+	}
+}

@@ -99,8 +99,14 @@ func wantedProbes(cfg lb.Config) map[probeKey]probeSpec {
 				if _, ok := want[k]; ok {
 					continue // the same server under another cluster: one probe serves both
 				}
+				// A NAT server listens on its mapport; the advisor probes
+				// it there, at its own address.
+				port := a.Port
+				if p.Method == lb.NAT && s.MapPort != 0 {
+					port = s.MapPort
+				}
 				want[k] = probeSpec{cfg: a, target: advisors.Target{
-					Address: s.Address, Port: a.Port,
+					Address: s.Address, Port: port,
 					ConnectTimeout: seconds(a.ConnectTimeout), ReceiveTimeout: seconds(a.ReceiveTimeout),
 					Request: s.AdvisorRequest, Response: s.AdvisorResponse,
 				}}

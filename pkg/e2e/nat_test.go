@@ -187,6 +187,31 @@ func TestPrivilegedE2ENAT(t *testing.T) {
 			t.Errorf("server report %+v: want return address %s, router %s reached at %s", s, ret, l.env["LAB_ROUTER_ADDR"], l.env["LAB_ROUTER_MAC"])
 		}
 	}
+
+	// An advisor probes the NAT servers behind the router: n1 stops, is
+	// marked failed, and new connections all go to n2 until it is back.
+	l.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5", "--fall", "2", "--rise", "2",
+		"--connecttimeout", "0.5", "--receivetimeout", "0.5")
+	n1 := vip + "@80@" + l.env["LAB_N1_ADDR"]
+	state := func() string {
+		var r []api.ServerReport
+		l.report(&r, "server", "report", n1)
+		return r[0].State
+	}
+	waitFor(t, 5*time.Second, "the advisor to see n1 up", func() bool { return state() == api.StateUp })
+	if out, err := l.script("backend-stop", "n1").CombinedOutput(); err != nil {
+		t.Fatalf("stopping n1: %v\n%s", err, out)
+	}
+	took := waitFor(t, 5*time.Second, "n1 marked failed", func() bool { return state() == api.StateFailed })
+	r := l.mustLoad("-url", "http://"+vip+"/", "-n", "500", "-c", "10")
+	t.Logf("n1 stopped: marked failed after %.1f s; 500 new connections: %d ok, per server %v", took.Seconds(), r.OK, r.PerBackend)
+	if r.OK != 500 || r.PerBackend["n2"] != 500 {
+		t.Errorf("with n1 failed: %d of 500 answered, per server %v", r.OK, r.PerBackend)
+	}
+	if out, err := l.script("backend-start", "n1").CombinedOutput(); err != nil {
+		t.Fatalf("starting n1: %v\n%s", err, out)
+	}
+	waitFor(t, 5*time.Second, "n1 back up", func() bool { return state() == api.StateUp })
 }
 
 // TestPrivilegedE2ENAT66 is TestPrivilegedE2ENAT over IPv6.
