@@ -165,7 +165,21 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		.service = vm->service,
 		.state = FLOW_ESTABLISHED,
 	};
-	if (bpf_map_update_elem(&conns, fk, &nf, BPF_ANY) != 0)
+	int err = bpf_map_update_elem(&conns, fk, &nf, BPF_NOEXIST);
+	if (err == -DLB_EEXIST) {
+		/* Another CPU inserted this flow between our lookup and now:
+		 * the handshake's ACK and the first data segment (or two
+		 * datagrams of a new UDP flow) raced. Follow its entry and
+		 * count the connection once. */
+		f = bpf_map_lookup_elem(&conns, fk);
+		if (f) {
+			struct backend *ob = bpf_map_lookup_elem(&backends, &f->backend);
+			if (ob && (ob->flags & BACKEND_F_PRESENT) && ob->service == vm->service)
+				return forward(ctx, eth, ob, f->backend, vm->service, 0);
+		}
+		return forward(ctx, eth, b, id, vm->service, 0);
+	}
+	if (err)
 		event(EV_CONN_INSERT_FAILED);
 	affinity_record(vm, fk, b, id, now, family);
 	return forward(ctx, eth, b, id, vm->service, 1);
