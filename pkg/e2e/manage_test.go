@@ -245,9 +245,28 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 	t.Logf("b2 recovered %.1f s after its delay was removed", recovered.Seconds())
 	t.Logf("b2 recovered: weights %v", l.weights())
 
+	// The recovery ends with a few small steps (a push past the
+	// sensitivity threshold is followed through for manager.FollowCycles
+	// cycles). Settled means: 3 cycles in a row that push nothing.
+	quiet, last := 0, l.manager().Cycles
+	settled := waitFor(t, 30*time.Second, "the weights to settle after b2's recovery", func() bool {
+		m := l.manager()
+		if m.Cycles == last {
+			return false
+		}
+		last = m.Cycles
+		quiet++
+		for _, p := range m.Ports {
+			if p.Port == 80 && p.Pushed {
+				quiet = 0
+			}
+		}
+		return quiet >= 3
+	})
+	t.Logf("settled %.1f s later: weights %v", settled.Seconds(), l.weights())
+
 	// Settled: for 10 cycles no change passes the sensitivity threshold
 	// (the default, 5%), and no weight moves at all.
-	time.Sleep(3 * time.Second)
 	start := l.manager().Cycles
 	past, pushed := 0, 0
 	seen := map[uint64]bool{}
