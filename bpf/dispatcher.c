@@ -172,11 +172,9 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		 * datagrams of a new UDP flow) raced. Follow its entry and
 		 * count the connection once. */
 		f = bpf_map_lookup_elem(&conns, fk);
-		if (f) {
-			struct backend *ob = bpf_map_lookup_elem(&backends, &f->backend);
-			if (ob && (ob->flags & BACKEND_F_PRESENT) && ob->service == vm->service)
-				return forward(ctx, eth, ob, f->backend, vm->service, 0);
-		}
+		struct backend *ob = f ? backend_ok(f->backend, vm->service) : NULL;
+		if (ob)
+			return forward(ctx, eth, ob, f->backend, vm->service, 0);
 		return forward(ctx, eth, b, id, vm->service, 0);
 	}
 	if (err)

@@ -67,13 +67,17 @@ func TestPrivilegedConcurrentFirstPackets(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					// fail reports err and releases the other worker.
+					fail := func(err error) {
+						errs <- err
+						reached[w].Store(flows)
+					}
 					runtime.LockOSThread()
 					defer runtime.UnlockOSThread()
 					var cpu unix.CPUSet
 					cpu.Set(w)
 					if err := unix.SchedSetaffinity(0, &cpu); err != nil {
-						errs <- fmt.Errorf("pinning worker %d to CPU %d: %w", w, w, err)
-						reached[w].Store(flows) // release the other worker
+						fail(fmt.Errorf("pinning worker %d to CPU %d: %w", w, w, err))
 						return
 					}
 					other := &reached[1-w]
@@ -84,13 +88,11 @@ func TestPrivilegedConcurrentFirstPackets(t *testing.T) {
 						out := make([]byte, len(frames[i])+256)
 						ret, err := e.dp.objs.DlbXdp.Run(&ebpf.RunOptions{Data: frames[i], DataOut: out})
 						if err != nil {
-							errs <- fmt.Errorf("worker %d, flow %d: running program: %w", w, i, err)
-							reached[w].Store(flows)
+							fail(fmt.Errorf("worker %d, flow %d: running program: %w", w, i, err))
 							return
 						}
 						if ret != xdpTX {
-							errs <- fmt.Errorf("worker %d, flow %d: verdict %d, want XDP_TX", w, i, ret)
-							reached[w].Store(flows)
+							fail(fmt.Errorf("worker %d, flow %d: verdict %d, want XDP_TX", w, i, ret))
 							return
 						}
 						outs[w][i] = out[:len(frames[i])]
@@ -111,17 +113,7 @@ func TestPrivilegedConcurrentFirstPackets(t *testing.T) {
 			if got := e.stats(t).Services[tc.service].NewConns - before; got != flows {
 				t.Errorf("%d flows, each run on two CPUs at once, counted as %d new connections", flows, got)
 			}
-			n := 0
-			it := e.dp.objs.Conns.Iterate()
-			var k dispatcherFlowKey
-			var v dispatcherFlow
-			for it.Next(&k, &v) {
-				n++
-			}
-			if err := it.Err(); err != nil {
-				t.Fatalf("iterating conns: %v", err)
-			}
-			if n != flows {
+			if n := countConns(t, e); n != flows {
 				t.Errorf("%d entries in the connection table after %d flows", n, flows)
 			}
 		})
