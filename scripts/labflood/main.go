@@ -55,6 +55,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/dlbproject/dlb/scripts/internal/inetsum"
 )
 
 const (
@@ -362,37 +364,16 @@ func (b *builder) fill(f []byte, r *rand.Rand) {
 		binary.BigEndian.PutUint64(src[0:], hi)
 		binary.BigEndian.PutUint64(src[8:], lo)
 		// Pseudo-header: addresses, upper-layer length, next header.
-		s := sum16(ip[8:40], tcpLen+unix.IPPROTO_TCP)
-		binary.BigEndian.PutUint16(tcp[16:], fold(sum16(tcp, s)))
+		s := inetsum.Add(ip[8:40], tcpLen+unix.IPPROTO_TCP)
+		binary.BigEndian.PutUint16(tcp[16:], inetsum.Fold(inetsum.Add(tcp, s)))
 		return
 	}
 	a := uint32(b.baseLo) | uint32(r.Uint64()&b.maskLo)
 	binary.BigEndian.PutUint32(src, a)
 	binary.BigEndian.PutUint16(ip[4:], uint16(x>>16)) // identification
-	binary.BigEndian.PutUint16(ip[10:], fold(sum16(ip, 0)))
-	s := sum16(ip[12:20], tcpLen+unix.IPPROTO_TCP)
-	binary.BigEndian.PutUint16(tcp[16:], fold(sum16(tcp, s)))
-}
-
-// sum16 adds b, as big-endian 16-bit words, to s (the Internet checksum
-// before folding). The checksum fields in b must be zero.
-func sum16(b []byte, s uint32) uint32 {
-	n := len(b) &^ 1
-	for i := 0; i < n; i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if n < len(b) {
-		s += uint32(b[n]) << 8
-	}
-	return s
-}
-
-// fold turns a 32-bit sum into the one's complement checksum.
-func fold(s uint32) uint16 {
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
+	binary.BigEndian.PutUint16(ip[10:], inetsum.Fold(inetsum.Add(ip, 0)))
+	s := inetsum.Add(ip[12:20], tcpLen+unix.IPPROTO_TCP)
+	binary.BigEndian.PutUint16(tcp[16:], inetsum.Fold(inetsum.Add(tcp, s)))
 }
 
 // --- sending -------------------------------------------------------------------

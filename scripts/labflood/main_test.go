@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/dlbproject/dlb/scripts/internal/inetsum"
 )
 
 var (
@@ -56,7 +58,7 @@ func decodeSYN(t *testing.T, f []byte, src netip.Prefix, dst netip.Addr, dport u
 		if len(f) != 60 {
 			t.Errorf("IPv4 frame is %d bytes, want 60 (padded)", len(f))
 		}
-		if fold(sum16(f[ethLen:ethLen+ipv4Len], 0)) != 0 {
+		if inetsum.Fold(inetsum.Add(f[ethLen:ethLen+ipv4Len], 0)) != 0 {
 			t.Errorf("IPv4 header checksum %#04x does not verify", ip.Checksum)
 		}
 		tcp.SetNetworkLayerForChecksum(ip)
@@ -114,7 +116,7 @@ func decodeSYN(t *testing.T, f []byte, src netip.Prefix, dst netip.Addr, dport u
 		pseudo = append(pseudo, 0, 0, 0, tcpLen, 0, 0, 0, 6)
 	}
 	seg := tcp.Contents
-	if fold(sum16(seg, sum16(pseudo, 0))) != 0 {
+	if inetsum.Fold(inetsum.Add(seg, inetsum.Add(pseudo, 0))) != 0 {
 		t.Errorf("TCP checksum %#04x does not verify", tcp.Checksum)
 	}
 
@@ -193,18 +195,6 @@ func TestSourceSpreadsOverPrefix(t *testing.T) {
 	}
 	if len(seen) != 16 {
 		t.Errorf("%d of 16 addresses used", len(seen))
-	}
-}
-
-func TestChecksumRFC1071(t *testing.T) {
-	// RFC 1071, section 3: the sum of these words is 0xddf2.
-	b := []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}
-	if got := fold(sum16(b, 0)); got != ^uint16(0xddf2) {
-		t.Errorf("checksum %#04x, want %#04x", got, ^uint16(0xddf2))
-	}
-	// An odd length pads with a zero byte.
-	if got, want := sum16([]byte{0x12, 0x34, 0x56}, 0), uint32(0x1234+0x5600); got != want {
-		t.Errorf("odd sum %#x, want %#x", got, want)
 	}
 }
 

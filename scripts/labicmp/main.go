@@ -75,6 +75,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dlbproject/dlb/scripts/internal/inetsum"
 )
 
 const (
@@ -511,9 +513,9 @@ func fragNeeded(server, client netip.AddrPort, seq uint32, mtu uint16) []byte {
 	s, c := server.Addr().As4(), client.Addr().As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], c[:])
-	binary.BigEndian.PutUint16(ip[10:], fold(sum16(ip, 0)))
+	binary.BigEndian.PutUint16(ip[10:], inetsum.Fold(inetsum.Add(ip, 0)))
 	putTCPQuote(b[icmpHdrLen+ipv4HdrLen:], server.Port(), client.Port(), seq)
-	binary.BigEndian.PutUint16(b[2:], fold(sum16(b, 0)))
+	binary.BigEndian.PutUint16(b[2:], inetsum.Fold(inetsum.Add(b, 0)))
 	return b
 }
 
@@ -543,27 +545,6 @@ func putTCPQuote(b []byte, sport, dport uint16, seq uint32) {
 	binary.BigEndian.PutUint16(b[0:], sport)
 	binary.BigEndian.PutUint16(b[2:], dport)
 	binary.BigEndian.PutUint32(b[4:], seq)
-}
-
-// sum16 adds b, as big-endian 16-bit words, to s (the Internet checksum
-// before folding). The checksum field in b must be zero.
-func sum16(b []byte, s uint32) uint32 {
-	n := len(b) &^ 1
-	for i := 0; i < n; i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if n < len(b) {
-		s += uint32(b[n]) << 8
-	}
-	return s
-}
-
-// fold turns a 32-bit sum into the one's complement checksum.
-func fold(s uint32) uint16 {
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
 
 // --- sending -------------------------------------------------------------------

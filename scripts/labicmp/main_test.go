@@ -22,6 +22,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"github.com/dlbproject/dlb/scripts/internal/inetsum"
 )
 
 // checkTCPQuote checks the 8 quoted TCP bytes.
@@ -60,10 +62,10 @@ func TestFragNeeded(t *testing.T) {
 			}
 			// Independent check of both checksums: a correct one makes the
 			// one's complement sum of the covered bytes 0xffff.
-			if fold(sum16(b, 0)) != 0 {
+			if inetsum.Fold(inetsum.Add(b, 0)) != 0 {
 				t.Errorf("ICMP checksum does not verify")
 			}
-			if fold(sum16(b[8:28], 0)) != 0 {
+			if inetsum.Fold(inetsum.Add(b[8:28], 0)) != 0 {
 				t.Errorf("quoted IPv4 header checksum does not verify")
 			}
 
@@ -178,10 +180,10 @@ func TestPacketTooBig(t *testing.T) {
 // kernel computes it (tests only).
 func icmp6Checksum(src, dst netip.Addr, msg []byte) uint16 {
 	s, d := src.As16(), dst.As16()
-	sum := sum16(s[:], 0)
-	sum = sum16(d[:], sum)
+	sum := inetsum.Add(s[:], 0)
+	sum = inetsum.Add(d[:], sum)
 	sum += uint32(len(msg)) + 58
-	return fold(sum16(msg, sum))
+	return inetsum.Fold(inetsum.Add(msg, sum))
 }
 
 func TestParseFlags(t *testing.T) {
