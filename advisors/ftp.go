@@ -39,13 +39,9 @@ func (ftpAdvisor) DefaultPort() uint16 { return 21 }
 
 // Probe implements Advisor.
 func (a ftpAdvisor) Probe(ctx context.Context, t Target) Result {
-	cmd := "SYST"
-	if t.Request != "" {
-		c, err := commandLine(t.Request)
-		if err != nil {
-			return down(err)
-		}
-		cmd = c
+	cmd, err := requestCommand(t, "SYST")
+	if err != nil {
+		return down(err)
 	}
 	t = withDefaultPort(t, a.DefaultPort())
 	s, err := dial(ctx, t)

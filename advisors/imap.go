@@ -39,13 +39,9 @@ func (imapAdvisor) DefaultPort() uint16 { return 143 }
 
 // Probe implements Advisor.
 func (a imapAdvisor) Probe(ctx context.Context, t Target) Result {
-	cmd := ""
-	if t.Request != "" {
-		c, err := commandLine(t.Request)
-		if err != nil {
-			return down(err)
-		}
-		cmd = c
+	cmd, err := requestCommand(t, "")
+	if err != nil {
+		return down(err)
 	}
 	t = withDefaultPort(t, a.DefaultPort())
 	s, err := dial(ctx, t)

@@ -38,13 +38,9 @@ func (smtpAdvisor) DefaultPort() uint16 { return 25 }
 
 // Probe implements Advisor.
 func (a smtpAdvisor) Probe(ctx context.Context, t Target) Result {
-	custom := ""
-	if t.Request != "" {
-		c, err := commandLine(t.Request)
-		if err != nil {
-			return down(err)
-		}
-		custom = c
+	custom, err := requestCommand(t, "")
+	if err != nil {
+		return down(err)
 	}
 	t = withDefaultPort(t, a.DefaultPort())
 	s, err := dial(ctx, t)

@@ -132,6 +132,15 @@ func commandLine(req string) (string, error) {
 	return req, nil
 }
 
+// requestCommand returns the command a line-oriented probe sends:
+// t.Request checked by commandLine, or def when no request is set.
+func requestCommand(t Target, def string) (string, error) {
+	if t.Request == "" {
+		return def, nil
+	}
+	return commandLine(t.Request)
+}
+
 // commandVerb returns the command's first word, upper-cased ("SYST",
 // "EHLO"), for reasons and for choosing how to read its reply.
 func commandVerb(cmd string) string {
