@@ -115,6 +115,19 @@ type Client struct {
 	agents map[netip.AddrPort]*agentState
 }
 
+// pollTransport is the HTTP transport of a poller that asks a few agents
+// once an interval: no proxy, two idle connections per agent, and tlsCfg
+// (nil: plain HTTP).
+func pollTransport(tlsCfg *tls.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.MaxIdleConnsPerHost = 2
+	if tlsCfg != nil {
+		t.TLSClientConfig = tlsCfg.Clone()
+	}
+	return t
+}
+
 // NewClient returns a client.
 func NewClient(o ClientOptions) *Client {
 	c := &Client{scheme: "http", now: o.Now, agents: map[netip.AddrPort]*agentState{}}
@@ -123,13 +136,7 @@ func NewClient(o ClientOptions) *Client {
 	}
 	rt := o.Transport
 	if rt == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil
-		t.MaxIdleConnsPerHost = 2
-		if o.TLS != nil {
-			t.TLSClientConfig = o.TLS.Clone()
-		}
-		rt = t
+		rt = pollTransport(o.TLS)
 	}
 	if o.TLS != nil {
 		c.scheme = "https"

@@ -277,10 +277,7 @@ func NewPromSource(rawURL string, o PromOptions) (*PromSource, error) {
 	}
 	rt := o.Transport
 	if rt == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil
-		t.MaxIdleConnsPerHost = 2
-		rt = t
+		rt = pollTransport(nil)
 	}
 	p.hc = &http.Client{Transport: rt}
 	return p, nil
