@@ -8,14 +8,40 @@
 #                  http.server, openssl s_server)
 #
 # The test servers' packages would start system-wide daemons on install;
-# they are installed with services held back (policy-rc.d), because each
-# test starts its own instance from a private configuration on a random
-# port and stops it again.
+# they are installed with services held back: a policy-rc.d that refuses
+# every start is put in place for the install, unless one already exists
+# (the usual Debian container images ship one), and removed afterwards only
+# if this script made it. Each test starts its own instance from a private
+# configuration on a random port and stops it again.
+#
+# Exit status: 0 when everything is there (installed now or before), 1 when
+# something is missing and cannot be installed (not root, apt failed).
+#
+# For its own tests (scripts/deps_test.go) the script reads:
+#   DLB_DEPS_PATH   where commands are looked for (default: $PATH plus the
+#                   sbin directories, where Debian puts ethtool and slapd)
+#   DLB_DEPS_ROOT   prefix of the files it checks (default: none)
+#   DLB_POLICY_RC   the policy-rc.d it may create (default /usr/sbin/policy-rc.d)
 set -euo pipefail
 
 set_="${1:-lab}"
+case $set_ in
+lab | test) ;;
+*)
+	echo "usage: deps.sh lab|test" >&2
+	exit 2
+	;;
+esac
+
+search=${DLB_DEPS_PATH:-$PATH:/usr/sbin:/sbin}
+root=${DLB_DEPS_ROOT:-}
+policy=${DLB_POLICY_RC:-/usr/sbin/policy-rc.d}
+
 missing=()
-need() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || missing+=("$2"); }
+# need COMMAND PACKAGE: PACKAGE is missing unless COMMAND is found.
+need() { PATH=$search command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+# need_file FILE PACKAGE: PACKAGE is missing unless FILE exists.
+need_file() { [ -e "$root$1" ] || missing+=("$2"); }
 
 need ip iproute2
 need nsenter util-linux
@@ -27,10 +53,12 @@ if [ "$set_" = test ]; then
 	need vsftpd vsftpd
 	need exim4 exim4-daemon-light
 	need dovecot dovecot-imapd
-	[ -e /usr/lib/dovecot/pop3 ] || missing+=(dovecot-pop3d)
+	need_file /usr/lib/dovecot/pop3 dovecot-pop3d
 	need slapd slapd
 fi
-((${#missing[@]} == 0)) && exit 0
+if ((${#missing[@]} == 0)); then
+	exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "deps: missing ${missing[*]}; run as root (or: apt-get install ${missing[*]})" >&2
@@ -38,14 +66,24 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-policy=/usr/sbin/policy-rc.d
 made_policy=0
+cleanup() {
+	if [ "$made_policy" = 1 ]; then
+		rm -f "$policy"
+	fi
+}
+trap cleanup EXIT
 if [ ! -e "$policy" ]; then
 	printf '#!/bin/sh\nexit 101\n' >"$policy"
 	chmod 755 "$policy"
 	made_policy=1
 fi
-cleanup() { [ "$made_policy" = 1 ] && rm -f "$policy"; }
-trap cleanup EXIT
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if ! apt-get update -qq; then
+	echo "deps: apt-get update failed; cannot install ${missing[*]}" >&2
+	exit 1
+fi
+if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+	echo "deps: apt-get install ${missing[*]} failed" >&2
+	exit 1
+fi
+exit 0
