@@ -32,6 +32,10 @@ run=$(mktemp -d /tmp/dlbdemo.XXXXXX)
 sock=$run/dlbd.sock
 pindir=/sys/fs/bpf/${LAB_PREFIX}
 dlbd_pid=
+# dlbd mounts bpffs on /sys/fs/bpf when nothing is mounted there, as on a
+# fresh machine; the demo then unmounts it again when it is done, if empty.
+bpffs_was_mounted=0
+if mountpoint -q /sys/fs/bpf; then bpffs_was_mounted=1; fi
 
 cleanup() {
 	set +e
@@ -43,6 +47,11 @@ cleanup() {
 	rm -rf "$pindir"
 	"$lab" down >/dev/null 2>&1
 	rm -rf "$run"
+	# (maps.debug and progs.debug are the kernel's own iterators.)
+	if [ "$bpffs_was_mounted" = 0 ] && mountpoint -q /sys/fs/bpf &&
+		[ -z "$(ls -A /sys/fs/bpf | grep -vx -e maps.debug -e progs.debug)" ]; then
+		umount /sys/fs/bpf
+	fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -48,8 +48,10 @@ readonly REPO_DIR
 readonly P=${LAB_PREFIX:-dlb}
 readonly LAB_BIN=${LAB_BIN:-$REPO_DIR/bin}
 readonly LAB_RUN=${LAB_RUN:-/run/${P}-lab}
-# bpffs directory of the pass-through XDP links on the switch side.
-readonly XDP_PIN=/sys/fs/bpf/${P}-labxdp
+# bpffs of the pass-through XDP links on the switch side: a private bpffs
+# instance the lab mounts itself (a fresh machine has none on /sys/fs/bpf)
+# and unmounts in `down`, which also detaches the links.
+readonly XDP_PIN=$LAB_RUN/bpffs
 
 readonly SW_NS=${P}sw
 readonly D_NS=${P}d
@@ -167,7 +169,7 @@ require_root() {
 
 require_tools() {
 	local t
-	for t in ip nsenter ethtool sysctl setsid; do
+	for t in ip nsenter ethtool sysctl setsid mount umount mountpoint; do
 		command -v "$t" >/dev/null || die "required tool '$t' not found"
 	done
 }
@@ -526,8 +528,10 @@ cmd_up() {
 	trap 'on_up_exit' EXIT
 	trap 'exit 130' INT TERM
 
+	bpffs_down
 	rm -rf "$LAB_RUN"
 	mkdir -p "$LAB_RUN"
+	bpffs_up
 	printf 'PREFIX=%s\nBACKENDS=%s\nCLIENTS=%s\nNATSERVERS=%s\nIPV6=%s\n' \
 		"$P" "$NB" "$NC" "$NR" "$V6" >"$LAB_RUN/state"
 
@@ -604,6 +608,20 @@ cmd_up() {
 	info "state and logs in $LAB_RUN; remove with: $PROG down"
 }
 
+# bpffs_up mounts the lab's own bpffs instance on $XDP_PIN.
+bpffs_up() {
+	mkdir -p "$XDP_PIN"
+	mount -t bpf "${P}lab" "$XDP_PIN" || die "cannot mount a bpf file system on $XDP_PIN"
+}
+
+# bpffs_down unpins the lab's XDP links (which detaches them) and unmounts
+# the lab's bpffs, if mounted.
+bpffs_down() {
+	mountpoint -q "$XDP_PIN" 2>/dev/null || return 0
+	rm -f "$XDP_PIN"/*
+	umount "$XDP_PIN" || info "warning: could not unmount $XDP_PIN"
+}
+
 UP_DONE=1
 on_up_exit() {
 	local rc=$?
@@ -645,7 +663,8 @@ cmd_down() {
 			failed=1
 		fi
 	done
-	rm -rf "$LAB_RUN" "$XDP_PIN"
+	bpffs_down
+	rm -rf "$LAB_RUN"
 	if ((removed > 0)); then
 		info "lab down: removed $removed namespace(s) with prefix $P"
 	else
