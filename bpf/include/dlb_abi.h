@@ -245,8 +245,8 @@ enum nat_flags {
  * A slot is claimed with a compare-and-exchange on owner, so that two SYNs
  * can never reserve the same port. */
 struct halfopen {
-	/* owner: 0 when free; else the creation time in seconds (coarse
-	 * clock) << 32 | a 32-bit tag of the slot's contents (halfopen_tag),
+	/* owner: 0 when free; else the creation time in seconds since boot
+	 * plus one (coarse clock; halfopen_stamp) << 32 | a 32-bit tag of the slot's contents (halfopen_tag),
 	 * 0 while they are being written. A slot older than
 	 * DLB_HALF_OPEN_SECONDS is free. */
 	__u64 owner;

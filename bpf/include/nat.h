@@ -247,11 +247,22 @@ static __always_inline __u32 halfopen_tag(const struct halfopen *h, __u32 seed)
 	return (flow_hash(&k, seed) ^ w[0] ^ w[1] ^ w[2] ^ w[3] ^ h->key.port ^ h->backend) | 1;
 }
 
+/* halfopen_stamp is the time stamp of a half-open reservation: seconds
+ * since boot, counted from 1 so that a slot claimed in the first second
+ * after boot (stamp << 32, tag 0) still differs from a free one (0). */
+static __always_inline __u64 halfopen_stamp(__u64 now)
+{
+	return now / NSEC_PER_SEC + 1;
+}
+
 /* halfopen_live reports whether a slot's owner word is a live
- * reservation (or one being written). */
+ * reservation (or one being written). A stamp ahead of now_s (written by a
+ * CPU whose cached clock is a tick ahead) is live. */
 static __always_inline int halfopen_live(__u64 owner, __u64 now_s)
 {
-	return owner != 0 && now_s - (owner >> 32) <= DLB_HALF_OPEN_SECONDS;
+	__u64 stamp = owner >> 32;
+
+	return owner != 0 && (stamp >= now_s || now_s - stamp <= DLB_HALF_OPEN_SECONDS);
 }
 
 /* halfopen_get returns the live, whole half-open reservation of key k, and
@@ -265,7 +276,7 @@ static __always_inline struct halfopen *halfopen_get(const struct nat_key *k, co
 	if (!h)
 		return NULL;
 	__u64 o = h->owner;
-	if (!halfopen_live(o, now / NSEC_PER_SEC) || !nat_key_eq(&h->key, k) || (__u32)o != halfopen_tag(h, cfg->hash_seed))
+	if (!halfopen_live(o, halfopen_stamp(now)) || !nat_key_eq(&h->key, k) || (__u32)o != halfopen_tag(h, cfg->hash_seed))
 		return NULL;
 	*owner = o;
 	return h;
@@ -479,7 +490,7 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 		return 0;
 	__u32 size = max - min + 1;
 	__u32 nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
-	__u64 now_s = a->now / NSEC_PER_SEC;
+	__u64 now_s = halfopen_stamp(a->now);
 	__u64 oldest = ~0ULL, victim_owner = 0;
 	__u32 victim = 0;
 	__be16 victim_port = 0;

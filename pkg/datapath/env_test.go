@@ -72,7 +72,63 @@ type testEnv struct {
 	runs    uint64 // packets run through the program
 	tableM  uint32
 	backend map[uint32]lb.DataplaneBackend
+	// clock is the executor-clock time (ns) that fixtures are written
+	// against and sweeps run at, when a test injects one; 0 means the real
+	// clock.
+	clock uint64
 }
+
+// now returns the time fixtures are written against: the injected clock,
+// else the executor's real (coarse) clock.
+func (e *testEnv) now() uint64 {
+	if e.clock != 0 {
+		return e.clock
+	}
+	return coarseNow()
+}
+
+// ago returns the time stamp idle seconds before e.now(). A fixture older
+// than the clock cannot be written (the stamp would wrap): that is a test
+// error, so that no fixture silently depends on how long the machine has
+// been up. Tests keep real-clock fixtures to a few seconds and shorten the
+// timeouts instead (withTimeouts), or inject a clock.
+func (e *testEnv) ago(t testing.TB, idle uint64) uint64 {
+	t.Helper()
+	now := e.now()
+	if idle*1e9 > now {
+		t.Fatalf("fixture %d s old at clock %d ns: older than the clock", idle, now)
+	}
+	return now - idle*1e9
+}
+
+// withTimeouts applies the fixture state with service id's staletimeout,
+// fintimeout and stickytime (seconds) changed, until the test ends.
+func (e *testEnv) withTimeouts(t testing.TB, id, stale, fin, sticky uint32) {
+	t.Helper()
+	st := e.state
+	st.Services = append([]lb.DataplaneService(nil), e.state.Services...)
+	found := false
+	for i := range st.Services {
+		if st.Services[i].ID == id {
+			st.Services[i].StaleTimeout, st.Services[i].FinTimeout, st.Services[i].StickyTime = stale, fin, sticky
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no fixture service %d", id)
+	}
+	if err := e.dp.Apply(st); err != nil {
+		t.Fatalf("Apply with timeouts: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := e.dp.Apply(e.state); err != nil {
+			t.Errorf("restoring the fixture state: %v", err)
+		}
+	})
+}
+
+// uptimeSeconds is the executor clock in whole seconds.
+func uptimeSeconds() uint32 { return uint32(coarseNow() / 1e9) }
 
 func newPinDir(t testing.TB) string {
 	t.Helper()
@@ -260,12 +316,18 @@ type conn struct {
 	closing bool
 	// idle is how long ago the entry was last seen, in seconds.
 	idle uint64
+	// bootSeen: last seen at time 0 of the clock instead (at boot).
+	bootSeen bool
 }
 
 func (e *testEnv) putConn(t testing.TB, c conn) {
 	t.Helper()
 	k := c.key.raw()
-	f := dispatcherFlow{LastSeen: coarseNow() - c.idle*1e9, Backend: c.backend, Service: c.service,
+	seen := uint64(0)
+	if !c.bootSeen {
+		seen = e.ago(t, c.idle)
+	}
+	f := dispatcherFlow{LastSeen: seen, Backend: c.backend, Service: c.service,
 		State: uint8(dispatcherFlowStateFLOW_ESTABLISHED)}
 	if c.closing {
 		f.State = uint8(dispatcherFlowStateFLOW_CLOSING)
@@ -315,7 +377,7 @@ func (e *testEnv) putNAT(t testing.TB, c natConn) {
 	if c.closing {
 		state = uint8(dispatcherFlowStateFLOW_CLOSING)
 	}
-	seen := coarseNow() - c.idle*1e9
+	seen := e.ago(t, c.idle)
 	f := dispatcherNatFlow{LastSeen: seen, Backend: c.backend, Service: c.service, State: state, NatPort: htons(c.port)}
 	f.NatAddr.Addr, _ = addrBytes(c.ret)
 	rk := dispatcherNatKey{Port: htons(c.port), Proto: c.key.Proto, Family: k.Family}
@@ -360,11 +422,11 @@ func (e *testEnv) natPortTaken(t testing.TB, ret netip.Addr, port uint16, proto 
 func (e *testEnv) halfOpen(t testing.TB, k FlowKey) (h dispatcherHalfopen, port uint16, ok bool) {
 	t.Helper()
 	raw := k.raw()
-	nowS := monotonicNow() / 1e9
+	now := monotonicNow()
 	var idx uint32
 	it := e.dp.objs.NatHalfopen.Iterate()
 	for it.Next(&idx, &h) {
-		if h.Owner == 0 || nowS-h.Owner>>32 > 30 {
+		if !halfOpenLive(h.Owner, now) {
 			continue
 		}
 		if h.Client == raw.Src && h.Vip == raw.Dst && h.ClientPort == raw.Sport && h.VipPort == raw.Dport && h.Key.Proto == raw.Proto {
@@ -427,7 +489,7 @@ func (e *testEnv) putAffinity(t testing.TB, client netip.Addr, service, b uint32
 		}
 	}
 	ak := affinityKey(client, affinityGroup(s), s.StickyMask4, s.StickyMask6)
-	r := dispatcherAffinityRecord{LastSeen: coarseNow() - age*1e9, Backend: b, Service: service}
+	r := dispatcherAffinityRecord{LastSeen: e.ago(t, age), Backend: b, Service: service}
 	r.Server.Addr, _ = addrBytes(e.backend[b].Address)
 	if err := e.dp.objs.Affinity.Update(&ak, &r, ebpf.UpdateAny); err != nil {
 		t.Fatalf("writing affinity record: %v", err)

@@ -4,6 +4,8 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -16,6 +18,19 @@ import (
 // ones per backend.
 func TestPrivilegedSweep(t *testing.T) {
 	e := newTestEnv(t)
+	// The sweep's clock is injected: just old enough for the oldest
+	// fixture, and a dispatcher up for 30 days.
+	for _, clock := range []uint64{401e9, 30 * 86400e9} {
+		t.Run(fmt.Sprintf("clock %d s", clock/1e9), func(t *testing.T) {
+			e.clearTables(t)
+			e.clock = clock
+			defer func() { e.clock = 0 }()
+			testSweep(t, e)
+		})
+	}
+}
+
+func testSweep(t *testing.T, e *testEnv) {
 	k := func(sport uint16) FlowKey { return key(vipTCP, 80, sport, 6) }
 	conns := []conn{
 		{key: k(1), backend: 10, service: 1, idle: 10},                  // live
@@ -32,7 +47,7 @@ func TestPrivilegedSweep(t *testing.T) {
 		e.putConn(t, c)
 	}
 	before := e.stats(t).Backends[10].FinConns
-	res, err := e.dp.Sweep()
+	res, err := e.dp.sweep(e.clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,5 +142,48 @@ func TestPrivilegedIncompatiblePins(t *testing.T) {
 	t.Logf("refused: %v", err)
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
 		t.Error("the pinned table lost its entry")
+	}
+}
+
+// TestPrivilegedSweepJustBooted: the sweep of a dispatcher whose clock is
+// smaller than every timeout (3 s after boot: staletimeout 300, fintimeout
+// 60, stickytime 60, half-open 30) expires nothing, and counts entries
+// stamped after it read the clock (here: every packet the real executor
+// clock stamps) as live.
+func TestPrivilegedSweepJustBooted(t *testing.T) {
+	e := newTestEnv(t)
+	// Half-open connections, stamped by the executor's real clock: ahead
+	// of the injected one.
+	e.run(t, tcpTo(vipTCP, 80, 500, "S").Build(t))
+	e.run(t, tcpTo(vipNAT, 80, 500, "S").Build(t))
+
+	e.clock = 3e9
+	k := func(sport uint16) FlowKey { return key(vipTCP, 80, sport, 6) }
+	e.putConn(t, conn{key: k(1), backend: 10, service: 1, bootSeen: true})
+	e.putConn(t, conn{key: k(2), backend: 10, service: 1, idle: 1})
+	e.putConn(t, conn{key: k(3), backend: 10, service: 1, idle: 3, closing: true})
+	ahead := k(4).raw()
+	f := dispatcherFlow{LastSeen: e.clock + 2e9, Backend: 10, Service: 1, State: uint8(dispatcherFlowStateFLOW_ESTABLISHED)}
+	if err := e.dp.objs.Conns.Update(&ahead, &f, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.putNAT(t, natConn{key: key(vipNAT, 80, 2, 6), backend: 60, service: 6, ret: retAddr, port: 40010, idle: 3})
+	e.putAffinity(t, netip.MustParseAddr("198.18.5.1"), 14, 90, 3)
+
+	res, err := e.dp.sweep(e.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Expired != 0 || res.Entries != 5 || res.AffinityExpired != 0 {
+		t.Errorf("expired %d, left %d, affinity expired %d; want 0, 5, 0", res.Expired, res.Entries, res.AffinityExpired)
+	}
+	if res.Active[10] != 3 || res.Active[60] != 1 {
+		t.Errorf("active %v, want backend 10: 3, backend 60: 1", res.Active)
+	}
+	if res.HalfOpen[1] != 1 || res.HalfOpen[6] != 1 {
+		t.Errorf("half-open %v, want 1 on service 1 (MAC) and 1 on service 6 (NAT)", res.HalfOpen)
+	}
+	if res.AffinityServices[14] != 1 {
+		t.Errorf("affinity records %v, want 1 on service 14", res.AffinityServices)
 	}
 }

@@ -23,6 +23,7 @@ import (
 // connections of removed backends, and reports pool use.
 func TestPrivilegedSweepNAT(t *testing.T) {
 	e := newTestEnv(t)
+	e.clock = 401e9 // injected: just old enough for the oldest fixture
 	k := func(sport uint16) FlowKey { return key(vipNAT, 80, sport, 6) }
 	c := func(sport, port uint16, idle uint64, closing bool) natConn {
 		return natConn{key: k(sport), backend: 60, service: 6, ret: retAddr, port: port, idle: idle, closing: closing}
@@ -40,7 +41,7 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 	if err := e.dp.objs.NatPorts.Lookup(&rk, &r); err != nil {
 		t.Fatal(err)
 	}
-	r.LastSeen = coarseNow()
+	r.LastSeen = e.now()
 	if err := e.dp.objs.NatPorts.Put(&rk, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 	}
 
 	before := e.stats(t).Backends[60].FinConns
-	res, err := e.dp.Sweep()
+	res, err := e.dp.sweep(e.clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,7 @@ func TestPrivilegedHalfOpenCounts(t *testing.T) {
 // counted per service and backend, and DropAffinity removes one backend's.
 func TestPrivilegedSweepAffinity(t *testing.T) {
 	e := newTestEnv(t)
+	e.clock = 71e9 // injected: just old enough for the oldest fixture
 	c1 := netip.MustParseAddr("198.18.5.1")
 	c2 := netip.MustParseAddr("198.18.6.1")
 	c3 := netip.MustParseAddr("198.18.7.1")
@@ -125,7 +127,7 @@ func TestPrivilegedSweepAffinity(t *testing.T) {
 	e.putAffinity(t, c3, 14, 91, 70) // ...but its client is still connected
 	e.putConn(t, conn{key: FlowKey{Src: c3, Dst: vipAff, SrcPort: 1, DstPort: 80, Proto: 6}, backend: 91, service: 14, idle: 5})
 	e.putAffinity(t, c4, 15, 92, 10) // live, on the crossport service
-	res, err := e.dp.Sweep()
+	res, err := e.dp.sweep(e.clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func TestPrivilegedSweepAffinity(t *testing.T) {
 	if res.AffinityServices[14] != 2 || res.AffinityServices[15] != 1 || res.AffinityBackends[90] != 1 || res.AffinityBackends[91] != 1 || res.AffinityBackends[92] != 1 {
 		t.Errorf("records per service %v, per backend %v", res.AffinityServices, res.AffinityBackends)
 	}
-	if r, ok := e.affinityOf(t, c3, 14); !ok || monotonicNow()-r.LastSeen > 10e9 {
+	if r, ok := e.affinityOf(t, c3, 14); !ok || e.clock-r.LastSeen > 10e9 {
 		t.Errorf("connected client's record %+v (present %v) was not refreshed", r, ok)
 	}
 	if _, ok := e.affinityOf(t, c2, 14); ok {

@@ -138,6 +138,27 @@ func monotonicNow() uint64 {
 	return uint64(ts.Nano())
 }
 
+// since returns how long before now (ns) the time stamp then was, and 0
+// when then is not before now: a stamp a packet wrote after the sweep read
+// the clock, or one a CPU wrote from a clock cache a tick ahead. Every age
+// the sweeper computes goes through it, so that none can wrap, however
+// small the clock is (a dispatcher that just booted).
+func since(now, then uint64) uint64 {
+	if now > then {
+		return now - then
+	}
+	return 0
+}
+
+// halfOpenLive reports whether the owner word of a NAT half-open slot is a
+// live reservation at now (ns), as halfopen_live in bpf/include/nat.h: its
+// stamp (seconds since boot plus one) is at most DLB_HALF_OPEN_SECONDS old.
+func halfOpenLive(owner, now uint64) bool {
+	const window = uint64(dispatcherDlbConstsDLB_HALF_OPEN_SECONDS)
+	stamp, nowS := owner>>32, now/1e9+1
+	return owner != 0 && (stamp >= nowS || nowS-stamp <= window)
+}
+
 const sweepBatch = 4096
 
 // batchRead reads a whole map with batch lookups.
@@ -249,10 +270,7 @@ func (s *sweeper) verdictOf(service, backend uint32, lastSeen uint64, establishe
 	if !established {
 		limit = to.fin
 	}
-	idle := uint64(0)
-	if s.now > lastSeen {
-		idle = s.now - lastSeen
-	}
+	idle := since(s.now, lastSeen)
 	switch {
 	case !svcOK || !backendOK || b.Service != service:
 		return true, false
@@ -467,9 +485,8 @@ const halfOpenNs = uint64(dispatcherDlbConstsDLB_HALF_OPEN_SECONDS) * 1e9
 // halfOpen counts the live reservations of the NAT half-open table (its
 // slots expire by themselves: nothing to remove).
 func (s *sweeper) halfOpen() error {
-	nowS := s.now / 1e9
 	err := batchRead(s.d.objs.NatHalfopen, func(_ uint32, h dispatcherHalfopen) {
-		if h.Owner == 0 || uint32(h.Owner) == 0 || nowS-h.Owner>>32 > uint64(dispatcherDlbConstsDLB_HALF_OPEN_SECONDS) {
+		if uint32(h.Owner) == 0 || !halfOpenLive(h.Owner, s.now) {
 			return
 		}
 		s.res.HalfOpen[h.Service]++
@@ -487,7 +504,7 @@ func (s *sweeper) halfOpen() error {
 // with a recent SYN whose ACK has not come.
 func (s *sweeper) handshakes() error {
 	err := batchRead(s.d.objs.Handshakes, func(_ uint32, h dispatcherHandshake) {
-		if h.Seen == 0 || s.now < h.Seen || s.now-h.Seen > halfOpenNs {
+		if h.Seen == 0 || since(s.now, h.Seen) > halfOpenNs {
 			return
 		}
 		if h.Check != rawHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
@@ -521,7 +538,7 @@ func (s *sweeper) affinity() error {
 			r.LastSeen = last
 			refresh = append(refresh, rec{k, r})
 		}
-		if s.now > r.LastSeen && s.now-r.LastSeen > si.sticky {
+		if since(s.now, r.LastSeen) > si.sticky {
 			doomed = append(doomed, k)
 			return
 		}
