@@ -219,6 +219,10 @@ func (e *Engine) Run(ctx context.Context) {
 	go e.runEvents(ctx)
 	e.reconcileProbes(e.cfg)
 	e.reconcileMetrics(e.cfg)
+	// Sweep once now: the counts the reports show (connections, active
+	// per server, half-open) come from the latest sweep, and after a
+	// restart the adopted tables are full of connections.
+	e.sweepConns()
 	e.checkAlerts()
 
 	tick := time.NewTicker(e.opts.TickInterval)

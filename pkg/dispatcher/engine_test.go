@@ -400,3 +400,22 @@ func TestHealthLoadMedian(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartReportsAdoptedConnections: right after a restart, before the
+// first periodic sweep (an hour away here), the executor report counts the
+// connections of the adopted tables.
+func TestRestartReportsAdoptedConnections(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	h.dp.mu.Lock()
+	h.dp.swept = lb.SweepResult{Entries: 4242, Active: map[uint32]uint64{}}
+	h.dp.mu.Unlock()
+	h.restart()
+	r, err := h.e.ExecutorReport(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Connections != 4242 {
+		t.Errorf("executor report right after restart: %d connections, want 4242", r.Connections)
+	}
+}
