@@ -618,7 +618,8 @@ bpffs_up() {
 # the lab's bpffs, if mounted.
 bpffs_down() {
 	mountpoint -q "$XDP_PIN" 2>/dev/null || return 0
-	rm -f "$XDP_PIN"/*
+	# Only the lab's links: maps.debug and progs.debug are the kernel's own.
+	rm -f "$XDP_PIN"/link_*
 	umount "$XDP_PIN" || info "warning: could not unmount $XDP_PIN"
 }
 
