@@ -136,6 +136,12 @@ func (l *lab) teardown() {
 // startDlbd starts dlbd in the dispatcher namespace and waits for its API.
 func (l *lab) startDlbd(extra ...string) {
 	l.t.Helper()
+	l.startDlbdWait(10*time.Second, extra...)
+}
+
+// startDlbdWait starts dlbd and waits up to wait for its API.
+func (l *lab) startDlbdWait(wait time.Duration, extra ...string) {
+	l.t.Helper()
 	l.dlbdN++
 	args := append([]string{"--net=/run/netns/" + l.env["LAB_DISPATCHER_NS"], filepath.Join(binDir, "dlbd"),
 		"--socket", l.sock, "--state-dir", l.state, "--pin-dir", l.pinDir, "--log-level", "debug"}, extra...)
@@ -150,14 +156,14 @@ func (l *lab) startDlbd(extra ...string) {
 	}
 	logf.Close()
 	l.dlbd = cmd
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		if _, _, code := l.ctl("executor", "report", "-o", "json"); code == 0 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	l.t.Fatal("dlbd did not answer within 10 s")
+	l.t.Fatalf("dlbd did not answer within %s", wait)
 }
 
 // killDlbd sends sig to dlbd and waits for it to exit.

@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// The control plane at scale: a configuration of many ports and servers
+// loaded, changed, restarted and removed through dlbctl, with dlbd's
+// memory and the executor's kernel memory measured. The servers are NAT
+// servers behind the lab's router, so that no neighbour resolution is
+// needed however many there are; their addresses come from 198.18.8.0
+// onwards (198.18.0.0/15 holds 129,024 of them above the lab's own).
+//
+// TestPrivilegedScaleReport (make bench; DLB_BENCH=1) prints the figures at
+// DLB_SCALE_PORTS x DLB_SCALE_SERVERS (default 1000 x 100);
+// TestPrivilegedE2EScale (make test) runs a smaller case with traffic
+// through one port while the others are loaded and removed.
+
+// scaleServer returns the i-th fake server address (i from 0).
+func scaleServer(i int) netip.Addr {
+	base := netip.MustParseAddr("198.18.8.0").As4()
+	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	n += uint32(i)
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+// scaleScript writes a dlbctl script of ports NAT ports (from port 1001)
+// on the lab's cluster address, each with servers servers, in the form
+// "file save" writes (a port's servers with equal settings on one line).
+func scaleScript(l *lab, path string, ports, servers int) {
+	l.t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, "cluster add %s\n", l.vip())
+	next := 0
+	for p := 0; p < ports; p++ {
+		port := 1001 + p
+		fmt.Fprintf(w, "port add %s@%d --method nat\n", l.vip(), port)
+		addrs := make([]string, servers)
+		for s := range addrs {
+			addrs[s] = scaleServer(next).String()
+			next++
+		}
+		fmt.Fprintf(w, "server add %s@%d@%s --weight 10 --returnaddress %s --router %s\n",
+			l.vip(), port, strings.Join(addrs, "+"), l.env["LAB_RETURN_ADDR"], l.env["LAB_ROUTER_ADDR"])
+	}
+	if err := w.Flush(); err != nil {
+		l.t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// rssKB is a process's resident set size in KiB.
+func rssKB(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
+// memlock returns the kernel memory a map's fd is charged for.
+func memlock(t *testing.T, m *ebpf.Map) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// kernelMemory sums the memory of the executor's maps: every map pinned in
+// the pin directory, and the Maglev tables held by maglev_tables. It
+// returns the total and the Maglev tables' part.
+func kernelMemory(t *testing.T, pinDir string) (total, tables uint64, n int) {
+	t.Helper()
+	ents, err := os.ReadDir(pinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, e.Name()), nil)
+		if err != nil {
+			continue // the program and the link
+		}
+		total += memlock(t, m)
+		if e.Name() == "maglev_tables" {
+			var k uint32
+			var id uint32
+			it := m.Iterate()
+			for it.Next(&k, &id) {
+				inner, err := ebpf.NewMapFromID(ebpf.MapID(id))
+				if err != nil {
+					continue
+				}
+				ml := memlock(t, inner)
+				tables += ml
+				total += ml
+				n++
+				inner.Close()
+			}
+		}
+		m.Close()
+	}
+	return total, tables, n
+}
+
+// timeCtl runs a dlbctl command and returns how long it took; it fails the
+// test unless the command succeeds.
+func (l *lab) timeCtl(args ...string) time.Duration {
+	l.t.Helper()
+	start := time.Now()
+	l.mustCtl(args...)
+	return time.Since(start)
+}
+
+// medianOf runs f n times and returns the median duration.
+func medianOf(n int, f func(i int) time.Duration) time.Duration {
+	d := make([]time.Duration, n)
+	for i := range d {
+		d[i] = f(i)
+	}
+	slices.Sort(d)
+	return d[n/2]
+}
+
+// scaleFigures are the figures of one scale run.
+type scaleFigures struct {
+	ports, servers               int
+	load, remove                 time.Duration
+	weight, down, add            time.Duration // one change, median
+	restart                      time.Duration // SIGTERM to API ready
+	rssEmpty, rssLoaded, rssGone int           // KiB
+	kernel, kernelTables         uint64        // bytes
+	tables                       int
+}
+
+// changes times a weight change, a server down (and up) and a server add
+// (and remove) on the first port, n times each.
+func (l *lab) changes(n int) (weight, down, add time.Duration) {
+	vip := l.vip()
+	srv := fmt.Sprintf("%s@1001@%s", vip, scaleServer(0))
+	weight = medianOf(n, func(i int) time.Duration {
+		return l.timeCtl("server", "set", srv, "--weight", strconv.Itoa(1+i%9))
+	})
+	down = medianOf(n, func(int) time.Duration {
+		d := l.timeCtl("server", "down", srv)
+		l.mustCtl("server", "up", srv)
+		return d
+	})
+	extra := fmt.Sprintf("%s@1001@%s", vip, netip.MustParseAddr("198.19.255.250"))
+	add = medianOf(n, func(int) time.Duration {
+		d := l.timeCtl("server", "add", extra, "--returnaddress", l.env["LAB_RETURN_ADDR"], "--router", l.env["LAB_ROUTER_ADDR"])
+		l.mustCtl("server", "remove", extra)
+		return d
+	})
+	return weight, down, add
+}
+
+// scaleRun loads ports x servers, measures, and removes it all again.
+func scaleRun(t *testing.T, l *lab, ports, servers int, extra ...string) scaleFigures {
+	f := scaleFigures{ports: ports, servers: servers}
+	l.startDlbd(extra...)
+	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"])
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
+	time.Sleep(time.Second)
+	f.rssEmpty = rssKB(t, l.dlbd.Process.Pid)
+
+	script := filepath.Join(l.run, "scale.cfg")
+	scaleScript(l, script, ports, servers)
+	f.load = l.timeCtl("file", "load", script)
+	f.rssLoaded = rssKB(t, l.dlbd.Process.Pid)
+	f.kernel, f.kernelTables, f.tables = kernelMemory(t, l.pinDir)
+
+	f.weight, f.down, f.add = l.changes(5)
+
+	l.killDlbd(15)
+	start := time.Now()
+	l.startDlbdWait(5*time.Minute, extra...)
+	f.restart = time.Since(start)
+
+	f.remove = l.timeCtl("cluster", "remove", l.vip())
+	time.Sleep(2 * time.Second)
+	f.rssGone = rssKB(t, l.dlbd.Process.Pid)
+	l.killDlbd(15)
+	return f
+}
+
+func (f scaleFigures) log(t *testing.T) {
+	t.Logf("%d ports x %d servers (%d servers):", f.ports, f.servers, f.ports*f.servers)
+	t.Logf("  file load                   %8.2f s", f.load.Seconds())
+	t.Logf("  one change: server weight   %8.1f ms", ms(f.weight))
+	t.Logf("  one change: server down     %8.1f ms", ms(f.down))
+	t.Logf("  one change: server add      %8.1f ms", ms(f.add))
+	t.Logf("  restart to API ready        %8.2f s", f.restart.Seconds())
+	t.Logf("  cluster remove (everything) %8.2f s", f.remove.Seconds())
+	t.Logf("  dlbd RSS empty/loaded/removed  %d / %d / %d MB", f.rssEmpty/1024, f.rssLoaded/1024, f.rssGone/1024)
+	t.Logf("  kernel memory of the maps   %8.1f MiB (of which %d Maglev tables: %.1f MiB)",
+		float64(f.kernel)/(1<<20), f.tables, float64(f.kernelTables)/(1<<20))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// TestPrivilegedScaleReport prints the control plane's figures at scale and, for
+// comparison, the same changes on a one-port configuration (make bench).
+func TestPrivilegedScaleReport(t *testing.T) {
+	if os.Getenv("DLB_BENCH") == "" {
+		t.Skip("a benchmark: set DLB_BENCH=1 (make bench)")
+	}
+	testutil.RequirePrivileged(t)
+	ports, servers := envInt("DLB_SCALE_PORTS", 1000), envInt("DLB_SCALE_SERVERS", 100)
+	extra := strings.Fields(os.Getenv("DLB_SCALE_DLBD_FLAGS"))
+	l := newLabArgs(t, "-n", "1", "-c", "1", "-r", "1")
+	small := scaleRun(t, l, 1, servers, extra...)
+	big := scaleRun(t, l, ports, servers, extra...)
+	small.log(t)
+	big.log(t)
+	t.Logf("one change at scale / on one port: weight %.2fx, down %.2fx, add %.2fx",
+		ms(big.weight)/ms(small.weight), ms(big.down)/ms(small.down), ms(big.add)/ms(small.add))
+}
