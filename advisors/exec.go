@@ -2,16 +2,14 @@ package advisors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/dlbproject/dlb/pkg/runner"
 )
 
 // ExecMode selects how a custom (exec) advisor's program reports, as in
@@ -56,13 +54,12 @@ func (m ExecMode) String() string {
 //	DLB_ADVISOR_REQUEST     Target.Request, if set
 //	DLB_ADVISOR_RESPONSE    Target.Response, if set
 //
-// Its stdin is /dev/null; at most 4 KiB of stdout and of stderr are kept.
-// It runs in its own process group, which is killed (SIGKILL) when the
-// time is up or the context is cancelled; the probe is then down with
-// reason "timeout after 4s" (or "canceled"). The group is also killed when
-// the program exits, so that nothing it started outlives the probe; the
-// probe waits at most 200 ms after the program's exit for its stdout and
-// stderr to close.
+// It runs with package runner: its stdin is /dev/null; at most 4 KiB of
+// stdout and of stderr are kept. It runs in its own process group, which
+// is killed (SIGKILL) when the time is up or the context is cancelled; the
+// probe is then down with reason "timeout after 4s" (or "canceled"). The
+// group is also killed when the program exits, so that nothing it started
+// outlives the probe.
 //
 // Down reasons in both modes: "no program", "cannot run program: ...",
 // "exit status N" or "exit status N: <first line of stderr>", "killed by
@@ -85,32 +82,12 @@ func (Exec) Name() string { return "exec" }
 // DefaultPort implements Advisor: none.
 func (Exec) DefaultPort() uint16 { return 0 }
 
-// execOutputCap is how much of the program's stdout and stderr is kept.
-const execOutputCap = 4 << 10
-
-// execWaitDelay bounds the wait for output pipes after the program exits
-// or is killed.
-const execWaitDelay = 200 * time.Millisecond
-
 // Probe implements Advisor.
 func (e Exec) Probe(ctx context.Context, t Target) Result {
 	if e.Program == "" {
 		return Down("no program")
 	}
 	limit := exchangeBudget(ctx, t)
-	rctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-
-	cmd := exec.CommandContext(rctx, e.Program, e.Args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// Kill the whole group: the program and anything it started.
-		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); !errors.Is(err, syscall.ESRCH) {
-			return err
-		}
-		return os.ErrProcessDone
-	}
-	cmd.WaitDelay = execWaitDelay
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DLB_ADVISOR_") { // ours alone
@@ -127,46 +104,28 @@ func (e Exec) Probe(ctx context.Context, t Target) Result {
 			env = append(env, "DLB_ADVISOR_"+kv[0]+"="+kv[1])
 		}
 	}
-	cmd.Env = env
-	var stdout, stderr capBuffer
-	stdout.max, stderr.max = execOutputCap, execOutputCap
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return Down("cannot run program: %s", innerError(err))
-	}
-	// Wait for the exit without reaping: while the program is a zombie its
-	// PID, and so its group's ID, cannot be reused, and killing the group
-	// ends whatever it left running without any risk of hitting another.
-	waitExit(cmd.Process.Pid)
-	elapsed := time.Since(start)
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	err := cmd.Wait()
-	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
-		switch {
-		case errors.Is(ctx.Err(), context.Canceled):
-			return Down("canceled")
-		case rctx.Err() != nil:
-			return Down("timeout after %s", fmtDur(limit))
+	r := runner.Run(ctx, runner.Cmd{Path: e.Program, Args: e.Args, Env: env, Timeout: limit, KillGroupOnExit: true})
+	switch {
+	case r.Canceled:
+		return Down("canceled")
+	case r.TimedOut:
+		return Down("timeout after %s", fmtDur(limit))
+	case !r.Started():
+		return Down("cannot run program: %s", innerError(r.Err))
+	case r.Err != nil:
+		if sig, ok := r.Signaled(); ok {
+			return Down("killed by signal %s", signalName(sig))
 		}
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			return Down("cannot run program: %s", innerError(err))
-		}
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return Down("killed by signal %s", signalName(ws.Signal()))
-		}
-		reason := fmt.Sprintf("exit status %d", ee.ExitCode())
-		if line := firstLine(stderr.buf); line != "" {
+		reason := fmt.Sprintf("exit status %d", r.ExitCode())
+		if line := firstLine(r.Stderr); line != "" {
 			reason += ": " + printable(line, 120)
 		}
 		return Down("%s", reason)
 	}
 	if e.Mode != ExecReplace {
-		return Result{Up: true, Load: elapsed}
+		return Result{Up: true, Load: r.Elapsed}
 	}
-	line := strings.TrimSpace(firstLine(stdout.buf))
+	line := strings.TrimSpace(firstLine(r.Stdout))
 	if line == "" {
 		return Down("no load on stdout")
 	}
@@ -178,17 +137,6 @@ func (e Exec) Probe(ctx context.Context, t Target) Result {
 		return Down("bad load %s", quoteReply(line))
 	}
 	return Result{Up: true, Load: time.Duration(n) * time.Millisecond}
-}
-
-// waitExit blocks until process pid has exited, leaving it unreaped.
-func waitExit(pid int) {
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			return
-		}
-	}
 }
 
 // addrString renders t.Address, or "" when it is unset.
@@ -220,18 +168,4 @@ func firstLine(b []byte) string {
 		s = s[:i]
 	}
 	return strings.TrimRight(s, "\r")
-}
-
-// capBuffer keeps the first max bytes written to it and discards the rest
-// (reporting them written, so the writer never blocks or fails).
-type capBuffer struct {
-	max int
-	buf []byte
-}
-
-func (b *capBuffer) Write(p []byte) (int, error) {
-	if room := b.max - len(b.buf); room > 0 {
-		b.buf = append(b.buf, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/runner"
 )
 
 const (
@@ -108,11 +110,11 @@ func runScripts(ctx context.Context, scripts []script, timeout time.Duration) []
 
 // runScript runs one metric script and parses its output.
 //
-// The script runs in its own process group with standard input from
-// /dev/null, in its directory, with the agent's environment. When the
-// timeout expires the whole group is killed (SIGKILL), so a shell script's
-// children die with it. Standard output is capped at MaxScriptOutput bytes;
-// standard error is discarded.
+// The script runs with package runner, in its directory, with the agent's
+// environment: in its own process group, killed whole (SIGKILL) when the
+// timeout expires or the script exits, so a shell script's children die
+// with it; standard input from /dev/null; standard output capped at
+// MaxScriptOutput bytes.
 //
 // The output, without surrounding white space, must be one decimal number,
 // optionally followed by '%'. The value is clamped to [0, 100]: 250 is
@@ -122,33 +124,22 @@ func runScripts(ctx context.Context, scripts []script, timeout time.Duration) []
 // non-zero exit status and a timeout are errors: the metric is reported as
 // missing with the reason, never as zero.
 func runScript(ctx context.Context, path string, timeout time.Duration) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	out := &cappedBuffer{max: MaxScriptOutput}
-	cmd := exec.CommandContext(ctx, path)
-	cmd.Dir = filepath.Dir(path)
-	cmd.Stdout = out
-	setProcessGroup(cmd)
-	// If a descendant escaped the process group and holds stdout open,
-	// stop waiting for it shortly after the kill.
-	cmd.WaitDelay = 500 * time.Millisecond
-	if err := cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		switch {
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return 0, fmt.Errorf("killed after the %s timeout", timeout)
-		case ctx.Err() != nil:
-			return 0, fmt.Errorf("running script: %w", ctx.Err())
-		case errors.As(err, &exit):
-			return 0, fmt.Errorf("script failed: %s", exit.ProcessState)
-		default:
-			return 0, fmt.Errorf("running script: %w", err)
-		}
-	}
-	if out.overflow {
+	r := runner.Run(ctx, runner.Cmd{Path: path, Dir: filepath.Dir(path), Timeout: timeout,
+		MaxOutput: MaxScriptOutput, KillGroupOnExit: true})
+	var exit *exec.ExitError
+	switch {
+	case r.TimedOut:
+		return 0, fmt.Errorf("killed after the %s timeout", timeout)
+	case r.Canceled:
+		return 0, fmt.Errorf("running script: %w", ctx.Err())
+	case errors.As(r.Err, &exit):
+		return 0, fmt.Errorf("script failed: %s", exit.ProcessState)
+	case r.Err != nil:
+		return 0, fmt.Errorf("running script: %w", r.Err)
+	case r.Truncated:
 		return 0, fmt.Errorf("output exceeds %d bytes", MaxScriptOutput)
 	}
-	return parseScriptOutput(out.String())
+	return parseScriptOutput(string(r.Stdout))
 }
 
 // parseScriptOutput parses and clamps a script's output; see runScript.
@@ -168,24 +159,3 @@ func parseScriptOutput(s string) (float64, error) {
 	}
 	return c, nil
 }
-
-// cappedBuffer keeps the first max bytes written to it and notes whether
-// more came. It never fails a write, so the script is not killed by
-// SIGPIPE for printing too much; it just gets no value.
-type cappedBuffer struct {
-	max      int
-	buf      []byte
-	overflow bool
-}
-
-func (b *cappedBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := b.max - len(b.buf); n > room {
-		b.overflow = true
-		p = p[:max(room, 0)]
-	}
-	b.buf = append(b.buf, p...)
-	return n, nil
-}
-
-func (b *cappedBuffer) String() string { return string(b.buf) }
