@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"github.com/dlbproject/dlb/pkg/lb"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -29,7 +30,7 @@ func benchPorts(ports, perPort int) [][]Server {
 				Metric:     Sample{Value: 10 + 80*rng.Float64(), At: t0.Add(-time.Duration(rng.IntN(8000)) * time.Millisecond)},
 			}
 			if rng.IntN(20) == 0 {
-				s.State = AdvisorDown
+				s.State = lb.ServerFailed
 			}
 			if rng.IntN(30) == 0 {
 				s.Metric = Sample{}
@@ -48,7 +49,7 @@ var sink Result
 func BenchmarkCompute10000(b *testing.B) {
 	ports := benchPorts(1000, 10)
 	p := DefaultParams()
-	p.Proportions = Proportions{Active: 30, New: 30, Port: 20, System: 20}
+	p.Proportions = lb.Proportions{Active: 30, New: 30, Port: 20, System: 20}
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, servers := range ports {

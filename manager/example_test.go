@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"fmt"
+	"github.com/dlbproject/dlb/pkg/lb"
 	"time"
 
 	"github.com/dlbproject/dlb/manager"
@@ -12,12 +13,12 @@ func ExampleCompute() {
 	sample := func(v float64) manager.Sample { return manager.Sample{Value: v, At: now.Add(-time.Second)} }
 
 	p := manager.DefaultParams()
-	p.Proportions = manager.Proportions{Active: 30, New: 30, Port: 40, System: 0}
+	p.Proportions = lb.Proportions{Active: 30, New: 30, Port: 40, System: 0}
 	res := manager.Compute(p, []manager.Server{
 		{Key: "a", Weight: 10, Configured: 10, Active: 100, New: 40, Advisor: sample(80)},
 		{Key: "b", Weight: 10, Configured: 10, Active: 100, New: 40, Advisor: sample(80)},
 		{Key: "c", Weight: 10, Configured: 10, Active: 150, New: 40, Advisor: sample(312)},
-		{Key: "d", Weight: 10, Configured: 10, State: manager.AdvisorDown},
+		{Key: "d", Weight: 10, Configured: 10, State: lb.ServerFailed},
 	}, now)
 	for _, s := range res.Servers {
 		fmt.Printf("%s %2d (target %5.2f) %s\n", s.Key, s.Weight, s.Target, s.Reason)

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 // MaxRise is the most a server's target can exceed its configured weight,
@@ -37,35 +39,20 @@ const (
 	equalTolerance = 1e-9
 )
 
-// State says whether a server is in service and, if not, why.
-type State uint8
-
-// Server states. Only InService servers get a weight above 0.
-const (
-	// InService: the server takes new connections (the zero value).
-	InService State = iota
-	// AdminDown: the operator set the server down.
-	AdminDown
-	// AdvisorDown: the port's advisor finds the server down.
-	AdvisorDown
-	// Quiesced: the operator quiesced the server; its established
-	// connections finish, it gets no new ones.
-	Quiesced
-)
-
-// String returns "in service", "admin down", "advisor down" or "quiesced".
-func (s State) String() string {
+// stateReason words a server's state in the manager's reasons: why a
+// server out of service gets weight 0.
+func stateReason(s lb.ServerState) string {
 	switch s {
-	case InService:
+	case lb.ServerUp:
 		return "in service"
-	case AdminDown:
+	case lb.ServerDown:
 		return "admin down"
-	case AdvisorDown:
+	case lb.ServerFailed, lb.ServerUnresolved:
 		return "advisor down"
-	case Quiesced:
+	case lb.ServerQuiesced:
 		return "quiesced"
 	}
-	return "state(" + strconv.Itoa(int(s)) + ")"
+	return s.String()
 }
 
 // Sample is a load figure and the time it was taken. The zero At means no
@@ -91,15 +78,16 @@ type Server struct {
 	// Fixed says the manager never changes the weight (IBM's fixedweight):
 	// it is Configured, capped to the weightbound.
 	Fixed bool `json:"fixed,omitempty"`
-	// State says whether the server is in service; any other state gives
-	// weight 0.
-	State State `json:"state"`
+	// State says whether the server is in service (lb.ServerUp); any
+	// other state gives weight 0. A server whose configured weight is 0
+	// counts as lb.ServerDown (the operator's choice).
+	State lb.ServerState `json:"state"`
 	// Active is the number of active connections now (ACTV).
 	Active uint64 `json:"active"`
 	// New is the number of new connections since the last cycle (NEWC).
 	New uint64 `json:"new"`
 	// Advisor is the advisor's last load in ms (PORT). A down advisor makes
-	// the server AdvisorDown instead.
+	// the server lb.ServerFailed instead.
 	Advisor Sample `json:"advisor"`
 	// Metric is the metric server's last load, 0..100 (SYS).
 	Metric Sample `json:"metric"`
@@ -189,7 +177,7 @@ type work struct {
 // Compute does not reject bad parameters (use Params.Validate when they are
 // configured); it brings them into range instead: negative proportions count
 // as 0 and the proportions count relative to their sum, weightbound is
-// clamped to 1..MaxWeightBound, smoothing below 1 is 1, sensitivity is
+// clamped to 1..lb.MaxWeightBound, smoothing below 1 is 1, sensitivity is
 // clamped to 0..100 (NaN is the default), and an interval ≤ 0 is the
 // default. It never panics.
 func Compute(p Params, servers []Server, now time.Time) Result {
@@ -221,7 +209,7 @@ func Compute(p Params, servers []Server, now time.Time) Result {
 	for i := range servers {
 		s, w := &servers[i], &ws[i]
 		w.dom = -1
-		if s.State != InService {
+		if s.State != lb.ServerUp {
 			continue
 		}
 		// Connections count per unit of the weight that brought them.
@@ -258,7 +246,7 @@ func Compute(p Params, servers []Server, now time.Time) Result {
 	sum, cnt = [nInputs]float64{}, [nInputs]int32{}
 	for i := len(ws) - 1; i >= 0; i-- {
 		w := &ws[i]
-		if servers[i].State != InService {
+		if servers[i].State != lb.ServerUp {
 			continue
 		}
 		for k := range nInputs {
@@ -279,7 +267,7 @@ func Compute(p Params, servers []Server, now time.Time) Result {
 		s, w, r := &servers[i], &ws[i], &res.Servers[i]
 		r.Key = s.Key
 		switch {
-		case s.State != InService:
+		case s.State != lb.ServerUp:
 			// Weight, Proposed and Target stay 0.
 		case s.Fixed:
 			r.Weight = min(max(s.Configured, 0), p.WeightBound)
@@ -334,8 +322,8 @@ func Compute(p Params, servers []Server, now time.Time) Result {
 		s, w, r := &servers[i], &ws[i], &res.Servers[i]
 		w.rs = len(buf)
 		switch {
-		case s.State != InService:
-			buf = append(buf, s.State.String()...)
+		case s.State != lb.ServerUp:
+			buf = append(buf, stateReason(s.State)...)
 		case s.Fixed:
 			buf = append(buf, "fixed weight"...)
 			if s.Configured > p.WeightBound {

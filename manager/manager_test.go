@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"github.com/dlbproject/dlb/pkg/lb"
 	"math"
 	"slices"
 	"strings"
@@ -21,7 +22,7 @@ func srv(key string, w int, perWeight, newPerWeight uint64) Server {
 
 func params(active, nw, port, system int) Params {
 	p := DefaultParams()
-	p.Proportions = Proportions{Active: active, New: nw, Port: port, System: system}
+	p.Proportions = lb.Proportions{Active: active, New: nw, Port: port, System: system}
 	return p
 }
 
@@ -29,7 +30,7 @@ func TestParamsValidate(t *testing.T) {
 	if err := DefaultParams().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if got := DefaultProportions().String(); got != "50 50 0 0" {
+	if got := lb.DefaultProportions().String(); got != "50 50 0 0" {
 		t.Errorf("DefaultProportions = %q", got)
 	}
 	tests := []struct {
@@ -37,9 +38,9 @@ func TestParamsValidate(t *testing.T) {
 		change func(*Params)
 		want   string
 	}{
-		{"sum", func(p *Params) { p.Proportions = Proportions{50, 50, 10, 0} }, "= 110, want 100"},
-		{"negative", func(p *Params) { p.Proportions = Proportions{110, -10, 0, 0} }, "active proportion 110 is outside 0..100"},
-		{"negative2", func(p *Params) { p.Proportions = Proportions{50, 60, -10, 0} }, "port proportion -10"},
+		{"sum", func(p *Params) { p.Proportions = lb.Proportions{Active: 50, New: 50, Port: 10} }, "they sum to 110, not 100"},
+		{"negative", func(p *Params) { p.Proportions = lb.Proportions{Active: 110, New: -10} }, "110 -10 0 0: each must be 0..100"},
+		{"negative2", func(p *Params) { p.Proportions = lb.Proportions{Active: 50, New: 60, Port: -10} }, "50 60 -10 0: each must be 0..100"},
 		{"bound0", func(p *Params) { p.WeightBound = 0 }, "weightbound: 0 is outside 1..100"},
 		{"bound101", func(p *Params) { p.WeightBound = 101 }, "weightbound: 101"},
 		{"smoothing", func(p *Params) { p.Smoothing = 0.5 }, "smoothing: 0.5"},
@@ -167,10 +168,10 @@ func TestCompute(t *testing.T) {
 			servers: []Server{
 				{Key: "a", Weight: 3, Configured: 7, Fixed: true, Active: 1000},
 				{Key: "b", Weight: 20, Configured: 50, Fixed: true},
-				{Key: "c", Weight: 10, Configured: 10, State: AdvisorDown, Active: 1},
-				{Key: "d", Weight: 10, Configured: 10, State: Quiesced},
-				{Key: "e", Weight: 10, Configured: 10, State: AdminDown},
-				{Key: "f", Weight: 10, Configured: 10, Fixed: true, State: AdvisorDown},
+				{Key: "c", Weight: 10, Configured: 10, State: lb.ServerFailed, Active: 1},
+				{Key: "d", Weight: 10, Configured: 10, State: lb.ServerQuiesced},
+				{Key: "e", Weight: 10, Configured: 10, State: lb.ServerDown},
+				{Key: "f", Weight: 10, Configured: 10, Fixed: true, State: lb.ServerFailed},
 			},
 			want: []want{{7, "fixed weight"}, {20, "fixed weight, capped to weightbound 20"}, {0, "advisor down"}, {0, "quiesced"}, {0, "admin down"}, {0, "advisor down"}},
 			push: true,
@@ -199,8 +200,8 @@ func TestCompute(t *testing.T) {
 			name: "all out of service",
 			p:    DefaultParams(),
 			servers: []Server{
-				{Key: "a", Weight: 10, State: AdvisorDown},
-				{Key: "b", Weight: 0, State: AdminDown},
+				{Key: "a", Weight: 10, State: lb.ServerFailed},
+				{Key: "b", Weight: 0, State: lb.ServerDown},
 			},
 			want: []want{{0, "advisor down"}, {0, "admin down"}},
 			push: true,
@@ -329,9 +330,9 @@ func TestSmoothingConverges(t *testing.T) {
 		}
 	})
 	t.Run("default sensitivity", func(t *testing.T) {
-		weights, res := run(t, DefaultSensitivity)
-		if weights[2] <= weights[0] || res.Change > DefaultSensitivity {
-			t.Fatalf("weights settled at %v (change %.1f%%), want c above a, change within %v%%", weights, res.Change, DefaultSensitivity)
+		weights, res := run(t, lb.DefaultSensitivity)
+		if weights[2] <= weights[0] || res.Change > lb.DefaultSensitivity {
+			t.Fatalf("weights settled at %v (change %.1f%%), want c above a, change within %v%%", weights, res.Change, lb.DefaultSensitivity)
 		}
 	})
 	t.Run("equal configured weights", func(t *testing.T) {
@@ -406,7 +407,7 @@ func TestFollowThrough(t *testing.T) {
 	// cycle after cycle with the engine carrying FollowThrough: it ends at
 	// its rounded target.
 	p := DefaultParams()
-	p.Proportions = Proportions{Active: 20, New: 20, Port: 60}
+	p.Proportions = lb.Proportions{Active: 20, New: 20, Port: 60}
 	servers := []Server{
 		{Key: "a", Weight: 10, Configured: 10, Active: 0, New: 50, Advisor: fresh(1)},
 		{Key: "b", Weight: 10, Configured: 10, Active: 6, New: 50, Advisor: fresh(201)},
@@ -501,11 +502,11 @@ func TestComputeEmpty(t *testing.T) {
 	}
 }
 
-func TestStateString(t *testing.T) {
-	for s, want := range map[State]string{InService: "in service", AdminDown: "admin down",
-		AdvisorDown: "advisor down", Quiesced: "quiesced", 9: "state(9)"} {
-		if got := s.String(); got != want {
-			t.Errorf("State(%d) = %q, want %q", s, got, want)
+func TestStateReason(t *testing.T) {
+	for s, want := range map[lb.ServerState]string{lb.ServerUp: "in service", lb.ServerDown: "admin down",
+		lb.ServerFailed: "advisor down", lb.ServerUnresolved: "advisor down", lb.ServerQuiesced: "quiesced", 9: "serverstate(9)"} {
+		if got := stateReason(s); got != want {
+			t.Errorf("stateReason(%d) = %q, want %q", s, got, want)
 		}
 	}
 }

@@ -4,22 +4,17 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-// IBM's defaults for the manager's parameters.
+// The manager's own constants; its parameters' defaults and bounds are
+// package lb's (lb.DefaultSmoothing, lb.DefaultSensitivity,
+// lb.DefaultWeightBound, lb.MaxWeightBound, lb.DefaultProportions).
 const (
-	// DefaultWeightBound is the default highest weight of a port's servers.
-	DefaultWeightBound = 20
-	// MaxWeightBound is the largest weightbound a port may have.
-	MaxWeightBound = 100
-	// DefaultSmoothing is the default smoothing index: each cycle a weight
-	// moves 1/1.5 of the way to its target.
-	DefaultSmoothing = 1.5
-	// DefaultSensitivity is the default sensitivity threshold, in percent:
-	// changes of a port's weights up to 5% are not pushed.
-	DefaultSensitivity = 5.0
-	// DefaultInterval is the default manager interval.
-	DefaultInterval = 2 * time.Second
+	// DefaultInterval is the default manager interval (lb.DefaultInterval
+	// seconds).
+	DefaultInterval = time.Duration(lb.DefaultInterval * float64(time.Second))
 	// StaleIntervals is how many manager intervals an advisor or metric
 	// sample stays usable; an older one is stale and ignored.
 	StaleIntervals = 3
@@ -28,54 +23,12 @@ const (
 	FollowCycles = 3
 )
 
-// Proportions say how much each of the four inputs counts, in percent of
-// the whole; they sum to 100. A zero proportion switches an input off.
-type Proportions struct {
-	// Active is the share of active connections per unit of weight (ACTV).
-	Active int `json:"active"`
-	// New is the share of new connections per unit of weight since the last
-	// cycle (NEWC).
-	New int `json:"new"`
-	// Port is the share of the advisor's load in milliseconds (PORT).
-	Port int `json:"port"`
-	// System is the share of the metric server's load, 0..100 (SYS).
-	System int `json:"system"`
-}
-
-// DefaultProportions returns IBM's default proportions: 50 50 0 0.
-func DefaultProportions() Proportions {
-	return Proportions{Active: 50, New: 50}
-}
-
-// Validate reports whether every proportion is in 0..100 and they sum to
-// 100.
-func (p Proportions) Validate() error {
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"active", p.Active}, {"new", p.New}, {"port", p.Port}, {"system", p.System}} {
-		if f.v < 0 || f.v > 100 {
-			return fmt.Errorf("checking proportions: %s proportion %d is outside 0..100", f.name, f.v)
-		}
-	}
-	if sum := p.Active + p.New + p.Port + p.System; sum != 100 {
-		return fmt.Errorf("checking proportions: active %d + new %d + port %d + system %d = %d, want 100",
-			p.Active, p.New, p.Port, p.System, sum)
-	}
-	return nil
-}
-
-// String returns the proportions as IBM prints them: "50 50 0 0".
-func (p Proportions) String() string {
-	return fmt.Sprintf("%d %d %d %d", p.Active, p.New, p.Port, p.System)
-}
-
 // Params are one port's manager settings.
 type Params struct {
-	// Proportions weight the four inputs.
-	Proportions Proportions `json:"proportions"`
+	// Proportions weight the four inputs (ACTV, NEWC, PORT, SYS).
+	Proportions lb.Proportions `json:"proportions"`
 	// WeightBound is the highest weight a server of the port may have,
-	// 1..MaxWeightBound.
+	// 1..lb.MaxWeightBound.
 	WeightBound int `json:"weight_bound"`
 	// Smoothing is the smoothing index, at least 1: each cycle a weight
 	// moves 1/Smoothing of the way from its current value to its target.
@@ -99,21 +52,21 @@ type Params struct {
 // 20, smoothing 1.5, sensitivity 5%, interval 2 s.
 func DefaultParams() Params {
 	return Params{
-		Proportions: DefaultProportions(),
-		WeightBound: DefaultWeightBound,
-		Smoothing:   DefaultSmoothing,
-		Sensitivity: DefaultSensitivity,
+		Proportions: lb.DefaultProportions(),
+		WeightBound: lb.DefaultWeightBound,
+		Smoothing:   lb.DefaultSmoothing,
+		Sensitivity: lb.DefaultSensitivity,
 		Interval:    DefaultInterval,
 	}
 }
 
 // Validate reports the first parameter that is out of range.
 func (p Params) Validate() error {
-	if err := p.Proportions.Validate(); err != nil {
-		return err
+	if err := p.Proportions.Check("manager"); err != nil {
+		return fmt.Errorf("checking proportions: %w", err)
 	}
-	if p.WeightBound < 1 || p.WeightBound > MaxWeightBound {
-		return fmt.Errorf("checking weightbound: %d is outside 1..%d", p.WeightBound, MaxWeightBound)
+	if p.WeightBound < 1 || p.WeightBound > lb.MaxWeightBound {
+		return fmt.Errorf("checking weightbound: %d is outside 1..%d", p.WeightBound, lb.MaxWeightBound)
 	}
 	if math.IsNaN(p.Smoothing) || math.IsInf(p.Smoothing, 0) || p.Smoothing < 1 {
 		return fmt.Errorf("checking smoothing: %v is not a finite number of at least 1", p.Smoothing)
@@ -135,13 +88,13 @@ func (p Params) sanitized() Params {
 	p.Proportions.New = max(p.Proportions.New, 0)
 	p.Proportions.Port = max(p.Proportions.Port, 0)
 	p.Proportions.System = max(p.Proportions.System, 0)
-	p.WeightBound = min(max(p.WeightBound, 1), MaxWeightBound)
+	p.WeightBound = min(max(p.WeightBound, 1), lb.MaxWeightBound)
 	if !(p.Smoothing >= 1) { // NaN too
 		p.Smoothing = 1
 	}
 	switch {
 	case math.IsNaN(p.Sensitivity):
-		p.Sensitivity = DefaultSensitivity
+		p.Sensitivity = lb.DefaultSensitivity
 	case p.Sensitivity < 0:
 		p.Sensitivity = 0
 	case p.Sensitivity > 100:

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"github.com/dlbproject/dlb/pkg/lb"
 	"math"
 	"reflect"
 	"slices"
@@ -17,8 +18,8 @@ func genParams(t *rapid.T) Params {
 	n := rapid.IntRange(0, 100-a).Draw(t, "new")
 	po := rapid.IntRange(0, 100-a-n).Draw(t, "port")
 	return Params{
-		Proportions: Proportions{Active: a, New: n, Port: po, System: 100 - a - n - po},
-		WeightBound: rapid.IntRange(1, MaxWeightBound).Draw(t, "weightbound"),
+		Proportions: lb.Proportions{Active: a, New: n, Port: po, System: 100 - a - n - po},
+		WeightBound: rapid.IntRange(1, lb.MaxWeightBound).Draw(t, "weightbound"),
 		Smoothing:   rapid.Float64Range(1, 5).Draw(t, "smoothing"),
 		Sensitivity: rapid.SampledFrom([]float64{0, 0, 1, 5, 5, 20, 100}).Draw(t, "sensitivity"),
 		Interval:    time.Duration(rapid.IntRange(1, 10).Draw(t, "interval")) * time.Second,
@@ -48,7 +49,7 @@ func genServer(t *rapid.T, p Params, i int) Server {
 		Weight:     rapid.IntRange(0, p.WeightBound+3).Draw(t, "weight"),
 		Configured: rapid.IntRange(0, p.WeightBound+3).Draw(t, "configured"),
 		Fixed:      rapid.IntRange(0, 7).Draw(t, "fixed") == 0,
-		State:      rapid.SampledFrom([]State{InService, InService, InService, InService, AdminDown, AdvisorDown, Quiesced}).Draw(t, "state"),
+		State:      rapid.SampledFrom([]lb.ServerState{lb.ServerUp, lb.ServerUp, lb.ServerUp, lb.ServerUp, lb.ServerDown, lb.ServerFailed, lb.ServerQuiesced}).Draw(t, "state"),
 		Active:     rapid.Uint64Range(0, 1_000_000).Draw(t, "active"),
 		New:        rapid.Uint64Range(0, 100_000).Draw(t, "new"),
 		Advisor:    genSample(t, "advisor", 5000, p.Interval),
@@ -66,7 +67,7 @@ func genPort(t *rapid.T, p Params) []Server {
 }
 
 // balanced reports whether the manager computes s's weight from load.
-func balanced(s Server) bool { return s.State == InService && !s.Fixed }
+func balanced(s Server) bool { return s.State == lb.ServerUp && !s.Fixed }
 
 // start is the weight a balanced server's step starts from.
 func start(s Server, bound int) int {
@@ -90,7 +91,7 @@ func TestPropMoreLoadNeverRaises(t *testing.T) {
 		}
 		servers := genPort(t, p)
 		i := rapid.IntRange(0, len(servers)-1).Draw(t, "server")
-		servers[i].State, servers[i].Fixed = InService, false
+		servers[i].State, servers[i].Fixed = lb.ServerUp, false
 		more := slices.Clone(servers)
 		switch input := rapid.IntRange(0, 3).Draw(t, "input"); input {
 		case inActive:
@@ -131,8 +132,8 @@ func TestPropBounds(t *testing.T) {
 				t.Fatalf("result %d: %+v for %+v", i, r, s)
 			}
 			switch {
-			case s.State != InService:
-				if r.Weight != 0 || r.Reason != s.State.String() {
+			case s.State != lb.ServerUp:
+				if r.Weight != 0 || r.Reason != stateReason(s.State) {
 					t.Fatalf("out of service: %+v", r)
 				}
 			case s.Fixed:
@@ -173,7 +174,7 @@ func TestPropDeterministicAndEquilibrium(t *testing.T) {
 		met := rapid.Float64Range(0, 100).Draw(t, "metricLoad")
 		for i := range servers {
 			s := &servers[i]
-			if s.State != InService {
+			if s.State != lb.ServerUp {
 				continue
 			}
 			s.Weight = rapid.IntRange(1, p.WeightBound).Draw(t, "eqWeight")
@@ -317,11 +318,11 @@ func TestPropSensitivity(t *testing.T) {
 func TestPropPerUnitOfWeight(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := genParams(t)
-		p.WeightBound = rapid.IntRange(2, MaxWeightBound).Draw(t, "weightbound")
+		p.WeightBound = rapid.IntRange(2, lb.MaxWeightBound).Draw(t, "weightbound")
 		servers := genPort(t, p)
 		i := rapid.IntRange(0, len(servers)-1).Draw(t, "server")
 		s := &servers[i]
-		s.State, s.Fixed = InService, false
+		s.State, s.Fixed = lb.ServerUp, false
 		s.Weight = rapid.IntRange(1, p.WeightBound/2).Draw(t, "w")
 		k := rapid.IntRange(2, p.WeightBound/s.Weight).Draw(t, "k")
 		scaled := slices.Clone(servers)
@@ -364,7 +365,7 @@ func TestPropNoPanic(t *testing.T) {
 	})
 	rapid.Check(t, func(t *rapid.T) {
 		p := Params{
-			Proportions: Proportions{rapid.Int().Draw(t, "a"), rapid.Int().Draw(t, "n"), rapid.Int().Draw(t, "p"), rapid.Int().Draw(t, "s")},
+			Proportions: lb.Proportions{Active: rapid.Int().Draw(t, "a"), New: rapid.Int().Draw(t, "n"), Port: rapid.Int().Draw(t, "p"), System: rapid.Int().Draw(t, "s")},
 			WeightBound: rapid.Int().Draw(t, "bound"),
 			Smoothing:   anyFloat.Draw(t, "smoothing"),
 			Sensitivity: anyFloat.Draw(t, "sensitivity"),
@@ -378,7 +379,7 @@ func TestPropNoPanic(t *testing.T) {
 				Weight:     rapid.Int().Draw(t, "weight"),
 				Configured: rapid.Int().Draw(t, "configured"),
 				Fixed:      rapid.Bool().Draw(t, "fixed"),
-				State:      State(rapid.Uint8().Draw(t, "state")),
+				State:      lb.ServerState(rapid.Uint8().Draw(t, "state")),
 				Active:     rapid.Uint64().Draw(t, "active"),
 				New:        rapid.Uint64().Draw(t, "new"),
 				Advisor:    Sample{anyFloat.Draw(t, "adv"), anyTime.Draw(t, "advAt")},
@@ -396,7 +397,7 @@ func TestPropNoPanic(t *testing.T) {
 			if balanced(s) && (r.Weight < 1 || r.Weight > bound) {
 				t.Fatalf("balanced server got %+v (bound %d)", r, bound)
 			}
-			if s.State != InService && r.Weight != 0 {
+			if s.State != lb.ServerUp && r.Weight != 0 {
 				t.Fatalf("out of service server got %+v", r)
 			}
 			if math.IsNaN(r.Target) || r.Reason == "" {

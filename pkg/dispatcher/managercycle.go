@@ -25,7 +25,7 @@ func (e *Engine) managerCycle(now time.Time) {
 	}
 	changed := false
 	for _, cl := range e.cfg.Clusters {
-		params.Proportions = manager.Proportions(cl.Proportions)
+		params.Proportions = cl.Proportions
 		for _, p := range cl.Ports {
 			if len(p.Servers) == 0 {
 				continue
@@ -61,7 +61,7 @@ func (e *Engine) managerCycle(now time.Time) {
 				// A server out of service keeps its last weight: its state
 				// already keeps new connections away, and it comes back
 				// where it was when its advisor sees it up again.
-				if in[i].State == manager.InService && r.weight != sr.Weight {
+				if in[i].State == lb.ServerUp && r.weight != sr.Weight {
 					r.weight = sr.Weight
 					changed = true
 				}
@@ -180,14 +180,14 @@ func (e *Engine) resetWeights(cur, next lb.Config) {
 // managerState maps a server's report state onto the manager's. A server
 // the operator gave weight 0 takes no new connections: the manager leaves
 // it alone as it would an operator-down one.
-func managerState(st string, configured uint32) manager.State {
+func managerState(st string, configured uint32) lb.ServerState {
 	switch {
 	case configured == 0, st == api.StateDown:
-		return manager.AdminDown
+		return lb.ServerDown
 	case st == api.StateUp:
-		return manager.InService
+		return lb.ServerUp
 	case st == api.StateQuiesced:
-		return manager.Quiesced
+		return lb.ServerQuiesced
 	}
-	return manager.AdvisorDown // failed, or its MAC is not known: no traffic can reach it
+	return lb.ServerFailed // failed, or its MAC is not known: no traffic can reach it
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlbproject/dlb/manager"
+	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/api"
 )
 
@@ -278,7 +278,7 @@ func TestPrivilegedE2ESlowBackend(t *testing.T) {
 				if p.Port != 80 {
 					continue
 				}
-				if p.Change > manager.DefaultSensitivity {
+				if p.Change > lb.DefaultSensitivity {
 					past++
 				}
 				if p.Pushed {

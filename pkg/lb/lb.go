@@ -3,6 +3,8 @@ package lb
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -278,6 +280,10 @@ type Port struct {
 	WeightBound uint32 `json:"weight_bound"`
 	// AllDown is the policy when no server may take new connections.
 	AllDown AllDown `json:"all_down"`
+	// TableSize fixes the size of the port's Maglev table (a prime in
+	// MinTableSize..MaxTableSize); 0 chooses it from the number of servers
+	// (TableSizeFor), so that kernel memory follows what is configured.
+	TableSize uint32 `json:"table_size,omitempty"`
 	// Servers are the servers behind this port, sorted by address.
 	Servers []Server `json:"servers,omitempty"`
 }
@@ -363,23 +369,20 @@ func (c *Config) FillDefaults() {
 	}
 }
 
-// Clone returns a deep copy of c, so that a change can be prepared and
-// validated without touching the original.
+// Clone returns a deep copy of c (nil slices stay nil), so that a change
+// can be prepared without touching the original.
 func (c Config) Clone() Config {
 	out := c
-	out.Advisors = make([]Advisor, len(c.Advisors))
-	for i, a := range c.Advisors {
-		out.Advisors[i] = a
-		out.Advisors[i].Args = append([]string(nil), a.Args...)
+	out.Advisors = slices.Clone(c.Advisors)
+	for i, a := range out.Advisors {
+		out.Advisors[i].Args = slices.Clone(a.Args)
 	}
-	out.Clusters = make([]Cluster, len(c.Clusters))
-	for i, cl := range c.Clusters {
-		out.Clusters[i] = cl
-		out.Clusters[i].Metrics = append([]string(nil), cl.Metrics...)
-		out.Clusters[i].Ports = make([]Port, len(cl.Ports))
-		for j, p := range cl.Ports {
-			out.Clusters[i].Ports[j] = p
-			out.Clusters[i].Ports[j].Servers = append([]Server(nil), p.Servers...)
+	out.Clusters = slices.Clone(c.Clusters)
+	for i, cl := range out.Clusters {
+		out.Clusters[i].Metrics = slices.Clone(cl.Metrics)
+		out.Clusters[i].Ports = slices.Clone(cl.Ports)
+		for j, p := range out.Clusters[i].Ports {
+			out.Clusters[i].Ports[j].Servers = slices.Clone(p.Servers)
 		}
 	}
 	return out
@@ -475,4 +478,47 @@ func (m *XDPMode) UnmarshalText(b []byte) error {
 	v, err := ParseXDPMode(string(b))
 	*m = v
 	return err
+}
+
+// MarshalText implements encoding.TextMarshaler: cluster@port.
+func (k ServiceKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *ServiceKey) UnmarshalText(b []byte) error {
+	c, p, ok := strings.Cut(string(b), "@")
+	if !ok {
+		return fmt.Errorf("%q is not cluster@port", b)
+	}
+	a, err := netip.ParseAddr(c)
+	if err != nil {
+		return fmt.Errorf("%q is not cluster@port: %w", b, err)
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 {
+		return fmt.Errorf("%q is not cluster@port: bad port", b)
+	}
+	*k = ServiceKey{Cluster: a, Port: uint16(n)}
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler: cluster@port@server.
+func (k BackendKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *BackendKey) UnmarshalText(b []byte) error {
+	s := string(b)
+	i := strings.LastIndexByte(s, '@')
+	if i < 0 {
+		return fmt.Errorf("%q is not cluster@port@server", b)
+	}
+	var sk ServiceKey
+	if err := sk.UnmarshalText([]byte(s[:i])); err != nil {
+		return fmt.Errorf("%q is not cluster@port@server: %w", b, err)
+	}
+	a, err := netip.ParseAddr(s[i+1:])
+	if err != nil {
+		return fmt.Errorf("%q is not cluster@port@server: %w", b, err)
+	}
+	*k = BackendKey{Service: sk, Server: a}
+	return nil
 }
