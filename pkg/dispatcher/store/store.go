@@ -1,0 +1,505 @@
+// Package store persists the dispatcher's state: the configuration, the
+// executor ids of its objects, and the facts about the host the engine
+// must remember (the addresses it put on interfaces, the XDP mode it
+// attached in).
+//
+// The state lives in a directory as a snapshot (state.json) and a journal
+// of the changes made since (journal.N). Every accepted change is one
+// journal record holding only what changed — the new values of the
+// objects touched, the ids given and freed — written and fsynced before
+// the change is acknowledged, so a change costs what it touches however
+// large the configuration. When the journal has grown, the store writes a
+// new snapshot in the background (atomically, with renameio) and starts a
+// new journal; opening the directory reads the snapshot and replays the
+// journals that follow it. Records hold data, not operations, so a newer
+// dlbd replays them without re-validating anything.
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/google/renameio/v2"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// StateFile is the name of the snapshot in the state directory.
+const StateFile = "state.json"
+
+// journalPrefix names the journals: journal.1, journal.2, ...
+const journalPrefix = "journal."
+
+// stateVersion is the snapshot format; version 1 (a dlbd before the
+// journal) is read as a snapshot with no journal.
+const stateVersion = 2
+
+// compactAt is the journal size above which a new snapshot is written (at
+// least; a larger snapshot allows a larger journal).
+const compactAt = 4 << 20
+
+// State is what the store keeps.
+type State struct {
+	// Config is the configuration.
+	Config lb.Config
+	// IDs are the executor ids of its ports and servers.
+	IDs *IDs
+	// Configured maps the addresses the engine put on interfaces to
+	// the interface.
+	Configured map[netip.Addr]string
+	// AttachedMode is the XDP mode the executor was attached in (the
+	// kernel does not report it for an adopted link).
+	AttachedMode lb.XDPMode
+}
+
+// snapshot is the state file's format.
+type snapshot struct {
+	Version int `json:"version"`
+	// Journal is the first journal that follows the snapshot.
+	Journal      int                   `json:"journal,omitempty"`
+	Config       lb.Config             `json:"config"`
+	IDs          *IDs                  `json:"ids"`
+	Configured   map[netip.Addr]string `json:"configured,omitempty"`
+	AttachedMode lb.XDPMode            `json:"attached_mode"`
+}
+
+// Record is one accepted change, as the journal keeps it: the new values
+// of what changed.
+type Record struct {
+	Executor     *lb.Executor     `json:"executor,omitempty"`
+	Manager      *lb.Manager      `json:"manager,omitempty"`
+	MetricServer *lb.MetricServer `json:"metric_server,omitempty"`
+	// Advisors is the whole advisor list, when it changed.
+	Advisors *[]lb.Advisor `json:"advisors,omitempty"`
+	// Clusters, Ports and Servers are the objects added or changed (a
+	// cluster without its ports, a port without its servers) and the keys
+	// of those removed.
+	Clusters     []lb.Cluster           `json:"clusters,omitempty"`
+	Ports        []portRecord           `json:"ports,omitempty"`
+	Servers      []serverRecord         `json:"servers,omitempty"`
+	DelClusters  []netip.Addr           `json:"del_clusters,omitempty"`
+	DelPorts     []lb.ServiceKey        `json:"del_ports,omitempty"`
+	DelServers   []lb.BackendKey        `json:"del_servers,omitempty"`
+	IDs          *IDDelta               `json:"ids,omitempty"`
+	Configured   *map[netip.Addr]string `json:"configured,omitempty"`
+	AttachedMode *lb.XDPMode            `json:"attached_mode,omitempty"`
+}
+
+type portRecord struct {
+	Cluster netip.Addr `json:"cluster"`
+	lb.Port
+}
+
+type serverRecord struct {
+	Service lb.ServiceKey `json:"service"`
+	lb.Server
+}
+
+// NewRecord returns the record of a change from old to next (ch is
+// config.Diff(old, next)) with the id delta d (nil: none).
+func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
+	var r Record
+	if ch.Executor {
+		r.Executor = &next.Executor
+	}
+	if ch.Manager {
+		r.Manager = &next.Manager
+	}
+	if ch.MetricServer {
+		r.MetricServer = &next.MetricServer
+	}
+	if len(ch.Advisors) > 0 {
+		a := slices.Clone(next.Advisors)
+		r.Advisors = &a
+	}
+	for a, kind := range ch.Clusters {
+		if kind == config.Removed {
+			r.DelClusters = append(r.DelClusters, a)
+			continue
+		}
+		if cl := next.Cluster(a); cl != nil {
+			c := *cl
+			c.Ports = nil
+			r.Clusters = append(r.Clusters, c)
+		}
+	}
+	for k, kind := range ch.Ports {
+		if kind == config.Removed {
+			r.DelPorts = append(r.DelPorts, k)
+			continue
+		}
+		if p := lookupPort(next, k); p != nil {
+			x := *p
+			x.Servers = nil
+			r.Ports = append(r.Ports, portRecord{Cluster: k.Cluster, Port: x})
+		}
+	}
+	for k, kind := range ch.Servers {
+		if kind == config.Removed {
+			r.DelServers = append(r.DelServers, k)
+			continue
+		}
+		if p := lookupPort(next, k.Service); p != nil {
+			if s := p.Server(k.Server); s != nil {
+				r.Servers = append(r.Servers, serverRecord{Service: k.Service, Server: *s})
+			}
+		}
+	}
+	if d != nil && !d.Empty() {
+		r.IDs = d
+	}
+	return r
+}
+
+func lookupPort(cfg lb.Config, k lb.ServiceKey) *lb.Port {
+	if cl := cfg.Cluster(k.Cluster); cl != nil {
+		return cl.Port(k.Port)
+	}
+	return nil
+}
+
+// Store is an open state directory.
+type Store struct {
+	dir     string
+	journal *os.File
+	n       int   // the number of the journal being written
+	size    int64 // its size
+	last    int64 // the size of the last snapshot written
+	wg      sync.WaitGroup
+	mu      sync.Mutex // guards busy and bgErr
+	busy    bool
+	bgErr   error
+}
+
+// Open reads the state in dir (creating dir when it does not exist): the
+// snapshot and the journals after it. A state directory that does not
+// hold a state yet gives the empty state. A journal whose last record was
+// cut short by a crash (it was never acknowledged) loses that record; any
+// other damage is an error naming the file and line.
+func Open(dir string) (*Store, State, error) {
+	st := State{Config: lb.NewConfig(), IDs: NewIDs(), Configured: map[netip.Addr]string{}}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, st, fmt.Errorf("creating state directory: %w", err)
+	}
+	s := &Store{dir: dir, n: 1}
+	path := filepath.Join(dir, StateFile)
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, st, fmt.Errorf("reading state: %w", err)
+	default:
+		snap := snapshot{Config: lb.NewConfig(), IDs: NewIDs()}
+		if err := json.Unmarshal(data, &snap); err != nil {
+			return nil, st, fmt.Errorf("reading state %s: %w", path, err)
+		}
+		if snap.Version != 1 && snap.Version != stateVersion {
+			return nil, st, fmt.Errorf("reading state %s: version %d, this dlbd reads 1 and %d", path, snap.Version, stateVersion)
+		}
+		if snap.IDs == nil {
+			snap.IDs = NewIDs()
+		}
+		snap.IDs.index()
+		st.Config, st.IDs, st.AttachedMode = snap.Config, snap.IDs, snap.AttachedMode
+		for a, ifname := range snap.Configured {
+			st.Configured[a] = ifname
+		}
+		s.n = max(snap.Journal, 1)
+		s.last = int64(len(data))
+	}
+	st.Config.FillDefaults()
+	st.Config.Sort()
+
+	journals, err := s.journals()
+	if err != nil {
+		return nil, st, err
+	}
+	for _, n := range journals {
+		if n < s.n {
+			// Written into the snapshot already; left by a crash
+			// between the snapshot and the clean-up.
+			_ = os.Remove(s.journalPath(n))
+			continue
+		}
+		if err := s.replay(n, &st); err != nil {
+			return nil, st, err
+		}
+		s.n = n
+	}
+	st.Config.Sort()
+	if err := config.Validate(st.Config); err != nil {
+		return nil, st, fmt.Errorf("state in %s is invalid: %w", dir, err)
+	}
+	f, err := os.OpenFile(s.journalPath(s.n), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, st, fmt.Errorf("opening journal: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, st, fmt.Errorf("opening journal: %w", err)
+	}
+	s.journal, s.size = f, fi.Size()
+	return s, st, nil
+}
+
+func (s *Store) journalPath(n int) string {
+	return filepath.Join(s.dir, journalPrefix+strconv.Itoa(n))
+}
+
+// journals lists the journal numbers in the directory, in order.
+func (s *Store) journals() ([]int, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading state directory: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), journalPrefix)); err == nil && strings.HasPrefix(e.Name(), journalPrefix) && n > 0 {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// replay applies journal n's records to st.
+func (s *Store) replay(n int, st *State) error {
+	path := s.journalPath(n)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading journal: %w", err)
+	}
+	lines := bytes.Split(data, []byte{'\n'})
+	for i, line := range lines {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var r Record
+		if err := json.Unmarshal(line, &r); err != nil {
+			if i == len(lines)-1 {
+				// The last record, cut short by a crash before it was
+				// acknowledged: drop it.
+				if err := os.Truncate(path, int64(len(data)-len(line))); err != nil {
+					return fmt.Errorf("dropping the torn last record of %s: %w", path, err)
+				}
+				break
+			}
+			return fmt.Errorf("reading journal %s line %d: %w", path, i+1, err)
+		}
+		apply(st, &r)
+	}
+	return nil
+}
+
+// apply applies a record to a state.
+func apply(st *State, r *Record) {
+	cfg := &st.Config
+	if r.Executor != nil {
+		cfg.Executor = *r.Executor
+	}
+	if r.Manager != nil {
+		cfg.Manager = *r.Manager
+	}
+	if r.MetricServer != nil {
+		cfg.MetricServer = *r.MetricServer
+	}
+	if r.Advisors != nil {
+		cfg.Advisors = slices.Clone(*r.Advisors)
+	}
+	for _, k := range r.DelServers {
+		if p := lookupPort(*cfg, k.Service); p != nil {
+			p.Servers = slices.DeleteFunc(p.Servers, func(s lb.Server) bool { return s.Address == k.Server })
+		}
+	}
+	for _, k := range r.DelPorts {
+		if cl := cfg.Cluster(k.Cluster); cl != nil {
+			cl.Ports = slices.DeleteFunc(cl.Ports, func(p lb.Port) bool { return p.Number == k.Port })
+		}
+	}
+	cfg.Clusters = slices.DeleteFunc(cfg.Clusters, func(c lb.Cluster) bool { return slices.Contains(r.DelClusters, c.Address) })
+	for _, c := range r.Clusters {
+		if cl := cfg.Cluster(c.Address); cl != nil {
+			ports := cl.Ports
+			*cl = c
+			cl.Ports = ports
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(cfg.Clusters, c.Address, func(x lb.Cluster, a netip.Addr) int { return x.Address.Compare(a) })
+		cfg.Clusters = slices.Insert(cfg.Clusters, i, c)
+	}
+	for _, p := range r.Ports {
+		cl := cfg.Cluster(p.Cluster)
+		if cl == nil {
+			continue
+		}
+		if cur := cl.Port(p.Number); cur != nil {
+			servers := cur.Servers
+			*cur = p.Port
+			cur.Servers = servers
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(cl.Ports, p.Number, func(x lb.Port, n uint16) int { return int(x.Number) - int(n) })
+		cl.Ports = slices.Insert(cl.Ports, i, p.Port)
+	}
+	for _, s := range r.Servers {
+		p := lookupPort(*cfg, s.Service)
+		if p == nil {
+			continue
+		}
+		if cur := p.Server(s.Address); cur != nil {
+			*cur = s.Server
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(p.Servers, s.Address, func(x lb.Server, a netip.Addr) int { return x.Address.Compare(a) })
+		p.Servers = slices.Insert(p.Servers, i, s.Server)
+	}
+	if r.IDs != nil {
+		st.IDs.replay(r.IDs)
+	}
+	if r.Configured != nil {
+		st.Configured = map[netip.Addr]string{}
+		for a, ifname := range *r.Configured {
+			st.Configured[a] = ifname
+		}
+	}
+	if r.AttachedMode != nil {
+		st.AttachedMode = *r.AttachedMode
+	}
+}
+
+// Append writes a record to the journal and makes it durable (fsync)
+// before it returns: once it returned nil, the change survives a crash.
+func (s *Store) Append(r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding journal record: %w", err)
+	}
+	b = append(b, '\n')
+	n, err := s.journal.Write(b)
+	if err == nil {
+		err = s.journal.Sync()
+	}
+	if err != nil {
+		// Cut off whatever part of the record was written, so that the
+		// journal ends at the last acknowledged record.
+		if terr := s.journal.Truncate(s.size); terr != nil {
+			return fmt.Errorf("writing journal: %w (and removing the partial record: %v)", err, terr)
+		}
+		return fmt.Errorf("writing journal: %w", err)
+	}
+	s.size += int64(n)
+	return nil
+}
+
+// NeedsSnapshot reports whether the journal has grown enough that a new
+// snapshot should be written.
+func (s *Store) NeedsSnapshot() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.busy && s.size > max(compactAt, s.last)
+}
+
+// Snapshot starts writing st as the new snapshot in the background and
+// moves on to a new journal; st must be the state after the last record
+// appended, and must not change afterwards (the configuration's slices
+// are never written after a change is committed; the ids and the
+// configured addresses must be copies). A failure is reported by the next
+// Snapshot or by Close; the journal then simply keeps growing.
+func (s *Store) Snapshot(st State) error {
+	s.mu.Lock()
+	if s.busy {
+		s.mu.Unlock()
+		return nil
+	}
+	s.busy = true
+	err := s.bgErr
+	s.bgErr = nil
+	s.mu.Unlock()
+
+	old := s.n
+	f, ferr := os.OpenFile(s.journalPath(old+1), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if ferr != nil {
+		s.mu.Lock()
+		s.busy = false
+		s.mu.Unlock()
+		return errors.Join(err, fmt.Errorf("starting a new journal: %w", ferr))
+	}
+	_ = s.journal.Close()
+	s.journal, s.n, s.size = f, old+1, 0
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		size, werr := s.writeSnapshot(st, old+1)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.busy = false
+		if werr != nil {
+			s.bgErr = werr
+			return
+		}
+		s.last = size
+		for n := 1; n <= old; n++ {
+			_ = os.Remove(s.journalPath(n))
+		}
+	}()
+	return err
+}
+
+// writeSnapshot writes the snapshot file atomically.
+func (s *Store) writeSnapshot(st State, journal int) (int64, error) {
+	snap := snapshot{Version: stateVersion, Journal: journal, Config: st.Config, IDs: st.IDs,
+		Configured: st.Configured, AttachedMode: st.AttachedMode}
+	pf, err := renameio.NewPendingFile(filepath.Join(s.dir, StateFile), renameio.WithPermissions(0o600))
+	if err != nil {
+		return 0, fmt.Errorf("writing state snapshot: %w", err)
+	}
+	defer pf.Cleanup()
+	w := bufio.NewWriterSize(pf, 1<<20)
+	cw := &countWriter{w: w}
+	if err := json.NewEncoder(cw).Encode(snap); err != nil {
+		return 0, fmt.Errorf("writing state snapshot: %w", err)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, fmt.Errorf("writing state snapshot: %w", err)
+	}
+	if err := pf.CloseAtomicallyReplace(); err != nil {
+		return 0, fmt.Errorf("writing state snapshot: %w", err)
+	}
+	if d, err := os.Open(s.dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return cw.n, nil
+}
+
+type countWriter struct {
+	w *bufio.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Close waits for a snapshot being written and closes the journal.
+func (s *Store) Close() error {
+	s.wg.Wait()
+	err := s.journal.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.bgErr, err)
+}

@@ -1,0 +1,213 @@
+package store
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+func op(object config.Object, action config.Action, target string, params ...string) config.Op {
+	o := config.Op{Object: object, Action: action, Target: target}
+	for i := 0; i+1 < len(params); i += 2 {
+		o.Params = append(o.Params, config.Param{Name: params[i], Values: strings.Fields(params[i+1])})
+	}
+	return o
+}
+
+// session is an editor and a store kept in step, as the engine keeps them.
+type session struct {
+	t   *testing.T
+	ed  *config.Editor
+	s   *Store
+	ids *IDs
+	st  State
+}
+
+func openSession(t *testing.T, dir string) *session {
+	t.Helper()
+	s, st, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ed, err := config.NewEditor(st.Config, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &session{t: t, ed: ed, s: s, ids: st.IDs, st: st}
+}
+
+func (x *session) apply(ops ...config.Op) {
+	x.t.Helper()
+	e, err := x.ed.Prepare(ops)
+	if err != nil {
+		x.t.Fatalf("Prepare: %v", err)
+	}
+	d, err := x.ids.Apply(e.Change, 1<<16, 1<<20)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	if err := x.s.Append(NewRecord(x.ed.Config(), e.Next, e.Change, d)); err != nil {
+		x.t.Fatal(err)
+	}
+	x.ed.Commit(e)
+}
+
+func (x *session) state() State {
+	return State{Config: x.ed.Config(), IDs: x.ids.Clone(), Configured: map[netip.Addr]string{}}
+}
+
+// sameState compares two states' configurations and ids.
+func sameState(t *testing.T, got, want State) {
+	t.Helper()
+	if !reflect.DeepEqual(got.Config, want.Config) {
+		t.Errorf("configuration after reopening:\n%+v\nwant\n%+v", got.Config, want.Config)
+	}
+	if !reflect.DeepEqual(got.IDs.Services, want.IDs.Services) || !reflect.DeepEqual(got.IDs.Backends, want.IDs.Backends) ||
+		got.IDs.NextService != want.IDs.NextService || got.IDs.NextBackend != want.IDs.NextBackend {
+		t.Errorf("ids after reopening:\n%+v\nwant\n%+v", got.IDs, want.IDs)
+	}
+}
+
+func populate(x *session) {
+	x.apply(op(config.Executor, config.Set, "", "nfa", "198.18.0.2"),
+		op(config.Cluster, config.Add, "198.18.0.100+198.18.0.101"),
+		op(config.Port, config.Add, "@80+443"),
+		op(config.Server, config.Add, "@80+443@198.18.0.21+198.18.0.22+198.18.0.23"))
+	x.apply(op(config.Server, config.Set, "198.18.0.100@80@198.18.0.21", "weight", "7"))
+	x.apply(op(config.Server, config.Remove, "198.18.0.101@443@198.18.0.22"))
+	x.apply(op(config.Server, config.Remove, "198.18.0.100@80@198.18.0.23"))
+	x.apply(op(config.Port, config.Set, "198.18.0.100@443", "staletimeout", "30"))
+	x.apply(op(config.Cluster, config.Remove, "198.18.0.101"))
+	x.apply(op(config.Port, config.Add, "198.18.0.100@8080"), op(config.Server, config.Add, "198.18.0.100@8080@198.18.0.22"))
+}
+
+func TestJournalReplays(t *testing.T) {
+	dir := t.TempDir()
+	x := openSession(t, dir)
+	populate(x)
+	want := x.state()
+	if err := x.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	y := openSession(t, dir)
+	sameState(t, y.st, want)
+	if len(y.ids.Backends) != 6 || len(y.ids.Services) != 3 {
+		t.Errorf("ids %+v", y.ids)
+	}
+}
+
+func TestSnapshotThenJournal(t *testing.T) {
+	dir := t.TempDir()
+	x := openSession(t, dir)
+	populate(x)
+	if err := x.s.Snapshot(x.state()); err != nil {
+		t.Fatal(err)
+	}
+	x.apply(op(config.Server, config.Down, "198.18.0.100@80@198.18.0.22"))
+	want := x.state()
+	if err := x.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	journals, _ := filepath.Glob(filepath.Join(dir, journalPrefix+"*"))
+	if len(journals) != 1 || filepath.Base(journals[0]) != "journal.2" {
+		t.Errorf("journals after the snapshot: %v", journals)
+	}
+	y := openSession(t, dir)
+	sameState(t, y.st, want)
+}
+
+func TestTornLastRecordIsDropped(t *testing.T) {
+	dir := t.TempDir()
+	x := openSession(t, dir)
+	populate(x)
+	want := x.state()
+	x.apply(op(config.Server, config.Set, "198.18.0.100@80@198.18.0.22", "weight", "3"))
+	x.s.Close()
+	path := filepath.Join(dir, "journal.1")
+	data, _ := os.ReadFile(path)
+	// Cut the last record in half, as a crash during its write would.
+	last := strings.LastIndex(strings.TrimSuffix(string(data), "\n"), "\n")
+	cut := data[:last+1+(len(data)-last)/2]
+	if err := os.WriteFile(path, cut, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	y := openSession(t, dir)
+	sameState(t, y.st, want)
+	// The journal goes on after the dropped record.
+	y.apply(op(config.Server, config.Set, "198.18.0.100@80@198.18.0.22", "weight", "4"))
+	y.s.Close()
+	z := openSession(t, dir)
+	if s := z.st.Config.Cluster(netip.MustParseAddr("198.18.0.100")).Port(80).Server(netip.MustParseAddr("198.18.0.22")); s.Weight != 4 {
+		t.Errorf("weight %d after the record that followed the torn one", s.Weight)
+	}
+}
+
+func TestDamagedJournalIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	x := openSession(t, dir)
+	populate(x)
+	x.s.Close()
+	path := filepath.Join(dir, "journal.1")
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(string(data), "\n")
+	lines[1] = "{garbage"
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "journal.1 line 2") {
+		t.Errorf("Open of a damaged journal: %v", err)
+	}
+}
+
+// TestVersion1StateLoads: the state file a dlbd before the journal wrote
+// is read as a snapshot.
+func TestVersion1StateLoads(t *testing.T) {
+	dir := t.TempDir()
+	v1 := `{"version":1,"config":{"executor":{"started":false,"xdp_mode":"auto","nfa":"198.18.0.2","fin_timeout":60},
+"clusters":[{"address":"198.18.0.100","ports":[{"number":80,"protocol":"tcp","method":"mac","stale_timeout":300,"weight_bound":20,
+"all_down":"refuse","servers":[{"address":"198.18.0.21","weight":10}]}],"proportions":{"active":50,"new":50,"port":0,"system":0}}],
+"manager":{"started":false,"interval":2,"refresh":2,"smoothing":1.5,"sensitivity":5},"metric_server":{"source":"dlbmetricd","port":10004}},
+"ids":{"services":{"198.18.0.100@80":1},"backends":{"198.18.0.100@80@198.18.0.21":1},"next_service":2,"next_backend":2},"attached_mode":"auto"}`
+	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := openSession(t, dir)
+	k := lb.ServiceKey{Cluster: netip.MustParseAddr("198.18.0.100"), Port: 80}
+	if x.ids.Services[k] != 1 || x.ids.Backends[lb.BackendKey{Service: k, Server: netip.MustParseAddr("198.18.0.21")}] != 1 {
+		t.Errorf("ids %+v", x.ids)
+	}
+	x.apply(op(config.Server, config.Add, "198.18.0.100@80@198.18.0.22"))
+	if id := x.ids.Backends[lb.BackendKey{Service: k, Server: netip.MustParseAddr("198.18.0.22")}]; id != 2 {
+		t.Errorf("the next id is %d, want 2", id)
+	}
+}
+
+// TestAppendCostsWhatChanged: a one-server change writes a record of about
+// one server, whatever the size of the configuration.
+func TestAppendCostsWhatChanged(t *testing.T) {
+	dir := t.TempDir()
+	x := openSession(t, dir)
+	x.apply(op(config.Cluster, config.Add, "198.18.0.100"))
+	var ops []config.Op
+	for p := 1; p <= 100; p++ {
+		ops = append(ops, op(config.Port, config.Add, fmt.Sprintf("198.18.0.100@%d", p)))
+	}
+	var servers []string
+	for i := 0; i < 50; i++ {
+		servers = append(servers, fmt.Sprintf("198.18.1.%d", i+1))
+	}
+	ops = append(ops, op(config.Server, config.Add, "198.18.0.100@@"+strings.Join(servers, "+")))
+	x.apply(ops...)
+	before := x.s.size
+	x.apply(op(config.Server, config.Set, "198.18.0.100@7@198.18.1.9", "weight", "3"))
+	if n := x.s.size - before; n > 300 {
+		t.Errorf("a one-server change wrote %d bytes", n)
+	}
+}
