@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 // startMetricd runs dlbmetricd in backend i's namespace with a script
