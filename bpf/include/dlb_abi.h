@@ -28,7 +28,7 @@ enum dlb_consts {
 	/* DLB_ABI_VERSION is written into the config map. A loader refuses
 	 * pinned maps that another ABI version wrote: layouts can differ
 	 * where sizes agree. Bump it on every layout or meaning change. */
-	DLB_ABI_VERSION = 2,
+	DLB_ABI_VERSION = 3,
 	/* A half-open connection (a SYN without its handshake-completing
 	 * ACK) counts as half-open for this long; the sweeper frees NAT
 	 * half-open entries older than this. */
@@ -96,6 +96,7 @@ struct vip_meta {
 	__u8 selection;       /* enum dlb_selection */
 	__u8 sticky_mask4;    /* affinity by client subnet: IPv4 prefix length (1-32) */
 	__u8 sticky_mask6;    /* IPv6 prefix length (1-128) */
+	__u32 table_size;     /* slots of the service's Maglev table (a prime); 0: no table */
 };
 
 /* Flags of a vip_meta. */
@@ -377,7 +378,7 @@ enum dlb_event {
 /* The executor's global settings: the single entry of the config map. */
 struct dlb_config {
 	struct dlb_ip nfa;  /* IPv4 non-forwarding address; all zero when unset */
-	__u32 maglev_size;  /* entries in every Maglev table (a prime) */
+	__u32 maglev_size;  /* the largest Maglev table (the inner map template's size) */
 	__u32 hash_seed;    /* seed of the flow hash; equal on every dispatcher */
 	__u8 nfa_family;    /* DLB_FAMILY_IPV4, or DLB_FAMILY_NONE when unset */
 	__u8 nfa6_family;   /* DLB_FAMILY_IPV6, or DLB_FAMILY_NONE when unset */

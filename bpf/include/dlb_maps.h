@@ -60,12 +60,16 @@ struct {
 } backends SEC(".maps");
 
 /* A Maglev lookup table: slot -> backend id. One per service, built beside
- * the live one and swapped into maglev_tables in one update. */
+ * the live one and swapped into maglev_tables in one update. Each has the
+ * size of its service (a prime, vip_meta.table_size, at most MAGLEV_SIZE):
+ * BPF_F_INNER_MAP lets inner maps differ from this template in size, so
+ * kernel memory follows the number of servers. */
 struct maglev_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
 	__uint(max_entries, MAGLEV_SIZE);
+	__uint(map_flags, BPF_F_INNER_MAP);
 };
 
 /* maglev_tables: service id -> that service's Maglev table. */

@@ -26,16 +26,18 @@
 #include "common.h"
 #include "hash.h"
 
-/* pick chooses the backend of Maglev slot hash % M for a new connection.
+/* pick chooses the backend of Maglev slot hash % M (the service's table
+ * size) for a new connection.
  * It returns NULL when the service has no server taking connections. */
 static __always_inline struct backend *pick(const struct vip_meta *vm, const struct dlb_config *cfg, __u32 hash,
 					    __u32 *backend_id)
 {
+	__u32 size = vm->table_size;
 	void *table = bpf_map_lookup_elem(&maglev_tables, &vm->service);
-	if (!table || cfg->maglev_size == 0)
+	if (!table || size == 0)
 		return NULL;
 
-	__u32 slot = hash % cfg->maglev_size;
+	__u32 slot = hash % size;
 	__u32 *id = bpf_map_lookup_elem(table, &slot);
 	if (!id)
 		return NULL;

@@ -110,10 +110,11 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--halfopen-table-size: %d is not a power of two", n)
 	}
 
-	maxServices, maxBackends, err := datapath.Limits()
+	def, err := datapath.Defaults()
 	if err != nil {
 		return err
 	}
+	maxServices, maxBackends := def.MaxServices, def.MaxBackends
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir: o.stateDir,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
@@ -122,7 +123,7 @@ func run(ctx context.Context, o options) error {
 			if err != nil {
 				return nil, err
 			}
-			return dp, nil
+			return dpAdapter{dp}, nil
 		},
 		Netif:            netif.New(),
 		Logger:           log,
@@ -228,3 +229,14 @@ func metricErrorClass(err error) string {
 	}
 	return ""
 }
+
+// dpAdapter gives the engine the capacity getters it still asks for; the
+// engine's rewrite drops it.
+type dpAdapter struct{ *datapath.Datapath }
+
+func (a dpAdapter) MaglevSize() uint32            { return a.Info().MaxTableSize }
+func (a dpAdapter) ConnTableCapacity() uint32     { return a.Info().ConnTable }
+func (a dpAdapter) NATTableCapacity() uint32      { return a.Info().NATTable }
+func (a dpAdapter) HalfOpenTableCapacity() uint32 { return a.Info().HalfOpenTable }
+func (a dpAdapter) AffinityTableCapacity() uint32 { return a.Info().AffinityTable }
+func (a dpAdapter) PinDir() string                { return a.Info().PinDir }

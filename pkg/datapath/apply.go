@@ -14,17 +14,28 @@ import (
 )
 
 // applied is what the maps hold, as far as this process knows: read from
-// the pinned maps at Open and kept up to date by Apply, so that Apply writes
-// only what changed.
+// the pinned maps at Open and kept up to date by Update, so that Update
+// writes only what changed, and what it is given decides the cost, not
+// the size of the configuration.
 type applied struct {
 	cfg      dispatcherDlbConfig
+	globals  lb.DataplaneGlobals
 	vips     map[dispatcherVipKey]dispatcherVipMeta
 	backends map[uint32]dispatcherBackend
 	servers  map[dispatcherServerKey]uint32
+	// services are the services written, by id (their tables shared with
+	// the caller, who never writes a table it handed over).
+	services map[uint32]lb.DataplaneService
 	// tables maps a service id to its table's sum; adoptedTable when the
 	// table was found pinned and its contents are unknown.
-	tables    map[uint32]uint64
-	txPorts   map[uint32]bool
+	tables map[uint32]uint64
+	// markers counts the services of each cluster address and the NAT
+	// backends of each return address: their marker entries live while
+	// the count is above 0.
+	markers map[dispatcherVipKey]int
+	// txPorts counts the users (backends, client gateways) of each
+	// interface in tx_ports.
+	txPorts   map[uint32]int
 	filter    *dispatcherVipBloom
 	natFilter *dispatcherNatBloom
 }
@@ -37,8 +48,10 @@ func (d *Datapath) loadApplied() error {
 		vips:      map[dispatcherVipKey]dispatcherVipMeta{},
 		backends:  map[uint32]dispatcherBackend{},
 		servers:   map[dispatcherServerKey]uint32{},
+		services:  map[uint32]lb.DataplaneService{},
 		tables:    map[uint32]uint64{},
-		txPorts:   map[uint32]bool{},
+		markers:   map[dispatcherVipKey]int{},
+		txPorts:   map[uint32]int{},
 		filter:    new(dispatcherVipBloom),
 		natFilter: new(dispatcherNatBloom),
 	}
@@ -81,7 +94,9 @@ func (d *Datapath) loadApplied() error {
 	var port uint32
 	it = d.objs.TxPorts.Iterate()
 	for it.Next(&id, &port) {
-		a.txPorts[id] = true
+		// Users unknown: a pinned interface stays until an Apply of the
+		// whole state says who uses what.
+		a.txPorts[id] = 0
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading tx_ports: %w", err)
@@ -96,36 +111,345 @@ func (d *Datapath) loadApplied() error {
 		return fmt.Errorf("reading config: %w", err)
 	}
 	d.applied = a
+	d.adopted = true
 	return nil
 }
 
-// Apply makes the maps hold dp. It writes in an order that keeps every
-// reader consistent: backends before the tables that name them, tables
-// before the vips that lead to them; removals run the other way. Only what
-// changed is written. A Maglev table is replaced by building a new one
-// beside the live one and swapping it in with one map update. An invalid
-// dp is refused whole, before anything is written.
+// Apply makes the maps hold exactly dp: it writes what differs from what
+// they hold and removes what dp does not have (the whole-state form of
+// Update, used when dlbd starts and by tests). An invalid dp is refused
+// whole, before anything is written.
 func (d *Datapath) Apply(dp lb.Dataplane) error {
-	want, err := d.desired(dp)
+	g := dp.Globals()
+	u := lb.DataplaneUpdate{Globals: &g, Services: dp.Services, Backends: dp.Backends}
+	wantS := make(map[uint32]bool, len(dp.Services))
+	for _, s := range dp.Services {
+		wantS[s.ID] = true
+	}
+	wantB := make(map[uint32]bool, len(dp.Backends))
+	for _, b := range dp.Backends {
+		wantB[b.ID] = true
+	}
+	for id := range d.applied.services {
+		if !wantS[id] {
+			u.RemoveServices = append(u.RemoveServices, id)
+		}
+	}
+	// Services adopted from pinned maps are known only by their vips
+	// entries.
+	for _, m := range d.applied.vips {
+		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) == 0 && !wantS[m.Service] {
+			if _, ok := d.applied.services[m.Service]; !ok {
+				u.RemoveServices = append(u.RemoveServices, m.Service)
+			}
+		}
+	}
+	for id := range d.applied.tables {
+		if !wantS[id] {
+			u.RemoveServices = append(u.RemoveServices, id)
+		}
+	}
+	for id := range d.applied.backends {
+		if !wantB[id] {
+			u.RemoveBackends = append(u.RemoveBackends, id)
+		}
+	}
+	if err := d.update(u, true); err != nil {
+		return err
+	}
+	d.adopted = false
+	return nil
+}
+
+// Update changes what the update names and nothing else: it costs what
+// it touches, not the size of the state. It writes in an order that keeps
+// every reader consistent: backends before the tables that name them,
+// tables before the vips that lead to them (a table that shrinks after
+// its vips entry, which holds its size); removals run the other way. A
+// Maglev table is replaced by building a new one beside the live one and
+// swapping it in with one map update. An invalid update is refused whole,
+// before anything is written.
+func (d *Datapath) Update(u lb.DataplaneUpdate) error {
+	if d.adopted {
+		return errors.New("the executor was adopted from pinned maps: apply the whole state first")
+	}
+	return d.update(u, false)
+}
+
+// prepared is an update converted to map entries and checked.
+type prepared struct {
+	cfg      *dispatcherDlbConfig
+	gwPorts  []uint32
+	services map[uint32]lb.DataplaneService
+	vips     map[uint32][]vipEntry // by service
+	backends map[uint32]dispatcherBackend
+	servers  map[uint32]dispatcherServerKey // by backend
+	rmS      map[uint32]bool
+	rmB      map[uint32]bool
+}
+
+func (d *Datapath) update(u lb.DataplaneUpdate, whole bool) error {
+	p, err := d.prepare(u, whole)
 	if err != nil {
 		return err
 	}
-	if err := d.applyConfig(want.cfg); err != nil {
+	if err := d.write(p); err != nil {
 		return err
 	}
+	if whole {
+		// Entries of pinned services that the state does not have any
+		// more (a protocol dropped while no dlbd ran).
+		want := map[dispatcherVipKey]bool{}
+		for _, es := range p.vips {
+			for _, e := range es {
+				want[e.key] = true
+			}
+		}
+		for k, m := range d.applied.vips {
+			if m.Flags != 0 || want[k] {
+				continue
+			}
+			if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("removing vip %s: %w", vipString(k), err)
+			}
+			delete(d.applied.vips, k)
+		}
+		// What pinned maps held unchanged was not counted while writing:
+		// count the users of markers and interfaces afresh.
+		d.recount()
+		d.adopted = false
+	}
+	return d.finish()
+}
 
-	// Interfaces and backends first.
-	for ifindex := range want.txPorts {
-		if d.applied.txPorts[ifindex] {
+// recount counts the users of cluster and return address markers and of
+// tx_ports interfaces from what the maps hold.
+func (d *Datapath) recount() {
+	a := &d.applied
+	for k := range a.markers {
+		a.markers[k] = 0
+	}
+	for k := range a.txPorts {
+		a.txPorts[k] = 0
+	}
+	for _, s := range a.services {
+		a.markers[markerKey(clusterMarker(s), false)]++
+	}
+	for _, e := range a.backends {
+		d.returnMarker(e, true, 1)
+		if e.Ifindex != 0 {
+			a.txPorts[e.Ifindex]++
+		}
+	}
+	for _, g := range []dispatcherNextHop{a.cfg.Gw4, a.cfg.Gw6} {
+		if g.Ifindex != 0 {
+			a.txPorts[g.Ifindex]++
+		}
+	}
+}
+
+// finish writes the markers and filters and drops unused interfaces.
+func (d *Datapath) finish() error {
+	if err := d.syncMarkers(); err != nil {
+		return err
+	}
+	if err := d.applyFilters(); err != nil {
+		return err
+	}
+	for ifindex, n := range d.applied.txPorts {
+		if n > 0 {
 			continue
 		}
-		if err := d.objs.TxPorts.Update(ifindex, ifindex, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("adding interface %d to tx_ports: %w", ifindex, err)
+		if err := d.objs.TxPorts.Delete(ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing interface %d from tx_ports: %w", ifindex, err)
 		}
-		d.applied.txPorts[ifindex] = true
+		delete(d.applied.txPorts, ifindex)
 	}
-	for id, e := range want.backends {
-		old, ok := d.applied.backends[id]
+	return nil
+}
+
+// prepare converts and checks an update against what the maps hold.
+func (d *Datapath) prepare(u lb.DataplaneUpdate, whole bool) (*prepared, error) {
+	p := &prepared{services: map[uint32]lb.DataplaneService{}, vips: map[uint32][]vipEntry{},
+		backends: map[uint32]dispatcherBackend{}, servers: map[uint32]dispatcherServerKey{},
+		rmS: map[uint32]bool{}, rmB: map[uint32]bool{}}
+	for _, id := range u.RemoveServices {
+		p.rmS[id] = true
+	}
+	for _, id := range u.RemoveBackends {
+		p.rmB[id] = true
+	}
+	globals := d.applied.globals
+	if u.Globals != nil {
+		cfg, err := d.globalConfig(*u.Globals)
+		if err != nil {
+			return nil, err
+		}
+		p.cfg = &cfg
+		globals = *u.Globals
+	}
+	nfa4, nfa6 := addrFrom(d.applied.cfg.Nfa.Addr, d.applied.cfg.NfaFamily), addrFrom(d.applied.cfg.Nfa6.Addr, d.applied.cfg.Nfa6Family)
+	if p.cfg != nil {
+		nfa4, nfa6 = addrFrom(p.cfg.Nfa.Addr, p.cfg.NfaFamily), addrFrom(p.cfg.Nfa6.Addr, p.cfg.Nfa6Family)
+		for _, g := range []dispatcherNextHop{p.cfg.Gw4, p.cfg.Gw6} {
+			if g.Ifindex != 0 {
+				p.gwPorts = append(p.gwPorts, g.Ifindex)
+			}
+		}
+	}
+
+	// Services.
+	maxS := d.objs.MaglevTables.MaxEntries()
+	for _, s := range u.Services {
+		if s.ID == 0 || s.ID >= maxS {
+			return nil, fmt.Errorf("service id %d is outside the executor's 1..%d", s.ID, maxS-1)
+		}
+		if !s.Cluster.IsValid() {
+			return nil, fmt.Errorf("service %d has no cluster address", s.ID)
+		}
+		if s.AffinityGroup >= 1<<31 {
+			return nil, fmt.Errorf("service %s@%d: affinity group %d is not below 2^31", s.Cluster, s.Port, s.AffinityGroup)
+		}
+		if s.StickyMask4 > 32 || s.StickyMask6 > 128 {
+			return nil, fmt.Errorf("service %s@%d: sticky mask /%d, /%d out of range", s.Cluster, s.Port, s.StickyMask4, s.StickyMask6)
+		}
+		if s.Method > lb.DataplaneNAT {
+			return nil, fmt.Errorf("service %s@%d: unknown method %d", s.Cluster, s.Port, s.Method)
+		}
+		if s.Selection > lb.DataplaneConnection {
+			return nil, fmt.Errorf("service %s@%d: unknown selection %d", s.Cluster, s.Port, s.Selection)
+		}
+		if n := uint32(len(s.Table)); n > d.maxTable {
+			return nil, fmt.Errorf("Maglev table of %s@%d has %d slots, the executor holds at most %d", s.Cluster, s.Port, n, d.maxTable)
+		}
+		if a := s.Cluster.Unmap(); a == nfa4 || a == nfa6 {
+			return nil, fmt.Errorf("cluster address %s is a non-forwarding address", a)
+		}
+		p.services[s.ID] = s
+		p.vips[s.ID] = vipEntries(s)
+		delete(p.rmS, s.ID)
+	}
+	// svc returns a service as it will be after the update.
+	svc := func(id uint32) (lb.DataplaneService, bool) {
+		if s, ok := p.services[id]; ok {
+			return s, true
+		}
+		if p.rmS[id] {
+			return lb.DataplaneService{}, false
+		}
+		s, ok := d.applied.services[id]
+		return s, ok
+	}
+	newClusters := map[netip.Addr]bool{}
+	for _, s := range p.services {
+		newClusters[s.Cluster.Unmap()] = true
+	}
+	clusters := func(a netip.Addr) bool {
+		k := dispatcherVipKey{}
+		k.Addr.Addr, k.Family = addrBytes(a)
+		return d.applied.markers[markerKey(k, false)] > 0 || newClusters[a]
+	}
+	pools := map[netip.Addr]lb.DataplaneReturnPool{}
+	for _, pl := range globals.ReturnPools {
+		a := pl.Address.Unmap()
+		if pl.PortMin == 0 || pl.PortMax < pl.PortMin {
+			return nil, fmt.Errorf("return address %s: port pool %d-%d is empty or starts at 0", a, pl.PortMin, pl.PortMax)
+		}
+		pools[a] = pl
+	}
+
+	// Backends.
+	maxB := d.objs.Backends.MaxEntries()
+	for _, b := range u.Backends {
+		if b.ID == 0 || b.ID >= maxB {
+			return nil, fmt.Errorf("backend id %d is outside the executor's 1..%d", b.ID, maxB-1)
+		}
+		e, err := backendEntry(b)
+		if err != nil {
+			return nil, err
+		}
+		s, ok := svc(b.Service)
+		if !ok && !whole {
+			return nil, fmt.Errorf("backend %d (%s) names service %d, which the executor does not have", b.ID, b.Address, b.Service)
+		}
+		if ok && s.Method == lb.DataplaneNAT {
+			r := b.ReturnAddress.Unmap()
+			switch {
+			case !r.IsValid():
+				return nil, fmt.Errorf("backend %s of NAT service %s@%d has no return address", b.Address, s.Cluster, s.Port)
+			case r.Is4() != b.Address.Unmap().Is4():
+				return nil, fmt.Errorf("backend %s: return address %s is of another family", b.Address, r)
+			case r == nfa4 || r == nfa6:
+				return nil, fmt.Errorf("return address %s is a non-forwarding address", r)
+			case clusters(r):
+				return nil, fmt.Errorf("return address %s is a cluster address", r)
+			}
+			e.NatAddr.Addr, _ = addrBytes(r)
+			e.Port = htons(b.Port)
+			e.NatPortMin, e.NatPortMax = uint16(dispatcherDlbConstsDLB_NAT_PORT_MIN), uint16(dispatcherDlbConstsDLB_NAT_PORT_MAX)
+			if pl, ok := pools[r]; ok {
+				e.NatPortMin, e.NatPortMax = pl.PortMin, pl.PortMax
+			}
+		}
+		p.backends[b.ID] = e
+		var sk dispatcherServerKey
+		sk.Addr.Addr, sk.Family = addrBytes(b.Address)
+		sk.Service = b.Service
+		p.servers[b.ID] = sk
+		delete(p.rmB, b.ID)
+	}
+	return p, nil
+}
+
+// globalConfig converts the global settings into the config map's entry.
+func (d *Datapath) globalConfig(g lb.DataplaneGlobals) (dispatcherDlbConfig, error) {
+	cfg := d.applied.cfg
+	nfa4, nfa6 := g.NFA.Unmap(), g.NFA6
+	if nfa4.IsValid() && !nfa4.Is4() {
+		// An IPv6 address in NFA (as an engine that predates NFA6 may
+		// put there) is the IPv6 NFA.
+		if nfa6.IsValid() && nfa6 != nfa4 {
+			return cfg, fmt.Errorf("NFA %s and NFA6 %s are both IPv6 addresses", nfa4, nfa6)
+		}
+		nfa4, nfa6 = netip.Addr{}, nfa4
+	}
+	if nfa6.IsValid() && (!nfa6.Is6() || nfa6.Is4In6()) {
+		return cfg, fmt.Errorf("NFA6 %s is not an IPv6 address", nfa6)
+	}
+	cfg.Nfa.Addr, cfg.NfaFamily = addrBytes(nfa4)
+	cfg.Nfa6.Addr, cfg.Nfa6Family = addrBytes(nfa6)
+	var err error
+	if cfg.Gw4, err = nextHop(g.ClientGateway, "client gateway"); err != nil {
+		return cfg, err
+	}
+	if cfg.Gw6, err = nextHop(g.ClientGateway6, "IPv6 client gateway"); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// write writes a prepared update.
+func (d *Datapath) write(p *prepared) error {
+	a := &d.applied
+	// Interfaces first: gateways and backends need them.
+	if p.cfg != nil {
+		for _, g := range []dispatcherNextHop{a.cfg.Gw4, a.cfg.Gw6} {
+			if g.Ifindex != 0 {
+				a.txPorts[g.Ifindex]--
+			}
+		}
+		for _, ifindex := range p.gwPorts {
+			if err := d.txPortUse(ifindex, 1); err != nil {
+				return err
+			}
+		}
+		if err := d.applyConfig(*p.cfg); err != nil {
+			return err
+		}
+	}
+	// Backends, and the service_servers entries that name them.
+	for id, e := range p.backends {
+		old, ok := a.backends[id]
 		if ok && old == e {
 			continue
 		}
@@ -134,87 +458,81 @@ func (d *Datapath) Apply(dp lb.Dataplane) error {
 				return err
 			}
 		}
+		if e.Ifindex != 0 {
+			if err := d.txPortUse(e.Ifindex, 1); err != nil {
+				return err
+			}
+		}
 		if err := d.objs.Backends.Update(id, &e, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("writing backend %d: %w", id, err)
 		}
-		d.applied.backends[id] = e
+		if ok && old.Ifindex != 0 {
+			a.txPorts[old.Ifindex]--
+		}
+		d.returnMarker(old, ok, -1)
+		d.returnMarker(e, true, 1)
+		a.backends[id] = e
 	}
-	for k, id := range want.servers {
-		if old, ok := d.applied.servers[k]; ok && old == id {
+	for id, k := range p.servers {
+		if old, ok := a.servers[k]; ok && old == id {
 			continue
 		}
 		if err := d.objs.ServiceServers.Update(&k, id, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("writing service_servers: %w", err)
 		}
-		d.applied.servers[k] = id
+		a.servers[k] = id
 	}
 
-	// Tables, then the vips that lead to them.
-	wantTables := map[uint32]bool{}
-	for _, s := range dp.Services {
-		if s.Table == nil {
-			continue
-		}
-		wantTables[s.ID] = true
-		if err := d.applyTable(s); err != nil {
-			return err
-		}
-	}
-	for k, m := range want.vips {
-		if old, ok := d.applied.vips[k]; ok && old == m {
-			continue
-		}
-		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) == 0 && !d.serviceKnown(m.Service) {
-			if err := d.zeroServiceCounters(m.Service); err != nil {
+	// Tables, then the vips that lead to them; a table that shrinks goes
+	// after its vips entry (which holds its size), so that no reader looks
+	// up a slot beyond it.
+	for id, s := range p.services {
+		oldSize := a.services[id].TableSize()
+		shrink := s.TableSize() < oldSize && s.Table != nil
+		if !shrink {
+			if err := d.applyTable(s); err != nil {
 				return err
 			}
 		}
-		if err := d.objs.Vips.Update(&k, &m, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("writing vip %s: %w", vipString(k), err)
+		if err := d.writeVips(s, p.vips[id]); err != nil {
+			return err
 		}
-		d.applied.vips[k] = m
-	}
-	if err := d.applyFilters(want.vips); err != nil {
-		return err
+		if shrink {
+			if err := d.applyTable(s); err != nil {
+				return err
+			}
+		}
+		a.services[id] = s
 	}
 
 	// Removals, from the entry points inwards.
-	for k := range d.applied.vips {
-		if _, ok := want.vips[k]; ok {
-			continue
+	for id := range p.rmS {
+		if err := d.removeService(id); err != nil {
+			return err
 		}
-		if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing vip %s: %w", vipString(k), err)
-		}
-		delete(d.applied.vips, k)
-	}
-	for id := range d.applied.tables {
-		if wantTables[id] {
-			continue
-		}
-		if err := d.objs.MaglevTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing Maglev table %d: %w", id, err)
-		}
-		delete(d.applied.tables, id)
-	}
-	for k := range d.applied.servers {
-		if _, ok := want.servers[k]; ok {
-			continue
-		}
-		if err := d.objs.ServiceServers.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing service_servers entry: %w", err)
-		}
-		delete(d.applied.servers, k)
 	}
 	removed := map[uint32]dispatcherBackend{}
-	for id, old := range d.applied.backends {
-		if _, ok := want.backends[id]; ok {
+	for id := range p.rmB {
+		old, ok := a.backends[id]
+		if !ok {
 			continue
+		}
+		var sk dispatcherServerKey
+		sk.Addr.Addr, sk.Family, sk.Service = old.Addr.Addr, old.Family, old.Service
+		if cur, ok := a.servers[sk]; ok && cur == id {
+			if err := d.objs.ServiceServers.Delete(&sk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("removing service_servers entry: %w", err)
+			}
+			delete(a.servers, sk)
 		}
 		if err := d.objs.Backends.Update(id, &dispatcherBackend{}, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("clearing backend %d: %w", id, err)
 		}
-		delete(d.applied.backends, id)
+		if old.Ifindex != 0 {
+			a.txPorts[old.Ifindex]--
+		}
+		d.returnMarker(old, true, -1)
+		delete(a.backends, id)
 		removed[id] = old
 	}
 	if len(removed) > 0 {
@@ -226,156 +544,178 @@ func (d *Datapath) Apply(dp lb.Dataplane) error {
 			return err
 		}
 	}
-	for ifindex := range d.applied.txPorts {
-		if want.txPorts[ifindex] {
+	return nil
+}
+
+// txPortUse counts one more (or one fewer) user of an interface, adding
+// it to tx_ports when it gets its first.
+func (d *Datapath) txPortUse(ifindex uint32, delta int) error {
+	n, known := d.applied.txPorts[ifindex]
+	if !known && delta > 0 {
+		if err := d.objs.TxPorts.Update(ifindex, ifindex, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("adding interface %d to tx_ports: %w", ifindex, err)
+		}
+	}
+	d.applied.txPorts[ifindex] = n + delta
+	return nil
+}
+
+// returnMarker counts (or uncounts) a NAT backend's use of its return
+// address's marker.
+func (d *Datapath) returnMarker(e dispatcherBackend, present bool, delta int) {
+	if !present || e.NatPortMax == 0 {
+		return
+	}
+	k := dispatcherVipKey{Family: e.Family}
+	k.Addr.Addr = e.NatAddr.Addr
+	d.applied.markers[markerKey(k, true)] += delta
+}
+
+// markerKey keys the marker counts: a return address's marker and a
+// cluster address's count apart (the port field is free in a marker key).
+func markerKey(k dispatcherVipKey, ret bool) dispatcherVipKey {
+	k.Port, k.Proto = 0, 0
+	if ret {
+		k.Port = 1
+	}
+	return k
+}
+
+// writeVips writes a service's vips entries (and counts its cluster
+// address's marker), removing those it no longer has (a protocol
+// dropped).
+func (d *Datapath) writeVips(s lb.DataplaneService, entries []vipEntry) error {
+	a := &d.applied
+	old, known := a.services[s.ID]
+	want := map[dispatcherVipKey]bool{}
+	for _, e := range entries {
+		want[e.key] = true
+		if cur, ok := a.vips[e.key]; ok && cur == e.meta {
 			continue
 		}
-		if err := d.objs.TxPorts.Delete(ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing interface %d from tx_ports: %w", ifindex, err)
+		if !known && !d.serviceKnown(s.ID) {
+			if err := d.zeroServiceCounters(s.ID); err != nil {
+				return err
+			}
 		}
-		delete(d.applied.txPorts, ifindex)
+		if err := d.objs.Vips.Update(&e.key, &e.meta, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("writing vip %s: %w", vipString(e.key), err)
+		}
+		a.vips[e.key] = e.meta
+	}
+	if known {
+		for _, e := range vipEntries(old) {
+			if !want[e.key] {
+				if err := d.objs.Vips.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("removing vip %s: %w", vipString(e.key), err)
+				}
+				delete(a.vips, e.key)
+			}
+		}
+		a.markers[markerKey(clusterMarker(old), false)]--
+	}
+	a.markers[markerKey(clusterMarker(s), false)]++
+	return nil
+}
+
+// clusterMarker is the vips key of a service's cluster-address marker.
+func clusterMarker(s lb.DataplaneService) dispatcherVipKey {
+	k := dispatcherVipKey{}
+	k.Addr.Addr, k.Family = addrBytes(s.Cluster)
+	return k
+}
+
+// removeService removes a service's vips entries and its Maglev table.
+func (d *Datapath) removeService(id uint32) error {
+	a := &d.applied
+	s, known := a.services[id]
+	if known {
+		for _, e := range vipEntries(s) {
+			if e.meta.Flags != 0 {
+				continue // the marker: counted
+			}
+			if err := d.objs.Vips.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("removing vip %s: %w", vipString(e.key), err)
+			}
+			delete(a.vips, e.key)
+		}
+		a.markers[markerKey(clusterMarker(s), false)]--
+		delete(a.services, id)
+	} else {
+		// Adopted: known only by its vips entries.
+		for k, m := range a.vips {
+			if m.Service != id || m.Flags != 0 {
+				continue
+			}
+			if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("removing vip %s: %w", vipString(k), err)
+			}
+			delete(a.vips, k)
+		}
+	}
+	if _, ok := a.tables[id]; ok {
+		if err := d.objs.MaglevTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing Maglev table %d: %w", id, err)
+		}
+		delete(a.tables, id)
 	}
 	return nil
 }
 
-// desiredState is what the maps must hold for a Dataplane.
-type desiredState struct {
-	cfg      dispatcherDlbConfig
-	txPorts  map[uint32]bool
-	backends map[uint32]dispatcherBackend
-	servers  map[dispatcherServerKey]uint32
-	vips     map[dispatcherVipKey]dispatcherVipMeta
-}
-
-// desired validates dp and computes the map contents it stands for.
-func (d *Datapath) desired(dp lb.Dataplane) (desiredState, error) {
-	w := desiredState{
-		cfg:      d.applied.cfg,
-		txPorts:  map[uint32]bool{},
-		backends: map[uint32]dispatcherBackend{},
-		servers:  map[dispatcherServerKey]uint32{},
-		vips:     map[dispatcherVipKey]dispatcherVipMeta{},
+// syncMarkers writes the marker entries of cluster and return addresses
+// that gained their first user, and removes those that lost their last.
+// Markers found pinned and not counted by anything written since are
+// removed too, once the whole state was applied.
+func (d *Datapath) syncMarkers() error {
+	a := &d.applied
+	want := map[dispatcherVipKey]dispatcherVipMeta{}
+	for k, n := range a.markers {
+		if n <= 0 {
+			delete(a.markers, k)
+			continue
+		}
+		vk := k
+		vk.Port = 0
+		flags := uint32(dispatcherVipFlagsVIP_F_MARKER)
+		if k.Port == 1 {
+			flags = uint32(dispatcherVipFlagsVIP_F_RETURN)
+		}
+		if m, ok := want[vk]; ok {
+			flags |= m.Flags
+		}
+		want[vk] = dispatcherVipMeta{Flags: flags}
 	}
-
-	// Global settings.
-	nfa4, nfa6 := dp.NFA.Unmap(), dp.NFA6
-	if nfa4.IsValid() && !nfa4.Is4() {
-		// An IPv6 address in NFA (as an engine that predates NFA6 may
-		// put there) is the IPv6 NFA.
-		if nfa6.IsValid() && nfa6 != nfa4 {
-			return w, fmt.Errorf("NFA %s and NFA6 %s are both IPv6 addresses", nfa4, nfa6)
+	for k, m := range want {
+		// A cluster address that is also a return address is refused by
+		// prepare; the flags may still combine while one replaces the
+		// other within an update.
+		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER) != 0 {
+			m.Flags = uint32(dispatcherVipFlagsVIP_F_MARKER)
 		}
-		nfa4, nfa6 = netip.Addr{}, nfa4
+		if cur, ok := a.vips[k]; ok && cur == m {
+			continue
+		}
+		if err := d.objs.Vips.Update(&k, &m, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("writing marker %s: %w", vipString(k), err)
+		}
+		a.vips[k] = m
 	}
-	if nfa6.IsValid() && (!nfa6.Is6() || nfa6.Is4In6()) {
-		return w, fmt.Errorf("NFA6 %s is not an IPv6 address", nfa6)
-	}
-	w.cfg.Nfa.Addr, w.cfg.NfaFamily = addrBytes(nfa4)
-	w.cfg.Nfa6.Addr, w.cfg.Nfa6Family = addrBytes(nfa6)
-	var err error
-	if w.cfg.Gw4, err = nextHop(dp.ClientGateway, "client gateway"); err != nil {
-		return w, err
-	}
-	if w.cfg.Gw6, err = nextHop(dp.ClientGateway6, "IPv6 client gateway"); err != nil {
-		return w, err
-	}
-	for _, g := range []dispatcherNextHop{w.cfg.Gw4, w.cfg.Gw6} {
-		if g.Ifindex != 0 {
-			w.txPorts[g.Ifindex] = true
-		}
-	}
-
-	// Services, by id.
-	services := map[uint32]lb.DataplaneService{}
-	clusters := map[netip.Addr]bool{}
-	for _, s := range dp.Services {
-		if s.ID >= d.objs.MaglevTables.MaxEntries() {
-			return w, fmt.Errorf("service id %d exceeds the executor's %d services", s.ID, d.objs.MaglevTables.MaxEntries())
-		}
-		if !s.Cluster.IsValid() {
-			return w, fmt.Errorf("service %d has no cluster address", s.ID)
-		}
-		if s.AffinityGroup >= 1<<31 {
-			return w, fmt.Errorf("service %s@%d: affinity group %d is not below 2^31", s.Cluster, s.Port, s.AffinityGroup)
-		}
-		if s.StickyMask4 > 32 || s.StickyMask6 > 128 {
-			return w, fmt.Errorf("service %s@%d: sticky mask /%d, /%d out of range", s.Cluster, s.Port, s.StickyMask4, s.StickyMask6)
-		}
-		if s.Method > lb.DataplaneNAT {
-			return w, fmt.Errorf("service %s@%d: unknown method %d", s.Cluster, s.Port, s.Method)
-		}
-		if s.Selection > lb.DataplaneConnection {
-			return w, fmt.Errorf("service %s@%d: unknown selection %d", s.Cluster, s.Port, s.Selection)
-		}
-		services[s.ID] = s
-		clusters[s.Cluster.Unmap()] = true
-		for _, e := range vipEntries(s) {
-			w.vips[e.key] = e.meta
-		}
-	}
-
-	// Return-address pools.
-	pools := map[netip.Addr]lb.DataplaneReturnPool{}
-	for _, p := range dp.ReturnPools {
-		a := p.Address.Unmap()
-		if p.PortMin == 0 || p.PortMax < p.PortMin {
-			return w, fmt.Errorf("return address %s: port pool %d-%d is empty or starts at 0", a, p.PortMin, p.PortMax)
-		}
-		pools[a] = p
-	}
-	checkReturn := func(a netip.Addr) error {
-		switch {
-		case a == nfa4 || a == nfa6:
-			return fmt.Errorf("return address %s is a non-forwarding address", a)
-		case clusters[a]:
-			return fmt.Errorf("return address %s is a cluster address", a)
-		}
+	if d.adopted {
 		return nil
 	}
-
-	// Backends.
-	for _, b := range dp.Backends {
-		if b.ID >= d.objs.Backends.MaxEntries() {
-			return w, fmt.Errorf("backend id %d exceeds the executor's %d backends", b.ID, d.objs.Backends.MaxEntries())
+	for k, m := range a.vips {
+		if k.Proto != 0 || m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) == 0 {
+			continue
 		}
-		s, ok := services[b.Service]
-		nat := ok && s.Method == lb.DataplaneNAT
-		e, err := backendEntry(b)
-		if err != nil {
-			return w, err
+		if _, ok := want[k]; ok {
+			continue
 		}
-		if nat {
-			r := b.ReturnAddress.Unmap()
-			if !r.IsValid() {
-				return w, fmt.Errorf("backend %s of NAT service %s@%d has no return address", b.Address, s.Cluster, s.Port)
-			}
-			if r.Is4() != b.Address.Unmap().Is4() {
-				return w, fmt.Errorf("backend %s: return address %s is of another family", b.Address, r)
-			}
-			if err := checkReturn(r); err != nil {
-				return w, err
-			}
-			e.NatAddr.Addr, _ = addrBytes(r)
-			e.Port = htons(b.Port)
-			e.NatPortMin, e.NatPortMax = uint16(dispatcherDlbConstsDLB_NAT_PORT_MIN), uint16(dispatcherDlbConstsDLB_NAT_PORT_MAX)
-			if p, ok := pools[r]; ok {
-				e.NatPortMin, e.NatPortMax = p.PortMin, p.PortMax
-			}
-			// The return address's marker: packets to it are NAT replies.
-			mk := dispatcherVipKey{Family: e.Family}
-			mk.Addr.Addr = e.NatAddr.Addr
-			w.vips[mk] = dispatcherVipMeta{Flags: uint32(dispatcherVipFlagsVIP_F_RETURN)}
+		if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing marker %s: %w", vipString(k), err)
 		}
-		w.backends[b.ID] = e
-		if b.Ifindex != 0 { // 0: never resolved
-			w.txPorts[uint32(b.Ifindex)] = true
-		}
-		var sk dispatcherServerKey
-		sk.Addr.Addr, sk.Family = addrBytes(b.Address)
-		sk.Service = b.Service
-		w.servers[sk] = b.ID
+		delete(a.vips, k)
 	}
-	return w, nil
+	return nil
 }
 
 // nextHop converts a configured next hop; the zero value is "none".
@@ -397,6 +737,12 @@ func nextHop(h lb.DataplaneNextHop, what string) (dispatcherNextHop, error) {
 }
 
 func (d *Datapath) serviceKnown(id uint32) bool {
+	if _, ok := d.applied.services[id]; ok {
+		return true
+	}
+	if !d.adopted {
+		return false
+	}
 	for _, m := range d.applied.vips {
 		if m.Service == id && m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) == 0 {
 			return true
@@ -417,10 +763,18 @@ func (d *Datapath) applyConfig(cfg dispatcherDlbConfig) error {
 	return nil
 }
 
-// applyTable swaps in a new Maglev table for s if its contents changed.
+// applyTable swaps in a new Maglev table for s if its contents changed,
+// or removes the service's table if it has none.
 func (d *Datapath) applyTable(s lb.DataplaneService) error {
-	if uint32(len(s.Table)) != d.maglevSize {
-		return fmt.Errorf("Maglev table of %s@%d has %d slots, the executor uses %d", s.Cluster, s.Port, len(s.Table), d.maglevSize)
+	if s.Table == nil {
+		if _, ok := d.applied.tables[s.ID]; !ok {
+			return nil
+		}
+		if err := d.objs.MaglevTables.Delete(s.ID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing Maglev table %d: %w", s.ID, err)
+		}
+		delete(d.applied.tables, s.ID)
+		return nil
 	}
 	sum := s.TableSum
 	if sum == adoptedTable {
@@ -429,7 +783,9 @@ func (d *Datapath) applyTable(s lb.DataplaneService) error {
 	if old, ok := d.applied.tables[s.ID]; ok && old == sum {
 		return nil
 	}
-	inner, err := ebpf.NewMap(d.innerSpec)
+	spec := d.innerSpec.Copy()
+	spec.MaxEntries = uint32(len(s.Table))
+	inner, err := ebpf.NewMap(spec)
 	if err != nil {
 		return fmt.Errorf("creating Maglev table: %w", err)
 	}
@@ -452,7 +808,8 @@ func (d *Datapath) applyTable(s lb.DataplaneService) error {
 // addresses changed. A reader racing with a write sees every bit that
 // stays set, so no address is ever missed; a new bit is written before the
 // vips entry it leads to is used (filters are written after the vips).
-func (d *Datapath) applyFilters(vips map[dispatcherVipKey]dispatcherVipMeta) error {
+func (d *Datapath) applyFilters() error {
+	vips := d.applied.vips
 	f := new(dispatcherVipBloom)
 	nf := new(dispatcherNatBloom)
 	natVIP := map[dispatcherVipKey]bool{}
@@ -524,8 +881,9 @@ func affinityGroup(s lb.DataplaneService) uint32 {
 	return s.ID | 1<<31
 }
 
-// vipEntries returns the vips entries of a service: one per protocol, and
-// the cluster-address marker.
+// vipEntries returns the vips entries of a service: one per protocol.
+// (Its cluster address's marker is counted apart: several services share
+// it.)
 func vipEntries(s lb.DataplaneService) []vipEntry {
 	addr, fam := addrBytes(s.Cluster)
 	base := dispatcherVipKey{Family: fam}
@@ -540,8 +898,9 @@ func vipEntries(s lb.DataplaneService) []vipEntry {
 		Selection:     uint8(s.Selection),
 		StickyMask4:   s.StickyMask4,
 		StickyMask6:   s.StickyMask6,
+		TableSize:     s.TableSize(),
 	}
-	out := []vipEntry{{key: base, meta: dispatcherVipMeta{Flags: uint32(dispatcherVipFlagsVIP_F_MARKER)}}}
+	var out []vipEntry
 	for _, p := range []struct {
 		on    bool
 		proto uint8

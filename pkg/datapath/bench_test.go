@@ -207,7 +207,7 @@ func TestBenchReport(t *testing.T) {
 	newRoom, newFull := byName["new flow: ACK inserts"], full[2]
 	// With BPF_F_NO_COMMON_LRU every CPU has its own LRU lists and evicts
 	// once it holds capacity/CPUs entries; all runs here are on one CPU.
-	capacity := int(e.dp.ConnTableCapacity())
+	capacity := int(e.dp.Info().ConnTable)
 	room := capacity
 	if e.dp.objs.Conns.Flags()&unix.BPF_F_NO_COMMON_LRU != 0 {
 		ncpu, err := ebpf.PossibleCPU()

@@ -40,7 +40,7 @@ const DefaultHashSeed = 0x646c6221 // "dlb!"
 const (
 	linkPin = "link"
 	progPin = "prog"
-	// extraLinkPin prefixes the pins of the links of AttachInterface,
+	// extraLinkPin prefixes the pins of the links of attachInterface,
 	// followed by the interface index.
 	extraLinkPin = "link_if"
 )
@@ -63,9 +63,14 @@ type Options struct {
 	// ConnTableSize is the connection table's capacity (the object's
 	// default when 0).
 	ConnTableSize uint32
-	// MaglevSize is the size of every Maglev table, a prime (the object's
-	// default when 0).
-	MaglevSize uint32
+	// MaxTableSize is the largest Maglev table a service may have (the
+	// object's default, 65537, when 0); each service's table has its own
+	// size, up to this.
+	MaxTableSize uint32
+	// MaxServices and MaxBackends size the tables of services (cluster
+	// ports) and backends (servers of a port); ids are below them (the
+	// object's defaults when 0).
+	MaxServices, MaxBackends uint32
 	// NATTableSize is the capacity of the NAT connection tables (nat_flows
 	// and nat_ports; the object's default, 262144, when 0). A full table
 	// refuses new NAT connections; it never evicts one.
@@ -84,14 +89,26 @@ type Options struct {
 
 // Datapath is the loaded executor.
 type Datapath struct {
-	pinDir     string
-	objs       dispatcherObjects
-	innerSpec  *ebpf.MapSpec
-	maglevSize uint32
-	xdp        link.Link // nil while not attached
-	extra      map[int]link.Link
-	applied    applied
+	pinDir    string
+	objs      dispatcherObjects
+	innerSpec *ebpf.MapSpec
+	maxTable  uint32
+	xdp       link.Link // nil while not attached
+	extra     map[int]link.Link
+	applied   applied
+	// adopted: the maps were found pinned and what they hold is known
+	// only from reading them; Update waits for an Apply of the whole
+	// state.
+	adopted bool
 }
+
+// The maps sized by the number of services and of backends, with their
+// entries per service or backend.
+var (
+	serviceMaps = map[string]uint32{dispatcherMapVips: 3, dispatcherMapMaglevTables: 1, dispatcherMapServiceStats: 1}
+	backendMaps = map[string]uint32{dispatcherMapBackends: 1, dispatcherMapServiceServers: 1,
+		dispatcherMapBackendStats: 1, dispatcherMapBackendSwept: 1}
+)
 
 // Open loads the executor's program and maps, adopting whatever a previous
 // dlbd pinned under opts.PinDir: the maps keep their contents (connections
@@ -129,12 +146,25 @@ func Open(opts Options) (_ *Datapath, err error) {
 			spec.Maps[name].MaxEntries = size
 		}
 	}
+	if opts.MaxServices != 0 {
+		for name, per := range serviceMaps {
+			spec.Maps[name].MaxEntries = opts.MaxServices * per
+		}
+	}
+	if opts.MaxBackends != 0 {
+		for name, per := range backendMaps {
+			spec.Maps[name].MaxEntries = opts.MaxBackends * per
+		}
+	}
 	outer := spec.Maps[dispatcherMapMaglevTables]
-	if opts.MaglevSize != 0 {
-		outer.InnerMap.MaxEntries = opts.MaglevSize
+	if opts.MaxTableSize != 0 {
+		if opts.MaxTableSize > lb.MaxTableSize {
+			return nil, fmt.Errorf("Maglev table size %d is above %d", opts.MaxTableSize, lb.MaxTableSize)
+		}
+		outer.InnerMap.MaxEntries = opts.MaxTableSize
 	}
 
-	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maglevSize: outer.InnerMap.MaxEntries,
+	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maxTable: outer.InnerMap.MaxEntries,
 		extra: map[int]link.Link{}}
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
@@ -181,10 +211,10 @@ func (d *Datapath) checkConfig() error {
 	if cfg.MaglevSize != 0 && cfg.AbiVersion != abi {
 		return fmt.Errorf("%w under %s: written by executor ABI version %d, this dlbd has version %d (run \"dlbctl executor stop\" to remove them)", ErrIncompatiblePins, d.pinDir, cfg.AbiVersion, abi)
 	}
-	if cfg.MaglevSize != 0 && cfg.MaglevSize != d.maglevSize {
-		return fmt.Errorf("%w under %s: Maglev tables have %d entries, this dlbd uses %d", ErrIncompatiblePins, d.pinDir, cfg.MaglevSize, d.maglevSize)
+	if cfg.MaglevSize != 0 && cfg.MaglevSize != d.maxTable {
+		return fmt.Errorf("%w under %s: Maglev tables have at most %d entries, this dlbd uses %d", ErrIncompatiblePins, d.pinDir, cfg.MaglevSize, d.maxTable)
 	}
-	cfg.MaglevSize = d.maglevSize
+	cfg.MaglevSize = d.maxTable
 	cfg.HashSeed = DefaultHashSeed
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
@@ -195,7 +225,7 @@ func (d *Datapath) checkConfig() error {
 }
 
 // adoptLink replaces the program on the pinned XDP links, if there are
-// any: the main one and those of AttachInterface.
+// any: the main one and those of attachInterface.
 func (d *Datapath) adoptLink() error {
 	l, err := d.adoptOne(filepath.Join(d.pinDir, linkPin))
 	if err != nil || l == nil {
@@ -323,13 +353,13 @@ func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Li
 	return nil, 0, fmt.Errorf("attaching XDP program: %w", errors.Join(errs...))
 }
 
-// AttachInterface attaches the program to one more interface, beside the
+// attachInterface attaches the program to one more interface, beside the
 // one Attach attached it to: a NAT dispatcher whose clients and servers
 // are behind different interfaces needs it on both (replies arrive on the
 // servers' side). The link is pinned and adopted like the main one; if
-// the program is already attached to the interface, AttachInterface
+// the program is already attached to the interface, attachInterface
 // keeps that attachment and returns lb.XDPAuto.
-func (d *Datapath) AttachInterface(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
+func (d *Datapath) attachInterface(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	if a, ok := d.Attached(); ok && a.Ifindex == ifindex {
 		return lb.XDPAuto, nil
 	}
@@ -344,9 +374,9 @@ func (d *Datapath) AttachInterface(ifindex int, mode lb.XDPMode) (lb.XDPMode, er
 	return m, nil
 }
 
-// DetachInterface detaches the program from an interface of
-// AttachInterface and removes the link's pin.
-func (d *Datapath) DetachInterface(ifindex int) error {
+// detachInterface detaches the program from an interface of
+// attachInterface and removes the link's pin.
+func (d *Datapath) detachInterface(ifindex int) error {
 	l, ok := d.extra[ifindex]
 	if !ok {
 		return nil
@@ -362,9 +392,9 @@ func (d *Datapath) DetachInterface(ifindex int) error {
 	return nil
 }
 
-// Attachments returns every attachment: Attach's first, then those of
-// AttachInterface by interface index.
-func (d *Datapath) Attachments() []lb.Attachment {
+// attachments returns every attachment: Attach's first, then those of
+// attachInterface by interface index.
+func (d *Datapath) attachments() []lb.Attachment {
 	var out []lb.Attachment
 	if a, ok := d.Attached(); ok {
 		out = append(out, a)
@@ -386,7 +416,7 @@ func (d *Datapath) Attachments() []lb.Attachment {
 // pins.
 func (d *Datapath) Detach() error {
 	for ifindex := range d.extra {
-		if err := d.DetachInterface(ifindex); err != nil {
+		if err := d.detachInterface(ifindex); err != nil {
 			return err
 		}
 	}
@@ -453,24 +483,19 @@ func (d *Datapath) maps() []*ebpf.Map {
 	return out
 }
 
-// MaglevSize returns the number of slots in every Maglev table.
-func (d *Datapath) MaglevSize() uint32 { return d.maglevSize }
-
-// ConnTableCapacity returns the connection table's capacity.
-func (d *Datapath) ConnTableCapacity() uint32 { return d.objs.Conns.MaxEntries() }
-
-// NATTableCapacity returns the capacity of the NAT connection tables.
-func (d *Datapath) NATTableCapacity() uint32 { return d.objs.NatFlows.MaxEntries() }
-
-// HalfOpenTableCapacity returns the number of slots of the NAT half-open
-// table (one per half-open connection).
-func (d *Datapath) HalfOpenTableCapacity() uint32 { return d.objs.NatHalfopen.MaxEntries() }
-
-// AffinityTableCapacity returns the capacity of the affinity-record table.
-func (d *Datapath) AffinityTableCapacity() uint32 { return d.objs.Affinity.MaxEntries() }
-
-// PinDir returns the directory the objects are pinned under.
-func (d *Datapath) PinDir() string { return d.pinDir }
+// Info describes the executor's tables.
+func (d *Datapath) Info() lb.DataplaneInfo {
+	return lb.DataplaneInfo{
+		PinDir:        d.pinDir,
+		ConnTable:     d.objs.Conns.MaxEntries(),
+		NATTable:      d.objs.NatFlows.MaxEntries(),
+		HalfOpenTable: d.objs.NatHalfopen.MaxEntries(),
+		AffinityTable: d.objs.Affinity.MaxEntries(),
+		MaxServices:   d.objs.MaglevTables.MaxEntries(),
+		MaxBackends:   d.objs.Backends.MaxEntries(),
+		MaxTableSize:  d.maxTable,
+	}
+}
 
 const bpffsMagic = 0xcafe4a11
 
@@ -505,12 +530,22 @@ func ensureBPFFS(dir string) error {
 	return nil
 }
 
-// Limits returns how many services and backends the executor's maps hold;
-// the engine hands out ids below them.
-func Limits() (services, backends uint32, err error) {
+// Defaults returns the sizes of the executor's tables that Open uses when
+// its Options leave them 0: the object's own, so that nothing else needs
+// to repeat them (dlbd's flags default from here).
+func Defaults() (Options, error) {
 	spec, err := loadDispatcher()
 	if err != nil {
-		return 0, 0, fmt.Errorf("loading executor object: %w", err)
+		return Options{}, fmt.Errorf("loading executor object: %w", err)
 	}
-	return spec.Maps[dispatcherMapMaglevTables].MaxEntries, spec.Maps[dispatcherMapBackends].MaxEntries, nil
+	return Options{
+		PinDir:            DefaultPinDir,
+		ConnTableSize:     spec.Maps[dispatcherMapConns].MaxEntries,
+		NATTableSize:      spec.Maps[dispatcherMapNatFlows].MaxEntries,
+		HalfOpenTableSize: spec.Maps[dispatcherMapNatHalfopen].MaxEntries,
+		AffinityTableSize: spec.Maps[dispatcherMapAffinity].MaxEntries,
+		MaxTableSize:      spec.Maps[dispatcherMapMaglevTables].InnerMap.MaxEntries,
+		MaxServices:       spec.Maps[dispatcherMapMaglevTables].MaxEntries,
+		MaxBackends:       spec.Maps[dispatcherMapBackends].MaxEntries,
+	}, nil
 }

@@ -104,7 +104,7 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 2
+	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 3
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_NAT_CANDIDATES    dispatcherDlbConsts = 8
 	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
@@ -400,6 +400,7 @@ type dispatcherVipMeta struct {
 	Selection     uint8
 	StickyMask4   uint8
 	StickyMask6   uint8
+	TableSize     uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -163,7 +163,7 @@ func openTestEnv(t testing.TB, opts Options) *testEnv {
 			t.Errorf("Remove: %v", err)
 		}
 	})
-	e.tableM = e.dp.MaglevSize()
+	e.tableM = e.dp.Info().MaxTableSize
 	e.state = e.fixtureState()
 	if err := e.dp.Apply(e.state); err != nil {
 		t.Fatalf("Apply: %v", err)

@@ -83,8 +83,8 @@ func TestPrivilegedAdoption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.dp.AttachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
-		t.Fatalf("AttachInterface: %v", err)
+	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
+		t.Fatalf("attachInterface: %v", err)
 	}
 	a1, ok := e.dp.Attached()
 	if !ok {
@@ -108,7 +108,7 @@ func TestPrivilegedAdoption(t *testing.T) {
 		t.Errorf("program %d not replaced", a2.ProgramID)
 	}
 	// The second interface's link was adopted too, with the new program.
-	if as := dp.Attachments(); len(as) != 2 || as[1].Ifindex != peer.Attrs().Index || as[1].ProgramID != a2.ProgramID {
+	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peer.Attrs().Index || as[1].ProgramID != a2.ProgramID {
 		t.Errorf("attachments after Open: %+v", as)
 	}
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {

@@ -164,16 +164,16 @@ func TestPrivilegedNATRealTraffic(t *testing.T) {
 		if _, err := dp.Attach(d0.Attrs().Index, lb.XDPGeneric); err != nil {
 			return err
 		}
-		_, err := dp.AttachInterface(d1.Attrs().Index, lb.XDPGeneric)
+		_, err := dp.attachInterface(d1.Attrs().Index, lb.XDPGeneric)
 		return err
 	})
 	if err != nil {
 		t.Fatalf("attaching: %v", err)
 	}
-	if n := len(dp.Attachments()); n != 2 {
+	if n := len(dp.attachments()); n != 2 {
 		t.Fatalf("%d attachments, want 2", n)
 	}
-	m := dp.MaglevSize()
+	m := dp.Info().MaxTableSize
 	backend := func(id, svc uint32, port uint16) lb.DataplaneBackend {
 		return lb.DataplaneBackend{ID: id, Service: svc, Address: server, MAC: rtr.Link(t, "dlbdpr0").Attrs().HardwareAddr,
 			SrcMAC: d1.Attrs().HardwareAddr, Ifindex: d1.Attrs().Index, AcceptNew: true, Port: port, ReturnAddress: ret}
@@ -438,7 +438,7 @@ func TestPrivilegedIPv6MACRealTraffic(t *testing.T) {
 		return lb.DataplaneBackend{ID: id, Service: 1, Address: netip.MustParseAddr(addr), MAC: s.Link(t, ifname).Attrs().HardwareAddr,
 			SrcMAC: d0.Attrs().HardwareAddr, Ifindex: d0.Attrs().Index, AcceptNew: true}
 	}
-	m := dp.MaglevSize()
+	m := dp.Info().MaxTableSize
 	state := lb.Dataplane{
 		NFA6: netip.MustParseAddr("2001:2:6::1"),
 		Services: []lb.DataplaneService{{ID: 1, Cluster: vip, Port: 80, Protocol: lb.TCP, StaleTimeout: 300, FinTimeout: 60,

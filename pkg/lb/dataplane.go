@@ -112,6 +112,10 @@ type DataplaneService struct {
 	TableSum uint64
 }
 
+// TableSize is the number of slots of the service's Maglev table (0: it
+// has none).
+func (s DataplaneService) TableSize() uint32 { return uint32(len(s.Table)) }
+
 // DataplaneBackend is one server of one service as the executor sees it.
 type DataplaneBackend struct {
 	// ID indexes the backend's entry and counters.
@@ -283,4 +287,53 @@ func TableSum(slots []uint32) uint64 {
 		return 1
 	}
 	return h
+}
+
+// DataplaneGlobals are the executor's settings that are not per service:
+// the non-forwarding addresses, the client gateways and the NAT return
+// pools (see Dataplane).
+type DataplaneGlobals struct {
+	NFA, NFA6                     netip.Addr
+	ClientGateway, ClientGateway6 DataplaneNextHop
+	ReturnPools                   []DataplaneReturnPool
+}
+
+// Globals returns the dataplane's global settings.
+func (d Dataplane) Globals() DataplaneGlobals {
+	return DataplaneGlobals{NFA: d.NFA, NFA6: d.NFA6, ClientGateway: d.ClientGateway,
+		ClientGateway6: d.ClientGateway6, ReturnPools: d.ReturnPools}
+}
+
+// DataplaneUpdate is a change to the executor's maps: what a change to
+// the configuration touched, and nothing else. Services and Backends are
+// written (added, or replaced when they differ from what the maps hold);
+// the ids in RemoveServices and RemoveBackends are removed. A service's
+// Table replaces its Maglev table when its TableSum differs.
+type DataplaneUpdate struct {
+	// Globals, when not nil, replaces the global settings.
+	Globals        *DataplaneGlobals
+	Services       []DataplaneService
+	Backends       []DataplaneBackend
+	RemoveServices []uint32
+	RemoveBackends []uint32
+}
+
+// Empty reports whether the update changes nothing.
+func (u DataplaneUpdate) Empty() bool {
+	return u.Globals == nil && len(u.Services)+len(u.Backends)+len(u.RemoveServices)+len(u.RemoveBackends) == 0
+}
+
+// DataplaneInfo describes the executor's tables, sized when it was loaded.
+type DataplaneInfo struct {
+	// PinDir is where its objects are pinned.
+	PinDir string
+	// ConnTable, NATTable, HalfOpenTable and AffinityTable are the
+	// capacities of the connection, NAT, NAT half-open and affinity
+	// tables.
+	ConnTable, NATTable, HalfOpenTable, AffinityTable uint32
+	// MaxServices and MaxBackends bound service and backend ids (ids are
+	// below them).
+	MaxServices, MaxBackends uint32
+	// MaxTableSize is the largest Maglev table a service may have.
+	MaxTableSize uint32
 }

@@ -1,0 +1,239 @@
+//go:build linux
+
+package datapath
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// dumpMaps renders what the executor's configuration maps hold, in a
+// canonical order: vips (with each service's table size), backends,
+// service_servers, the Maglev tables' contents, tx_ports, the filters and
+// the config. Two executors with equal dumps forward alike.
+func dumpMaps(t *testing.T, d *Datapath) string {
+	t.Helper()
+	var lines []string
+	var vk dispatcherVipKey
+	var vm dispatcherVipMeta
+	it := d.objs.Vips.Iterate()
+	for it.Next(&vk, &vm) {
+		lines = append(lines, fmt.Sprintf("vip %s %+v", vipString(vk), vm))
+	}
+	var id uint32
+	var b dispatcherBackend
+	it = d.objs.Backends.Iterate()
+	for it.Next(&id, &b) {
+		if b.Flags != 0 {
+			lines = append(lines, fmt.Sprintf("backend %d %+v", id, b))
+		}
+	}
+	var sk dispatcherServerKey
+	it = d.objs.ServiceServers.Iterate()
+	for it.Next(&sk, &id) {
+		lines = append(lines, fmt.Sprintf("server %+v %d", sk, id))
+	}
+	var innerID uint32
+	it = d.objs.MaglevTables.Iterate()
+	for it.Next(&id, &innerID) {
+		m, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots := make([]uint32, m.MaxEntries())
+		for i := range slots {
+			if err := m.Lookup(uint32(i), &slots[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Close()
+		lines = append(lines, fmt.Sprintf("table %d: %d slots, sum %x", id, len(slots), lb.TableSum(slots)))
+	}
+	var port uint32
+	it = d.objs.TxPorts.Iterate()
+	for it.Next(&id, &port) {
+		lines = append(lines, fmt.Sprintf("tx_port %d", id))
+	}
+	var f dispatcherVipBloom
+	var nf dispatcherNatBloom
+	var cfg dispatcherDlbConfig
+	if err := d.objs.VipFilter.Lookup(uint32(0), &f); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.objs.NatFilter.Lookup(uint32(0), &nf); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.objs.Config.Lookup(uint32(0), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	lines = append(lines, fmt.Sprintf("filters %x %x", f.Bits, nf), fmt.Sprintf("config %+v", cfg))
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// randomState is a random configuration of the executor: up to 12
+// services on up to 5 cluster addresses, MAC and NAT, each with up to 6 backends
+// and a table of its own size.
+func randomState(r *rand.Rand) lb.Dataplane {
+	dp := lb.Dataplane{NFA: nfaAddr, ClientGateway: lb.DataplaneNextHop{MAC: gwMAC, SrcMAC: ifaceMAC, Ifindex: 1}}
+	if r.IntN(2) == 0 {
+		dp.ClientGateway = lb.DataplaneNextHop{}
+	}
+	sizes := []uint32{101, 211, 1009}
+	nextB := uint32(1)
+	for id := uint32(1); id <= 12; id++ {
+		if r.IntN(2) == 0 {
+			continue
+		}
+		s := lb.DataplaneService{ID: id, Cluster: netip.AddrFrom4([4]byte{198, 18, 0, byte(100 + r.IntN(5))}), Port: uint16(80 + id),
+			Protocol: lb.Protocol(1 + r.IntN(3)), StaleTimeout: 300, FinTimeout: 60}
+		nat := r.IntN(3) == 0
+		if nat {
+			s.Method = lb.DataplaneNAT
+		}
+		var ids []uint32
+		for k := r.IntN(7); k > 0; k-- {
+			b := lb.DataplaneBackend{ID: nextB, Service: id, Address: netip.AddrFrom4([4]byte{198, 18, 1, byte(nextB)}),
+				MAC: mac(byte(nextB)), SrcMAC: ifaceMAC, Ifindex: 1, AcceptNew: r.IntN(4) != 0}
+			if nat {
+				b.ReturnAddress = netip.AddrFrom4([4]byte{198, 18, 0, byte(200 + r.IntN(2))})
+				b.Port = 8080
+			}
+			dp.Backends = append(dp.Backends, b)
+			ids = append(ids, nextB)
+			nextB++
+		}
+		if len(ids) > 0 {
+			size := sizes[r.IntN(len(sizes))]
+			s.Table = fill(size, func(slot uint32) uint32 { return ids[int(slot)%len(ids)] })
+			s.TableSum = lb.TableSum(s.Table)
+		}
+		dp.Services = append(dp.Services, s)
+	}
+	return dp
+}
+
+// diff returns the update from one state to another: services and
+// backends of next that differ from cur (or are new), and those cur has
+// that next does not.
+func diff(cur, next lb.Dataplane) lb.DataplaneUpdate {
+	g := next.Globals()
+	u := lb.DataplaneUpdate{Globals: &g}
+	curS := map[uint32]lb.DataplaneService{}
+	for _, s := range cur.Services {
+		curS[s.ID] = s
+	}
+	for _, s := range next.Services {
+		if c, ok := curS[s.ID]; !ok || fmt.Sprint(c) != fmt.Sprint(s) {
+			u.Services = append(u.Services, s)
+		}
+		delete(curS, s.ID)
+	}
+	for id := range curS {
+		u.RemoveServices = append(u.RemoveServices, id)
+	}
+	curB := map[uint32]lb.DataplaneBackend{}
+	for _, b := range cur.Backends {
+		curB[b.ID] = b
+	}
+	for _, b := range next.Backends {
+		if c, ok := curB[b.ID]; !ok || fmt.Sprint(c) != fmt.Sprint(b) {
+			u.Backends = append(u.Backends, b)
+		}
+		delete(curB, b.ID)
+	}
+	for id := range curB {
+		u.RemoveBackends = append(u.RemoveBackends, id)
+	}
+	return u
+}
+
+// TestPrivilegedUpdateMatchesApply: a sequence of incremental updates
+// leaves the maps exactly as applying the final state whole does, whatever
+// the changes (services and backends added, removed, changed; tables grown
+// and shrunk; protocols and methods changed).
+func TestPrivilegedUpdateMatchesApply(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	testutil.InNewNetNS(t)
+	open := func() *Datapath {
+		d, err := Open(Options{PinDir: newPinDir(t), ConnTableSize: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Remove() })
+		return d
+	}
+	inc, ref := open(), open()
+	r := rand.New(rand.NewPCG(1, 2))
+	cur := lb.Dataplane{}
+	if err := inc.Apply(cur); err != nil {
+		t.Fatal(err)
+	}
+	for step := 0; step < 40; step++ {
+		next := randomState(r)
+		if err := inc.Update(diff(cur, next)); err != nil {
+			t.Fatalf("step %d: Update: %v", step, err)
+		}
+		if err := ref.Apply(next); err != nil {
+			t.Fatalf("step %d: Apply: %v", step, err)
+		}
+		if a, b := dumpMaps(t, inc), dumpMaps(t, ref); a != b {
+			t.Fatalf("step %d: the maps differ after an update and after a whole apply:\n--- update\n%s\n--- apply\n%s", step, a, b)
+		}
+		cur = next
+	}
+}
+
+// TestPrivilegedUpdateRefusesWhole: an update naming a service the executor
+// does not have, or a table above the largest size, changes nothing.
+func TestPrivilegedUpdateRefusesWhole(t *testing.T) {
+	e := newTestEnv(t)
+	before := dumpMaps(t, e.dp)
+	bad := []lb.DataplaneUpdate{
+		{Backends: []lb.DataplaneBackend{{ID: 500, Service: 999, Address: netip.MustParseAddr("198.18.3.1")}}},
+		{Services: []lb.DataplaneService{{ID: 1, Cluster: vipTCP, Port: 80, Protocol: lb.TCP, Table: make([]uint32, e.tableM+1)}},
+			Backends: []lb.DataplaneBackend{{ID: 501, Service: 1, Address: netip.MustParseAddr("198.18.3.2")}}},
+		{Services: []lb.DataplaneService{{ID: 70000, Cluster: vipTCP, Port: 9}}},
+	}
+	for i, u := range bad {
+		if err := e.dp.Update(u); err == nil {
+			t.Errorf("update %d accepted", i)
+		}
+		if after := dumpMaps(t, e.dp); after != before {
+			t.Errorf("update %d changed the maps", i)
+		}
+	}
+}
+
+// TestPrivilegedUpdateNeedsWholeStateAfterAdoption: an executor adopted
+// from pins takes incremental updates only once the whole state was
+// applied (until then it does not know what the pins hold).
+func TestPrivilegedUpdateNeedsWholeStateAfterAdoption(t *testing.T) {
+	e := newTestEnv(t)
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.dp = d
+	if err := d.Update(lb.DataplaneUpdate{RemoveBackends: []uint32{10}}); err == nil {
+		t.Error("Update before the whole state was applied was accepted")
+	}
+	if err := d.Apply(e.state); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Update(lb.DataplaneUpdate{RemoveBackends: []uint32{11}}); err != nil {
+		t.Errorf("Update after Apply: %v", err)
+	}
+}
