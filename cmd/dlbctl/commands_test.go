@@ -14,7 +14,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/client"
-	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -198,7 +198,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestRefused(t *testing.T) {
-	eng := &fakeEngine{refuse: &dispatcher.OpError{Index: 0,
+	eng := &fakeEngine{refuse: &config.OpError{Index: 0,
 		Err: lb.Errorf("weight", "10.0.0.1@80@10.1.1.5", "500 is outside 0..20")}}
 	r := dlbctl(serve(t, eng), "server", "set", "10.0.0.1@80@10.1.1.5", "--weight", "500")
 	if r.code != exitFailed {
@@ -282,6 +282,7 @@ type unreachableClient struct{}
 
 var errDown = errors.Join(client.ErrUnreachable, errors.New("test"))
 
+func (unreachableClient) ConfigScript(context.Context) (string, error) { return "", errDown }
 func (unreachableClient) Apply(context.Context, ...api.Op) (api.Result, error) {
 	return api.Result{}, errDown
 }

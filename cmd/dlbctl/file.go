@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,11 +15,6 @@ import (
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/client"
 )
-
-// defaultFinTimeout is dlbd's default fintimeout (IBM's too); a saved
-// script leaves it out, so that the script reads as the operator's
-// choices.
-const defaultFinTimeout = 60
 
 func (a *app) fileCmd() *cobra.Command {
 	save := &cobra.Command{
@@ -83,34 +77,15 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 			return usagef("%s exists; use --force to overwrite it", path)
 		}
 	}
-	ctx := cmd.Context()
-	c := a.client()
-	var cfg savedConfig
-	var err error
-	if cfg.ex, err = c.Executor(ctx); err != nil {
+	script, err := a.client().ConfigScript(cmd.Context())
+	if err != nil {
 		return err
 	}
-	if cfg.clusters, err = c.Clusters(ctx, ""); err != nil {
-		return err
-	}
-	if cfg.ports, err = c.Ports(ctx, ""); err != nil {
-		return err
-	}
-	if cfg.servers, err = c.Servers(ctx, ""); err != nil {
-		return err
-	}
-	if cfg.manager, err = c.Manager(ctx); err != nil {
-		return err
-	}
-	if cfg.advisors, err = c.Advisors(ctx); err != nil {
-		return err
-	}
-	if cfg.metrics, err = c.Metrics(ctx); err != nil {
-		return err
-	}
-	cls, ports, servers := cfg.clusters, cfg.ports, cfg.servers
 	var buf bytes.Buffer
-	writeScript(&buf, a.env.now(), a.socket, cfg)
+	fmt.Fprintf(&buf, "# dlb configuration saved by \"dlbctl file save\" from %s\n", a.socket)
+	fmt.Fprintf(&buf, "# on %s.\n", a.env.now().Format(time.RFC3339))
+	fmt.Fprintf(&buf, "# \"dlbctl file load FILE\" applies it as one batch: all or nothing.\n")
+	buf.WriteString(script)
 	if toStdout {
 		_, err := a.env.stdout.Write(buf.Bytes())
 		return err
@@ -118,208 +93,30 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 	if err := writeFileAtomic(path, buf.Bytes(), force); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.env.stdout, "saved %d clusters, %d ports and %d servers to %s\n", len(cls), len(ports), len(servers), path)
+	clusters, ports, servers := scriptCounts(script)
+	fmt.Fprintf(a.env.stdout, "saved %d clusters, %d ports and %d servers to %s\n", clusters, ports, servers, path)
 	return nil
 }
 
-// savedConfig is what "file save" reads from dlbd.
-type savedConfig struct {
-	ex       api.ExecutorReport
-	clusters []api.ClusterReport
-	ports    []api.PortReport
-	servers  []api.ServerReport
-	manager  api.ManagerReport
-	advisors []api.AdvisorReport
-	metrics  api.MetricReport
-}
-
-// Defaults of dlbd's that a saved script leaves out.
-var (
-	defaultProportions = []int{50, 50, 0, 0}
-	defaultManager     = api.ManagerReport{Interval: 2, Refresh: 2, Smoothing: 1.5, Sensitivity: 5}
-)
-
-// defaultSelectionAlgorithm is dlbd's default selectionalgorithm; a saved
-// script leaves it out.
-const defaultSelectionAlgorithm = "affinity"
-
-// writeScript writes a script of dlbctl commands that recreates the
-// configuration the reports describe. Each port follows its cluster and
-// each server its port, so that the script reads like the configuration;
-// advisors and metrics follow (they need their ports), then the clusters'
-// proportions (starting an advisor or adding a metric may raise them),
-// and the executor and the manager start last, once everything they work
-// on is defined. A port's crossport names another port of its cluster,
-// so it is set once all the cluster's ports exist.
-func writeScript(w io.Writer, when time.Time, socket string, c savedConfig) {
-	fmt.Fprintf(w, "# dlb configuration saved by \"dlbctl file save\" from %s\n", socket)
-	fmt.Fprintf(w, "# on %s.\n", when.Format(time.RFC3339))
-	fmt.Fprintf(w, "# \"dlbctl file load FILE\" applies it as one batch: all or nothing.\n")
-
-	ex := c.ex
-	var exLines []string
-	// An address sets the value of its family, so the IPv4 and the IPv6
-	// values take a line each.
-	for _, kv := range [][2]string{{"nfa", ex.NFA}, {"nfa", ex.NFA6},
-		{"clientgateway", ex.ClientGateway}, {"clientgateway", ex.ClientGateway6}} {
-		if kv[1] != "" {
-			exLines = append(exLines, "executor set "+kv[0]+" "+quote(kv[1]))
+// scriptCounts counts the clusters, ports and servers a saved script
+// adds.
+func scriptCounts(script string) (clusters, ports, servers int) {
+	for _, line := range strings.Split(script, "\n") {
+		w := strings.Fields(line)
+		if len(w) < 3 || w[1] != "add" {
+			continue
+		}
+		switch w[0] {
+		case "cluster":
+			clusters += len(strings.Split(w[2], "+"))
+		case "port":
+			ports++
+		case "server":
+			parts := strings.Split(w[2], "@")
+			servers += len(strings.Split(parts[len(parts)-1], "+"))
 		}
 	}
-	if ex.FinTimeout != defaultFinTimeout && ex.FinTimeout != 0 {
-		exLines = append(exLines, fmt.Sprintf("executor set fintimeout %d", ex.FinTimeout))
-	}
-	if len(exLines) > 0 {
-		fmt.Fprintf(w, "\n%s\n", strings.Join(exLines, "\n"))
-	}
-
-	var quiesced []string
-	for _, cl := range c.clusters {
-		fmt.Fprintf(w, "\ncluster add %s", quote(cl.Address))
-		if cl.Configure {
-			fmt.Fprintf(w, " --configure")
-		}
-		fmt.Fprintln(w)
-		var crossports []string
-		for _, p := range c.ports {
-			if p.Cluster != cl.Address {
-				continue
-			}
-			svc := fmt.Sprintf("%s@%d", p.Cluster, p.Port)
-			fmt.Fprintf(w, "port add %s --protocol %s --method %s --staletimeout %d --weightbound %d",
-				quote(svc), quote(p.Protocol), quote(p.Method), p.StaleTimeout, p.WeightBound)
-			if p.StickyTime != 0 {
-				fmt.Fprintf(w, " --stickytime %d", p.StickyTime)
-			}
-			if p.StickyMask != 0 {
-				fmt.Fprintf(w, " --stickymask %d", p.StickyMask)
-			}
-			if p.SelectionAlgorithm != "" && p.SelectionAlgorithm != defaultSelectionAlgorithm {
-				fmt.Fprintf(w, " --selectionalgorithm %s", quote(p.SelectionAlgorithm))
-			}
-			if p.MaxHalfOpen != 0 {
-				fmt.Fprintf(w, " --maxhalfopen %d", p.MaxHalfOpen)
-			}
-			if p.AllDown != "" && p.AllDown != "refuse" {
-				fmt.Fprintf(w, " --alldown %s", quote(p.AllDown))
-			}
-			fmt.Fprintln(w)
-			var down []string
-			for _, s := range c.servers {
-				if s.Cluster != p.Cluster || s.Port != p.Port {
-					continue
-				}
-				t := quote(svc + "@" + s.Address)
-				fmt.Fprintf(w, "server add %s --weight %d", t, s.Weight)
-				if s.FixedWeight {
-					fmt.Fprintf(w, " --fixedweight yes")
-				}
-				if s.AdvisorRequest != "" {
-					fmt.Fprintf(w, " --advisorrequest %s", quote(s.AdvisorRequest))
-				}
-				if s.AdvisorResponse != "" {
-					fmt.Fprintf(w, " --advisorresponse %s", quote(s.AdvisorResponse))
-				}
-				if s.MapPort != 0 {
-					fmt.Fprintf(w, " --mapport %d", s.MapPort)
-				}
-				if s.ReturnAddress != "" {
-					fmt.Fprintf(w, " --returnaddress %s", quote(s.ReturnAddress))
-				}
-				if s.Router != "" {
-					fmt.Fprintf(w, " --router %s", quote(s.Router))
-				}
-				fmt.Fprintln(w)
-				switch s.State {
-				case api.StateDown:
-					down = append(down, t)
-				case api.StateQuiesced:
-					quiesced = append(quiesced, t)
-				}
-			}
-			for _, t := range down {
-				fmt.Fprintf(w, "server down %s\n", t)
-			}
-			if p.CrossPort != 0 {
-				crossports = append(crossports, fmt.Sprintf("port set %s --crossport %d", quote(svc), p.CrossPort))
-			}
-		}
-		for _, l := range crossports {
-			fmt.Fprintln(w, l)
-		}
-	}
-
-	if len(c.advisors) > 0 {
-		fmt.Fprintln(w)
-	}
-	for _, a := range c.advisors {
-		fmt.Fprintf(w, "advisor start %s %s --interval %g --connecttimeout %g --receivetimeout %g --retries %d --rise %d --fall %d",
-			quote(a.Name), quote(fmt.Sprintf("%s@%d", a.Cluster, a.Port)), a.Interval, a.ConnectTimeout, a.ReceiveTimeout,
-			a.Retries, a.Rise, a.Fall)
-		if a.Program != "" {
-			fmt.Fprintf(w, " --program %s --mode %s", quote(a.Program), quote(a.Mode))
-			for _, arg := range a.Args {
-				fmt.Fprintf(w, " --arg %s", quote(arg))
-			}
-		}
-		fmt.Fprintln(w)
-	}
-
-	m := c.metrics
-	var msLines []string
-	if m.Source != "" && m.Source != "dlbmetricd" {
-		msLines = append(msLines, "--source "+quote(m.Source))
-	}
-	if m.Port != 0 && !(m.Port == 10004 && m.Source == "dlbmetricd") && !(m.Port == 9100 && m.Source == "prometheus") {
-		msLines = append(msLines, fmt.Sprintf("--port %d", m.Port))
-	}
-	if m.SecretFile != "" {
-		msLines = append(msLines, "--secret-file "+quote(m.SecretFile))
-	}
-	if m.Path != "" && !(m.Path == "/metrics" && m.Source == "prometheus") {
-		msLines = append(msLines, "--path "+quote(m.Path))
-	}
-	if len(msLines) > 0 {
-		fmt.Fprintf(w, "\nmetric set %s\n", strings.Join(msLines, " "))
-	}
-	for _, mc := range m.Clusters {
-		if len(mc.Metrics) > 0 {
-			fmt.Fprintf(w, "metric add %s\n", quote(mc.Cluster+"@"+strings.Join(mc.Metrics, "+")))
-		}
-	}
-
-	// Advisors and metrics raise zero proportions when loaded: pin the
-	// saved values after them.
-	pin := len(c.advisors) > 0 || len(m.Clusters) > 0
-	var props []string
-	for _, cl := range c.clusters {
-		if len(cl.Proportions) == 4 && (pin || !slices.Equal(cl.Proportions, defaultProportions)) {
-			props = append(props, fmt.Sprintf("cluster set %s --proportions %d %d %d %d", quote(cl.Address),
-				cl.Proportions[0], cl.Proportions[1], cl.Proportions[2], cl.Proportions[3]))
-		}
-	}
-	if len(props) > 0 {
-		fmt.Fprintf(w, "\n%s\n", strings.Join(props, "\n"))
-	}
-	for i, t := range quiesced {
-		if i == 0 {
-			fmt.Fprintln(w)
-		}
-		fmt.Fprintf(w, "manager quiesce %s\n", t)
-	}
-
-	mr := c.manager
-	if mr.Interval != 0 && (mr.Interval != defaultManager.Interval || mr.Refresh != defaultManager.Refresh ||
-		mr.Smoothing != defaultManager.Smoothing || mr.Sensitivity != defaultManager.Sensitivity) {
-		fmt.Fprintf(w, "\nmanager set interval %g refresh %d smoothing %g sensitivity %g\n",
-			mr.Interval, mr.Refresh, mr.Smoothing, mr.Sensitivity)
-	}
-	if ex.Started {
-		fmt.Fprintf(w, "\nexecutor start --interface %s --xdp-mode %s\n", quote(ex.Interface), quote(ex.XDPMode))
-	}
-	if mr.Started {
-		fmt.Fprintf(w, "manager start\n")
-	}
+	return clusters, ports, servers
 }
 
 // writeFileAtomic writes data to path through a temporary file in the

@@ -2,9 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
+	"encoding/json"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,18 +15,19 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/client"
-	"github.com/dlbproject/dlb/pkg/server"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-// fakeEngine is a dlbd engine that records what it is asked and answers
-// with canned reports, or a canned refusal.
+// fakeEngine is a fake dlbd API: it records the batches of operations
+// it is sent and answers reports with canned values.
 type fakeEngine struct {
 	mu      sync.Mutex
 	batches [][]api.Op
 	targets []string // targets of the reports asked for, in order
 
-	refuse    error // returned by Apply
-	reportErr error // returned by the list reports
+	refuse    error // answers every batch
+	reportErr error // answers the reports
 
 	exec     api.ExecutorReport
 	clusters []api.ClusterReport
@@ -36,65 +36,86 @@ type fakeEngine struct {
 	manager  api.ManagerReport
 	advisors []api.AdvisorReport
 	metrics  api.MetricReport
+	script   string
+	requests int
 }
 
-func (f *fakeEngine) Apply(_ context.Context, ops []api.Op) (api.Result, error) {
+func (f *fakeEngine) requestCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.batches = append(f.batches, slices.Clone(ops))
-	if f.refuse != nil {
-		return api.Result{}, f.refuse
+	return f.requests
+}
+
+// ServeHTTP answers as dlbd's API would.
+func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests++
+	fail := func(err error) {
+		ae := api.Error{Message: err.Error(), Field: lb.FieldOf(err), Op: -1}
+		var oe *config.OpError
+		if errors.As(err, &oe) {
+			ae.Op = oe.Index
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(ae)
 	}
-	return api.Result{Applied: len(ops)}, nil
-}
-
-func (f *fakeEngine) ExecutorReport(context.Context) (api.ExecutorReport, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.exec, nil
-}
-
-func (f *fakeEngine) ClusterReports(_ context.Context, target string) ([]api.ClusterReport, error) {
-	return report(f, target, f.clusters)
-}
-
-func (f *fakeEngine) PortReports(_ context.Context, target string) ([]api.PortReport, error) {
-	return report(f, target, f.ports)
-}
-
-func (f *fakeEngine) ServerReports(_ context.Context, target string) ([]api.ServerReport, error) {
-	return report(f, target, f.servers)
-}
-
-func (f *fakeEngine) ManagerReport(context.Context) (api.ManagerReport, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.manager, f.reportErr
-}
-
-func (f *fakeEngine) AdvisorReports(context.Context) ([]api.AdvisorReport, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.advisors, f.reportErr
-}
-
-func (f *fakeEngine) MetricReport(context.Context) (api.MetricReport, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.metrics, f.reportErr
-}
-
-func report[T any](f *fakeEngine, target string, canned []T) ([]T, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.targets = append(f.targets, target)
-	if f.reportErr != nil {
-		return nil, f.reportErr
+	answer := func(v any) { _ = json.NewEncoder(w).Encode(v) }
+	list := func(v any) {
+		f.targets = append(f.targets, r.URL.Query().Get("target"))
+		if f.reportErr != nil {
+			fail(f.reportErr)
+			return
+		}
+		answer(v)
 	}
-	if canned == nil {
-		return []T{}, nil // as dlbd answers an empty list
+	switch r.Method + " " + r.URL.Path {
+	case "POST " + api.PathOps:
+		var req api.Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		f.batches = append(f.batches, slices.Clone(req.Ops))
+		if f.refuse != nil {
+			fail(f.refuse)
+			return
+		}
+		answer(api.Result{Applied: len(req.Ops)})
+	case "GET " + api.PathExecutor:
+		answer(f.exec)
+	case "GET " + api.PathClusters:
+		list(orEmpty(f.clusters))
+	case "GET " + api.PathPorts:
+		list(orEmpty(f.ports))
+	case "GET " + api.PathServers:
+		list(orEmpty(f.servers))
+	case "GET " + api.PathManager, "GET " + api.PathAdvisors, "GET " + api.PathMetrics:
+		if f.reportErr != nil {
+			fail(f.reportErr)
+			return
+		}
+		switch r.URL.Path {
+		case api.PathManager:
+			answer(f.manager)
+		case api.PathAdvisors:
+			answer(orEmpty(f.advisors))
+		default:
+			answer(f.metrics)
+		}
+	case "GET " + api.PathConfigScript:
+		_, _ = w.Write([]byte(f.script))
+	default:
+		http.NotFound(w, r)
 	}
-	return canned, nil
+}
+
+// orEmpty answers a nil list as dlbd does: [].
+func orEmpty[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
 }
 
 func (f *fakeEngine) sent() [][]api.Op {
@@ -116,16 +137,16 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// serve runs dlbd's API handler over eng on a unix socket and returns the
-// socket's path.
-func serve(t *testing.T, eng server.Engine) string {
+// serve serves an API handler on a unix socket and returns the socket's
+// path.
+func serve(t *testing.T, eng http.Handler) string {
 	t.Helper()
 	sock := filepath.Join(shortDir(t), "dlbd.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: server.Handler(eng, slog.New(slog.DiscardHandler))}
+	srv := &http.Server{Handler: eng}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serving the API: %v", err)

@@ -43,6 +43,7 @@ type options struct {
 	scriptTimeout time.Duration
 	// The executor's table sizes, fixed once its maps are pinned.
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
+	maxServices, maxServers, maxTableSize                             uint32
 }
 
 func main() {
@@ -53,6 +54,9 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var o options
+	// The executor's own sizes are the flags' defaults: nothing here
+	// repeats them.
+	def, defErr := datapath.Defaults()
 	cmd := &cobra.Command{
 		Use:   "dlbd",
 		Short: "dlb dispatcher daemon (XDP L4 load balancer)",
@@ -69,6 +73,10 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if defErr != nil {
+				fmt.Fprintln(os.Stderr, "dlbd:", defErr)
+				return defErr
+			}
 			err := run(cmd.Context(), o)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "dlbd:", err)
@@ -80,11 +88,15 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 	f.StringVar(&o.socket, "socket", client.DefaultSocket, "unix socket of the admin API (mode 0660)")
 	f.StringVar(&o.stateDir, "state-dir", "/var/lib/dlb", "directory of the persisted configuration")
 	f.StringVar(&o.pinDir, "pin-dir", datapath.DefaultPinDir, "bpffs directory where the executor is pinned")
-	f.Uint32Var(&o.connTableSize, "conn-table-size", 262144, "capacity of the connection table (fixed once pinned)")
-	f.Uint32Var(&o.natTableSize, "nat-table-size", 262144, "capacity of the NAT connection tables (fixed once pinned)")
-	f.Uint32Var(&o.halfOpenTableSize, "halfopen-table-size", 16384,
+	f.Uint32Var(&o.connTableSize, "conn-table-size", def.ConnTableSize, "capacity of the connection table (fixed once pinned)")
+	f.Uint32Var(&o.natTableSize, "nat-table-size", def.NATTableSize, "capacity of the NAT connection tables (fixed once pinned)")
+	f.Uint32Var(&o.halfOpenTableSize, "halfopen-table-size", def.HalfOpenTableSize,
 		"slots of the NAT half-open table, a power of two; at most a quarter of the smallest return-address port pool (fixed once pinned)")
-	f.Uint32Var(&o.affinityTableSize, "affinity-table-size", 65536, "capacity of the affinity-record table (fixed once pinned)")
+	f.Uint32Var(&o.affinityTableSize, "affinity-table-size", def.AffinityTableSize, "capacity of the affinity-record table (fixed once pinned)")
+	f.Uint32Var(&o.maxServers, "max-servers", def.MaxBackends-1, "servers the executor holds, counting each server once per port (fixed once pinned)")
+	f.Uint32Var(&o.maxServices, "max-ports", def.MaxServices-1, "ports (cluster@port) the executor holds (fixed once pinned)")
+	f.Uint32Var(&o.maxTableSize, "max-table-size", def.MaxTableSize,
+		"largest Maglev table of a port, a prime; a port's table is a prime of about 100 slots per server up to this (fixed once pinned)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
 		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert and halfOpenAlertDone")
@@ -99,31 +111,36 @@ func run(ctx context.Context, o options) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	for _, t := range []struct {
-		flag string
-		v    uint32
-	}{{"conn-table-size", o.connTableSize}, {"nat-table-size", o.natTableSize}, {"halfopen-table-size", o.halfOpenTableSize}, {"affinity-table-size", o.affinityTableSize}} {
-		if t.v < 1024 || t.v > 1<<26 {
-			return fmt.Errorf("--%s: %d is outside 1024..%d", t.flag, t.v, 1<<26)
+		flag   string
+		v      uint32
+		lo, hi uint32
+	}{
+		{"conn-table-size", o.connTableSize, 1024, 1 << 26}, {"nat-table-size", o.natTableSize, 1024, 1 << 26},
+		{"halfopen-table-size", o.halfOpenTableSize, 1024, 1 << 26}, {"affinity-table-size", o.affinityTableSize, 1024, 1 << 26},
+		{"max-servers", o.maxServers, 1, 1<<24 - 1}, {"max-ports", o.maxServices, 1, 1<<20 - 1},
+		{"max-table-size", o.maxTableSize, lb.MinTableSize, lb.MaxTableSize},
+	} {
+		if t.v < t.lo || t.v > t.hi {
+			return fmt.Errorf("--%s: %d is outside %d..%d", t.flag, t.v, t.lo, t.hi)
 		}
 	}
 	if n := o.halfOpenTableSize; n&(n-1) != 0 {
 		return fmt.Errorf("--halfopen-table-size: %d is not a power of two", n)
 	}
-
-	def, err := datapath.Defaults()
-	if err != nil {
-		return err
+	if !lb.ValidTableSize(o.maxTableSize) {
+		return fmt.Errorf("--max-table-size: %d is not a prime", o.maxTableSize)
 	}
-	maxServices, maxBackends := def.MaxServices, def.MaxBackends
+
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir: o.stateDir,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
 			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize,
-				NATTableSize: o.natTableSize, HalfOpenTableSize: o.halfOpenTableSize, AffinityTableSize: o.affinityTableSize})
+				NATTableSize: o.natTableSize, HalfOpenTableSize: o.halfOpenTableSize, AffinityTableSize: o.affinityTableSize,
+				MaxServices: o.maxServices + 1, MaxBackends: o.maxServers + 1, MaxTableSize: o.maxTableSize})
 			if err != nil {
 				return nil, err
 			}
-			return dpAdapter{dp}, nil
+			return dp, nil
 		},
 		Netif:            netif.New(),
 		Logger:           log,
@@ -131,8 +148,8 @@ func run(ctx context.Context, o options) error {
 		ScriptTimeout:    o.scriptTimeout,
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
 		MetricErrorClass: metricErrorClass,
-		MaxServices:      maxServices,
-		MaxBackends:      maxBackends,
+		MaxServices:      o.maxServices + 1,
+		MaxBackends:      o.maxServers + 1,
 	})
 	if err != nil {
 		return err
@@ -229,14 +246,3 @@ func metricErrorClass(err error) string {
 	}
 	return ""
 }
-
-// dpAdapter gives the engine the capacity getters it still asks for; the
-// engine's rewrite drops it.
-type dpAdapter struct{ *datapath.Datapath }
-
-func (a dpAdapter) MaglevSize() uint32            { return a.Info().MaxTableSize }
-func (a dpAdapter) ConnTableCapacity() uint32     { return a.Info().ConnTable }
-func (a dpAdapter) NATTableCapacity() uint32      { return a.Info().NATTable }
-func (a dpAdapter) HalfOpenTableCapacity() uint32 { return a.Info().HalfOpenTable }
-func (a dpAdapter) AffinityTableCapacity() uint32 { return a.Info().AffinityTable }
-func (a dpAdapter) PinDir() string                { return a.Info().PinDir }

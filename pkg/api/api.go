@@ -28,6 +28,9 @@ const (
 	PathAdvisors = "/v1/advisors"
 	// PathMetrics reports the metric servers' figures (GET).
 	PathMetrics = "/v1/metrics"
+	// PathConfigScript returns the configuration as the script of dlbctl
+	// commands that recreates it (GET, text/plain): "dlbctl file save".
+	PathConfigScript = "/v1/config/script"
 )
 
 // Objects an Op can change.
@@ -91,6 +94,9 @@ type Op struct {
 	StaleTimeout       *int64  `json:"stale_timeout,omitempty"`
 	WeightBound        *int64  `json:"weight_bound,omitempty"`
 	AllDown            *string `json:"all_down,omitempty"`
+	// TableSize fixes the port's Maglev table size (a prime); 0 chooses it
+	// from the number of servers.
+	TableSize *int64 `json:"table_size,omitempty"`
 
 	// Server parameters. MapPort 0, and ReturnAddress or Router "none",
 	// clear them.
@@ -187,12 +193,15 @@ type ExecutorReport struct {
 	ClientGateway6 string `json:"client_gateway6,omitempty"`
 	FinTimeout     uint32 `json:"fin_timeout"`
 
-	// Connection table fill and capacity (MAC and NAT connections);
-	// Maglev table size; the capacities of the NAT, half-open and
-	// affinity tables, fixed when dlbd loaded the executor.
+	// Connection table fill and capacity (MAC and NAT connections); the
+	// largest Maglev table a port may have; the capacities of the NAT,
+	// half-open and affinity tables, and how many ports and servers the
+	// executor holds, fixed when dlbd loaded it.
 	Connections        int    `json:"connections"`
 	ConnectionCapacity uint32 `json:"connection_capacity"`
 	MaglevSize         uint32 `json:"maglev_size"`
+	ServiceCapacity    uint32 `json:"port_capacity,omitempty"`
+	ServerCapacity     uint32 `json:"server_capacity,omitempty"`
 	NATCapacity        uint32 `json:"nat_capacity,omitempty"`
 	HalfOpenCapacity   uint32 `json:"half_open_capacity,omitempty"`
 	AffinityCapacity   uint32 `json:"affinity_capacity,omitempty"`
@@ -203,11 +212,25 @@ type ExecutorReport struct {
 	// Events count what happened beside the per-packet reasons (table
 	// inserts refused, NAT ports exhausted, half-open evictions, ...).
 	Events map[string]uint64 `json:"events,omitempty"`
+	// Tables is the kernel memory each of the executor's tables holds, and
+	// MemoryBytes their sum.
+	Tables      []TableReport `json:"tables,omitempty"`
+	MemoryBytes uint64        `json:"memory_bytes,omitempty"`
 
 	// Reasons count every packet the executor saw under one reason.
 	Reasons []ReasonCount `json:"reasons"`
 	// Packets is the sum of Reasons' packets.
 	Packets uint64 `json:"packets"`
+}
+
+// TableReport is one of the executor's tables in kernel memory.
+type TableReport struct {
+	Name string `json:"name"`
+	// Entries is its capacity (Maglev: the slots of all ports' tables,
+	// Tables of them).
+	Entries uint64 `json:"entries"`
+	Tables  int    `json:"tables,omitempty"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // ReturnAddressReport is the NAT port pool of one return address.
@@ -245,6 +268,9 @@ type PortReport struct {
 	WeightBound        uint32 `json:"weight_bound"`
 	AllDown            string `json:"all_down"`
 	Servers            int    `json:"servers"`
+	// TableSize is the slots of the port's Maglev table (0: none, no
+	// server takes new connections).
+	TableSize uint32 `json:"table_size,omitempty"`
 	// HalfOpen counts the port's half-open connections (SYNs without a
 	// completed handshake, last 30 s; saturates under a flood), and
 	// HalfOpenAlert says it is above MaxHalfOpen.

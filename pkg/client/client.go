@@ -108,6 +108,17 @@ func (c *Client) Metrics(ctx context.Context) (api.MetricReport, error) {
 	return r, err
 }
 
+// ConfigScript returns the configuration as a script of dlbctl commands
+// ("dlbctl file save").
+func (c *Client) ConfigScript(ctx context.Context) (string, error) {
+	var s scriptText
+	err := c.do(ctx, http.MethodGet, api.PathConfigScript, "", nil, &s)
+	return string(s), err
+}
+
+// scriptText takes a text/plain answer as it is.
+type scriptText string
+
 func (c *Client) do(ctx context.Context, method, path, target string, body, out any) error {
 	u := "http://dlbd" + path
 	if target != "" {
@@ -143,6 +154,10 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 			re.API.Message = fmt.Sprintf("dlbd answered %s: %s", resp.Status, bytes.TrimSpace(data))
 		}
 		return re
+	}
+	if t, ok := out.(*scriptText); ok {
+		*t = scriptText(data)
+		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("decoding response: %w", err)

@@ -138,3 +138,22 @@ func serversByAddress(cfg *lb.Config, a netip.Addr) []serverRef {
 	}
 	return out
 }
+
+// Select parses a report's target (depth components of
+// cluster@port@server; "" selects everything) and checks that the objects
+// it names exist in cfg, as an operation's target must.
+func Select(cfg lb.Config, target string, depth lb.Depth) (lb.Target, error) {
+	t, err := lb.ParseTarget(target, depth)
+	if err != nil || target == "" {
+		return t, err
+	}
+	switch depth {
+	case lb.ClusterDepth:
+		_, err = matchClusters(&cfg, t, target)
+	case lb.PortDepth:
+		_, err = matchPorts(&cfg, t, target)
+	default:
+		_, err = matchServers(&cfg, t, target)
+	}
+	return t, err
+}

@@ -549,3 +549,54 @@ func Defaults() (Options, error) {
 		MaxBackends:       spec.Maps[dispatcherMapBackends].MaxEntries,
 	}, nil
 }
+
+// Memory reports what each of the executor's maps holds in kernel memory
+// (the kernel's own memlock figure), the Maglev tables of all services
+// together under maglev_tables.
+func (d *Datapath) Memory() []lb.TableMemory {
+	var out []lb.TableMemory
+	v := reflect.ValueOf(&d.objs.dispatcherMaps).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		m, ok := v.Field(i).Interface().(*ebpf.Map)
+		if !ok || m == nil {
+			continue
+		}
+		name := v.Type().Field(i).Tag.Get("ebpf")
+		t := lb.TableMemory{Name: name, Entries: uint64(m.MaxEntries()), Bytes: memlock(m)}
+		if m == d.objs.MaglevTables {
+			t.Entries = 0
+			var id uint32
+			var inner ebpf.MapID
+			it := m.Iterate()
+			for it.Next(&id, &inner) {
+				im, err := ebpf.NewMapFromID(inner)
+				if err != nil {
+					continue
+				}
+				t.Tables++
+				t.Entries += uint64(im.MaxEntries())
+				t.Bytes += memlock(im)
+				im.Close()
+			}
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// memlock returns the kernel memory a map is charged for, from its fd's
+// fdinfo.
+func memlock(m *ebpf.Map) uint64 {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(m.FD()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,12 +1,27 @@
-// Package dispatcher is dlb's engine. It holds the desired state (an
-// lb.Config), applies operators' changes to it all or none, reconciles the
-// executor and the host's addresses with it, persists it, and reports.
+// Package dispatcher is dlb's engine. It holds the configuration, applies
+// operators' changes to it all or none, reconciles the executor and the
+// host's addresses with it, persists it, runs the manager, the advisors'
+// probes and the metric pollers, and answers status queries in the
+// model's terms (package server renders them for the API).
 //
-// One management goroutine (Run) owns all state: API calls, timer ticks and
-// neighbour refreshes are closures executed on it, in order, so that nothing
-// needs a lock. The engine reaches the kernel only through the Datapath and
-// Netif interfaces; cmd/dlbd fills them with pkg/datapath and pkg/netif,
-// tests with fakes.
+// One management goroutine (Run) owns all state: API calls, probe
+// results, timer ticks and neighbour refreshes are closures or messages
+// handled on it, in order, so that nothing needs a lock. The engine
+// reaches the kernel only through the Datapath and Netif interfaces;
+// cmd/dlbd fills them with pkg/datapath and pkg/netif, tests with fakes.
+//
+// A change costs what it touches: package config edits the configuration
+// copy on write and says what changed, the store journals only that, the
+// ids of new objects are allocated and those of removed ones freed, and
+// only the touched ports are written to the executor.
+//
+// The parts, one per file or subpackage: engine.go (this: the loop),
+// apply.go (a change, from request to commit), reconcile.go (the executor
+// and the host), dataplane.go (what a port's maps hold: states, weights,
+// Maglev tables), neighbors.go, manager.go (the manager's cycle and
+// alerts), probes.go (advisors, wired to package health), pollers.go
+// (metric servers), status.go (snapshots for reports); store/ (ids and
+// the state files), health/, loops/ (the reconciler both use), events/.
 package dispatcher
 
 import (
@@ -14,10 +29,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
+	"github.com/dlbproject/dlb/pkg/dispatcher/loops"
+	"github.com/dlbproject/dlb/pkg/dispatcher/store"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -28,8 +47,10 @@ type Datapath interface {
 	Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error)
 	// Attached reports the current attachment.
 	Attached() (lb.Attachment, bool)
-	// Apply makes the executor's maps hold the given state.
+	// Apply makes the executor's maps hold exactly the given state;
+	// Update writes what a change touched.
 	Apply(lb.Dataplane) error
+	Update(lb.DataplaneUpdate) error
 	// Stats reads the counters.
 	Stats() (lb.DataplaneStats, error)
 	// Sweep expires idle connections and counts active ones.
@@ -37,14 +58,10 @@ type Datapath interface {
 	// DropAffinity removes the affinity records naming a backend and
 	// returns how many it removed.
 	DropAffinity(backend uint32) (int, error)
-	// MaglevSize and the capacities report sizes fixed at load; PinDir
-	// where the objects are pinned.
-	MaglevSize() uint32
-	ConnTableCapacity() uint32
-	NATTableCapacity() uint32
-	HalfOpenTableCapacity() uint32
-	AffinityTableCapacity() uint32
-	PinDir() string
+	// Info describes the executor's tables, and Memory what each holds
+	// in kernel memory.
+	Info() lb.DataplaneInfo
+	Memory() []lb.TableMemory
 	// Close releases the executor and keeps it pinned and forwarding.
 	Close() error
 	// Remove detaches and unpins the executor.
@@ -64,9 +81,13 @@ type Netif interface {
 	DelAddress(ifname string, addr netip.Addr) error
 }
 
+// MetricSource fetches one server's load report: metric name → 0..100,
+// and the report's timestamp.
+type MetricSource func(ctx context.Context) (map[string]float64, time.Time, error)
+
 // Options configure an Engine.
 type Options struct {
-	// StateDir is where the state file lives.
+	// StateDir is where the state is kept (package store).
 	StateDir string
 	// OpenDatapath loads (or adopts) the executor.
 	OpenDatapath func() (Datapath, error)
@@ -75,7 +96,7 @@ type Options struct {
 	// Logger receives the engine's log; slog.Default() when nil.
 	Logger *slog.Logger
 	// MaxServices and MaxBackends bound the ids the engine hands out (the
-	// executor's map sizes).
+	// executor's table sizes).
 	MaxServices, MaxBackends uint32
 	// TickInterval is how often neighbours are refreshed (default 1 s);
 	// SweepInterval how often the connection table is swept (default 2 s).
@@ -83,9 +104,8 @@ type Options struct {
 	// ResolveWait bounds how long a change waits for new servers' MAC
 	// addresses to resolve before it is applied without them (default 1 s).
 	ResolveWait time.Duration
-	// ScriptsDir holds the operator's event scripts (serverDown, serverUp,
-	// managerAlert, managerClear, halfOpenAlert, halfOpenAlertDone); empty
-	// runs none. ScriptTimeout bounds each run (default 10 s).
+	// ScriptsDir holds the operator's event scripts (package events);
+	// empty runs none. ScriptTimeout bounds each run (default 10 s).
 	ScriptsDir    string
 	ScriptTimeout time.Duration
 	// NewMetricSource builds the poller of one server's load agent; nil
@@ -95,8 +115,8 @@ type Options struct {
 	// default is package advisors' (tests substitute fakes).
 	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)
 	// MetricErrorClass names the class of a refused or failed metric report
-	// ("unauthenticated", "replayed", ...) for "dlbctl metric report";
-	// "failed" when nil or it returns "".
+	// ("unauthenticated", "replayed", ...) for the metric report; "failed"
+	// when nil or it returns "".
 	MetricErrorClass func(error) string
 }
 
@@ -105,41 +125,20 @@ type Engine struct {
 	opts Options
 	log  *slog.Logger
 	mgmt chan func()
-
-	cfg lb.Config
-	ids ids
-
-	dp           Datapath // nil while the executor is not loaded
-	attachedMode lb.XDPMode
-	execErr      error // why the executor is not up, if it is not
-
-	neigh    map[netip.Addr]lb.Neighbor
-	neighErr map[netip.Addr]error
-	tables   map[uint32]table
-	sweep    lb.SweepResult
-	// configured maps cluster addresses the engine put on an interface to
-	// that interface.
-	configured map[netip.Addr]string
-
 	// ctx lives as long as Run; probe and metric loops hang off it.
 	ctx context.Context
-	// The manager: per-backend weights and inputs, per-port results.
-	backends map[lb.BackendKey]*backendRT
-	ports    map[lb.ServiceKey]*portRT
-	cycles   uint64
-	// The advisors: probe loops, their results and the servers' health.
-	probes   map[probeKey]*runningProbe
-	health   map[probeKey]*health
-	results  chan probeResult
-	probeGen uint64
-	// The metric servers: pollers, results and the last reports.
-	pollers       map[netip.Addr]*metricPoller
-	metrics       map[netip.Addr]*metricRT
-	metricResults chan metricResult
-	// metricRefused counts refused or failed metric reports by reason.
-	metricRefused map[string]int64
-	// events waiting for their scripts.
-	events chan event
+
+	ed    *config.Editor // the committed configuration
+	store *store.Store
+	ids   *store.IDs
+	host  host // what the engine did to the host and must remember
+
+	exec    executor // the executor, and what the engine knows it holds
+	net     *neighbors
+	mgr     managerState
+	health  *health.Monitor
+	metrics *pollers
+	events  *events.Runner
 }
 
 // ErrStopped is returned by calls made after Run returned.
@@ -171,43 +170,63 @@ func New(opts Options) (*Engine, error) {
 	if opts.MaxServices == 0 || opts.MaxBackends == 0 {
 		return nil, errors.New("creating engine: MaxServices and MaxBackends must be set")
 	}
-	e := &Engine{
-		opts:          opts,
-		log:           opts.Logger,
-		mgmt:          make(chan func()),
-		neigh:         map[netip.Addr]lb.Neighbor{},
-		neighErr:      map[netip.Addr]error{},
-		tables:        map[uint32]table{},
-		configured:    map[netip.Addr]string{},
-		ctx:           context.Background(),
-		backends:      map[lb.BackendKey]*backendRT{},
-		ports:         map[lb.ServiceKey]*portRT{},
-		probes:        map[probeKey]*runningProbe{},
-		health:        map[probeKey]*health{},
-		results:       make(chan probeResult, 64),
-		pollers:       map[netip.Addr]*metricPoller{},
-		metrics:       map[netip.Addr]*metricRT{},
-		metricResults: make(chan metricResult, 64),
-		metricRefused: map[string]int64{},
-		events:        make(chan event, maxQueuedEvents),
-	}
-	st, err := loadState(opts.StateDir)
+	st, state, err := store.Open(opts.StateDir)
 	if err != nil {
 		return nil, err
 	}
-	e.cfg, e.ids, e.attachedMode = st.Config, st.IDs, st.AttachedMode
-	for a, ifname := range st.Configured {
-		e.configured[a] = ifname
+	ed, err := config.NewEditor(state.Config, config.Options{KnownAdvisor: knownAdvisor})
+	if err != nil {
+		st.Close()
+		return nil, err
 	}
-	if e.cfg.Executor.Started {
-		if err := e.reconcile(e.cfg, e.ids, nil); err != nil {
-			e.execErr = err
+	e := &Engine{
+		opts:    opts,
+		log:     opts.Logger,
+		mgmt:    make(chan func()),
+		ctx:     context.Background(),
+		ed:      ed,
+		store:   st,
+		ids:     state.IDs,
+		host:    host{configured: state.Configured, attachedMode: state.AttachedMode},
+		exec:    newExecutor(),
+		net:     newNeighbors(),
+		mgr:     newManagerState(),
+		health:  health.NewMonitor(opts.NewAdvisor),
+		metrics: newPollers(),
+		events:  events.New(opts.ScriptsDir, opts.ScriptTimeout, opts.Logger),
+	}
+	e.metrics.loops = loops.New(e.startPoller, samePoller)
+	cfg := ed.Config()
+	e.net.index(cfg)
+	e.host.indexReturns(cfg)
+	if cfg.Executor.Started {
+		if err := e.startExecutor(cfg); err != nil {
+			e.exec.err = err
 			e.log.Error("bringing up the executor from saved state", "err", err)
 		} else {
-			e.log.Info("executor restored", "interface", e.cfg.Executor.Interface)
+			e.log.Info("executor restored", "interface", cfg.Executor.Interface)
 		}
+		e.persistHost()
 	}
 	return e, nil
+}
+
+// knownAdvisor refuses advisor names package advisors has no advisor for.
+func knownAdvisor(name string) error {
+	_, err := advisors.New(name)
+	return err
+}
+
+// newAdvisor builds the advisor a configuration names.
+func newAdvisor(a lb.Advisor) (advisors.Advisor, error) {
+	if a.Name == "exec" {
+		mode := advisors.ExecNormal
+		if a.Mode == "replace" {
+			mode = advisors.ExecReplace
+		}
+		return &advisors.Exec{Program: a.Program, Args: a.Args, Mode: mode}, nil
+	}
+	return advisors.New(a.Name)
 }
 
 // Run executes the engine's management loop until ctx is done. It then
@@ -216,44 +235,44 @@ func (e *Engine) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	e.ctx = ctx
-	go e.runEvents(ctx)
-	e.reconcileProbes(e.cfg)
-	e.reconcileMetrics(e.cfg)
-	// Sweep once now: the counts the reports show (connections, active
-	// per server, half-open) come from the latest sweep, and after a
-	// restart the adopted tables are full of connections.
+	go e.events.Run(ctx)
+	cfg := e.ed.Config()
+	e.syncProbes(cfg, nil)
+	e.syncPollers(cfg)
+	// Sweep once now: the counts reports show (connections, active per
+	// server, half-open) come from the latest sweep, and after a restart
+	// the adopted tables are full of connections.
 	e.sweepConns()
-	e.checkAlerts()
+	e.checkAlerts(cfg, nil)
 
 	tick := time.NewTicker(e.opts.TickInterval)
 	defer tick.Stop()
 	sweep := time.NewTicker(e.opts.SweepInterval)
 	defer sweep.Stop()
-	cycle := time.NewTimer(seconds(e.cfg.Manager.Interval))
+	cycle := time.NewTimer(seconds(cfg.Manager.Interval))
 	defer cycle.Stop()
 	for {
 		select {
-		case r := <-e.results:
+		case r := <-e.health.Results():
 			e.onProbe(r)
-		case r := <-e.metricResults:
+		case r := <-e.metrics.results:
 			e.onMetric(r)
 		case now := <-cycle.C:
-			if e.cfg.Manager.Started {
+			if e.ed.Config().Manager.Started {
 				e.managerCycle(now)
 			}
-			cycle.Reset(seconds(e.cfg.Manager.Interval))
+			cycle.Reset(seconds(e.ed.Config().Manager.Interval))
 		case <-ctx.Done():
-			for _, p := range e.probes {
-				p.cancel()
-			}
-			for _, p := range e.pollers {
-				p.cancel()
-			}
-			if e.dp != nil {
-				if err := e.dp.Close(); err != nil {
+			e.health.Stop()
+			e.metrics.loops.StopAll()
+			if e.exec.dp != nil {
+				if err := e.exec.dp.Close(); err != nil {
 					e.log.Error("releasing the executor", "err", err)
 				}
-				e.dp = nil
+				e.exec.dp = nil
+			}
+			if err := e.store.Close(); err != nil {
+				e.log.Error("closing the state", "err", err)
 			}
 			close(e.mgmt)
 			return
@@ -284,140 +303,14 @@ func (e *Engine) do(ctx context.Context, f func()) (err error) {
 	return nil
 }
 
-// sweepConns expires idle connections and records the active counts.
-func (e *Engine) sweepConns() {
-	if e.dp == nil {
-		return
+// call runs f on the management goroutine and returns its result.
+func call[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error) {
+	var out T
+	var err error
+	if derr := e.do(ctx, func() { out, err = f() }); derr != nil {
+		return out, derr
 	}
-	res, err := e.dp.Sweep()
-	if err != nil {
-		e.log.Warn("sweeping the connection table", "err", err)
-		return
-	}
-	e.sweep = res
-	if res.Expired > 0 {
-		e.log.Debug("swept connections", "expired", res.Expired, "left", res.Entries)
-	}
-	e.checkHalfOpen()
+	return out, err
 }
 
-// checkHalfOpen compares every port's half-open connections with its
-// maxhalfopen and raises halfOpenAlert when they go above it, and
-// halfOpenAlertDone when they are back at or below it (or the threshold
-// was removed).
-func (e *Engine) checkHalfOpen() {
-	for _, cl := range e.cfg.Clusters {
-		for _, p := range cl.Ports {
-			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
-			n := e.sweep.HalfOpen[e.ids.Services[sk.String()]]
-			prt := e.port(sk)
-			alert := p.MaxHalfOpen > 0 && n > uint64(p.MaxHalfOpen)
-			if alert == prt.halfOpenAlert {
-				continue
-			}
-			prt.halfOpenAlert = alert
-			ev := eventHalfOpenDone
-			if alert {
-				ev = eventHalfOpenAlert
-				e.log.Warn("half-open connections above maxhalfopen: a SYN flood?", "cluster", cl.Address, "port", p.Number,
-					"half_open", n, "max_half_open", p.MaxHalfOpen)
-			}
-			e.emit(ev, map[string]string{
-				"DLB_CLUSTER": cl.Address.String(), "DLB_PORT": itoa(int(p.Number)),
-				"DLB_HALFOPEN": strconv.FormatUint(n, 10), "DLB_MAXHALFOPEN": itoa(int(p.MaxHalfOpen)),
-			})
-		}
-	}
-}
-
-// refreshNeighbors re-reads how every server is reached and pushes a
-// changed MAC (or a newly resolved one) to the executor.
-func (e *Engine) refreshNeighbors() {
-	if e.dp == nil {
-		return
-	}
-	if !e.updateNeighbors(nextHops(e.cfg)) {
-		return
-	}
-	if err := e.dp.Apply(e.dataplane(e.cfg, e.ids)); err != nil {
-		e.log.Error("applying refreshed neighbours", "err", err)
-	}
-}
-
-// updateNeighbors refreshes the neighbour cache for addrs and reports
-// whether anything the executor uses changed.
-func (e *Engine) updateNeighbors(addrs []netip.Addr) bool {
-	if len(addrs) == 0 {
-		return false
-	}
-	got, errs := e.opts.Netif.Neighbors(addrs)
-	changed := false
-	for _, a := range addrs {
-		old, had := e.neigh[a]
-		nb, ok := got[a]
-		if !ok {
-			if err := errs[a]; err != nil {
-				if prev := e.neighErr[a]; prev == nil || prev.Error() != err.Error() {
-					e.log.Warn("next hop unreachable", "address", a, "err", err)
-				}
-				e.neighErr[a] = err
-			}
-			continue
-		}
-		delete(e.neighErr, a)
-		if nb.MAC == nil && had && old.MAC != nil && old.Ifindex == nb.Ifindex {
-			nb.MAC = old.MAC // keep the last known MAC while it re-resolves
-		}
-		if !had || old.Ifindex != nb.Ifindex || old.MAC.String() != nb.MAC.String() || old.IfMAC.String() != nb.IfMAC.String() {
-			if nb.MAC != nil && (!had || old.MAC.String() != nb.MAC.String()) {
-				e.log.Info("next hop resolved", "address", a, "mac", nb.MAC.String(), "ifindex", nb.Ifindex)
-			}
-			e.neigh[a] = nb
-			changed = true
-		}
-	}
-	return changed
-}
-
-// waitNeighbors resolves addrs, polling for at most ResolveWait until each
-// has a MAC or an error.
-func (e *Engine) waitNeighbors(addrs []netip.Addr) {
-	deadline := time.Now().Add(e.opts.ResolveWait)
-	for {
-		e.updateNeighbors(addrs)
-		var pending []netip.Addr
-		for _, a := range addrs {
-			if e.neigh[a].MAC == nil && e.neighErr[a] == nil {
-				pending = append(pending, a)
-			}
-		}
-		if len(pending) == 0 || time.Now().After(deadline) {
-			return
-		}
-		addrs = pending
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// nextHops lists the distinct addresses whose MACs the executor needs: each
-// server's next hop (the server, or its router) and the client gateways.
-func nextHops(cfg lb.Config) []netip.Addr {
-	seen := map[netip.Addr]bool{}
-	var out []netip.Addr
-	add := func(a netip.Addr) {
-		if a.IsValid() && !seen[a] {
-			seen[a] = true
-			out = append(out, a)
-		}
-	}
-	for _, cl := range cfg.Clusters {
-		for _, p := range cl.Ports {
-			for _, s := range p.Servers {
-				add(s.NextHop())
-			}
-		}
-	}
-	add(cfg.Executor.ClientGateway)
-	add(cfg.Executor.ClientGateway6)
-	return out
-}
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

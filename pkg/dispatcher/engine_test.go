@@ -1,8 +1,8 @@
 package dispatcher
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlbproject/dlb/advisors"
-	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -29,11 +28,11 @@ var (
 func base(h *harness) {
 	h.t.Helper()
 	start := op("executor", "start", "")
-	start.Interface = str("eth0")
+	start.Params = append(start.Params, config.P("interface", "eth0"))
 	nfa := op("executor", "set", "")
-	nfa.NFA = str("198.18.0.2")
+	nfa.Params = append(nfa.Params, config.P("nfa", "198.18.0.2"))
 	cl := op("cluster", "add", vip)
-	cl.Configure = yes()
+	cl.Params = append(cl.Params, config.P("configure", "yes"))
 	h.mustApply(start, nfa, cl,
 		op("port", "add", vip+"@80"), op("port", "add", vip+"@443"),
 		op("server", "add", "@80+443@198.18.0.21"), op("server", "add", "@80+443@198.18.0.22"))
@@ -50,7 +49,8 @@ func TestApplyBuildsDataplane(t *testing.T) {
 		t.Errorf("NFA %s", dp.NFA)
 	}
 	for _, s := range dp.Services {
-		if len(s.Table) != 251 || s.TableSum == 0 {
+		// A table of about 100 slots per server: 2 servers.
+		if len(s.Table) != int(lb.TableSizeFor(2)) || s.TableSum == 0 {
 			t.Errorf("service %d table %d slots sum %d", s.ID, len(s.Table), s.TableSum)
 		}
 		if s.StaleTimeout != lb.DefaultStaleTimeout || s.FinTimeout != lb.DefaultFinTimeout {
@@ -85,7 +85,7 @@ func TestWildcardsAndLists(t *testing.T) {
 	}
 	// server set on a wildcard server component changes every server.
 	w := op("server", "set", vip+"@80@")
-	w.Weight = num(3)
+	w.Params = append(w.Params, config.P("weight", "3"))
 	h.mustApply(w)
 	c = h.config()
 	for _, s := range c.Cluster(netip.MustParseAddr(vip)).Port(80).Servers {
@@ -104,7 +104,7 @@ func TestDownWeightZeroAndUnresolvedLeaveTheTable(t *testing.T) {
 	h := newHarness(t, t.TempDir())
 	base(h)
 	w0 := op("server", "set", vip+"@80@198.18.0.22")
-	w0.Weight = num(0)
+	w0.Params = append(w0.Params, config.P("weight", "0"))
 	h.mustApply(op("server", "down", vip+"@443@198.18.0.21"), w0)
 	h.nif.setMAC(s3, nil)
 	h.mustApply(op("server", "add", vip+"@80@198.18.0.23"))
@@ -132,17 +132,15 @@ func TestDownWeightZeroAndUnresolvedLeaveTheTable(t *testing.T) {
 			}
 		}
 	}
-	rep, err := h.e.ServerReports(context.Background(), vip+"@80@198.18.0.23")
-	if err != nil || len(rep) != 1 || rep[0].State != api.StateUnresolved {
-		t.Fatalf("report %+v %v", rep, err)
+	if st := h.serverState(vip + "@80@198.18.0.23"); st != lb.ServerUnresolved {
+		t.Fatalf("state %s, want unresolved", st)
 	}
 
 	// Once the neighbour resolves, the tick brings the server in.
 	h.nif.setMAC(s3, []byte{2, 0, 0, 0, 0, 0x23})
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		rep, _ = h.e.ServerReports(context.Background(), vip+"@80@198.18.0.23")
-		if rep[0].State == api.StateUp {
+		if h.serverState(vip+"@80@198.18.0.23") == lb.ServerUp {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -169,72 +167,70 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	base(h)
 	h.nif.offLink[netip.MustParseAddr("198.18.9.9")] = true
 
-	with := func(o api.Op, f func(*api.Op)) api.Op { f(&o); return o }
 	cases := []struct {
 		name  string
-		ops   []api.Op
+		ops   []config.Op
 		field string
 	}{
-		{"unknown cluster", []api.Op{op("port", "add", "198.18.0.199@80")}, "cluster"},
-		{"port 0", []api.Op{op("port", "add", vip+"@0")}, "port"},
-		{"port 65536", []api.Op{op("port", "add", vip+"@65536")}, "port"},
-		{"port not a number", []api.Op{op("port", "add", vip+"@www")}, "port"},
-		{"weight above bound", []api.Op{with(op("server", "set", vip+"@80@198.18.0.21"), func(o *api.Op) { o.Weight = num(21) })}, "weight"},
-		{"negative weight", []api.Op{with(op("server", "add", vip+"@80@198.18.0.23"), func(o *api.Op) { o.Weight = num(-1) })}, "weight"},
-		{"VIP equal to NFA", []api.Op{op("cluster", "add", "198.18.0.2")}, "cluster"},
-		{"NFA equal to a VIP", []api.Op{with(op("executor", "set", ""), func(o *api.Op) { o.NFA = str(vip) })}, "cluster"},
-		{"server equal to VIP", []api.Op{op("server", "add", vip+"@80@"+vip)}, "server"},
-		{"duplicate cluster", []api.Op{op("cluster", "add", vip)}, "cluster"},
-		{"duplicate port", []api.Op{op("port", "add", vip+"@80")}, "port"},
-		{"duplicate server", []api.Op{op("server", "add", vip+"@80@198.18.0.21")}, "server"},
-		{"malformed cluster", []api.Op{op("cluster", "add", "198.18.0.300")}, "cluster"},
-		{"malformed server", []api.Op{op("server", "add", vip+"@80@198.18.0")}, "server"},
-		{"malformed NFA", []api.Op{with(op("executor", "set", ""), func(o *api.Op) { o.NFA = str("nfa") })}, "nfa"},
-		{"unknown port", []api.Op{op("server", "add", vip+"@81@198.18.0.23")}, "port"},
-		{"unknown server", []api.Op{op("server", "down", vip+"@80@198.18.0.29")}, "server"},
-		{"bad protocol", []api.Op{with(op("port", "add", vip+"@81"), func(o *api.Op) { o.Protocol = str("sctp") })}, "protocol"},
-		{"cbr method", []api.Op{with(op("port", "add", vip+"@81"), func(o *api.Op) { o.Method = str("cbr") })}, "method"},
-		{"nat server without return address", []api.Op{with(op("port", "add", vip+"@81"), func(o *api.Op) { o.Method = str("nat") }),
+		{"unknown cluster", []config.Op{op("port", "add", "198.18.0.199@80")}, "cluster"},
+		{"port 0", []config.Op{op("port", "add", vip+"@0")}, "port"},
+		{"port 65536", []config.Op{op("port", "add", vip+"@65536")}, "port"},
+		{"port not a number", []config.Op{op("port", "add", vip+"@www")}, "port"},
+		{"weight above bound", []config.Op{withP(op("server", "set", vip+"@80@198.18.0.21"), config.P("weight", "21"))}, "weight"},
+		{"negative weight", []config.Op{withP(op("server", "add", vip+"@80@198.18.0.23"), config.P("weight", "-1"))}, "weight"},
+		{"VIP equal to NFA", []config.Op{op("cluster", "add", "198.18.0.2")}, "cluster"},
+		{"NFA equal to a VIP", []config.Op{withP(op("executor", "set", ""), config.P("nfa", vip))}, "cluster"},
+		{"server equal to VIP", []config.Op{op("server", "add", vip+"@80@"+vip)}, "server"},
+		{"duplicate cluster", []config.Op{op("cluster", "add", vip)}, "cluster"},
+		{"duplicate port", []config.Op{op("port", "add", vip+"@80")}, "port"},
+		{"duplicate server", []config.Op{op("server", "add", vip+"@80@198.18.0.21")}, "server"},
+		{"malformed cluster", []config.Op{op("cluster", "add", "198.18.0.300")}, "cluster"},
+		{"malformed server", []config.Op{op("server", "add", vip+"@80@198.18.0")}, "server"},
+		{"malformed NFA", []config.Op{withP(op("executor", "set", ""), config.P("nfa", "nfa"))}, "nfa"},
+		{"unknown port", []config.Op{op("server", "add", vip+"@81@198.18.0.23")}, "port"},
+		{"unknown server", []config.Op{op("server", "down", vip+"@80@198.18.0.29")}, "server"},
+		{"bad protocol", []config.Op{withP(op("port", "add", vip+"@81"), config.P("protocol", "sctp"))}, "protocol"},
+		{"cbr method", []config.Op{withP(op("port", "add", vip+"@81"), config.P("method", "cbr"))}, "method"},
+		{"nat server without return address", []config.Op{withP(op("port", "add", vip+"@81"), config.P("method", "nat")),
 			op("server", "add", vip+"@81@198.18.0.23")}, "returnaddress"},
-		{"nat router off link", []api.Op{with(op("port", "add", vip+"@81"), func(o *api.Op) { o.Method = str("nat") }),
-			with(op("server", "add", vip+"@81@198.18.1.11"), func(o *api.Op) { o.ReturnAddress, o.Router = str("198.18.0.3"), str("198.18.9.9") })}, "router"},
-		{"nat server off link without router", []api.Op{with(op("port", "add", vip+"@81"), func(o *api.Op) { o.Method = str("nat") }),
-			with(op("server", "add", vip+"@81@198.18.9.9"), func(o *api.Op) { o.ReturnAddress = str("198.18.0.3") })}, "server"},
-		{"malformed return address", []api.Op{with(op("server", "set", vip+"@80@198.18.0.21"), func(o *api.Op) { o.ReturnAddress = str("198.18.0") })}, "returnaddress"},
-		{"return address on a mac port", []api.Op{with(op("server", "set", vip+"@80@198.18.0.21"), func(o *api.Op) { o.ReturnAddress = str("198.18.0.3") })}, "returnaddress"},
-		{"mapport 70000", []api.Op{with(op("server", "set", vip+"@80@198.18.0.21"), func(o *api.Op) { o.MapPort = num(70000) })}, "mapport"},
-		{"stickymask 33", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.StickyMask = num(33) })}, "stickymask"},
-		{"crossport to a missing port", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.StickyTime, o.CrossPort = num(60), num(8443) })}, "crossport"},
-		{"crossport without stickytime", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.CrossPort = num(443) })}, "crossport"},
-		{"bad selection algorithm", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.SelectionAlgorithm = str("random") })}, "selectionalgorithm"},
-		{"negative maxhalfopen", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.MaxHalfOpen = num(-1) })}, "maxhalfopen"},
-		{"malformed client gateway", []api.Op{with(op("executor", "set", ""), func(o *api.Op) { o.ClientGateway = str("gw") })}, "clientgateway"},
-		{"client gateway off link", []api.Op{with(op("executor", "set", ""), func(o *api.Op) { o.ClientGateway = str("198.18.9.9") })}, "clientgateway"},
-		{"IPv6 server on an IPv4 cluster", []api.Op{op("server", "add", vip+"@80@2001:2::21")}, "server"},
-		{"IPv4 server on an IPv6 cluster", []api.Op{op("cluster", "add", "2001:2::100"), op("port", "add", "2001:2::100@80"),
+		{"nat router off link", []config.Op{withP(op("port", "add", vip+"@81"), config.P("method", "nat")),
+			withP(op("server", "add", vip+"@81@198.18.1.11"), config.P("returnaddress", "198.18.0.3"), config.P("router", "198.18.9.9"))}, "router"},
+		{"nat server off link without router", []config.Op{withP(op("port", "add", vip+"@81"), config.P("method", "nat")),
+			withP(op("server", "add", vip+"@81@198.18.9.9"), config.P("returnaddress", "198.18.0.3"))}, "server"},
+		{"malformed return address", []config.Op{withP(op("server", "set", vip+"@80@198.18.0.21"), config.P("returnaddress", "198.18.0"))}, "returnaddress"},
+		{"return address on a mac port", []config.Op{withP(op("server", "set", vip+"@80@198.18.0.21"), config.P("returnaddress", "198.18.0.3"))}, "returnaddress"},
+		{"mapport 70000", []config.Op{withP(op("server", "set", vip+"@80@198.18.0.21"), config.P("mapport", "70000"))}, "mapport"},
+		{"stickymask 33", []config.Op{withP(op("port", "set", vip+"@80"), config.P("stickymask", "33"))}, "stickymask"},
+		{"crossport to a missing port", []config.Op{withP(op("port", "set", vip+"@80"), config.P("stickytime", "60"), config.P("crossport", "8443"))}, "crossport"},
+		{"crossport without stickytime", []config.Op{withP(op("port", "set", vip+"@80"), config.P("crossport", "443"))}, "crossport"},
+		{"bad selection algorithm", []config.Op{withP(op("port", "set", vip+"@80"), config.P("selectionalgorithm", "random"))}, "selectionalgorithm"},
+		{"negative maxhalfopen", []config.Op{withP(op("port", "set", vip+"@80"), config.P("maxhalfopen", "-1"))}, "maxhalfopen"},
+		{"malformed client gateway", []config.Op{withP(op("executor", "set", ""), config.P("clientgateway", "gw"))}, "clientgateway"},
+		{"client gateway off link", []config.Op{withP(op("executor", "set", ""), config.P("clientgateway", "198.18.9.9"))}, "clientgateway"},
+		{"IPv6 server on an IPv4 cluster", []config.Op{op("server", "add", vip+"@80@2001:2::21")}, "server"},
+		{"IPv4 server on an IPv6 cluster", []config.Op{op("cluster", "add", "2001:2::100"), op("port", "add", "2001:2::100@80"),
 			op("server", "add", "2001:2::100@80@198.18.0.23")}, "server"},
-		{"weightbound 0", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.WeightBound = num(0) })}, "weightbound"},
-		{"weightbound below weights", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.WeightBound = num(5) })}, "weight"},
-		{"staletimeout 0", []api.Op{with(op("port", "set", vip+"@80"), func(o *api.Op) { o.StaleTimeout = num(0) })}, "staletimeout"},
-		{"fintimeout negative", []api.Op{with(op("executor", "set", ""), func(o *api.Op) { o.FinTimeout = num(-5) })}, "fintimeout"},
-		{"link-local IPv6 cluster", []api.Op{op("cluster", "add", "fe80::1")}, "cluster"},
-		{"wildcard matches nothing", []api.Op{op("server", "add", "@8080@198.18.0.23")}, "port"},
-		{"unknown interface", []api.Op{op("executor", "stop", ""), with(op("executor", "start", ""), func(o *api.Op) { o.Interface = str("nope0") })}, "interface"},
-		{"server off link", []api.Op{op("server", "add", vip+"@80@198.18.9.9")}, "server"},
-		{"flag that does not belong", []api.Op{with(op("cluster", "add", vip2), func(o *api.Op) { o.Weight = num(1) })}, "weight"},
-		{"unknown object", []api.Op{op("rule", "add", vip)}, "object"},
-		{"unknown action", []api.Op{op("cluster", "down", vip)}, "action"},
-		{"second op bad: first not applied", []api.Op{op("cluster", "add", vip2), op("port", "add", vip2+"@0")}, "port"},
+		{"weightbound 0", []config.Op{withP(op("port", "set", vip+"@80"), config.P("weightbound", "0"))}, "weightbound"},
+		{"weightbound below weights", []config.Op{withP(op("port", "set", vip+"@80"), config.P("weightbound", "5"))}, "weight"},
+		{"staletimeout 0", []config.Op{withP(op("port", "set", vip+"@80"), config.P("staletimeout", "0"))}, "staletimeout"},
+		{"fintimeout negative", []config.Op{withP(op("executor", "set", ""), config.P("fintimeout", "-5"))}, "fintimeout"},
+		{"link-local IPv6 cluster", []config.Op{op("cluster", "add", "fe80::1")}, "cluster"},
+		{"wildcard matches nothing", []config.Op{op("server", "add", "@8080@198.18.0.23")}, "port"},
+		{"unknown interface", []config.Op{op("executor", "stop", ""), withP(op("executor", "start", ""), config.P("interface", "nope0"))}, "interface"},
+		{"server off link", []config.Op{op("server", "add", vip+"@80@198.18.9.9")}, "server"},
+		{"flag that does not belong", []config.Op{withP(op("cluster", "add", vip2), config.P("weight", "1"))}, "weight"},
+		{"unknown object", []config.Op{op("rule", "add", vip)}, "object"},
+		{"unknown action", []config.Op{op("cluster", "down", vip)}, "action"},
+		{"second op bad: first not applied", []config.Op{op("cluster", "add", vip2), op("port", "add", vip2+"@0")}, "port"},
 		{"empty batch", nil, "ops"},
 	}
 	if len(cases) < 20 {
 		t.Fatal("too few cases")
 	}
-	stateFile := filepath.Join(h.dir, StateFile)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			beforeCfg := h.config()
-			beforeFile, _ := os.ReadFile(stateFile)
+			beforeFile := stateFiles(t, h.dir)
 			beforeDP := h.dp.state()
 			beforeApplies := h.dp.applies
 			beforeAddrs := len(h.nif.addresses)
@@ -243,15 +239,15 @@ func TestRefusalsChangeNothing(t *testing.T) {
 			if lb.FieldOf(err) != c.field {
 				t.Fatalf("error %v, want a refusal naming %q", err, c.field)
 			}
-			var oe *OpError
+			var oe *config.OpError
 			if !errors.As(err, &oe) {
 				t.Fatalf("error %T is not an *OpError", err)
 			}
 			if !reflect.DeepEqual(h.config(), beforeCfg) {
 				t.Error("configuration changed")
 			}
-			if after, _ := os.ReadFile(stateFile); string(after) != string(beforeFile) {
-				t.Error("state file changed")
+			if after := stateFiles(t, h.dir); after != beforeFile {
+				t.Error("state files changed")
 			}
 			if !reflect.DeepEqual(h.dp.state(), beforeDP) && h.dp.applies != beforeApplies {
 				// Only an apply that was rolled back to the same state is
@@ -289,7 +285,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	h.mustApply(op("server", "down", vip+"@80@198.18.0.22"))
 	before := h.config()
 	beforeDP := h.dp.state()
-	h.dp.applied = nil
+	h.dp.loaded = false
 	h.restart()
 	if !reflect.DeepEqual(h.config(), before) {
 		t.Fatalf("config after restart:\n%+v\nwant\n%+v", h.config(), before)
@@ -321,9 +317,8 @@ func TestExecutorStopRemovesAndStartRestores(t *testing.T) {
 	if len(h.nif.addresses) != 0 {
 		t.Errorf("cluster addresses left: %v", h.nif.addresses)
 	}
-	r, err := h.e.ExecutorReport(context.Background())
-	if err != nil || r.Started || r.Attached {
-		t.Fatalf("report %+v %v", r, err)
+	if st := h.status(Query{}); st.Config.Executor.Started || st.Executor.Attached || st.Executor.Loaded {
+		t.Fatalf("executor %+v, started %v", st.Executor, st.Config.Executor.Started)
 	}
 	// Configuration changes are accepted while stopped, and applied on start.
 	h.mustApply(op("server", "add", vip+"@80@198.18.0.23"))
@@ -337,70 +332,6 @@ func TestExecutorStopRemovesAndStartRestores(t *testing.T) {
 	}
 }
 
-func TestIDsAreStableAndNotReusedAtOnce(t *testing.T) {
-	x := newIDs()
-	cfg := lb.NewConfig()
-	p := lb.NewPort(80)
-	p.Servers = []lb.Server{{Address: s1}, {Address: s2}}
-	cfg.Clusters = []lb.Cluster{{Address: netip.MustParseAddr(vip), Ports: []lb.Port{p}}}
-	if err := x.assign(cfg, 16, 8); err != nil {
-		t.Fatal(err)
-	}
-	first := x.Backends[vip+"@80@198.18.0.21"]
-	cfg.Clusters[0].Ports[0].Servers = cfg.Clusters[0].Ports[0].Servers[1:]
-	if err := x.assign(cfg, 16, 8); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Clusters[0].Ports[0].Servers = append(cfg.Clusters[0].Ports[0].Servers, lb.Server{Address: s3})
-	if err := x.assign(cfg, 16, 8); err != nil {
-		t.Fatal(err)
-	}
-	if x.Backends[vip+"@80@198.18.0.23"] == first {
-		t.Error("a freed id was handed out again at once")
-	}
-	// The table is bounded.
-	for i := 0; i < 10; i++ {
-		cfg.Clusters[0].Ports[0].Servers = append(cfg.Clusters[0].Ports[0].Servers, lb.Server{Address: netip.AddrFrom4([4]byte{198, 18, 1, byte(i)})})
-	}
-	if err := x.assign(cfg, 16, 8); lb.FieldOf(err) != "server" {
-		t.Errorf("overflow error %v", err)
-	}
-}
-
-func TestHealthLoadMedian(t *testing.T) {
-	up := func(ms int) advisors.Result {
-		return advisors.Result{Up: true, Load: time.Duration(ms) * time.Millisecond}
-	}
-	down := advisors.Result{Up: false}
-	tests := []struct {
-		name    string
-		results []advisors.Result
-		want    float64
-		ok      bool
-	}{
-		{"none", nil, 0, false},
-		{"one", []advisors.Result{up(7)}, 7, true},
-		{"two takes the lower", []advisors.Result{up(7), up(3)}, 3, true},
-		{"one outlier ignored", []advisors.Result{up(1), up(40), up(1)}, 1, true},
-		{"two slow in a row count", []advisors.Result{up(1), up(200), up(210)}, 200, true},
-		{"window slides", []advisors.Result{up(200), up(200), up(200), up(1), up(1)}, 1, true},
-		{"down forgets", []advisors.Result{up(200), up(200), down}, 0, false},
-		{"after down starts afresh", []advisors.Result{up(200), up(200), down, up(2)}, 2, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var h health
-			for _, r := range tt.results {
-				h.record(r)
-			}
-			got, ok := h.load()
-			if got != tt.want || ok != tt.ok {
-				t.Errorf("load() = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
-			}
-		})
-	}
-}
-
 // TestRestartReportsAdoptedConnections: right after a restart, before the
 // first periodic sweep (an hour away here), the executor report counts the
 // connections of the adopted tables.
@@ -411,11 +342,25 @@ func TestRestartReportsAdoptedConnections(t *testing.T) {
 	h.dp.swept = lb.SweepResult{Entries: 4242, Active: map[uint32]uint64{}}
 	h.dp.mu.Unlock()
 	h.restart()
-	r, err := h.e.ExecutorReport(context.Background())
+	if n := h.status(Query{}).Executor.Connections; n != 4242 {
+		t.Errorf("executor status right after restart: %d connections, want 4242", n)
+	}
+}
+
+// stateFiles returns the contents of every file in the state directory.
+func stateFiles(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Connections != 4242 {
-		t.Errorf("executor report right after restart: %d connections, want 4242", r.Connections)
+	var b strings.Builder
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:\n%s\n", e.Name(), data)
 	}
+	return b.String()
 }

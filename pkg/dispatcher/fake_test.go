@@ -8,27 +8,32 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-// fakeDatapath records what the engine asks of the executor.
+// fakeDatapath records what the engine asks of the executor: it holds
+// the state the updates make, as the real maps would.
 type fakeDatapath struct {
 	mu       sync.Mutex
 	attached bool
 	ifindex  int
-	applied  *lb.Dataplane
-	applies  int
-	failNext error // returned by the next Apply
+	globals  lb.DataplaneGlobals
+	services map[uint32]lb.DataplaneService
+	backends map[uint32]lb.DataplaneBackend
+	loaded   bool  // the state was applied at least once
+	applies  int   // Apply and Update calls that changed something
+	failNext error // returned by the next Apply or Update
 	removed  bool
 	closed   bool
-	maglev   uint32         // table size; 251 when 0
 	dropped  []uint32       // backends DropAffinity was called for
 	swept    lb.SweepResult // what Sweep returns
+	updated  []lb.DataplaneUpdate
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
@@ -57,15 +62,75 @@ func (f *fakeDatapath) Apply(dp lb.Dataplane) error {
 		f.failNext = nil
 		return err
 	}
-	f.applied = &dp
+	f.globals = dp.Globals()
+	f.services, f.backends = map[uint32]lb.DataplaneService{}, map[uint32]lb.DataplaneBackend{}
+	for _, s := range dp.Services {
+		f.services[s.ID] = s
+	}
+	for _, b := range dp.Backends {
+		f.backends[b.ID] = b
+	}
+	f.loaded = true
 	f.applies++
 	return nil
 }
 
+func (f *fakeDatapath) Update(u lb.DataplaneUpdate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		return err
+	}
+	if !f.loaded {
+		return errors.New("update before the whole state was applied")
+	}
+	f.updated = append(f.updated, u)
+	if u.Empty() {
+		return nil
+	}
+	if u.Globals != nil {
+		f.globals = *u.Globals
+	}
+	for _, s := range u.Services {
+		f.services[s.ID] = s
+	}
+	for _, b := range u.Backends {
+		if _, ok := f.services[b.Service]; !ok {
+			return fmt.Errorf("backend %d names service %d, which the executor does not have", b.ID, b.Service)
+		}
+		f.backends[b.ID] = b
+	}
+	for _, id := range u.RemoveServices {
+		delete(f.services, id)
+	}
+	for _, id := range u.RemoveBackends {
+		delete(f.backends, id)
+	}
+	f.applies++
+	return nil
+}
+
+// state returns what the executor's maps hold, nil before the first
+// Apply.
 func (f *fakeDatapath) state() *lb.Dataplane {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.applied
+	if !f.loaded {
+		return nil
+	}
+	g := f.globals
+	dp := &lb.Dataplane{NFA: g.NFA, NFA6: g.NFA6, ClientGateway: g.ClientGateway, ClientGateway6: g.ClientGateway6,
+		ReturnPools: g.ReturnPools}
+	for _, s := range f.services {
+		dp.Services = append(dp.Services, s)
+	}
+	for _, b := range f.backends {
+		dp.Backends = append(dp.Backends, b)
+	}
+	slices.SortFunc(dp.Services, func(a, b lb.DataplaneService) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(dp.Backends, func(a, b lb.DataplaneBackend) int { return int(a.ID) - int(b.ID) })
+	return dp
 }
 
 func (f *fakeDatapath) Stats() (lb.DataplaneStats, error) {
@@ -76,27 +141,24 @@ func (f *fakeDatapath) Sweep() (lb.SweepResult, error) {
 	defer f.mu.Unlock()
 	return f.swept, nil
 }
-func (f *fakeDatapath) MaglevSize() uint32 {
-	if f.maglev == 0 {
-		return 251
-	}
-	return f.maglev
+func (f *fakeDatapath) Info() lb.DataplaneInfo {
+	return lb.DataplaneInfo{PinDir: "/fake", ConnTable: 1024, NATTable: 2048, HalfOpenTable: 512, AffinityTable: 4096,
+		MaxServices: 4096, MaxBackends: 16384, MaxTableSize: lb.MaxTableSize}
 }
-func (f *fakeDatapath) ConnTableCapacity() uint32 { return 1024 }
-func (f *fakeDatapath) NATTableCapacity() uint32  { return 2048 }
-func (f *fakeDatapath) HalfOpenTableCapacity() uint32 {
-	return 512
-}
-func (f *fakeDatapath) AffinityTableCapacity() uint32 { return 4096 }
+func (f *fakeDatapath) Memory() []lb.TableMemory { return nil }
 func (f *fakeDatapath) DropAffinity(backend uint32) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dropped = append(f.dropped, backend)
 	return 1, nil
 }
-func (f *fakeDatapath) PinDir() string { return "/fake" }
-func (f *fakeDatapath) Close() error   { f.closed = true; return nil }
-func (f *fakeDatapath) Remove() error  { f.removed = true; f.attached = false; return nil }
+func (f *fakeDatapath) Close() error { f.closed = true; return nil }
+func (f *fakeDatapath) Remove() error {
+	f.removed = true
+	f.attached = false
+	f.loaded = false
+	return nil
+}
 
 // fakeNetif resolves servers from a table and records addresses.
 type fakeNetif struct {
@@ -214,32 +276,49 @@ func (h *harness) restart() {
 	h.start()
 }
 
-func (h *harness) apply(ops ...api.Op) error {
+func (h *harness) apply(ops ...config.Op) error {
 	h.t.Helper()
 	_, err := h.e.Apply(context.Background(), ops)
 	return err
 }
 
-func (h *harness) mustApply(ops ...api.Op) {
+func (h *harness) mustApply(ops ...config.Op) {
 	h.t.Helper()
 	if err := h.apply(ops...); err != nil {
 		h.t.Fatalf("Apply: %v", err)
 	}
 }
 
+// status takes a snapshot.
+func (h *harness) status(q Query) *Status {
+	h.t.Helper()
+	st, err := h.e.Status(context.Background(), q)
+	if err != nil {
+		h.t.Fatalf("Status(%+v): %v", q, err)
+	}
+	return st
+}
+
 func (h *harness) config() lb.Config {
 	h.t.Helper()
 	var c lb.Config
-	if err := h.e.do(context.Background(), func() { c = h.e.cfg.Clone() }); err != nil {
+	if err := h.e.do(context.Background(), func() { c = h.e.ed.Config().Clone() }); err != nil {
 		h.t.Fatal(err)
 	}
 	return c
 }
 
-func str(s string) *string { return &s }
-func num(n int64) *int64   { return &n }
-func yes() *bool           { b := true; return &b }
+// op builds an operation; params are keyword, value pairs.
+func op(object, action, target string, params ...string) config.Op {
+	o := config.Op{Object: config.Object(object), Action: config.Action(action), Target: target}
+	for i := 0; i+1 < len(params); i += 2 {
+		o.Params = append(o.Params, config.P(params[i], params[i+1]))
+	}
+	return o
+}
 
-func op(object, action, target string) api.Op {
-	return api.Op{Object: object, Action: action, Target: target}
+// withP adds parameters to an operation.
+func withP(o config.Op, ps ...config.Param) config.Op {
+	o.Params = append(o.Params, ps...)
+	return o
 }

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
-	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -73,13 +74,47 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (h *harness) serverState(target string) string {
+func (h *harness) serverState(target string) lb.ServerState {
 	h.t.Helper()
-	r, err := h.e.ServerReports(context.Background(), target)
-	if err != nil || len(r) != 1 {
-		h.t.Fatalf("server report %s: %v %v", target, r, err)
+	st := h.status(Query{Depth: lb.ServerDepth, Target: target})
+	if len(st.Servers) != 1 {
+		h.t.Fatalf("status of %s: %d servers", target, len(st.Servers))
 	}
-	return r[0].State
+	for _, s := range st.Servers {
+		return s.State
+	}
+	return 0
+}
+
+// advisorStates returns the advisors' verdicts on the servers of a port,
+// by address.
+func (h *harness) advisorStates(port uint16) map[netip.Addr]AdvisorStatus {
+	out := map[netip.Addr]AdvisorStatus{}
+	for k, a := range h.status(Query{}).Advisors {
+		if k.Port == port {
+			out[k.Addr] = a
+		}
+	}
+	return out
+}
+
+// managerServers returns the manager's view of a port's servers, in
+// address order.
+func (h *harness) managerServers(port uint16) []ServerStatus {
+	st := h.status(Query{Depth: lb.PortDepth + 1})
+	var out []ServerStatus
+	cfg := st.Config
+	for _, cl := range cfg.Clusters {
+		for _, p := range cl.Ports {
+			if p.Number != port {
+				continue
+			}
+			for _, s := range p.Servers {
+				out = append(out, st.Servers[lb.BackendKey{Service: lb.ServiceKey{Cluster: cl.Address, Port: port}, Server: s.Address}])
+			}
+		}
+	}
+	return out
 }
 
 func (h *harness) accepts(addr netip.Addr, port uint16) bool {
@@ -108,22 +143,22 @@ func TestAdvisorFailoverAndRecovery(t *testing.T) {
 		}
 	}
 	start := op("advisor", "start", "@80")
-	start.Advisor = str("connect")
-	start.Interval, start.Rise, start.Fall = ptrF(0.1), num(2), num(2)
+	start.Params = append(start.Params, config.P("advisor", "connect"))
+	start.Params = append(start.Params, config.P("interval", "0.1"), config.P("rise", "2"), config.P("fall", "2"))
 	h.mustApply(start)
 	s2 := vip + "@80@198.18.0.22"
 	eventually(t, "first probes", func() bool {
-		r, _ := h.e.AdvisorReports(context.Background())
-		return len(r) == 1 && len(r[0].Servers) == 2 && r[0].Servers[1].State == api.AdvisorUp
+		a := h.advisorStates(80)
+		return len(a) == 2 && a[s2Addr].State == lb.AdvisorUp
 	})
 
 	fp.set(s2Addr, true, 0)
-	eventually(t, "s2 failed", func() bool { return h.serverState(s2) == api.StateFailed })
+	eventually(t, "s2 failed", func() bool { return h.serverState(s2) == lb.ServerFailed })
 	if h.accepts(s2Addr, 80) || !h.accepts(s2Addr, 443) {
 		t.Error("a failed server must stop taking new connections on port 80 only")
 	}
 	fp.set(s2Addr, false, 0)
-	eventually(t, "s2 back", func() bool { return h.serverState(s2) == api.StateUp })
+	eventually(t, "s2 back", func() bool { return h.serverState(s2) == lb.ServerUp })
 	if !h.accepts(s2Addr, 80) {
 		t.Error("recovered server takes no new connections")
 	}
@@ -133,17 +168,16 @@ func TestAdvisorFailoverAndRecovery(t *testing.T) {
 			strings.Contains(string(b), "serverUp 198.18.0.22 80")
 	})
 
-	r, _ := h.e.AdvisorReports(context.Background())
-	srv := r[0].Servers[1]
+	srv := h.advisorStates(80)[s2Addr]
 	if srv.Failures < 2 || srv.Probes < 4 || srv.LastError != "" {
-		t.Errorf("advisor report %+v", srv)
+		t.Errorf("advisor status %+v", srv)
 	}
 	// Stopping the advisor forgets its verdicts.
 	stop := op("advisor", "stop", "@80")
-	stop.Advisor = str("connect")
+	stop.Params = append(stop.Params, config.P("advisor", "connect"))
 	h.mustApply(stop)
-	if r, _ := h.e.AdvisorReports(context.Background()); len(r) != 0 {
-		t.Errorf("advisor report after stop: %+v", r)
+	if a := h.advisorStates(80); len(a) != 0 {
+		t.Errorf("advisor status after stop: %+v", a)
 	}
 }
 
@@ -157,31 +191,22 @@ func TestManagerWeightsFollowAdvisorLoad(t *testing.T) {
 	fp.set(s1, false, 10*time.Millisecond)
 	fp.set(s2, false, 300*time.Millisecond)
 	start := op("advisor", "start", vip+"@80")
-	start.Advisor = str("connect")
-	start.Interval = ptrF(0.1)
+	start.Params = append(start.Params, config.P("advisor", "connect"))
+	start.Params = append(start.Params, config.P("interval", "0.1"))
 	set := op("manager", "set", "")
-	set.Interval = ptrF(0.1)
+	set.Params = append(set.Params, config.P("interval", "0.1"))
 	prop := op("cluster", "set", vip)
-	prop.Proportions = []int64{0, 0, 100, 0}
+	prop.Params = append(prop.Params, config.P("proportions", "0", "0", "100", "0"))
 	h.mustApply(start, set, prop, op("manager", "start", ""))
 
 	eventually(t, "the slow server's weight falls below the fast one's", func() bool {
-		r, _ := h.e.ManagerReport(context.Background())
-		for _, p := range r.Ports {
-			if p.Port == 80 && len(p.Servers) == 2 {
-				return p.Servers[1].Weight < p.Servers[0].Weight/2
-			}
-		}
-		return false
+		s := h.managerServers(80)
+		return len(s) == 2 && s[1].Weight < s[0].Weight/2
 	})
-	r, _ := h.e.ManagerReport(context.Background())
-	p80, p443 := r.Ports[0], r.Ports[1]
-	if p80.Port != 80 || p443.Port != 443 {
-		t.Fatalf("ports in the report: %d, %d", p80.Port, p443.Port)
-	}
-	t.Logf("manager report, port 80: %+v", p80)
-	if r.Cycles < 1 || !r.Started {
-		t.Errorf("manager report %+v", r)
+	p80, p443 := h.managerServers(80), h.managerServers(443)
+	t.Logf("manager, port 80: %+v", p80)
+	if st := h.status(Query{}); st.ManagerCycles < 1 || !st.Config.Manager.Started {
+		t.Errorf("manager: %d cycles, started %v", st.ManagerCycles, st.Config.Manager.Started)
 	}
 	// The executor's table follows the weights.
 	dp := h.dp.state()
@@ -201,19 +226,18 @@ func TestManagerWeightsFollowAdvisorLoad(t *testing.T) {
 		t.Errorf("table shares %v do not follow the weights", count)
 	}
 	// Port 443 has no advisor: its PORT column says so.
-	for _, srv := range p443.Servers {
+	for _, srv := range p443 {
 		if srv.PortLoad != 0 {
-			t.Errorf("port 443 server %s has advisor load %d", srv.Address, srv.PortLoad)
+			t.Errorf("port 443 server %d has advisor load %d", srv.ID, srv.PortLoad)
 		}
 	}
 	// A fixed weight is never changed.
 	fix := op("server", "set", vip+"@80@198.18.0.22")
-	fix.FixedWeight = yes()
-	fix.Weight = num(20)
+	fix.Params = append(fix.Params, config.P("fixedweight", "yes"))
+	fix.Params = append(fix.Params, config.P("weight", "20"))
 	h.mustApply(fix)
 	time.Sleep(500 * time.Millisecond)
-	r, _ = h.e.ManagerReport(context.Background())
-	if w := r.Ports[0].Servers[1].Weight; w != 20 {
+	if w := h.managerServers(80)[1].Weight; w != 20 {
 		t.Errorf("fixed server weight %d, want 20", w)
 	}
 }
@@ -223,7 +247,7 @@ func TestQuiesce(t *testing.T) {
 	base(h)
 	h.mustApply(op("manager", "quiesce", "198.18.0.21"))
 	for _, target := range []string{vip + "@80@198.18.0.21", vip + "@443@198.18.0.21"} {
-		if st := h.serverState(target); st != api.StateQuiesced {
+		if st := h.serverState(target); st != lb.ServerQuiesced {
 			t.Errorf("%s state %s", target, st)
 		}
 	}
@@ -247,8 +271,8 @@ func TestAllDownPolicies(t *testing.T) {
 		os.WriteFile(filepath.Join(scripts, ev), []byte("#!/bin/sh\necho \"$DLB_EVENT $DLB_CLUSTER $DLB_PORT $DLB_POLICY\" >> "+log+"\n"), 0o755)
 	}
 	start := op("advisor", "start", "@80")
-	start.Advisor = str("connect")
-	start.Interval, start.Fall = ptrF(0.1), num(1)
+	start.Params = append(start.Params, config.P("advisor", "connect"))
+	start.Params = append(start.Params, config.P("interval", "0.1"), config.P("fall", "1"))
 	h.mustApply(start)
 	fp.set(s1, true, 0)
 	fp.set(s2, true, 0)
@@ -266,7 +290,7 @@ func TestAllDownPolicies(t *testing.T) {
 		return strings.Contains(string(b), "managerAlert 198.18.0.100 80 refuse")
 	})
 	policy := op("port", "set", vip+"@80")
-	policy.AllDown = str("spread")
+	policy.Params = append(policy.Params, config.P("alldown", "spread"))
 	h.mustApply(policy)
 	if table80() == nil || !h.accepts(s1, 80) || !h.accepts(s2, 80) {
 		t.Error("spread policy does not spread over the failed servers")
@@ -289,7 +313,7 @@ func TestSlowScriptNeverBlocks(t *testing.T) {
 	begin := time.Now()
 	for i := 0; i < 20; i++ {
 		w := op("server", "set", vip+"@80@198.18.0.21")
-		w.Weight = num(int64(1 + i%20))
+		w.Params = append(w.Params, config.P("weight", fmt.Sprint(int64(1+i%20))))
 		h.mustApply(w)
 	}
 	if d := time.Since(begin); d > 2*time.Second {
@@ -305,7 +329,7 @@ func TestAdvisorAndMetricOps(t *testing.T) {
 	h, _, _ := newManagedHarness(t)
 	base(h)
 	start := op("advisor", "start", "80")
-	start.Advisor = str("http")
+	start.Params = append(start.Params, config.P("advisor", "http"))
 	if err := h.apply(start); lb.FieldOf(err) != "port" {
 		t.Errorf("advisor start with a bare port target (dlbctl adds the @): %v", err)
 	}
@@ -319,19 +343,19 @@ func TestAdvisorAndMetricOps(t *testing.T) {
 		t.Errorf("second start: %v", err)
 	}
 	bad := start
-	bad.Advisor = str("gopher")
+	bad.Params = append(bad.Params, config.P("advisor", "gopher"))
 	bad.Target = "@443"
 	if err := h.apply(bad); lb.FieldOf(err) != "advisor" {
 		t.Errorf("unknown advisor: %v", err)
 	}
 	set := op("advisor", "set", "@80")
-	set.Advisor = str("http")
-	set.Fall = num(0)
+	set.Params = append(set.Params, config.P("advisor", "http"))
+	set.Params = append(set.Params, config.P("fall", "0"))
 	if err := h.apply(set); lb.FieldOf(err) != "fall" {
 		t.Errorf("fall 0: %v", err)
 	}
 	m := op("metric", "add", vip)
-	m.Metrics = []string{"cpuload", "memload"}
+	m.Params = append(m.Params, config.P("metrics", "cpuload", "memload"))
 	h.mustApply(m)
 	c = h.config()
 	if cl := c.Cluster(netip.MustParseAddr(vip)); cl.Proportions != (lb.Proportions{Active: 49, New: 49, Port: 1, System: 1}) || len(cl.Metrics) != 2 {
@@ -341,12 +365,12 @@ func TestAdvisorAndMetricOps(t *testing.T) {
 		t.Errorf("metric added twice: %v", err)
 	}
 	p := op("cluster", "set", vip)
-	p.Proportions = []int64{30, 30, 30, 5}
+	p.Params = append(p.Params, config.P("proportions", "30", "30", "30", "5"))
 	if err := h.apply(p); lb.FieldOf(err) != "proportions" {
 		t.Errorf("proportions summing to 95: %v", err)
 	}
 	ms := op("metric", "set", "")
-	ms.Source = str("prometheus")
+	ms.Params = append(ms.Params, config.P("source", "prometheus"))
 	h.mustApply(ms)
 	if c := h.config(); c.MetricServer.Port != lb.DefaultPrometheusPort || c.MetricServer.Path != "/metrics" {
 		t.Errorf("prometheus source defaults: %+v", c.MetricServer)

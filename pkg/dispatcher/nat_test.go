@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -11,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -72,11 +72,11 @@ func TestNATDataplane(t *testing.T) {
 	h.nif.setMAC(router, routerHW)
 	h.nif.setMAC(gateway, net.HardwareAddr{2, 0, 0, 0, 0, 1})
 	nat := op("port", "add", vip+"@81")
-	nat.Method = str("nat")
+	nat.Params = append(nat.Params, config.P("method", "nat"))
 	srv := op("server", "add", vip+"@81@"+natSrv.String())
-	srv.ReturnAddress, srv.Router, srv.MapPort = str(retAddr.String()), str(router.String()), num(8080)
+	srv.Params = append(srv.Params, config.P("returnaddress", retAddr.String()), config.P("router", router.String()), config.P("mapport", "8080"))
 	gw := op("executor", "set", "")
-	gw.ClientGateway = str(gateway.String())
+	gw.Params = append(gw.Params, config.P("clientgateway", gateway.String()))
 	h.mustApply(nat, srv, gw)
 
 	b := h.backend(natSrv, 81)
@@ -95,14 +95,14 @@ func TestNATDataplane(t *testing.T) {
 	if h.nif.addresses[retAddr] != "eth0" {
 		t.Errorf("return address not configured: %v", h.nif.addresses)
 	}
-	r, err := h.e.ServerReports(context.Background(), vip+"@81@"+natSrv.String())
-	if err != nil || len(r) != 1 || r[0].MapPort != 8080 || r[0].ReturnAddress != retAddr.String() || r[0].Router != router.String() ||
-		r[0].MAC != routerHW.String() || r[0].State != api.StateUp {
-		t.Errorf("server report %+v %v", r, err)
+	st := h.status(Query{Depth: lb.ServerDepth, Target: vip + "@81@" + natSrv.String()})
+	for _, ss := range st.Servers {
+		if ss.MAC.String() != routerHW.String() || ss.State != lb.ServerUp {
+			t.Errorf("server status %+v", ss)
+		}
 	}
-	ex, err := h.e.ExecutorReport(context.Background())
-	if err != nil || ex.ClientGateway != gateway.String() || ex.NATCapacity != 2048 || ex.AffinityCapacity != 4096 {
-		t.Errorf("executor report %+v %v", ex, err)
+	if len(st.Servers) != 1 || st.Config.Executor.ClientGateway != gateway || st.Executor.Info.NATTable != 2048 {
+		t.Errorf("status %+v", st)
 	}
 
 	// The state survives a restart, and removing the NAT server takes
@@ -127,9 +127,9 @@ func TestIPv6Dataplane(t *testing.T) {
 	base(h)
 	h.nif.setMAC(srv6, net.HardwareAddr{2, 0, 0, 0, 0, 0x21})
 	nfa := op("executor", "set", "")
-	nfa.NFA = str("2001:2::2")
+	nfa.Params = append(nfa.Params, config.P("nfa", "2001:2::2"))
 	p := op("port", "add", vip6+"@80")
-	p.StickyTime, p.StickyMask = num(30), num(64)
+	p.Params = append(p.Params, config.P("stickytime", "30"), config.P("stickymask", "64"))
 	h.mustApply(nfa, op("cluster", "add", vip6), p, op("server", "add", vip6+"@80@"+srv6.String()))
 	dp := h.dp.state()
 	if dp.NFA6 != netip.MustParseAddr("2001:2::2") || dp.NFA != netip.MustParseAddr("198.18.0.2") {
@@ -143,7 +143,7 @@ func TestIPv6Dataplane(t *testing.T) {
 		t.Errorf("IPv6 backend %+v", b)
 	}
 	none := op("executor", "set", "")
-	none.NFA = str("none")
+	none.Params = append(none.Params, config.P("nfa", "none"))
 	h.mustApply(none)
 	if dp := h.dp.state(); dp.NFA.IsValid() || dp.NFA6.IsValid() {
 		t.Errorf("nfa none left %s %s", dp.NFA, dp.NFA6)
@@ -157,11 +157,11 @@ func TestAffinitySettings(t *testing.T) {
 	h := newHarness(t, t.TempDir())
 	base(h)
 	p80 := op("port", "set", vip+"@80")
-	p80.StickyTime, p80.StickyMask, p80.SelectionAlgorithm = num(60), num(24), str("conn+affin")
+	p80.Params = append(p80.Params, config.P("stickytime", "60"), config.P("stickymask", "24"), config.P("selectionalgorithm", "conn+affin"))
 	p443 := op("port", "set", vip+"@443")
-	p443.StickyTime, p443.CrossPort = num(60), num(80)
+	p443.Params = append(p443.Params, config.P("stickytime", "60"), config.P("crossport", "80"))
 	p8443 := op("port", "add", vip+"@8443")
-	p8443.StickyTime, p8443.CrossPort = num(60), num(443)
+	p8443.Params = append(p8443.Params, config.P("stickytime", "60"), config.P("crossport", "443"))
 	h.mustApply(p80, p443, p8443, op("port", "add", vip+"@9000"))
 
 	s80, s443, s8443, s9000 := h.servicePort(vip, 80), h.servicePort(vip, 443), h.servicePort(vip, 8443), h.servicePort(vip, 9000)
@@ -177,13 +177,13 @@ func TestAffinitySettings(t *testing.T) {
 	if s9000.AffinityGroup != 0 {
 		t.Errorf("port 9000 group %d, want none", s9000.AffinityGroup)
 	}
-	r, err := h.e.PortReports(context.Background(), vip+"@443")
-	if err != nil || len(r) != 1 || r[0].CrossPort != 80 || r[0].SelectionAlgorithm != "affinity" {
-		t.Errorf("port report %+v %v", r, err)
+	cfg := h.config()
+	if p := cfg.Cluster(netip.MustParseAddr(vip)).Port(443); p.CrossPort != 80 || p.Selection != lb.SelectAffinity {
+		t.Errorf("port %+v", p)
 	}
 	// Removing the link breaks the group.
 	un := op("port", "set", vip+"@443")
-	un.CrossPort = num(0)
+	un.Params = append(un.Params, config.P("crossport", "0"))
 	h.mustApply(un)
 	if s := h.servicePort(vip, 80); s.AffinityGroup != 0 {
 		t.Errorf("port 80 still grouped (%d) after 443 dropped its crossport", s.AffinityGroup)
@@ -205,7 +205,7 @@ func TestQuiesceNowDropsAffinity(t *testing.T) {
 		t.Errorf("plain quiesce dropped records of %v", h.dp.dropped)
 	}
 	now := op("manager", "quiesce", target)
-	now.Now = yes()
+	now.Params = append(now.Params, config.P("now", "yes"))
 	h.mustApply(now)
 	b := h.backend(s1, 80)
 	if b.AcceptNew || b.Quiesced {
@@ -248,7 +248,7 @@ func TestHalfOpenAlert(t *testing.T) {
 		}
 	}
 	set := op("port", "set", vip+"@80")
-	set.MaxHalfOpen = num(100)
+	set.Params = append(set.Params, config.P("maxhalfopen", "100"))
 	h.mustApply(set)
 	sid := h.servicePort(vip, 80).ID
 	sid443 := h.servicePort(vip, 443).ID
@@ -257,10 +257,10 @@ func TestHalfOpenAlert(t *testing.T) {
 		h.dp.swept = lb.SweepResult{HalfOpen: map[uint32]uint64{sid: n80, sid443: n443}}
 		h.dp.mu.Unlock()
 	}
-	alerted := func() bool {
-		r, err := h.e.PortReports(context.Background(), vip+"@80")
-		return err == nil && len(r) == 1 && r[0].HalfOpenAlert
+	port80 := func() PortStatus {
+		return h.status(Query{Depth: lb.PortDepth, Target: vip + "@80"}).Ports[lb.ServiceKey{Cluster: netip.MustParseAddr(vip), Port: 80}]
 	}
+	alerted := func() bool { return port80().HalfOpenAlert }
 	setHalfOpen(100, 5000) // at the threshold; port 443 has none
 	time.Sleep(100 * time.Millisecond)
 	if alerted() {
@@ -268,9 +268,8 @@ func TestHalfOpenAlert(t *testing.T) {
 	}
 	setHalfOpen(150, 0)
 	eventually(t, "halfOpenAlert", alerted)
-	r, _ := h.e.PortReports(context.Background(), vip+"@80")
-	if r[0].HalfOpen != 150 || r[0].MaxHalfOpen != 100 {
-		t.Errorf("port report %+v", r[0])
+	if p := port80(); p.HalfOpen != 150 {
+		t.Errorf("port status %+v", p)
 	}
 	setHalfOpen(20, 0)
 	eventually(t, "halfOpenAlertDone", func() bool { return !alerted() })
@@ -302,8 +301,8 @@ func TestAdvisorProbesNATMapport(t *testing.T) {
 	cfg.Clusters = []lb.Cluster{cl}
 	cfg.Advisors = []lb.Advisor{lb.NewAdvisor("http", netip.Addr{}, 81), lb.NewAdvisor("http", netip.Addr{}, 80)}
 	got := map[string]uint16{}
-	for k, spec := range wantedProbes(cfg) {
-		got[k.addr.String()] = spec.target.Port
+	for k, spec := range health.Wanted(cfg, nil) {
+		got[k.Addr.String()] = spec.Target.Port
 	}
 	want := map[string]uint16{natSrv.String(): 8080, "198.18.1.12": 81, s1.String(): 80}
 	if len(got) != len(want) {

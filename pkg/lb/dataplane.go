@@ -337,3 +337,15 @@ type DataplaneInfo struct {
 	// MaxTableSize is the largest Maglev table a service may have.
 	MaxTableSize uint32
 }
+
+// TableMemory is what one of the executor's tables holds in kernel memory.
+type TableMemory struct {
+	// Name names the table ("conns", "maglev_tables", ...).
+	Name string
+	// Entries is its capacity (for the Maglev tables: the slots of all
+	// services' tables), Tables the number of inner tables (Maglev).
+	Entries uint64
+	Tables  int
+	// Bytes is the kernel memory charged for it.
+	Bytes uint64
+}

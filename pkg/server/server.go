@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,27 +20,25 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 // Engine is what the API serves; *dispatcher.Engine implements it.
 type Engine interface {
-	Apply(ctx context.Context, ops []api.Op) (api.Result, error)
-	ExecutorReport(ctx context.Context) (api.ExecutorReport, error)
-	ClusterReports(ctx context.Context, target string) ([]api.ClusterReport, error)
-	PortReports(ctx context.Context, target string) ([]api.PortReport, error)
-	ServerReports(ctx context.Context, target string) ([]api.ServerReport, error)
-	ManagerReport(ctx context.Context) (api.ManagerReport, error)
-	AdvisorReports(ctx context.Context) ([]api.AdvisorReport, error)
-	MetricReport(ctx context.Context) (api.MetricReport, error)
+	Apply(ctx context.Context, ops []config.Op) (int, error)
+	Status(ctx context.Context, q dispatcher.Query) (*dispatcher.Status, error)
+	Config(ctx context.Context) (lb.Config, error)
 }
 
 // maxRequest bounds a request body (a file load of many thousand
 // operations fits).
 const maxRequest = 32 << 20
 
-// Handler returns the API's HTTP handler.
+// Handler returns the API's HTTP handler. Each handler translates the wire
+// to the model at the door (Ops, the report functions), so that nothing
+// below this package knows the wire types.
 func Handler(e Engine, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+api.PathOps, func(w http.ResponseWriter, r *http.Request) {
@@ -50,36 +49,47 @@ func Handler(e Engine, log *slog.Logger) http.Handler {
 			writeError(w, http.StatusBadRequest, api.Error{Message: fmt.Sprintf("decoding request: %v", err), Op: -1})
 			return
 		}
-		res, err := e.Apply(r.Context(), req.Ops)
-		respond(w, log, res, err)
+		n, err := e.Apply(r.Context(), Ops(req.Ops))
+		respond(w, log, api.Result{Applied: n}, err)
 	})
-	mux.HandleFunc("GET "+api.PathExecutor, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.ExecutorReport(r.Context())
-		respond(w, log, res, err)
-	})
-	mux.HandleFunc("GET "+api.PathClusters, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.ClusterReports(r.Context(), r.URL.Query().Get("target"))
-		respond(w, log, res, err)
-	})
-	mux.HandleFunc("GET "+api.PathPorts, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.PortReports(r.Context(), r.URL.Query().Get("target"))
-		respond(w, log, res, err)
-	})
-	mux.HandleFunc("GET "+api.PathServers, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.ServerReports(r.Context(), r.URL.Query().Get("target"))
-		respond(w, log, res, err)
-	})
-	mux.HandleFunc("GET "+api.PathManager, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.ManagerReport(r.Context())
-		respond(w, log, res, err)
-	})
-	mux.HandleFunc("GET "+api.PathAdvisors, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.AdvisorReports(r.Context())
-		respond(w, log, res, err)
-	})
-	mux.HandleFunc("GET "+api.PathMetrics, func(w http.ResponseWriter, r *http.Request) {
-		res, err := e.MetricReport(r.Context())
-		respond(w, log, res, err)
+	report := func(path string, q func(*http.Request) dispatcher.Query, render func(*dispatcher.Status) any) {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+			st, err := e.Status(r.Context(), q(r))
+			if err != nil {
+				respond(w, log, nil, err)
+				return
+			}
+			respond(w, log, render(st), nil)
+		})
+	}
+	target := func(d lb.Depth, counters bool) func(*http.Request) dispatcher.Query {
+		return func(r *http.Request) dispatcher.Query {
+			return dispatcher.Query{Depth: d, Target: r.URL.Query().Get("target"), Counters: counters}
+		}
+	}
+	fixed := func(q dispatcher.Query) func(*http.Request) dispatcher.Query {
+		return func(*http.Request) dispatcher.Query { return q }
+	}
+	report(api.PathExecutor, fixed(dispatcher.Query{Counters: true}), func(st *dispatcher.Status) any { return executorReport(st) })
+	report(api.PathClusters, target(lb.ClusterDepth, true), func(st *dispatcher.Status) any { return clusterReports(st) })
+	report(api.PathPorts, target(lb.PortDepth, true), func(st *dispatcher.Status) any { return portReports(st) })
+	report(api.PathServers, target(lb.ServerDepth, true), func(st *dispatcher.Status) any { return serverReports(st) })
+	report(api.PathManager, fixed(dispatcher.Query{Depth: lb.ServerDepth}), func(st *dispatcher.Status) any { return managerReport(st) })
+	report(api.PathAdvisors, fixed(dispatcher.Query{}), func(st *dispatcher.Status) any { return advisorReports(st) })
+	report(api.PathMetrics, fixed(dispatcher.Query{}), func(st *dispatcher.Status) any { return metricReport(st) })
+	mux.HandleFunc("GET "+api.PathConfigScript, func(w http.ResponseWriter, r *http.Request) {
+		cfg, err := e.Config(r.Context())
+		if err != nil {
+			respond(w, log, nil, err)
+			return
+		}
+		var buf bytes.Buffer
+		if err := config.Script(&buf, cfg); err != nil {
+			respond(w, log, nil, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write(buf.Bytes())
 	})
 	return mux
 }
@@ -93,7 +103,7 @@ func respond(w http.ResponseWriter, log *slog.Logger, v any, err error) {
 		return
 	}
 	ae := api.Error{Message: err.Error(), Field: lb.FieldOf(err), Op: -1}
-	var oe *dispatcher.OpError
+	var oe *config.OpError
 	if errors.As(err, &oe) {
 		ae.Op = oe.Index
 	}

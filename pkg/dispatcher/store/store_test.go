@@ -211,3 +211,71 @@ func TestAppendCostsWhatChanged(t *testing.T) {
 		t.Errorf("a one-server change wrote %d bytes", n)
 	}
 }
+
+// TestIDsAreStableAndNotReusedAtOnce: ids survive changes, a freed id is
+// not handed out again at once, the tables' sizes bound them, and Revert
+// undoes an Apply.
+func TestIDsAreStableAndNotReusedAtOnce(t *testing.T) {
+	ed, err := config.NewEditor(lb.NewConfig(), config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := NewIDs()
+	apply := func(ops ...config.Op) (*IDDelta, error) {
+		t.Helper()
+		e, err := ed.Prepare(ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := x.Apply(e.Change, 16, 8)
+		if err == nil {
+			ed.Commit(e)
+		}
+		return d, err
+	}
+	k := func(s string) lb.BackendKey {
+		var b lb.BackendKey
+		if err := b.UnmarshalText([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if _, err := apply(op(config.Cluster, config.Add, "198.18.0.100"), op(config.Port, config.Add, "198.18.0.100@80"),
+		op(config.Server, config.Add, "198.18.0.100@80@198.18.0.21+198.18.0.22")); err != nil {
+		t.Fatal(err)
+	}
+	first := x.Backends[k("198.18.0.100@80@198.18.0.21")]
+	kept := x.Backends[k("198.18.0.100@80@198.18.0.22")]
+	if _, err := apply(op(config.Server, config.Remove, "198.18.0.100@80@198.18.0.21")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := apply(op(config.Server, config.Add, "198.18.0.100@80@198.18.0.23"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Backends[k("198.18.0.100@80@198.18.0.23")] == first || x.Backends[k("198.18.0.100@80@198.18.0.22")] != kept {
+		t.Errorf("ids %v: a freed id was handed out at once, or a kept one changed", x.Backends)
+	}
+	before := x.Clone()
+	x.Revert(d)
+	x.replay(d)
+	if !reflect.DeepEqual(x.Backends, before.Backends) || x.NextBackend != before.NextBackend {
+		t.Errorf("Revert then replay: %+v, want %+v", x, before)
+	}
+	// The table is bounded (8 backends: ids 1..7).
+	var many []string
+	for i := 0; i < 10; i++ {
+		many = append(many, fmt.Sprintf("198.18.1.%d", i+1))
+	}
+	e, err := ed.Prepare([]config.Op{op(config.Server, config.Add, "198.18.0.100@80@"+strings.Join(many, "+"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := x.Clone()
+	if _, err := x.Apply(e.Change, 16, 8); lb.FieldOf(err) != "server" {
+		t.Errorf("overflow error %v", err)
+	}
+	if !reflect.DeepEqual(x.Backends, snapshot.Backends) {
+		t.Error("a refused Apply changed the ids")
+	}
+}

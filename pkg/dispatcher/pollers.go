@@ -5,12 +5,27 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
-	"reflect"
 	"slices"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/loops"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
+
+// pollers are the metric pollers, one per server address some cluster
+// with metrics balances, and the servers' last reports.
+type pollers struct {
+	loops   *loops.Set[netip.Addr, pollerSpec]
+	reports map[netip.Addr]*metricRT
+	results chan metricResult
+	// refused counts refused or failed reports by reason.
+	refused map[string]int64
+}
+
+func newPollers() *pollers {
+	return &pollers{reports: map[netip.Addr]*metricRT{}, results: make(chan metricResult, 64), refused: map[string]int64{}}
+}
 
 // metricRT is a server's last load report.
 type metricRT struct {
@@ -28,24 +43,21 @@ type metricResult struct {
 	err    error
 }
 
-// metricPoller is a started poller of one server.
-type metricPoller struct {
-	spec   metricSpec
-	gen    uint64
-	cancel context.CancelFunc
-}
-
-// metricSpec is what a poller needs; a change restarts it.
-type metricSpec struct {
+// pollerSpec is what a poller needs; a change restarts it.
+type pollerSpec struct {
 	server   lb.MetricServer
 	names    []string
 	interval time.Duration
 }
 
-// wantedMetrics lists, per server address, the metric names some cluster
+func samePoller(a, b pollerSpec) bool {
+	return a.server == b.server && a.interval == b.interval && slices.Equal(a.names, b.names)
+}
+
+// wantedPollers lists, per server address, the metric names some cluster
 // of that server asks for.
-func wantedMetrics(cfg lb.Config) map[netip.Addr]metricSpec {
-	want := map[netip.Addr]metricSpec{}
+func wantedPollers(cfg lb.Config) map[netip.Addr]pollerSpec {
+	want := map[netip.Addr]pollerSpec{}
 	for _, cl := range cfg.Clusters {
 		if len(cl.Metrics) == 0 {
 			continue
@@ -67,42 +79,55 @@ func wantedMetrics(cfg lb.Config) map[netip.Addr]metricSpec {
 	return want
 }
 
-// reconcileMetrics starts, restarts and stops metric pollers to match cfg.
-func (e *Engine) reconcileMetrics(cfg lb.Config) {
-	want := wantedMetrics(cfg)
-	for a, p := range e.pollers {
-		if spec, ok := want[a]; !ok || !reflect.DeepEqual(spec, p.spec) {
-			p.cancel()
-			delete(e.pollers, a)
-			if !ok {
-				delete(e.metrics, a)
+// pollersTouched reports whether a change can change the pollers: a
+// cluster with metrics (or that had some) touched, or the metric or
+// manager settings.
+func pollersTouched(old, next lb.Config, ch config.Change) bool {
+	if ch.MetricServer || old.Manager.Interval != next.Manager.Interval {
+		return true
+	}
+	for _, k := range ch.PortsTouched() {
+		for _, cfg := range []lb.Config{old, next} {
+			if cl := cfg.Cluster(k.Cluster); cl != nil && len(cl.Metrics) > 0 {
+				return true
 			}
 		}
 	}
-	for a, spec := range want {
-		if _, ok := e.pollers[a]; ok {
-			continue
+	for a := range ch.Clusters {
+		for _, cfg := range []lb.Config{old, next} {
+			if cl := cfg.Cluster(a); cl != nil && len(cl.Metrics) > 0 {
+				return true
+			}
 		}
-		var fetch MetricSource
-		err := errors.New("this dlbd has no metric sources")
-		if e.opts.NewMetricSource != nil {
-			fetch, err = e.opts.NewMetricSource(spec.server, a, spec.names)
+	}
+	return false
+}
+
+// syncPollers starts, restarts and stops metric pollers to match cfg.
+func (e *Engine) syncPollers(cfg lb.Config) {
+	want := wantedPollers(cfg)
+	for a := range e.metrics.reports {
+		if _, ok := want[a]; !ok {
+			delete(e.metrics.reports, a)
 		}
-		if err != nil {
-			e.metrics[a] = &metricRT{err: err.Error()}
-			e.log.Error("starting metric poller", "server", a, "err", err)
-			continue
-		}
-		e.probeGen++
-		ctx, cancel := context.WithCancel(e.ctx)
-		e.pollers[a] = &metricPoller{spec: spec, gen: e.probeGen, cancel: cancel}
-		go e.metricLoop(ctx, a, e.probeGen, fetch, spec.interval)
+	}
+	for a, err := range e.metrics.loops.Sync(e.ctx, want, nil) {
+		e.metrics.reports[a] = &metricRT{err: err.Error()}
+		e.log.Error("starting metric poller", "server", a, "err", err)
 	}
 }
 
-// MetricSource fetches one server's load report: metric name → 0..100,
-// and the report's timestamp.
-type MetricSource func(ctx context.Context) (map[string]float64, time.Time, error)
+func (e *Engine) startPoller(ctx context.Context, a netip.Addr, spec pollerSpec, gen uint64) error {
+	if e.opts.NewMetricSource == nil {
+		return errors.New("this dlbd has no metric sources")
+	}
+	fetch, err := e.opts.NewMetricSource(spec.server, a, spec.names)
+	if err != nil {
+		return err
+	}
+	go e.metricLoop(ctx, a, gen, fetch, spec.interval)
+	return nil
+}
 
 // metricLoop polls one server once per manager interval until ctx ends.
 func (e *Engine) metricLoop(ctx context.Context, addr netip.Addr, gen uint64, fetch MetricSource, interval time.Duration) {
@@ -120,7 +145,7 @@ func (e *Engine) metricLoop(ctx context.Context, addr netip.Addr, gen uint64, fe
 			return
 		}
 		select {
-		case e.metricResults <- metricResult{addr: addr, gen: gen, values: values, at: at, err: err}:
+		case e.metrics.results <- metricResult{addr: addr, gen: gen, values: values, at: at, err: err}:
 		case <-ctx.Done():
 			return
 		}
@@ -132,17 +157,16 @@ func (e *Engine) metricLoop(ctx context.Context, addr netip.Addr, gen uint64, fe
 // refused or failed poll keeps the last good figures, which go stale and
 // are then ignored by the manager — never read as zero load.
 func (e *Engine) onMetric(r metricResult) {
-	p := e.pollers[r.addr]
-	if p == nil || p.gen != r.gen {
+	if !e.metrics.loops.Current(r.addr, r.gen) {
 		return
 	}
-	m := e.metrics[r.addr]
+	m := e.metrics.reports[r.addr]
 	if m == nil {
 		m = &metricRT{}
-		e.metrics[r.addr] = m
+		e.metrics.reports[r.addr] = m
 	}
 	if r.err != nil {
-		e.metricRefused[e.metricErrorClass(r.err)]++
+		e.metrics.refused[e.metricErrorClass(r.err)]++
 		if m.err != r.err.Error() {
 			e.log.Warn("metric server refused or failed", "server", r.addr, "err", r.err)
 		}
@@ -154,8 +178,8 @@ func (e *Engine) onMetric(r metricResult) {
 
 // metricSample is the cluster's system load for a server: the mean of the
 // cluster's metrics in the server's last report, and the report's time.
-func (e *Engine) metricSample(cl lb.Cluster, server netip.Addr) (float64, time.Time) {
-	m := e.metrics[server]
+func (e *Engine) metricSample(cl *lb.Cluster, server netip.Addr) (float64, time.Time) {
+	m := e.metrics.reports[server]
 	if m == nil || m.at.IsZero() || len(cl.Metrics) == 0 {
 		return 0, time.Time{}
 	}

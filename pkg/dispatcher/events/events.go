@@ -1,0 +1,108 @@
+// Package events runs the operator's event scripts, IBM style: when a
+// server goes down or up, when a port has no server left (managerAlert)
+// or has one again, when half-open connections pass maxhalfopen, dlbd runs
+// the executable named after the event in the scripts directory, with the
+// event in its environment. Scripts run one at a time on their own
+// goroutine, each bounded by a timeout (package runner), so that they
+// never delay the engine; when too many wait, new events are dropped and
+// logged.
+package events
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/runner"
+)
+
+// Events, named as IBM's.
+const (
+	ServerDown    = "serverDown"
+	ServerUp      = "serverUp"
+	ManagerAlert  = "managerAlert"
+	ManagerClear  = "managerClear"
+	HalfOpenAlert = "halfOpenAlert"
+	HalfOpenDone  = "halfOpenAlertDone"
+)
+
+// maxQueued bounds the events waiting for a script.
+const maxQueued = 256
+
+type event struct {
+	name string
+	env  map[string]string
+	at   time.Time
+}
+
+// Runner runs event scripts.
+type Runner struct {
+	dir     string
+	timeout time.Duration
+	log     *slog.Logger
+	queue   chan event
+}
+
+// New returns a runner of the scripts in dir (empty: none), each killed
+// after timeout.
+func New(dir string, timeout time.Duration, log *slog.Logger) *Runner {
+	return &Runner{dir: dir, timeout: timeout, log: log, queue: make(chan event, maxQueued)}
+}
+
+// Emit logs an event and queues its script, if the scripts directory is
+// set. It never blocks.
+func (r *Runner) Emit(name string, env map[string]string) {
+	r.log.Info("event", "event", name, "env", env)
+	if r.dir == "" {
+		return
+	}
+	select {
+	case r.queue <- event{name: name, env: env, at: time.Now()}:
+	default:
+		r.log.Warn("event dropped: too many events waiting for their scripts", "event", name)
+	}
+}
+
+// Run runs queued events' scripts until ctx ends.
+func (r *Runner) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-r.queue:
+			r.run(ctx, ev)
+		}
+	}
+}
+
+// run runs the event's script with the event in its environment
+// (DLB_EVENT, DLB_TIME and the event's own variables).
+func (r *Runner) run(ctx context.Context, ev event) {
+	path := filepath.Join(r.dir, ev.name)
+	info, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+		r.log.Warn("event script is not an executable file", "script", path, "err", err)
+		return
+	}
+	env := append(os.Environ(), "DLB_EVENT="+ev.name, "DLB_TIME="+ev.at.UTC().Format(time.RFC3339))
+	for k, v := range ev.env {
+		env = append(env, k+"="+v)
+	}
+	res := runner.Run(ctx, runner.Cmd{Path: path, Env: env, Timeout: r.timeout})
+	out := string(res.Stdout) + string(res.Stderr)
+	switch {
+	case res.TimedOut:
+		r.log.Warn("event script killed after its timeout", "script", path, "timeout", r.timeout)
+	case res.Err != nil:
+		r.log.Warn("event script failed", "script", path, "err", res.Err, "output", out)
+	default:
+		r.log.Info("event script ran", "script", path, "output", out)
+	}
+}

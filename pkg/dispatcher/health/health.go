@@ -1,0 +1,266 @@
+// Package health runs the advisors' probes and keeps their verdicts: one
+// probe loop per advisor, server and port, and IBM's rise/fall hysteresis
+// over the results. The engine says which probes the configuration wants
+// (Wanted, Sync) and hands every result back to Record on its management
+// goroutine; Record says when a server changed state.
+package health
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/dispatcher/loops"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Key names one advisor's probes of one server: the advisor's key, the
+// server's address and the port probed. A server balanced on the same
+// port by several clusters is probed once.
+type Key struct {
+	Advisor string
+	Addr    netip.Addr
+	Port    uint16
+}
+
+// Spec is everything a probe loop needs; a changed spec restarts it.
+type Spec struct {
+	Advisor lb.Advisor
+	Target  advisors.Target
+}
+
+func sameSpec(a, b Spec) bool {
+	return a.Target == b.Target && a.Advisor.Key() == b.Advisor.Key() && a.Advisor.Interval == b.Advisor.Interval &&
+		a.Advisor.ConnectTimeout == b.Advisor.ConnectTimeout && a.Advisor.ReceiveTimeout == b.Advisor.ReceiveTimeout &&
+		a.Advisor.Retries == b.Advisor.Retries && a.Advisor.Rise == b.Advisor.Rise && a.Advisor.Fall == b.Advisor.Fall &&
+		a.Advisor.Program == b.Advisor.Program && a.Advisor.Mode == b.Advisor.Mode && slices.Equal(a.Advisor.Args, b.Advisor.Args)
+}
+
+// Wanted lists the probes cfg calls for on the given port numbers (nil:
+// every port).
+func Wanted(cfg lb.Config, ports map[uint16]bool) map[Key]Spec {
+	want := map[Key]Spec{}
+	for _, a := range cfg.Advisors {
+		if ports != nil && !ports[a.Port] {
+			continue
+		}
+		for _, cl := range cfg.Clusters {
+			p := cl.Port(a.Port)
+			if p == nil || !a.Covers(cl.Address, a.Port) {
+				continue
+			}
+			for _, s := range p.Servers {
+				k := Key{Advisor: a.Key(), Addr: s.Address, Port: a.Port}
+				if _, ok := want[k]; ok {
+					continue // the same server under another cluster: one probe serves both
+				}
+				// A NAT server listens on its mapport; the advisor probes
+				// it there, at its own address.
+				port := a.Port
+				if p.Method == lb.NAT && s.MapPort != 0 {
+					port = s.MapPort
+				}
+				want[k] = Spec{Advisor: a, Target: advisors.Target{
+					Address: s.Address, Port: port,
+					ConnectTimeout: seconds(a.ConnectTimeout), ReceiveTimeout: seconds(a.ReceiveTimeout),
+					Request: s.AdvisorRequest, Response: s.AdvisorResponse,
+				}}
+			}
+		}
+	}
+	return want
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// Result is one probe's result, from its loop.
+type Result struct {
+	Key Key
+	Gen uint64
+	Res advisors.Result
+	At  time.Time
+}
+
+// State is an advisor's verdict on one server, with IBM's rise/fall
+// hysteresis: a server changes state only after Rise (or Fall) results in
+// a row, except for its very first result, which decides at once.
+type State struct {
+	State          lb.AdvisorState
+	okRun, failRun int
+	// Last and LastAt are the last result and when it came; Since when the
+	// server entered its state.
+	Last          advisors.Result
+	LastAt, Since time.Time
+	// Probes and Fails count results and failed ones.
+	Probes, Fails uint64
+	// recent holds the loads (ms) of the last up results, newest at
+	// recent[(nRecent-1)%len(recent)]; a down result empties it.
+	recent  [loadWindow]float64
+	nRecent int
+}
+
+// loadWindow is how many up results the advisor load given to the manager
+// is the median of: one probe that met a scheduler hiccup on the dispatcher
+// or the backend does not move weights, two slow ones in a row do.
+const loadWindow = 3
+
+// record remembers an up result's load, or forgets all on a down one.
+func (h *State) record(r advisors.Result) {
+	if !r.Up {
+		h.nRecent = 0
+		return
+	}
+	h.recent[h.nRecent%loadWindow] = float64(r.LoadMS())
+	h.nRecent++
+}
+
+// Load is the median of the remembered loads (the lower middle one of
+// two), and false when there are none.
+func (h *State) Load() (float64, bool) {
+	n := min(h.nRecent, loadWindow)
+	if n == 0 {
+		return 0, false
+	}
+	v := h.recent
+	w := v[:n]
+	slices.Sort(w)
+	return w[(n-1)/2], true
+}
+
+// Monitor runs the probe loops and keeps the servers' states.
+type Monitor struct {
+	loops      *loops.Set[Key, Spec]
+	states     map[Key]*State
+	results    chan Result
+	newAdvisor func(lb.Advisor) (advisors.Advisor, error)
+}
+
+// NewMonitor returns a monitor building each probe's advisor with
+// newAdvisor.
+func NewMonitor(newAdvisor func(lb.Advisor) (advisors.Advisor, error)) *Monitor {
+	m := &Monitor{states: map[Key]*State{}, results: make(chan Result, 64), newAdvisor: newAdvisor}
+	m.loops = loops.New(m.start, sameSpec)
+	return m
+}
+
+// Results delivers the probes' results; the owner hands each to Record.
+func (m *Monitor) Results() <-chan Result { return m.results }
+
+// Sync starts, restarts and stops probe loops to match want, for the
+// ports in ports (nil: all); it forgets the states of servers no probe
+// covers any more. It returns the probes that could not start.
+func (m *Monitor) Sync(ctx context.Context, want map[Key]Spec, ports map[uint16]bool) map[Key]error {
+	in := func(k Key) bool { return ports == nil || ports[k.Port] }
+	errs := m.loops.Sync(ctx, want, in)
+	for k := range m.states {
+		if _, ok := want[k]; !ok && in(k) {
+			delete(m.states, k)
+		}
+	}
+	for k := range want {
+		if m.states[k] == nil && errs[k] == nil {
+			m.states[k] = &State{State: lb.AdvisorUnknown, Since: time.Now()}
+		}
+	}
+	return errs
+}
+
+// Running reports whether any probe runs.
+func (m *Monitor) Running() bool { return m.loops.Len() > 0 }
+
+// Stop stops every probe loop.
+func (m *Monitor) Stop() { m.loops.StopAll() }
+
+// State returns the state of k (nil if no probe covers it).
+func (m *Monitor) State(k Key) *State { return m.states[k] }
+
+// Each calls f with every probed server's state.
+func (m *Monitor) Each(f func(Key, *State)) {
+	for k, s := range m.states {
+		f(k, s)
+	}
+}
+
+func (m *Monitor) start(ctx context.Context, k Key, s Spec, gen uint64) error {
+	adv, err := m.newAdvisor(s.Advisor)
+	if err != nil {
+		return err
+	}
+	go m.loop(ctx, k, gen, adv, s)
+	return nil
+}
+
+// loop probes one server every interval (jittered by ±10 %, the first
+// probe within the first interval, so that many servers are not probed in
+// step) until ctx ends, and hands each result over.
+func (m *Monitor) loop(ctx context.Context, k Key, gen uint64, adv advisors.Advisor, spec Spec) {
+	interval := seconds(spec.Advisor.Interval)
+	wait := time.Duration(rand.Int64N(int64(min(interval, time.Second)) + 1))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		var res advisors.Result
+		for try := 0; try <= spec.Advisor.Retries; try++ {
+			deadline := spec.Target.ConnectTimeoutOrDefault() + spec.Target.ReceiveTimeoutOrDefault()
+			pctx, cancel := context.WithTimeout(ctx, deadline)
+			start := time.Now()
+			res = adv.Probe(pctx, spec.Target)
+			cancel()
+			if res.Up && res.Load == 0 {
+				res.Load = time.Since(start)
+			}
+			if res.Up || ctx.Err() != nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case m.results <- Result{Key: k, Gen: gen, Res: res, At: time.Now()}:
+		case <-ctx.Done():
+			return
+		}
+		wait = time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
+	}
+}
+
+// Record applies a result: rise/fall. It returns the state before and
+// after, and false when the result came from a loop stopped since (it is
+// then ignored).
+func (m *Monitor) Record(r Result) (from, to lb.AdvisorState, ok bool) {
+	h := m.states[r.Key]
+	spec, running := m.loops.Spec(r.Key)
+	if !running || !m.loops.Current(r.Key, r.Gen) || h == nil {
+		return 0, 0, false
+	}
+	h.Probes++
+	h.Last, h.LastAt = r.Res, r.At
+	h.record(r.Res)
+	if !r.Res.Up {
+		h.Fails++
+	}
+	old := h.State
+	switch {
+	case r.Res.Up:
+		h.okRun, h.failRun = h.okRun+1, 0
+		if old == lb.AdvisorUnknown || (old == lb.AdvisorDown && h.okRun >= spec.Advisor.Rise) {
+			h.State = lb.AdvisorUp
+		}
+	default:
+		h.okRun, h.failRun = 0, h.failRun+1
+		if old == lb.AdvisorUnknown || (old == lb.AdvisorUp && h.failRun >= spec.Advisor.Fall) {
+			h.State = lb.AdvisorDown
+		}
+	}
+	if h.State != old {
+		h.Since = r.At
+	}
+	return old, h.State, true
+}

@@ -1,0 +1,105 @@
+package health
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+func TestLoadMedian(t *testing.T) {
+	up := func(ms int) advisors.Result {
+		return advisors.Result{Up: true, Load: time.Duration(ms) * time.Millisecond}
+	}
+	down := advisors.Result{Up: false}
+	tests := []struct {
+		name    string
+		results []advisors.Result
+		want    float64
+		ok      bool
+	}{
+		{"none", nil, 0, false},
+		{"one", []advisors.Result{up(7)}, 7, true},
+		{"two takes the lower", []advisors.Result{up(7), up(3)}, 3, true},
+		{"one outlier ignored", []advisors.Result{up(1), up(40), up(1)}, 1, true},
+		{"two slow in a row count", []advisors.Result{up(1), up(200), up(210)}, 200, true},
+		{"window slides", []advisors.Result{up(200), up(200), up(200), up(1), up(1)}, 1, true},
+		{"down forgets", []advisors.Result{up(200), up(200), down}, 0, false},
+		{"after down starts afresh", []advisors.Result{up(200), up(200), down, up(2)}, 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h State
+			for _, r := range tt.results {
+				h.record(r)
+			}
+			got, ok := h.Load()
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("Load() = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// script is an advisor whose results the test gives.
+type script struct{ results chan advisors.Result }
+
+func (s script) Name() string        { return "connect" }
+func (s script) DefaultPort() uint16 { return 0 }
+func (s script) Probe(ctx context.Context, _ advisors.Target) advisors.Result {
+	select {
+	case r := <-s.results:
+		return r
+	case <-ctx.Done():
+		return advisors.Down("canceled")
+	}
+}
+
+// TestRiseFall: the first result decides; afterwards Fall failures in a
+// row take a server down and Rise successes bring it back; results of a
+// stopped loop are ignored.
+func TestRiseFall(t *testing.T) {
+	adv := script{results: make(chan advisors.Result)}
+	m := NewMonitor(func(lb.Advisor) (advisors.Advisor, error) { return adv, nil })
+	a := lb.NewAdvisor("connect", netip.Addr{}, 80)
+	a.Interval, a.Rise, a.Fall = 0.01, 2, 3
+	k := Key{Advisor: a.Key(), Addr: netip.MustParseAddr("198.18.0.21"), Port: 80}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m.Sync(ctx, map[Key]Spec{k: {Advisor: a}}, nil)
+	step := func(up bool) lb.AdvisorState {
+		t.Helper()
+		if up {
+			adv.results <- advisors.Result{Up: true, Load: time.Millisecond}
+		} else {
+			adv.results <- advisors.Down("refused")
+		}
+		r := <-m.Results()
+		if _, _, ok := m.Record(r); !ok {
+			t.Fatal("a current loop's result was ignored")
+		}
+		return m.State(k).State
+	}
+	want := []struct {
+		up   bool
+		want lb.AdvisorState
+	}{{true, lb.AdvisorUp}, {false, lb.AdvisorUp}, {false, lb.AdvisorUp}, {false, lb.AdvisorDown},
+		{true, lb.AdvisorDown}, {true, lb.AdvisorUp}}
+	for i, w := range want {
+		if got := step(w.up); got != w.want {
+			t.Fatalf("result %d (up %v): state %s, want %s", i, w.up, got, w.want)
+		}
+	}
+	// A result sent by the loop before it was restarted is dropped.
+	adv.results <- advisors.Result{Up: true}
+	r := <-m.Results()
+	a.Rise = 5
+	m.Sync(ctx, map[Key]Spec{k: {Advisor: a}}, nil)
+	if _, _, ok := m.Record(r); ok {
+		t.Error("a stopped loop's result was recorded")
+	}
+	m.Stop()
+}

@@ -1,0 +1,119 @@
+// Package loops keeps one goroutine running per key — an advisor's probes
+// of one server, a metric poller of one server — in step with what the
+// configuration wants: a key that appears gets a loop, a key whose spec
+// changed gets its loop restarted, a key that disappears gets its loop
+// stopped. It is the one reconciler the engine uses for both.
+//
+// A Set is not safe for concurrent use: the engine's management goroutine
+// owns it. The loops themselves run on their own goroutines and hand their
+// results back tagged with a generation, so that a result of a loop that
+// was stopped or restarted since is recognised and dropped (Current).
+package loops
+
+import "context"
+
+// Set is a set of running loops keyed by K, each started from a spec S.
+type Set[K comparable, S any] struct {
+	start   func(ctx context.Context, k K, s S, gen uint64) error
+	equal   func(a, b S) bool
+	running map[K]*entry[S]
+	gen     uint64
+}
+
+type entry[S any] struct {
+	spec   S
+	gen    uint64
+	cancel context.CancelFunc
+}
+
+// New returns an empty set. start launches the loop of a key (it must not
+// block: start a goroutine that runs until ctx ends); an error leaves the
+// key without a loop. equal says whether two specs are the same (a changed
+// spec restarts the loop).
+func New[K comparable, S any](start func(ctx context.Context, k K, s S, gen uint64) error, equal func(a, b S) bool) *Set[K, S] {
+	return &Set[K, S]{start: start, equal: equal, running: map[K]*entry[S]{}}
+}
+
+// Put makes the loop of k run with spec s: it starts it, or restarts it if
+// it runs with another spec. It returns the start error, if any.
+func (set *Set[K, S]) Put(ctx context.Context, k K, s S) error {
+	if cur, ok := set.running[k]; ok {
+		if set.equal(cur.spec, s) {
+			return nil
+		}
+		cur.cancel()
+		delete(set.running, k)
+	}
+	set.gen++
+	lctx, cancel := context.WithCancel(ctx)
+	if err := set.start(lctx, k, s, set.gen); err != nil {
+		cancel()
+		return err
+	}
+	set.running[k] = &entry[S]{spec: s, gen: set.gen, cancel: cancel}
+	return nil
+}
+
+// Delete stops the loop of k, if it runs.
+func (set *Set[K, S]) Delete(k K) {
+	if cur, ok := set.running[k]; ok {
+		cur.cancel()
+		delete(set.running, k)
+	}
+}
+
+// Sync makes the loops whose keys pass in (nil: every key) match want:
+// those in want run with its spec, the others stop. Keys that do not pass
+// in are left alone, so that a change can reconcile only what it touched.
+// It returns the keys whose loop could not be started, with the errors.
+func (set *Set[K, S]) Sync(ctx context.Context, want map[K]S, in func(K) bool) map[K]error {
+	for k := range set.running {
+		if _, ok := want[k]; !ok && (in == nil || in(k)) {
+			set.Delete(k)
+		}
+	}
+	var errs map[K]error
+	for k, s := range want {
+		if err := set.Put(ctx, k, s); err != nil {
+			if errs == nil {
+				errs = map[K]error{}
+			}
+			errs[k] = err
+		}
+	}
+	return errs
+}
+
+// Current reports whether gen is the generation of k's running loop: a
+// result tagged with another comes from a loop stopped since.
+func (set *Set[K, S]) Current(k K, gen uint64) bool {
+	cur, ok := set.running[k]
+	return ok && cur.gen == gen
+}
+
+// Spec returns the spec k's loop runs with.
+func (set *Set[K, S]) Spec(k K) (S, bool) {
+	cur, ok := set.running[k]
+	if !ok {
+		var zero S
+		return zero, false
+	}
+	return cur.spec, true
+}
+
+// Len returns the number of running loops.
+func (set *Set[K, S]) Len() int { return len(set.running) }
+
+// Keys calls f with every running key.
+func (set *Set[K, S]) Keys(f func(K)) {
+	for k := range set.running {
+		f(k)
+	}
+}
+
+// StopAll stops every loop.
+func (set *Set[K, S]) StopAll() {
+	for k := range set.running {
+		set.Delete(k)
+	}
+}

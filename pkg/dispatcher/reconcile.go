@@ -1,0 +1,362 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/store"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// executor is the executor and what the engine knows it holds.
+type executor struct {
+	dp  Datapath // nil while the executor is not loaded
+	err error    // why the executor is not up, if it is not
+	// tables caches each service's Maglev table and what it was built
+	// from; groups each service's affinity group.
+	tables map[uint32]table
+	groups map[uint32]uint32
+	sweep  lb.SweepResult
+}
+
+func newExecutor() executor {
+	return executor{tables: map[uint32]table{}, groups: map[uint32]uint32{}}
+}
+
+// reconcile makes the executor and the host match next, which differs
+// from old (the committed configuration) by ch, with the ids already
+// given (delta). It writes only what ch touched; the first start of the
+// executor writes everything. It returns whether it wrote anything: a
+// change refused after writing must be rolled back (rollback).
+func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.IDDelta) (bool, error) {
+	ex := next.Executor
+	switch {
+	case !ex.Started:
+		if e.exec.dp == nil {
+			e.exec.err = nil
+			return false, nil
+		}
+		return true, e.stopExecutor()
+	case e.exec.dp == nil:
+		// startExecutor undoes what it did when it fails.
+		return false, e.startExecutor(next)
+	case old.Executor.Interface != ex.Interface || old.Executor.XDPMode != ex.XDPMode:
+		// Stopped and started again elsewhere in one batch: refused
+		// before anything is touched if the new interface is not there.
+		if _, err := e.opts.Netif.LinkByName(ex.Interface); err != nil {
+			return false, lb.Errorf("interface", "", "%v", err)
+		}
+		if err := e.stopExecutor(); err != nil {
+			return true, err
+		}
+		return true, e.startExecutor(next)
+	}
+
+	// Next hops new to the executor must be reachable.
+	fresh := freshHops(old, next, ch)
+	var unknown []netip.Addr
+	for _, a := range fresh {
+		if e.net.neigh[a].MAC == nil {
+			unknown = append(unknown, a)
+		}
+	}
+	e.net.wait(e.opts.Netif, e.log, unknown, e.opts.ResolveWait)
+	for _, a := range fresh {
+		if err := e.net.errs[a]; err != nil {
+			return false, lb.Errorf(hopRole(next, a), a.String(), "%v", err)
+		}
+	}
+
+	u := lb.DataplaneUpdate{}
+	if old.Executor != next.Executor {
+		g := e.globals(next)
+		u.Globals = &g
+	}
+	var ports []lb.ServiceKey
+	if old.Executor.FinTimeout != next.Executor.FinTimeout {
+		ports = allPorts(next) // every service holds the fintimeout
+	} else {
+		ports = ch.PortsTouched()
+		ports = append(ports, e.groupChanges(next, ports)...)
+	}
+	e.portsUpdate(&u, next, ports)
+	for _, id := range delta.DelBackends {
+		u.RemoveBackends = append(u.RemoveBackends, id)
+	}
+	for _, id := range delta.DelServices {
+		u.RemoveServices = append(u.RemoveServices, id)
+	}
+	if err := e.exec.dp.Update(u); err != nil {
+		return true, fmt.Errorf("applying to the executor: %w", err)
+	}
+	if addressesTouched(old, next, ch) {
+		e.host.updateReturns(old, next, ch)
+		if err := e.configureAddresses(next); err != nil {
+			return true, lb.Errorf("configure", "", "%v", err)
+		}
+	}
+	e.exec.err = nil
+	return true, nil
+}
+
+// startExecutor loads (or adopts) the executor, attaches it, resolves
+// every next hop and writes the whole state of cfg.
+func (e *Engine) startExecutor(cfg lb.Config) error {
+	ex := cfg.Executor
+	link, err := e.opts.Netif.LinkByName(ex.Interface)
+	if err != nil {
+		return lb.Errorf("interface", "", "%v", err)
+	}
+	dp, err := e.opts.OpenDatapath()
+	if err != nil {
+		return fmt.Errorf("loading the executor: %w", err)
+	}
+	_, adopted := dp.Attached()
+	// undo releases the executor again: a freshly created one is removed,
+	// an adopted one (still forwarding) only released.
+	undo := func() {
+		var err error
+		if adopted {
+			err = dp.Close()
+		} else {
+			err = dp.Remove()
+		}
+		if err != nil {
+			e.log.Error("releasing the executor", "err", err)
+		}
+		e.exec.dp = nil
+		e.exec.tables = map[uint32]table{}
+	}
+	want := ex.XDPMode
+	if want == lb.XDPAuto && link.Kind == "veth" {
+		// A veth only processes frames its peer sent with native-mode
+		// XDP_TX if it runs XDP itself, which dlbd cannot see from here:
+		// auto is generic on a veth, native must be asked for.
+		want = lb.XDPGeneric
+		e.log.Info("auto XDP mode uses generic mode on a veth; ask for --xdp-mode native if the peer runs XDP", "interface", ex.Interface)
+	}
+	mode, err := dp.Attach(link.Index, want)
+	if err != nil {
+		e.exec.dp = dp
+		undo()
+		return lb.Errorf("interface", ex.Interface, "%v", err)
+	}
+	if mode != lb.XDPAuto { // Auto: an existing attachment, mode unchanged
+		e.host.attachedMode = mode
+	}
+	e.exec.dp = dp
+	e.exec.tables = map[uint32]table{}
+
+	hops := e.net.allHops(cfg)
+	var unknown []netip.Addr
+	for _, a := range hops {
+		if e.net.neigh[a].MAC == nil {
+			unknown = append(unknown, a)
+		}
+	}
+	e.net.wait(e.opts.Netif, e.log, unknown, e.opts.ResolveWait)
+	if err := dp.Apply(e.dataplane(cfg)); err != nil {
+		undo()
+		return fmt.Errorf("applying to the executor: %w", err)
+	}
+	if err := e.configureAddresses(cfg); err != nil {
+		undo()
+		return lb.Errorf("configure", "", "%v", err)
+	}
+	e.exec.err = nil
+	return nil
+}
+
+// stopExecutor takes the addresses the engine configured off the host and
+// detaches and unpins the executor.
+func (e *Engine) stopExecutor() error {
+	if e.exec.dp == nil {
+		return nil
+	}
+	errs := []error{e.configureAddresses(lb.Config{})}
+	errs = append(errs, e.exec.dp.Remove())
+	e.exec.dp, e.exec.err = nil, nil
+	e.exec.tables = map[uint32]table{}
+	e.exec.groups = map[uint32]uint32{}
+	e.exec.sweep = lb.SweepResult{}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stopping the executor: %w", err)
+	}
+	return nil
+}
+
+// globals are the executor's global settings for cfg.
+func (e *Engine) globals(cfg lb.Config) lb.DataplaneGlobals {
+	ex := cfg.Executor
+	return lb.DataplaneGlobals{NFA: ex.NFA, NFA6: ex.NFA6,
+		ClientGateway: e.net.hop(ex.ClientGateway), ClientGateway6: e.net.hop(ex.ClientGateway6)}
+}
+
+// hopRole names what a next hop is in cfg, for refusals: "router",
+// "clientgateway" or "server".
+func hopRole(cfg lb.Config, a netip.Addr) string {
+	if a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6 {
+		return "clientgateway"
+	}
+	for _, cl := range cfg.Clusters {
+		for _, p := range cl.Ports {
+			for _, s := range p.Servers {
+				if s.Router == a {
+					return "router"
+				}
+			}
+		}
+	}
+	return "server"
+}
+
+// freshHops lists the next hops the change adds: those of added or
+// changed servers, and changed client gateways, that old did not use.
+func freshHops(old, next lb.Config, ch config.Change) []netip.Addr {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Addr
+	add := func(a netip.Addr, before bool) {
+		if a.IsValid() && !before && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for k, kind := range ch.Servers {
+		if kind == config.Removed {
+			continue
+		}
+		s, _ := serverOf(next, k)
+		o, had := serverOf(old, k)
+		add(s.NextHop(), had && o.NextHop() == s.NextHop())
+	}
+	oe, ne := old.Executor, next.Executor
+	add(ne.ClientGateway, ne.ClientGateway == oe.ClientGateway)
+	add(ne.ClientGateway6, ne.ClientGateway6 == oe.ClientGateway6)
+	return out
+}
+
+// allPorts lists every port of cfg.
+func allPorts(cfg lb.Config) []lb.ServiceKey {
+	var out []lb.ServiceKey
+	for _, cl := range cfg.Clusters {
+		for _, p := range cl.Ports {
+			out = append(out, lb.ServiceKey{Cluster: cl.Address, Port: p.Number})
+		}
+	}
+	return out
+}
+
+// addressesTouched reports whether the change can change the addresses
+// the engine puts on the host: a cluster's configure flag, a cluster
+// removed, or a NAT server's return address.
+func addressesTouched(old, next lb.Config, ch config.Change) bool {
+	if old.Executor != next.Executor {
+		return true
+	}
+	for range ch.Clusters {
+		return true
+	}
+	for k := range ch.Ports {
+		if p := portOf(next, k); p != nil && p.Method == lb.NAT {
+			return true
+		}
+		if p := portOf(old, k); p != nil && p.Method == lb.NAT {
+			return true
+		}
+	}
+	for k := range ch.Servers {
+		if s, ok := serverOf(next, k); ok && s.ReturnAddress.IsValid() {
+			return true
+		}
+		if s, ok := serverOf(old, k); ok && s.ReturnAddress.IsValid() {
+			return true
+		}
+	}
+	return false
+}
+
+// portOf returns the port a key names in cfg, or nil.
+func portOf(cfg lb.Config, k lb.ServiceKey) *lb.Port {
+	if cl := cfg.Cluster(k.Cluster); cl != nil {
+		return cl.Port(k.Port)
+	}
+	return nil
+}
+
+// updateReturns updates the count of servers per return address.
+func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
+	count := func(cfg lb.Config, k lb.BackendKey, d int) {
+		p := portOf(cfg, k.Service)
+		if p == nil || p.Method != lb.NAT {
+			return
+		}
+		if s := p.Server(k.Server); s != nil && s.ReturnAddress.IsValid() {
+			h.returns[s.ReturnAddress] += d
+			if h.returns[s.ReturnAddress] <= 0 {
+				delete(h.returns, s.ReturnAddress)
+			}
+		}
+	}
+	for k := range ch.Servers {
+		count(old, k, -1)
+		count(next, k, 1)
+	}
+	// A port whose method changed changes the role of all its servers'
+	// return addresses.
+	for k, kind := range ch.Ports {
+		if kind != config.Changed {
+			continue
+		}
+		op, np := portOf(old, k), portOf(next, k)
+		if op == nil || np == nil || op.Method == np.Method {
+			continue
+		}
+		for _, s := range op.Servers {
+			if ch.Servers[lb.BackendKey{Service: k, Server: s.Address}] == 0 {
+				count(old, lb.BackendKey{Service: k, Server: s.Address}, -1)
+				count(next, lb.BackendKey{Service: k, Server: s.Address}, 1)
+			}
+		}
+	}
+}
+
+// configureAddresses puts the cluster addresses marked Configure and the
+// NAT return addresses on the executor's interface, and takes off those it
+// put there that are no longer wanted.
+func (e *Engine) configureAddresses(cfg lb.Config) error {
+	want := map[netip.Addr]string{}
+	if cfg.Executor.Started {
+		for _, cl := range cfg.Clusters {
+			if cl.Configure {
+				want[cl.Address] = cfg.Executor.Interface
+			}
+		}
+		for a := range e.host.returns {
+			want[a] = cfg.Executor.Interface
+		}
+	}
+	var errs []error
+	for a, ifname := range e.host.configured {
+		if want[a] == ifname {
+			continue
+		}
+		if err := e.opts.Netif.DelAddress(ifname, a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(e.host.configured, a)
+	}
+	for a, ifname := range want {
+		if e.host.configured[a] == ifname {
+			continue
+		}
+		if err := e.opts.Netif.AddAddress(ifname, a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.host.configured[a] = ifname
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,284 @@
+package dispatcher
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Query selects what a status snapshot holds.
+type Query struct {
+	// Depth says down to which objects the snapshot goes: 0 none (the
+	// executor, the manager, the advisors and the metric servers only),
+	// lb.ClusterDepth and lb.PortDepth the ports of the selected clusters
+	// or ports, lb.ServerDepth also their servers.
+	Depth lb.Depth
+	// Target selects objects in the cluster@port@server grammar, with as
+	// many components as Depth; "" selects all. Named objects must exist.
+	Target string
+	// Counters asks for the executor's traffic counters.
+	Counters bool
+}
+
+// Status is a snapshot of what the engine knows, in the model's terms.
+type Status struct {
+	// Config is the committed configuration (shared: do not change it).
+	Config lb.Config
+	// Selected is what the query's target selected.
+	Selected lb.Target
+	// Now is when the snapshot was taken.
+	Now      time.Time
+	Executor ExecutorStatus
+	// Ports and Servers hold the selected objects (see Query.Depth).
+	Ports   map[lb.ServiceKey]PortStatus
+	Servers map[lb.BackendKey]ServerStatus
+	// Advisors holds every probed server's state, by advisor, server and
+	// port.
+	Advisors map[health.Key]AdvisorStatus
+	// Metrics holds every polled server's last report; MetricRefused
+	// counts refused or failed reports by reason.
+	Metrics       map[netip.Addr]MetricStatus
+	MetricRefused map[string]int64
+	// ManagerCycles counts manager cycles since dlbd started.
+	ManagerCycles uint64
+}
+
+// ExecutorStatus is the executor's state.
+type ExecutorStatus struct {
+	// Loaded says whether the executor is loaded; Err why it is not, if
+	// it should be.
+	Loaded bool
+	Err    string
+	// Attached and Attachment say where the program is attached;
+	// AttachedMode is the mode (lb.XDPAuto: adopted, not known).
+	Attached     bool
+	Attachment   lb.Attachment
+	AttachedMode lb.XDPMode
+	// Info describes its tables, and Memory what each holds in kernel
+	// memory.
+	Info   lb.DataplaneInfo
+	Memory []lb.TableMemory
+	// The latest sweep: connection entries, live affinity records, NAT
+	// port use per return address.
+	Connections     int
+	AffinityRecords uint64
+	ReturnPools     map[netip.Addr]lb.DataplanePoolUse
+	// Reasons and Events are the executor's counters (with
+	// Query.Counters).
+	Reasons []lb.ReasonCount
+	Events  map[string]uint64
+}
+
+// PortStatus is a port beyond its configuration.
+type PortStatus struct {
+	// ID is its service id; TableSize its Maglev table's slots (0: no
+	// table, no server takes new connections).
+	ID        uint32
+	TableSize uint32
+	// Counters are the service's (with Query.Counters); Active the
+	// established connections of its servers.
+	Counters lb.Counters
+	Active   uint64
+	// HalfOpen counts its half-open connections and HalfOpenAlert says
+	// they are above maxhalfopen.
+	HalfOpen      uint64
+	HalfOpenAlert bool
+	// AffinityRecords counts the live records it wrote.
+	AffinityRecords uint64
+	// Alert: no server takes new connections. Change and Pushed are the
+	// manager's last cycle for the port.
+	Alert  bool
+	Change float64
+	Pushed bool
+}
+
+// ServerStatus is a server of a port beyond its configuration.
+type ServerStatus struct {
+	// ID is its backend id.
+	ID uint32
+	// State is its state as the executor sees it, Weight the weight it
+	// uses now (the manager's, while it runs).
+	State  lb.ServerState
+	Weight uint32
+	// NewWeight and Reason are the manager's last cycle's result (the
+	// configured weight while it is stopped).
+	NewWeight uint32
+	Reason    string
+	// MAC is the next hop's MAC, when resolved.
+	MAC net.HardwareAddr
+	// Counters are the backend's (with Query.Counters); Active its
+	// established connections.
+	Counters lb.Counters
+	Active   uint64
+	// ACTV and NEWC are the manager's inputs (active connections, new
+	// connections in the last refresh).
+	ACTV, NEWC uint64
+	// PortLoad is IBM's PORT column: the advisor's load in ms, -1 when an
+	// advisor finds the server down, 0 when no advisor covers it;
+	// SystemLoad the metric servers' load 0..100, -1 when none or stale.
+	PortLoad   int64
+	SystemLoad float64
+	// AffinityRecords counts the live records naming it.
+	AffinityRecords uint64
+}
+
+// AdvisorStatus is an advisor's verdict on one server.
+type AdvisorStatus struct {
+	State lb.AdvisorState
+	// LoadMS is the last probe's load in ms (-1: down; 0: no probe yet).
+	LoadMS    int64
+	LastError string
+	// Since is when it entered its state.
+	Since            time.Time
+	Probes, Failures uint64
+}
+
+// MetricStatus is a server's last load report.
+type MetricStatus struct {
+	Values map[string]float64
+	// At is the report's own time (zero: none yet); Err the last error.
+	At  time.Time
+	Err string
+}
+
+// Status returns a snapshot for q.
+func (e *Engine) Status(ctx context.Context, q Query) (*Status, error) {
+	return call(ctx, e, func() (*Status, error) { return e.status(q) })
+}
+
+// Config returns the committed configuration (shared: do not change it).
+func (e *Engine) Config(ctx context.Context) (lb.Config, error) {
+	return call(ctx, e, func() (lb.Config, error) { return e.ed.Config(), nil })
+}
+
+func (e *Engine) status(q Query) (*Status, error) {
+	cfg := e.ed.Config()
+	st := &Status{Config: cfg, Now: time.Now(), ManagerCycles: e.mgr.cycles,
+		Ports: map[lb.ServiceKey]PortStatus{}, Servers: map[lb.BackendKey]ServerStatus{},
+		Advisors: map[health.Key]AdvisorStatus{}, Metrics: map[netip.Addr]MetricStatus{},
+		MetricRefused: map[string]int64{}}
+	if q.Depth > 0 {
+		t, err := config.Select(cfg, q.Target, q.Depth)
+		if err != nil {
+			return nil, err
+		}
+		st.Selected = t
+	}
+	var stats lb.DataplaneStats
+	if e.exec.dp != nil && q.Counters {
+		var err error
+		if stats, err = e.exec.dp.Stats(); err != nil {
+			return nil, err
+		}
+	}
+	e.executorStatus(&st.Executor, stats)
+	if q.Depth > 0 {
+		e.objectStatus(st, q, stats)
+	}
+	e.health.Each(func(k health.Key, h *health.State) {
+		as := AdvisorStatus{State: h.State, LoadMS: h.Last.LoadMS(), LastError: h.Last.Reason,
+			Since: h.Since, Probes: h.Probes, Failures: h.Fails}
+		if h.Probes == 0 {
+			as.LoadMS = 0
+		}
+		st.Advisors[k] = as
+	})
+	for a, m := range e.metrics.reports {
+		st.Metrics[a] = MetricStatus{Values: m.values, At: m.at, Err: m.err}
+	}
+	for reason, n := range e.metrics.refused {
+		st.MetricRefused[reason] = n
+	}
+	return st, nil
+}
+
+func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats) {
+	if e.exec.err != nil {
+		x.Err = e.exec.err.Error()
+	}
+	if e.exec.dp == nil {
+		return
+	}
+	dp := e.exec.dp
+	x.Loaded, x.Info = true, dp.Info()
+	if a, ok := dp.Attached(); ok {
+		x.Attached, x.Attachment = true, a
+	}
+	x.AttachedMode = e.host.attachedMode
+	x.Memory = dp.Memory()
+	sw := e.exec.sweep
+	x.Connections, x.ReturnPools = sw.Entries, sw.ReturnPools
+	for _, n := range sw.AffinityServices {
+		x.AffinityRecords += n
+	}
+	x.Reasons, x.Events = stats.Reasons, stats.Events
+}
+
+func (e *Engine) objectStatus(st *Status, q Query, stats lb.DataplaneStats) {
+	cfg, t, sw := st.Config, st.Selected, e.exec.sweep
+	stale := 3 * seconds(cfg.Manager.Interval)
+	for ci := range cfg.Clusters {
+		cl := &cfg.Clusters[ci]
+		if !t.MatchCluster(cl.Address) {
+			continue
+		}
+		for pi := range cl.Ports {
+			p := &cl.Ports[pi]
+			if q.Depth >= lb.PortDepth && !t.MatchPort(p.Number) {
+				continue
+			}
+			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
+			sid := e.ids.Services[sk]
+			states, alert := e.serverStates(cfg, cl, p)
+			prt := e.mgr.ports[sk]
+			ps := PortStatus{ID: sid, TableSize: uint32(len(e.exec.tables[sid].slots)), Counters: stats.Services[sid],
+				HalfOpen: sw.HalfOpen[sid], AffinityRecords: sw.AffinityServices[sid], Alert: alert}
+			if prt != nil {
+				ps.HalfOpenAlert, ps.Change, ps.Pushed = prt.halfOpenAlert, prt.change, prt.pushed
+			}
+			for i, s := range p.Servers {
+				bk := lb.BackendKey{Service: sk, Server: s.Address}
+				id := e.ids.Backends[bk]
+				ps.Active += sw.Active[id]
+				if q.Depth < lb.ServerDepth || !t.MatchServer(s.Address) {
+					continue
+				}
+				ss := ServerStatus{ID: id, State: states[i].state, Weight: states[i].weight, NewWeight: states[i].weight,
+					Counters: stats.Backends[id], Active: sw.Active[id], AffinityRecords: sw.AffinityBackends[id],
+					PortLoad: e.portLoad(cfg, cl, p, s), SystemLoad: -1, MAC: e.net.neigh[s.NextHop()].MAC}
+				if rt := e.mgr.backends[bk]; rt != nil {
+					ss.ACTV, ss.NEWC, ss.Reason = rt.actv, rt.newc, rt.reason
+					if cfg.Manager.Started {
+						ss.NewWeight = uint32(max(rt.newWeight, 0))
+					}
+				}
+				if !cfg.Manager.Started {
+					ss.Reason = "manager stopped: configured weight"
+				}
+				if v, at := e.metricSample(cl, s.Address); !at.IsZero() && st.Now.Sub(at) <= stale {
+					ss.SystemLoad = v
+				}
+				st.Servers[bk] = ss
+			}
+			st.Ports[sk] = ps
+		}
+	}
+}
+
+// portLoad is IBM's PORT column: the advisor's last load in ms, -1 when an
+// advisor finds the server down, 0 when no advisor covers the port.
+func (e *Engine) portLoad(cfg lb.Config, cl *lb.Cluster, p *lb.Port, s lb.Server) int64 {
+	if e.advisorDown(cfg, cl.Address, p.Number, s.Address) {
+		return -1
+	}
+	load, at := e.advisorSample(cfg, cl.Address, p.Number, s.Address)
+	if at.IsZero() {
+		return 0
+	}
+	return int64(load)
+}
