@@ -77,8 +77,10 @@ func validate(cfg lb.Config, ch Change, u counter) error {
 			if err := checkServer(p, bk.String(), s, v4); err != nil {
 				return err
 			}
-			for r, a := range roles(s) {
-				if a.IsValid() {
+			// The return address first: its conflicts are named by it.
+			rs := roles(s)
+			for _, r := range []int{roleReturn, roleServer, roleRouter} {
+				if a := rs[r]; a.IsValid() {
 					if err := checkRoles(cfg, u, a, r, bk.String()); err != nil {
 						return err
 					}

@@ -3,7 +3,6 @@ package lb
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 )
 
@@ -114,20 +113,6 @@ func NewManager() Manager {
 	return Manager{Interval: DefaultInterval, Refresh: DefaultRefresh, Smoothing: DefaultSmoothing, Sensitivity: DefaultSensitivity}
 }
 
-func (m Manager) check() error {
-	switch {
-	case m.Interval < 0.1 || m.Interval > 3600:
-		return Errorf("interval", "manager", "%g is outside 0.1..3600 seconds", m.Interval)
-	case m.Refresh < 1 || m.Refresh > 100:
-		return Errorf("refresh", "manager", "%d is outside 1..100 cycles", m.Refresh)
-	case m.Smoothing < 1 || m.Smoothing > 100:
-		return Errorf("smoothing", "manager", "%g is outside 1..100", m.Smoothing)
-	case m.Sensitivity < 0 || m.Sensitivity > 100:
-		return Errorf("sensitivity", "manager", "%g is outside 0..100 percent", m.Sensitivity)
-	}
-	return nil
-}
-
 // AllDown is a port's policy for when none of its servers may take new
 // connections (all down, quiesced or failed by their advisor).
 // Established connections keep flowing under either policy.
@@ -226,35 +211,6 @@ func (a Advisor) Covers(cluster netip.Addr, port uint16) bool {
 	return a.Port == port && (!a.Cluster.IsValid() || a.Cluster == cluster)
 }
 
-func (a Advisor) check() error {
-	obj := a.Key()
-	switch {
-	case a.Interval < 0.1 || a.Interval > 3600:
-		return Errorf("interval", obj, "%g is outside 0.1..3600 seconds", a.Interval)
-	case a.ConnectTimeout < 0.01 || a.ConnectTimeout > 600:
-		return Errorf("connecttimeout", obj, "%g is outside 0.01..600 seconds", a.ConnectTimeout)
-	case a.ReceiveTimeout < 0.01 || a.ReceiveTimeout > 600:
-		return Errorf("receivetimeout", obj, "%g is outside 0.01..600 seconds", a.ReceiveTimeout)
-	case a.Retries < 0 || a.Retries > 10:
-		return Errorf("retries", obj, "%d is outside 0..10", a.Retries)
-	case a.Rise < 1 || a.Rise > 100:
-		return Errorf("rise", obj, "%d is outside 1..100", a.Rise)
-	case a.Fall < 1 || a.Fall > 100:
-		return Errorf("fall", obj, "%d is outside 1..100", a.Fall)
-	}
-	if a.Name == "exec" {
-		if a.Program == "" {
-			return Errorf("program", obj, "the exec advisor needs --program")
-		}
-		if a.Mode != "normal" && a.Mode != "replace" {
-			return Errorf("mode", obj, "%q is not normal or replace", a.Mode)
-		}
-	} else if a.Program != "" || a.Mode != "" || len(a.Args) > 0 {
-		return Errorf("program", obj, "only the exec advisor takes a program")
-	}
-	return nil
-}
-
 // MetricServer configures how the manager reaches each server's load
 // agent.
 type MetricServer struct {
@@ -273,79 +229,4 @@ type MetricServer struct {
 // NewMetricServer returns the default: dlbmetricd on port 10004.
 func NewMetricServer() MetricServer {
 	return MetricServer{Source: "dlbmetricd", Port: DefaultMetricPort}
-}
-
-func (m MetricServer) check() error {
-	switch m.Source {
-	case "dlbmetricd", "prometheus":
-	default:
-		return Errorf("source", "metric", "%q is not dlbmetricd or prometheus", m.Source)
-	}
-	if m.Port == 0 {
-		return Errorf("port", "metric", "port 0 is not a valid port")
-	}
-	if m.Source == "prometheus" && m.Path != "" && !strings.HasPrefix(m.Path, "/") {
-		return Errorf("path", "metric", "%q does not start with /", m.Path)
-	}
-	return nil
-}
-
-// checkMetricName refuses metric names that could not be a file or a
-// Prometheus metric name.
-func checkMetricName(cluster, name string) error {
-	if name == "" || len(name) > 200 {
-		return Errorf("metric", cluster, "%q is not a metric name", name)
-	}
-	for _, r := range name {
-		if !(r == '_' || r == ':' || r == '-' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '{' || r == '}' || r == '=' || r == '"' || r == ',') {
-			return Errorf("metric", cluster, "%q has the character %q", name, r)
-		}
-	}
-	return nil
-}
-
-// checkManage validates the manager, advisor and metric settings.
-func (c *Config) checkManage() error {
-	if err := c.Manager.check(); err != nil {
-		return err
-	}
-	if err := c.MetricServer.check(); err != nil {
-		return err
-	}
-	seen := map[string]bool{}
-	for _, a := range c.Advisors {
-		if seen[a.Key()] {
-			return Errorf("advisor", a.Key(), "started twice")
-		}
-		seen[a.Key()] = true
-		if err := a.check(); err != nil {
-			return err
-		}
-		if a.Cluster.IsValid() && c.Cluster(a.Cluster) == nil {
-			return Errorf("cluster", a.Key(), "%s is not a configured cluster", a.Cluster)
-		}
-	}
-	for _, cl := range c.Clusters {
-		if err := cl.Proportions.Check(cl.Address.String()); err != nil {
-			return err
-		}
-		for _, m := range cl.Metrics {
-			if err := checkMetricName(cl.Address.String(), m); err != nil {
-				return err
-			}
-		}
-		if i := firstDup(cl.Metrics); i >= 0 {
-			return Errorf("metric", cl.Address.String(), "%q added twice", cl.Metrics[i])
-		}
-	}
-	return nil
-}
-
-func firstDup(s []string) int {
-	for i := range s {
-		if slices.Contains(s[:i], s[i]) {
-			return i
-		}
-	}
-	return -1
 }
