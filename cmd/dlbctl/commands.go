@@ -176,10 +176,10 @@ first keyword.`,
 		for i := 0; i+1 < len(args); i += 2 {
 			switch kw, _ := executorKeyword(args[i]); kw {
 			case "nfa":
-				v, _ := a.resolveParam(cmd.Context(), args[i+1], 0)
+				v, _ := a.resolveParam(cmd.Context(), "nfa", args[i+1], 0)
 				op.NFA = &v
 			case "clientgateway":
-				v, _ := a.resolveParam(cmd.Context(), args[i+1], 0)
+				v, _ := a.resolveParam(cmd.Context(), "clientgateway", args[i+1], 0)
 				op.ClientGateway = &v
 			case "fintimeout":
 				v, _ := strconv.ParseInt(args[i+1], 10, 64)
@@ -249,7 +249,7 @@ func (a *app) executorSetArgs(cmd *cobra.Command, args []string) error {
 	// Host names given for addresses, once the syntax is right.
 	for i := 0; i+1 < len(args); i += 2 {
 		if kw, _ := executorKeyword(args[i]); kw != "fintimeout" {
-			if _, err := a.resolveParam(cmd.Context(), args[i+1], 0); err != nil {
+			if _, err := a.resolveParam(cmd.Context(), kw, args[i+1], 0); err != nil {
 				return err
 			}
 		}

@@ -54,7 +54,7 @@ func (a *app) resolveFlags(cmd *cobra.Command, fam int, names ...string) error {
 		if v == nil {
 			continue
 		}
-		addr, err := a.resolveParam(cmd.Context(), *v, fam)
+		addr, err := a.resolveParam(cmd.Context(), name, *v, fam)
 		if err != nil {
 			return err
 		}

@@ -153,7 +153,13 @@ func run(e *env, args []string) int {
 func (a *app) fail(cmd *cobra.Command, err error) int {
 	w := a.env.stderr
 	var ue *usageError
+	var re *resolveError
 	switch {
+	case errors.As(err, &re):
+		// A host name that does not resolve is a bad value, as dlbd's
+		// refusal of a bad address would be.
+		fmt.Fprintf(w, "dlbctl: %v\n", err)
+		return exitFailed
 	case errors.As(err, &ue) || !a.ran:
 		fmt.Fprintf(w, "dlbctl: %v\n", err)
 		help := cmd.CommandPath()

@@ -188,7 +188,7 @@ func (a *app) quiesceArgs(cmd *cobra.Command, args []string) error {
 		a.target, err = a.normTarget(cmd.Context(), args[0], 3, false)
 		return err
 	}
-	a.target, err = a.resolveItem(cmd.Context(), args[0], args[0], 0)
+	a.target, err = a.resolveItem(cmd.Context(), "server", args[0], args[0], 0)
 	return err
 }
 

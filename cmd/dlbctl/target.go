@@ -72,9 +72,13 @@ func (a *app) normTarget(ctx context.Context, s string, depth int, partial bool)
 			out[i] = c
 			continue
 		}
+		field := "cluster"
+		if i == 2 {
+			field = "server"
+		}
 		items := strings.Split(c, "+")
 		for j, item := range items {
-			if items[j], err = a.resolveItem(ctx, s, item, fam); err != nil {
+			if items[j], err = a.resolveItem(ctx, field, s, item, fam); err != nil {
 				return "", err
 			}
 		}
@@ -195,7 +199,7 @@ func family(a netip.Addr) int {
 // resolveItem returns one address item of a target as dlbd takes it: an
 // address literal without brackets, a host name's address, or (anything
 // else) the item unchanged, for dlbd to refuse by name.
-func (a *app) resolveItem(ctx context.Context, target, item string, fam int) (string, error) {
+func (a *app) resolveItem(ctx context.Context, field, target, item string, fam int) (string, error) {
 	if item == "" {
 		return item, nil
 	}
@@ -211,7 +215,7 @@ func (a *app) resolveItem(ctx context.Context, target, item string, fam int) (st
 	if !isHostName(item) {
 		return item, nil
 	}
-	addr, err := a.resolve(ctx, item, fam)
+	addr, err := a.resolve(ctx, field, item, fam)
 	if err != nil {
 		return "", err
 	}
@@ -221,14 +225,14 @@ func (a *app) resolveItem(ctx context.Context, target, item string, fam int) (st
 // resolveParam resolves an address parameter's value (nfa, router ...):
 // a host name becomes its address; "none", addresses and anything else
 // are sent as given. fam, if not 0, is the family the address must have.
-func (a *app) resolveParam(ctx context.Context, v string, fam int) (string, error) {
+func (a *app) resolveParam(ctx context.Context, field, v string, fam int) (string, error) {
 	if _, ok := literalAddr(v); ok || v == "" || strings.EqualFold(v, "none") || !isHostName(v) {
 		if addr, ok := literalAddr(v); ok && strings.HasPrefix(v, "[") {
 			return addr.String(), nil
 		}
 		return v, nil
 	}
-	addr, err := a.resolve(ctx, v, fam)
+	addr, err := a.resolve(ctx, field, v, fam)
 	if err != nil {
 		return "", err
 	}
@@ -261,14 +265,29 @@ func isHostName(s string) bool {
 	return letter
 }
 
+// resolveError is a host name given for field that cannot be used. It
+// is a failed command (exit 1), like dlbd's refusal of a bad address
+// would be, not a usage error.
+type resolveError struct {
+	field string
+	err   error
+}
+
+func (e *resolveError) Error() string { return e.field + ": " + e.err.Error() }
+func (e *resolveError) Unwrap() error { return e.err }
+
 // resolve looks name up once and returns its one address, of family fam
 // if fam is not 0, and says what it resolved to. A name with no address,
 // or with several (both families, with nothing to choose by), is refused:
-// the configuration must name one machine.
-func (a *app) resolve(ctx context.Context, name string, fam int) (netip.Addr, error) {
+// the configuration must name one machine. field names what the address
+// is for, in messages.
+func (a *app) resolve(ctx context.Context, field, name string, fam int) (netip.Addr, error) {
 	key := fmt.Sprintf("%s/%d", strings.ToLower(name), fam)
 	if addr, ok := a.resolved[key]; ok {
 		return addr, nil
+	}
+	fail := func(format string, args ...any) (netip.Addr, error) {
+		return netip.Addr{}, &resolveError{field: field, err: fmt.Errorf(format, args...)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -276,9 +295,9 @@ func (a *app) resolve(ctx context.Context, name string, fam int) (netip.Addr, er
 	if err != nil {
 		var de *net.DNSError
 		if errors.As(err, &de) && de.IsNotFound {
-			return netip.Addr{}, &usageError{err: fmt.Errorf("cannot resolve %q: no such host", name), help: "-"}
+			return fail("cannot resolve %q: no such host", name)
 		}
-		return netip.Addr{}, &usageError{err: fmt.Errorf("cannot resolve %q: %w", name, err), help: "-"}
+		return fail("cannot resolve %q: %w", name, err)
 	}
 	var all, fit []netip.Addr
 	for _, addr := range addrs {
@@ -293,13 +312,12 @@ func (a *app) resolve(ctx context.Context, name string, fam int) (netip.Addr, er
 	}
 	switch {
 	case len(all) == 0:
-		return netip.Addr{}, &usageError{err: fmt.Errorf("cannot resolve %q: it has no address", name), help: "-"}
+		return fail("cannot resolve %q: it has no address", name)
 	case len(fit) == 0:
-		return netip.Addr{}, &usageError{err: fmt.Errorf("%q resolves to %s, none of them an IPv%d address like the others of the target; give the address",
-			name, joinAddrs(all), fam), help: "-"}
+		return fail("%q resolves to %s, none of them an IPv%d address like the others of the target; give the address",
+			name, joinAddrs(all), fam)
 	case len(fit) > 1:
-		return netip.Addr{}, &usageError{err: fmt.Errorf("%q is ambiguous: it resolves to %s; give the address of the one meant",
-			name, joinAddrs(fit)), help: "-"}
+		return fail("%q is ambiguous: it resolves to %s; give the address of the one meant", name, joinAddrs(fit))
 	}
 	if a.resolved == nil {
 		a.resolved = map[string]netip.Addr{}

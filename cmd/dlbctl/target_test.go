@@ -189,15 +189,19 @@ func TestIBMRefusals(t *testing.T) {
 		{[]string{"server", "report", "198.18.0.100:80:198.18.0.21:5"}, "does not have the form VIP@PORT@ADDR", true},
 		{[]string{"cluster", "report", "198.18.0.100@80"}, `"198.18.0.100@80" does not have the form VIP`, true},
 		{[]string{"cluster", "add", "::"}, `"::" is not a cluster address`, true},
-		// Host names.
-		{[]string{"server", "add", "198.18.0.100:80:nosuch"}, `cannot resolve "nosuch": no such host`, false},
-		{[]string{"server", "add", "198.18.0.100:80:broken.example"}, `cannot resolve "broken.example": lookup broken.example: server misbehaving`, false},
-		{[]string{"server", "add", "198.18.0.100:80:noaddr"}, `cannot resolve "noaddr": it has no address`, false},
-		{[]string{"server", "add", "198.18.0.100:80:twin"}, `"twin" is ambiguous: it resolves to 198.18.0.31 and 198.18.0.32; give the address of the one meant`, false},
+		// Host names that cannot be used are bad values (exit 1, as
+		// dlbd's refusal of a bad address), named by field.
+		{[]string{"server", "add", "198.18.0.100:80:nosuch"}, `dlbctl: server: cannot resolve "nosuch": no such host` + "\n", false},
+		{[]string{"server", "add", "nosuch:80:198.18.0.21"}, `dlbctl: cluster: cannot resolve "nosuch": no such host` + "\n", false},
+		{[]string{"server", "add", "198.18.0.100:80:broken.example"}, `server: cannot resolve "broken.example": lookup broken.example: server misbehaving`, false},
+		{[]string{"server", "add", "198.18.0.100:80:noaddr"}, `server: cannot resolve "noaddr": it has no address`, false},
+		{[]string{"server", "add", "198.18.0.100:80:twin"}, `server: "twin" is ambiguous: it resolves to 198.18.0.31 and 198.18.0.32; give the address of the one meant`, false},
 		{[]string{"server", "add", "@80@dual"}, `"dual" is ambiguous: it resolves to 198.18.0.23 and 2001:2::23`, false},
 		{[]string{"server", "add", "198.18.0.100:80:web6"}, `"web6" resolves to 2001:2::21, none of them an IPv4 address like the others of the target`, false},
-		{[]string{"executor", "set", "nfa", "dual"}, `"dual" is ambiguous`, false},
-		{[]string{"server", "set", "198.18.0.100:80:198.18.0.21", "router", "nosuch"}, `cannot resolve "nosuch"`, false},
+		{[]string{"executor", "set", "nfa", "dual"}, `nfa: "dual" is ambiguous`, false},
+		{[]string{"executor", "set", "clientgateway", "not-an-address"}, `clientgateway: cannot resolve "not-an-address"`, false},
+		{[]string{"server", "set", "198.18.0.100:80:198.18.0.21", "router", "nosuch"}, `router: cannot resolve "nosuch"`, false},
+		{[]string{"manager", "quiesce", "nosuch"}, `server: cannot resolve "nosuch"`, false},
 		// Keywords.
 		{[]string{"server", "set", "198.18.0.100:80:198.18.0.21", "bogus", "5"}, `unknown keyword "bogus" for server set (keywords: advisorrequest, ` +
 			`advisorresponse, fixedweight, mapport, returnaddress, router, weight)`, true},
@@ -217,8 +221,14 @@ func TestIBMRefusals(t *testing.T) {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			eng := &fakeEngine{}
 			r := dlbctl(serve(t, eng), tt.args...)
-			if r.code != exitUsage {
-				t.Errorf("exit %d, want %d; stderr %q", r.code, exitUsage, r.stderr)
+			// Usage errors point to --help; bad host names do not, and
+			// are failed commands.
+			want := exitUsage
+			if !tt.help {
+				want = exitFailed
+			}
+			if r.code != want {
+				t.Errorf("exit %d, want %d; stderr %q", r.code, want, r.stderr)
 			}
 			if !strings.HasPrefix(r.stderr, "dlbctl: ") || !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("stderr %q, want it to contain %q", r.stderr, tt.want)
