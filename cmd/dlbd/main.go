@@ -107,6 +107,10 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// From the start: a SIGTERM while dlbd starts must stop it cleanly
+	// (releasing what it took), not kill it.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	for _, t := range []struct {
 		flag string
 		v    uint32
@@ -174,8 +178,6 @@ func run(ctx context.Context, o options) error {
 	// dlbd created.
 	defer sock.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	engineDone := make(chan struct{})
 	go func() {
 		engine.Run(ctx)

@@ -42,7 +42,8 @@ type fileID struct{ dev, ino uint64 }
 
 // SocketOptions configure OpenSocket.
 type SocketOptions struct {
-	// Mode is the socket file's mode (0660 when zero).
+	// Mode is the socket file's mode (0660 when zero), set through the
+	// umask while the file is created.
 	Mode os.FileMode
 	// Check is how often the file is checked (DefaultSocketCheck when
 	// zero).
@@ -97,7 +98,10 @@ func (s *Socket) listen() (*net.UnixListener, fileID, error) {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 		return nil, fileID{}, fmt.Errorf("creating socket directory: %w", err)
 	}
-	old := syscall.Umask(0o177)
+	// The file is created with its mode: a client may connect (and the
+	// file may be removed) as soon as it exists, so there is no chmod
+	// after the fact.
+	old := syscall.Umask(int(^s.mode & 0o777))
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.path, Net: "unix"})
 	syscall.Umask(old)
 	if err != nil {
@@ -113,13 +117,8 @@ func (s *Socket) listen() (*net.UnixListener, fileID, error) {
 	}
 	if g, err := user.LookupGroup("dlb"); err == nil {
 		if gid, err := strconv.Atoi(g.Gid); err == nil {
-			_ = os.Chown(s.path, -1, gid)
+			_ = os.Lchown(s.path, -1, gid)
 		}
-	}
-	if err := os.Chmod(s.path, s.mode); err != nil {
-		l.Close()
-		_ = os.Remove(s.path)
-		return nil, fileID{}, fmt.Errorf("setting socket mode: %w", err)
 	}
 	return l, id, nil
 }
