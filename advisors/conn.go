@@ -150,8 +150,9 @@ type session struct {
 }
 
 // dial connects to t.HostPort() over TCP, from t's source address if it
-// has one, within t's connect timeout (and ctx), and returns a session whose receive deadline (t's receive timeout
-// from now, or ctx's deadline if earlier) covers the rest of the exchange.
+// has one, within t's connect timeout (and ctx), and returns a session
+// whose receive deadline (t's receive timeout from now, or ctx's deadline
+// if earlier) covers the rest of the exchange.
 // The session's clock starts before the connect, as IBM's advisors time
 // the whole exchange. Failures are classified: "connect refused",
 // "connect timeout after 2s", "host unreachable", "network unreachable",
