@@ -12,6 +12,7 @@ package advisors
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"sort"
 	"time"
@@ -34,6 +35,13 @@ type Target struct {
 	Request, Response string
 	// Host is an optional host name (HTTP Host header, TLS server name).
 	Host string
+	// Source is the address probes leave from: IBM's advisors use the
+	// dispatcher's non-forwarding address (NFA), because the kernel's own
+	// choice may be a cluster address, which the servers hold themselves
+	// and would answer to themselves. It is used when it is of Address's
+	// family; the zero value (or another family) leaves the choice to the
+	// kernel. The exec advisor passes it to its program.
+	Source netip.Addr
 }
 
 // Defaults for a Target's timeouts.
@@ -56,6 +64,31 @@ func (t Target) ReceiveTimeoutOrDefault() time.Duration {
 		return t.ReceiveTimeout
 	}
 	return DefaultReceiveTimeout
+}
+
+// SourceAddr returns the source address a probe of t binds to: Source,
+// unmapped, if it is of Address's family, else the zero Addr (the
+// kernel's choice).
+func (t Target) SourceAddr() netip.Addr {
+	src := t.Source.Unmap().WithZone("")
+	if !src.IsValid() || !t.Address.IsValid() || src.Is4() != t.Address.Unmap().Is4() {
+		return netip.Addr{}
+	}
+	return src
+}
+
+// dialer returns a net.Dialer bound to t's source address, if any, for
+// network ("tcp" or "udp").
+func (t Target) dialer(network string) *net.Dialer {
+	d := &net.Dialer{}
+	if src := t.SourceAddr(); src.IsValid() {
+		if network == "udp" {
+			d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		} else {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		}
+	}
+	return d
 }
 
 // HostPort returns "address:port" for dialing.

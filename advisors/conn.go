@@ -149,9 +149,10 @@ type session struct {
 	until time.Time // the receive deadline
 }
 
-// dial connects to t.HostPort() over TCP within t's connect timeout (and
-// ctx), and returns a session whose receive deadline (t's receive timeout
-// from now, or ctx's deadline if earlier) covers the rest of the exchange.
+// dial connects to t.HostPort() over TCP, from t's source address if it
+// has one, within t's connect timeout (and ctx), and returns a session
+// whose receive deadline (t's receive timeout from now, or ctx's deadline
+// if earlier) covers the rest of the exchange.
 // The session's clock starts before the connect, as IBM's advisors time
 // the whole exchange. Failures are classified: "connect refused",
 // "connect timeout after 2s", "host unreachable", "network unreachable",
@@ -167,8 +168,7 @@ func dial(ctx context.Context, t Target) (*session, error) {
 	ct := budget(ctx, t.ConnectTimeoutOrDefault())
 	dctx, cancel := context.WithTimeout(ctx, ct)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(dctx, "tcp", t.HostPort())
+	c, err := t.dialer("tcp").DialContext(dctx, "tcp", t.HostPort())
 	if err != nil {
 		return nil, dialFailure(ctx, err, ct)
 	}
@@ -188,6 +188,8 @@ func dialFailure(ctx context.Context, err error, timeout time.Duration) error {
 		return &failure{"host unreachable", err}
 	case errors.Is(err, syscall.ENETUNREACH):
 		return &failure{"network unreachable", err}
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return &failure{"source address not available", err}
 	}
 	return &failure{"connect failed: " + innerError(err), err}
 }

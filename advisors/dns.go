@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -111,8 +110,7 @@ func (a dnsAdvisor) Probe(ctx context.Context, t Target) Result {
 
 	start := time.Now()
 	recv := budget(ctx, t.ReceiveTimeoutOrDefault())
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", t.HostPort())
+	c, err := t.dialer("udp").DialContext(ctx, "udp", t.HostPort())
 	if err != nil {
 		return down(dialFailure(ctx, err, recv))
 	}

@@ -53,6 +53,9 @@ func (m ExecMode) String() string {
 //	DLB_ADVISOR_HOST        Target.Host, if set
 //	DLB_ADVISOR_REQUEST     Target.Request, if set
 //	DLB_ADVISOR_RESPONSE    Target.Response, if set
+//	DLB_ADVISOR_SOURCE      the address probes leave from (see
+//	                        Target.Source), if set: a program that opens
+//	                        sockets should bind to it
 //
 // It runs with package runner: its stdin is /dev/null; at most 4 KiB of
 // stdout and of stderr are kept. It runs in its own process group, which
@@ -99,7 +102,11 @@ func (e Exec) Probe(ctx context.Context, t Target) Result {
 		"DLB_ADVISOR_PORT="+strconv.Itoa(int(t.Port)),
 		"DLB_ADVISOR_TIMEOUT_MS="+strconv.FormatInt(limit.Milliseconds(), 10),
 	)
-	for _, kv := range [][2]string{{"HOST", t.Host}, {"REQUEST", t.Request}, {"RESPONSE", t.Response}} {
+	src := ""
+	if a := t.SourceAddr(); a.IsValid() {
+		src = a.String()
+	}
+	for _, kv := range [][2]string{{"HOST", t.Host}, {"REQUEST", t.Request}, {"RESPONSE", t.Response}, {"SOURCE", src}} {
 		if kv[1] != "" {
 			env = append(env, "DLB_ADVISOR_"+kv[0]+"="+kv[1])
 		}

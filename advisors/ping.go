@@ -75,7 +75,11 @@ func ping(ctx context.Context, t Target, socks []pingSocket) Result {
 	)
 	for _, s := range socks {
 		var err error
-		if c, err = icmp.ListenPacket(s.network, s.listen); err == nil {
+		listen := s.listen
+		if src := t.SourceAddr(); src.IsValid() {
+			listen = src.String() // the echo request leaves from it
+		}
+		if c, err = icmp.ListenPacket(s.network, listen); err == nil {
 			sock = s
 			break
 		}

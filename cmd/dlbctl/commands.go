@@ -61,18 +61,14 @@ func (a *app) opCmd(c *cobra.Command, build func(cmd *cobra.Command, args []stri
 }
 
 // target returns an argument validator for commands that take one target
-// of the given form, or at most one if optional.
+// of the given form, or at most one if optional, as it is (see targetArgs
+// for addresses).
 func target(form string, optional bool) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		switch {
 		case len(args) == 0 && !optional:
 			return usagef("%s needs a target (%s)", cmdName(cmd), form)
 		case len(args) > 1:
-			// IBM's keyword-value style ("weight 5") is the likely
-			// mistake; point at the flag.
-			if cmd.Flags().Lookup(args[1]) != nil {
-				return usagef("unexpected argument %q: dlbctl takes it as a flag, --%s", args[1], args[1])
-			}
 			return usagef("%s takes one target (%s), got %d arguments", cmdName(cmd), form, len(args))
 		}
 		return nil
@@ -90,13 +86,6 @@ func noArgs(cmd *cobra.Command, args []string) error {
 // "dlbctl: " already starts.
 func cmdName(cmd *cobra.Command) string {
 	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
-}
-
-func arg0(args []string) string {
-	if len(args) == 0 {
-		return ""
-	}
-	return args[0]
 }
 
 // The *Flag helpers return the value of a flag the user set, or nil: an
@@ -178,17 +167,20 @@ first keyword.`,
   dlbctl executor set clientgateway 192.0.2.1
   dlbctl executor set fintimeout 30
   dlbctl executor set nfa 192.0.2.10 fintimeout 30`,
-		Args:      executorSetArgs,
+		Args:      a.executorSetArgs,
 		ValidArgs: executorKeywords,
-	}, func(_ *cobra.Command, args []string) api.Op {
+	}, func(cmd *cobra.Command, args []string) api.Op {
 		op := api.Op{Object: api.ObjectExecutor, Action: api.ActionSet}
-		// executorSetArgs checked the keywords and values already.
+		// executorSetArgs checked the keywords and values already, and
+		// resolved the host names (resolveParam remembers them).
 		for i := 0; i+1 < len(args); i += 2 {
 			switch kw, _ := executorKeyword(args[i]); kw {
 			case "nfa":
-				op.NFA = &args[i+1]
+				v, _ := a.resolveParam(cmd.Context(), "nfa", args[i+1], 0)
+				op.NFA = &v
 			case "clientgateway":
-				op.ClientGateway = &args[i+1]
+				v, _ := a.resolveParam(cmd.Context(), "clientgateway", args[i+1], 0)
+				op.ClientGateway = &v
 			case "fintimeout":
 				v, _ := strconv.ParseInt(args[i+1], 10, 64)
 				op.FinTimeout = &v
@@ -227,7 +219,7 @@ func executorKeyword(s string) (string, bool) {
 	return "", false
 }
 
-func executorSetArgs(_ *cobra.Command, args []string) error {
+func (a *app) executorSetArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return usagef("executor set needs KEYWORD VALUE (keywords: %s)", strings.Join(executorKeywords, ", "))
 	}
@@ -254,21 +246,33 @@ func executorSetArgs(_ *cobra.Command, args []string) error {
 			}
 		}
 	}
+	// Host names given for addresses, once the syntax is right.
+	for i := 0; i+1 < len(args); i += 2 {
+		if kw, _ := executorKeyword(args[i]); kw != "fintimeout" {
+			if _, err := a.resolveParam(cmd.Context(), kw, args[i+1], 0); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
 func (a *app) clusterCmd() *cobra.Command {
 	clusterArgs := func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
-			return usagef("%s needs a target (VIP)", cmdName(cmd))
+		args, err := foldProportions(cmd, args)
+		if err != nil {
+			return err
 		}
-		_, err := proportionsArgs(cmd, args)
+		if err := a.targetArgs(1, targetOpts{keywords: true})(cmd, args); err != nil {
+			return err
+		}
+		_, err = proportionsArgs(cmd)
 		return err
 	}
 	clusterOp := func(action string) func(*cobra.Command, []string) api.Op {
-		return func(cmd *cobra.Command, args []string) api.Op {
-			p, _ := proportionsArgs(cmd, args)
-			return api.Op{Object: api.ObjectCluster, Action: action, Target: args[0],
+		return func(cmd *cobra.Command, _ []string) api.Op {
+			p, _ := proportionsArgs(cmd)
+			return api.Op{Object: api.ObjectCluster, Action: action, Target: a.target,
 				Configure: boolFlag(cmd, "configure"), Proportions: p}
 		}
 	}
@@ -287,7 +291,8 @@ func (a *app) clusterCmd() *cobra.Command {
 		Use:   "set VIP [--configure=true|false] [--proportions A N P S]",
 		Short: "Change a cluster's proportions, or whether dlbd puts its address on the interface",
 		Example: `  dlbctl cluster set 10.0.0.100 --configure=false
-  dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0`,
+  dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0
+  dlbctl cluster set 10.0.0.100 proportions 49 50 1 0      # IBM style`,
 		Args: clusterArgs,
 	}, clusterOp(api.ActionSet))
 	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
@@ -298,9 +303,9 @@ func (a *app) clusterCmd() *cobra.Command {
 		Use:     "remove VIP",
 		Short:   "Remove clusters with their ports and servers",
 		Example: `  dlbctl cluster remove 10.0.0.100`,
-		Args:    target("VIP", false),
-	}, func(_ *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectCluster, Action: api.ActionRemove, Target: args[0]}
+		Args:    a.targetArgs(1, targetOpts{}),
+	}, func(*cobra.Command, []string) api.Op {
+		return api.Op{Object: api.ObjectCluster, Action: api.ActionRemove, Target: a.target}
 	})
 
 	return a.noun("cluster", "Add, set, remove and report clusters (virtual addresses)",
@@ -328,9 +333,9 @@ func portFlags(c *cobra.Command) *cobra.Command {
 	return c
 }
 
-func portOp(action string) func(*cobra.Command, []string) api.Op {
-	return func(cmd *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectPort, Action: action, Target: args[0],
+func (a *app) portOp(action string) func(*cobra.Command, []string) api.Op {
+	return func(cmd *cobra.Command, _ []string) api.Op {
+		return api.Op{Object: api.ObjectPort, Action: action, Target: a.target,
 			Protocol: stringFlag(cmd, "protocol"), Method: stringFlag(cmd, "method"),
 			StickyTime: intFlag(cmd, "stickytime"), StickyMask: intFlag(cmd, "stickymask"),
 			CrossPort: intFlag(cmd, "crossport"), SelectionAlgorithm: stringFlag(cmd, "selectionalgorithm"),
@@ -348,17 +353,18 @@ func (a *app) portCmd() *cobra.Command {
   dlbctl port add @443 --weightbound 50   # port 443 on every cluster
   dlbctl port add 10.0.0.100@8080 --method nat --maxhalfopen 1000
   dlbctl port add 10.0.0.100@443 --stickytime 300 --stickymask 24 --crossport 80`,
-		Args: target("VIP@PORT", false),
-	}, portOp(api.ActionAdd)))
+		Args: a.targetArgs(2, targetOpts{keywords: true}),
+	}, a.portOp(api.ActionAdd)))
 
 	set := portFlags(a.opCmd(&cobra.Command{
 		Use:   "set VIP@PORT [flags]",
 		Short: "Change ports' parameters",
 		Example: `  dlbctl port set 10.0.0.100@80 --staletimeout 600
+  dlbctl port set 10.0.0.100:80 staletimeout 600           # IBM style
   dlbctl port set 10.0.0.100@80 --selectionalgorithm conn+affin
   dlbctl port set 10.0.0.100@443 --crossport 0     # stop sharing affinity`,
-		Args: target("VIP@PORT", false),
-	}, portOp(api.ActionSet)))
+		Args: a.targetArgs(2, targetOpts{keywords: true}),
+	}, a.portOp(api.ActionSet)))
 	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "stickymask", "crossport", "selectionalgorithm",
 		"maxhalfopen", "staletimeout", "weightbound", "alldown")
 
@@ -366,9 +372,9 @@ func (a *app) portCmd() *cobra.Command {
 		Use:     "remove VIP@PORT",
 		Short:   "Remove ports with their servers",
 		Example: `  dlbctl port remove 10.0.0.100@80`,
-		Args:    target("VIP@PORT", false),
-	}, func(_ *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectPort, Action: api.ActionRemove, Target: args[0]}
+		Args:    a.targetArgs(2, targetOpts{}),
+	}, func(*cobra.Command, []string) api.Op {
+		return api.Op{Object: api.ObjectPort, Action: api.ActionRemove, Target: a.target}
 	})
 
 	return a.noun("port", "Add, set, remove and report ports of clusters",
@@ -386,11 +392,13 @@ weightbound.
 
 ` + serverNATHelp,
 		Example: `  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
+  dlbctl server add 10.0.0.100:80:server1 weight 5        # host name, resolved once
+  dlbctl server add [2001:db8::100]:80:[2001:db8::5]
   dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6
   dlbctl server add @80@10.1.1.7          # to port 80 of every cluster
   dlbctl server add 10.0.0.100@80@198.18.1.11 --mapport 8080 --returnaddress 10.0.0.3 --router 10.0.0.254`,
-		Args: serverArgs,
-	}, serverOp(api.ActionAdd))
+		Args: a.serverArgs,
+	}, a.serverOp(api.ActionAdd))
 	serverFlags(add)
 	add.Flags().Int64("weight", 0, "weight, 0..weightbound (dlbd's default: the port's weightbound)")
 
@@ -401,12 +409,12 @@ weightbound.
 
 ` + serverNATHelp,
 		Example: `  dlbctl server set 10.0.0.100@80@10.1.1.5 --weight 10
+  dlbctl server set 10.0.0.100:80:10.1.1.5 weight 10       # IBM style
   dlbctl server set 10.0.0.100@80@10.1.1.5 --fixedweight yes
   dlbctl server set 10.0.0.100@80@10.1.1.5 --advisorrequest "GET /health HTTP/1.1" --advisorresponse ok
   dlbctl server set 10.0.0.100@80@198.18.1.11 --router none --mapport 0`,
-		Args: target("VIP@PORT@ADDR", false),
-	}, serverOp(api.ActionSet))
-	set.Args = serverArgs
+		Args: a.serverArgs,
+	}, a.serverOp(api.ActionSet))
 	serverFlags(set)
 	set.Flags().Int64("weight", 0, "weight, 0..weightbound")
 	set.MarkFlagsOneRequired("weight", "fixedweight", "advisorrequest", "advisorresponse", "mapport", "returnaddress", "router")
@@ -416,9 +424,9 @@ weightbound.
 			Use:     action + " VIP@PORT@ADDR",
 			Short:   short,
 			Example: example,
-			Args:    target("VIP@PORT@ADDR", false),
-		}, func(_ *cobra.Command, args []string) api.Op {
-			return api.Op{Object: api.ObjectServer, Action: action, Target: args[0]}
+			Args:    a.targetArgs(3, targetOpts{}),
+		}, func(*cobra.Command, []string) api.Op {
+			return api.Op{Object: api.ObjectServer, Action: action, Target: a.target}
 		})
 	}
 	down := simple(api.ActionDown, "Mark servers down: established connections finish, new ones go elsewhere",
@@ -459,9 +467,9 @@ func serverFlags(c *cobra.Command) {
 	f.String("router", "", "method nat: the next hop to a server on another subnet (none: clear)")
 }
 
-// serverArgs checks the target and --fixedweight.
-func serverArgs(cmd *cobra.Command, args []string) error {
-	if err := target("VIP@PORT@ADDR", false)(cmd, args); err != nil {
+// serverArgs checks the target, its keyword pairs and --fixedweight.
+func (a *app) serverArgs(cmd *cobra.Command, args []string) error {
+	if err := a.targetArgs(3, targetOpts{keywords: true})(cmd, args); err != nil {
 		return err
 	}
 	_, err := yesNoFlag(cmd, "fixedweight")
@@ -470,10 +478,10 @@ func serverArgs(cmd *cobra.Command, args []string) error {
 
 // serverOp builds "server add" and "server set" operations. A bad
 // --fixedweight is refused by the argument check first.
-func serverOp(action string) func(*cobra.Command, []string) api.Op {
-	return func(cmd *cobra.Command, args []string) api.Op {
+func (a *app) serverOp(action string) func(*cobra.Command, []string) api.Op {
+	return func(cmd *cobra.Command, _ []string) api.Op {
 		fixed, _ := yesNoFlag(cmd, "fixedweight")
-		return api.Op{Object: api.ObjectServer, Action: action, Target: args[0], Weight: intFlag(cmd, "weight"),
+		return api.Op{Object: api.ObjectServer, Action: action, Target: a.target, Weight: intFlag(cmd, "weight"),
 			FixedWeight: fixed, AdvisorRequest: stringFlag(cmd, "advisorrequest"), AdvisorResponse: stringFlag(cmd, "advisorresponse"),
 			MapPort: intFlag(cmd, "mapport"), ReturnAddress: stringFlag(cmd, "returnaddress"), Router: stringFlag(cmd, "router")}
 	}

@@ -135,9 +135,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"server", "re", "x"}, `unknown command "re"`}, // ambiguous: remove, report
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"cluster", "add", "10.0.0.1", "--weight", "5"}, "unknown flag: --weight"},
-		{[]string{"server", "add"}, "server add needs a target (VIP@PORT@ADDR)"},
-		{[]string{"server", "add", "a", "b"}, "server add takes one target (VIP@PORT@ADDR), got 2 arguments"},
-		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "weight", "5"}, `unexpected argument "weight"`},
+		{[]string{"server", "add"}, "server add needs a target (VIP@PORT@ADDR or VIP:PORT:ADDR)"},
+		// After the target come keyword-value pairs (see TestIBMForms).
+		{[]string{"server", "add", "a", "b"}, `unknown keyword "b" for server add (keywords: advisorrequest, advisorresponse, ` +
+			`fixedweight, mapport, returnaddress, router, weight)`},
+		{[]string{"server", "remove", "10.0.0.1@80@10.1.1.5", "weight", "5"}, "server remove takes one target (VIP@PORT@ADDR or VIP:PORT:ADDR), got 3 arguments"},
 		{[]string{"server", "remove"}, "needs a target"},
 		{[]string{"cluster", "report", "a", "b"}, "takes one target"},
 		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "--weight", "abc"}, `"--weight"`},

@@ -4,6 +4,12 @@
 // --weight 5"), with '@' wildcards, '+' lists and unique prefixes of
 // command names ("dlbctl se rep").
 //
+// dscontrol's own forms work too: ':' separators ("9.67.131.153:80:server1",
+// IPv6 in brackets), "::" wildcards, partial report targets, keyword-value
+// pairs after the target ("weight 5", "proportions 49 50 1 0"), and host
+// names, which dlbctl resolves once and sends as addresses (target.go,
+// keywords.go).
+//
 // dlbctl talks to dlbd over its admin API (package api) on a unix socket;
 // it checks syntax only and leaves every decision about values to dlbd, so
 // that there is one authority on what a valid configuration is.
@@ -14,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"time"
 
@@ -66,6 +74,8 @@ type env struct {
 	getenv         func(string) string
 	newClient      func(socket string) dlbClient
 	now            func() time.Time
+	// resolver resolves the host names given for addresses.
+	resolver resolver
 }
 
 func osEnv() *env {
@@ -75,6 +85,7 @@ func osEnv() *env {
 		getenv:    os.Getenv,
 		newClient: func(socket string) dlbClient { return client.New(socket) },
 		now:       time.Now,
+		resolver:  net.DefaultResolver,
 	}
 }
 
@@ -95,6 +106,12 @@ type app struct {
 	ran bool
 
 	cl dlbClient
+
+	// target is the command's target once its argument check has
+	// normalised it (see normTarget); resolved caches host names'
+	// addresses.
+	target   string
+	resolved map[string]netip.Addr
 }
 
 // client returns the client for --socket, creating it on first use.
@@ -137,7 +154,13 @@ func run(e *env, args []string) int {
 func (a *app) fail(cmd *cobra.Command, err error) int {
 	w := a.env.stderr
 	var ue *usageError
+	var re *resolveError
 	switch {
+	case errors.As(err, &re):
+		// A host name that does not resolve is a bad value, as dlbd's
+		// refusal of a bad address would be.
+		fmt.Fprintf(w, "dlbctl: %v\n", err)
+		return exitFailed
 	case errors.As(err, &ue) || !a.ran:
 		fmt.Fprintf(w, "dlbctl: %v\n", err)
 		help := cmd.CommandPath()
@@ -169,8 +192,17 @@ Commands read noun, verb, target:
 A target addresses objects as cluster@port@server. An empty component is a
 wildcard for every existing object of that kind ("@80@10.1.1.5": that server
 on port 80 of every cluster), and '+' joins several values
-("10.0.0.100+10.0.0.101"). Unique prefixes of command names are accepted
-("dlbctl se rep" is "dlbctl server report").
+("10.0.0.100+10.0.0.101"). As in dscontrol, ':' may separate instead of '@'
+("10.0.0.100:80:10.1.1.5"), IPv6 addresses then in brackets
+("[2001:2::100]:80:[2001:2::21]"), and "::" stands for everything. Reports
+take partial targets ("server report 10.0.0.100@80"). Host names may stand
+for addresses: dlbctl resolves them once and sends the address. Unique
+prefixes of command names are accepted ("dlbctl se rep" is "dlbctl server
+report").
+
+Parameters are flags (--weight 5) or, IBM style, keyword-value pairs after
+the target: "dlbctl server set 10.0.0.100:80:10.1.1.5 weight 5",
+"dlbctl cluster set 10.0.0.100 proportions 49 50 1 0".
 
 dlbctl checks syntax only; dlbd checks values and refuses a change with a
 message naming the field. Every change is applied all or none.

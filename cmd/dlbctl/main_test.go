@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +176,7 @@ func runWith(vars map[string]string, args ...string) result {
 		getenv:    func(k string) string { return vars[k] },
 		newClient: func(socket string) dlbClient { return client.New(socket) },
 		now:       func() time.Time { return testTime },
+		resolver:  testHosts,
 	}
 	code := run(e, args)
 	return result{code, out.String(), errb.String()}
@@ -185,3 +189,30 @@ func dlbctl(sock string, args ...string) result {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// fakeResolver is a name table: no test depends on /etc/hosts or DNS.
+type fakeResolver map[string][]netip.Addr
+
+func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "broken.example" {
+		return nil, &net.DNSError{Err: "server misbehaving", Name: host, IsTemporary: true}
+	}
+	if a, ok := r[strings.ToLower(host)]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// testHosts are the host names of every test run.
+var testHosts = fakeResolver{
+	"server1":     {netip.MustParseAddr("198.18.0.21")},
+	"server2":     {netip.MustParseAddr("198.18.0.22"), netip.MustParseAddr("::ffff:198.18.0.22")},
+	"web6":        {netip.MustParseAddr("2001:2::21")},
+	"dual":        {netip.MustParseAddr("198.18.0.23"), netip.MustParseAddr("2001:2::23")},
+	"twin":        {netip.MustParseAddr("198.18.0.31"), netip.MustParseAddr("198.18.0.32")},
+	"vip1":        {netip.MustParseAddr("198.18.0.100")},
+	"vip6":        {netip.MustParseAddr("2001:2::100")},
+	"gw1":         {netip.MustParseAddr("198.18.0.254")},
+	"noaddr":      {},
+	"my-host.lab": {netip.MustParseAddr("198.18.0.40")},
+}

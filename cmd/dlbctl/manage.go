@@ -119,9 +119,9 @@ first keyword.`,
 			Short: short,
 			Example: `  dlbctl manager ` + action + ` 10.1.1.5                  # on every port it serves
   dlbctl manager ` + action + ` 10.0.0.100@80@10.1.1.5`,
-			Args: target("VIP@PORT@ADDR or ADDR", false),
-		}, func(cmd *cobra.Command, args []string) api.Op {
-			return api.Op{Object: api.ObjectManager, Action: action, Target: args[0], Now: boolFlag(cmd, "now")}
+			Args: a.quiesceArgs,
+		}, func(cmd *cobra.Command, _ []string) api.Op {
+			return api.Op{Object: api.ObjectManager, Action: action, Target: a.target, Now: boolFlag(cmd, "now")}
 		})
 		return c
 	}
@@ -174,20 +174,37 @@ func managerSetOp(cmd *cobra.Command, args []string) (api.Op, error) {
 	return op, nil
 }
 
-// advisorArgs checks "NAME VIP@PORT|PORT".
-func advisorArgs(cmd *cobra.Command, args []string) error {
+// quiesceArgs checks "VIP@PORT@ADDR|ADDR": a server on a port, or on
+// every port it serves.
+func (a *app) quiesceArgs(cmd *cobra.Command, args []string) error {
+	if err := target("VIP@PORT@ADDR or ADDR", false)(cmd, args); err != nil {
+		return err
+	}
+	comps, err := splitTarget(args[0])
+	if err != nil {
+		return err
+	}
+	if len(comps) > 1 {
+		a.target, err = a.normTarget(cmd.Context(), args[0], 3, false)
+		return err
+	}
+	a.target, err = a.resolveItem(cmd.Context(), "server", args[0], args[0], 0)
+	return err
+}
+
+// advisorArgs checks "NAME VIP@PORT|PORT"; a PORT alone is the target
+// "@PORT" (every cluster).
+func (a *app) advisorArgs(cmd *cobra.Command, args []string) error {
 	if len(args) != 2 {
 		return usagef("%s needs NAME and VIP@PORT or PORT, got %d arguments", cmdName(cmd), len(args))
 	}
-	return nil
-}
-
-// advisorTarget turns PORT into the target "@PORT" (every cluster).
-func advisorTarget(s string) string {
-	if strings.Contains(s, "@") {
-		return s
+	if !strings.ContainsAny(args[1], "@:[") {
+		a.target = "@" + args[1]
+		return nil
 	}
-	return "@" + s
+	var err error
+	a.target, err = a.normTarget(cmd.Context(), args[1], 2, false)
+	return err
 }
 
 func floatFlag(cmd *cobra.Command, name string) *float64 {
@@ -215,7 +232,7 @@ func (a *app) advisorCmd() *cobra.Command {
 	build := func(action string) func(*cobra.Command, []string) api.Op {
 		return func(cmd *cobra.Command, args []string) api.Op {
 			name := args[0]
-			op := api.Op{Object: api.ObjectAdvisor, Action: action, Advisor: &name, Target: advisorTarget(args[1])}
+			op := api.Op{Object: api.ObjectAdvisor, Action: action, Advisor: &name, Target: a.target}
 			if action == api.ActionStop {
 				return op
 			}
@@ -239,19 +256,19 @@ a zero port proportion to 1.`,
 		Example: `  dlbctl advisor start http 80
   dlbctl advisor start http 10.0.0.100@80 --interval 2 --fall 2 --rise 2
   dlbctl advisor start exec 10.0.0.100@8080 --program /usr/local/bin/check --mode replace`,
-		Args: advisorArgs,
+		Args: a.advisorArgs,
 	}, build(api.ActionStart)))
 	set := flags(a.opCmd(&cobra.Command{
 		Use:     "set NAME VIP@PORT|PORT [flags]",
 		Short:   "Change a started advisor's settings",
 		Example: `  dlbctl advisor set http 80 --interval 1 --receivetimeout 1`,
-		Args:    advisorArgs,
+		Args:    a.advisorArgs,
 	}, build(api.ActionSet)))
 	stop := a.opCmd(&cobra.Command{
 		Use:     "stop NAME VIP@PORT|PORT",
 		Short:   "Stop an advisor",
 		Example: `  dlbctl advisor stop http 80`,
-		Args:    advisorArgs,
+		Args:    a.advisorArgs,
 	}, build(api.ActionStop))
 	report := &cobra.Command{
 		Use:   "report",
@@ -415,20 +432,44 @@ func metricTable(w io.Writer, r api.MetricReport) {
 	}
 }
 
-// proportionsArgs reads cluster add/set's --proportions, given IBM style
-// as four numbers ("--proportions 40 40 20 0": the first one is the flag's
-// value, the other three follow the target) or as one quoted or
-// comma-separated value ("--proportions 40,40,20,0").
-func proportionsArgs(cmd *cobra.Command, args []string) ([]int64, error) {
+// foldProportions takes the numbers that follow the target into
+// --proportions when the flag was given IBM style as four numbers
+// ("--proportions 40 40 20 0": the first one is the flag's value, the other
+// three follow the target), and returns the arguments left.
+func foldProportions(cmd *cobra.Command, args []string) ([]string, error) {
+	p := stringFlag(cmd, "proportions")
+	if p == nil || len(args) < 2 {
+		return args, nil
+	}
+	fields := strings.FieldsFunc(*p, func(r rune) bool { return r == ',' || r == ' ' })
+	need := 4 - len(fields)
+	if need <= 0 {
+		return args, nil
+	}
+	take := 0
+	for take < need && 1+take < len(args) {
+		if _, err := strconv.ParseInt(args[1+take], 10, 64); err != nil {
+			break
+		}
+		take++
+	}
+	if take == 0 {
+		return args, nil
+	}
+	if err := cmd.Flags().Set("proportions", strings.Join(append(fields, args[1:1+take]...), " ")); err != nil {
+		return nil, usagef("--proportions: %v", err)
+	}
+	return append([]string{args[0]}, args[1+take:]...), nil
+}
+
+// proportionsArgs reads cluster add/set's --proportions: four numbers,
+// separated by spaces or commas ("40 40 20 0", "40,40,20,0").
+func proportionsArgs(cmd *cobra.Command) ([]int64, error) {
 	p := stringFlag(cmd, "proportions")
 	if p == nil {
-		if len(args) > 1 {
-			return nil, usagef("%s takes one target, got %d arguments", cmdName(cmd), len(args))
-		}
 		return nil, nil
 	}
 	fields := strings.FieldsFunc(*p, func(r rune) bool { return r == ',' || r == ' ' })
-	fields = append(fields, args[1:]...)
 	if len(fields) != 4 {
 		return nil, usagef("--proportions needs 4 numbers (active new port system), got %d", len(fields))
 	}

@@ -43,9 +43,9 @@ func (a *app) clusterReportCmd() *cobra.Command {
 		Short: "Report clusters and their counters",
 		Example: `  dlbctl cluster report
   dlbctl cluster report 10.0.0.100 -o yaml`,
-		Args: target("VIP", true),
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
-			r, err := a.client().Clusters(cmd.Context(), arg0(args))
+		Args: a.targetArgs(1, targetOpts{optional: true, partial: true}),
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			r, err := a.client().Clusters(cmd.Context(), a.target)
 			if err != nil {
 				return err
 			}
@@ -60,9 +60,9 @@ func (a *app) portReportCmd() *cobra.Command {
 		Short: "Report ports, their parameters and counters",
 		Example: `  dlbctl port report
   dlbctl port report @80            # port 80 of every cluster`,
-		Args: target("VIP@PORT", true),
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
-			r, err := a.client().Ports(cmd.Context(), arg0(args))
+		Args: a.targetArgs(2, targetOpts{optional: true, partial: true}),
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			r, err := a.client().Ports(cmd.Context(), a.target)
 			if err != nil {
 				return err
 			}
@@ -74,13 +74,15 @@ func (a *app) portReportCmd() *cobra.Command {
 func (a *app) serverReportCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "report [VIP@PORT@ADDR]",
-		Short: "Report servers: weight, state, counters and MAC address",
+		Short: "Report servers: configured and current weight, state, counters and MAC address",
 		Example: `  dlbctl server report
-  dlbctl server report 10.0.0.100@80@
+  dlbctl server report 10.0.0.100@80        # every server of the port
+  dlbctl server report 10.0.0.100:80:10.1.1.5
+  dlbctl server report ::                   # everything, as dscontrol
   dlbctl server report @@10.1.1.5 -o json`,
-		Args: target("VIP@PORT@ADDR", true),
-		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
-			r, err := a.client().Servers(cmd.Context(), arg0(args))
+		Args: a.targetArgs(3, targetOpts{optional: true, partial: true}),
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			r, err := a.client().Servers(cmd.Context(), a.target)
 			if err != nil {
 				return err
 			}
@@ -349,12 +351,14 @@ func portTable(w io.Writer, rs []api.PortReport) {
 	}
 }
 
-// serverTable shows a server's weight, state, counters and affinity
-// records, then where it is: its MAC address and its NAT settings.
+// serverTable shows a server's weights (the configured one, and the one
+// the executor uses now, which the manager sets while it runs), state,
+// counters and affinity records, then where it is: its MAC address and its
+// NAT settings.
 func serverTable(w io.Writer, rs []api.ServerReport) {
-	fmt.Fprintf(w, "CLUSTER\tPORT\tSERVER\tWEIGHT\tSTATE\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\tAFFINITY\tMAC\tMAPPORT\tRETURNADDRESS\tROUTER\n")
+	fmt.Fprintf(w, "CLUSTER\tPORT\tSERVER\tWEIGHT\tCURRENT\tSTATE\tPACKETS\tBYTES\tNEWC\tACTV\tFIN\tAFFINITY\tMAC\tMAPPORT\tRETURNADDRESS\tROUTER\n")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Cluster, r.Port, r.Address, r.Weight, r.State,
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Cluster, r.Port, r.Address, r.Weight, r.CurrentWeight, r.State,
 			counters(r.Counters), r.AffinityRecords, orDash(r.MAC), numOrDash(r.MapPort), orDash(r.ReturnAddress), orDash(r.Router))
 	}
 }

@@ -51,12 +51,12 @@ func cannedEngine() *fakeEngine {
 				SelectionAlgorithm: "conn+affin", StaleTimeout: 300, WeightBound: 20, Servers: 1, AffinityRecords: 2},
 		},
 		servers: []api.ServerReport{
-			{Cluster: "10.0.0.100", Port: 53, Address: "10.1.1.9", Weight: 50, State: api.StateUp, MAC: "02:00:00:00:00:09"},
-			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.5", Weight: 5, State: api.StateUp, MAC: "02:00:00:00:00:05",
+			{Cluster: "10.0.0.100", Port: 53, Address: "10.1.1.9", Weight: 50, CurrentWeight: 50, State: api.StateUp, MAC: "02:00:00:00:00:09"},
+			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.5", Weight: 5, CurrentWeight: 12, State: api.StateUp, MAC: "02:00:00:00:00:05",
 				Counters: api.Counters{Packets: 10, Bytes: 20, NewConnections: 3, FinishedConnections: 1, ActiveConnections: 2}},
-			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.6", Weight: 20, State: api.StateDown, MAC: "02:00:00:00:00:06"},
+			{Cluster: "10.0.0.100", Port: 80, Address: "10.1.1.6", Weight: 20, CurrentWeight: 0, State: api.StateDown, MAC: "02:00:00:00:00:06"},
 			{Cluster: "10.0.0.101", Port: 443, Address: "10.1.1.7", Weight: 0, State: api.StateUnresolved, AffinityRecords: 5},
-			{Cluster: "10.0.0.101", Port: 8443, Address: "198.18.1.11", Weight: 20, State: api.StateUp, MAC: "02:d1:b0:00:00:fe",
+			{Cluster: "10.0.0.101", Port: 8443, Address: "198.18.1.11", Weight: 20, CurrentWeight: 17, State: api.StateUp, MAC: "02:d1:b0:00:00:fe",
 				MapPort: 443, ReturnAddress: "10.0.0.3", Router: "198.18.0.254", AffinityRecords: 2},
 		},
 	}
@@ -112,12 +112,14 @@ nat_ports_exhausted     3
 10.0.0.101  443   tcp       mac     affinity    60          24          8443       900           20           -            1        0        0      0     0     0    3          5
 10.0.0.101  8443  tcp       nat     conn+affin  60          24          443        300           20           -            1        0        0      0     0     0    0          2
 `},
-		{[]string{"server", "report", "10.0.0.100@80@"}, "10.0.0.100@80@", eng.servers, `CLUSTER     PORT  SERVER       WEIGHT  STATE       PACKETS  BYTES  NEWC  ACTV  FIN  AFFINITY  MAC                MAPPORT  RETURNADDRESS  ROUTER
-10.0.0.100  53    10.1.1.9     50      up          0        0      0     0     0    0         02:00:00:00:00:09  -        -              -
-10.0.0.100  80    10.1.1.5     5       up          10       20     3     2     1    0         02:00:00:00:00:05  -        -              -
-10.0.0.100  80    10.1.1.6     20      down        0        0      0     0     0    0         02:00:00:00:00:06  -        -              -
-10.0.0.101  443   10.1.1.7     0       unresolved  0        0      0     0     0    5         -                  -        -              -
-10.0.0.101  8443  198.18.1.11  20      up          0        0      0     0     0    2         02:d1:b0:00:00:fe  443      10.0.0.3       198.18.0.254
+		// WEIGHT is the configured weight, CURRENT the one the executor
+		// uses now (the manager's).
+		{[]string{"server", "report", "10.0.0.100@80@"}, "10.0.0.100@80@", eng.servers, `CLUSTER     PORT  SERVER       WEIGHT  CURRENT  STATE       PACKETS  BYTES  NEWC  ACTV  FIN  AFFINITY  MAC                MAPPORT  RETURNADDRESS  ROUTER
+10.0.0.100  53    10.1.1.9     50      50       up          0        0      0     0     0    0         02:00:00:00:00:09  -        -              -
+10.0.0.100  80    10.1.1.5     5       12       up          10       20     3     2     1    0         02:00:00:00:00:05  -        -              -
+10.0.0.100  80    10.1.1.6     20      0        down        0        0      0     0     0    0         02:00:00:00:00:06  -        -              -
+10.0.0.101  443   10.1.1.7     0       0        unresolved  0        0      0     0     0    5         -                  -        -              -
+10.0.0.101  8443  198.18.1.11  20      17       up          0        0      0     0     0    2         02:d1:b0:00:00:fe  443      10.0.0.3       198.18.0.254
 `},
 	}
 	for _, tt := range tests {
@@ -241,7 +243,7 @@ func TestReportEmpty(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"server", "report"}, "CLUSTER  PORT  SERVER  WEIGHT  STATE  PACKETS  BYTES  NEWC  ACTV  FIN  AFFINITY  MAC  MAPPORT  RETURNADDRESS  ROUTER\n"},
+		{[]string{"server", "report"}, "CLUSTER  PORT  SERVER  WEIGHT  CURRENT  STATE  PACKETS  BYTES  NEWC  ACTV  FIN  AFFINITY  MAC  MAPPORT  RETURNADDRESS  ROUTER\n"},
 		{[]string{"port", "report"}, "CLUSTER  PORT  PROTOCOL  METHOD  SELECTION  STICKYTIME  STICKYMASK  CROSSPORT  STALETIMEOUT  WEIGHTBOUND  " +
 			"MAXHALFOPEN  SERVERS  PACKETS  BYTES  NEWC  ACTV  FIN  HALFOPEN  AFFINITY\n"},
 		{[]string{"cluster", "report"}, "CLUSTER  CONFIGURE  PORTS  PACKETS  BYTES  NEWC  ACTV  FIN\n"},

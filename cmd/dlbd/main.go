@@ -41,6 +41,9 @@ type options struct {
 	logLevel      string
 	scriptsDir    string
 	scriptTimeout time.Duration
+	// The admin API's limits.
+	maxRequestSize           int64
+	bodyTimeout, idleTimeout time.Duration
 	// The executor's table sizes, fixed once its maps are pinned.
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 	maxServices, maxServers, maxTableSize                             uint32
@@ -101,6 +104,12 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
 		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert and halfOpenAlertDone")
 	f.DurationVar(&o.scriptTimeout, "script-timeout", 10*time.Second, "an event script is killed when it runs longer")
+	f.Int64Var(&o.maxRequestSize, "max-request-size", server.DefaultMaxRequestSize,
+		"largest admin API request body in bytes; a larger one is refused (413) and nothing of it applied")
+	f.DurationVar(&o.bodyTimeout, "request-timeout", server.DefaultBodyTimeout,
+		"an admin API request whose body does not arrive within this time is dropped (408)")
+	f.DurationVar(&o.idleTimeout, "idle-timeout", server.DefaultIdleTimeout,
+		"an idle keep-alive connection to the admin API is closed after this time")
 	return cmd
 }
 
@@ -110,6 +119,10 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// From the start: a SIGTERM while dlbd starts must stop it cleanly
+	// (releasing what it took), not kill it.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	for _, t := range []struct {
 		flag   string
 		v      uint32
@@ -130,6 +143,25 @@ func run(ctx context.Context, o options) error {
 	if !lb.ValidTableSize(o.maxTableSize) {
 		return fmt.Errorf("--max-table-size: %d is not a prime", o.maxTableSize)
 	}
+	if o.maxRequestSize < 1024 {
+		return fmt.Errorf("--max-request-size: %d is below 1024 bytes", o.maxRequestSize)
+	}
+	for _, t := range []struct {
+		flag string
+		v    time.Duration
+	}{{"request-timeout", o.bodyTimeout}, {"idle-timeout", o.idleTimeout}} {
+		if t.v <= 0 {
+			return fmt.Errorf("--%s: %s is not a positive duration", t.flag, t.v)
+		}
+	}
+
+	// Nothing is touched before this dlbd owns its state and pin
+	// directories: not the state, not the executor, not the socket.
+	owned, err := own(o.stateDir, o.pinDir)
+	if err != nil {
+		return err
+	}
+	defer owned.release()
 
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir: o.stateDir,
@@ -155,23 +187,24 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	ln, err := server.Listen(o.socket, 0o660)
+	sock, err := server.OpenSocket(o.socket, server.SocketOptions{Mode: 0o660, Logger: log})
 	if err != nil {
 		return err
 	}
-	defer os.Remove(o.socket)
+	// Close removes the socket file only if it is still the one this
+	// dlbd created.
+	defer sock.Close()
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	engineDone := make(chan struct{})
 	go func() {
 		engine.Run(ctx)
 		close(engineDone)
 	}()
 
-	srv := &http.Server{Handler: server.Handler(engine, log), ReadHeaderTimeout: 10 * time.Second}
+	srv := server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
+		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log})
 	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(ln) }()
+	go func() { srvErr <- sock.Serve(srv) }()
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)
 
 	select {

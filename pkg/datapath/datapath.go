@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,6 +101,7 @@ type Datapath struct {
 	// only from reading them; Update waits for an Apply of the whole
 	// state.
 	adopted bool
+	dropped []string // pins of severed links removed
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -121,11 +123,8 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing the memlock limit: %w", err)
 	}
-	if err := ensureBPFFS(opts.PinDir); err != nil {
+	if err := PreparePinDir(opts.PinDir); err != nil {
 		return nil, err
-	}
-	if err := os.MkdirAll(opts.PinDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating pin directory: %w", err)
 	}
 
 	if n := opts.HalfOpenTableSize; n != 0 && n&(n-1) != 0 {
@@ -261,12 +260,46 @@ func (d *Datapath) adoptOne(path string) (link.Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading pinned link %s: %w", path, err)
 	}
+	if severed(l) {
+		return nil, d.dropSevered(l, path)
+	}
 	if err := l.Update(d.objs.DlbXdp); err != nil {
+		if errors.Is(err, unix.ENOLINK) { // severed since the check
+			return nil, d.dropSevered(l, path)
+		}
 		l.Close()
 		return nil, fmt.Errorf("replacing the program on the pinned link %s: %w", path, err)
 	}
 	return l, nil
 }
+
+// severed reports whether an XDP link lost its interface: the interface
+// was deleted (a driver reload, a NIC hot-plug, a veth recreated). The
+// kernel keeps such a link, attached to nothing, until its last pin and
+// descriptor go; it cannot be attached again.
+func severed(l link.Link) bool {
+	info, err := l.Info()
+	if err != nil {
+		return errors.Is(err, unix.ENOLINK)
+	}
+	return info.XDP() != nil && info.XDP().Ifindex == 0
+}
+
+// dropSevered unpins and closes a severed link, so that the program can be
+// attached afresh to an interface of that name; the maps, and so the
+// connection table, stay.
+func (d *Datapath) dropSevered(l link.Link, path string) error {
+	l.Close()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unpinning the severed link %s: %w", path, err)
+	}
+	d.dropped = append(d.dropped, filepath.Base(path))
+	return nil
+}
+
+// Dropped returns the pins of links that Open or Attach found severed (their
+// interface was deleted) and removed; dlbd logs them.
+func (d *Datapath) Dropped() []string { return slices.Clone(d.dropped) }
 
 // pinProgram pins the program, replacing a previous pin atomically.
 func (d *Datapath) pinProgram() error {
@@ -284,6 +317,7 @@ func (d *Datapath) pinProgram() error {
 
 // Attached returns the current attachment, or false when the program is
 // not attached.
+// A link whose interface was deleted is not attached.
 func (d *Datapath) Attached() (lb.Attachment, bool) {
 	if d.xdp == nil {
 		return lb.Attachment{}, false
@@ -293,7 +327,7 @@ func (d *Datapath) Attached() (lb.Attachment, bool) {
 
 func linkAttachment(l link.Link, prog *ebpf.Program) (lb.Attachment, bool) {
 	info, err := l.Info()
-	if err != nil || info.XDP() == nil {
+	if err != nil || info.XDP() == nil || info.XDP().Ifindex == 0 {
 		return lb.Attachment{}, false
 	}
 	pinfo, _ := prog.Info()
@@ -310,8 +344,16 @@ func linkAttachment(l link.Link, prog *ebpf.Program) (lb.Attachment, bool) {
 // given mode, pins the link and returns the mode used. If the program is
 // already attached to that interface (adopted from a previous dlbd), Attach
 // keeps that attachment and returns lb.XDPAuto: the kernel does not report
-// the mode of an existing link.
+// the mode of an existing link. A link whose interface was deleted is
+// dropped and the program attached afresh.
 func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
+	if d.xdp != nil && severed(d.xdp) {
+		l := d.xdp
+		d.xdp = nil
+		if err := d.dropSevered(l, filepath.Join(d.pinDir, linkPin)); err != nil {
+			return 0, err
+		}
+	}
 	if a, ok := d.Attached(); ok {
 		if a.Ifindex != ifindex {
 			return 0, fmt.Errorf("%w (ifindex %d)", ErrOtherInterface, a.Ifindex)
@@ -363,8 +405,14 @@ func (d *Datapath) attachInterface(ifindex int, mode lb.XDPMode) (lb.XDPMode, er
 	if a, ok := d.Attached(); ok && a.Ifindex == ifindex {
 		return lb.XDPAuto, nil
 	}
-	if _, ok := d.extra[ifindex]; ok {
-		return lb.XDPAuto, nil
+	if l, ok := d.extra[ifindex]; ok {
+		if !severed(l) {
+			return lb.XDPAuto, nil
+		}
+		delete(d.extra, ifindex)
+		if err := d.dropSevered(l, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(ifindex))); err != nil {
+			return 0, err
+		}
 	}
 	l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(ifindex)))
 	if err != nil {
@@ -448,36 +496,134 @@ func (d *Datapath) Close() error {
 	return d.objs.Close()
 }
 
-// Remove detaches the program, unpins every object and closes the Datapath.
-// The connection table is lost.
+// Remove detaches the program, unpins every object and closes the
+// Datapath (see RemovePins).
 func (d *Datapath) Remove() error {
-	errs := []error{d.Detach()}
-	for _, m := range d.maps() {
+	_, err := d.RemovePins()
+	return err
+}
+
+// RemovePins detaches the program, removes every pin of the executor under
+// the pin directory and closes the Datapath. The connection table is lost.
+// It removes the pins it did not load too: links whose interface was
+// deleted, a program pin left by an interrupted restart. It returns the
+// names of the pins it removed, sorted. The directory itself stays: dlbd
+// holds its lock on it.
+func (d *Datapath) RemovePins() ([]string, error) {
+	var removed []string
+	var errs []error
+	for ifindex := range d.extra {
+		if err := d.detachInterface(ifindex); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, extraLinkPin+strconv.Itoa(ifindex))
+	}
+	if d.xdp != nil {
+		if err := d.Detach(); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, linkPin)
+		}
+	}
+	for name, m := range d.mapsByName() {
 		if !m.IsPinned() {
 			continue
 		}
 		if err := m.Unpin(); err != nil {
-			errs = append(errs, fmt.Errorf("unpinning map: %w", err))
+			errs = append(errs, fmt.Errorf("unpinning map %s: %w", name, err))
+			continue
 		}
-	}
-	if err := os.Remove(filepath.Join(d.pinDir, progPin)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("unpinning program: %w", err))
+		removed = append(removed, name)
 	}
 	errs = append(errs, d.Close())
-	if err := os.Remove(d.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("removing pin directory: %w", err))
-	}
-	return errors.Join(errs...)
+	// Whatever this Datapath did not hold.
+	rest, err := RemovePins(d.pinDir)
+	removed = append(removed, rest...)
+	errs = append(errs, err)
+	slices.Sort(removed)
+	return slices.Compact(removed), errors.Join(errs...)
 }
 
-// maps returns every map of the object, read off the generated struct so
-// that a map added to the C code is never forgotten here.
-func (d *Datapath) maps() []*ebpf.Map {
+// RemovePins removes every pin of the executor under pinDir without
+// loading it: the XDP links (which detaches the program, unless a running
+// dlbd still holds them), the program and the maps. Pins of other names
+// stay, so a pin directory shared by mistake loses nothing else. It
+// returns the names of the pins it removed, sorted; a missing directory
+// is nothing to remove. "executor stop" uses it when the executor could
+// not be loaded (maps of another size or ABI, for instance).
+func RemovePins(pinDir string) ([]string, error) {
+	if pinDir == "" {
+		pinDir = DefaultPinDir
+	}
+	entries, err := os.ReadDir(pinDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pin directory: %w", err)
+	}
+	names, err := pinNames()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !isExecutorPin(e.Name(), names) || e.IsDir() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(pinDir, e.Name())); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("removing pin %s: %w", e.Name(), err))
+			}
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	slices.Sort(removed)
+	return removed, errors.Join(errs...)
+}
+
+// pinNames returns the names the executor pins its maps under.
+func pinNames() (map[string]bool, error) {
+	spec, err := loadDispatcher()
+	if err != nil {
+		return nil, fmt.Errorf("loading executor object: %w", err)
+	}
+	out := map[string]bool{}
+	for name, m := range spec.Maps {
+		if m.Pinning == ebpf.PinByName {
+			out[name] = true
+		}
+	}
+	return out, nil
+}
+
+// isExecutorPin reports whether name is one of the executor's pins: a
+// map of the object, the program (and its temporary name while it is
+// replaced), the main link or a link of AttachInterface.
+func isExecutorPin(name string, maps map[string]bool) bool {
+	switch name {
+	case linkPin, progPin, progPin + "_new":
+		return true
+	}
+	if n, ok := strings.CutPrefix(name, extraLinkPin); ok {
+		_, err := strconv.Atoi(n)
+		return err == nil
+	}
+	return maps[name]
+}
+
+// mapsByName returns every map of the object by its name in the object,
+// read off the generated struct so that a map added to the C code is never
+// forgotten here.
+func (d *Datapath) mapsByName() map[string]*ebpf.Map {
 	v := reflect.ValueOf(&d.objs.dispatcherMaps).Elem()
-	out := make([]*ebpf.Map, 0, v.NumField())
+	out := make(map[string]*ebpf.Map, v.NumField())
 	for i := 0; i < v.NumField(); i++ {
 		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
-			out = append(out, m)
+			out[v.Type().Field(i).Tag.Get("ebpf")] = m
 		}
 	}
 	return out
@@ -498,6 +644,20 @@ func (d *Datapath) Info() lb.DataplaneInfo {
 }
 
 const bpffsMagic = 0xcafe4a11
+
+// PreparePinDir makes dir ready to hold pins without loading anything:
+// it mounts bpffs on /sys/fs/bpf if dir is below it and nothing is
+// mounted there, and creates dir. dlbd calls it to lock the directory
+// before it opens the executor.
+func PreparePinDir(dir string) error {
+	if err := ensureBPFFS(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating pin directory: %w", err)
+	}
+	return nil
+}
 
 // ensureBPFFS checks that dir is (or will be) on a bpf filesystem, and mounts
 // one on /sys/fs/bpf when dir is below it and nothing is mounted there.

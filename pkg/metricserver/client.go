@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -55,6 +56,13 @@ type FetchOptions struct {
 	// Timeout bounds the request; zero means DefaultFetchTimeout. A
 	// shorter deadline on the context wins.
 	Timeout time.Duration
+	// Source is the address the poll leaves from, as IBM's manager polls
+	// from the dispatcher's non-forwarding address: the kernel's own
+	// choice may be a cluster address, which the backends hold
+	// themselves. It is used when it is of the agent's family; the zero
+	// value leaves the choice to the kernel. Ignored with
+	// ClientOptions.Transport.
+	Source netip.Addr
 }
 
 // Counters counts what a Client did with the reports it asked for: one
@@ -109,6 +117,14 @@ type Client struct {
 	hc     *http.Client
 	scheme string
 	now    func() time.Time
+	// tlsCfg and custom rebuild the transport for a source address:
+	// one HTTP client per source, so that a kept-alive connection from
+	// one address never serves a poll asked to leave from another.
+	tlsCfg *tls.Config
+	custom bool
+
+	srcMu sync.Mutex
+	bySrc map[netip.Addr]*http.Client
 
 	mu     sync.Mutex
 	total  Counters
@@ -116,27 +132,59 @@ type Client struct {
 }
 
 // pollTransport is the HTTP transport of a poller that asks a few agents
-// once an interval: no proxy, two idle connections per agent, and tlsCfg
-// (nil: plain HTTP).
-func pollTransport(tlsCfg *tls.Config) *http.Transport {
+// once an interval: no proxy, two idle connections per agent, tlsCfg
+// (nil: plain HTTP), and connections from src (zero: the kernel's
+// choice).
+func pollTransport(tlsCfg *tls.Config, src netip.Addr) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
 	t.MaxIdleConnsPerHost = 2
 	if tlsCfg != nil {
 		t.TLSClientConfig = tlsCfg.Clone()
 	}
+	if src.IsValid() {
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second,
+			LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+		t.DialContext = d.DialContext
+	}
 	return t
+}
+
+// sourceFor returns src, unmapped, if it is of dst's family, else the
+// zero Addr.
+func sourceFor(src, dst netip.Addr) netip.Addr {
+	src = src.Unmap().WithZone("")
+	if !src.IsValid() || !dst.IsValid() || src.Is4() != dst.Unmap().Is4() {
+		return netip.Addr{}
+	}
+	return src
+}
+
+// httpClient returns the HTTP client of polls from src.
+func (c *Client) httpClient(src netip.Addr) *http.Client {
+	if !src.IsValid() || c.custom {
+		return c.hc
+	}
+	c.srcMu.Lock()
+	defer c.srcMu.Unlock()
+	if hc, ok := c.bySrc[src]; ok {
+		return hc
+	}
+	hc := &http.Client{Transport: pollTransport(c.tlsCfg, src), CheckRedirect: c.hc.CheckRedirect}
+	c.bySrc[src] = hc
+	return hc
 }
 
 // NewClient returns a client.
 func NewClient(o ClientOptions) *Client {
-	c := &Client{scheme: "http", now: o.Now, agents: map[netip.AddrPort]*agentState{}}
+	c := &Client{scheme: "http", now: o.Now, agents: map[netip.AddrPort]*agentState{},
+		tlsCfg: o.TLS, custom: o.Transport != nil, bySrc: map[netip.Addr]*http.Client{}}
 	if c.now == nil {
 		c.now = time.Now
 	}
 	rt := o.Transport
 	if rt == nil {
-		rt = pollTransport(o.TLS)
+		rt = pollTransport(o.TLS, netip.Addr{})
 	}
 	if o.TLS != nil {
 		c.scheme = "https"
@@ -215,7 +263,7 @@ func (c *Client) fetch(ctx context.Context, addr netip.AddrPort, opts FetchOptio
 	}
 	req.Header.Set("Accept", "application/json")
 
-	resp, err := c.hc.Do(req)
+	resp, err := c.httpClient(sourceFor(opts.Source, addr.Addr())).Do(req)
 	if err != nil {
 		return Report{}, c.refuseErr(addr, fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
@@ -355,4 +403,11 @@ func (c *Client) Forget(addr netip.AddrPort) {
 }
 
 // CloseIdleConnections closes the client's idle keep-alive connections.
-func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() {
+	c.hc.CloseIdleConnections()
+	c.srcMu.Lock()
+	defer c.srcMu.Unlock()
+	for _, hc := range c.bySrc {
+		hc.CloseIdleConnections()
+	}
+}

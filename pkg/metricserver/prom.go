@@ -9,6 +9,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -209,6 +210,10 @@ type PromOptions struct {
 	// Transport replaces the HTTP transport (for tests, or TLS); nil
 	// means a transport of the source's own, which never uses a proxy.
 	Transport http.RoundTripper
+	// Source is the address scrapes leave from (see FetchOptions.Source):
+	// used when the URL's host is an address of its family; the zero
+	// value leaves the choice to the kernel. Ignored with Transport.
+	Source netip.Addr
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -277,7 +282,8 @@ func NewPromSource(rawURL string, o PromOptions) (*PromSource, error) {
 	}
 	rt := o.Transport
 	if rt == nil {
-		rt = pollTransport(nil)
+		host, _ := netip.ParseAddr(u.Hostname())
+		rt = pollTransport(nil, sourceFor(o.Source, host))
 	}
 	p.hc = &http.Client{Transport: rt}
 	return p, nil

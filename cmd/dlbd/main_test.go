@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// runEnv makes the test binary run dlbd's main with the arguments after
+// "--" (see TestMain), so that tests start real dlbd processes without
+// building them.
+const runEnv = "DLBH_TEST_RUN_DLBD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runEnv) == "1" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"dlbd"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// dirs are one dlbd's directories and socket.
+type dirs struct {
+	state, pins, socket string
+}
+
+// newDirs returns a fresh set under base (state and socket) and under
+// /sys/fs/bpf (pins), removed when the test ends.
+func newDirs(t *testing.T, base, name string) dirs {
+	t.Helper()
+	d := dirs{
+		state:  filepath.Join(base, name+"-state"),
+		pins:   filepath.Join("/sys/fs/bpf", fmt.Sprintf("dlbh-%d-%d-%s", os.Getpid(), rand.Uint32(), name)),
+		socket: filepath.Join(base, name+".sock"),
+	}
+	t.Cleanup(func() { os.RemoveAll(d.pins) })
+	return d
+}
+
+// dlbd is a dlbd process of a test.
+type dlbd struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// startDlbd starts dlbd on d; it is killed when the test ends.
+func startDlbd(t *testing.T, d dirs) *dlbd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
+		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
+	cmd.Env = append(os.Environ(), runEnv+"=1")
+	p := &dlbd{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// wait waits at most max for the process to exit and returns its error
+// (nil for exit status 0).
+func (p *dlbd) wait(t *testing.T, max time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		return err
+	case <-time.After(max):
+		t.Fatalf("dlbd still running after %v; stderr:\n%s", max, p.stderr)
+		return nil
+	}
+}
+
+// serving reports whether a server accepts connections on path.
+func serving(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// waitServing waits (at most max) until something accepts connections on
+// path, and returns how long it took.
+func waitServing(t *testing.T, path string, max time.Duration, p *dlbd) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !serving(path) {
+		if time.Since(start) > max {
+			t.Fatalf("nothing serves %s after %v; dlbd's stderr:\n%s", path, max, p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// TestPrivilegedOneDlbdPerDir: a second dlbd on the state directory or the
+// pin directory of a running one exits at once with an error naming the
+// first one's PID, having touched nothing: not its own socket, not the
+// other directory, not the state.
+func TestPrivilegedOneDlbdPerDir(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	base := t.TempDir()
+	first := newDirs(t, base, "first")
+	a := startDlbd(t, first)
+	waitServing(t, first.socket, 20*time.Second, a)
+	state, err := os.ReadFile(filepath.Join(first.state, "state.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(a.cmd.Process.Pid)
+
+	tests := []struct {
+		name string
+		d    func(other dirs) dirs
+		want string
+	}{
+		{"same state directory", func(o dirs) dirs { return dirs{first.state, o.pins, o.socket} },
+			"another dlbd (pid " + pid + ") already uses the state directory " + first.state},
+		{"same pin directory", func(o dirs) dirs { return dirs{o.state, first.pins, o.socket} },
+			"another dlbd (pid " + pid + ") already uses the pin directory " + first.pins},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.d(newDirs(t, base, fmt.Sprintf("second%d", i)))
+			b := startDlbd(t, d)
+			start := time.Now()
+			err := b.wait(t, 10*time.Second)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+				t.Fatalf("second dlbd: %v, want a non-zero exit; stderr:\n%s", err, b.stderr)
+			}
+			t.Logf("refused after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(b.stderr.String()))
+			if !strings.Contains(b.stderr.String(), tt.want) {
+				t.Errorf("stderr %q, want it to contain %q", b.stderr, tt.want)
+			}
+			if exists(d.socket) {
+				t.Errorf("the second dlbd created its socket %s", d.socket)
+			}
+			if d.pins != first.pins && exists(d.pins) {
+				t.Errorf("the second dlbd created its pin directory %s", d.pins)
+			}
+			if d.state != first.state {
+				if entries, _ := os.ReadDir(d.state); len(entries) != 1 || entries[0].Name() != lockFile {
+					t.Errorf("the second dlbd's state directory holds %v, want only its lock file", entries)
+				}
+			}
+		})
+	}
+	if !serving(first.socket) {
+		t.Error("the first dlbd stopped serving")
+	}
+	after, err := os.ReadFile(filepath.Join(first.state, "state.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(state, after) {
+		t.Error("the first dlbd's state file changed")
+	}
+	// Once the first has stopped, a dlbd may use its directories.
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("first dlbd: %v; stderr:\n%s", err, a.stderr)
+	}
+	c := startDlbd(t, first)
+	waitServing(t, first.socket, 20*time.Second, c)
+}
+
+// TestPrivilegedSocketLifecycle: a dlbd whose socket file is deleted
+// creates it again within a second; and a dlbd that stops removes only a
+// socket it created, never one another process put at its path.
+func TestPrivilegedSocketLifecycle(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d := newDirs(t, t.TempDir(), "sock")
+	a := startDlbd(t, d)
+	waitServing(t, d.socket, 20*time.Second, a)
+	for round := range 3 {
+		if err := os.Remove(d.socket); err != nil {
+			t.Fatal(err)
+		}
+		took := waitServing(t, d.socket, 5*time.Second, a)
+		t.Logf("round %d: socket recreated and serving %v after it was deleted", round, took.Round(time.Millisecond))
+		if took > time.Second {
+			t.Errorf("round %d: socket recreated after %v, want within 1s", round, took)
+		}
+	}
+	if !strings.Contains(a.stderr.String(), "the API socket had disappeared; created it again") {
+		t.Errorf("no log line about the recreated socket; stderr:\n%s", a.stderr)
+	}
+
+	// Another process takes the path over (dlbd sees a file there and
+	// leaves it alone); stopping dlbd must not remove it.
+	var other *net.UnixListener
+	for range 20 {
+		_ = os.Remove(d.socket)
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: d.socket, Net: "unix"})
+		if err == nil {
+			other = l
+			break
+		}
+	}
+	if other == nil {
+		t.Fatal("could not take the socket's path over")
+	}
+	defer other.Close()
+	time.Sleep(600 * time.Millisecond) // a few of dlbd's checks
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("dlbd: %v; stderr:\n%s", err, a.stderr)
+	}
+	if !serving(d.socket) {
+		t.Error("the stopping dlbd removed a socket it had not created")
+	}
+	other.Close()
+
+	// Its own socket, it removes.
+	_ = os.Remove(d.socket)
+	b := startDlbd(t, d)
+	waitServing(t, d.socket, 20*time.Second, b)
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("dlbd: %v; stderr:\n%s", err, b.stderr)
+	}
+	if exists(d.socket) {
+		t.Error("dlbd left its own socket behind")
+	}
+}

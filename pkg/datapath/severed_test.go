@@ -1,0 +1,211 @@
+//go:build linux
+
+package datapath
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// recreateVeth deletes the veth pair dlbdp0/dlbdp1 of a test env and
+// creates it again (a driver reload, a NIC hot-plug), returning the new
+// index of dlbdp0.
+func recreateVeth(t *testing.T) int {
+	t.Helper()
+	l, err := netlink.LinkByName("dlbdp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		t.Fatalf("deleting the veth: %v", err)
+	}
+	idx, err := testutil.AddVethPair("dlbdp0", "dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx
+}
+
+// pins lists the pin directory.
+func pins(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestPrivilegedReopenAfterInterfaceRecreated: the interface the executor
+// was attached to is deleted and created again while dlbd is down. The
+// pinned link is severed; the next Open drops it instead of failing with
+// "link has been severed", and Attach attaches afresh to the new interface,
+// keeping the maps and the connection table.
+func TestPrivilegedReopenAfterInterfaceRecreated(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	idx := recreateVeth(t)
+
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open after the interface was recreated: %v", err)
+	}
+	e.dp = dp // the cleanup removes this one
+	if a, ok := dp.Attached(); ok {
+		t.Errorf("attached %+v after Open, want the severed link dropped", a)
+	}
+	if slices.Contains(pins(t, e.pinDir), linkPin) {
+		t.Errorf("the severed link is still pinned: %v", pins(t, e.pinDir))
+	}
+	if _, err := dp.Attach(idx, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach to the new interface: %v", err)
+	}
+	if a, ok := dp.Attached(); !ok || a.Ifindex != idx {
+		t.Errorf("attached %+v %v, want ifindex %d", a, ok, idx)
+	}
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+		t.Error("the connection table lost its entry")
+	}
+	if got, _ := e.run(t, tcpTo(vipTCP, 80, 7, "A").Build(t)); got != xdpTX {
+		t.Errorf("verdict %d on the established flow, want XDP_TX", got)
+	}
+}
+
+// TestPrivilegedAttachAfterInterfaceRecreated: the interface is deleted and
+// created again while the executor is open. It is no longer reported as
+// attached (not "attached to ifindex 0"), and Attach to the new interface
+// replaces the severed link instead of refusing it as another interface.
+func TestPrivilegedAttachAfterInterfaceRecreated(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	peer, err := netlink.LinkByName("dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
+		t.Fatalf("AttachInterface: %v", err)
+	}
+	idx := recreateVeth(t)
+	if a, ok := e.dp.Attached(); ok {
+		t.Errorf("reported attached %+v after the interface was deleted", a)
+	}
+	if as := e.dp.attachments(); len(as) != 0 {
+		t.Errorf("attachments %+v after both interfaces were deleted", as)
+	}
+	if _, err := e.dp.Attach(idx, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach to the new interface: %v", err)
+	}
+	if a, ok := e.dp.Attached(); !ok || a.Ifindex != idx {
+		t.Errorf("attached %+v %v, want ifindex %d", a, ok, idx)
+	}
+}
+
+// TestPrivilegedRemoveLeavesNoPins: Remove unpins everything it owns, even
+// with severed links and a program pin left half-way by an interrupted
+// upgrade, and says what it removed; the directory stays (dlbd locks it).
+func TestPrivilegedRemoveLeavesNoPins(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	peer, err := netlink.LinkByName("dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
+		t.Fatalf("AttachInterface: %v", err)
+	}
+	recreateVeth(t)
+	if err := e.dp.objs.DlbXdp.Pin(e.pinDir + "/" + progPin + "_new"); err != nil {
+		t.Fatal(err)
+	}
+	before := pins(t, e.pinDir)
+	removed, err := e.dp.RemovePins()
+	if err != nil {
+		t.Fatalf("RemovePins: %v", err)
+	}
+	if left := pins(t, e.pinDir); len(left) != 0 {
+		t.Errorf("pins left: %v", left)
+	}
+	slices.Sort(before)
+	if !slices.Equal(before, removed) {
+		t.Errorf("removed %v, want every pin that was there: %v", removed, before)
+	}
+	e.dp = reopen(t, e.pinDir)
+}
+
+// TestPrivilegedRemovePinsWithoutOpen: pins that cannot be opened (here:
+// maps of another size) are removed by the package-level RemovePins, which
+// "executor stop" uses when there is no executor loaded.
+func TestPrivilegedRemovePinsWithoutOpen(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 8192}); err == nil {
+		t.Fatal("Open with another size succeeded")
+	}
+	before := pins(t, e.pinDir)
+	// What is not the executor's stays.
+	if err := os.Mkdir(filepath.Join(e.pinDir, "other"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := RemovePins(e.pinDir)
+	if err != nil {
+		t.Fatalf("RemovePins: %v", err)
+	}
+	if left := pins(t, e.pinDir); !slices.Equal(left, []string{"other"}) {
+		t.Errorf("left %v, want only the directory that is not the executor's", left)
+	}
+	if err := os.Remove(filepath.Join(e.pinDir, "other")); err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != len(before) || !slices.Contains(removed, linkPin) || !slices.Contains(removed, "conns") {
+		t.Errorf("removed %v, want all of %v", removed, before)
+	}
+	// The XDP program is off the interface.
+	l, err := netlink.LinkByName("dlbdp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := l.Attrs().Xdp; x != nil && x.Attached {
+		t.Errorf("XDP still attached to dlbdp0: %+v", x)
+	}
+	if removed, err := RemovePins(e.pinDir); err != nil || len(removed) != 0 {
+		t.Errorf("second RemovePins: %v %v, want nothing to do", removed, err)
+	}
+	e.dp = reopen(t, e.pinDir)
+}
+
+// reopen opens a fresh executor on dir, for the test env's cleanup to
+// remove.
+func reopen(t *testing.T, dir string) *Datapath {
+	t.Helper()
+	dp, err := Open(Options{PinDir: dir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return dp
+}

@@ -1,0 +1,268 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// fakeEngine records the batches it is asked to apply; gate, when set,
+// holds Apply until it is closed.
+type fakeEngine struct {
+	mu      sync.Mutex
+	batches int
+	ops     int
+	gate    chan struct{}
+	entered chan struct{} // receives once per Apply, when set
+}
+
+func (f *fakeEngine) Apply(ctx context.Context, ops []config.Op) (int, error) {
+	if f.entered != nil {
+		f.entered <- struct{}{}
+	}
+	if f.gate != nil {
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.batches++
+	f.ops += len(ops)
+	return len(ops), nil
+}
+
+func (f *fakeEngine) applied() (batches, ops int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.batches, f.ops
+}
+
+func (f *fakeEngine) Status(context.Context, dispatcher.Query) (*dispatcher.Status, error) {
+	cfg := lb.NewConfig()
+	cfg.Executor.Interface = "dlbh0"
+	return &dispatcher.Status{Config: cfg}, nil
+}
+
+func (f *fakeEngine) Config(context.Context) (lb.Config, error) { return lb.NewConfig(), nil }
+
+// unsized hides a body's length, as a chunked request has none.
+type unsized struct{ io.Reader }
+
+const oneOp = `{"ops":[{"object":"cluster","action":"add","target":"198.18.0.100"}]}`
+
+// A change request is applied only if it is one JSON request within the
+// size limit; anything else is refused with a status and a message that
+// says why, and nothing is applied.
+func TestOpsRequests(t *testing.T) {
+	const limit = 1024
+	big := `{"ops":[` + strings.Repeat(`{"object":"cluster","action":"add","target":"198.18.0.100"},`, 20) +
+		`{"object":"cluster","action":"add","target":"198.18.0.100"}]}`
+	if len(big) <= limit {
+		t.Fatalf("the large body has %d bytes, not more than %d", len(big), limit)
+	}
+	tests := []struct {
+		name    string
+		body    io.Reader
+		status  int
+		applied int    // operations
+		msg     string // in the error message
+	}{
+		{"one op", strings.NewReader(oneOp), 200, 1, ""},
+		{"white space after", strings.NewReader(oneOp + " \r\n\t\n"), 200, 1, ""},
+		{"garbage after", strings.NewReader(oneOp + " GARBAGE"), 400, 0, "data after the end of the JSON request; nothing was applied"},
+		{"a second request after", strings.NewReader(oneOp + oneOp), 400, 0, "data after the end of the JSON request"},
+		{"a number after", strings.NewReader(oneOp + " 1"), 400, 0, "data after the end"},
+		{"cut", strings.NewReader(oneOp[:30]), 400, 0, "unexpected EOF"},
+		{"cut after the operations", strings.NewReader(oneOp[:len(oneOp)-1]), 400, 0, "decoding request: unexpected EOF"},
+		{"not an object", strings.NewReader(`[]`), 400, 0, "decoding request: json: want {, got ["},
+		{"ops not an array", strings.NewReader(`{"ops":{}}`), 400, 0, "cannot unmarshal { into the field ops"},
+		{"ops twice", strings.NewReader(`{"ops":[],"ops":[]}`), 400, 0, `field "ops" given twice`},
+		{"ops null", strings.NewReader(`{"ops":null}`), 200, 0, ""},
+		{"bad operation", strings.NewReader(`{"ops":[{"object":"cluster"},{"objekt":1}]}`), 400, 0, `operation 1: json: unknown field "objekt"`},
+		{"many operations", strings.NewReader(`{"ops":[` + strings.Repeat(`{"object":"cluster","action":"add"},`, 2*opsBlock+6) +
+			`{"object":"cluster","action":"add"}]}`), 200, 2*opsBlock + 7, ""},
+		{"empty", strings.NewReader(""), 400, 0, "decoding request: EOF"},
+		{"unknown field", strings.NewReader(`{"ops":[],"opz":1}`), 400, 0, `unknown field "opz"`},
+		{"too large, length known", strings.NewReader(big), 413, 0,
+			"request body larger than the limit of 1 KiB (raise it with dlbd --max-request-size); nothing was applied"},
+		{"too large, chunked", unsized{strings.NewReader(big)}, 413, 0, "larger than the limit of 1 KiB"},
+		{"too large in trailing space", unsized{strings.NewReader(oneOp + strings.Repeat(" ", limit))}, 413, 0, "larger than the limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eng := &fakeEngine{}
+			max := int64(limit)
+			if tt.name == "many operations" {
+				max = 1 << 20
+			}
+			h := New(eng, Options{MaxRequestSize: max, SizeSetting: "dlbd --max-request-size"})
+			req := httptest.NewRequest(http.MethodPost, api.PathOps, tt.body)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.status {
+				t.Errorf("status %d, want %d; body %s", rec.Code, tt.status, rec.Body)
+			}
+			if _, ops := eng.applied(); ops != tt.applied {
+				t.Errorf("applied %d operations, want %d", ops, tt.applied)
+			}
+			if tt.msg == "" {
+				return
+			}
+			var ae api.Error
+			if err := json.Unmarshal(rec.Body.Bytes(), &ae); err != nil {
+				t.Fatalf("error body %q: %v", rec.Body, err)
+			}
+			if !strings.Contains(ae.Message, tt.msg) || ae.Op != -1 {
+				t.Errorf("error %+v, want a message containing %q and op -1", ae, tt.msg)
+			}
+		})
+	}
+}
+
+// serveAPI runs NewServer over eng on a unix socket and returns its path.
+func serveAPI(t *testing.T, eng Engine, o Options) string {
+	t.Helper()
+	path := filepath.Join(sockDir(t), "api.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(eng, o)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return path
+}
+
+// closedWithin reads from c until it is closed, and fails if that takes
+// longer than max. It returns what was read.
+func closedWithin(t *testing.T, c net.Conn, max time.Duration) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(max))
+	start := time.Now()
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("connection still open after %v (read %q): %v", max, b, err)
+	}
+	t.Logf("closed by the server after %v", time.Since(start).Round(time.Millisecond))
+	return string(b)
+}
+
+// Connections that stall or idle are dropped when their timeout passes,
+// instead of being held for ever.
+func TestTimeouts(t *testing.T) {
+	const tmo = 300 * time.Millisecond
+	eng := &fakeEngine{}
+	path := serveAPI(t, eng, Options{HeaderTimeout: tmo, BodyTimeout: tmo, IdleTimeout: tmo})
+	dial := func(t *testing.T) net.Conn {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	t.Run("stalled body", func(t *testing.T) {
+		c := dial(t)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: dlbd\r\nContent-Length: 1000\r\n\r\n%s", api.PathOps, oneOp[:20])
+		got := closedWithin(t, c, 10*tmo)
+		if !strings.HasPrefix(got, "HTTP/1.1 408 ") || !strings.Contains(got, "request body not received within 300ms") {
+			t.Errorf("answer %q, want 408 naming the timeout", got)
+		}
+		if b, _ := eng.applied(); b != 0 {
+			t.Errorf("applied %d batches", b)
+		}
+	})
+	t.Run("stalled headers", func(t *testing.T) {
+		c := dial(t)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: dl", api.PathExecutor)
+		closedWithin(t, c, 10*tmo)
+	})
+	t.Run("idle keep-alive", func(t *testing.T) {
+		c := dial(t)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: dlbd\r\n\r\n", api.PathExecutor)
+		r := bufio.NewReader(c)
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("status %d, close %v: want a kept-alive 200", resp.StatusCode, resp.Close)
+		}
+		if rest := closedWithin(t, c, 10*tmo); rest != "" || r.Buffered() != 0 {
+			t.Errorf("unexpected data %q", rest)
+		}
+	})
+}
+
+// A change request that waits for its turn longer than the body timeout
+// is still read and applied: the timeout runs from its turn.
+func TestWaitingRequestKeepsItsBody(t *testing.T) {
+	const tmo = 200 * time.Millisecond
+	eng := &fakeEngine{gate: make(chan struct{}), entered: make(chan struct{}, 2)}
+	path := serveAPI(t, eng, Options{HeaderTimeout: tmo, BodyTimeout: tmo})
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
+	post := func() (int, error) {
+		resp, err := hc.Post("http://dlbd"+api.PathOps, "application/json", strings.NewReader(oneOp))
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	type result struct {
+		status int
+		err    error
+	}
+	results := make(chan result, 2)
+	go func() { s, err := post(); results <- result{s, err} }()
+	<-eng.entered // the first holds the turn in Apply
+	go func() { s, err := post(); results <- result{s, err} }()
+	time.Sleep(4 * tmo)
+	close(eng.gate)
+	for range 2 {
+		select {
+		case r := <-results:
+			if r.err != nil || r.status != 200 {
+				t.Errorf("status %d, err %v; want 200", r.status, r.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer within 5s")
+		}
+	}
+	if b, ops := eng.applied(); b != 2 || ops != 2 {
+		t.Errorf("applied %d batches, %d operations; want 2 and 2", b, ops)
+	}
+}
+
+func TestSizeString(t *testing.T) {
+	for n, want := range map[int64]string{8 << 20: "8 MiB", 1024: "1 KiB", 1536: "1536 bytes", 3 << 30: "3072 MiB", 1000: "1000 bytes"} {
+		if got := sizeString(n); got != want {
+			t.Errorf("sizeString(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
