@@ -41,11 +41,22 @@ check-generated:
 	  echo "the committed BPF objects are stale: run 'make generate' and commit the result"; exit 1; \
 	fi; echo "generated files are up to date"
 
-## lint: gofmt and go vet
-lint:
+## lint: gofmt, go vet, golangci-lint (depguard enforces the layering of
+## DESIGN.md: see .golangci.yml) and a cross-build for darwin of what must
+## stay portable (dlbctl, the manager, the advisors, the configuration)
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+$(GOLANGCI_LINT):
+	@mkdir -p $(BIN)/.golangci
+	GOBIN=$(abspath $(BIN))/.golangci $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(BIN)/.golangci/golangci-lint $@
+
+lint: $(GOLANGCI_LINT)
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+	GOOS=darwin GOARCH=arm64 $(GO) build ./cmd/dlbctl ./manager ./advisors ./pkg/config
 
 ## test: everything — unit, data-path (BPF_PROG_TEST_RUN) and end-to-end lab tests.
 ## Privileged tests skip when not root; DLB_REQUIRE_PRIVILEGED=1 makes that a failure.

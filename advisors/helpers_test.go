@@ -315,22 +315,6 @@ func drain(c net.Conn, done <-chan struct{}) {
 	}
 }
 
-// readRequestHead reads from c until the end of an HTTP request head (or
-// 8 KiB, or an error), so that a hostile server answers after the request.
-func readRequestHead(c net.Conn) {
-	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-	var got []byte
-	buf := make([]byte, 1024)
-	for len(got) < 8<<10 && !strings.Contains(string(got), "\r\n\r\n") {
-		n, err := c.Read(buf)
-		got = append(got, buf[:n]...)
-		if err != nil {
-			break
-		}
-	}
-	_ = c.SetReadDeadline(time.Time{})
-}
-
 // execOutput runs a helper command (certificate generation and the like)
 // and returns its combined output.
 func execOutput(name string, args ...string) ([]byte, error) {

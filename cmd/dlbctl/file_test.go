@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,8 +20,6 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/server"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // TestFileSave: file save writes a header and the script dlbd gives,
 // atomically, and says what it saved.

@@ -183,8 +183,6 @@ func TestAdvisorFailoverAndRecovery(t *testing.T) {
 
 var s2Addr = netip.MustParseAddr("198.18.0.22")
 
-func ptrF(f float64) *float64 { return &f }
-
 func TestManagerWeightsFollowAdvisorLoad(t *testing.T) {
 	h, fp, _ := newManagedHarness(t)
 	base(h)
