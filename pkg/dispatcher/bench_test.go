@@ -108,3 +108,43 @@ func BenchmarkManagerCyclePushAll(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/cycle")
 }
+
+// BenchmarkLoad100000 loads 10 clusters × 100 ports × 100 servers as one
+// batch (the engine's share of "dlbctl file load": the executor is a
+// fake), then changes one server's weight.
+func BenchmarkLoad100000(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		e := benchEngine(b, 10, 100, 100, "", "5")
+		b.StopTimer()
+		start := time.Now()
+		if _, err := e.apply([]config.Op{op("server", "set", "198.18.1.1@8000@198.18.2.1", "weight", "3")}); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "ms/change")
+		b.StartTimer()
+	}
+}
+
+// BenchmarkChangeAt100000 changes one server's weight in a configuration
+// of 100,000 servers (the executor is a fake).
+func BenchmarkChangeAt100000(b *testing.B) {
+	e := benchEngine(b, 10, 100, 100, "", "5")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := e.apply([]config.Op{op("server", "set", "198.18.1.1@8000@198.18.2.1", "weight", fmt.Sprint(1+i%9))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkChangeAt100 is the same change in a configuration of one port
+// with 100 servers.
+func BenchmarkChangeAt100(b *testing.B) {
+	e := benchEngine(b, 1, 1, 100, "", "5")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := e.apply([]config.Op{op("server", "set", "198.18.1.1@8000@198.18.2.1", "weight", fmt.Sprint(1+i%9))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

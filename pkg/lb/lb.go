@@ -389,33 +389,33 @@ func (c Config) Clone() Config {
 }
 
 // Cluster returns a pointer to the cluster with the given address, or nil.
+// The clusters must be sorted (Sort).
 func (c *Config) Cluster(addr netip.Addr) *Cluster {
-	for i := range c.Clusters {
-		if c.Clusters[i].Address == addr {
-			return &c.Clusters[i]
-		}
+	i, ok := slices.BinarySearchFunc(c.Clusters, addr, func(x Cluster, a netip.Addr) int { return x.Address.Compare(a) })
+	if !ok {
+		return nil
 	}
-	return nil
+	return &c.Clusters[i]
 }
 
-// Port returns a pointer to the port with the given number, or nil.
+// Port returns a pointer to the port with the given number, or nil. The
+// ports must be sorted (Config.Sort).
 func (cl *Cluster) Port(number uint16) *Port {
-	for i := range cl.Ports {
-		if cl.Ports[i].Number == number {
-			return &cl.Ports[i]
-		}
+	i, ok := slices.BinarySearchFunc(cl.Ports, number, func(x Port, n uint16) int { return int(x.Number) - int(n) })
+	if !ok {
+		return nil
 	}
-	return nil
+	return &cl.Ports[i]
 }
 
 // Server returns a pointer to the server with the given address, or nil.
+// The servers must be sorted (Config.Sort).
 func (p *Port) Server(addr netip.Addr) *Server {
-	for i := range p.Servers {
-		if p.Servers[i].Address == addr {
-			return &p.Servers[i]
-		}
+	i, ok := slices.BinarySearchFunc(p.Servers, addr, func(x Server, a netip.Addr) int { return x.Address.Compare(a) })
+	if !ok {
+		return nil
 	}
-	return nil
+	return &p.Servers[i]
 }
 
 // ServiceKey identifies a balanced port: a cluster address and a port number.
