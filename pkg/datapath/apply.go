@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/dlbproject/dlb/internal/compact"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -27,12 +28,21 @@ type applied struct {
 	// the caller, who never writes a table it handed over).
 	services map[uint32]lb.DataplaneService
 	// tables maps a service id to its table's sum; adoptedTable when the
-	// table was found pinned and its contents are unknown.
+	// table was found pinned and its contents are not read yet.
 	tables map[uint32]uint64
+	// pinnedTables are the tables found pinned, by service id, consulted
+	// when a table is to be written: an unchanged table is not rewritten
+	// after a restart.
+	pinnedTables map[uint32]pinnedTable
 	// markers counts the services of each cluster address and the NAT
 	// backends of each return address: their marker entries live while
 	// the count is above 0.
 	markers map[dispatcherVipKey]int
+	// present is the set of backend ids in backends; swept the
+	// connections per backend that the sweeper counted as finished (the
+	// contents of backend_swept, which dlbd alone writes), without zeros.
+	present bitset
+	swept   map[uint32]uint64
 	// txPorts counts the users (backends, client gateways) of each
 	// interface in tx_ports.
 	txPorts   map[uint32]int
@@ -42,51 +52,83 @@ type applied struct {
 
 const adoptedTable = 0
 
+// readAll calls f with each entry of m, reading them a batch at a time (a
+// table of 100,000 backends is read in tens of system calls, not 200,000).
+func readAll[K, V any](m *ebpf.Map, f func(K, V)) error {
+	const chunk = 4096
+	keys, vals := make([]K, chunk), make([]V, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			f(keys[i], vals[i])
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil // the end
+		case errors.Is(err, ebpf.ErrNotSupported):
+			var k K
+			var v V
+			it := m.Iterate()
+			for it.Next(&k, &v) {
+				f(k, v)
+			}
+			return it.Err()
+		case err != nil:
+			return err
+		}
+	}
+}
+
 // loadApplied reads what a previous dlbd left in the pinned maps.
 func (d *Datapath) loadApplied() error {
 	a := applied{
-		vips:      map[dispatcherVipKey]dispatcherVipMeta{},
-		backends:  map[uint32]dispatcherBackend{},
-		servers:   map[dispatcherServerKey]uint32{},
-		services:  map[uint32]lb.DataplaneService{},
-		tables:    map[uint32]uint64{},
-		markers:   map[dispatcherVipKey]int{},
-		txPorts:   map[uint32]int{},
-		filter:    new(dispatcherVipBloom),
-		natFilter: new(dispatcherNatBloom),
+		vips:         map[dispatcherVipKey]dispatcherVipMeta{},
+		backends:     map[uint32]dispatcherBackend{},
+		servers:      map[dispatcherServerKey]uint32{},
+		services:     map[uint32]lb.DataplaneService{},
+		tables:       map[uint32]uint64{},
+		pinnedTables: map[uint32]pinnedTable{},
+		swept:        map[uint32]uint64{},
+		markers:      map[dispatcherVipKey]int{},
+		txPorts:      map[uint32]int{},
+		filter:       new(dispatcherVipBloom),
+		natFilter:    new(dispatcherNatBloom),
 	}
-	var vk dispatcherVipKey
-	var vm dispatcherVipMeta
-	it := d.objs.Vips.Iterate()
-	for it.Next(&vk, &vm) {
-		a.vips[vk] = vm
-	}
-	if err := it.Err(); err != nil {
+	if err := readAll(d.objs.Vips, func(k dispatcherVipKey, m dispatcherVipMeta) { a.vips[k] = m }); err != nil {
 		return fmt.Errorf("reading vips: %w", err)
 	}
-	var id uint32
-	var b dispatcherBackend
-	it = d.objs.Backends.Iterate()
-	for it.Next(&id, &b) {
+	if err := readAll(d.objs.Backends, func(id uint32, b dispatcherBackend) {
 		if b.Flags&uint32(dispatcherBackendFlagsBACKEND_F_PRESENT) != 0 {
 			a.backends[id] = b
+			a.present.set(id, true)
 		}
-	}
-	if err := it.Err(); err != nil {
+	}); err != nil {
 		return fmt.Errorf("reading backends: %w", err)
 	}
-	var sk dispatcherServerKey
-	it = d.objs.ServiceServers.Iterate()
-	for it.Next(&sk, &id) {
-		a.servers[sk] = id
+	if err := readAll(d.objs.BackendSwept, func(id uint32, n uint64) {
+		if n != 0 && a.present.has(id) {
+			a.swept[id] = n
+		}
+	}); err != nil {
+		return fmt.Errorf("reading backend_swept: %w", err)
 	}
-	if err := it.Err(); err != nil {
+	if err := readAll(d.objs.ServiceServers, func(k dispatcherServerKey, id uint32) { a.servers[k] = id }); err != nil {
 		return fmt.Errorf("reading service_servers: %w", err)
 	}
+	var id uint32
 	var inner ebpf.MapID
-	it = d.objs.MaglevTables.Iterate()
+	it := d.objs.MaglevTables.Iterate()
 	for it.Next(&id, &inner) {
+		t, err := readPinnedTable(inner)
+		if err != nil {
+			return fmt.Errorf("reading Maglev table %d: %w", id, err)
+		}
+		if t.size < lb.MinTableSize {
+			continue // the placeholder of a removed table
+		}
 		a.tables[id] = adoptedTable
+		a.pinnedTables[id] = t
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading maglev_tables: %w", err)
@@ -472,6 +514,7 @@ func (d *Datapath) write(p *prepared) error {
 		d.returnMarker(old, ok, -1)
 		d.returnMarker(e, true, 1)
 		a.backends[id] = e
+		a.present.set(id, true)
 	}
 	for id, k := range p.servers {
 		if old, ok := a.servers[k]; ok && old == id {
@@ -486,31 +529,49 @@ func (d *Datapath) write(p *prepared) error {
 	// Tables, then the vips that lead to them; a table that shrinks goes
 	// after its vips entry (which holds its size), so that no reader looks
 	// up a slot beyond it.
+	// New tables are swapped in a batch at a time: each swap waits for
+	// the programs running to finish (an RCU grace period, milliseconds),
+	// and a batch waits once.
+	before, after := d.newTableBatch(), d.newTableBatch()
+	defer before.close()
+	defer after.close()
 	for id, s := range p.services {
-		oldSize := a.services[id].TableSize()
-		shrink := s.TableSize() < oldSize && s.Table != nil
-		if !shrink {
-			if err := d.applyTable(s); err != nil {
-				return err
-			}
+		shrink := s.TableSize() < a.services[id].TableSize() && s.Table != nil
+		b := before
+		if shrink {
+			b = after
 		}
+		if err := b.add(s); err != nil {
+			return err
+		}
+	}
+	if err := before.flush(); err != nil {
+		return err
+	}
+	for id, s := range p.services {
 		if err := d.writeVips(s, p.vips[id]); err != nil {
 			return err
 		}
-		if shrink {
-			if err := d.applyTable(s); err != nil {
-				return err
-			}
-		}
 		a.services[id] = s
+	}
+	if err := after.flush(); err != nil {
+		return err
 	}
 
 	// Removals, from the entry points inwards.
+	gone := d.newTableBatch()
+	defer gone.close()
 	for id := range p.rmS {
-		if err := d.removeService(id); err != nil {
+		if err := d.removeService(id, gone); err != nil {
 			return err
 		}
 	}
+	if err := gone.flush(); err != nil {
+		return err
+	}
+	a.services = compact.Map(a.services, len(p.rmS))
+	a.tables = compact.Map(a.tables, len(p.rmS))
+	a.vips = compact.Map(a.vips, len(p.rmS))
 	removed := map[uint32]dispatcherBackend{}
 	for id := range p.rmB {
 		old, ok := a.backends[id]
@@ -533,8 +594,13 @@ func (d *Datapath) write(p *prepared) error {
 		}
 		d.returnMarker(old, true, -1)
 		delete(a.backends, id)
+		delete(a.swept, id)
+		a.present.set(id, false)
 		removed[id] = old
 	}
+	a.backends = compact.Map(a.backends, len(removed))
+	a.servers = compact.Map(a.servers, len(removed))
+	a.swept = compact.Map(a.swept, len(removed))
 	if len(removed) > 0 {
 		// A removed server's affinity records go with it.
 		if _, err := d.dropAffinity(func(r dispatcherAffinityRecord) bool {
@@ -625,8 +691,9 @@ func clusterMarker(s lb.DataplaneService) dispatcherVipKey {
 	return k
 }
 
-// removeService removes a service's vips entries and its Maglev table.
-func (d *Datapath) removeService(id uint32) error {
+// removeService removes a service's vips entries, and its Maglev table
+// by way of b.
+func (d *Datapath) removeService(id uint32, b *tableBatch) error {
 	a := &d.applied
 	s, known := a.services[id]
 	if known {
@@ -653,13 +720,7 @@ func (d *Datapath) removeService(id uint32) error {
 			delete(a.vips, k)
 		}
 	}
-	if _, ok := a.tables[id]; ok {
-		if err := d.objs.MaglevTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing Maglev table %d: %w", id, err)
-		}
-		delete(a.tables, id)
-	}
-	return nil
+	return b.add(lb.DataplaneService{ID: id})
 }
 
 // syncMarkers writes the marker entries of cluster and return addresses
@@ -763,47 +824,6 @@ func (d *Datapath) applyConfig(cfg dispatcherDlbConfig) error {
 	return nil
 }
 
-// applyTable swaps in a new Maglev table for s if its contents changed,
-// or removes the service's table if it has none.
-func (d *Datapath) applyTable(s lb.DataplaneService) error {
-	if s.Table == nil {
-		if _, ok := d.applied.tables[s.ID]; !ok {
-			return nil
-		}
-		if err := d.objs.MaglevTables.Delete(s.ID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing Maglev table %d: %w", s.ID, err)
-		}
-		delete(d.applied.tables, s.ID)
-		return nil
-	}
-	sum := s.TableSum
-	if sum == adoptedTable {
-		sum = lb.TableSum(s.Table)
-	}
-	if old, ok := d.applied.tables[s.ID]; ok && old == sum {
-		return nil
-	}
-	spec := d.innerSpec.Copy()
-	spec.MaxEntries = uint32(len(s.Table))
-	inner, err := ebpf.NewMap(spec)
-	if err != nil {
-		return fmt.Errorf("creating Maglev table: %w", err)
-	}
-	defer inner.Close()
-	keys := make([]uint32, len(s.Table))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := inner.BatchUpdate(keys, s.Table, nil); err != nil {
-		return fmt.Errorf("filling Maglev table: %w", err)
-	}
-	if err := d.objs.MaglevTables.Update(s.ID, inner, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("swapping in Maglev table of %s@%d: %w", s.Cluster, s.Port, err)
-	}
-	d.applied.tables[s.ID] = sum
-	return nil
-}
-
 // applyFilters rewrites the pre-filters if the set of cluster and return
 // addresses changed. A reader racing with a write sees every bit that
 // stays set, so no address is ever missed; a new bit is written before the
@@ -856,6 +876,7 @@ func (d *Datapath) zeroBackendCounters(id uint32) error {
 	if err := d.objs.BackendSwept.Update(id, uint64(0), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("zeroing counters of backend %d: %w", id, err)
 	}
+	delete(d.applied.swept, id)
 	return nil
 }
 

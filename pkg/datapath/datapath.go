@@ -94,9 +94,11 @@ type Datapath struct {
 	objs      dispatcherObjects
 	innerSpec *ebpf.MapSpec
 	maxTable  uint32
-	xdp       link.Link // nil while not attached
-	extra     map[int]link.Link
-	applied   applied
+	// empty stands for removed Maglev tables (see placeholder).
+	empty   *ebpf.Map
+	xdp     link.Link // nil while not attached
+	extra   map[int]link.Link
+	applied applied
 	// adopted: the maps were found pinned and what they hold is known
 	// only from reading them; Update waits for an Apply of the whole
 	// state.
@@ -493,6 +495,10 @@ func (d *Datapath) Close() error {
 		l.Close()
 		delete(d.extra, i)
 	}
+	if d.empty != nil {
+		d.empty.Close()
+		d.empty = nil
+	}
 	return d.objs.Close()
 }
 
@@ -731,6 +737,10 @@ func (d *Datapath) Memory() []lb.TableMemory {
 			for it.Next(&id, &inner) {
 				im, err := ebpf.NewMapFromID(inner)
 				if err != nil {
+					continue
+				}
+				if im.MaxEntries() < lb.MinTableSize {
+					im.Close() // a removed table's placeholder
 					continue
 				}
 				t.Tables++

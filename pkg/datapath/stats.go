@@ -5,6 +5,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 
 	"github.com/cilium/ebpf"
@@ -87,47 +88,159 @@ func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 		}
 		st.Events[name] = n
 	}
+	services := map[uint32]bool{}
 	for _, m := range d.applied.vips {
-		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) != 0 {
-			continue
+		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) == 0 {
+			services[m.Service] = true
 		}
-		if _, ok := st.Services[m.Service]; ok {
-			continue
-		}
-		c, err := sumCounters(d.objs.ServiceStats, m.Service)
-		if err != nil {
-			return st, fmt.Errorf("reading counters of service %d: %w", m.Service, err)
-		}
-		st.Services[m.Service] = c
 	}
-	for id := range d.applied.backends {
-		c, err := sumCounters(d.objs.BackendStats, id)
-		if err != nil {
-			return st, fmt.Errorf("reading counters of backend %d: %w", id, err)
-		}
-		var swept uint64
-		if err := d.objs.BackendSwept.Lookup(id, &swept); err != nil {
-			return st, fmt.Errorf("reading swept counter of backend %d: %w", id, err)
-		}
-		c.FinConns += swept
+	if err := readCounters(d.objs.ServiceStats, keysOf(services), func(id uint32, c lb.Counters) { st.Services[id] = c }); err != nil {
+		return st, fmt.Errorf("reading service counters: %w", err)
+	}
+	a := &d.applied
+	backends := idSet{has: a.present.has, n: len(a.backends), top: a.present.top(),
+		all: func(f func(uint32)) {
+			for id := range a.backends {
+				f(id)
+			}
+		}}
+	st.Backends = make(map[uint32]lb.Counters, backends.n)
+	// backend_swept is written by dlbd alone: its figures come from the
+	// copy kept with the applied state, not from reading the map again.
+	if err := readCounters(d.objs.BackendStats, backends, func(id uint32, c lb.Counters) {
+		c.FinConns += a.swept[id]
 		st.Backends[id] = c
+	}); err != nil {
+		return st, fmt.Errorf("reading backend counters: %w", err)
 	}
 	return st, nil
 }
 
-func sumCounters(m *ebpf.Map, id uint32) (lb.Counters, error) {
-	var per []dispatcherCounters
-	var c lb.Counters
-	if err := m.Lookup(id, &per); err != nil {
-		return c, err
+// bitset is a set of ids.
+type bitset []uint64
+
+func (b *bitset) set(id uint32, on bool) {
+	w := int(id / 64)
+	if w >= len(*b) {
+		if !on {
+			return
+		}
+		*b = append(*b, make([]uint64, w+1-len(*b))...)
 	}
-	for _, p := range per {
-		c.Packets += p.Packets
-		c.Bytes += p.Bytes
-		c.NewConns += p.NewConns
-		c.FinConns += p.FinConns
+	if on {
+		(*b)[w] |= 1 << (id % 64)
+	} else {
+		(*b)[w] &^= 1 << (id % 64)
 	}
-	return c, nil
+}
+
+func (b bitset) has(id uint32) bool {
+	w := int(id / 64)
+	return w < len(b) && b[w]&(1<<(id%64)) != 0
+}
+
+// top is the largest id in the set (0 when empty).
+func (b bitset) top() uint32 {
+	for w := len(b) - 1; w >= 0; w-- {
+		if b[w] != 0 {
+			return uint32(w*64 + 63 - bits.LeadingZeros64(b[w]))
+		}
+	}
+	return 0
+}
+
+// idSet is a set of ids to read from an array: which, how many, the largest.
+type idSet struct {
+	has func(uint32) bool
+	all func(func(uint32))
+	n   int
+	top uint32
+}
+
+// keysOf is the set of m's keys.
+func keysOf[V any](m map[uint32]V) idSet {
+	s := idSet{
+		has: func(id uint32) bool { _, ok := m[id]; return ok },
+		all: func(f func(uint32)) {
+			for id := range m {
+				f(id)
+			}
+		},
+		n: len(m),
+	}
+	for id := range m {
+		s.top = max(s.top, id)
+	}
+	return s
+}
+
+// readCounters calls f with the counters of each id of ids in the per-CPU
+// array m, summed over the CPUs.
+func readCounters(m *ebpf.Map, ids idSet, f func(uint32, lb.Counters)) error {
+	return readIDs(m, ids, func(id uint32, per []dispatcherCounters) {
+		var c lb.Counters
+		for _, p := range per {
+			c.Packets += p.Packets
+			c.Bytes += p.Bytes
+			c.NewConns += p.NewConns
+			c.FinConns += p.FinConns
+		}
+		f(id, c)
+	})
+}
+
+// readIDs calls f with the value of each id of ids in the array m: the
+// CPUs' values of a per-CPU array, or the one value of another. Many ids,
+// densely allocated as they are, are read a batch at a time up to the
+// largest (a report on 100,000 backends takes tens of system calls, not
+// 200,000); a few, one lookup each.
+func readIDs[V any](m *ebpf.Map, ids idSet, f func(uint32, []V)) error {
+	cpus := 1
+	if m.Type() == ebpf.PerCPUArray {
+		n, err := ebpf.PossibleCPU()
+		if err != nil {
+			return err
+		}
+		cpus = n
+	}
+	if ids.n < 64 || ids.top/uint32(ids.n) > 4 {
+		var err error
+		ids.all(func(id uint32) {
+			if err != nil {
+				return
+			}
+			vals := make([]V, 1)
+			if m.Type() == ebpf.PerCPUArray {
+				err = m.Lookup(id, &vals)
+			} else {
+				err = m.Lookup(id, &vals[0])
+			}
+			if err != nil {
+				err = fmt.Errorf("reading entry %d: %w", id, err)
+				return
+			}
+			f(id, vals)
+		})
+		return err
+	}
+	const chunk = 4096
+	keys := make([]uint32, chunk)
+	vals := make([]V, chunk*cpus)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+		for i := range n {
+			if ids.has(keys[i]) {
+				f(keys[i], vals[i*cpus:(i+1)*cpus])
+			}
+		}
+		if err != nil || n == 0 || keys[n-1] >= ids.top {
+			return nil
+		}
+	}
 }
 
 // monotonicNow returns CLOCK_MONOTONIC in nanoseconds, the clock of
@@ -250,13 +363,11 @@ func (d *Datapath) sweep(now uint64) (lb.SweepResult, error) {
 		if n == 0 {
 			continue
 		}
-		var total uint64
-		if err := d.objs.BackendSwept.Lookup(id, &total); err != nil {
-			return s.res, fmt.Errorf("reading swept counter of backend %d: %w", id, err)
-		}
-		if err := d.objs.BackendSwept.Update(id, total+n, ebpf.UpdateAny); err != nil {
+		total := d.applied.swept[id] + n
+		if err := d.objs.BackendSwept.Update(id, total, ebpf.UpdateAny); err != nil {
 			return s.res, fmt.Errorf("writing swept counter of backend %d: %w", id, err)
 		}
+		d.applied.swept[id] = total
 	}
 	return s.res, nil
 }

@@ -56,6 +56,9 @@ func dumpMaps(t *testing.T, d *Datapath) string {
 			}
 		}
 		m.Close()
+		if len(slots) < lb.MinTableSize {
+			continue // a removed table's placeholder: forwards as no table
+		}
 		lines = append(lines, fmt.Sprintf("table %d: %d slots, sum %x", id, len(slots), lb.TableSum(slots)))
 	}
 	var port uint32
@@ -235,5 +238,229 @@ func TestPrivilegedUpdateNeedsWholeStateAfterAdoption(t *testing.T) {
 	}
 	if err := d.Update(lb.DataplaneUpdate{RemoveBackends: []uint32{11}}); err != nil {
 		t.Errorf("Update after Apply: %v", err)
+	}
+}
+
+// tableIDs returns the inner map of each service's Maglev table, leaving
+// out removed tables' placeholders.
+func tableIDs(t *testing.T, d *Datapath) map[uint32]ebpf.MapID {
+	t.Helper()
+	out := map[uint32]ebpf.MapID{}
+	var id uint32
+	var inner ebpf.MapID
+	it := d.objs.MaglevTables.Iterate()
+	for it.Next(&id, &inner) {
+		m, err := ebpf.NewMapFromID(inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.MaxEntries() >= lb.MinTableSize {
+			out[id] = inner
+		}
+		m.Close()
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestPrivilegedTablesAcrossRestart: a restarted executor keeps the
+// pinned tables that still hold what the state says (a restart does not
+// rewrite 1,000 tables), writes those that differ, and a removed table
+// leaves nothing that counts as a table. More tables than one batch holds
+// are written at once.
+func TestPrivilegedTablesAcrossRestart(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	testutil.InNewNetNS(t)
+	pinDir := newPinDir(t)
+	d, err := Open(Options{PinDir: pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Remove() })
+	const services = tableBatchSize + 44
+	var dp lb.Dataplane
+	for id := uint32(1); id <= services; id++ {
+		b := lb.DataplaneBackend{ID: id, Service: id, Address: netip.AddrFrom4([4]byte{198, 18, 1 + byte(id>>8), byte(id)}),
+			MAC: mac(byte(id)), SrcMAC: ifaceMAC, Ifindex: 1, AcceptNew: true}
+		s := lb.DataplaneService{ID: id, Cluster: netip.MustParseAddr("198.18.0.100"), Port: uint16(1000 + id), Protocol: lb.TCP,
+			Table: fill(101, func(uint32) uint32 { return id })}
+		s.TableSum = lb.TableSum(s.Table)
+		dp.Services = append(dp.Services, s)
+		dp.Backends = append(dp.Backends, b)
+	}
+	if err := d.Apply(dp); err != nil {
+		t.Fatal(err)
+	}
+	// Tables written by a dlbd that did not name them: service 5's holds
+	// what the state says, service 6's does not.
+	for id, slot := range map[uint32]uint32{5: 5, 6: 1} {
+		spec := d.innerSpec.Copy()
+		spec.MaxEntries = 101
+		m, err := ebpf.NewMap(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint32(0); i < 101; i++ {
+			if err := m.Put(i, slot); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.objs.MaglevTables.Put(id, m); err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+	}
+	before := tableIDs(t, d)
+	if len(before) != services {
+		t.Fatalf("%d tables written, want %d", len(before), services)
+	}
+
+	// Restart; service 7's table now differs, service 9's grows, 11 is
+	// gone; 6's was replaced behind dlbd's back.
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Open(Options{PinDir: pinDir, ConnTableSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	next := lb.Dataplane{}
+	for _, s := range dp.Services {
+		switch s.ID {
+		case 7:
+			s.Table = slices.Clone(s.Table)
+			s.Table[3] = 8
+		case 9:
+			s.Table = fill(211, func(uint32) uint32 { return 9 })
+		case 11:
+			continue
+		}
+		s.TableSum = lb.TableSum(s.Table)
+		next.Services = append(next.Services, s)
+	}
+	for _, b := range dp.Backends {
+		if b.ID != 11 {
+			next.Backends = append(next.Backends, b)
+		}
+	}
+	if err := d.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	after := tableIDs(t, d)
+	for id, inner := range before {
+		switch {
+		case id == 11:
+			if _, ok := after[id]; ok {
+				t.Errorf("removed service 11 still has a table")
+			}
+		case id == 6 || id == 7 || id == 9:
+			if after[id] == inner {
+				t.Errorf("service %d: changed table not rewritten", id)
+			}
+		case after[id] != inner:
+			t.Errorf("service %d: unchanged table rewritten after the restart", id)
+		}
+	}
+	var tables int
+	for _, m := range d.Memory() {
+		if m.Name == "maglev_tables" {
+			tables = m.Tables
+		}
+	}
+	if tables != services-1 {
+		t.Errorf("Memory counts %d tables, want %d", tables, services-1)
+	}
+	ref, err := Open(Options{PinDir: newPinDir(t), ConnTableSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ref.Remove() })
+	if err := ref.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := dumpMaps(t, d), dumpMaps(t, ref); a != b {
+		t.Errorf("after the restart the maps differ from a fresh apply:\n--- restarted\n%s\n--- fresh\n%s", a, b)
+	}
+}
+
+// TestPrivilegedStatsRead: the counters of many backends (read a batch at
+// a time) and of a few (read one by one) come back as written, each
+// summed over the CPUs, swept connections counted as finished.
+func TestPrivilegedStatsRead(t *testing.T) {
+	for _, c := range []struct{ n, step uint32 }{{5, 1000}, {5000, 1}} {
+		n := c.n
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			testutil.RequirePrivileged(t)
+			testutil.InNewNetNS(t)
+			pinDir := newPinDir(t)
+			d, err := Open(Options{PinDir: pinDir, ConnTableSize: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Remove() })
+			var dp lb.Dataplane
+			var ids []uint32
+			for id := uint32(1); id <= n; id++ {
+				// Sparse ids (looked up one by one), or dense ones
+				// beyond one batch.
+				bid := c.step*id + 10
+				ids = append(ids, bid)
+				dp.Backends = append(dp.Backends, lb.DataplaneBackend{ID: bid, Service: 1,
+					Address: netip.AddrFrom4([4]byte{198, 19, byte(id >> 8), byte(id)}), MAC: mac(byte(id)), SrcMAC: ifaceMAC, Ifindex: 1})
+			}
+			s := lb.DataplaneService{ID: 1, Cluster: netip.MustParseAddr("198.18.0.100"), Port: 80, Protocol: lb.TCP,
+				Table: fill(101, func(slot uint32) uint32 { return ids[int(slot)%len(ids)] })}
+			s.TableSum = lb.TableSum(s.Table)
+			dp.Services = []lb.DataplaneService{s}
+			if err := d.Apply(dp); err != nil {
+				t.Fatal(err)
+			}
+			cpus := ebpf.MustPossibleCPU()
+			for _, id := range ids {
+				per := make([]dispatcherCounters, cpus)
+				for c := range per {
+					per[c] = dispatcherCounters{Packets: uint64(id) + uint64(c), Bytes: 10 * uint64(id), FinConns: 1}
+				}
+				if err := d.objs.BackendStats.Update(id, per, ebpf.UpdateAny); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.objs.BackendSwept.Update(id, uint64(id%7), ebpf.UpdateAny); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// backend_swept is dlbd's own: a restarted dlbd reads it
+			// from the pins, and applying the same state keeps it.
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if d, err = Open(Options{PinDir: pinDir, ConnTableSize: 4096}); err != nil {
+				t.Fatal(err)
+			}
+			for _, when := range []string{"adopted", "applied"} {
+				if when == "applied" {
+					if err := d.Apply(dp); err != nil {
+						t.Fatal(err)
+					}
+				}
+				st, err := d.Stats()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(st.Backends) != len(ids) {
+					t.Fatalf("%s: %d backends' counters, want %d", when, len(st.Backends), len(ids))
+				}
+				for _, id := range ids {
+					c := uint64(cpus)
+					want := lb.Counters{Packets: c*uint64(id) + c*(c-1)/2, Bytes: c * 10 * uint64(id), FinConns: c + uint64(id%7)}
+					if got := st.Backends[id]; got != want {
+						t.Fatalf("%s: backend %d: %+v, want %+v", when, id, got, want)
+					}
+				}
+				if _, ok := st.Services[1]; !ok {
+					t.Errorf("%s: no counters for service 1", when)
+				}
+			}
+		})
 	}
 }
