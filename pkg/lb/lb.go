@@ -427,7 +427,23 @@ type ServiceKey struct {
 }
 
 // String formats the key as cluster@port.
-func (k ServiceKey) String() string { return fmt.Sprintf("%s@%d", k.Cluster, k.Port) }
+func (k ServiceKey) String() string { return string(k.appendTo(make([]byte, 0, 48))) }
+
+// appendTo appends k's text (without fmt: keys are written for every
+// server of a large configuration).
+func (k ServiceKey) appendTo(b []byte) []byte {
+	b = appendAddr(b, k.Cluster)
+	b = append(b, '@')
+	return strconv.AppendUint(b, uint64(k.Port), 10)
+}
+
+// appendAddr appends a's text as its String method writes it.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if !a.IsValid() {
+		return append(b, a.String()...)
+	}
+	return a.AppendTo(b)
+}
 
 // BackendKey identifies one server of one balanced port.
 type BackendKey struct {
@@ -438,7 +454,11 @@ type BackendKey struct {
 }
 
 // String formats the key as cluster@port@server.
-func (k BackendKey) String() string { return fmt.Sprintf("%s@%s", k.Service, k.Server) }
+func (k BackendKey) String() string {
+	b := k.Service.appendTo(make([]byte, 0, 96))
+	b = append(b, '@')
+	return string(appendAddr(b, k.Server))
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (p Protocol) MarshalText() ([]byte, error) { return []byte(p.String()), nil }

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -140,6 +141,26 @@ func TestRaiseProportions(t *testing.T) {
 		}
 		if err := p.Check(""); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestKeyStrings: keys print as cluster@port and cluster@port@server, in
+// IPv4 and IPv6, and an unset address as netip prints it.
+func TestKeyStrings(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("2001:2::1")
+	for _, c := range []struct {
+		got  fmt.Stringer
+		want string
+	}{
+		{ServiceKey{Cluster: v4, Port: 80}, "198.18.0.1@80"},
+		{ServiceKey{Cluster: v6, Port: 65535}, "2001:2::1@65535"},
+		{BackendKey{Service: ServiceKey{Cluster: v4, Port: 0}, Server: netip.MustParseAddr("198.18.1.2")}, "198.18.0.1@0@198.18.1.2"},
+		{BackendKey{Service: ServiceKey{Cluster: v6, Port: 443}, Server: netip.MustParseAddr("2001:2::a")}, "2001:2::1@443@2001:2::a"},
+		{BackendKey{}, "invalid IP@0@invalid IP"},
+	} {
+		if s := c.got.String(); s != c.want {
+			t.Errorf("%#v prints %q, want %q", c.got, s, c.want)
 		}
 	}
 }
