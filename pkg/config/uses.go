@@ -3,6 +3,7 @@ package config
 import (
 	"net/netip"
 
+	"github.com/dlbproject/dlb/internal/compact"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -144,5 +145,12 @@ func (u *uses) with(old, next lb.Config, ch Change) counter {
 
 // apply makes u count next, which differs from old by ch.
 func (u *uses) apply(old, next lb.Config, ch Change) {
-	each(old, next, ch, func(s lb.Server, d int32) { u.add(s, d) })
+	removed := 0
+	each(old, next, ch, func(s lb.Server, d int32) {
+		u.add(s, d)
+		if d < 0 {
+			removed++
+		}
+	})
+	u.n = compact.Map(u.n, removed)
 }

@@ -208,6 +208,9 @@ func New(opts Options) (*Engine, error) {
 		}
 		e.persistHost()
 	}
+	if len(state.IDs.Backends) >= bigChange {
+		releaseMemory()
+	}
 	return e, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/internal/compact"
 	"github.com/dlbproject/dlb/pkg/dispatcher/loops"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -155,11 +156,14 @@ func (m *Monitor) Results() <-chan Result { return m.results }
 func (m *Monitor) Sync(ctx context.Context, want map[Key]Spec, ports map[uint16]bool) map[Key]error {
 	in := func(k Key) bool { return ports == nil || ports[k.Port] }
 	errs := m.loops.Sync(ctx, want, in)
+	forgot := 0
 	for k := range m.states {
 		if _, ok := want[k]; !ok && in(k) {
 			delete(m.states, k)
+			forgot++
 		}
 	}
+	m.states = compact.Map(m.states, forgot)
 	for k := range want {
 		if m.states[k] == nil && errs[k] == nil {
 			m.states[k] = &State{State: lb.AdvisorUnknown, Since: time.Now()}

@@ -3,6 +3,7 @@ package store
 import (
 	"slices"
 
+	"github.com/dlbproject/dlb/internal/compact"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -117,7 +118,7 @@ func (x *IDs) Apply(ch config.Change, maxServices, maxBackends uint32) (*IDDelta
 		}
 	}
 	if n := uint32(len(x.Services) - len(d.DelServices) + len(addS)); n > maxServices-1 {
-		return nil, lb.Errorf("port", "", "the executor holds at most %d ports (dlbd --max-services), this change needs %d", maxServices-1, n)
+		return nil, lb.Errorf("port", "", "the executor holds at most %d ports (dlbd --max-ports), this change needs %d", maxServices-1, n)
 	}
 	if n := uint32(len(x.Backends) - len(d.DelBackends) + len(addB)); n > maxBackends-1 {
 		return nil, lb.Errorf("server", "", "the executor holds at most %d servers (dlbd --max-servers), this change needs %d", maxBackends-1, n)
@@ -138,6 +139,10 @@ func (x *IDs) Apply(ch config.Change, maxServices, maxBackends uint32) (*IDDelta
 		delete(x.Backends, k)
 		delete(x.usedB, id)
 	}
+	x.Services = compact.Map(x.Services, len(d.DelServices))
+	x.usedS = compact.Map(x.usedS, len(d.DelServices))
+	x.Backends = compact.Map(x.Backends, len(d.DelBackends))
+	x.usedB = compact.Map(x.usedB, len(d.DelBackends))
 	for _, k := range addS {
 		id := allocate(x.usedS, &x.NextService, maxServices)
 		x.Services[k] = id
@@ -187,6 +192,10 @@ func (x *IDs) Revert(d *IDDelta) {
 		delete(x.Backends, k)
 		delete(x.usedB, id)
 	}
+	x.Services = compact.Map(x.Services, len(d.AddServices))
+	x.usedS = compact.Map(x.usedS, len(d.AddServices))
+	x.Backends = compact.Map(x.Backends, len(d.AddBackends))
+	x.usedB = compact.Map(x.usedB, len(d.AddBackends))
 	for k, id := range d.DelServices {
 		x.Services[k] = id
 		x.usedS[id] = true
@@ -208,6 +217,10 @@ func (x *IDs) replay(d *IDDelta) {
 		delete(x.Backends, k)
 		delete(x.usedB, id)
 	}
+	x.Services = compact.Map(x.Services, len(d.DelServices))
+	x.usedS = compact.Map(x.usedS, len(d.DelServices))
+	x.Backends = compact.Map(x.Backends, len(d.DelBackends))
+	x.usedB = compact.Map(x.usedB, len(d.DelBackends))
 	for k, id := range d.AddServices {
 		x.Services[k] = id
 		x.usedS[id] = true
