@@ -1,11 +1,13 @@
 package dispatcher
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net/netip"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -29,12 +31,20 @@ func (e *Engine) serverStates(cfg lb.Config, cl *lb.Cluster, p *lb.Port) ([]effe
 	sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
 	out := make([]effective, len(p.Servers))
 	anyAccept := false
+	var rts []*backendRT
+	if cfg.Manager.Started {
+		rts = e.mgr.servers(sk, p)
+	}
+	// The servers of a port mostly share a next hop (a router).
+	var hop netip.Addr
+	var resolved bool
 	for i, s := range p.Servers {
 		w := s.Weight
-		if cfg.Manager.Started && !s.FixedWeight {
-			if r := e.mgr.backends[lb.BackendKey{Service: sk, Server: s.Address}]; r != nil && r.managed {
-				w = uint32(r.weight)
-			}
+		if rts != nil && !s.FixedWeight && rts[i].managed {
+			w = uint32(rts[i].weight)
+		}
+		if h := s.NextHop(); h != hop || i == 0 {
+			hop, resolved = h, e.net.neigh[h].MAC != nil
 		}
 		st := lb.ServerUp
 		switch {
@@ -44,7 +54,7 @@ func (e *Engine) serverStates(cfg lb.Config, cl *lb.Cluster, p *lb.Port) ([]effe
 			st = lb.ServerQuiesced
 		case e.advisorDown(cfg, cl.Address, p.Number, s.Address):
 			st = lb.ServerFailed
-		case e.net.neigh[s.NextHop()].MAC == nil:
+		case !resolved:
 			st = lb.ServerUnresolved
 		}
 		out[i] = effective{weight: w, state: st, accept: st == lb.ServerUp && w > 0}
@@ -249,7 +259,7 @@ func affinityGroups(cl *lb.Cluster, ids map[lb.ServiceKey]uint32) map[lb.Service
 
 // table is a cached Maglev table and what it was built from.
 type table struct {
-	fingerprint string
+	fingerprint [sha256.Size]byte
 	slots       []uint32
 	sum         uint64
 }
@@ -259,25 +269,29 @@ type tableJob struct {
 	sid     uint32
 	members []maglev.Backend
 	size    uint32
-	fp      string
+	fp      [sha256.Size]byte
 	out     table
 }
 
 // fingerprint identifies a table's inputs: its size and its members' keys,
-// ids and weights.
-func fingerprint(members []maglev.Backend, m uint32) string {
+// ids and weights (a digest: a port's list of 100 servers is kilobytes).
+func fingerprint(members []maglev.Backend, m uint32) [sha256.Size]byte {
 	slices.SortFunc(members, func(a, b maglev.Backend) int { return strings.Compare(a.Key, b.Key) })
-	var fp strings.Builder
-	fp.WriteString(strconv.Itoa(int(m)))
+	h := sha256.New()
+	var buf [8]byte
+	binary.LittleEndian.PutUint32(buf[:4], m)
+	h.Write(buf[:4])
 	for _, b := range members {
-		fp.WriteByte(';')
-		fp.WriteString(b.Key)
-		fp.WriteByte('/')
-		fp.WriteString(strconv.FormatUint(uint64(b.ID), 10))
-		fp.WriteByte('/')
-		fp.WriteString(strconv.FormatUint(uint64(b.Weight), 10))
+		binary.LittleEndian.PutUint32(buf[:4], uint32(len(b.Key)))
+		h.Write(buf[:4])
+		io.WriteString(h, b.Key)
+		binary.LittleEndian.PutUint32(buf[:4], b.ID)
+		binary.LittleEndian.PutUint32(buf[4:], b.Weight)
+		h.Write(buf[:])
 	}
-	return fp.String()
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
 }
 
 // buildTables rebuilds the given tables on up to GOMAXPROCS goroutines and

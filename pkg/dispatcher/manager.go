@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlbproject/dlb/internal/compact"
 	"github.com/dlbproject/dlb/manager"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
@@ -27,6 +28,11 @@ func newManagerState() managerState {
 
 // backendRT is one server of one port beyond its configuration.
 type backendRT struct {
+	// addr and key are the server's address and its text, id its
+	// executor id (0 until the counters are first read).
+	addr netip.Addr
+	key  string
+	id   uint32
 	// weight is the manager's current weight; valid when managed.
 	weight  int
 	managed bool
@@ -50,6 +56,9 @@ type portRT struct {
 	// halfOpenAlert: the port's half-open connections are above its
 	// maxhalfopen (halfOpenAlert raised, halfOpenAlertDone not yet).
 	halfOpenAlert bool
+	// servers are the records of the port's servers in its order (see
+	// managerState.servers).
+	servers []*backendRT
 }
 
 // rt returns the record of a backend, creating it.
@@ -60,6 +69,33 @@ func (m *managerState) rt(key lb.BackendKey) *backendRT {
 		m.backends[key] = r
 	}
 	return r
+}
+
+// servers returns the records of a port's servers, in the port's order,
+// creating those missing. The list is kept with the port, so that a cycle
+// over 100,000 servers looks none of them up by key; it is rebuilt when
+// the port's servers are not those it was built for.
+func (m *managerState) servers(sk lb.ServiceKey, p *lb.Port) []*backendRT {
+	prt := m.port(sk)
+	if len(prt.servers) == len(p.Servers) {
+		same := true
+		for i, r := range prt.servers {
+			if r.addr != p.Servers[i].Address {
+				same = false
+				break
+			}
+		}
+		if same {
+			return prt.servers
+		}
+	}
+	prt.servers = make([]*backendRT, len(p.Servers))
+	for i, s := range p.Servers {
+		r := m.rt(lb.BackendKey{Service: sk, Server: s.Address})
+		r.addr, r.key = s.Address, s.Address.String()
+		prt.servers[i] = r
+	}
+	return prt.servers
 }
 
 // port returns the record of a port, creating it.
@@ -81,10 +117,17 @@ func (m *managerState) forget(old, next lb.Config, ch config.Change) {
 			delete(m.ports, k)
 		}
 	}
+	removed := 0
 	for k, kind := range ch.Servers {
+		if kind != config.Changed {
+			if p := m.ports[k.Service]; p != nil {
+				p.servers = nil // records added or dropped
+			}
+		}
 		switch kind {
 		case config.Removed:
 			delete(m.backends, k)
+			removed++
 		case config.Changed:
 			o, _ := serverOf(old, k)
 			n, _ := serverOf(next, k)
@@ -93,6 +136,7 @@ func (m *managerState) forget(old, next lb.Config, ch config.Change) {
 			}
 		}
 	}
+	m.backends = compact.Map(m.backends, removed)
 	if old.Manager.Started && !next.Manager.Started {
 		for _, r := range m.backends {
 			r.managed = false
@@ -118,7 +162,6 @@ func (e *Engine) managerCycle(now time.Time) {
 	}
 	var changed []lb.ServiceKey
 	var in []manager.Server
-	var rts []*backendRT
 	for ci := range cfg.Clusters {
 		cl := &cfg.Clusters[ci]
 		params.Proportions = cl.Proportions
@@ -130,10 +173,10 @@ func (e *Engine) managerCycle(now time.Time) {
 			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
 			params.WeightBound = int(p.WeightBound)
 			states, _ := e.serverStates(cfg, cl, p)
-			in, rts = in[:0], rts[:0]
+			in = in[:0]
+			rts := e.mgr.servers(sk, p)
 			for i, s := range p.Servers {
-				r := e.mgr.rt(lb.BackendKey{Service: sk, Server: s.Address})
-				rts = append(rts, r)
+				r := rts[i]
 				if !r.managed {
 					r.weight, r.managed = int(s.Weight), true
 				}
@@ -144,7 +187,7 @@ func (e *Engine) managerCycle(now time.Time) {
 					st = lb.ServerDown // takes no new connections: the operator's choice
 				}
 				in = append(in, manager.Server{
-					Key: s.Address.String(), Weight: r.weight, Configured: int(s.Weight), Fixed: s.FixedWeight,
+					Key: r.key, Weight: r.weight, Configured: int(s.Weight), Fixed: s.FixedWeight,
 					State: st, Active: r.actv, New: r.newc,
 					Advisor: manager.Sample{Value: load, At: loadAt},
 					Metric:  manager.Sample{Value: sys, At: sysAt},
@@ -201,12 +244,14 @@ func (e *Engine) refreshCounters(cfg lb.Config) {
 		return
 	}
 	for _, cl := range cfg.Clusters {
-		for _, p := range cl.Ports {
+		for pi := range cl.Ports {
+			p := &cl.Ports[pi]
 			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
-			for _, s := range p.Servers {
-				bk := lb.BackendKey{Service: sk, Server: s.Address}
-				id := e.ids.Backends[bk]
-				r := e.mgr.rt(bk)
+			for _, r := range e.mgr.servers(sk, p) {
+				if r.id == 0 {
+					r.id = e.ids.Backends[lb.BackendKey{Service: sk, Server: r.addr}]
+				}
+				id := r.id
 				c := st.Backends[id].NewConns
 				if r.lastNewSet && c >= r.lastNew {
 					r.newc = c - r.lastNew
