@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,8 @@ type options struct {
 	// The admin API's limits.
 	maxRequestSize           int64
 	bodyTimeout, idleTimeout time.Duration
+	profiling                bool
+	cpuProfile               string
 	// The executor's table sizes, fixed once its maps are pinned.
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 	maxServices, maxServers, maxTableSize                             uint32
@@ -108,12 +111,28 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 		"largest admin API request body in bytes; a larger one is refused (413) and nothing of it applied")
 	f.DurationVar(&o.bodyTimeout, "request-timeout", server.DefaultBodyTimeout,
 		"an admin API request whose body does not arrive within this time is dropped (408)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, suffixed with dlbd's PID")
+	_ = f.MarkHidden("cpuprofile")
+	f.BoolVar(&o.profiling, "pprof", false, "serve Go's runtime profiles at /debug/pprof/ on the admin socket")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", server.DefaultIdleTimeout,
 		"an idle keep-alive connection to the admin API is closed after this time")
 	return cmd
 }
 
 func run(ctx context.Context, o options) error {
+	if o.cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", o.cpuProfile, os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -202,7 +221,7 @@ func run(ctx context.Context, o options) error {
 	}()
 
 	srv := server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
-		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log})
+		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling})
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- sock.Serve(srv) }()
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)

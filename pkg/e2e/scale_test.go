@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -75,6 +80,13 @@ func rssKB(t *testing.T, pid int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if os.Getenv("DLB_SCALE_RSSDEBUG") != "" {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "Rss") || strings.HasPrefix(line, "VmRSS") {
+				t.Log(line)
+			}
+		}
+	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			n, _ := strconv.Atoi(strings.Fields(v)[0])
@@ -126,9 +138,11 @@ func kernelMemory(t *testing.T, pinDir string) (total, tables uint64, n int) {
 					continue
 				}
 				ml := memlock(t, inner)
-				tables += ml
 				total += ml
-				n++
+				if inner.MaxEntries() > 1 { // not a removed table's placeholder
+					tables += ml
+					n++
+				}
 				inner.Close()
 			}
 		}
@@ -165,6 +179,44 @@ type scaleFigures struct {
 	rssEmpty, rssLoaded, rssGone int           // KiB
 	kernel, kernelTables         uint64        // bytes
 	tables                       int
+	cycleCPU                     time.Duration // dlbd's CPU per manager cycle
+	cycles                       uint64
+}
+
+// cpuTime is a process's CPU time (user and system, all threads).
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command name (which may hold spaces): utime
+	// and stime are the 14th and 15th fields, in clock ticks of 10 ms.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// managerCPU runs the manager at a 0.5 s interval, reading the executor's
+// counters every cycle, and returns dlbd's CPU time per cycle over d (an
+// upper bound: whatever else dlbd does meanwhile counts too).
+func (l *lab) managerCPU(d time.Duration) (perCycle time.Duration, cycles uint64) {
+	l.mustCtl("manager", "set", "interval", "0.5", "refresh", "1")
+	l.mustCtl("manager", "start")
+	time.Sleep(time.Second) // the first cycle creates the records
+	var r0, r1 api.ManagerReport
+	l.report(&r0, "manager", "report")
+	c0 := cpuTime(l.t, l.dlbd.Process.Pid)
+	time.Sleep(d)
+	c1 := cpuTime(l.t, l.dlbd.Process.Pid)
+	l.report(&r1, "manager", "report")
+	l.mustCtl("manager", "stop")
+	n := r1.Cycles - r0.Cycles
+	if n == 0 {
+		l.t.Fatal("no manager cycle ran")
+	}
+	return (c1 - c0) / time.Duration(n), n
 }
 
 // changes times a weight change, a server down (and up) and a server add
@@ -202,9 +254,13 @@ func scaleRun(t *testing.T, l *lab, ports, servers int, extra ...string) scaleFi
 	scaleScript(l, script, ports, servers)
 	f.load = l.timeCtl("file", "load", script)
 	f.rssLoaded = rssKB(t, l.dlbd.Process.Pid)
+	if dir := os.Getenv("DLB_SCALE_HEAPPROFILE"); dir != "" { // needs --pprof
+		saveHeapProfile(t, l.sock, filepath.Join(dir, fmt.Sprintf("heap-loaded-%dx%d", ports, servers)))
+	}
 	f.kernel, f.kernelTables, f.tables = kernelMemory(t, l.pinDir)
 
 	f.weight, f.down, f.add = l.changes(5)
+	f.cycleCPU, f.cycles = l.managerCPU(5 * time.Second)
 
 	l.killDlbd(15)
 	start := time.Now()
@@ -214,8 +270,30 @@ func scaleRun(t *testing.T, l *lab, ports, servers int, extra ...string) scaleFi
 	f.remove = l.timeCtl("cluster", "remove", l.vip())
 	time.Sleep(2 * time.Second)
 	f.rssGone = rssKB(t, l.dlbd.Process.Pid)
+	if dir := os.Getenv("DLB_SCALE_HEAPPROFILE"); dir != "" { // needs --pprof
+		saveHeapProfile(t, l.sock, filepath.Join(dir, fmt.Sprintf("heap-removed-%dx%d", ports, servers)))
+	}
 	l.killDlbd(15)
 	return f
+}
+
+// saveHeapProfile saves dlbd's heap profile (dlbd --pprof) to path.
+func saveHeapProfile(t *testing.T, sock, path string) {
+	c := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://dlbd/debug/pprof/heap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("heap profile: %v %s", err, resp.Status)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f scaleFigures) log(t *testing.T) {
@@ -224,6 +302,7 @@ func (f scaleFigures) log(t *testing.T) {
 	t.Logf("  one change: server weight   %8.1f ms", ms(f.weight))
 	t.Logf("  one change: server down     %8.1f ms", ms(f.down))
 	t.Logf("  one change: server add      %8.1f ms", ms(f.add))
+	t.Logf("  manager cycle, dlbd CPU     %8.1f ms (%d cycles, counters read each)", ms(f.cycleCPU), f.cycles)
 	t.Logf("  restart to API ready        %8.2f s", f.restart.Seconds())
 	t.Logf("  cluster remove (everything) %8.2f s", f.remove.Seconds())
 	t.Logf("  dlbd RSS empty/loaded/removed  %d / %d / %d MB", f.rssEmpty/1024, f.rssLoaded/1024, f.rssGone/1024)

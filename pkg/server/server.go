@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime"
 	"strings"
@@ -59,6 +60,9 @@ type Options struct {
 	HeaderTimeout, BodyTimeout, IdleTimeout time.Duration
 	// Logger receives failed requests (discarded when nil).
 	Logger *slog.Logger
+	// Profiling serves Go's runtime profiles under /debug/pprof/ (as
+	// net/http/pprof does), for finding where dlbd spends its time.
+	Profiling bool
 }
 
 func (o Options) withDefaults() Options {
@@ -151,6 +155,13 @@ func New(e Engine, o Options) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write(buf.Bytes())
 	})
+	if o.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
