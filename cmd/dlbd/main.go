@@ -155,12 +155,20 @@ func run(ctx context.Context, o options) error {
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)
+	go func() {
+		// systemd (Type=notify) learns that dlbd is ready when its API
+		// answers; see notify.go.
+		if err := notifyReady(ctx, apiReady(o.socket), time.Minute, log); err != nil {
+			log.Error("telling systemd dlbd is ready", "err", err)
+		}
+	}()
 
 	select {
 	case <-ctx.Done():
 	case err = <-srvErr:
 		stop()
 	}
+	_ = sdNotify("STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
