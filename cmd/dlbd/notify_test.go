@@ -80,7 +80,9 @@ func TestNotifyReadyWaitsForTheAPI(t *testing.T) {
 		return nil
 	}
 	done := make(chan error, 1)
-	go func() { done <- notifyReady(context.Background(), check, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		done <- notifyReady(context.Background(), check, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
 	got := readNotify(t, c)
 	if !strings.HasPrefix(got, "READY=1\n") {
 		t.Errorf("got %q, want READY=1 first", got)
