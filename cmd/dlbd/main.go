@@ -28,6 +28,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/netif"
+	"github.com/dlbproject/dlb/pkg/sdnotify"
 	"github.com/dlbproject/dlb/pkg/server"
 )
 
@@ -168,7 +169,7 @@ func run(ctx context.Context, o options) error {
 	case err = <-srvErr:
 		stop()
 	}
-	_ = sdNotify("STOPPING=1")
+	_ = sdnotify.Notify("STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)

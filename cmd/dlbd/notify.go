@@ -5,37 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/sdnotify"
 )
-
-// sdNotify sends state (e.g. "READY=1") to the service manager on the
-// datagram socket named by $NOTIFY_SOCKET, as sd_notify(3) does: a path,
-// or an abstract socket when it starts with '@'. Without $NOTIFY_SOCKET
-// (dlbd not started by systemd with Type=notify) it does nothing.
-func sdNotify(state string) error {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return nil
-	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:]
-	} else if path[0] != '/' {
-		return fmt.Errorf("notifying the service manager: NOTIFY_SOCKET %q is neither a path nor an abstract socket", path)
-	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return fmt.Errorf("notifying the service manager: %w", err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte(state)); err != nil {
-		return fmt.Errorf("notifying the service manager: %w", err)
-	}
-	return nil
-}
 
 // readyCheck is how dlbd decides it is ready: the admin API answers an
 // executor report through the engine's management loop (so the state was
@@ -72,7 +46,7 @@ func notifyReady(ctx context.Context, check readyCheck, timeout time.Duration, l
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if err := sdNotify("READY=1\nSTATUS=serving the admin API"); err != nil {
+	if err := sdnotify.Notify("READY=1\nSTATUS=serving the admin API"); err != nil {
 		return err
 	}
 	log.Debug("ready: the admin API answers")

@@ -43,31 +43,6 @@ func readNotify(t *testing.T, c *net.UnixConn) string {
 	return string(buf[:n])
 }
 
-func TestSdNotify(t *testing.T) {
-	for _, abstract := range []bool{false, true} {
-		t.Run(map[bool]string{false: "path", true: "abstract"}[abstract], func(t *testing.T) {
-			c := listenNotify(t, abstract)
-			if err := sdNotify("READY=1"); err != nil {
-				t.Fatal(err)
-			}
-			if got := readNotify(t, c); got != "READY=1" {
-				t.Errorf("got %q, want READY=1", got)
-			}
-		})
-	}
-}
-
-func TestSdNotifyWithoutSocket(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", "")
-	if err := sdNotify("READY=1"); err != nil {
-		t.Errorf("without NOTIFY_SOCKET: %v, want nothing done", err)
-	}
-	t.Setenv("NOTIFY_SOCKET", "relative/path")
-	if err := sdNotify("READY=1"); err == nil || !strings.Contains(err.Error(), "NOTIFY_SOCKET") {
-		t.Errorf("relative NOTIFY_SOCKET: %v, want an error naming it", err)
-	}
-}
-
 // TestNotifyReadyWaitsForTheAPI: READY=1 is sent only once the check
 // passes, never before.
 func TestNotifyReadyWaitsForTheAPI(t *testing.T) {
