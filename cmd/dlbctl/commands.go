@@ -486,12 +486,17 @@ func (a *app) versionCmd() *cobra.Command {
 		Example: `  dlbctl version`,
 		Args:    noArgs,
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-				v = bi.Main.Version
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "dlbctl %s (admin API %s)\n", v, api.Version)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "dlbctl %s (admin API %s)\n", buildVersion(), api.Version)
 			return err
 		}),
 	}
+}
+
+// buildVersion is the version stamped at build time, else the module's.
+func buildVersion() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return v
 }

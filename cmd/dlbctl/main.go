@@ -208,6 +208,9 @@ func (a *app) newRoot() *cobra.Command {
 	}
 	root.SetOut(a.env.stdout)
 	root.SetErr(a.env.stderr)
+	// "dlbctl --version" prints what "dlbctl version" prints.
+	root.Version = buildVersion()
+	root.SetVersionTemplate("dlbctl {{.Version}} (admin API " + api.Version + ")\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	// Lines of a script take no global flags: the socket and the output
 	// format belong to the "file load" that runs them.
