@@ -226,6 +226,8 @@ func (a *app) newRoot() *cobra.Command {
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
 		a.metricCmd(), a.fileCmd(), a.versionCmd())
+	// Run on a backend host, not against dlbd (backend.go).
+	root.AddCommand(a.backendCmd())
 	return root
 }
 

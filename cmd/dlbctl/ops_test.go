@@ -35,3 +35,23 @@ func TestPackagedExampleLoads(t *testing.T) {
 		t.Errorf("last operation %+v, want executor start", last)
 	}
 }
+
+// TestBackendSetupUsage: bad input is a usage error naming what was wrong,
+// before anything is touched.
+func TestBackendSetupUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"backend", "setup"}, "at least one cluster address"},
+		{[]string{"backend", "setup", "198.18.0.300"}, `"198.18.0.300" is not an IP address`},
+		{[]string{"backend", "setup", "198.18.0.100", "web1"}, `"web1" is not an IP address`},
+		{[]string{"backend", "setup", "198.18.0.100", "--undo", "--persist"}, "--undo and --persist"},
+		{[]string{"backend", "setup", "198.18.0.100", "--weight", "3"}, "unknown flag: --weight"},
+	} {
+		r := dlbctl("/nonexistent", c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("dlbctl %v: exit %d, stderr %q; want exit %d naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		}
+	}
+}
