@@ -432,7 +432,7 @@ weightbound.
 	return a.noun("server", "Add, set, take down, bring up, remove and report servers",
 		`  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
   dlbctl server report 10.0.0.100@80@`,
-		add, set, down, up, remove, a.serverReportCmd())
+		add, set, down, up, remove, a.serverReportCmd(), a.serverCheckCmd())
 }
 
 // serverNATHelp explains the server flags that apply to method nat ports.

@@ -56,6 +56,7 @@ type dlbClient interface {
 	Manager(ctx context.Context) (api.ManagerReport, error)
 	Advisors(ctx context.Context) ([]api.AdvisorReport, error)
 	Metrics(ctx context.Context) (api.MetricReport, error)
+	ServerCheck(ctx context.Context, target, client string) (api.ServerCheckReport, error)
 }
 
 // env is everything dlbctl takes from its process, so that tests can run

@@ -152,7 +152,7 @@ func run(ctx context.Context, o options) error {
 		close(engineDone)
 	}()
 
-	srv := &http.Server{Handler: server.Handler(engine, log), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: server.Handler(engine, log, server.WithServerChecker(newServerChecker(engine))), ReadHeaderTimeout: 10 * time.Second}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)

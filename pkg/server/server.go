@@ -39,8 +39,9 @@ type Engine interface {
 // operations fits).
 const maxRequest = 32 << 20
 
-// Handler returns the API's HTTP handler.
-func Handler(e Engine, log *slog.Logger) http.Handler {
+// Handler returns the API's HTTP handler; opts add optional parts
+// (servercheck.go).
+func Handler(e Engine, log *slog.Logger, opts ...Option) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+api.PathOps, func(w http.ResponseWriter, r *http.Request) {
 		var req api.Request
@@ -81,6 +82,7 @@ func Handler(e Engine, log *slog.Logger) http.Handler {
 		res, err := e.MetricReport(r.Context())
 		respond(w, log, res, err)
 	})
+	handleOptional(mux, log, opts)
 	return mux
 }
 
