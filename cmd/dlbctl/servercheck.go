@@ -24,9 +24,11 @@ dispatcher's NFA, and reports each check with pass or fail and the fix:
   reply-source  the reply comes from the cluster address
   mtu           the MSS it advertises fits the interface's MTU
   rp-filter     with --client ADDR, it also answers a SYN from that client
-                address: its reverse-path filter lets clients in (the
-                dispatcher answers the server's ARP for ADDR during the
-                probe; a reply routed elsewhere cannot be seen)
+                address: its reverse-path filter lets clients in. ADDR must
+                be held by no host on the dispatcher's link: the dispatcher
+                answers ARP for it while the probe lasts. A reply the
+                server routes through another router cannot be seen from
+                the dispatcher, and then this check fails too.
 
 The exit status is 1 when a check failed. Only IPv4 servers are checked.
 Prepare a server with "dlbctl backend setup" on it.`
@@ -63,7 +65,7 @@ func (a *app) serverCheckCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	c.Flags().StringVar(&clientAddr, "client", "", "also probe from this client address (the server's reverse-path filter)")
+	c.Flags().StringVar(&clientAddr, "client", "", "also probe from this client address, held by no host on the link (the server's reverse-path filter)")
 	return c
 }
 

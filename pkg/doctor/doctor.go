@@ -220,8 +220,8 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 
 // synProbe sends a SYN from src to dst:Port at the server's MAC (twice,
 // if the first goes unanswered) and returns the answer; it resets a
-// connection the server accepted. While it waits it answers the server's
-// ARP requests for answerFor (the client address, which no host holds).
+// connection the server accepted. While it waits it answers ARP requests
+// for answerFor (the client address, which no host on the link may hold).
 func synProbe(ctx context.Context, l link, p Params, src, dst netip.Addr, serverMAC net.HardwareAddr, answerFor netip.Addr) (synResult, error) {
 	mac := l.MAC()
 	sport := uint16(32768 + rand.IntN(28000))
@@ -236,7 +236,11 @@ func synProbe(ctx context.Context, l link, p Params, src, dst netip.Addr, server
 		}
 		err := receive(ctx, l, time.Now().Add(p.Timeout/2), func(f []byte) bool {
 			if a, ok := parseARP(f); ok {
-				if answerFor.IsValid() && a.op == arpRequest && a.targetIP == answerFor && a.senderMAC.String() == serverMAC.String() {
+				// The server asks for the client address from whichever
+				// interface its route to it takes, with whichever source
+				// address arp_announce picks: answer every request for it
+				// while the probe lasts.
+				if answerFor.IsValid() && a.op == arpRequest && a.targetIP == answerFor {
 					_ = l.Send(arpFrame(arpReply, a.senderMAC, mac, mac, answerFor, a.senderMAC, a.senderIP))
 				}
 				return false
