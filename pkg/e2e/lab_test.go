@@ -67,6 +67,8 @@ type lab struct {
 	state  string
 	dlbd   *exec.Cmd
 	dlbdN  int
+	// pkgDir holds the packaged dlbd's socket and state (package_test.go).
+	pkgDir string
 }
 
 // newLab builds a lab with n backends and one client; everything it made

@@ -49,6 +49,110 @@ func mustRun(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
+// tracee returns the PID of strace's child (dlbd).
+func tracee(t *testing.T, stracePID int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", stracePID, stracePID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		t.Fatalf("strace (%d) has children %q, want one dlbd", stracePID, f)
+	}
+	pid, _ := strconv.Atoi(f[0])
+	return pid
+}
+
+// tracedSyscalls returns the distinct system calls in an strace -f log.
+func tracedSyscalls(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^\d+ +(?:<\.\.\. )?([a-z0-9_]+)[( ]`)
+	seen := map[string]bool{}
+	for _, m := range re.FindAllSubmatch(b, -1) {
+		seen[string(m[1])] = true
+	}
+	var out []string
+	for s := range seen {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	if len(out) < 20 {
+		t.Fatalf("only %d system calls in %s: strace did not trace dlbd", len(out), path)
+	}
+	return out
+}
+
+// unitSyscalls evaluates a unit's SystemCallFilter= lines as systemd does:
+// the first line's list (an allow list unless it starts with ~), then each
+// line adds to it or (with ~) takes from it; groups are expanded with
+// "systemd-analyze syscall-filter".
+func unitSyscalls(t *testing.T, unit string) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("systemd-analyze", "syscall-filter").Output()
+	if err != nil {
+		t.Fatalf("systemd-analyze syscall-filter: %v", err)
+	}
+	groups := map[string][]string{}
+	var cur string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "@"):
+			cur = f
+		case f == "" || strings.HasPrefix(f, "#") || cur == "":
+		default:
+			groups[cur] = append(groups[cur], f)
+		}
+	}
+	var expand func(string) []string
+	expand = func(name string) []string {
+		if !strings.HasPrefix(name, "@") {
+			return []string{name}
+		}
+		var r []string
+		for _, s := range groups[name] {
+			r = append(r, expand(s)...)
+		}
+		return r
+	}
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{}
+	first := true
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "SystemCallFilter=")
+		if !ok {
+			continue
+		}
+		deny := strings.HasPrefix(v, "~")
+		if first && deny {
+			t.Fatalf("%s: a deny-list filter is not what this test evaluates", unit)
+		}
+		first = false
+		for _, name := range strings.Fields(strings.TrimPrefix(v, "~")) {
+			for _, sc := range expand(name) {
+				allowed[sc] = !deny
+			}
+		}
+	}
+	for sc, ok := range allowed {
+		if !ok {
+			delete(allowed, sc)
+		}
+	}
+	if len(allowed) < 100 {
+		t.Fatalf("%s: only %d system calls allowed: the filter was not read", unit, len(allowed))
+	}
+	return allowed
+}
+
 // capNumbers are the capabilities dlbd.service may name.
 var capNumbers = map[string]uint{"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 
@@ -249,7 +353,7 @@ func TestPrivilegedPackage(t *testing.T) {
 		setprivCaps = append(setprivCaps, "+"+strings.ToLower(strings.TrimPrefix(c, "CAP_")))
 	}
 	t.Logf("dlbd.service capabilities: %v", ambient)
-	l.startPackagedDlbd(u, strings.Join(setprivCaps, ","))
+	l.startPackagedDlbd(u, strings.Join(setprivCaps, ","), "")
 	caps := procCaps(t, l.dlbd.Process.Pid)
 	if fmt.Sprint(caps["Uid"]) != u.Uid || caps["CapEff"] != want || caps["CapBnd"] != want || caps["CapAmb"] != want || caps["CapPrm"] != want {
 		t.Fatalf("dlbd runs as uid %d with effective %#x, bounding %#x, ambient %#x; want uid %s and %#x", caps["Uid"], caps["CapEff"], caps["CapBnd"], caps["CapAmb"], u.Uid, want)
@@ -278,6 +382,40 @@ func TestPrivilegedPackage(t *testing.T) {
 	}
 	l.killDlbd(syscall.SIGTERM)
 
+	// The unit's system call filter: every call dlbd makes, restarting on
+	// the saved configuration (the NAT balancing above), probing, running
+	// advisors and forwarding, is one the filter allows.
+	trace := filepath.Join(l.pkgDir, "run", "strace")
+	l.startPackagedDlbd(u, strings.Join(setprivCaps, ","), trace)
+	if rep, code := l.serverCheck(1); code != 0 || !rep.OK {
+		t.Errorf("server check under strace: exit %d: %+v", code, rep.Checks)
+	}
+	l.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5")
+	l.mustCtl("advisor", "start", "ping", vip+"@53", "--interval", "0.5")
+	r = l.mustLoad("-url", "http://"+vip+"/", "-n", "100", "-c", "10")
+	if r.OK != 100 {
+		t.Errorf("under strace: %d of 100 answered: %v", r.OK, r.Errors)
+	}
+	time.Sleep(time.Second)
+	// strace detaches on SIGTERM and leaves dlbd running: stop dlbd, and
+	// strace ends with it.
+	if err := syscall.Kill(tracee(t, l.dlbd.Process.Pid), syscall.SIGTERM); err != nil {
+		t.Fatalf("stopping the traced dlbd: %v", err)
+	}
+	l.waitDlbd()
+	used := tracedSyscalls(t, trace)
+	allowed := unitSyscalls(t, units[0])
+	var denied []string
+	for _, sc := range used {
+		if !allowed[sc] {
+			denied = append(denied, sc)
+		}
+	}
+	t.Logf("dlbd made %d distinct system calls, the unit's filter allows %d: %v", len(used), len(allowed), used)
+	if len(denied) > 0 {
+		t.Errorf("dlbd.service's SystemCallFilter would deny %v (used: %v)", denied, used)
+	}
+
 	// Purge: everything the package added is gone.
 	mustRun(t, "dpkg", "--purge", "dlb")
 	after := snapshot(t)
@@ -304,18 +442,25 @@ func TestPrivilegedPackage(t *testing.T) {
 // the capabilities caps (setpriv's form, "+bpf,+net_admin"), no new
 // privileges, and a private /sys/fs/bpf holding only the pin directory
 // (TemporaryFileSystem= and BindPaths= of dlbd.service).
-func (l *lab) startPackagedDlbd(u *user.User, caps string) {
+//
+// With trace set, dlbd runs under "strace -f -o trace" (started by setpriv,
+// so with the same identity and capabilities).
+func (l *lab) startPackagedDlbd(u *user.User, caps, trace string) {
 	l.t.Helper()
-	dir, err := os.MkdirTemp("", "dlbo-pkg")
-	if err != nil {
-		l.t.Fatal(err)
+	dir := l.pkgDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "dlbo-pkg"); err != nil {
+			l.t.Fatal(err)
+		}
+		l.t.Cleanup(func() { os.RemoveAll(dir) })
+		l.pkgDir = dir
 	}
-	l.t.Cleanup(func() { os.RemoveAll(dir) })
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	run := filepath.Join(dir, "run")
 	for _, d := range []string{run, filepath.Join(dir, "state")} {
-		if err := os.Mkdir(d, 0o750); err != nil {
+		if err := os.MkdirAll(d, 0o750); err != nil {
 			l.t.Fatal(err)
 		}
 		if err := os.Chown(d, uid, gid); err != nil {
@@ -327,7 +472,7 @@ func (l *lab) startPackagedDlbd(u *user.User, caps string) {
 	}
 	l.sock, l.state = filepath.Join(run, "dlbd.sock"), filepath.Join(dir, "state")
 	hold := filepath.Join(dir, "pins")
-	if err := os.Mkdir(hold, 0o700); err != nil {
+	if err := os.MkdirAll(hold, 0o700); err != nil {
 		l.t.Fatal(err)
 	}
 	// ExecStartPre=+/usr/lib/dlb/dlbd-prepare, for this test's pin dir.
@@ -341,10 +486,13 @@ mkdir -p "$PIN"
 mount --bind "$HOLD" "$PIN"
 exec nsenter --net="/run/netns/$NS" setpriv --reuid dlb --regid dlb --init-groups --no-new-privs \
   --inh-caps="-all,$CAPS" --ambient-caps="-all,$CAPS" --bounding-set="-all,$CAPS" \
-  /usr/sbin/dlbd --socket "$SOCK" --state-dir "$STATE" --pin-dir "$PIN" --scripts-dir /etc/dlb/scripts --log-level debug`
+  $TRACE /usr/sbin/dlbd --socket "$SOCK" --state-dir "$STATE" --pin-dir "$PIN" --scripts-dir /etc/dlb/scripts --log-level debug`
 	cmd := exec.Command("unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script)
 	cmd.Env = append(os.Environ(), "PIN="+l.pinDir, "HOLD="+hold, "NS="+l.env["LAB_DISPATCHER_NS"], "CAPS="+caps,
-		"SOCK="+l.sock, "STATE="+l.state)
+		"SOCK="+l.sock, "STATE="+l.state, "TRACE=")
+	if trace != "" {
+		cmd.Env[len(cmd.Env)-1] = "TRACE=strace -f -qq -o " + trace
+	}
 	l.dlbdN++
 	logf, err := os.Create(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
 	if err != nil {
