@@ -56,10 +56,12 @@ if [ "$set_" = test ]; then
 	need dovecot dovecot-imapd
 	need_file /usr/lib/dovecot/pop3 dovecot-pop3d
 	need slapd slapd
-	# The package test: the units' checks, the man pages, dlbd's syscalls.
+	# The package test: the units' checks, the man pages, dlbd's syscalls,
+	# and what the package depends on.
 	need systemd-analyze systemd
 	need man man-db
 	need strace strace
+	need adduser adduser
 fi
 if ((${#missing[@]} == 0)); then
 	exit 0
