@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz bench demo clean
+.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz bench demo package clean
 
 all: build
 
@@ -82,6 +82,23 @@ bench:
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
 	$(GO) test -run '^$$' -bench 'ManagerCycle' -benchtime 5x ./pkg/dispatcher/
 	$(GO) test -run '^$$' -bench 'Build' -benchtime 20x ./pkg/maglev/
+
+## package: the Debian package bin/dlb_VERSION_ARCH.deb (dlbd, dlbctl, dlbmetricd,
+## systemd units, man pages and completions generated from the commands; see packaging/)
+NFPM      ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+PKG_BUILD := $(CURDIR)/.cache/package# packaging/nfpm.yaml names it
+DEB_ARCH  ?= $(shell $(GO) env GOARCH)
+DEB_VERSION ?= $(shell sh packaging/deb-version.sh $(VERSION))
+package:
+	rm -rf $(PKG_BUILD) && mkdir -p $(PKG_BUILD)/bin $(PKG_BUILD)/docs $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(PKG_BUILD)/bin/ ./cmd/dlbd ./cmd/dlbctl ./cmd/dlbmetricd
+	for c in dlbd dlbctl dlbmetricd; do \
+	  SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) \
+	  $(GO) run -tags gendocs ./cmd/$$c __gendocs $(PKG_BUILD)/docs "dlb $(DEB_VERSION)" || exit 1; \
+	done
+	gzip -9n $(PKG_BUILD)/docs/man/*
+	DEB_VERSION=$(DEB_VERSION) DEB_ARCH=$(DEB_ARCH) \
+	  $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(BIN)/dlb_$(DEB_VERSION)_$(DEB_ARCH).deb
 
 ## demo: a real lab (namespaces, dlbd, dlbctl, HTTP backends) with traffic through the VIP (needs root)
 demo: deps build

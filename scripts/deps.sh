@@ -5,7 +5,8 @@
 #   deps.sh lab    iproute2 (ip), util-linux (nsenter), ethtool: the lab and demo
 #   deps.sh test   the lab's tools, plus the real servers the advisor tests
 #                  probe (dnsmasq, vsftpd, exim4, dovecot, slapd, python3's
-#                  http.server, openssl s_server)
+#                  http.server, openssl s_server), and what the package test
+#                  uses (systemd-analyze, man, strace)
 #
 # The test servers' packages would start system-wide daemons on install;
 # they are installed with services held back: a policy-rc.d that refuses
@@ -55,6 +56,12 @@ if [ "$set_" = test ]; then
 	need dovecot dovecot-imapd
 	need_file /usr/lib/dovecot/pop3 dovecot-pop3d
 	need slapd slapd
+	# The package test: the units' checks, the man pages, dlbd's syscalls,
+	# and what the package depends on.
+	need systemd-analyze systemd
+	need man man-db
+	need strace strace
+	need adduser adduser
 fi
 if ((${#missing[@]} == 0)); then
 	exit 0

@@ -440,7 +440,7 @@ weightbound.
 	return a.noun("server", "Add, set, take down, bring up, remove and report servers",
 		`  dlbctl server add 10.0.0.100@80@10.1.1.5 --weight 5
   dlbctl server report 10.0.0.100@80@`,
-		add, set, down, up, remove, a.serverReportCmd())
+		add, set, down, up, remove, a.serverReportCmd(), a.serverCheckCmd())
 }
 
 // serverNATHelp explains the server flags that apply to method nat ports.
@@ -494,12 +494,17 @@ func (a *app) versionCmd() *cobra.Command {
 		Example: `  dlbctl version`,
 		Args:    noArgs,
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-				v = bi.Main.Version
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "dlbctl %s (admin API %s)\n", v, api.Version)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "dlbctl %s (admin API %s)\n", buildVersion(), api.Version)
 			return err
 		}),
 	}
+}
+
+// buildVersion is the version stamped at build time, else the module's.
+func buildVersion() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	return v
 }

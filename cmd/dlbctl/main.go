@@ -65,6 +65,7 @@ type dlbClient interface {
 	Advisors(ctx context.Context) ([]api.AdvisorReport, error)
 	Metrics(ctx context.Context) (api.MetricReport, error)
 	ConfigScript(ctx context.Context) (string, error)
+	ServerCheck(ctx context.Context, target, client string) (api.ServerCheckReport, error)
 }
 
 // env is everything dlbctl takes from its process, so that tests can run
@@ -241,6 +242,9 @@ func (a *app) newRoot() *cobra.Command {
 	}
 	root.SetOut(a.env.stdout)
 	root.SetErr(a.env.stderr)
+	// "dlbctl --version" prints what "dlbctl version" prints.
+	root.Version = buildVersion()
+	root.SetVersionTemplate("dlbctl {{.Version}} (admin API " + api.Version + ")\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	// Lines of a script take no global flags: the socket and the output
 	// format belong to the "file load" that runs them.
@@ -256,6 +260,8 @@ func (a *app) newRoot() *cobra.Command {
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
 		a.metricCmd(), a.fileCmd(), a.versionCmd())
+	// Run on a backend host, not against dlbd (backend.go).
+	root.AddCommand(a.backendCmd())
 	return root
 }
 

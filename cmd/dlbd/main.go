@@ -29,6 +29,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/netif"
+	"github.com/dlbproject/dlb/pkg/sdnotify"
 	"github.com/dlbproject/dlb/pkg/server"
 )
 
@@ -221,16 +222,25 @@ func run(ctx context.Context, o options) error {
 	}()
 
 	srv := server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
-		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling})
+		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling,
+		ServerChecker: newServerChecker(engineExecutor(engine))})
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- sock.Serve(srv) }()
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)
+	go func() {
+		// systemd (Type=notify) learns that dlbd is ready when its API
+		// answers; see notify.go.
+		if err := notifyReady(ctx, apiReady(o.socket), time.Minute, log); err != nil {
+			log.Error("telling systemd dlbd is ready", "err", err)
+		}
+	}()
 
 	select {
 	case <-ctx.Done():
 	case err = <-srvErr:
 		stop()
 	}
+	_ = sdnotify.Notify("STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)

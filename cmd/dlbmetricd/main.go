@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlbproject/dlb/pkg/metricserver"
+	"github.com/dlbproject/dlb/pkg/sdnotify"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -244,11 +245,17 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	c.log.Info("dlbmetricd started", "version", version, "listen", ln.Addr().String(),
 		"tls", c.tls != nil, "mutual_tls", c.tls != nil && c.tls.ClientCAs != nil,
 		"scripts_dir", o.scriptsDir, "script_timeout", o.scriptTimeout)
+	// The socket listens and the secret was read: ready for systemd
+	// (Type=notify).
+	if err := sdnotify.Notify("READY=1"); err != nil {
+		c.log.Error("telling systemd dlbmetricd is ready", "err", err)
+	}
 
 	select {
 	case <-ctx.Done():
 	case err = <-srvErr:
 	}
+	_ = sdnotify.Notify("STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -188,5 +189,56 @@ func TestOnce(t *testing.T) {
 	// The fixture does not change, so no CPU time elapses between samples.
 	if rep.Agent != "web2" || rep.Metrics["memload"] != 75 || rep.Metrics["loadavg"] != 75 || rep.Missing["cpuload"] == "" {
 		t.Errorf("report %+v", rep)
+	}
+}
+
+// TestNotifiesSystemd: under systemd (Type=notify) the agent sends
+// READY=1 once it listens, and STOPPING=1 when it stops.
+func TestNotifiesSystemd(t *testing.T) {
+	dir := t.TempDir()
+	secret := writeFile(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
+	sock := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	cmd := newCommand(&bytes.Buffer{}, &stderr)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--secret-file", secret, "--scripts-dir", dir, "--proc", procFixture})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	read := func() string {
+		buf := make([]byte, 256)
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("reading the notify socket: %v (log: %s)", err, stderr.String())
+		}
+		return string(buf[:n])
+	}
+	if got := read(); got != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", got)
+	}
+	m := regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("READY=1 before the agent logged its address: %s", stderr.String())
+	}
+	c, err := net.Dial("tcp", m[1])
+	if err != nil {
+		t.Fatalf("READY=1 sent but %s does not accept: %v", m[1], err)
+	}
+	c.Close()
+	cancel()
+	if got := read(); got != "STOPPING=1" {
+		t.Errorf("notification at stop %q, want STOPPING=1", got)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("exit: %v", err)
 	}
 }

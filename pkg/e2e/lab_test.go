@@ -67,6 +67,8 @@ type lab struct {
 	state  string
 	dlbd   *exec.Cmd
 	dlbdN  int
+	// pkgDir holds the packaged dlbd's socket and state (package_test.go).
+	pkgDir string
 }
 
 // newLab builds a lab with n backends and one client; everything it made
@@ -80,11 +82,18 @@ func newLab(t *testing.T, backends int) *lab {
 // -6).
 func newLabArgs(t *testing.T, upArgs ...string) *lab {
 	t.Helper()
+	return newLabPrefix(t, "dlbe", upArgs...)
+}
+
+// newLabPrefix builds a lab whose namespaces and links are named with
+// prefix and a random suffix.
+func newLabPrefix(t *testing.T, prefix string, upArgs ...string) *lab {
+	t.Helper()
 	testutil.RequirePrivileged(t)
 	if testing.Short() {
 		t.Skip("end-to-end lab test (-short)")
 	}
-	l := &lab{t: t, prefix: fmt.Sprintf("dlbe%03x", rand.IntN(0xfff))}
+	l := &lab{t: t, prefix: fmt.Sprintf("%s%03x", prefix, rand.IntN(0xfff))}
 	l.run = t.TempDir()
 	l.sock = filepath.Join(l.run, "dlbd.sock")
 	l.state = filepath.Join(l.run, "state")

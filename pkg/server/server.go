@@ -63,6 +63,9 @@ type Options struct {
 	// Profiling serves Go's runtime profiles under /debug/pprof/ (as
 	// net/http/pprof does), for finding where dlbd spends its time.
 	Profiling bool
+	// ServerChecker serves api.PathServerCheck; without one the path
+	// answers 501.
+	ServerChecker ServerChecker
 }
 
 func (o Options) withDefaults() Options {
@@ -155,6 +158,7 @@ func New(e Engine, o Options) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write(buf.Bytes())
 	})
+	handleServerCheck(mux, log, o.ServerChecker)
 	if o.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)

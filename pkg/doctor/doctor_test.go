@@ -1,0 +1,154 @@
+package doctor
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	macA = net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	macB = net.HardwareAddr{2, 0, 0, 0, 0, 2}
+	macC = net.HardwareAddr{2, 0, 0, 0, 0, 3}
+	nfa  = netip.MustParseAddr("198.18.0.2")
+	vip  = netip.MustParseAddr("198.18.0.100")
+	srv  = netip.MustParseAddr("198.18.0.21")
+)
+
+func TestTCPFrameRoundTrip(t *testing.T) {
+	in := tcpSegment{dstMAC: macB, srcMAC: macA, src: nfa, dst: vip, srcPort: 40000, dstPort: 80, seq: 7, ack: 9, flags: tcpSYN | tcpACK, mss: 1460}
+	f := tcpFrame(in)
+	if checksum(f[14:34], 0) != 0 {
+		t.Error("IPv4 header checksum does not verify")
+	}
+	// TCP checksum over the pseudo-header verifies to zero.
+	var ph uint32 = 6 + uint32(len(f)-34)
+	for _, a := range []netip.Addr{nfa, vip} {
+		b := a.As4()
+		ph += uint32(b[0])<<8 | uint32(b[1])
+		ph += uint32(b[2])<<8 | uint32(b[3])
+	}
+	if checksum(f[34:], ph) != 0 {
+		t.Error("TCP checksum does not verify")
+	}
+	out, ok := parseTCP(f)
+	if !ok {
+		t.Fatal("parseTCP refused its own frame")
+	}
+	if out.src != in.src || out.dst != in.dst || out.srcPort != in.srcPort || out.dstPort != in.dstPort ||
+		out.seq != in.seq || out.ack != in.ack || out.flags != in.flags || out.mss != in.mss || out.srcMAC.String() != macA.String() {
+		t.Errorf("round trip: %+v -> %+v", in, out)
+	}
+}
+
+func TestParseRefusesOtherFrames(t *testing.T) {
+	arp := arpFrame(arpRequest, broadcast, macA, macA, nfa, nil, srv)
+	if _, ok := parseTCP(arp); ok {
+		t.Error("parseTCP took an ARP frame")
+	}
+	tcp := tcpFrame(tcpSegment{dstMAC: macB, srcMAC: macA, src: nfa, dst: vip, srcPort: 1, dstPort: 2, flags: tcpSYN})
+	if _, ok := parseARP(tcp); ok {
+		t.Error("parseARP took a TCP frame")
+	}
+	for n := 0; n < len(tcp); n++ {
+		_, _ = parseTCP(tcp[:n]) // must not panic on any truncation
+		_, _ = parseARP(arp[:min(n, len(arp))])
+	}
+	a, ok := parseARP(arp)
+	if !ok || a.op != arpRequest || a.senderIP != nfa || a.targetIP != srv || a.senderMAC.String() != macA.String() {
+		t.Errorf("ARP round trip: %+v", a)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Params{Interface: "eth0", Source: nfa, VIP: vip, Port: 80, Server: srv}
+	for _, c := range []struct {
+		name string
+		edit func(*Params)
+		want string
+	}{
+		{"no interface", func(p *Params) { p.Interface = "" }, "executor start"},
+		{"no source", func(p *Params) { p.Source = netip.Addr{} }, "executor set nfa"},
+		{"port 0", func(p *Params) { p.Port = 0 }, "port 0"},
+		{"IPv6 server", func(p *Params) { p.Server = netip.MustParseAddr("2001:2::21") }, "only IPv4"},
+		{"IPv6 client", func(p *Params) { p.Client = netip.MustParseAddr("2001:2::99") }, "only IPv4"},
+		{"server is VIP", func(p *Params) { p.Server = vip }, "is the cluster address"},
+	} {
+		p := good
+		c.edit(&p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error naming %q", c.name, err, c.want)
+		}
+	}
+	if err := good.Validate(); err != nil {
+		t.Errorf("good params refused: %v", err)
+	}
+}
+
+func results(cs []Check) map[string]string {
+	m := map[string]string{}
+	for _, c := range cs {
+		m[c.Name] = c.Result
+		if c.Result == Fail && c.Fix == "" {
+			m[c.Name] = "fail without a fix"
+		}
+	}
+	return m
+}
+
+// TestEvaluate: each backend mistake fails the check that names it, with
+// a fix, and passes the others.
+func TestEvaluate(t *testing.T) {
+	p := Params{Interface: "eth0", Source: nfa, VIP: vip, Port: 80, Server: srv, Client: netip.MustParseAddr("198.18.0.99"), Timeout: time.Second}
+	synack := synResult{kind: "synack", from: vip, fromMAC: macB, mss: 1460}
+	good := observations{ifMTU: 1500, serverMAC: macB, viaVIP: synack, viaServer: synResult{kind: "synack", from: srv, fromMAC: macB, mss: 1460}, client: synack, clientProbed: true}
+	for _, c := range []struct {
+		name string
+		edit func(*observations)
+		want map[string]string
+		text string // in the failing check's detail
+	}{
+		{"prepared", func(*observations) {}, map[string]string{CheckARPServer: Pass, CheckARPCluster: Pass, CheckAccept: Pass, CheckReplySource: Pass, CheckMTU: Pass, CheckRPFilter: Pass}, ""},
+		{"not on the link", func(o *observations) { o.serverMAC = nil },
+			map[string]string{CheckARPServer: Fail, CheckARPCluster: Pass, CheckAccept: Skip, CheckReplySource: Skip, CheckMTU: Skip, CheckRPFilter: Skip}, "did not answer ARP"},
+		{"arp_ignore 0", func(o *observations) { o.vipAnswerers = []net.HardwareAddr{macB} },
+			map[string]string{CheckARPCluster: Fail, CheckAccept: Pass}, "answers ARP for the cluster address"},
+		{"another host answers for the VIP", func(o *observations) { o.vipAnswerers = []net.HardwareAddr{macC} },
+			map[string]string{CheckARPCluster: Pass}, ""},
+		{"no alias", func(o *observations) { o.viaVIP, o.client = synResult{}, synResult{} },
+			map[string]string{CheckAccept: Fail, CheckReplySource: Skip, CheckMTU: Skip, CheckRPFilter: Skip}, "did not answer a SYN"},
+		{"bound to its own address", func(o *observations) { o.viaVIP = synResult{kind: "rst", from: vip, fromMAC: macB} },
+			map[string]string{CheckAccept: Fail, CheckReplySource: Pass, CheckMTU: Skip}, "listens on 198.18.0.21:80 only"},
+		{"reply from another address", func(o *observations) { o.viaVIP.from = srv },
+			map[string]string{CheckAccept: Pass, CheckReplySource: Fail}, "not from 198.18.0.100"},
+		{"small MTU", func(o *observations) { o.viaVIP.mss = 1360 },
+			map[string]string{CheckMTU: Fail}, "MTU 1400"},
+		{"rp_filter", func(o *observations) { o.client = synResult{} },
+			map[string]string{CheckAccept: Pass, CheckRPFilter: Fail}, "reverse-path filter"},
+		{"no client given", func(o *observations) { o.clientProbed, o.client = false, synResult{} },
+			map[string]string{CheckRPFilter: Skip}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := good
+			c.edit(&o)
+			cs := evaluate(p, o)
+			got := results(cs)
+			for name, want := range c.want {
+				if got[name] != want {
+					t.Errorf("%s: %s, want %s (%+v)", name, got[name], want, cs)
+				}
+			}
+			if c.text != "" {
+				found := false
+				for _, ch := range cs {
+					found = found || (ch.Result == Fail && strings.Contains(ch.Detail, c.text))
+				}
+				if !found {
+					t.Errorf("no failing check says %q: %+v", c.text, cs)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,182 @@
+package doctor
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+)
+
+const (
+	etherTypeARP  = 0x0806
+	etherTypeIPv4 = 0x0800
+	arpRequest    = 1
+	arpReply      = 2
+
+	tcpFIN = 0x01
+	tcpSYN = 0x02
+	tcpRST = 0x04
+	tcpACK = 0x10
+)
+
+var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// arpFrame builds an Ethernet ARP frame (request or reply).
+func arpFrame(op uint16, dstMAC, srcMAC net.HardwareAddr, senderMAC net.HardwareAddr, senderIP netip.Addr, targetMAC net.HardwareAddr, targetIP netip.Addr) []byte {
+	b := make([]byte, 42)
+	copy(b[0:6], dstMAC)
+	copy(b[6:12], srcMAC)
+	binary.BigEndian.PutUint16(b[12:], etherTypeARP)
+	binary.BigEndian.PutUint16(b[14:], 1) // Ethernet
+	binary.BigEndian.PutUint16(b[16:], etherTypeIPv4)
+	b[18], b[19] = 6, 4
+	binary.BigEndian.PutUint16(b[20:], op)
+	copy(b[22:28], senderMAC)
+	s4 := senderIP.As4()
+	copy(b[28:32], s4[:])
+	if targetMAC != nil {
+		copy(b[32:38], targetMAC)
+	}
+	t4 := targetIP.As4()
+	copy(b[38:42], t4[:])
+	return b
+}
+
+// arpPacket is a parsed ARP frame.
+type arpPacket struct {
+	op        uint16
+	senderMAC net.HardwareAddr
+	senderIP  netip.Addr
+	targetIP  netip.Addr
+}
+
+func parseARP(b []byte) (arpPacket, bool) {
+	if len(b) < 42 || binary.BigEndian.Uint16(b[12:]) != etherTypeARP ||
+		binary.BigEndian.Uint16(b[14:]) != 1 || binary.BigEndian.Uint16(b[16:]) != etherTypeIPv4 || b[18] != 6 || b[19] != 4 {
+		return arpPacket{}, false
+	}
+	return arpPacket{
+		op:        binary.BigEndian.Uint16(b[20:]),
+		senderMAC: net.HardwareAddr(append([]byte(nil), b[22:28]...)),
+		senderIP:  netip.AddrFrom4([4]byte(b[28:32])),
+		targetIP:  netip.AddrFrom4([4]byte(b[38:42])),
+	}, true
+}
+
+// tcpSegment describes a TCP/IPv4 segment to build, or one parsed.
+type tcpSegment struct {
+	dstMAC, srcMAC   net.HardwareAddr
+	src, dst         netip.Addr
+	srcPort, dstPort uint16
+	seq, ack         uint32
+	flags            uint8
+	mss              uint16 // the MSS option; 0: none
+	ttl              uint8
+	dontFragment     bool
+	totLen           int
+}
+
+// tcpFrame builds an Ethernet/IPv4/TCP frame with correct checksums.
+func tcpFrame(s tcpSegment) []byte {
+	optLen := 0
+	if s.mss != 0 {
+		optLen = 4
+	}
+	tcpLen := 20 + optLen
+	b := make([]byte, 14+20+tcpLen)
+	copy(b[0:6], s.dstMAC)
+	copy(b[6:12], s.srcMAC)
+	binary.BigEndian.PutUint16(b[12:], etherTypeIPv4)
+	ip := b[14:34]
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+tcpLen))
+	binary.BigEndian.PutUint16(ip[4:], uint16(s.srcPort)) // any ID
+	binary.BigEndian.PutUint16(ip[6:], 0x4000)            // DF
+	ip[8] = 64
+	ip[9] = 6
+	src, dst := s.src.As4(), s.dst.As4()
+	copy(ip[12:16], src[:])
+	copy(ip[16:20], dst[:])
+	binary.BigEndian.PutUint16(ip[10:], checksum(ip, 0))
+	tcp := b[34:]
+	binary.BigEndian.PutUint16(tcp[0:], s.srcPort)
+	binary.BigEndian.PutUint16(tcp[2:], s.dstPort)
+	binary.BigEndian.PutUint32(tcp[4:], s.seq)
+	binary.BigEndian.PutUint32(tcp[8:], s.ack)
+	tcp[12] = byte(tcpLen/4) << 4
+	tcp[13] = s.flags
+	binary.BigEndian.PutUint16(tcp[14:], 64240)
+	if s.mss != 0 {
+		tcp[20], tcp[21] = 2, 4
+		binary.BigEndian.PutUint16(tcp[22:], s.mss)
+	}
+	// Pseudo-header: source, destination, protocol, TCP length.
+	var ph uint32
+	for i := 0; i < 4; i += 2 {
+		ph += uint32(binary.BigEndian.Uint16(src[i:])) + uint32(binary.BigEndian.Uint16(dst[i:]))
+	}
+	ph += 6 + uint32(tcpLen)
+	binary.BigEndian.PutUint16(tcp[16:], checksum(tcp, ph))
+	return b
+}
+
+// parseTCP parses an Ethernet/IPv4/TCP frame.
+func parseTCP(b []byte) (tcpSegment, bool) {
+	if len(b) < 14+20 || binary.BigEndian.Uint16(b[12:]) != etherTypeIPv4 {
+		return tcpSegment{}, false
+	}
+	ip := b[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl+20 || ip[9] != 6 {
+		return tcpSegment{}, false
+	}
+	if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
+		return tcpSegment{}, false // a later fragment
+	}
+	tcp := ip[ihl:]
+	doff := int(tcp[12]>>4) * 4
+	if doff < 20 || len(tcp) < doff {
+		return tcpSegment{}, false
+	}
+	s := tcpSegment{
+		dstMAC: net.HardwareAddr(append([]byte(nil), b[0:6]...)), srcMAC: net.HardwareAddr(append([]byte(nil), b[6:12]...)),
+		src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])),
+		srcPort: binary.BigEndian.Uint16(tcp[0:]), dstPort: binary.BigEndian.Uint16(tcp[2:]),
+		seq: binary.BigEndian.Uint32(tcp[4:]), ack: binary.BigEndian.Uint32(tcp[8:]),
+		flags: tcp[13], ttl: ip[8], dontFragment: binary.BigEndian.Uint16(ip[6:])&0x4000 != 0,
+		totLen: int(binary.BigEndian.Uint16(ip[2:])),
+	}
+	opts := tcp[20:doff]
+	for len(opts) > 0 {
+		switch opts[0] {
+		case 0:
+			opts = nil
+		case 1:
+			opts = opts[1:]
+		default:
+			if len(opts) < 2 || int(opts[1]) < 2 || int(opts[1]) > len(opts) {
+				opts = nil
+				continue
+			}
+			if opts[0] == 2 && opts[1] == 4 {
+				s.mss = binary.BigEndian.Uint16(opts[2:])
+			}
+			opts = opts[opts[1]:]
+		}
+	}
+	return s, true
+}
+
+// checksum is the Internet checksum of b, starting from the partial sum
+// sum (a pseudo-header's).
+func checksum(b []byte, sum uint32) uint16 {
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package doctor
+
+import "errors"
+
+func openLink(string, uint16) (link, error) {
+	return nil, errors.New("server checks need Linux packet sockets")
+}
