@@ -81,6 +81,26 @@ struct {
 	__array(values, struct maglev_table);
 } maglev_tables SEC(".maps");
 
+/* table_info: what dlbd knows of the Maglev table it last swapped in for
+ * a service: its sum (a hash of its slots), its size, and the id of the
+ * inner map. Read by no program: a restarted dlbd keeps the tables whose
+ * map id still matches and whose sum is what its state says, instead of
+ * rewriting them all. Reading an inner map itself needs CAP_SYS_ADMIN,
+ * which dlbd does not have under systemd. */
+struct table_info {
+	__u64 sum;
+	__u32 size;
+	__u32 map_id;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct table_info);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} maglev_info SEC(".maps");
+
 /* conns: the connection table, shared by all CPUs so that a flow whose
  * packets land on different CPUs still finds its entry. */
 struct {

@@ -116,25 +116,16 @@ func (d *Datapath) loadApplied() error {
 	if err := readAll(d.objs.ServiceServers, func(k dispatcherServerKey, id uint32) { a.servers[k] = id }); err != nil {
 		return fmt.Errorf("reading service_servers: %w", err)
 	}
-	var id uint32
-	var inner ebpf.MapID
-	it := d.objs.MaglevTables.Iterate()
-	for it.Next(&id, &inner) {
-		t, err := readPinnedTable(inner)
-		if err != nil {
-			return fmt.Errorf("reading Maglev table %d: %w", id, err)
-		}
-		if t.size < lb.MinTableSize {
-			continue // the placeholder of a removed table
-		}
+	tables, err := d.readPinnedTables()
+	if err != nil {
+		return err
+	}
+	for id, t := range tables {
 		a.tables[id] = adoptedTable
 		a.pinnedTables[id] = t
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading maglev_tables: %w", err)
-	}
-	var port uint32
-	it = d.objs.TxPorts.Iterate()
+	var id, port uint32
+	it := d.objs.TxPorts.Iterate()
 	for it.Next(&id, &port) {
 		// Users unknown: a pinned interface stays until an Apply of the
 		// whole state says who uses what.

@@ -109,7 +109,7 @@ type Datapath struct {
 // The maps sized by the number of services and of backends, with their
 // entries per service or backend.
 var (
-	serviceMaps = map[string]uint32{dispatcherMapVips: 3, dispatcherMapMaglevTables: 1, dispatcherMapServiceStats: 1}
+	serviceMaps = map[string]uint32{dispatcherMapVips: 3, dispatcherMapMaglevTables: 1, dispatcherMapMaglevInfo: 1, dispatcherMapServiceStats: 1}
 	backendMaps = map[string]uint32{dispatcherMapBackends: 1, dispatcherMapServiceServers: 1,
 		dispatcherMapBackendStats: 1, dispatcherMapBackendSwept: 1}
 )
@@ -730,24 +730,9 @@ func (d *Datapath) Memory() []lb.TableMemory {
 		name := v.Type().Field(i).Tag.Get("ebpf")
 		t := lb.TableMemory{Name: name, Entries: uint64(m.MaxEntries()), Bytes: memlock(m)}
 		if m == d.objs.MaglevTables {
-			t.Entries = 0
-			var id uint32
-			var inner ebpf.MapID
-			it := m.Iterate()
-			for it.Next(&id, &inner) {
-				im, err := ebpf.NewMapFromID(inner)
-				if err != nil {
-					continue
-				}
-				if im.MaxEntries() < lb.MinTableSize {
-					im.Close() // a removed table's placeholder
-					continue
-				}
-				t.Tables++
-				t.Entries += uint64(im.MaxEntries())
-				t.Bytes += memlock(im)
-				im.Close()
-			}
+			b, n, tables := d.tableMemory()
+			t.Bytes += b
+			t.Entries, t.Tables = n, tables
 		}
 		out = append(out, t)
 	}

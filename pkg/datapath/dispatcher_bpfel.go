@@ -365,6 +365,13 @@ const (
 	dispatcherStatReasonSTAT_MAX                dispatcherStatReason = 19
 )
 
+type dispatcherTableInfo struct {
+	_     structs.HostLayout
+	Sum   uint64
+	Size  uint32
+	MapId uint32
+}
+
 type dispatcherVipBloom struct {
 	_    structs.HostLayout
 	Bits [1024]uint64
@@ -417,6 +424,7 @@ const (
 	dispatcherMapEvents             = "events"
 	dispatcherMapFibParams          = "fib_params"
 	dispatcherMapHandshakes         = "handshakes"
+	dispatcherMapMaglevInfo         = "maglev_info"
 	dispatcherMapMaglevTables       = "maglev_tables"
 	dispatcherMapNatFilter          = "nat_filter"
 	dispatcherMapNatFlows           = "nat_flows"
@@ -502,6 +510,7 @@ type dispatcherMapSpecs struct {
 	Events         *ebpf.MapSpec `ebpf:"events"`
 	FibParams      *ebpf.MapSpec `ebpf:"fib_params"`
 	Handshakes     *ebpf.MapSpec `ebpf:"handshakes"`
+	MaglevInfo     *ebpf.MapSpec `ebpf:"maglev_info"`
 	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.MapSpec `ebpf:"nat_filter"`
 	NatFlows       *ebpf.MapSpec `ebpf:"nat_flows"`
@@ -563,6 +572,7 @@ type dispatcherMaps struct {
 	Events         *ebpf.Map `ebpf:"events"`
 	FibParams      *ebpf.Map `ebpf:"fib_params"`
 	Handshakes     *ebpf.Map `ebpf:"handshakes"`
+	MaglevInfo     *ebpf.Map `ebpf:"maglev_info"`
 	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.Map `ebpf:"nat_filter"`
 	NatFlows       *ebpf.Map `ebpf:"nat_flows"`
@@ -590,6 +600,7 @@ func (m *dispatcherMaps) Close() error {
 		m.Events,
 		m.FibParams,
 		m.Handshakes,
+		m.MaglevInfo,
 		m.MaglevTables,
 		m.NatFilter,
 		m.NatFlows,

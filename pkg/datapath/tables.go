@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -27,6 +25,7 @@ type tableBatch struct {
 	fds   []uint32
 	maps  []*ebpf.Map
 	sums  []uint64
+	infos []dispatcherTableInfo
 	rm    []bool
 	names []string
 }
@@ -70,7 +69,6 @@ func (b *tableBatch) add(s lb.DataplaneService) error {
 	}
 	spec := b.d.innerSpec.Copy()
 	spec.MaxEntries = uint32(len(s.Table))
-	spec.Name = tableName(sum)
 	inner, err := ebpf.NewMap(spec)
 	if err != nil {
 		return fmt.Errorf("creating Maglev table: %w", err)
@@ -88,6 +86,11 @@ func (b *tableBatch) add(s lb.DataplaneService) error {
 }
 
 func (b *tableBatch) queue(id uint32, m *ebpf.Map, sum uint64, rm bool, name string) error {
+	mid, err := mapID(m)
+	if err != nil {
+		return err
+	}
+	b.infos = append(b.infos, dispatcherTableInfo{Sum: sum, Size: m.MaxEntries(), MapId: uint32(mid)})
 	b.ids = append(b.ids, id)
 	b.rm = append(b.rm, rm)
 	b.fds = append(b.fds, uint32(m.FD()))
@@ -116,6 +119,13 @@ func (b *tableBatch) flush() error {
 			n++
 		}
 	}
+	if n > 0 {
+		// What each swapped-in table is, with its map id: a restarted dlbd
+		// trusts an entry only while the table it names is the live one.
+		if _, ierr := b.d.objs.MaglevInfo.BatchUpdate(b.ids[:n], b.infos[:n], nil); ierr != nil {
+			err = errors.Join(err, fmt.Errorf("recording Maglev tables: %w", ierr))
+		}
+	}
 	a := &b.d.applied
 	for i, id := range b.ids[:n] {
 		delete(a.pinnedTables, id)
@@ -141,7 +151,7 @@ func (b *tableBatch) close() {
 	for _, m := range b.maps {
 		m.Close()
 	}
-	b.ids, b.fds, b.maps, b.sums, b.rm, b.names = b.ids[:0], b.fds[:0], nil, b.sums[:0], b.rm[:0], b.names[:0]
+	b.ids, b.fds, b.maps, b.sums, b.infos, b.rm, b.names = b.ids[:0], b.fds[:0], nil, b.sums[:0], b.infos[:0], b.rm[:0], b.names[:0]
 }
 
 // placeholder returns the table that stands for a removed one: a single
@@ -164,38 +174,100 @@ func (d *Datapath) placeholder() (*ebpf.Map, error) {
 // pinnedTable is a Maglev table found pinned.
 type pinnedTable struct {
 	id   ebpf.MapID
-	size uint32
-	// sum is the low bits of the table's sum, from its name (named false
-	// for a table whose name carries none: its contents are read).
+	size uint32 // 0: not known
+	// sum is the table's sum, when known (from maglev_info).
 	sum   uint64
-	named bool
+	known bool
 }
 
-// A table's map name carries its sum: "m" and 14 hex digits, the low 56
-// bits (a map name holds 15 characters). A restarted dlbd compares sums
-// instead of reading 1,000 tables back.
-const sumBits = 1<<56 - 1
+// readInner opens an inner map by its id, which needs CAP_SYS_ADMIN
+// (tests take it away).
+var readInner = ebpf.NewMapFromID
 
-func tableName(sum uint64) string { return fmt.Sprintf("m%014x", sum&sumBits) }
-
-// readPinnedTable reads a pinned table's size and the sum in its name.
-func readPinnedTable(id ebpf.MapID) (pinnedTable, error) {
-	m, err := ebpf.NewMapFromID(id)
+// tableMemory returns the kernel memory of the tables in maglev_tables and
+// their number, placeholders left out: each table's own figure when this
+// process may open it, else computed from its size as the kernel does for
+// an array (a fixed part, which the placeholder's figure shows, and 4
+// bytes a slot).
+func (d *Datapath) tableMemory() (bytes, entries uint64, tables int) {
+	pinned, err := d.readPinnedTables()
 	if err != nil {
-		return pinnedTable{}, err
+		return 0, 0, 0
 	}
-	defer m.Close()
-	t := pinnedTable{id: id, size: m.MaxEntries()}
+	var fixed uint64
+	for _, t := range pinned {
+		if m, err := readInner(t.id); err == nil {
+			bytes += memlock(m)
+			entries += uint64(m.MaxEntries())
+			tables++
+			m.Close()
+			continue
+		}
+		if t.size == 0 {
+			tables++ // not known
+			continue
+		}
+		if fixed == 0 {
+			if p, err := d.placeholder(); err == nil {
+				fixed = memlock(p) - 4
+			}
+		}
+		bytes += fixed + 4*uint64(t.size)
+		entries += uint64(t.size)
+		tables++
+	}
+	return bytes, entries, tables
+}
+
+// mapID returns the id of a map this process holds.
+func mapID(m *ebpf.Map) (ebpf.MapID, error) {
 	info, err := m.Info()
 	if err != nil {
-		return pinnedTable{}, err
+		return 0, fmt.Errorf("reading a Maglev table's id: %w", err)
 	}
-	if hex, ok := strings.CutPrefix(info.Name, "m"); ok && len(hex) == 14 {
-		if v, err := strconv.ParseUint(hex, 16, 64); err == nil {
-			t.sum, t.named = v, true
+	id, ok := info.ID()
+	if !ok {
+		return 0, errors.New("reading a Maglev table's id: the kernel does not say")
+	}
+	return id, nil
+}
+
+// readPinnedTables reads what maglev_tables holds: per service, the live
+// table's map id and, where maglev_info describes that very map, its size
+// and sum. Placeholders of removed tables are left out. A table
+// maglev_info does not describe (written by a dlbd that did not record
+// it, or swapped in just before a crash) is read, if this process may
+// (that needs CAP_SYS_ADMIN), or else rewritten.
+func (d *Datapath) readPinnedTables() (map[uint32]pinnedTable, error) {
+	infos := map[uint32]dispatcherTableInfo{}
+	if err := readAll(d.objs.MaglevInfo, func(id uint32, t dispatcherTableInfo) {
+		if t.MapId != 0 {
+			infos[id] = t
 		}
+	}); err != nil {
+		return nil, fmt.Errorf("reading maglev_info: %w", err)
 	}
-	return t, nil
+	out := map[uint32]pinnedTable{}
+	var id uint32
+	var inner ebpf.MapID
+	it := d.objs.MaglevTables.Iterate()
+	for it.Next(&id, &inner) {
+		t := pinnedTable{id: inner}
+		if info, ok := infos[id]; ok && ebpf.MapID(info.MapId) == inner {
+			t.size, t.sum, t.known = info.Size, info.Sum, true
+		} else if m, err := readInner(inner); err == nil {
+			t.size = m.MaxEntries()
+			m.Close()
+		}
+		if t.size != 0 && t.size < lb.MinTableSize {
+			continue // the placeholder of a removed table
+		}
+		out[id] = t
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading maglev_tables: %w", err)
+	}
+	return out, nil
 }
 
 // pinnedTableHolds reports whether the table found pinned for service id
@@ -206,12 +278,12 @@ func (d *Datapath) pinnedTableHolds(id uint32, table []uint32, sum uint64) (bool
 	if !ok || t.size != uint32(len(table)) {
 		return false, nil
 	}
-	if t.named {
-		return t.sum == sum&sumBits, nil
+	if t.known {
+		return t.sum == sum, nil
 	}
-	m, err := ebpf.NewMapFromID(t.id)
+	m, err := readInner(t.id)
 	if err != nil {
-		return false, nil // gone since: write a new one
+		return false, nil // gone since, or not ours to read: write a new one
 	}
 	defer m.Close()
 	keys := make([]uint32, len(table))

@@ -504,6 +504,14 @@ exec nsenter --net="/run/netns/$NS" setpriv --reuid dlb --regid dlb --init-group
 	}
 	logf.Close()
 	l.dlbd = cmd
+	// Stopped before the purge (registered earlier, so run later) even
+	// when the test fails: userdel refuses while dlb runs a process.
+	l.t.Cleanup(func() {
+		if cmd.ProcessState == nil && cmd.Process.Signal(syscall.SIGTERM) == nil {
+			l.dlbd = cmd
+			l.waitDlbd()
+		}
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, _, code := l.ctl("executor", "report", "-o", "json"); code == 0 {
