@@ -47,12 +47,32 @@ func scaleServer(i int) netip.Addr {
 // "file save" writes (a port's servers with equal settings on one line).
 func scaleScript(l *lab, path string, ports, servers int) {
 	l.t.Helper()
+	writeScript(l, path, func(w io.Writer) {
+		fmt.Fprintf(w, "cluster add %s\n", l.vip())
+		scalePorts(l, w, ports, servers)
+	})
+}
+
+// writeScript writes a dlbctl script with write.
+func writeScript(l *lab, path string, write func(io.Writer)) {
+	l.t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		l.t.Fatal(err)
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintf(w, "cluster add %s\n", l.vip())
+	write(w)
+	if err := w.Flush(); err != nil {
+		l.t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// scalePorts writes ports NAT ports from port 1001 on the lab's cluster
+// address, each with servers servers behind the lab's router.
+func scalePorts(l *lab, w io.Writer, ports, servers int) {
 	next := 0
 	for p := 0; p < ports; p++ {
 		port := 1001 + p
@@ -64,12 +84,6 @@ func scaleScript(l *lab, path string, ports, servers int) {
 		}
 		fmt.Fprintf(w, "server add %s@%d@%s --weight 10 --returnaddress %s --router %s\n",
 			l.vip(), port, strings.Join(addrs, "+"), l.env["LAB_RETURN_ADDR"], l.env["LAB_ROUTER_ADDR"])
-	}
-	if err := w.Flush(); err != nil {
-		l.t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		l.t.Fatal(err)
 	}
 }
 
@@ -335,4 +349,86 @@ func TestPrivilegedScaleReport(t *testing.T) {
 	big.log(t)
 	t.Logf("one change at scale / on one port: weight %.2fx, down %.2fx, add %.2fx",
 		ms(big.weight)/ms(small.weight), ms(big.down)/ms(small.down), ms(big.add)/ms(small.add))
+}
+
+// TestPrivilegedE2EScaled: 200 ports of 50 servers each (10,000 servers)
+// are loaded, changed and removed while clients use another port of the
+// same cluster: its long-lived connections stay on their servers, its
+// new connections all succeed, and the executor holds one table per port
+// (sized for 50 servers), then only its own again.
+func TestPrivilegedE2EScaled(t *testing.T) {
+	const ports, servers = 200, 50
+	l := newLabArgs(t, "-n", "3", "-c", "1", "-r", "1")
+	l.startDlbd()
+	l.configure("generic", 10, 10, 10)
+	url := "http://" + l.vip() + "/"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	held, fresh := make(chan loadResult, 1), make(chan loadResult, 1)
+	go func() {
+		r, err := l.load(ctx, "-url", url, "-keepalive", "-c", "20", "-interval", "50ms", "-duration", "12s", "-timeout", "3s")
+		if err != nil {
+			t.Error(err)
+		}
+		held <- r
+	}()
+	go func() {
+		r, err := l.load(ctx, "-url", url, "-duration", "10s", "-c", "4", "-timeout", "3s")
+		if err != nil {
+			t.Error(err)
+		}
+		fresh <- r
+	}()
+	time.Sleep(time.Second) // connections established first
+
+	load := filepath.Join(l.run, "scaled.cfg")
+	writeScript(l, load, func(w io.Writer) { scalePorts(l, w, ports, servers) })
+	took := l.timeCtl("file", "load", load)
+	ex := l.executor()
+	var tables int
+	var tableBytes uint64
+	for _, tr := range ex.Tables {
+		if tr.Name == "maglev_tables" {
+			tables, tableBytes = tr.Tables, tr.Bytes
+		}
+	}
+	t.Logf("loaded %d ports x %d servers in %.2f s; %d Maglev tables, %.1f MiB", ports, servers, took.Seconds(), tables, float64(tableBytes)/(1<<20))
+	if tables != ports+1 {
+		t.Errorf("%d Maglev tables after the load, want %d", tables, ports+1)
+	}
+	var pr []api.PortReport
+	l.report(&pr, "port", "report", fmt.Sprintf("%s@%d", l.vip(), 1001))
+	if len(pr) != 1 || pr[0].Servers != servers || pr[0].TableSize < 100*servers || pr[0].TableSize > 2*100*servers {
+		t.Errorf("port 1001 after the load: %+v; want %d servers and a table of about %d slots", pr, servers, 100*servers)
+	}
+
+	// Changes on the scaled ports, then all of them removed.
+	srv := fmt.Sprintf("%s@1001@%s", l.vip(), scaleServer(0))
+	l.mustCtl("server", "set", srv, "--weight", "3")
+	l.mustCtl("server", "down", srv)
+	l.mustCtl("server", "up", srv)
+	remove := filepath.Join(l.run, "remove.cfg")
+	writeScript(l, remove, func(w io.Writer) {
+		for p := 0; p < ports; p++ {
+			fmt.Fprintf(w, "port remove %s@%d\n", l.vip(), 1001+p)
+		}
+	})
+	took = l.timeCtl("file", "load", remove)
+	t.Logf("removed the %d ports in %.2f s", ports, took.Seconds())
+	for _, tr := range l.executor().Tables {
+		if tr.Name == "maglev_tables" && tr.Tables != 1 {
+			t.Errorf("%d Maglev tables after the removal, want 1", tr.Tables)
+		}
+	}
+
+	h, f := <-held, <-fresh
+	t.Logf("port 80 meanwhile: %d keep-alive connections, %d broken, %d changed backend; %d new connections, %d failed",
+		h.Connections, h.Broken, h.BackendChanges, f.Requests, f.Failed)
+	if h.Connections < 20 || h.Broken != 0 || h.BackendChanges != 0 {
+		t.Errorf("keep-alive connections on port 80 disturbed: %+v", h)
+	}
+	if f.Failed != 0 || f.OK < 100 {
+		t.Errorf("new connections on port 80: %d of %d failed: %v", f.Failed, f.Requests, f.Errors)
+	}
 }
