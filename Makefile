@@ -76,11 +76,13 @@ test-unit:
 	$(GO) test -count=1 -short ./...
 
 ## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root);
-## then the control plane: a manager cycle over 10,000 servers and Maglev rebuilds
+## then the control plane: manager cycles, loads and changes at 100,000 servers, Maglev
+## rebuilds, and dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
-	$(GO) test -run '^$$' -bench 'ManagerCycle' -benchtime 5x ./pkg/dispatcher/
+	$(GO) test -run '^$$' -bench 'ManagerCycle|Load100000|ChangeAt' -benchtime 5x ./pkg/dispatcher/
+	DLB_BENCH=1 DLB_SCALE_DLBD_FLAGS="--max-servers 131071" $(GO) test -run '^TestPrivilegedScaleReport$$' -count=1 -v -timeout 20m ./pkg/e2e/
 	$(GO) test -run '^$$' -bench 'Build' -benchtime 20x ./pkg/maglev/
 
 ## package: the Debian package bin/dlb_VERSION_ARCH.deb (dlbd, dlbctl, dlbmetricd,

@@ -327,6 +327,7 @@ func portFlags(c *cobra.Command) *cobra.Command {
 	f.Int64("staletimeout", 0, "seconds an idle connection keeps its entry (dlbd's default: 300)")
 	f.Int64("weightbound", 0, "highest server weight on the port (dlbd's default: 20)")
 	f.String("alldown", "", "when no server takes new connections: refuse (default) or spread over all")
+	f.Int64("tablesize", 0, "slots of the port's Maglev table, a prime up to dlbd --max-table-size (0: chosen from the number of servers, about 100 a server)")
 	_ = c.RegisterFlagCompletionFunc("protocol", fixedCompletion("tcp", "udp", "both"))
 	_ = c.RegisterFlagCompletionFunc("method", fixedCompletion("mac", "nat"))
 	_ = c.RegisterFlagCompletionFunc("selectionalgorithm", fixedCompletion("connection", "affinity", "conn+affin"))
@@ -340,7 +341,7 @@ func (a *app) portOp(action string) func(*cobra.Command, []string) api.Op {
 			StickyTime: intFlag(cmd, "stickytime"), StickyMask: intFlag(cmd, "stickymask"),
 			CrossPort: intFlag(cmd, "crossport"), SelectionAlgorithm: stringFlag(cmd, "selectionalgorithm"),
 			MaxHalfOpen: intFlag(cmd, "maxhalfopen"), StaleTimeout: intFlag(cmd, "staletimeout"),
-			WeightBound: intFlag(cmd, "weightbound"), AllDown: stringFlag(cmd, "alldown")}
+			WeightBound: intFlag(cmd, "weightbound"), AllDown: stringFlag(cmd, "alldown"), TableSize: intFlag(cmd, "tablesize")}
 	}
 }
 
@@ -362,11 +363,12 @@ func (a *app) portCmd() *cobra.Command {
 		Example: `  dlbctl port set 10.0.0.100@80 --staletimeout 600
   dlbctl port set 10.0.0.100:80 staletimeout 600           # IBM style
   dlbctl port set 10.0.0.100@80 --selectionalgorithm conn+affin
-  dlbctl port set 10.0.0.100@443 --crossport 0     # stop sharing affinity`,
+  dlbctl port set 10.0.0.100@443 --crossport 0     # stop sharing affinity
+  dlbctl port set 10.0.0.100@80 --tablesize 65537  # fix the Maglev table's size`,
 		Args: a.targetArgs(2, targetOpts{keywords: true}),
 	}, a.portOp(api.ActionSet)))
 	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "stickymask", "crossport", "selectionalgorithm",
-		"maxhalfopen", "staletimeout", "weightbound", "alldown")
+		"maxhalfopen", "staletimeout", "weightbound", "alldown", "tablesize")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP@PORT",

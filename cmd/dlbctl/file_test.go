@@ -386,7 +386,7 @@ func TestFileRoundTrip(t *testing.T) {
 		"cluster add 10.0.0.100+10.0.0.101",
 		"cluster set 10.0.0.101 --configure=true",
 		"port add @80 --weightbound 50",
-		"port add 10.0.0.100@53 --protocol both --staletimeout 30",
+		"port add 10.0.0.100@53 --protocol both --staletimeout 30 --tablesize 211",
 		"server add @80@10.1.1.5+10.1.1.6 --weight 7",
 		"server add 10.0.0.100@53@10.1.1.9",
 		"server down 10.0.0.101@80@10.1.1.6",
