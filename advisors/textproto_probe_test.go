@@ -632,7 +632,10 @@ func probeRealServer(t *testing.T, a Advisor, proc *os.Process, port uint16, cas
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// A real daemon forks for each connection: on a loaded
+			// 2-core machine its greeting took over a second.
 			target := loTarget(port)
+			target.ReceiveTimeout = 5 * time.Second
 			target.Request, target.Response = tc.request, tc.response
 			r, el := probeTimed(t, a, target)
 			if r.Up != tc.up || r.Reason != tc.reason {

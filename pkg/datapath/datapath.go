@@ -579,6 +579,16 @@ func RemovePins(pinDir string) ([]string, error) {
 		if !isExecutorPin(e.Name(), names) || e.IsDir() {
 			continue
 		}
+		if e.Name() == linkPin || strings.HasPrefix(e.Name(), extraLinkPin) {
+			// Detached now, not when the kernel gets round to freeing the
+			// link once its last reference (the pin) is gone. A link whose
+			// interface is gone has nothing to detach from: removing its
+			// pin is all there is to do.
+			if l, err := link.LoadPinnedLink(filepath.Join(pinDir, e.Name()), nil); err == nil {
+				_ = l.Detach()
+				l.Close()
+			}
+		}
 		if err := os.Remove(filepath.Join(pinDir, e.Name())); err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("removing pin %s: %w", e.Name(), err))
