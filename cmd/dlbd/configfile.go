@@ -112,7 +112,8 @@ func (c *configFile) apply(ctx context.Context, f *config.File) error {
 // reloads applies the file each time a signal arrives on hup, until ctx
 // ends. Without a file it says so and does nothing. A failed reload is
 // logged and changes nothing. Each reload is announced to systemd
-// (RELOADING=1, then READY=1), so "systemctl reload" waits for it.
+// (RELOADING=1, then READY=1 with its outcome as the status line), so
+// that "systemctl status dlbd" shows it.
 func (c *configFile) reloads(ctx context.Context, hup <-chan os.Signal) {
 	for {
 		select {

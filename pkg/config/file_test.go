@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -440,4 +441,61 @@ advisors:
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestExampleFile: the example the package installs
+// (/etc/dlb/dlb.yaml.example) is valid, and says what the script example
+// beside it says.
+func TestExampleFile(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/etc/dlb.yaml.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadFile(data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../../packaging/etc/dlb.cfg.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []Op
+	for _, line := range strings.Split(string(script), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		ops = append(ops, scriptOp(t, line))
+	}
+	want, err := Apply(lb.NewConfig(), ops, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := Diff(f.Config, want); !ch.Empty() {
+		t.Errorf("the YAML example and the script example differ: %+v", ch)
+	}
+}
+
+// scriptOp reads one line of the script example: "object action [target]
+// [--flag value | keyword value]...", flags without a value being yes.
+func scriptOp(t *testing.T, line string) Op {
+	t.Helper()
+	w := strings.Fields(line)
+	o := Op{Object: Object(w[0]), Action: Action(w[1])}
+	rest := w[2:]
+	if o.Object == Advisor {
+		o.Params = append(o.Params, P("advisor", rest[0]))
+		o.Target, rest = rest[1], rest[2:]
+	} else if len(rest) > 0 && !strings.HasPrefix(rest[0], "--") && (o.Object != Executor || o.Action != Set) {
+		o.Target, rest = rest[0], rest[1:]
+	}
+	for i := 0; i < len(rest); i++ {
+		name := strings.TrimPrefix(rest[i], "--")
+		if i+1 < len(rest) && !strings.HasPrefix(rest[i+1], "--") {
+			o.Params = append(o.Params, P(name, rest[i+1]))
+			i++
+		} else {
+			o.Params = append(o.Params, P(name, "yes"))
+		}
+	}
+	return o
 }
