@@ -56,8 +56,8 @@ func TestCheckConfig(t *testing.T) {
 			"line 8: clusters[0].ports[0].servers[1].weight: 50 is outside 0..20 (the port's weightbound)\n"},
 		{"an unknown advisor", strings.Replace(goodFile, "name: http", "name: gopher", 1), 1, "",
 			`line 9: advisors[0].name: unknown advisor "gopher"`},
-		{"an unknown key", "executor:\n  interfase: eth0\n", 1, "",
-			`line 2: executor.interfase: unknown key "interfase" (did you mean "interface"?)`},
+		{"an unknown key", "executor:\n  interfac: eth0\n", 1, "",
+			`line 2: executor.interfac: unknown key "interfac" (did you mean "interface"?)`},
 		{"not YAML", "clusters: [\n", 1, "", "line 1: did not find expected node content\n"},
 	}
 	for _, tt := range tests {

@@ -55,16 +55,6 @@ func fld[T, V any](key string, c codec[V], at func(*T) *V) field[T] {
 	}
 }
 
-// lookup returns the field with key k.
-func lookup[T any](fs []field[T], k string) (field[T], bool) {
-	for _, f := range fs {
-		if f.key == k {
-			return f, true
-		}
-	}
-	return field[T]{}, false
-}
-
 // keys returns the fields' keys.
 func keys[T any](fs []field[T]) []string {
 	out := make([]string, len(fs))
