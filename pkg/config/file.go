@@ -91,9 +91,9 @@ func (e *FileError) Error() string {
 // Unwrap returns the refusal in the model's terms.
 func (e *FileError) Unwrap() error { return e.Err }
 
-// maxFileNodes bounds the values a file may hold once its aliases are
+// maxAliasNodes bounds the values a file's aliases may add once
 // expanded: a few aliases of aliases would otherwise expand to billions.
-const maxFileNodes = 1 << 22
+const maxAliasNodes = 1 << 18
 
 // reservedKeys are top-level keys kept for what comes later; they must be
 // left out or empty.
@@ -213,8 +213,8 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 		}
 		root = root.Content[0]
 	}
-	budget := maxFileNodes
-	if err := expandAliases(root, &budget); err != nil {
+	budget := maxAliasNodes
+	if err := expandAliases(root, &budget, false); err != nil {
 		return cfg, err
 	}
 	if isNull(root) {
@@ -264,23 +264,26 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 	return cfg, nil
 }
 
-// expandAliases replaces every alias in the tree by the node it names, and
-// refuses trees that would hold more than *budget values expanded.
-func expandAliases(n *yaml.Node, budget *int) error {
-	*budget--
-	if *budget < 0 {
-		return &FileError{Line: n.Line, Msg: fmt.Sprintf("the file holds more than %d values once its aliases are expanded", maxFileNodes),
-			Err: lb.Errorf("file", "", "too many values")}
+// expandAliases replaces every alias in the tree by the node it names,
+// and refuses trees whose aliases would add more than *budget values.
+func expandAliases(n *yaml.Node, budget *int, aliased bool) error {
+	if aliased {
+		*budget--
+		if *budget < 0 {
+			return &FileError{Line: n.Line, Msg: fmt.Sprintf("the file's aliases expand to more than %d values", maxAliasNodes),
+				Err: lb.Errorf("file", "", "too many values")}
+		}
 	}
 	for i, c := range n.Content {
+		through := aliased
 		if c.Kind == yaml.AliasNode {
 			if c.Alias == nil {
 				return &FileError{Line: c.Line, Msg: "alias to an unknown anchor", Err: lb.Errorf("file", "", "unknown anchor")}
 			}
 			n.Content[i] = c.Alias
-			c = c.Alias
+			c, through = c.Alias, true
 		}
-		if err := expandAliases(c, budget); err != nil {
+		if err := expandAliases(c, budget, through); err != nil {
 			return err
 		}
 	}
@@ -301,6 +304,9 @@ func isEmpty(n *yaml.Node) bool {
 // does.
 func (p *fileParser) errAt(line int, path, field, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
+	if field == "" {
+		field = "file" // the document as a whole
+	}
 	return &FileError{Line: line, Path: path, Msg: msg, Err: &lb.FieldError{Field: field, Msg: msg}}
 }
 
