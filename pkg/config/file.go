@@ -225,12 +225,12 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 		return cfg, err
 	}
 	if n := top["executor"]; n != nil {
-		if _, err := readObject(p, n, "executor", "", executorFields, &cfg.Executor, nil); err != nil {
+		if err := readObject(p, n, "executor", "", executorFields, &cfg.Executor); err != nil {
 			return cfg, err
 		}
 	}
 	if n := top["manager"]; n != nil {
-		if _, err := readObject(p, n, "manager", "manager", managerFields, &cfg.Manager, nil); err != nil {
+		if err := readObject(p, n, "manager", "manager", managerFields, &cfg.Manager); err != nil {
 			return cfg, err
 		}
 	}
@@ -403,14 +403,19 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// readObject reads the fields fs of a mapping into x; extra keys are
-// allowed and returned for the caller to read. It records the object's
-// position under name.
-func readObject[T any](p *fileParser, n *yaml.Node, path, name string, fs []field[T], x *T, extra []string) (map[string]*yaml.Node, error) {
-	m, err := p.mapping(n, path, append(keys(fs), extra...))
+// readObject reads a mapping whose keys are fs into x, and records where
+// the object is under name (the name the model's refusals give it).
+func readObject[T any](p *fileParser, n *yaml.Node, path, name string, fs []field[T], x *T) error {
+	m, err := p.mapping(n, path, keys(fs))
 	if err != nil {
-		return nil, err
+		return err
 	}
+	return readFields(p, m, n, path, name, fs, x)
+}
+
+// readFields reads the values of a mapping's keys (m) into x through fs,
+// and records where the object is under name.
+func readFields[T any](p *fileParser, m map[string]*yaml.Node, n *yaml.Node, path, name string, fs []field[T], x *T) error {
 	p.objects[name] = &objectPos{path: path, line: n.Line, keys: m}
 	for _, f := range fs {
 		v, ok := m[f.key]
@@ -418,10 +423,10 @@ func readObject[T any](p *fileParser, n *yaml.Node, path, name string, fs []fiel
 			continue
 		}
 		if err := f.set(v, x); err != nil {
-			return nil, p.errAt(v.Line, join(path, f.key), f.key, "%v", err)
+			return p.errAt(v.Line, join(path, f.key), f.key, "%v", err)
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // required reads a key the object cannot go without.
@@ -461,8 +466,7 @@ func (p *fileParser) metricServer(n *yaml.Node, ms *lb.MetricServer) error {
 		*ms, _ = metricDefaults(src)
 		ms.Source = src
 	}
-	_, err = readObject(p, n, path, "metric", metricServerFields, ms, nil)
-	return err
+	return readFields(p, m, n, path, "metric", metricServerFields, ms)
 }
 
 func (p *fileParser) clusters(n *yaml.Node, cfg *lb.Config, explicit map[netip.Addr]bool) error {
@@ -486,7 +490,7 @@ func (p *fileParser) clusters(n *yaml.Node, cfg *lb.Config, explicit map[netip.A
 		}
 		first[addr] = an.Line
 		cl := lb.NewCluster(addr)
-		if _, err := readObject(p, item, path, addr.String(), clusterFields, &cl, []string{"address", "ports"}); err != nil {
+		if err := readFields(p, m, item, path, addr.String(), clusterFields, &cl); err != nil {
 			return err
 		}
 		_, explicit[addr] = m["proportions"]
@@ -522,7 +526,7 @@ func (p *fileParser) ports(n *yaml.Node, path string, cl *lb.Cluster) error {
 		}
 		first[num] = nn.Line
 		port := lb.NewPort(num)
-		if _, err := readObject(p, item, ppath, key.String(), portFields, &port, []string{"port", "servers"}); err != nil {
+		if err := readFields(p, m, item, ppath, key.String(), portFields, &port); err != nil {
 			return err
 		}
 		if sn := m["servers"]; sn != nil {
@@ -557,7 +561,7 @@ func (p *fileParser) servers(n *yaml.Node, path string, svc lb.ServiceKey, port 
 		}
 		first[addr] = an.Line
 		s := newServer(port, addr)
-		if _, err := readObject(p, item, spath, key.String(), serverFields, &s, []string{"address"}); err != nil {
+		if err := readFields(p, m, item, spath, key.String(), serverFields, &s); err != nil {
 			return err
 		}
 		port.Servers = append(port.Servers, s)
@@ -597,7 +601,7 @@ func (p *fileParser) advisors(n *yaml.Node, cfg *lb.Config) error {
 			return p.errAt(nn.Line, path, "advisor", "advisor %s is defined twice (first at line %d)", a.Key(), l)
 		}
 		first[a.Key()] = nn.Line
-		if _, err := readObject(p, item, path, a.Key(), advisorFields, &a, identity); err != nil {
+		if err := readFields(p, m, item, path, a.Key(), advisorFields, &a); err != nil {
 			return err
 		}
 		cfg.Advisors = append(cfg.Advisors, a)
