@@ -65,12 +65,15 @@ type dlbClient interface {
 	Advisors(ctx context.Context) ([]api.AdvisorReport, error)
 	Metrics(ctx context.Context) (api.MetricReport, error)
 	ConfigScript(ctx context.Context) (string, error)
+	ConfigFile(ctx context.Context, format string) ([]byte, error)
+	ApplyConfig(ctx context.Context, file []byte, dryRun bool) (api.ConfigResult, error)
 	ServerCheck(ctx context.Context, target, client string) (api.ServerCheckReport, error)
 }
 
 // env is everything dlbctl takes from its process, so that tests can run
 // it in-process.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	newClient      func(socket string) dlbClient
@@ -81,6 +84,7 @@ type env struct {
 
 func osEnv() *env {
 	return &env{
+		stdin:     os.Stdin,
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		getenv:    os.Getenv,
@@ -227,7 +231,8 @@ func (a *app) newRoot() *cobra.Command {
   dlbctl port add 10.0.0.100@80
   dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6 --weight 10
   dlbctl server report -o json
-  dlbctl file save /etc/dlb/dlb.cfg`,
+  dlbctl file save /etc/dlb/dlb.cfg
+  dlbctl apply -f /etc/dlb/dlb.yaml --diff`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// Commands report their own errors (fail), and usage errors point
@@ -259,7 +264,7 @@ func (a *app) newRoot() *cobra.Command {
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
-		a.metricCmd(), a.fileCmd(), a.versionCmd())
+		a.metricCmd(), a.fileCmd(), a.applyCmd(), a.getCmd(), a.versionCmd())
 	// Run on a backend host, not against dlbd (backend.go).
 	root.AddCommand(a.backendCmd())
 	return root

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -41,6 +42,16 @@ type fakeEngine struct {
 	metrics  api.MetricReport
 	script   string
 	requests int
+
+	// The configuration file: what GET returns by format, what POST
+	// answers, and the files POST received with their dry_run.
+	configFiles  map[string]string
+	configResult api.ConfigResult
+	posted       []postedFile
+}
+
+type postedFile struct {
+	body, dryRun string
 }
 
 func (f *fakeEngine) requestCount() int {
@@ -108,6 +119,16 @@ func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "GET " + api.PathConfigScript:
 		_, _ = w.Write([]byte(f.script))
+	case "GET " + api.PathConfig:
+		_, _ = w.Write([]byte(f.configFiles[r.URL.Query().Get("format")]))
+	case "POST " + api.PathConfig:
+		body, _ := io.ReadAll(r.Body)
+		f.posted = append(f.posted, postedFile{string(body), r.URL.Query().Get("dry_run")})
+		if f.refuse != nil {
+			fail(f.refuse)
+			return
+		}
+		answer(f.configResult)
 	default:
 		http.NotFound(w, r)
 	}
@@ -169,8 +190,15 @@ type result struct {
 
 // runWith runs dlbctl in-process with the given environment.
 func runWith(vars map[string]string, args ...string) result {
+	return runIn(vars, "", args...)
+}
+
+// runIn runs dlbctl in-process with the given environment and standard
+// input.
+func runIn(vars map[string]string, stdin string, args ...string) result {
 	var out, errb bytes.Buffer
 	e := &env{
+		stdin:     strings.NewReader(stdin),
 		stdout:    &out,
 		stderr:    &errb,
 		getenv:    func(k string) string { return vars[k] },

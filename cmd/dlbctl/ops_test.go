@@ -94,6 +94,9 @@ func (noEngine) Status(context.Context, dispatcher.Query) (*dispatcher.Status, e
 	return nil, errNoEngine
 }
 func (noEngine) Config(context.Context) (lb.Config, error) { return lb.Config{}, errNoEngine }
+func (noEngine) Replace(context.Context, lb.Config, bool) (lb.Config, error) {
+	return lb.Config{}, errNoEngine
+}
 
 // serveChecker serves the API with a server checker.
 func serveChecker(t *testing.T, c server.ServerChecker) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -48,6 +49,9 @@ type options struct {
 	bodyTimeout, idleTimeout time.Duration
 	profiling                bool
 	cpuProfile               string
+	// The configuration file applied at start and on SIGHUP, and the one
+	// to check and exit.
+	configFile, checkConfig string
 	// The executor's table sizes, fixed once its maps are pinned.
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 	maxServices, maxServers, maxTableSize                             uint32
@@ -74,12 +78,28 @@ API on a unix socket.
 
 The executor's program, maps and XDP link are pinned under --pin-dir, so
 restarting or killing dlbd never stops forwarding or loses the connection
-table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
+table: the next dlbd adopts them. "dlbctl executor stop" detaches it.
+
+With --config FILE, dlbd makes its configuration equal to FILE (YAML; see
+"dlbctl apply --help") once the saved state is restored, and again on
+SIGHUP ("systemctl reload dlbd"), each time as one change: all of it or,
+if anything is refused, none of it (the reason is logged). An invalid FILE
+stops dlbd before it touches anything; one the host refuses at start (an
+interface missing, say) is logged and dlbd runs the saved configuration.
+--check-config FILE checks FILE and exits: 0 when it is valid, 1 with its
+errors (line and field) otherwise; it touches nothing.`,
 		Version:       version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.checkConfig != "" {
+				err := checkConfig(o.checkConfig, cmd.OutOrStdout())
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "dlbd:", err)
+				}
+				return err
+			}
 			if defErr != nil {
 				fmt.Fprintln(os.Stderr, "dlbd:", defErr)
 				return defErr
@@ -117,6 +137,10 @@ table: the next dlbd adopts them. "dlbctl executor stop" detaches it.`,
 	f.BoolVar(&o.profiling, "pprof", false, "serve Go's runtime profiles at /debug/pprof/ on the admin socket")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", server.DefaultIdleTimeout,
 		"an idle keep-alive connection to the admin API is closed after this time")
+	f.StringVar(&o.configFile, "config", "", "configuration file (YAML) made the configuration at start, after the saved state is restored, and on SIGHUP")
+	f.StringVar(&o.checkConfig, "check-config", "", "check a configuration file and exit (0: valid; 1: its errors, with line numbers); touches nothing")
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml", "json")
+	_ = cmd.MarkFlagFilename("check-config", "yaml", "yml", "json")
 	return cmd
 }
 
@@ -143,6 +167,11 @@ func run(ctx context.Context, o options) error {
 	// (releasing what it took), not kill it.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads the configuration file; caught from the start, so
+	// that one sent while dlbd starts does not kill it (its default).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	for _, t := range []struct {
 		flag   string
 		v      uint32
@@ -172,6 +201,15 @@ func run(ctx context.Context, o options) error {
 	}{{"request-timeout", o.bodyTimeout}, {"idle-timeout", o.idleTimeout}} {
 		if t.v <= 0 {
 			return fmt.Errorf("--%s: %s is not a positive duration", t.flag, t.v)
+		}
+	}
+
+	// An invalid configuration file stops dlbd before it touches anything.
+	var file *config.File
+	if o.configFile != "" {
+		var err error
+		if file, err = readConfigFile(o.configFile); err != nil {
+			return err
 		}
 	}
 
@@ -220,6 +258,15 @@ func run(ctx context.Context, o options) error {
 		engine.Run(ctx)
 		close(engineDone)
 	}()
+	// The file wins over the saved state, as one change, before the API
+	// serves; then SIGHUP applies it again.
+	cf := &configFile{path: o.configFile, e: engine, log: log}
+	if file != nil {
+		if err := cf.apply(ctx, file); err != nil {
+			log.Error("applying the configuration file at start failed; running the saved configuration", "err", err)
+		}
+	}
+	go cf.reloads(ctx, hup)
 
 	srv := server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
 		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling,

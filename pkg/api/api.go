@@ -150,6 +150,11 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 	// Op is the index of the offending operation in the batch, or -1.
 	Op int `json:"op"`
+	// Line and Path say where a refused configuration file is wrong:
+	// the line (from 1) and the field's path in the file
+	// ("clusters[0].ports[1].weightbound"); 0 and empty otherwise.
+	Line int    `json:"line,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // Counters count traffic of a cluster, port or server.

@@ -125,19 +125,24 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 		u += "?target=" + url.QueryEscape(target)
 	}
 	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	contentType := "application/json"
+	switch b := body.(type) {
+	case nil:
+	case rawBody:
+		rd, contentType = bytes.NewReader(b), "application/yaml"
+	default:
+		data, err := json.Marshal(body)
 		if err != nil {
 			return fmt.Errorf("encoding request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return fmt.Errorf("building request: %w", err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -430,7 +430,7 @@ func applyServer(d *draft, op *Op, p *params) error {
 		}
 		for _, pr := range ports {
 			port := &d.cfg.Clusters[pr.ci].Ports[pr.pi]
-			w := port.WeightBound
+			w := newServer(port, netip.Addr{}).Weight
 			if weightOK {
 				if w, err = inRange("weight", pr.key.String(), weight, 0, int64(port.WeightBound)); err != nil {
 					return err
@@ -654,10 +654,7 @@ func (ed *Editor) applyAdvisor(d *draft, op *Op, p *params) error {
 		if !found {
 			return lb.Errorf("port", op.Target, "no configured cluster balances port %d", port)
 		}
-		a := lb.NewAdvisor(name, cluster, port)
-		if name == "exec" {
-			a.Mode = "normal"
-		}
+		a := newAdvisor(name, cluster, port)
 		set(&a)
 		d.cfg.Advisors = append(d.advisors(), a)
 		slices.SortFunc(d.cfg.Advisors, func(a, b lb.Advisor) int { return strings.Compare(a.Key(), b.Key()) })
@@ -802,13 +799,8 @@ func applyMetric(d *draft, op *Op, p *params) error {
 			return err
 		}
 		if srcOK {
-			if src != ms.Source {
-				switch src {
-				case "prometheus":
-					ms.Port, ms.Path = lb.DefaultPrometheusPort, "/metrics"
-				case "dlbmetricd":
-					ms.Port, ms.Path = lb.DefaultMetricPort, ""
-				}
+			if def, known := metricDefaults(src); known && src != ms.Source {
+				ms.Port, ms.Path = def.Port, def.Path
 			}
 			ms.Source = src
 		}

@@ -123,7 +123,7 @@ func Script(w io.Writer, cfg lb.Config) error {
 	if ms.SecretFile != "" {
 		msFlags = append(msFlags, "--secret-file "+quote(ms.SecretFile))
 	}
-	if ms.Path != "" && !(ms.Source == "prometheus" && ms.Path == "/metrics") {
+	if msDef, _ := metricDefaults(ms.Source); ms.Path != msDef.Path {
 		msFlags = append(msFlags, "--path "+quote(ms.Path))
 	}
 	if len(msFlags) > 0 {
@@ -169,8 +169,8 @@ func Script(w io.Writer, cfg lb.Config) error {
 
 // defaultMetricPort is the port a metric source listens on by default.
 func defaultMetricPort(source string) uint16 {
-	if source == "prometheus" {
-		return lb.DefaultPrometheusPort
+	if def, known := metricDefaults(source); known {
+		return def.Port
 	}
 	return lb.DefaultMetricPort
 }

@@ -36,11 +36,25 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 	if len(ops) == 1 {
 		last = 0
 	}
-	refuse := func(err error) error { return &config.OpError{Index: last, Err: err} }
+	if err := e.change(edit, last); err != nil {
+		return 0, err
+	}
+	for i, op := range ops {
+		e.log.Info("applied", "op", i, "object", op.Object, "action", op.Action, "target", op.Target)
+	}
+	return len(ops), nil
+}
+
+// change makes a prepared edit current: ids for new objects, the
+// executor and the host reconciled, the change journaled, then committed.
+// A refusal is a *config.OpError naming the operation at index (-1: the
+// batch as a whole), and leaves everything as it was.
+func (e *Engine) change(edit *config.Edit, index int) error {
+	refuse := func(err error) error { return &config.OpError{Index: index, Err: err} }
 	old, next, ch := e.ed.Config(), edit.Next, edit.Change
 	delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
 	if err != nil {
-		return 0, refuse(err)
+		return refuse(err)
 	}
 	hostBefore := e.host.clone()
 	if written, err := e.reconcile(old, next, ch, delta); err != nil {
@@ -49,7 +63,7 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		if written {
 			e.rollback(old)
 		}
-		return 0, refuse(err)
+		return refuse(err)
 	}
 	rec := store.NewRecord(old, next, ch, delta)
 	e.host.record(&rec, hostBefore)
@@ -57,14 +71,11 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		e.ids.Revert(delta)
 		e.host = hostBefore
 		e.rollback(old)
-		return 0, refuse(err)
+		return refuse(err)
 	}
 	e.ed.Commit(edit)
 	e.afterCommit(old, next, ch, delta)
-	for i, op := range ops {
-		e.log.Info("applied", "op", i, "object", op.Object, "action", op.Action, "target", op.Target)
-	}
-	return len(ops), nil
+	return nil
 }
 
 // rollback restores the executor and the host to the configuration old

@@ -263,7 +263,7 @@ func TestPrivilegedPackage(t *testing.T) {
 		t.Errorf("user dlb: %q", pw)
 	}
 	conff := mustRun(t, "dpkg-query", "-W", "-f=${Conffiles}", "dlb")
-	for _, f := range []string{"/etc/dlb/README", "/etc/dlb/dlb.cfg.example", "/etc/default/dlbd"} {
+	for _, f := range []string{"/etc/dlb/README", "/etc/dlb/dlb.cfg.example", "/etc/dlb/dlb.yaml.example", "/etc/default/dlbd"} {
 		if !strings.Contains(conff, " "+f+" ") {
 			t.Errorf("%s is not a conffile: %q", f, conff)
 		}

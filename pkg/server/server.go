@@ -27,6 +27,9 @@ import (
 // Engine is what the API serves; *dispatcher.Engine implements it.
 type Engine interface {
 	Apply(ctx context.Context, ops []config.Op) (int, error)
+	// Replace makes the configuration equal to a configuration file's
+	// (or, with dryRun, only checks it) and returns the one it replaced.
+	Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, error)
 	Status(ctx context.Context, q dispatcher.Query) (*dispatcher.Status, error)
 	Config(ctx context.Context) (lb.Config, error)
 }
@@ -116,6 +119,8 @@ func New(e Engine, o Options) http.Handler {
 	log := h.log
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+api.PathOps, h.ops)
+	mux.HandleFunc("GET "+api.PathConfig, h.getConfig)
+	mux.HandleFunc("POST "+api.PathConfig, h.postConfig)
 	// The reports: a status snapshot rendered as the wire's types. Each
 	// translates at the door, so that nothing below this package knows
 	// the wire.

@@ -29,6 +29,29 @@ type fakeEngine struct {
 	ops     int
 	gate    chan struct{}
 	entered chan struct{} // receives once per Apply, when set
+
+	// running is the configuration Config and Replace return (the
+	// default one when unset); replaceErr refuses every Replace;
+	// replaced records the configurations Replace was given.
+	running    *lb.Config
+	replaceErr error
+	replaced   []replaceCall
+}
+
+type replaceCall struct {
+	next   lb.Config
+	dryRun bool
+}
+
+func (f *fakeEngine) Replace(_ context.Context, next lb.Config, dryRun bool) (lb.Config, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.replaced = append(f.replaced, replaceCall{next, dryRun})
+	old := lb.NewConfig()
+	if f.running != nil {
+		old = *f.running
+	}
+	return old, f.replaceErr
 }
 
 func (f *fakeEngine) Apply(ctx context.Context, ops []config.Op) (int, error) {
@@ -61,7 +84,12 @@ func (f *fakeEngine) Status(context.Context, dispatcher.Query) (*dispatcher.Stat
 	return &dispatcher.Status{Config: cfg}, nil
 }
 
-func (f *fakeEngine) Config(context.Context) (lb.Config, error) { return lb.NewConfig(), nil }
+func (f *fakeEngine) Config(context.Context) (lb.Config, error) {
+	if f.running != nil {
+		return *f.running, nil
+	}
+	return lb.NewConfig(), nil
+}
 
 // unsized hides a body's length, as a chunked request has none.
 type unsized struct{ io.Reader }

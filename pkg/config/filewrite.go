@@ -1,0 +1,189 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Writing a configuration file (file.go describes it).
+
+// fileHeader heads a written file.
+const fileHeader = `dlb configuration. "dlbctl apply -f FILE" makes dlbd's configuration
+equal to this file (--diff shows what it would change); "dlbd --config FILE"
+applies it at start and on SIGHUP. Keys left out take their defaults.`
+
+// MarshalFile writes cfg as a configuration file (YAML) that ReadFile
+// reads back into cfg. Settings at their defaults are left out, except
+// the ones an operator reads an object by (a port's protocol and method,
+// a server's weight).
+func MarshalFile(cfg lb.Config) ([]byte, error) {
+	root := FileNode(cfg)
+	root.HeadComment = fileHeader
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return nil, fmt.Errorf("encoding the configuration as YAML: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encoding the configuration as YAML: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// MarshalFileJSON writes cfg as a configuration file in JSON: the same
+// document as MarshalFile, which ReadFile reads too.
+func MarshalFileJSON(cfg lb.Config) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := writeJSON(&buf, FileNode(cfg)); err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, buf.Bytes(), "", "  "); err != nil {
+		return nil, fmt.Errorf("encoding the configuration as JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// FileNode returns cfg as the YAML tree of its configuration file.
+func FileNode(cfg lb.Config) *yaml.Node {
+	cfg = cfg.Clone()
+	cfg.Sort()
+	def := lb.NewConfig()
+	root := mappingNode()
+	if n := writeObject(&cfg.Executor, &def.Executor, executorFields, nil); len(n.Content) > 0 {
+		addKey(root, "executor", n)
+	}
+	if n := writeObject(&cfg.Manager, &def.Manager, managerFields, nil); len(n.Content) > 0 {
+		addKey(root, "manager", n)
+	}
+	if cfg.MetricServer != def.MetricServer {
+		msDef, _ := metricDefaults(cfg.MetricServer.Source)
+		addKey(root, "metricserver", writeObject(&cfg.MetricServer, &msDef, metricServerFields, []string{"source"}))
+	}
+	if len(cfg.Clusters) > 0 {
+		cls := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for i := range cfg.Clusters {
+			cls.Content = append(cls.Content, clusterNode(&cfg.Clusters[i], cfg.Advisors))
+		}
+		addKey(root, "clusters", cls)
+	}
+	if len(cfg.Advisors) > 0 {
+		as := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for i := range cfg.Advisors {
+			a := &cfg.Advisors[i]
+			n := mappingNode()
+			addKey(n, "name", stringCodec.encode(a.Name))
+			if a.Cluster.IsValid() {
+				addKey(n, "cluster", addrCodec.encode(a.Cluster))
+			}
+			addKey(n, "port", uintCodec[uint16](65535).encode(a.Port))
+			def := newAdvisor(a.Name, a.Cluster, a.Port)
+			n.Content = append(n.Content, writeObject(a, &def, advisorFields, nil).Content...)
+			as.Content = append(as.Content, n)
+		}
+		addKey(root, "advisors", as)
+	}
+	return root
+}
+
+func clusterNode(cl *lb.Cluster, advisors []lb.Advisor) *yaml.Node {
+	n := mappingNode()
+	addKey(n, "address", addrCodec.encode(cl.Address))
+	def := lb.NewCluster(cl.Address)
+	def.Proportions = impliedProportions(cl, advisors)
+	n.Content = append(n.Content, writeObject(cl, &def, clusterFields, nil).Content...)
+	if len(cl.Ports) > 0 {
+		ps := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for i := range cl.Ports {
+			p := &cl.Ports[i]
+			pn := mappingNode()
+			addKey(pn, "port", uintCodec[uint16](65535).encode(p.Number))
+			pdef := lb.NewPort(p.Number)
+			pn.Content = append(pn.Content, writeObject(p, &pdef, portFields, []string{"protocol", "method"}).Content...)
+			if len(p.Servers) > 0 {
+				ss := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+				for j := range p.Servers {
+					s := &p.Servers[j]
+					sn := mappingNode()
+					addKey(sn, "address", addrCodec.encode(s.Address))
+					sdef := newServer(p, s.Address)
+					sn.Content = append(sn.Content, writeObject(s, &sdef, serverFields, []string{"weight"}).Content...)
+					ss.Content = append(ss.Content, sn)
+				}
+				addKey(pn, "servers", ss)
+			}
+			ps.Content = append(ps.Content, pn)
+		}
+		addKey(n, "ports", ps)
+	}
+	return n
+}
+
+// writeObject returns the fields of x that differ from def (and those in
+// always) as a mapping.
+func writeObject[T any](x, def *T, fs []field[T], always []string) *yaml.Node {
+	n := mappingNode()
+	for _, f := range fs {
+		if slices.Contains(always, f.key) || !f.same(x, def) {
+			addKey(n, f.key, f.node(x))
+		}
+	}
+	return n
+}
+
+func mappingNode() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }
+
+func addKey(n *yaml.Node, key string, v *yaml.Node) {
+	n.Content = append(n.Content, scalarNode("!!str", key), v)
+}
+
+// writeJSON writes a tree FileNode made as JSON, keeping the order of
+// the keys.
+func writeJSON(buf *bytes.Buffer, n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		buf.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			k, _ := json.Marshal(n.Content[i].Value)
+			buf.Write(k)
+			buf.WriteByte(':')
+			if err := writeJSON(buf, n.Content[i+1]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case yaml.SequenceNode:
+		buf.WriteByte('[')
+		for i, c := range n.Content {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeJSON(buf, c); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!int", "!!float", "!!bool":
+			buf.WriteString(n.Value)
+		default:
+			s, _ := json.Marshal(n.Value)
+			buf.Write(s)
+		}
+	default:
+		return fmt.Errorf("encoding the configuration as JSON: unexpected node kind %d", n.Kind)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package dispatcher
+
+import (
+	"context"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Replace makes the configuration equal to next (a whole configuration:
+// a configuration file) as one change, all or none, through the same
+// path as Apply: package config validates next whole, the engine gives
+// ids to new objects, writes what differs to the executor and the host,
+// journals it and commits it. Objects next does not change are not
+// touched: their servers keep their ids, their Maglev tables and their
+// connections. A refused configuration returns a *config.OpError (Index
+// -1) and changes nothing.
+//
+// With dryRun nothing is changed: next is validated, and checked against
+// the executor's capacity, as it would be. Either way Replace returns the
+// configuration it replaced (or would replace), so that the caller can
+// say what changed (config.Plan); when next equals it, nothing is done.
+func (e *Engine) Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, error) {
+	return call(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
+}
+
+func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
+	old := e.ed.Config()
+	edit, err := e.ed.PrepareConfig(next)
+	if err != nil {
+		return old, err
+	}
+	ch := edit.Change
+	if ch.Empty() {
+		return old, nil
+	}
+	if dryRun {
+		delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
+		if err != nil {
+			return old, &config.OpError{Index: -1, Err: err}
+		}
+		e.ids.Revert(delta)
+		return old, nil
+	}
+	if err := e.change(edit, -1); err != nil {
+		return old, err
+	}
+	e.log.Info("configuration replaced", "clusters", len(ch.Clusters), "ports", len(ch.Ports), "servers", len(ch.Servers),
+		"advisors", len(ch.Advisors), "executor", ch.Executor, "manager", ch.Manager, "metric_server", ch.MetricServer)
+	return old, nil
+}

@@ -1,0 +1,220 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+func (h *harness) replace(next lb.Config, dryRun bool) (lb.Config, error) {
+	h.t.Helper()
+	return h.e.Replace(context.Background(), next, dryRun)
+}
+
+// backendIDs maps cluster@port@server to the backend id the executor
+// holds for it.
+func backendIDs(dp *lb.Dataplane) map[string]uint32 {
+	svc := map[uint32]lb.ServiceKey{}
+	for _, s := range dp.Services {
+		svc[s.ID] = lb.ServiceKey{Cluster: s.Cluster, Port: s.Port}
+	}
+	out := map[string]uint32{}
+	for _, b := range dp.Backends {
+		out[lb.BackendKey{Service: svc[b.Service], Server: b.Address}.String()] = b.ID
+	}
+	return out
+}
+
+// TestReplaceMakesTheConfiguration: Replace makes the configuration
+// equal to the one given, as one journaled change that survives a
+// restart, and leaves what it does not change alone: the servers it keeps
+// keep their ids, and the executor is written only the ports that
+// changed.
+func TestReplaceMakesTheConfiguration(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	before := h.config()
+	idsBefore := backendIDs(h.dp.state())
+
+	next := before.Clone()
+	cl := next.Cluster(netip.MustParseAddr(vip))
+	p80 := cl.Port(80)
+	p80.Servers = []lb.Server{*p80.Server(s1), {Address: s3, Weight: 7}} // .22 removed, .23 added
+	add := lb.NewCluster(netip.MustParseAddr(vip2))
+	add.Ports = []lb.Port{lb.NewPort(8080)}
+	add.Ports[0].Servers = []lb.Server{{Address: s2, Weight: 3}}
+	next.Clusters = append(next.Clusters, add)
+	next.Sort()
+
+	h.dp.mu.Lock()
+	h.dp.updated = nil
+	h.dp.mu.Unlock()
+	old, err := h.replace(next, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !config.Diff(old, before).Empty() {
+		t.Error("Replace did not return the configuration it replaced")
+	}
+	if ch := config.Diff(h.config(), next); !ch.Empty() {
+		t.Fatalf("configuration differs from the one given: %+v", ch)
+	}
+	ids := backendIDs(h.dp.state())
+	for _, k := range []string{vip + "@80@198.18.0.21", vip + "@443@198.18.0.21", vip + "@443@198.18.0.22"} {
+		if ids[k] == 0 || ids[k] != idsBefore[k] {
+			t.Errorf("%s: id %d, was %d", k, ids[k], idsBefore[k])
+		}
+	}
+	if _, ok := ids[vip+"@80@198.18.0.22"]; ok {
+		t.Error("the removed server is still in the executor")
+	}
+	if ids[vip+"@80@198.18.0.23"] == 0 || ids[vip2+"@8080@198.18.0.22"] == 0 {
+		t.Errorf("added servers missing from the executor: %v", ids)
+	}
+	// One update, of the ports that changed: 443 untouched.
+	h.dp.mu.Lock()
+	updates := h.dp.updated
+	h.dp.mu.Unlock()
+	if len(updates) != 1 {
+		t.Fatalf("%d executor updates, want 1", len(updates))
+	}
+	for _, s := range updates[0].Services {
+		if s.Cluster.String() == vip && s.Port == 443 {
+			t.Error("port 443 did not change but was written")
+		}
+	}
+	h.restart()
+	if ch := config.Diff(h.config(), next); !ch.Empty() {
+		t.Errorf("after a restart the configuration differs: %+v", ch)
+	}
+}
+
+// TestReplaceNoChange: replacing the configuration by an equal one does
+// nothing: no journal record, no executor write.
+func TestReplaceNoChange(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	files, applies := stateFiles(t, h.dir), h.dp.applies
+	if _, err := h.replace(h.config(), false); err != nil {
+		t.Fatal(err)
+	}
+	if stateFiles(t, h.dir) != files || h.dp.applies != applies {
+		t.Error("an equal configuration changed the state or the executor")
+	}
+}
+
+// TestReplaceAllOrNothing: a configuration refused anywhere on the way
+// (by the model, by the host, by the executor, by its capacity) changes
+// nothing, even when most of it could have been applied; a dry run
+// changes nothing either way.
+func TestReplaceAllOrNothing(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.MaxBackends = 8 })
+	base(h)
+	h.nif.offLink[netip.MustParseAddr("198.18.9.9")] = true
+
+	// good adds three servers to port 80 and a port 8080 with one.
+	good := func() lb.Config {
+		c := h.config()
+		cl := c.Cluster(netip.MustParseAddr(vip))
+		cl.Ports[0].Servers = append(cl.Ports[0].Servers, lb.Server{Address: s3, Weight: 1},
+			lb.Server{Address: netip.MustParseAddr("198.18.0.24"), Weight: 1})
+		p := lb.NewPort(8080)
+		p.Servers = []lb.Server{{Address: netip.MustParseAddr("198.18.0.25"), Weight: 1}}
+		cl.Ports = append(cl.Ports, p)
+		c.Sort()
+		return c
+	}
+	cases := []struct {
+		name  string
+		edit  func(c *lb.Config)
+		fail  func()
+		field string
+	}{
+		{"a weight above the weightbound", func(c *lb.Config) { c.Clusters[0].Ports[2].Servers[0].Weight = 99 }, nil, "weight"},
+		{"a server off link", func(c *lb.Config) {
+			c.Clusters[0].Ports[2].Servers = append(c.Clusters[0].Ports[2].Servers, lb.Server{Address: netip.MustParseAddr("198.18.9.9"), Weight: 1})
+		}, nil, "server"},
+		{"an unknown interface", func(c *lb.Config) { c.Executor.Interface = "nope0" }, nil, "interface"},
+		{"an unknown advisor", func(c *lb.Config) {
+			c.Advisors = []lb.Advisor{lb.NewAdvisor("gopher", netip.Addr{}, 80)}
+		}, nil, "advisor"},
+		{"more servers than the executor holds", func(c *lb.Config) {
+			c.Clusters[0].Ports[1].Servers = append(c.Clusters[0].Ports[1].Servers, lb.Server{Address: s3, Weight: 1},
+				lb.Server{Address: netip.MustParseAddr("198.18.0.26"), Weight: 1})
+		}, nil, "server"},
+		{"the executor fails", nil, func() { h.dp.failNext = errors.New("map full") }, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			next := good()
+			if c.edit != nil {
+				c.edit(&next)
+			}
+			beforeCfg, beforeFiles, beforeDP := h.config(), stateFiles(t, h.dir), h.dp.state()
+			beforeAddrs := fmt.Sprint(h.nif.addresses)
+			check := func(what string) {
+				t.Helper()
+				if !reflect.DeepEqual(h.config(), beforeCfg) {
+					t.Errorf("%s: the configuration changed", what)
+				}
+				if stateFiles(t, h.dir) != beforeFiles {
+					t.Errorf("%s: the state files changed", what)
+				}
+				if !reflect.DeepEqual(h.dp.state(), beforeDP) {
+					t.Errorf("%s: the executor's state changed", what)
+				}
+				if fmt.Sprint(h.nif.addresses) != beforeAddrs {
+					t.Errorf("%s: the host's addresses changed", what)
+				}
+			}
+			if c.fail == nil {
+				// The refusals a dry run can find (not the host's).
+				_, err := h.replace(next, true)
+				check("dry run")
+				if c.field == "weight" || c.field == "advisor" || c.name == "more servers than the executor holds" {
+					if lb.FieldOf(err) != c.field {
+						t.Errorf("dry run: error %v, want a refusal naming %q", err, c.field)
+					}
+				}
+			} else {
+				c.fail()
+			}
+			_, err := h.replace(next, false)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			var oe *config.OpError
+			if !errors.As(err, &oe) || oe.Index != -1 {
+				t.Errorf("error %T %v, want an *OpError of the whole batch", err, err)
+			}
+			if lb.FieldOf(err) != c.field {
+				t.Errorf("error %v, want a refusal naming %q", err, c.field)
+			}
+			check("refused")
+		})
+	}
+
+	// The good configuration itself: a dry run changes nothing, then it
+	// applies.
+	next := good()
+	before, files := h.config(), stateFiles(t, h.dir)
+	old, err := h.replace(next, true)
+	if err != nil || !config.Diff(old, before).Empty() {
+		t.Fatalf("dry run: %v", err)
+	}
+	if !reflect.DeepEqual(h.config(), before) || stateFiles(t, h.dir) != files {
+		t.Fatal("a dry run changed something")
+	}
+	if _, err := h.replace(next, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.dp.state().Backends); n != 7 {
+		t.Errorf("%d backends, want 7", n)
+	}
+}
