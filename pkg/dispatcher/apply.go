@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
@@ -60,6 +61,8 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		return 0, refuse(err)
 	}
 	e.ed.Commit(edit)
+	e.facts.changes++
+	e.facts.lastChange = time.Now()
 	e.afterCommit(old, next, ch, delta)
 	for i, op := range ops {
 		e.log.Info("applied", "op", i, "object", op.Object, "action", op.Action, "target", op.Target)
