@@ -1,0 +1,387 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// The monitoring end to end: a real Prometheus scraping dlbd during
+// traffic, and the web console in a real headless Chromium. dlbd runs in
+// the lab's dispatcher namespace and listens on that namespace's loopback
+// (metricsAddr); Prometheus runs there too; the test reaches both by
+// dialling from inside the namespace, and Chromium (in the test's own
+// namespace) through a small forwarder.
+
+// metricsAddr is where the lab's dlbd serves /metrics and the console, on
+// the dispatcher namespace's own loopback.
+const metricsAddr = "127.0.0.1:9917"
+
+// dialIn returns a dialer that opens its connections inside a network
+// namespace: a socket stays in the namespace it was made in.
+func dialIn(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			// A thread of its own: switched to the namespace, and thrown
+			// away (never unlocked) if it cannot be switched back.
+			runtime.LockOSThread()
+			orig, err := netns.Get()
+			if err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			defer orig.Close()
+			target, err := netns.GetFromPath(nsPath)
+			if err != nil {
+				runtime.UnlockOSThread()
+				ch <- result{nil, err}
+				return
+			}
+			defer target.Close()
+			if err := netns.Set(target); err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+			if netns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// nsClient is an HTTP client whose connections start in the lab's
+// dispatcher namespace.
+func (l *lab) nsClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: dialIn("/run/netns/" + l.env["LAB_DISPATCHER_NS"]), DisableCompression: true}}
+}
+
+// forwarder accepts connections on the test's loopback and forwards each
+// to addr in the dispatcher namespace; it stops when the test ends.
+func (l *lab) forwarder(addr string) string {
+	l.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	dial := dialIn("/run/netns/" + l.env["LAB_DISPATCHER_NS"])
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	track := func(c net.Conn, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if on {
+			open[c] = true
+		} else {
+			delete(open, c)
+		}
+	}
+	l.t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				track(c, true)
+				defer track(c, false)
+				up, err := dial(context.Background(), "tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				track(up, true)
+				defer track(up, false)
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// needTool finds a program the test needs: it skips without it on a
+// developer's machine, and fails under DLB_REQUIRE_PRIVILEGED=1 (CI, where
+// make test-deps installs it).
+func needTool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("DLB_REQUIRE_PRIVILEGED") == "1" {
+		t.Fatalf("%s is missing (make test-deps installs the %s package)", name, pkg)
+	}
+	t.Skipf("%s is missing: make test-deps installs the %s package", name, pkg)
+	return ""
+}
+
+// artefactDir is where tests leave what a person may want to look at
+// (screenshots): $DLB_ARTEFACTS, or a new directory under the system's
+// temporary directory. It is not removed.
+func artefactDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("DLB_ARTEFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d, err := os.MkdirTemp("", "dlb-artefacts-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// prometheus is a Prometheus server the test runs in the dispatcher
+// namespace.
+type prometheus struct {
+	l    *lab
+	base string
+	c    *http.Client
+}
+
+// startPrometheus runs Prometheus with a configuration of its own that
+// scrapes dlbd's /metrics every second; it is stopped when the test ends.
+func (l *lab) startPrometheus() *prometheus {
+	l.t.Helper()
+	bin := needTool(l.t, "prometheus", "prometheus")
+	dir := filepath.Join(l.run, "prometheus")
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		l.t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: dlbd
+    static_configs:
+      - targets: ["%s"]
+`, metricsAddr)
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+	const listen = "127.0.0.1:9090"
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+l.env["LAB_DISPATCHER_NS"], bin,
+		"--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+listen, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		l.t.Fatalf("starting prometheus: %v", err)
+	}
+	l.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if l.t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+			l.t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	p := &prometheus{l: l, base: "http://" + listen, c: l.nsClient()}
+	waitFor(l.t, 30*time.Second, "prometheus ready", func() bool {
+		resp, err := p.c.Get(p.base + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+// query runs a PromQL instant query through Prometheus's HTTP API at time
+// at, and returns the vector's values by the given label.
+func (p *prometheus) query(q string, at time.Time, by string) map[string]float64 {
+	p.l.t.Helper()
+	v := url.Values{"query": {q}, "time": {strconv.FormatFloat(float64(at.UnixNano())/1e9, 'f', 3, 64)}}
+	resp, err := p.c.Get(p.base + "/api/v1/query?" + v.Encode())
+	if err != nil {
+		p.l.t.Fatalf("query %s: %v", q, err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != "success" || r.Data.ResultType != "vector" {
+		p.l.t.Fatalf("query %s: %v %s %s (%s)", q, err, r.Status, r.Error, r.Data.ResultType)
+	}
+	out := map[string]float64{}
+	for _, s := range r.Data.Result {
+		str, _ := s.Value[1].(string)
+		f, err := strconv.ParseFloat(str, 64)
+		if err != nil {
+			p.l.t.Fatalf("query %s: value %v", q, s.Value)
+		}
+		out[s.Metric[by]] = f
+	}
+	return out
+}
+
+// scrapedAfter waits until Prometheus holds a scrape of dlbd taken after
+// t, and returns that scrape's time.
+func (p *prometheus) scrapedAfter(t time.Time, limit time.Duration) time.Time {
+	p.l.t.Helper()
+	var last time.Time
+	waitFor(p.l.t, limit, "a scrape after "+t.Format(time.StampMilli), func() bool {
+		ts := p.query(`timestamp(dlb_config_changes_total)`, time.Now(), "")[""]
+		last = time.UnixMilli(int64(math.Round(ts * 1000)))
+		return last.After(t)
+	})
+	return last
+}
+
+// TestPrivilegedE2EPrometheus: a real Prometheus scrapes dlbd every second
+// while a client opens new connections through the VIP to three servers
+// of different weights; PromQL through Prometheus's HTTP API gives every
+// server's new connections as the client counted them (within 5 %), and
+// promtool finds nothing to fault in the exposition scraped meanwhile.
+func TestPrivilegedE2EPrometheus(t *testing.T) {
+	promtool := needTool(t, "promtool", "prometheus")
+	l := newLabPrefix(t, "dlbm", "-n", "3", "-c", "1")
+	l.startDlbd("--metrics-address", metricsAddr)
+	l.configure("generic", 5, 10, 15)
+	l.mustCtl("advisor", "start", "http", l.vip()+"@80", "--interval", "1")
+	prom := l.startPrometheus()
+	before := prom.scrapedAfter(time.Now(), 20*time.Second)
+	if up := prom.query(`up{job="dlbd"}`, time.Now(), "job"); up["dlbd"] != 1 {
+		t.Fatalf("Prometheus does not scrape dlbd: up = %v", up)
+	}
+
+	type loadOut struct {
+		r   loadResult
+		err error
+	}
+	done := make(chan loadOut, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		r, err := l.load(ctx, "-url", "http://"+l.vip()+"/", "-duration", "12s", "-c", "8")
+		done <- loadOut{r, err}
+	}()
+	// Meanwhile: the exposition as Prometheus gets it, checked by promtool,
+	// and the issue's rate query.
+	time.Sleep(6 * time.Second)
+	resp, err := l.nsClient().Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expo, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %v %s", err, resp.Status)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(expo)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics on the exposition scraped during traffic: %v\n%s", err, out)
+	}
+	for _, want := range []string{`dlb_advisor_state{advisor="http@` + l.vip() + `@80",server="` + l.backend(1) + `",port="80",state="up"} 1`, `dlb_server_new_connections_total{cluster="` + l.vip() + `",port="80",server="` + l.backend(3) + `"}`} {
+		if !bytes.Contains(expo, []byte(want)) {
+			t.Errorf("the exposition lacks %s", want)
+		}
+	}
+	rates := prom.query(`sum(rate(dlb_server_new_connections_total[30s])) by (server)`, time.Now(), "server")
+	t.Logf("during traffic, sum(rate(dlb_server_new_connections_total[30s])) by (server) = %v", rates)
+	for i := 1; i <= 3; i++ {
+		if rates[l.backend(i)] <= 0 {
+			t.Errorf("no rate of new connections for b%d during traffic: %v", i, rates)
+		}
+	}
+
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	r := out.r
+	if r.Failed != 0 || r.OK < 300 {
+		t.Fatalf("traffic: %d ok, %d failed: %v", r.OK, r.Failed, r.Errors)
+	}
+	at := prom.scrapedAfter(time.Now().Add(500*time.Millisecond), 20*time.Second)
+	// Two queries: the counters' values at the last scrape (they started at
+	// 0 with this dlbd), and their increase over a window that starts
+	// before the traffic, evaluated at that scrape (no extrapolation).
+	window := int(at.Sub(before).Seconds()) + 5
+	counts := prom.query(fmt.Sprintf(`sum by (server) (dlb_server_new_connections_total{cluster=%q,port="80"})`, l.vip()), at, "server")
+	increase := prom.query(fmt.Sprintf(`sum by (server) (increase(dlb_server_new_connections_total{cluster=%q,port="80"}[%ds]))`, l.vip(), window), at, "server")
+	t.Logf("client: %d connections in %d ms: %v", r.OK, r.ElapsedMS, r.PerBackend)
+	t.Logf("%-4s %-14s %8s %12s %12s", "", "server", "client", "prometheus", "increase()")
+	for i := 1; i <= 3; i++ {
+		addr := l.backend(i)
+		client := float64(r.PerBackend[fmt.Sprintf("b%d", i)])
+		t.Logf("b%-3d %-14s %8.0f %12.0f %12.1f", i, addr, client, counts[addr], increase[addr])
+		for name, got := range map[string]float64{"value": counts[addr], "increase": increase[addr]} {
+			if client == 0 || math.Abs(got-client)/client > 0.05 {
+				t.Errorf("b%d: Prometheus's %s is %.1f, the client counted %.0f (more than 5 %% apart)", i, name, got, client)
+			}
+		}
+	}
+	dur := prom.query(`scrape_duration_seconds{job="dlbd"}`, at, "job")["dlbd"]
+	samples := prom.query(`scrape_samples_scraped{job="dlbd"}`, at, "job")["dlbd"]
+	t.Logf("last scrape: %.1f ms, %.0f samples", dur*1000, samples)
+}
