@@ -15,11 +15,15 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
 	"github.com/vishvananda/netns"
 )
 
@@ -384,4 +388,178 @@ func TestPrivilegedE2EPrometheus(t *testing.T) {
 	dur := prom.query(`scrape_duration_seconds{job="dlbd"}`, at, "job")["dlbd"]
 	samples := prom.query(`scrape_samples_scraped{job="dlbd"}`, at, "job")["dlbd"]
 	t.Logf("last scrape: %.1f ms, %.0f samples", dur*1000, samples)
+}
+
+// browserErrors collects what a page reports as errors: console.error and
+// console.assert calls, uncaught exceptions, and the browser's own error
+// entries (a resource that failed to load, a CSP violation).
+type browserErrors struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (b *browserErrors) add(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.errs = append(b.errs, s)
+}
+
+func (b *browserErrors) list() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.errs...)
+}
+
+func (b *browserErrors) listen(ev any) {
+	switch e := ev.(type) {
+	case *cdpruntime.EventConsoleAPICalled:
+		if e.Type == cdpruntime.ConsoleAPICalledTypeError || e.Type == cdpruntime.ConsoleAPICalledTypeAssert {
+			var args []string
+			for _, a := range e.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			b.add(fmt.Sprintf("console.%s: %s", e.Type, strings.Join(args, " ")))
+		}
+	case *cdpruntime.EventExceptionThrown:
+		d := e.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		b.add(fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber, msg))
+	case *cdplog.EventEntryAdded:
+		if e.Entry.Level == cdplog.EntryLevelError {
+			b.add(fmt.Sprintf("browser log (%s): %s %s", e.Entry.Source, e.Entry.Text, e.Entry.URL))
+		}
+	}
+}
+
+// TestPrivilegedE2EConsole opens the web console in a real headless
+// Chromium while traffic flows: the page loads with no console error,
+// shows every configured server, and when a server's HTTP service stops,
+// its row shows it failed (its advisor's verdict: down) within the
+// advisor's detection time plus 2 s. Screenshots are left as artefacts.
+func TestPrivilegedE2EConsole(t *testing.T) {
+	chromium := needTool(t, "chromium", "chromium")
+	l := newLabPrefix(t, "dlbm", "-n", "3", "-c", "1")
+	l.startDlbd("--metrics-address", metricsAddr)
+	l.configure("generic", 10, 10, 10)
+	const interval, fall, timeout = 0.5, 2, 1.0
+	l.mustCtl("advisor", "start", "http", l.vip()+"@80", "--interval", fmt.Sprint(interval), "--fall", fmt.Sprint(fall),
+		"--rise", "2", "--connecttimeout", fmt.Sprint(timeout), "--receivetimeout", fmt.Sprint(timeout))
+	l.mustCtl("manager", "start")
+	site := "http://" + l.forwarder(metricsAddr) + "/"
+
+	loadDone := make(chan loadResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, _ := l.load(ctx, "-url", "http://"+l.vip()+"/", "-duration", "14s", "-c", "2", "-timeout", "2s")
+		loadDone <- r
+	}()
+	defer func() { <-loadDone }()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 1100),
+		chromedp.UserDataDir(filepath.Join(l.run, "chromium")))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	defer cancelCtx()
+	var errs browserErrors
+	// The first call starts the browser: on a context without a timeout,
+	// which would stop the browser with it.
+	if err := chromedp.Listen(ctx, errs.listen); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	tctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+
+	rows := make([]string, 3)
+	for i := range rows {
+		rows[i] = fmt.Sprintf(`tr[data-key="%s@80@%s"]`, l.vip(), l.backend(i+1))
+	}
+	start := time.Now()
+	if err := chromedp.Do(tctx, chromedp.Navigate(site), chromedp.WaitVisible(chromedp.CSS(rows[0])),
+		chromedp.WaitVisible(chromedp.CSS(rows[1])), chromedp.WaitVisible(chromedp.CSS(rows[2]))); err != nil {
+		t.Fatalf("loading the console: %v (browser errors: %v)", err, errs.list())
+	}
+	t.Logf("console at %s showed all three servers after %v", site, time.Since(start).Round(time.Millisecond))
+	shown, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#clusters")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if !strings.Contains(shown, l.backend(i)) {
+			t.Errorf("the page does not show server %s:\n%s", l.backend(i), shown)
+		}
+	}
+	// state reads a server's row: its state, and its advisor cell.
+	state := func(i int) (st, advisor string) {
+		t.Helper()
+		js := fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r ? [r.dataset.state || "", r.children[4].textContent] : ["", ""]; })()`, rows[i-1])
+		v, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](js))
+		if err != nil || len(v) != 2 {
+			t.Fatalf("reading b%d's row: %v %v", i, v, err)
+		}
+		return v[0], v[1]
+	}
+	for i := 1; i <= 3; i++ {
+		if st, _ := state(i); st != "up" {
+			t.Errorf("b%d shows %q before anything stopped", i, st)
+		}
+	}
+	// Let the charts fill a little, then keep a picture of the page.
+	time.Sleep(5 * time.Second)
+	dir := artefactDir(t)
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	}
+	shot("console.png")
+
+	stopped := time.Now()
+	if out, err := l.script("backend-stop", "b2").CombinedOutput(); err != nil {
+		t.Fatalf("stopping b2's server: %v\n%s", err, out)
+	}
+	limit := time.Duration((interval*fall+timeout)*float64(time.Second)) + 2*time.Second
+	var shownAt time.Duration
+	for {
+		st, advisor := state(2)
+		if st == "failed" && advisor == "down" {
+			shownAt = time.Since(stopped)
+			break
+		}
+		if time.Since(stopped) > limit+5*time.Second {
+			t.Fatalf("b2's row still shows %q (advisor %q) %v after its server stopped", st, advisor, time.Since(stopped))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("b2's row showed failed (advisor: down) %v after its server was stopped (limit: detection %v + 2 s = %v)",
+		shownAt.Round(time.Millisecond), limit-2*time.Second, limit)
+	if shownAt > limit {
+		t.Errorf("b2 shown down after %v, more than the advisor's detection time + 2 s (%v)", shownAt, limit)
+	}
+	for _, i := range []int{1, 3} {
+		if st, _ := state(i); st != "up" {
+			t.Errorf("b%d shows %q while only b2 stopped", i, st)
+		}
+	}
+	// The event list says so too.
+	waitFor(t, 5*time.Second, "the serverDown event on the page", func() bool {
+		ev, _ := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#events")))
+		return strings.Contains(ev, "server "+l.backend(2)+" port 80 down")
+	})
+	shot("console-b2-down.png")
+	if e := errs.list(); len(e) > 0 {
+		t.Errorf("the page reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
+	}
 }
