@@ -76,9 +76,12 @@ test-unit:
 	$(GO) test -count=1 -short ./...
 
 ## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root);
-## then the control plane: a manager cycle over 10,000 servers and Maglev rebuilds
+## then the control plane: a manager cycle over 10,000 servers and Maglev rebuilds;
+## and a /metrics scrape at 1,000 ports x 100 servers (needs root: a lab)
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
+	DLB_BENCH=1 $(GO) test -run '^TestPrivilegedMetricsScaleReport$$' -count=1 -v ./pkg/e2e/
+	$(GO) test -run '^$$' -bench 'Write100k' -benchtime 5x ./pkg/metrics/
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
 	$(GO) test -run '^$$' -bench 'ManagerCycle' -benchtime 5x ./pkg/dispatcher/
 	$(GO) test -run '^$$' -bench 'Build' -benchtime 20x ./pkg/maglev/

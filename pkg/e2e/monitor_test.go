@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -561,5 +562,113 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 	shot("console-b2-down.png")
 	if e := errs.list(); len(e) > 0 {
 		t.Errorf("the page reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
+	}
+}
+
+// scrapeOnce fetches a URL in the dispatcher namespace and returns how
+// long the whole response took and its body (decompressed when gzipped).
+func scrapeOnce(t *testing.T, c *http.Client, u string, gzipped bool) (time.Duration, []byte, int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	if gzipped {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %s", u, err, resp.Status)
+	}
+	body := raw
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, err = io.ReadAll(zr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return took, body, len(raw)
+}
+
+// TestPrivilegedMetricsScaleReport (make bench; DLB_BENCH=1) prints what a
+// scrape of /metrics and a console snapshot cost at DLB_SCALE_PORTS x
+// DLB_SCALE_SERVERS (default 1000 x 100 = 100,000 servers): the time of a
+// whole scrape as a client sees it (median of 5, plain and gzipped), the
+// response's size, the number of series; promtool checks the exposition.
+// The issue's goal is a scrape under 1 s at 100,000 servers.
+func TestPrivilegedMetricsScaleReport(t *testing.T) {
+	if os.Getenv("DLB_BENCH") == "" {
+		t.Skip("a benchmark: set DLB_BENCH=1 (make bench)")
+	}
+	ports, servers := envInt("DLB_SCALE_PORTS", 1000), envInt("DLB_SCALE_SERVERS", 100)
+	l := newLabPrefix(t, "dlbm", "-n", "1", "-c", "1", "-r", "1")
+	l.startDlbd("--max-servers", "131071", "--metrics-address", metricsAddr)
+	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"])
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
+	script := filepath.Join(l.run, "scale.cfg")
+	scaleScript(l, script, ports, servers)
+	load := l.timeCtl("file", "load", script)
+	c := l.nsClient()
+	u := "http://" + metricsAddr + "/metrics"
+
+	_, body, _ := scrapeOnce(t, c, u, false) // warm up
+	series := 0
+	for _, line := range bytes.Split(body, []byte("\n")) {
+		if len(line) > 0 && line[0] != '#' {
+			series++
+		}
+	}
+	want := fmt.Sprintf(`dlb_server_state{cluster="%s",port="%d",server="%s",state="up"} 1`, l.vip(), 1001+ports-1, scaleServer(ports*servers-1))
+	if !bytes.Contains(body, []byte(want)) {
+		t.Errorf("the exposition lacks the last server's state: %s", want)
+	}
+	var plain, zipped []time.Duration
+	var zsize int
+	cpu0 := cpuTime(t, l.dlbd.Process.Pid)
+	for range 5 {
+		d, _, _ := scrapeOnce(t, c, u, false)
+		plain = append(plain, d)
+		d, _, n := scrapeOnce(t, c, u, true)
+		zipped = append(zipped, d)
+		zsize = n
+	}
+	cpuPer := (cpuTime(t, l.dlbd.Process.Pid) - cpu0) / 10
+	med := func(d []time.Duration) time.Duration { return medianOf(len(d), func(i int) time.Duration { return d[i] }) }
+	snap := medianOf(5, func(int) time.Duration {
+		d, _, _ := scrapeOnce(t, c, "http://"+metricsAddr+"/api/snapshot", false)
+		return d
+	})
+	var check time.Duration
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		start := time.Now()
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%.2000s", err, out)
+		}
+		check = time.Since(start)
+	}
+	t.Logf("%d ports x %d servers (%d servers), loaded in %.1f s:", ports, servers, ports*servers, load.Seconds())
+	t.Logf("  /metrics series                       %d", series)
+	t.Logf("  /metrics size, text                   %.1f MB", float64(len(body))/1e6)
+	t.Logf("  /metrics size, gzipped                %.1f MB", float64(zsize)/1e6)
+	t.Logf("  scrape, text (median of 5)            %.0f ms", ms(med(plain)))
+	t.Logf("  scrape, gzipped (median of 5)         %.0f ms", ms(med(zipped)))
+	t.Logf("  dlbd CPU per scrape (both kinds)      %.0f ms", ms(cpuPer))
+	t.Logf("  console snapshot (ports only)         %.0f ms", ms(snap))
+	if check > 0 {
+		t.Logf("  promtool check metrics                passed (%.1f s)", check.Seconds())
+	}
+	for name, d := range map[string]time.Duration{"text": med(plain), "gzipped": med(zipped)} {
+		if d > time.Second {
+			t.Logf("  NOT MET: a %s scrape takes %v, the goal is under 1 s", name, d)
+		}
 	}
 }
