@@ -640,7 +640,9 @@ func TestPrivilegedMetricsScaleReport(t *testing.T) {
 		zsize = n
 	}
 	cpuPer := (cpuTime(t, l.dlbd.Process.Pid) - cpu0) / 10
-	med := func(d []time.Duration) time.Duration { return medianOf(len(d), func(i int) time.Duration { return d[i] }) }
+	med := func(d []time.Duration) time.Duration {
+		return medianOf(len(d), func(i int) time.Duration { return d[i] })
+	}
 	snap := medianOf(5, func(int) time.Duration {
 		d, _, _ := scrapeOnce(t, c, "http://"+metricsAddr+"/api/snapshot", false)
 		return d
