@@ -28,7 +28,7 @@
 // for its state, not one per possible state. Alert on
 // dlb_server_state{state!="up"}.
 //
-// Per port (labels cluster, port) — 15 series each:
+// Per port (labels cluster, port) — 16 series each:
 //
 //	dlb_port_packets_total, dlb_port_bytes_total, dlb_port_new_connections_total,
 //	dlb_port_finished_connections_total    counters, as the servers'

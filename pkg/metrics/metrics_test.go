@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -418,37 +419,58 @@ func TestHandler(t *testing.T) {
 	}
 }
 
-// TestOneScrapeAtATime: concurrent scrapes take their snapshots one after
-// the other; one that cannot get its turn within the timeout gets 503.
+// blockingSource holds every Status call until release is closed.
+type blockingSource struct {
+	st      *dispatcher.Status
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingSource) Status(ctx context.Context, _ dispatcher.Query) (*dispatcher.Status, error) {
+	b.calls.Add(1)
+	b.entered <- struct{}{}
+	select {
+	case <-b.release:
+		return b.st, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestOneScrapeAtATime: while one scrape takes its snapshot, another waits
+// for its turn, and gets 503 without costing the engine a snapshot if its
+// turn does not come before it gives up; after the first, scrapes go on.
 func TestOneScrapeAtATime(t *testing.T) {
-	var calls atomic.Int32
-	h := NewHandler(fakeSource{st: sample(), delay: 300 * time.Millisecond, calls: &calls},
-		Options{NoProcess: true, Timeout: 400 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	codes := make(chan int, 3)
-	start := time.Now()
-	for range 3 {
-		go func() {
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-			codes <- rec.Code
-		}()
+	src := &blockingSource{st: sample(), entered: make(chan struct{}, 4), release: make(chan struct{})}
+	h := NewHandler(src, Options{NoProcess: true, Timeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	scrape := func(ctx context.Context) int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil).WithContext(ctx))
+		return rec.Code
 	}
-	got := map[int]int{}
-	for range 3 {
-		got[<-codes]++
+	first := make(chan int, 1)
+	go func() { first <- scrape(context.Background()) }()
+	<-src.entered // the first scrape holds its turn, in Status
+	// A scraper that gives up after 200 ms (as Prometheus does at its
+	// scrape_timeout).
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if code := scrape(short); code != http.StatusServiceUnavailable {
+		t.Errorf("a scrape during another got %d, want 503", code)
 	}
-	// 300 ms each: the first finishes at 300 ms, the second at 600 ms
-	// (it waited 300 of its 400 ms: it got its turn, and its own snapshot
-	// then runs under the rest of the timeout, so it fails at 400 ms);
-	// the third never gets its turn within 400 ms.
-	if got[http.StatusOK] < 1 || got[http.StatusServiceUnavailable] < 1 || got[http.StatusOK]+got[http.StatusServiceUnavailable] != 3 {
-		t.Errorf("codes %v", got)
+	if n := src.calls.Load(); n != 1 {
+		t.Errorf("%d snapshots taken while one scrape ran, want 1", n)
 	}
-	if n := calls.Load(); n > 2 {
-		t.Errorf("%d snapshots taken: scrapes did not wait for each other", n)
+	close(src.release)
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first scrape got %d", code)
 	}
-	if el := time.Since(start); el > 2*time.Second {
-		t.Errorf("scrapes took %v", el)
+	for range 2 {
+		if code := scrape(context.Background()); code != http.StatusOK {
+			t.Errorf("a scrape after the others got %d", code)
+		}
+		<-src.entered
 	}
 }
 
@@ -549,3 +571,65 @@ type countWriter int
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
 func runtimeVersion() string { return runtime.Version() }
+
+// TestAlertRules: the example rules in docs/ pass promtool check rules,
+// and every dlb_ family they use is one the exposition has.
+func TestAlertRules(t *testing.T) {
+	const path = "../../docs/dlb-alerts.yml"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := parse(t, render(t, sample()))
+	names := regexp.MustCompile(`\bdlb_[a-z_]+`).FindAllString(string(b), -1)
+	if len(names) == 0 {
+		t.Fatal("the rules use no dlb_ family")
+	}
+	for _, n := range names {
+		if _, ok := fams[n]; !ok {
+			t.Errorf("the rules use %s, which dlbd does not expose", n)
+		}
+	}
+	promtool := "promtool"
+	if _, err := exec.LookPath(promtool); err != nil {
+		if os.Getenv("DLB_REQUIRE_PRIVILEGED") == "1" {
+			t.Fatal("promtool is missing (make test-deps installs the prometheus package)")
+		}
+		t.Skip("promtool is missing: make test-deps installs it")
+	}
+	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestCardinality: the series counts the package documents — 8 per server
+// of a port, 16 per port — hold.
+func TestCardinality(t *testing.T) {
+	tests := []struct{ ports, servers int }{{1, 1}, {3, 4}, {10, 25}}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%dx%d", tt.ports, tt.servers), func(t *testing.T) {
+			fams := parse(t, render(t, synth(tt.ports, tt.servers)))
+			perServer, perPort := 0, 0
+			for _, mf := range fams {
+				for _, m := range mf.Metric {
+					has := map[string]bool{}
+					for _, lp := range m.Label {
+						has[lp.GetName()] = true
+					}
+					switch {
+					case has["cluster"] && has["port"] && has["server"]:
+						perServer++
+					case has["cluster"] && has["port"]:
+						perPort++
+					}
+				}
+			}
+			if want := 8 * tt.ports * tt.servers; perServer != want {
+				t.Errorf("%d series per server of a port, want %d", perServer, want)
+			}
+			if want := 16 * tt.ports; perPort != want {
+				t.Errorf("%d series per port, want %d", perPort, want)
+			}
+		})
+	}
+}
