@@ -559,6 +559,7 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 		ev, _ := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#events")))
 		return strings.Contains(ev, "server "+l.backend(2)+" port 80 down")
 	})
+	time.Sleep(3 * time.Second) // b2's charts fall to 0 for the picture
 	shot("console-b2-down.png")
 	if e := errs.list(); len(e) > 0 {
 		t.Errorf("the page reported %d errors:\n%s", len(e), strings.Join(e, "\n"))

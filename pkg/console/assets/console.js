@@ -5,6 +5,7 @@
 
 (function () {
   const HISTORY = 60; // points per chart
+  const MINPOINTS = 10;
   const SVGNS = 'http://www.w3.org/2000/svg';
 
   // Rates: key -> {v, t, rate, h}. Keys seen in the latest render are
@@ -89,8 +90,10 @@
       c.line.setAttribute('points', '');
       return;
     }
+    // Until the history is long enough, the points spread over the
+    // whole width (at least MINPOINTS apart), newest on the right.
     const top = Math.max(1, ...h);
-    const step = 90 / (HISTORY - 1);
+    const step = 90 / (Math.max(h.length, MINPOINTS) - 1);
     const x0 = 90 - step * (h.length - 1);
     const pts = h.map(function (v, i) {
       return (x0 + i * step).toFixed(1) + ',' + (19 - (v / top) * 18).toFixed(1);
