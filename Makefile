@@ -77,9 +77,12 @@ test-unit:
 
 ## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root);
 ## then the control plane: manager cycles, loads and changes at 100,000 servers, Maglev
-## rebuilds, and dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
+## rebuilds, dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
+## and a /metrics scrape at that size (needs root: a lab)
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
+	DLB_BENCH=1 $(GO) test -run '^TestPrivilegedMetricsScaleReport$$' -count=1 -v ./pkg/e2e/
+	$(GO) test -run '^$$' -bench 'Write100k' -benchtime 5x ./pkg/metrics/
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
 	$(GO) test -run '^$$' -bench 'ManagerCycle|Load100000|ChangeAt' -benchtime 5x ./pkg/dispatcher/
 	DLB_BENCH=1 DLB_SCALE_DLBD_FLAGS="--max-servers 131071" $(GO) test -run '^TestPrivilegedScaleReport$$' -count=1 -v -timeout 20m ./pkg/e2e/

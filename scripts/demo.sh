@@ -4,7 +4,8 @@
 # router on a second subnet, IPv4 and IPv6), runs dlbd in the dispatcher
 # namespace, configures it with dlbctl exactly as an operator would, sends
 # real HTTP requests through the cluster addresses (MAC forwarding, NAT,
-# IPv6, affinity), shows what the dispatcher and the backends saw, and
+# IPv6, affinity), shows what the dispatcher and the backends saw (its
+# reports, and the Prometheus metrics and web console dlbd serves), and
 # removes everything again.
 #
 # Usage: make demo   (or: bash scripts/demo.sh after "make build"), as root.
@@ -16,6 +17,9 @@ export LAB_PREFIX=${LAB_PREFIX:-dlbdemo}
 export LAB_BIN=$bin
 lab="$repo/scripts/lab.sh"
 requests=${DEMO_REQUESTS:-3000}
+# Where dlbd serves /metrics and the web console: the dispatcher
+# namespace's loopback.
+metrics=127.0.0.1:9917
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "demo: needs root (it creates network namespaces and loads an XDP program); run: sudo make demo" >&2
@@ -69,13 +73,23 @@ eval "$("$lab" env)"
 
 step "start dlbd in the dispatcher namespace ($LAB_DISPATCHER_NS)"
 "$lab" exec d "$bin/dlbd" --socket "$sock" --state-dir "$run/state" --pin-dir "$pindir" \
-	>"$run/dlbd.log" 2>&1 &
+	--metrics-address "$metrics" >"$run/dlbd.log" 2>&1 &
 dlbd_pid=$!
 for _ in $(seq 50); do
 	[ -S "$sock" ] && break
 	sleep 0.1
 done
 [ -S "$sock" ] || { cat "$run/dlbd.log"; echo "demo: dlbd did not start" >&2; exit 1; }
+echo "metrics:     http://$metrics/metrics"
+echo "web console: http://$metrics/"
+echo "(both in namespace $LAB_DISPATCHER_NS: e.g. ip netns exec $LAB_DISPATCHER_NS curl http://$metrics/metrics)"
+
+# http_get PATH: GET http://$metrics/PATH from the dispatcher namespace
+# (bash's /dev/tcp: no HTTP client needed), body only.
+http_get() {
+	"$lab" exec d bash -c 'exec 3<>/dev/tcp/${1%:*}/${1#*:} &&
+		printf "GET %s HTTP/1.0\r\nHost: dlbd\r\n\r\n" "$2" >&3 && sed "1,/^\r\$/d" <&3' http_get "$metrics" "$1"
+}
 
 step "configure the dispatcher with dlbctl"
 ctl executor start --interface "$LAB_IF"
@@ -130,6 +144,12 @@ ctl advisor report
 "$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 1000 -c 20
 sleep 2 # two manager cycles
 ctl manager report
+
+step "monitoring: what Prometheus scrapes from http://$metrics/metrics (a few of its lines)"
+http_get /metrics >"$run/metrics.txt"
+grep -E '^dlb_(server_new_connections_total|server_state|server_weight|advisor_state|events_total)\{' \
+	"$run/metrics.txt" | sed 's/^/  /'
+echo "  ... $(grep -vc '^#' "$run/metrics.txt") series in all; the web console at http://$metrics/ shows them live"
 
 step "NAT: port 81 goes to two servers on another subnet, behind a router"
 ctl port add "$LAB_VIP@81" --method nat

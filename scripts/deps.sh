@@ -5,8 +5,9 @@
 #   deps.sh lab    iproute2 (ip), util-linux (nsenter), ethtool: the lab and demo
 #   deps.sh test   the lab's tools, plus the real servers the advisor tests
 #                  probe (dnsmasq, vsftpd, exim4, dovecot, slapd, python3's
-#                  http.server, openssl s_server), and what the package test
-#                  uses (systemd-analyze, man, strace)
+#                  http.server, openssl s_server), what the package test
+#                  uses (systemd-analyze, man, strace), and what the monitoring
+#                  tests use (prometheus and promtool, headless chromium)
 #
 # The test servers' packages would start system-wide daemons on install;
 # they are installed with services held back: a policy-rc.d that refuses
@@ -39,10 +40,18 @@ root=${DLB_DEPS_ROOT:-}
 policy=${DLB_POLICY_RC:-/usr/sbin/policy-rc.d}
 
 missing=()
+# add PACKAGE: PACKAGE is missing (named once however many of its files are).
+add() {
+	local p
+	for p in "${missing[@]}"; do
+		[ "$p" = "$1" ] && return 0
+	done
+	missing+=("$1")
+}
 # need COMMAND PACKAGE: PACKAGE is missing unless COMMAND is found.
-need() { PATH=$search command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need() { PATH=$search command -v "$1" >/dev/null 2>&1 || add "$2"; }
 # need_file FILE PACKAGE: PACKAGE is missing unless FILE exists.
-need_file() { [ -e "$root$1" ] || missing+=("$2"); }
+need_file() { [ -e "$root$1" ] || add "$2"; }
 
 need ip iproute2
 need nsenter util-linux
@@ -62,6 +71,11 @@ if [ "$set_" = test ]; then
 	need man man-db
 	need strace strace
 	need adduser adduser
+	# The monitoring tests: a real Prometheus scraping dlbd, promtool
+	# checking the exposition, and a headless browser on the console.
+	need prometheus prometheus
+	need promtool prometheus
+	need chromium chromium
 fi
 if ((${#missing[@]} == 0)); then
 	exit 0

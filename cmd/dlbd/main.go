@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -52,6 +53,9 @@ type options struct {
 	// The configuration file applied at start and on SIGHUP, and the one
 	// to check and exit.
 	configFile, checkConfig string
+	// metricsAddress is where /metrics and the web console are served
+	// ("": nowhere).
+	metricsAddress string
 	// The executor's table sizes, fixed once its maps are pinned.
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 	maxServices, maxServers, maxTableSize                             uint32
@@ -141,6 +145,8 @@ errors (line and field) otherwise; it touches nothing.`,
 	f.StringVar(&o.checkConfig, "check-config", "", "check a configuration file and exit (0: valid; 1: its errors, with line numbers); touches nothing")
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml", "json")
 	_ = cmd.MarkFlagFilename("check-config", "yaml", "yml", "json")
+	f.StringVar(&o.metricsAddress, "metrics-address", "",
+		"serve Prometheus metrics (/metrics) and the read-only web console (/) on this HOST:PORT, e.g. 127.0.0.1:9917 (default: off)")
 	return cmd
 }
 
@@ -203,6 +209,9 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("--%s: %s is not a positive duration", t.flag, t.v)
 		}
 	}
+	if err := checkMetricsAddress(o.metricsAddress); err != nil {
+		return err
+	}
 
 	// An invalid configuration file stops dlbd before it touches anything.
 	var file *config.File
@@ -253,6 +262,14 @@ func run(ctx context.Context, o options) error {
 	// dlbd created.
 	defer sock.Close()
 
+	var monitorL net.Listener
+	if o.metricsAddress != "" {
+		if monitorL, err = listenMonitor(o.metricsAddress); err != nil {
+			return err
+		}
+		defer monitorL.Close()
+	}
+
 	engineDone := make(chan struct{})
 	go func() {
 		engine.Run(ctx)
@@ -271,8 +288,19 @@ func run(ctx context.Context, o options) error {
 	srv := server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
 		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling,
 		ServerChecker: newServerChecker(engineExecutor(engine))})
-	srvErr := make(chan error, 1)
+	srvErr := make(chan error, 2)
 	go func() { srvErr <- sock.Serve(srv) }()
+	var monitor *http.Server
+	if monitorL != nil {
+		monitor = newMonitorServer(engine, log)
+		go func() {
+			if err := monitor.Serve(monitorL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				srvErr <- fmt.Errorf("serving metrics on %s: %w", o.metricsAddress, err)
+			}
+		}()
+		log.Info("serving metrics and the web console", "metrics", "http://"+monitorL.Addr().String()+"/metrics",
+			"console", "http://"+monitorL.Addr().String()+"/")
+	}
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)
 	go func() {
 		// systemd (Type=notify) learns that dlbd is ready when its API
@@ -291,6 +319,9 @@ func run(ctx context.Context, o options) error {
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
+	if monitor != nil {
+		_ = monitor.Shutdown(shutCtx)
+	}
 	<-engineDone
 	log.Info("dlbd stopped; the executor stays pinned and keeps forwarding")
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {

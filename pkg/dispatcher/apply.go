@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
@@ -74,6 +75,8 @@ func (e *Engine) change(edit *config.Edit, index int) error {
 		return refuse(err)
 	}
 	e.ed.Commit(edit)
+	e.facts.changes++
+	e.facts.lastChange = time.Now()
 	e.afterCommit(old, next, ch, delta)
 	return nil
 }

@@ -139,6 +139,7 @@ type Engine struct {
 	health  *health.Monitor
 	metrics *pollers
 	events  *events.Runner
+	facts   facts // for status snapshots
 }
 
 // ErrStopped is returned by calls made after Run returned.
@@ -194,6 +195,7 @@ func New(opts Options) (*Engine, error) {
 		health:  health.NewMonitor(opts.NewAdvisor),
 		metrics: newPollers(),
 		events:  events.New(opts.ScriptsDir, opts.ScriptTimeout, opts.Logger),
+		facts:   facts{lastChange: time.Now()},
 	}
 	e.metrics.loops = loops.New(e.startPoller, samePoller)
 	cfg := ed.Config()

@@ -150,6 +150,7 @@ func (m *managerState) forget(old, next lb.Config, ch config.Change) {
 // from those counters, the advisors' loads and the metric servers' loads,
 // and pushes the ports whose change passes the sensitivity threshold.
 func (e *Engine) managerCycle(now time.Time) {
+	defer func(start time.Time) { e.facts.cycle = time.Since(start) }(time.Now())
 	cfg := e.ed.Config()
 	m := cfg.Manager
 	e.mgr.cycles++
@@ -330,7 +331,7 @@ func (e *Engine) sweepConns() {
 		e.log.Warn("sweeping the connection table", "err", err)
 		return
 	}
-	e.exec.sweep = res
+	e.exec.sweep, e.facts.sweptAt = res, time.Now()
 	if res.Expired > 0 {
 		e.log.Debug("swept connections", "expired", res.Expired, "left", res.Entries)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -44,8 +45,28 @@ type Status struct {
 	// counts refused or failed reports by reason.
 	Metrics       map[netip.Addr]MetricStatus
 	MetricRefused map[string]int64
-	// ManagerCycles counts manager cycles since dlbd started.
+	// ManagerCycles counts manager cycles since dlbd started, and
+	// ManagerCycle is how long the latest took.
 	ManagerCycles uint64
+	ManagerCycle  time.Duration
+	// Changes counts the configuration changes applied since dlbd
+	// started; LastChange is when the latest was applied, or when the
+	// configuration was loaded if none was since.
+	Changes    uint64
+	LastChange time.Time
+	// EventCounts counts the events raised since dlbd started, by name
+	// (events.ServerDown, ...); RecentEvents holds the latest ones, oldest
+	// first (at most events.RecentEvents).
+	EventCounts  map[string]uint64
+	RecentEvents []events.Record
+}
+
+// facts are what the engine counts for status snapshots alone.
+type facts struct {
+	changes    uint64
+	lastChange time.Time
+	cycle      time.Duration
+	sweptAt    time.Time
 }
 
 // ExecutorStatus is the executor's state.
@@ -63,8 +84,10 @@ type ExecutorStatus struct {
 	// memory.
 	Info   lb.DataplaneInfo
 	Memory []lb.TableMemory
-	// The latest sweep: connection entries, live affinity records, NAT
-	// port use per return address.
+	// The latest sweep (SweptAt; zero: none yet): connection entries
+	// (MAC and NAT), live affinity records, NAT port use per return
+	// address (each live NAT connection holds one established port).
+	SweptAt         time.Time
 	Connections     int
 	AffinityRecords uint64
 	ReturnPools     map[netip.Addr]lb.DataplanePoolUse
@@ -158,7 +181,9 @@ func (e *Engine) Config(ctx context.Context) (lb.Config, error) {
 
 func (e *Engine) status(q Query) (*Status, error) {
 	cfg := e.ed.Config()
-	st := &Status{Config: cfg, Now: time.Now(), ManagerCycles: e.mgr.cycles,
+	st := &Status{Config: cfg, Now: time.Now(), ManagerCycles: e.mgr.cycles, ManagerCycle: e.facts.cycle,
+		Changes: e.facts.changes, LastChange: e.facts.lastChange,
+		EventCounts: e.events.Counts(), RecentEvents: e.events.Recent(),
 		Ports: map[lb.ServiceKey]PortStatus{}, Servers: map[lb.BackendKey]ServerStatus{},
 		Advisors: map[health.Key]AdvisorStatus{}, Metrics: map[netip.Addr]MetricStatus{},
 		MetricRefused: map[string]int64{}}
@@ -212,7 +237,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats) {
 	x.AttachedMode = e.host.attachedMode
 	x.Memory = dp.Memory()
 	sw := e.exec.sweep
-	x.Connections, x.ReturnPools = sw.Entries, sw.ReturnPools
+	x.SweptAt, x.Connections, x.ReturnPools = e.facts.sweptAt, sw.Entries, sw.ReturnPools
 	for _, n := range sw.AffinityServices {
 		x.AffinityRecords += n
 	}

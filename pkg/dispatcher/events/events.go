@@ -13,8 +13,11 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/runner"
@@ -33,6 +36,18 @@ const (
 // maxQueued bounds the events waiting for a script.
 const maxQueued = 256
 
+// RecentEvents is how many of the latest events a Runner remembers for
+// Recent.
+const RecentEvents = 100
+
+// Record is an event as it was raised: its name, when, and its variables
+// (DLB_SERVER, DLB_PORT, ...; do not change them).
+type Record struct {
+	Name string
+	At   time.Time
+	Env  map[string]string
+}
+
 type event struct {
 	name string
 	env  map[string]string
@@ -45,26 +60,60 @@ type Runner struct {
 	timeout time.Duration
 	log     *slog.Logger
 	queue   chan event
+
+	mu     sync.Mutex
+	counts map[string]uint64
+	recent []Record // a ring of RecentEvents, next at next%RecentEvents
+	next   int
 }
 
 // New returns a runner of the scripts in dir (empty: none), each killed
 // after timeout.
 func New(dir string, timeout time.Duration, log *slog.Logger) *Runner {
-	return &Runner{dir: dir, timeout: timeout, log: log, queue: make(chan event, maxQueued)}
+	return &Runner{dir: dir, timeout: timeout, log: log, queue: make(chan event, maxQueued), counts: map[string]uint64{}}
 }
 
-// Emit logs an event and queues its script, if the scripts directory is
-// set. It never blocks.
+// Emit logs an event, counts it, remembers it among the recent ones, and
+// queues its script, if the scripts directory is set. It never blocks.
 func (r *Runner) Emit(name string, env map[string]string) {
 	r.log.Info("event", "event", name, "env", env)
+	now := time.Now()
+	r.mu.Lock()
+	r.counts[name]++
+	rec := Record{Name: name, At: now, Env: env}
+	if len(r.recent) < RecentEvents {
+		r.recent = append(r.recent, rec)
+	} else {
+		r.recent[r.next%RecentEvents] = rec
+	}
+	r.next++
+	r.mu.Unlock()
 	if r.dir == "" {
 		return
 	}
 	select {
-	case r.queue <- event{name: name, env: env, at: time.Now()}:
+	case r.queue <- event{name: name, env: env, at: now}:
 	default:
 		r.log.Warn("event dropped: too many events waiting for their scripts", "event", name)
 	}
+}
+
+// Counts returns how many events of each name were raised.
+func (r *Runner) Counts() map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counts)
+}
+
+// Recent returns the latest events (at most RecentEvents), oldest first.
+func (r *Runner) Recent() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.recent) < RecentEvents {
+		return slices.Clone(r.recent)
+	}
+	i := r.next % RecentEvents
+	return append(slices.Clone(r.recent[i:]), r.recent[:i]...)
 }
 
 // Run runs queued events' scripts until ctx ends.

@@ -1,0 +1,253 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+var (
+	now  = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	vip  = netip.MustParseAddr("198.18.0.100")
+	s1   = netip.MustParseAddr("198.18.0.21")
+	s2   = netip.MustParseAddr("198.18.0.22")
+	sk80 = lb.ServiceKey{Cluster: vip, Port: 80}
+)
+
+func config(servers ...netip.Addr) lb.Config {
+	cfg := lb.NewConfig()
+	cfg.Executor.Started, cfg.Executor.Interface = true, "eth0"
+	cl := lb.NewCluster(vip)
+	p := lb.NewPort(80)
+	for _, a := range servers {
+		p.Servers = append(p.Servers, lb.Server{Address: a, Weight: 10})
+	}
+	cl.Ports = []lb.Port{p}
+	cfg.Clusters = []lb.Cluster{cl}
+	return cfg
+}
+
+// fakeSource answers like the engine: a snapshot at the depth asked.
+type fakeSource struct {
+	cfg     lb.Config
+	err     error
+	queries []dispatcher.Query
+}
+
+func (f *fakeSource) Config(context.Context) (lb.Config, error) { return f.cfg, f.err }
+
+func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.Status, error) {
+	f.queries = append(f.queries, q)
+	if f.err != nil {
+		return nil, f.err
+	}
+	st := &dispatcher.Status{Config: f.cfg, Now: now, Changes: 3, LastChange: now.Add(-time.Hour),
+		Ports:   map[lb.ServiceKey]dispatcher.PortStatus{sk80: {Counters: lb.Counters{NewConns: 50, Packets: 500}, Active: 4}},
+		Servers: map[lb.BackendKey]dispatcher.ServerStatus{},
+		Executor: dispatcher.ExecutorStatus{Loaded: true, Attached: true, AttachedMode: lb.XDPGeneric,
+			Info:        lb.DataplaneInfo{ConnTable: 1000, NATTable: 500, HalfOpenTable: 64, AffinityTable: 100},
+			Connections: 10, ReturnPools: map[netip.Addr]lb.DataplanePoolUse{netip.MustParseAddr("198.18.0.200"): {Size: 100, Established: 4, HalfOpen: 1}},
+			Reasons: []lb.ReasonCount{{Reason: "fwd_tx", Packets: 500, Bytes: 50000}}},
+		RecentEvents: []events.Record{
+			{Name: events.ServerUp, At: now.Add(-2 * time.Minute), Env: map[string]string{"DLB_SERVER": s2.String(), "DLB_PORT": "80", "DLB_ADVISOR": "http@@80"}},
+			{Name: events.ServerDown, At: now.Add(-time.Minute), Env: map[string]string{"DLB_SERVER": s2.String(), "DLB_PORT": "80", "DLB_ADVISOR": "http@@80", "DLB_REASON": "connection refused"}},
+		},
+	}
+	if q.Depth >= lb.ServerDepth {
+		for _, cl := range f.cfg.Clusters {
+			for _, p := range cl.Ports {
+				for _, s := range p.Servers {
+					state, load := lb.ServerUp, int64(12)
+					if s.Address == s2 {
+						state, load = lb.ServerFailed, -1
+					}
+					st.Servers[lb.BackendKey{Service: sk80, Server: s.Address}] = dispatcher.ServerStatus{State: state, Weight: 8,
+						Reason: "advisor load", PortLoad: load, Active: 2, Counters: lb.Counters{NewConns: 25, Packets: 250}}
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+func get(t *testing.T, h http.Handler, method, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	return rec
+}
+
+// TestSnapshot: the JSON the page polls has every configured server with
+// its weights, state, reason and advisor load, the executor's reasons and
+// table fill (NAT entries told apart from MAC ones), and the events newest
+// first, described.
+func TestSnapshot(t *testing.T) {
+	src := &fakeSource{cfg: config(s1, s2)}
+	h := NewHandler(src, Options{Version: "v9"})
+	rec := get(t, h, http.MethodGet, "/api/snapshot")
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, type %q: %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+	var v View
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Version != "v9" || v.Interval != 1000 || !v.ServersListed || v.Servers != 2 || v.Changes != 3 {
+		t.Errorf("view %+v", v)
+	}
+	if len(v.Clusters) != 1 || len(v.Clusters[0].Ports) != 1 {
+		t.Fatalf("clusters %+v", v.Clusters)
+	}
+	p := v.Clusters[0].Ports[0]
+	if p.Key != "198.18.0.100@80" || p.NewConnections != 50 || p.Active != 4 || p.ServerCount != 2 || len(p.Servers) != 2 {
+		t.Errorf("port %+v", p)
+	}
+	want := map[string]ServerView{
+		"198.18.0.100@80@198.18.0.21": {Key: "198.18.0.100@80@198.18.0.21", Address: "198.18.0.21", Weight: 10, CurrentWeight: 8, State: "up",
+			Reason: "advisor load", AdvisorLoadMS: 12, Active: 2, NewConnections: 25, Packets: 250},
+		"198.18.0.100@80@198.18.0.22": {Key: "198.18.0.100@80@198.18.0.22", Address: "198.18.0.22", Weight: 10, CurrentWeight: 8, State: "failed",
+			Reason: "advisor load", AdvisorLoadMS: -1, Active: 2, NewConnections: 25, Packets: 250},
+	}
+	for _, s := range p.Servers {
+		if s != want[s.Key] {
+			t.Errorf("server %+v, want %+v", s, want[s.Key])
+		}
+	}
+	x := v.Executor
+	if !x.Attached || x.Mode != "generic" || x.Interface != "eth0" || len(x.Reasons) != 1 || x.Reasons[0].Packets != 500 {
+		t.Errorf("executor %+v", x)
+	}
+	fill := map[string]TableFill{}
+	for _, tb := range x.Tables {
+		fill[tb.Name] = tb
+	}
+	if fill["connections"].Entries != 6 || fill["NAT connections"].Entries != 4 || fill["NAT half-open"].Entries != 1 || fill["connections"].Limit != 1000 {
+		t.Errorf("tables %+v", x.Tables)
+	}
+	if len(v.Events) != 2 || v.Events[0].Name != events.ServerDown || !v.Events[0].Bad || v.Events[1].Bad ||
+		v.Events[0].Text != "server 198.18.0.22 port 80 down (advisor http@@80): connection refused" {
+		t.Errorf("events %+v", v.Events)
+	}
+	if q := src.queries[0]; q.Depth != lb.ServerDepth || !q.Counters {
+		t.Errorf("query %+v", q)
+	}
+}
+
+// TestSnapshotBounded: beyond MaxServers the snapshot is taken at port
+// depth and says the servers are not listed.
+func TestSnapshotBounded(t *testing.T) {
+	src := &fakeSource{cfg: config(s1, s2)}
+	h := NewHandler(src, Options{MaxServers: 1})
+	var v View
+	if err := json.Unmarshal(get(t, h, http.MethodGet, "/api/snapshot").Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.ServersListed || v.Servers != 2 || v.MaxServers != 1 || len(v.Clusters[0].Ports[0].Servers) != 0 || v.Clusters[0].Ports[0].ServerCount != 2 {
+		t.Errorf("view %+v", v)
+	}
+	if q := src.queries[0]; q.Depth != lb.PortDepth {
+		t.Errorf("query %+v: want port depth", q)
+	}
+}
+
+// TestRoutes: the page and its assets come from the binary with a strict
+// content security policy; nothing can be changed; unknown paths are 404;
+// an engine that cannot answer makes the snapshot 503.
+func TestRoutes(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tests := []struct {
+		name     string
+		src      *fakeSource
+		method   string
+		path     string
+		wantCode int
+		wantType string
+		wantBody string
+	}{
+		{"page", &fakeSource{cfg: config(s1)}, "GET", "/", 200, "text/html", `<script src="/console.js"`},
+		{"script", &fakeSource{cfg: config(s1)}, "GET", "/console.js", 200, "text/javascript", "/api/snapshot"},
+		{"style", &fakeSource{cfg: config(s1)}, "GET", "/console.css", 200, "text/css", ".state.failed"},
+		{"icon", &fakeSource{cfg: config(s1)}, "GET", "/favicon.svg", 200, "image/svg+xml", "<svg"},
+		{"index.html", &fakeSource{cfg: config(s1)}, "GET", "/index.html", 301, "", ""},
+		{"unknown", &fakeSource{cfg: config(s1)}, "GET", "/assets/console.js", 404, "", ""},
+		{"directory listing", &fakeSource{cfg: config(s1)}, "GET", "/assets/", 404, "", ""},
+		{"post", &fakeSource{cfg: config(s1)}, "POST", "/api/snapshot", 405, "", "read-only"},
+		{"delete", &fakeSource{cfg: config(s1)}, "DELETE", "/", 405, "", "read-only"},
+		{"engine stopped", &fakeSource{err: dispatcher.ErrStopped}, "GET", "/api/snapshot", 503, "", "engine stopped"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHandler(tt.src, Options{Logger: quiet})
+			rec := get(t, h, tt.method, tt.path)
+			if rec.Code != tt.wantCode {
+				t.Fatalf("status %d, want %d", rec.Code, tt.wantCode)
+			}
+			if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, tt.wantType) {
+				t.Errorf("content type %q, want %q", ct, tt.wantType)
+			}
+			if !strings.Contains(rec.Body.String(), tt.wantBody) {
+				t.Errorf("body lacks %q", tt.wantBody)
+			}
+			if tt.wantCode == 200 && !strings.Contains(rec.Header().Get("Content-Security-Policy"), "default-src 'none'") {
+				t.Errorf("no content security policy: %q", rec.Header().Get("Content-Security-Policy"))
+			}
+		})
+	}
+}
+
+// TestAssetsSelfContained: nothing the page loads comes from elsewhere (it
+// must work without internet).
+func TestAssetsSelfContained(t *testing.T) {
+	for _, name := range []string{"assets/index.html", "assets/console.js", "assets/console.css"} {
+		b, err := assets.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{"http://", "https://", "//cdn", "@import", "innerHTML", "eval("} {
+			s := string(b)
+			if name == "assets/console.js" && bad == "http://" {
+				s = strings.ReplaceAll(s, "'http://www.w3.org/2000/svg'", "") // the SVG namespace, not a URL loaded
+			}
+			if strings.Contains(s, bad) {
+				t.Errorf("%s contains %q", name, bad)
+			}
+		}
+	}
+}
+
+// TestEventText: every event has a readable line, an unknown one its
+// variables.
+func TestEventText(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+		bad  bool
+	}{
+		{events.ServerUp, map[string]string{"DLB_SERVER": "198.18.0.21", "DLB_PORT": "80", "DLB_ADVISOR": "http@@80"}, "server 198.18.0.21 port 80 up (advisor http@@80)", false},
+		{events.ManagerAlert, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80", "DLB_POLICY": "drop"}, "no server of 198.18.0.100@80 takes new connections (policy drop)", true},
+		{events.ManagerClear, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80"}, "198.18.0.100@80 has a server taking new connections again", false},
+		{events.HalfOpenAlert, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80", "DLB_HALFOPEN": "900", "DLB_MAXHALFOPEN": "500"}, "198.18.0.100@80: 900 half-open connections, above maxhalfopen 500", true},
+		{events.HalfOpenDone, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80", "DLB_HALFOPEN": "3"}, "198.18.0.100@80: half-open connections back at or below maxhalfopen (3)", false},
+		{"haTakeover", map[string]string{"DLB_ROLE": "primary", "DLB_PEER": "198.18.0.3"}, "peer=198.18.0.3 role=primary", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := eventView(events.Record{Name: tt.name, At: now, Env: tt.env})
+			if ev.Text != tt.want || ev.Bad != tt.bad {
+				t.Errorf("%q bad %v, want %q bad %v", ev.Text, ev.Bad, tt.want, tt.bad)
+			}
+		})
+	}
+}

@@ -1,0 +1,66 @@
+package dispatcher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+)
+
+// TestStatusFacts: a snapshot counts applied changes (a refused one does
+// not count), says when the last was applied, times the manager's latest
+// cycle, says when the executor was last swept, and counts and lists the
+// events raised.
+func TestStatusFacts(t *testing.T) {
+	h, fp, _ := newManagedHarness(t)
+	st := h.status(Query{})
+	if st.Changes != 0 || st.LastChange.IsZero() || st.LastChange.After(st.Now) {
+		t.Fatalf("fresh engine: %d changes, last %v (now %v)", st.Changes, st.LastChange, st.Now)
+	}
+	loaded := st.LastChange
+	time.Sleep(5 * time.Millisecond)
+	base(h)
+	st = h.status(Query{})
+	if st.Changes != 1 || !st.LastChange.After(loaded) {
+		t.Errorf("after one change: %d changes, last %v (loaded %v)", st.Changes, st.LastChange, loaded)
+	}
+	if !st.Executor.SweptAt.IsZero() {
+		t.Error("a sweep time is reported, but no sweep ran")
+	}
+	// A restarted engine sweeps the executor it restores at once, and
+	// counts changes afresh.
+	h.restart()
+	st = h.status(Query{})
+	if st.Executor.SweptAt.IsZero() || st.Changes != 0 {
+		t.Errorf("after a restart: swept at %v, %d changes", st.Executor.SweptAt, st.Changes)
+	}
+	if err := h.apply(op("port", "add", vip+"@80")); err == nil {
+		t.Fatal("adding an existing port was accepted")
+	}
+	if st2 := h.status(Query{}); st2.Changes != st.Changes || !st2.LastChange.Equal(st.LastChange) {
+		t.Errorf("a refused change counted: %d changes, last %v", st2.Changes, st2.LastChange)
+	}
+
+	start := op("advisor", "start", "@80")
+	start.Params = append(start.Params, config.P("advisor", "connect"), config.P("interval", "0.1"), config.P("fall", "1"))
+	set := op("manager", "set", "")
+	set.Params = append(set.Params, config.P("interval", "0.1"))
+	h.mustApply(start, set, op("manager", "start", ""))
+	fp.set(s2Addr, true, 0)
+	eventually(t, "serverDown raised and listed", func() bool {
+		st := h.status(Query{})
+		if st.EventCounts[events.ServerDown] != 1 || len(st.RecentEvents) == 0 {
+			return false
+		}
+		last := st.RecentEvents[len(st.RecentEvents)-1]
+		return last.Name == events.ServerDown && last.Env["DLB_SERVER"] == s2Addr.String() && !last.At.IsZero()
+	})
+	eventually(t, "a timed manager cycle", func() bool {
+		st := h.status(Query{})
+		return st.ManagerCycles > 0 && st.ManagerCycle > 0 && st.ManagerCycle < time.Second
+	})
+	if st := h.status(Query{}); st.Changes != 1 {
+		t.Errorf("one change after the restart, %d counted", st.Changes)
+	}
+}
