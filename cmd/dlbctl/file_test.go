@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -323,7 +324,11 @@ func (d *fakeDatapath) Stats() (lb.DataplaneStats, error) { return lb.DataplaneS
 func (d *fakeDatapath) Sweep() (lb.SweepResult, error)    { return lb.SweepResult{}, nil }
 func (d *fakeDatapath) DropAffinity(uint32) (int, error)  { return 0, nil }
 func (d *fakeDatapath) Close() error                      { return nil }
-func (d *fakeDatapath) Remove() error                     { d.attached = false; return nil }
+func (d *fakeDatapath) RemovePins() ([]string, error) {
+	d.attached = false
+	return []string{"link", "prog"}, nil
+}
+func (d *fakeDatapath) Dropped() []string { return nil }
 
 // fakeNetif has one interface, eth0, and reaches every server on it with
 // a MAC made of the server's address.
@@ -348,6 +353,12 @@ func (fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[
 
 func (fakeNetif) AddAddress(string, netip.Addr) error { return nil }
 func (fakeNetif) DelAddress(string, netip.Addr) error { return nil }
+func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
+	return nil, errors.New("no watch in this fake")
+}
+func (fakeNetif) Reprobe(int, []netip.Addr) error       { return nil }
+func (fakeNetif) ForgetNeighbors([]netip.Addr) error    { return nil }
+func (fakeNetif) Forwarding(string, bool) (bool, error) { return true, nil }
 
 // realDaemon runs dispatcher's engine over the fakes and serves it.
 func realDaemon(t *testing.T) string {
