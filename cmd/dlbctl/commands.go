@@ -54,10 +54,26 @@ func (a *app) opCmd(c *cobra.Command, build func(cmd *cobra.Command, args []stri
 			*a.collect = append(*a.collect, op)
 			return nil
 		}
-		_, err := a.client().Apply(cmd.Context(), op)
-		return err
+		res, err := a.client().Apply(cmd.Context(), op)
+		if err != nil {
+			return err
+		}
+		a.printResult(res)
+		return nil
 	})
 	return c
+}
+
+// printResult prints what dlbd said about an accepted change: its notes
+// on stdout, its warnings (the change was applied, but something keeps
+// it from working) on stderr.
+func (a *app) printResult(res api.Result) {
+	for _, n := range res.Notes {
+		fmt.Fprintln(a.env.stdout, n)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(a.env.stderr, "dlbctl: warning: %s\n", w)
+	}
 }
 
 // target returns an argument validator for commands that take one target
