@@ -205,8 +205,11 @@ func (n *neighbors) refresh(nif Netif, log *slog.Logger, addrs []netip.Addr) []n
 			continue
 		}
 		delete(n.errs, a)
-		if nb.MAC == nil && had && old.MAC != nil && old.Ifindex == nb.Ifindex {
-			nb.MAC = old.MAC // keep the last known MAC while it re-resolves
+		if nb.MAC == nil && had && old.MAC != nil {
+			// Keep the last known MAC while it re-resolves, even through
+			// another interface: the executor's own interface created
+			// again (a new index) does not change the servers' MACs.
+			nb.MAC = old.MAC
 		}
 		if !had || old.Ifindex != nb.Ifindex || old.MAC.String() != nb.MAC.String() || old.IfMAC.String() != nb.IfMAC.String() {
 			if nb.MAC != nil && (!had || old.MAC.String() != nb.MAC.String()) {

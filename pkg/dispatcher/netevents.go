@@ -63,7 +63,7 @@ drain:
 	}
 	cfg := e.ed.Config()
 	ex := cfg.Executor
-	var attachment, resync bool
+	var attachment, resync, rehop bool
 	restore := map[netip.Addr]string{} // address -> why
 	var refresh []netip.Addr
 	changed := map[netip.Addr]bool{}
@@ -81,6 +81,14 @@ drain:
 						restore[a] = "its interface came up"
 					}
 				}
+				rehop = true
+			}
+		case lb.NetAddressAdded:
+			// A subnet on the executor's interface (not a host address
+			// like those dlbd adds) brings routes: next hops may be
+			// reached through it now.
+			if ev.Ifname == ex.Interface && ev.Prefix.Bits() < ev.Prefix.Addr().BitLen() {
+				rehop = true
 			}
 		case lb.NetAddressRemoved:
 			a := ev.Prefix.Addr()
@@ -109,6 +117,9 @@ drain:
 				restore[a] = "the watch lost events"
 			}
 		}
+		rehop = true
+	}
+	if rehop {
 		refresh = append(refresh, e.net.allHops(cfg)...)
 	}
 	if attachment {
@@ -156,6 +167,9 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 		if e.exec.attach.detached == "" {
 			return
 		}
+		start := time.Now()
+		e.log.Debug("bringing up the executor: its interface appeared", "interface", ex.Interface, "ifindex", link.Index)
+		defer func() { e.log.Debug("bringing up the executor", "took", time.Since(start).Round(time.Millisecond).String()) }()
 		if err := e.startExecutor(cfg); err != nil {
 			e.exec.err = err
 			e.log.Error("bringing up the executor on its interface", "interface", ex.Interface, "err", err)
