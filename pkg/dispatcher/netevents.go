@@ -169,7 +169,9 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 		}
 		start := time.Now()
 		e.log.Debug("bringing up the executor: its interface appeared", "interface", ex.Interface, "ifindex", link.Index)
-		defer func() { e.log.Debug("bringing up the executor", "took", time.Since(start).Round(time.Millisecond).String()) }()
+		defer func() {
+			e.log.Debug("bringing up the executor", "took", time.Since(start).Round(time.Millisecond).String())
+		}()
 		if err := e.startExecutor(cfg); err != nil {
 			e.exec.err = err
 			e.log.Error("bringing up the executor on its interface", "interface", ex.Interface, "err", err)

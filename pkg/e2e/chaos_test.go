@@ -386,8 +386,8 @@ type failedConn struct {
 }
 
 type trafficResult struct {
-	breaks                       []broken
-	failures                     []failedConn
+	breaks                        []broken
+	failures                      []failedConn
 	newTotal, kaConns, kaRequests int
 }
 

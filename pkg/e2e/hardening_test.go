@@ -535,7 +535,7 @@ func TestPrivilegedE2EFault8RefusedLeavesNothing(t *testing.T) {
 		}
 		return lines, summaries, text
 	}
-	n, _, text := warnings()
+	n, _, _ := warnings()
 	t.Logf("warning lines logged for the refused change: %d", n)
 	if n > 20 {
 		t.Errorf("%d warning lines for one refused change; want them aggregated", n)
@@ -545,7 +545,7 @@ func TestPrivilegedE2EFault8RefusedLeavesNothing(t *testing.T) {
 		_, s, _ := warnings()
 		return s > 0
 	})
-	_, _, text = warnings()
+	_, _, text := warnings()
 	for _, line := range strings.Split(text, "\n") {
 		if strings.Contains(line, "(repeated)") {
 			t.Logf("summary: %s", line)
