@@ -296,6 +296,9 @@ func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.ifindex == 0 {
+		return fmt.Errorf("looking up interface %q: Link not found", ifname)
+	}
 	n.addresses[a] = ifname
 	return nil
 }
@@ -303,6 +306,9 @@ func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
 func (n *fakeNetif) DelAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.ifindex == 0 {
+		return fmt.Errorf("looking up interface %q: Link not found", ifname)
+	}
 	delete(n.addresses, a)
 	return nil
 }

@@ -92,6 +92,10 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	if !strings.Contains(logs.String(), "event=executorDetached") {
 		t.Error("no executorDetached event")
 	}
+	// Changes while detached are taken; addresses wait for the interface.
+	cl2 := op("cluster", "add", vip2)
+	cl2.Params = append(cl2.Params, config.P("configure", "yes"))
+	h.mustApply(cl2)
 
 	h.nif.setIfindex(7)
 	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 7, Ifname: "eth0"}
@@ -114,8 +118,20 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 			t.Errorf("backend %d after re-attaching: %+v", b.ID, b)
 		}
 	}
-	if ifname, ok := h.nif.address(v); !ok || ifname != "eth0" {
-		t.Errorf("cluster address not back on the new interface: %v", h.nif.addresses)
+	for _, a := range []netip.Addr{v, netip.MustParseAddr(vip2)} {
+		if ifname, ok := h.nif.address(a); !ok || ifname != "eth0" {
+			t.Errorf("cluster address %s not on the new interface: %v", a, h.nif.addresses)
+		}
+	}
+
+	// Stopped while detached: it stops, and nothing is left to restore.
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 7, Ifname: "eth0"}
+	eventually(t, "detached again", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	h.mustApply(op("executor", "stop", ""))
+	if st := h.status(Query{}).Executor; st.Loaded || st.Detached != "" {
+		t.Errorf("executor status after stop: %+v", st)
 	}
 }
 

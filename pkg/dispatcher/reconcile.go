@@ -369,6 +369,12 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 			want[a] = cfg.Executor.Interface
 		}
 	}
+	if e.exec.attach.detached != "" {
+		// The interface is gone, and its addresses with it: remember
+		// what is wanted, which re-attaching puts on the new one.
+		e.host.configured = want
+		return nil
+	}
 	var errs []error
 	for a, ifname := range e.host.configured {
 		if want[a] == ifname {
