@@ -356,9 +356,9 @@ func (fakeNetif) DelAddress(string, netip.Addr) error { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
 	return nil, errors.New("no watch in this fake")
 }
-func (fakeNetif) Reprobe(int, []netip.Addr) error       { return nil }
-func (fakeNetif) ForgetNeighbors([]netip.Addr) error    { return nil }
-func (fakeNetif) Forwarding(string, bool) (bool, error) { return true, nil }
+func (fakeNetif) Reprobe(int, []netip.Addr, time.Duration) error { return nil }
+func (fakeNetif) ForgetNeighbors([]netip.Addr) error             { return nil }
+func (fakeNetif) Forwarding(string, bool) (bool, error)          { return true, nil }
 
 // realDaemon runs dispatcher's engine over the fakes and serves it.
 func realDaemon(t *testing.T) string {

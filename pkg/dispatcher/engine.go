@@ -89,9 +89,10 @@ type Netif interface {
 	// ctx ends.
 	Watch(ctx context.Context) (<-chan lb.NetEvent, error)
 	// Reprobe has the kernel verify the MACs of addrs on an interface by
-	// broadcast (the answers arrive as Watch events); ForgetNeighbors
-	// removes the neighbour entries Neighbors made for addrs.
-	Reprobe(ifindex int, addrs []netip.Addr) error
+	// broadcast (the answers arrive as Watch events), except those the
+	// host's own traffic confirmed within fresh; ForgetNeighbors removes
+	// the neighbour entries Neighbors made for addrs.
+	Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error
 	ForgetNeighbors(addrs []netip.Addr) error
 	// Forwarding reports whether an interface forwards IPv4 (ipv6: IPv6)
 	// packets.

@@ -233,7 +233,7 @@ func (n *fakeNetif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
 	return out, nil
 }
 
-func (n *fakeNetif) Reprobe(ifindex int, addrs []netip.Addr) error {
+func (n *fakeNetif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.reprobed = append(n.reprobed, addrs...)

@@ -348,7 +348,7 @@ func (e *Engine) reprobeRound() {
 	}
 	e.net.cursor = (e.net.cursor + n) % len(hops)
 	for ifindex, list := range byIf {
-		if err := e.opts.Netif.Reprobe(ifindex, list); err != nil {
+		if err := e.opts.Netif.Reprobe(ifindex, list, e.opts.ReprobeInterval); err != nil {
 			e.log.Warn("verifying next hops' MAC addresses", "ifindex", ifindex, "err", err)
 		}
 	}

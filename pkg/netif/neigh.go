@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -24,9 +25,12 @@ import (
 // reports.
 //
 // An entry the kernel is resolving already is left alone, and so are
-// static ones (permanent, noarp: the operator's). An address without an
-// entry is resolved afresh. Reprobe returns without waiting for answers.
-func (*Netif) Reprobe(ifindex int, addrs []netip.Addr) error {
+// static ones (permanent, noarp: the operator's) and reachable ones that
+// the host's own traffic confirmed within the last fresh (a TCP peer's
+// acknowledgements, an advisor's probe: the MAC works, and the host's
+// packets are not held back for a reprobe). An address without an entry
+// is resolved afresh. Reprobe returns without waiting for answers.
+func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
 	var errs []error
 	for family, list := range byFamily(addrs) {
 		neighs, err := netlink.NeighList(ifindex, family)
@@ -42,6 +46,9 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr) error {
 		for _, a := range list {
 			e, found := table[a]
 			if found && e.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP|netlink.NUD_INCOMPLETE) != 0 {
+				continue
+			}
+			if found && e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh {
 				continue
 			}
 			if found {
@@ -62,6 +69,10 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr) error {
 	}
 	return errors.Join(errs...)
 }
+
+// ticks converts the kernel's neighbour times (USER_HZ ticks ago, 100 a
+// second in the netlink ABI) to a duration.
+func ticks(n uint32) time.Duration { return time.Duration(n) * 10 * time.Millisecond }
 
 // ForgetNeighbors removes the managed neighbour entries of addrs, on every
 // interface: those Neighbors created, which the kernel would otherwise
