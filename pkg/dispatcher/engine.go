@@ -5,23 +5,31 @@
 // model's terms (package server renders them for the API).
 //
 // One management goroutine (Run) owns all state: API calls, probe
-// results, timer ticks and neighbour refreshes are closures or messages
-// handled on it, in order, so that nothing needs a lock. The engine
-// reaches the kernel only through the Datapath and Netif interfaces;
-// cmd/dlbd fills them with pkg/datapath and pkg/netif, tests with fakes.
+// results, timer ticks, network events and neighbour refreshes are
+// closures or messages handled on it, in order, so that nothing needs a
+// lock. The engine reaches the kernel only through the Datapath and Netif
+// interfaces; cmd/dlbd fills them with pkg/datapath and pkg/netif, tests
+// with fakes.
 //
 // A change costs what it touches: package config edits the configuration
 // copy on write and says what changed, the store journals only that, the
 // ids of new objects are allocated and those of removed ones freed, and
 // only the touched ports are written to the executor.
 //
+// The host's networking is followed through Netif.Watch, not polled: the
+// executor detaches when its interface is deleted and attaches again when
+// one of that name appears, addresses dlbd configured are put back, a
+// next hop's new MAC is written at once (netevents.go).
+//
 // The parts, one per file or subpackage: engine.go (this: the loop),
 // apply.go (a change, from request to commit), reconcile.go (the executor
-// and the host), dataplane.go (what a port's maps hold: states, weights,
-// Maglev tables), neighbors.go, manager.go (the manager's cycle and
-// alerts), probes.go (advisors, wired to package health), pollers.go
-// (metric servers), status.go (snapshots for reports); store/ (ids and
-// the state files), health/, loops/ (the reconciler both use), events/.
+// and the host), netevents.go (the host's network changing under dlbd),
+// dataplane.go (what a port's maps hold: states, weights, Maglev tables),
+// neighbors.go, natroute.go (NAT replies without a route), manager.go (the
+// manager's cycle and alerts), probes.go (advisors, wired to package
+// health), pollers.go (metric servers), status.go (snapshots for reports);
+// store/ (ids and the state files), health/, loops/ (the reconciler both
+// use), events/.
 package dispatcher
 
 import (
