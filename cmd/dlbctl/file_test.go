@@ -479,3 +479,25 @@ func executorConfig(t *testing.T, sock string) execConfig {
 	}
 	return execConfig{ex.Started, ex.Interface, ex.XDPMode, ex.NFA, ex.NFA6, ex.ClientGateway, ex.ClientGateway6, ex.FinTimeout}
 }
+
+// TestResultNotes: what dlbd says about an accepted change is printed: as
+// text in a table, as the result with -o json; nothing when it says
+// nothing.
+func TestResultNotes(t *testing.T) {
+	a := realDaemon(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"executor", "start", "--interface", "eth0"}, ""},
+		{[]string{"executor", "stop"}, "removed 2 pins under /sys/fs/bpf/dlb-test: link, prog\n"},
+		{[]string{"executor", "start", "--interface", "eth0"}, ""},
+		{[]string{"-o", "json", "executor", "stop"}, "{\n  \"applied\": 1,\n  \"notes\": [\n    \"removed 2 pins under /sys/fs/bpf/dlb-test: link, prog\"\n  ]\n}\n"},
+		{[]string{"-o", "json", "cluster", "add", "10.0.0.100"}, ""},
+	} {
+		r := dlbctl(a, c.args...)
+		if r.code != exitOK || r.stdout != c.want {
+			t.Errorf("%v: exit %d, stdout %q, want %q (stderr %q)", c.args, r.code, r.stdout, c.want, r.stderr)
+		}
+	}
+}
