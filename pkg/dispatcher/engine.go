@@ -306,7 +306,7 @@ func (e *Engine) Run(ctx context.Context) {
 	if e.exec.dp != nil && e.exec.attach.detached == "" {
 		all := map[netip.Addr]string{}
 		for a := range e.host.configured {
-			all[a] = "dlbd started"
+			all[a] = ""
 		}
 		e.restoreAddresses(all)
 	}

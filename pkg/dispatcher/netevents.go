@@ -76,9 +76,13 @@ drain:
 			}
 		case lb.NetLinkUp:
 			if ev.Ifname == ex.Interface {
+				// Removed addresses were put back when they went;
+				// make sure of all of them, quietly.
 				for a, ifname := range e.host.configured {
 					if ifname == ev.Ifname {
-						restore[a] = "its interface came up"
+						if _, ok := restore[a]; !ok {
+							restore[a] = ""
+						}
 					}
 				}
 				rehop = true
@@ -113,8 +117,8 @@ drain:
 		e.log.Warn("the network watch lost events and read the host's state again")
 		attachment = true
 		for a, ifname := range e.host.configured {
-			if ifname == ex.Interface {
-				restore[a] = "the watch lost events"
+			if _, ok := restore[a]; !ok && ifname == ex.Interface {
+				restore[a] = ""
 			}
 		}
 		rehop = true
@@ -221,7 +225,7 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.detach(fmt.Sprintf("interface %s was replaced", ex.Interface))
 	}
 	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
-	e.logDropped()
+	e.logDropped(e.exec.dp)
 	if err != nil {
 		e.exec.err = lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", err)
 		e.log.Error("re-attaching the executor", "interface", ex.Interface, "ifindex", link.Index, "err", err)
@@ -264,13 +268,10 @@ func (e *Engine) attached(cfg lb.Config, link lb.Link, msg string) {
 	}
 }
 
-// logDropped logs the pins of severed links the executor removed since
-// the last call.
-func (e *Engine) logDropped() {
-	if e.exec.dp == nil {
-		return
-	}
-	d := e.exec.dp.Dropped()
+// logDropped logs the pins of severed links dp removed since the last
+// call.
+func (e *Engine) logDropped(dp Datapath) {
+	d := dp.Dropped()
 	if len(d) > e.exec.attach.dropped {
 		e.log.Warn("removed the pins of XDP links whose interface had been deleted", "pins", d[e.exec.attach.dropped:])
 	}
@@ -278,7 +279,7 @@ func (e *Engine) logDropped() {
 }
 
 // restoreAddresses puts back addresses dlbd configured that the host lost
-// (why says how, for the log).
+// (why says how, for the log; "": it may not have, make sure quietly).
 func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
 	for a, why := range addrs {
 		ifname, ok := e.host.configured[a]
@@ -289,7 +290,9 @@ func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
 			e.log.Warn("restoring an address dlbd configured", "address", a, "interface", ifname, "err", err)
 			continue
 		}
-		e.log.Info("restored an address dlbd configured", "address", a, "interface", ifname, "because", why)
+		if why != "" {
+			e.log.Info("restored an address dlbd configured", "address", a, "interface", ifname, "because", why)
+		}
 	}
 }
 

@@ -118,9 +118,8 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	if err != nil {
 		return fmt.Errorf("loading the executor: %w", err)
 	}
-	e.exec.dp, e.exec.attach.dropped = dp, 0
-	e.logDropped()
-	e.exec.dp = nil
+	e.exec.attach.dropped = 0
+	e.logDropped(dp)
 	_, adopted := dp.Attached()
 	// undo releases the executor again: a freshly created one is removed,
 	// an adopted one (still forwarding) only released.
