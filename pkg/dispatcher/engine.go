@@ -137,7 +137,9 @@ type Options struct {
 	// broadcast (default 500 ms; negative: never), ReprobeBatch how many
 	// at most per round (default 128): with more next hops than that,
 	// each is verified once per ceil(hops/batch) rounds. A host whose MAC
-	// changed without announcing it is found this way.
+	// changed without announcing it is found this way, within 1.25
+	// intervals (a hop the host's own traffic just confirmed waits for
+	// the next round).
 	ReprobeInterval time.Duration
 	ReprobeBatch    int
 	// ScriptsDir holds the operator's event scripts (package events);
