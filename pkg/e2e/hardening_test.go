@@ -195,7 +195,6 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	if out, err := l.script("relink", "d").CombinedOutput(); err != nil {
 		t.Fatalf("relink: %v\n%s", err, out)
 	}
-	created := time.Now()
 	took = poll(t, 5*time.Second, "the executor attached to the new interface", func() bool {
 		ex = l.executor()
 		return ex.State == api.ExecutorAttached && l.hasAddr(vip)
@@ -205,7 +204,6 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	if ex.Ifindex == before.Ifindex || !ex.Attached {
 		t.Errorf("executor after the interface returned: attached %v to ifindex %d (was %d)", ex.Attached, ex.Ifindex, before.Ifindex)
 	}
-	_ = created
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
 		t.Errorf("new connections after re-attaching: %d of 300 answered: %v", r.OK, r.Errors)
 	}
@@ -237,11 +235,6 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 		return ex.State == api.ExecutorAttached && l.hasAddr(vip)
 	})
 	t.Logf("after a restart without the interface: attached %v after it was created", took.Round(time.Millisecond))
-	for _, line := range strings.Split(l.dlbdLog(), "\n") {
-		if strings.Contains(line, "xecutor") || strings.Contains(line, "ERROR") {
-			t.Log(line)
-		}
-	}
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
 		t.Errorf("new connections: %d of 300 answered: %v", r.OK, r.Errors)
 	}
