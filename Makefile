@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz bench demo package clean
+.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz soak bench demo package clean
 
 all: build
 
@@ -70,6 +70,15 @@ test: test-deps lint build
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzExecutor$$' -fuzztime $(FUZZTIME) ./pkg/datapath/
+
+## soak: the chaos soak at length (needs root): 3 minutes of random faults (dlbd killed, interface
+## down/up, backends restarted or given a new MAC, config churn, a second dlbd, the socket deleted)
+## under continuous traffic, with a table per fault; make test runs a 75 s version.
+## SOAK=10m for longer, SEED=N to replay a run.
+SOAK ?= 3m
+soak:
+	DLB_REQUIRE_PRIVILEGED=1 DLB_SOAK_DURATION=$(SOAK) $(if $(SEED),DLB_SOAK_SEED=$(SEED)) \
+	  $(GO) test -count=1 -v -timeout 60m -run '^TestPrivilegedE2EChaosSoak$$' ./pkg/e2e/
 
 ## test-unit: only what needs no root
 test-unit:

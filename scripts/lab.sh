@@ -117,6 +117,9 @@ commands:
                                  idempotent; kills only PIDs it recorded
   exec ROLE CMD [ARG...]         run CMD in ROLE's network namespace (nsenter --net);
                                  ROLE is d, sw, c1..cK, b1..bN, r or n1..nN
+  relink ROLE                    delete ROLE's dlbeth0 (d, c1..cK or b1..bN) and create it again
+                                 with the same name, MAC and addresses but a new index, as a
+                                 driver reload or a hot-plugged NIC does
   env [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-6]
                                  print shell-sourceable LAB_* variables describing the lab
                                  (counts default to the running lab's, else the defaults)
@@ -674,6 +677,45 @@ cmd_down() {
 	((failed == 0)) || die "some namespaces could not be removed"
 }
 
+# cmd_relink ROLE deletes ROLE's lab interface and creates it again with
+# the same name, MAC and addresses, as a driver reload, a hot-plugged NIC
+# or a recreated veth does: the interface gets a new index, and whatever
+# else was on it (addresses dlbd put there, XDP programs, neighbour
+# entries) is gone. ROLE is d (the dispatcher), cN or bN.
+cmd_relink() {
+	(($# == 1)) || usage_error "usage: $PROG relink ROLE"
+	require_root relink
+	local role=$1 ns host
+	parse_counts 1
+	case $role in
+	d) host=2 ;;
+	c[1-9]) host=$((CLIENT_BASE + ${role#c})) ;;
+	b[1-9] | b[1-9][0-9]) host=$((BACKEND_BASE + ${role#b})) ;;
+	*) usage_error "relink: unknown role '$role' (want d, c1..c$MAX_CLIENTS or b1..b$MAX_BACKENDS)" ;;
+	esac
+	ns=$(role_ns "$role")
+	[[ -e /run/netns/$ns ]] || die "namespace $ns does not exist (is the lab up? try: $PROG up)"
+	# Deleting one end of a veth deletes its peer: the switch port goes too.
+	# (It may be gone already: a test deleted it to see dlbd notice.)
+	if ip -n "$ns" link show "$IFACE" >/dev/null 2>&1; then
+		ip -n "$ns" link del "$IFACE"
+	fi
+	rm -f "$XDP_PIN/link_$P-$role"
+	add_port "$role" "$host"
+	case $role in
+	d)
+		in_ns "$SW_NS" "$LAB_BIN/labxdp" -pin "$XDP_PIN" "$P-d"
+		if ((NR > 0)); then
+			sysctl_ns "$D_NS" "net.ipv4.conf.$IFACE.accept_local=1" "net.ipv4.conf.$IFACE.send_redirects=0"
+			ip -n "$D_NS" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+			((V6 == 0)) || ip -n "$D_NS" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
+		fi
+		;;
+	b*) sysctl_ns "$ns" "net.ipv4.conf.$IFACE.arp_ignore=1" "net.ipv4.conf.$IFACE.arp_announce=2" ;;
+	esac
+	info "$role: $IFACE deleted and created again (index $(ip -n "$ns" -o link show "$IFACE" | cut -d: -f1))"
+}
+
 cmd_exec() {
 	(($# >= 2)) || usage_error "usage: $PROG exec ROLE CMD [ARG...]"
 	local role=$1 ns
@@ -819,6 +861,7 @@ main() {
 	up) cmd_up "$@" ;;
 	down) cmd_down "$@" ;;
 	exec) cmd_exec "$@" ;;
+	relink) cmd_relink "$@" ;;
 	env) cmd_env "$@" ;;
 	backend-start)
 		(($# >= 1)) || usage_error "usage: $PROG backend-start NAME [labhttpd ARG...]"

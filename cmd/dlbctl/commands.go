@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -54,10 +55,32 @@ func (a *app) opCmd(c *cobra.Command, build func(cmd *cobra.Command, args []stri
 			*a.collect = append(*a.collect, op)
 			return nil
 		}
-		_, err := a.client().Apply(cmd.Context(), op)
-		return err
+		res, err := a.client().Apply(cmd.Context(), op)
+		if err != nil {
+			return err
+		}
+		return a.printResult(res)
 	})
 	return c
+}
+
+// printResult prints what dlbd said about an accepted change, if it said
+// anything: in a table, its notes on stdout and its warnings (the change
+// was applied, but something keeps it from working) on stderr; with -o
+// json or yaml, the result on stdout (and the warnings on stderr too, so
+// that they are not missed).
+func (a *app) printResult(res api.Result) error {
+	for _, w := range res.Warnings {
+		fmt.Fprintf(a.env.stderr, "dlbctl: warning: %s\n", w)
+	}
+	if len(res.Notes)+len(res.Warnings) == 0 {
+		return nil
+	}
+	return a.print(res, func(w io.Writer) {
+		for _, n := range res.Notes {
+			fmt.Fprintln(w, n)
+		}
+	})
 }
 
 // target returns an argument validator for commands that take one target

@@ -267,7 +267,7 @@ func (a *app) fileLoad(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	fmt.Fprintf(a.env.stdout, "%s: applied %d operations\n", path, res.Applied)
-	return nil
+	return a.printResult(res)
 }
 
 // parseScript turns a script into the batch of operations it stands for,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -323,7 +324,11 @@ func (d *fakeDatapath) Stats() (lb.DataplaneStats, error) { return lb.DataplaneS
 func (d *fakeDatapath) Sweep() (lb.SweepResult, error)    { return lb.SweepResult{}, nil }
 func (d *fakeDatapath) DropAffinity(uint32) (int, error)  { return 0, nil }
 func (d *fakeDatapath) Close() error                      { return nil }
-func (d *fakeDatapath) Remove() error                     { d.attached = false; return nil }
+func (d *fakeDatapath) RemovePins() ([]string, error) {
+	d.attached = false
+	return []string{"link", "prog"}, nil
+}
+func (d *fakeDatapath) Dropped() []string { return nil }
 
 // fakeNetif has one interface, eth0, and reaches every server on it with
 // a MAC made of the server's address.
@@ -348,6 +353,12 @@ func (fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[
 
 func (fakeNetif) AddAddress(string, netip.Addr) error { return nil }
 func (fakeNetif) DelAddress(string, netip.Addr) error { return nil }
+func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
+	return nil, errors.New("no watch in this fake")
+}
+func (fakeNetif) Reprobe(int, []netip.Addr, time.Duration) error { return nil }
+func (fakeNetif) ForgetNeighbors([]netip.Addr) error             { return nil }
+func (fakeNetif) Forwarding(string, bool) (bool, error)          { return true, nil }
 
 // realDaemon runs dispatcher's engine over the fakes and serves it.
 func realDaemon(t *testing.T) string {
@@ -467,4 +478,26 @@ func executorConfig(t *testing.T, sock string) execConfig {
 		t.Fatalf("exit %d: %v: %s", r.code, err, r.stderr)
 	}
 	return execConfig{ex.Started, ex.Interface, ex.XDPMode, ex.NFA, ex.NFA6, ex.ClientGateway, ex.ClientGateway6, ex.FinTimeout}
+}
+
+// TestResultNotes: what dlbd says about an accepted change is printed: as
+// text in a table, as the result with -o json; nothing when it says
+// nothing.
+func TestResultNotes(t *testing.T) {
+	a := realDaemon(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"executor", "start", "--interface", "eth0"}, ""},
+		{[]string{"executor", "stop"}, "removed 2 pins under /sys/fs/bpf/dlb-test: link, prog\n"},
+		{[]string{"executor", "start", "--interface", "eth0"}, ""},
+		{[]string{"-o", "json", "executor", "stop"}, "{\n  \"applied\": 1,\n  \"notes\": [\n    \"removed 2 pins under /sys/fs/bpf/dlb-test: link, prog\"\n  ]\n}\n"},
+		{[]string{"-o", "json", "cluster", "add", "10.0.0.100"}, ""},
+	} {
+		r := dlbctl(a, c.args...)
+		if r.code != exitOK || r.stdout != c.want {
+			t.Errorf("%v: exit %d, stdout %q, want %q (stderr %q)", c.args, r.code, r.stdout, c.want, r.stderr)
+		}
+	}
 }

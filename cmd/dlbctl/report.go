@@ -235,6 +235,17 @@ func orDash(s string) string {
 
 func executorTable(w io.Writer, r api.ExecutorReport) {
 	fmt.Fprintf(w, "started:\t%s\n", yesNo(r.Started))
+	if r.State != "" {
+		state := r.State
+		if r.Detached != "" {
+			state += " (" + r.Detached
+			if r.DetachedSince != "" {
+				state += " at " + r.DetachedSince
+			}
+			state += "; it attaches again when an interface of that name appears)"
+		}
+		fmt.Fprintf(w, "state:\t%s\n", state)
+	}
 	fmt.Fprintf(w, "interface:\t%s\n", orDash(r.Interface))
 	mode := orDash(r.XDPMode)
 	if r.AttachedMode != "" && r.AttachedMode != r.XDPMode {
@@ -251,6 +262,9 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 	}
 	if r.Error != "" {
 		fmt.Fprintf(w, "error:\t%s\n", r.Error)
+	}
+	for _, warning := range r.Warnings {
+		fmt.Fprintf(w, "warning:\t%s\n", warning)
 	}
 	fmt.Fprintf(w, "nfa:\t%s\n", orNone(r.NFA))
 	fmt.Fprintf(w, "nfa6:\t%s\n", orNone(r.NFA6))

@@ -130,7 +130,7 @@ errors (line and field) otherwise; it touches nothing.`,
 		"largest Maglev table of a port, a prime; a port's table is a prime of about 100 slots per server up to this (fixed once pinned)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
-		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert and halfOpenAlertDone")
+		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert, halfOpenAlertDone, executorDetached and executorAttached")
 	f.DurationVar(&o.scriptTimeout, "script-timeout", 10*time.Second, "an event script is killed when it runs longer")
 	f.Int64Var(&o.maxRequestSize, "max-request-size", server.DefaultMaxRequestSize,
 		"largest admin API request body in bytes; a larger one is refused (413) and nothing of it applied")
@@ -241,6 +241,7 @@ func run(ctx context.Context, o options) error {
 			}
 			return dp, nil
 		},
+		RemovePins:       func() ([]string, error) { return datapath.RemovePins(o.pinDir) },
 		Netif:            netif.New(),
 		Logger:           log,
 		ScriptsDir:       o.scriptsDir,
@@ -333,8 +334,8 @@ func run(ctx context.Context, o options) error {
 // newMetricSource returns the engine's factory of metric pollers: dlb's
 // authenticated agent through one shared client (which remembers every
 // agent's sequence numbers), or a Prometheus endpoint.
-func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Addr, []string) (dispatcher.MetricSource, error) {
-	return func(ms lb.MetricServer, server netip.Addr, names []string) (dispatcher.MetricSource, error) {
+func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Addr, netip.Addr, []string) (dispatcher.MetricSource, error) {
+	return func(ms lb.MetricServer, server, source netip.Addr, names []string) (dispatcher.MetricSource, error) {
 		addr := netip.AddrPortFrom(server, ms.Port)
 		switch ms.Source {
 		case "prometheus":
@@ -346,7 +347,7 @@ func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Ad
 				}
 				queries[i] = q
 			}
-			src, err := metricserver.NewPromSource("http://"+addr.String()+ms.Path, metricserver.PromOptions{})
+			src, err := metricserver.NewPromSource("http://"+addr.String()+ms.Path, metricserver.PromOptions{Source: source})
 			if err != nil {
 				return nil, err
 			}
@@ -363,7 +364,7 @@ func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Ad
 				return nil, err
 			}
 			return func(ctx context.Context) (map[string]float64, time.Time, error) {
-				r, err := client.Fetch(ctx, addr, metricserver.FetchOptions{Secret: secret})
+				r, err := client.Fetch(ctx, addr, metricserver.FetchOptions{Secret: secret, Source: source})
 				return r.Metrics, r.Time(), err
 			}, nil
 		}

@@ -140,6 +140,12 @@ type Op struct {
 type Result struct {
 	// Applied is the number of operations applied.
 	Applied int `json:"applied"`
+	// Notes say what the change did that the operator may want to know
+	// (executor stop: the pins it removed).
+	Notes []string `json:"notes,omitempty"`
+	// Warnings name conditions that keep the configuration from working
+	// as meant, with their remedy; the change was applied.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Error answers a refused Request or a failed report.
@@ -177,6 +183,14 @@ type ReasonCount struct {
 type ExecutorReport struct {
 	// Started says whether the operator started the executor.
 	Started bool `json:"started"`
+	// State is where it stands (ExecutorStopped, ...); Detached says
+	// why it is detached, DetachedSince since when (RFC 3339).
+	State         string `json:"state"`
+	Detached      string `json:"detached,omitempty"`
+	DetachedSince string `json:"detached_since,omitempty"`
+	// Warnings name conditions that keep the configuration from working
+	// as meant, while they last, with their remedy.
+	Warnings []string `json:"warnings,omitempty"`
 	// Interface and XDPMode are what the operator asked for.
 	Interface string `json:"interface,omitempty"`
 	XDPMode   string `json:"xdp_mode"`
@@ -285,6 +299,20 @@ type PortReport struct {
 	AffinityRecords uint64 `json:"affinity_records"`
 	Counters
 }
+
+// Executor states in reports.
+const (
+	// ExecutorStopped: the operator stopped it (or never started it).
+	ExecutorStopped = "stopped"
+	// ExecutorAttached: started and attached to its interface.
+	ExecutorAttached = "attached"
+	// ExecutorDetached: started, but its interface is gone; it attaches
+	// again when an interface of that name appears.
+	ExecutorDetached = "detached"
+	// ExecutorFailed: started, but it could not be brought up (see the
+	// report's error).
+	ExecutorFailed = "failed"
+)
 
 // Server states in reports.
 const (

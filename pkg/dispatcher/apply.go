@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
@@ -18,9 +19,54 @@ import (
 // writes what the change touched to the executor and the host, journals
 // it, and only then makes it current. A refused batch returns a
 // *config.OpError and changes nothing, in memory, on disk or in the
-// kernel. It returns the number of operations applied.
+// kernel: neighbour entries it had the kernel create for new servers are
+// removed again. It returns the number of operations applied.
 func (e *Engine) Apply(ctx context.Context, ops []config.Op) (int, error) {
-	return call(ctx, e, func() (int, error) { return e.apply(ops) })
+	a, err := e.ApplyWithNotes(ctx, ops)
+	return a.Ops, err
+}
+
+// Applied is what an accepted batch did, beyond its operations.
+type Applied struct {
+	// Ops is the number of operations applied.
+	Ops int
+	// Notes say what the change did that the operator may want to know
+	// ("executor stop": the pins it removed).
+	Notes []string
+	// Warnings name conditions that keep the configuration from working
+	// as meant, with their remedy (NAT without a route to clients).
+	Warnings []string
+}
+
+// ApplyWithNotes is Apply, also returning what the change has to say.
+func (e *Engine) ApplyWithNotes(ctx context.Context, ops []config.Op) (Applied, error) {
+	return call(ctx, e, func() (Applied, error) {
+		e.out = &Applied{}
+		defer func() { e.out = nil }()
+		n, err := e.apply(ops)
+		if err != nil {
+			return Applied{}, err
+		}
+		a := *e.out
+		a.Ops = n
+		return a, nil
+	})
+}
+
+// note adds a note to the change being applied (and logs it).
+func (e *Engine) note(msg string) {
+	e.log.Info(msg)
+	if e.out != nil {
+		e.out.Notes = append(e.out.Notes, msg)
+	}
+}
+
+// warn adds a warning to the change being applied (and logs it).
+func (e *Engine) warn(msg string) {
+	e.log.Warn(msg)
+	if e.out != nil {
+		e.out.Warnings = append(e.out.Warnings, msg)
+	}
 }
 
 // bigChange is the number of servers a change (or a restored state) must
@@ -37,7 +83,10 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 	if len(ops) == 1 {
 		last = 0
 	}
-	if err := e.change(edit, last); err != nil {
+	stop := slices.ContainsFunc(ops, func(op config.Op) bool {
+		return op.Object == config.Executor && op.Action == config.Stop
+	})
+	if err := e.change(edit, last, stop); err != nil {
 		return 0, err
 	}
 	for i, op := range ops {
@@ -49,8 +98,9 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 // change makes a prepared edit current: ids for new objects, the
 // executor and the host reconciled, the change journaled, then committed.
 // A refusal is a *config.OpError naming the operation at index (-1: the
-// batch as a whole), and leaves everything as it was.
-func (e *Engine) change(edit *config.Edit, index int) error {
+// batch as a whole), and leaves everything as it was. stop says the
+// change asks for the executor to stop (see reconcile).
+func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	refuse := func(err error) error { return &config.OpError{Index: index, Err: err} }
 	old, next, ch := e.ed.Config(), edit.Next, edit.Change
 	delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
@@ -58,12 +108,14 @@ func (e *Engine) change(edit *config.Edit, index int) error {
 		return refuse(err)
 	}
 	hostBefore := e.host.clone()
-	if written, err := e.reconcile(old, next, ch, delta); err != nil {
+	e.net.asked = nil
+	if written, err := e.reconcile(old, next, ch, delta, stop); err != nil {
 		e.ids.Revert(delta)
 		e.host = hostBefore
 		if written {
 			e.rollback(old)
 		}
+		e.unask(old)
 		return refuse(err)
 	}
 	rec := store.NewRecord(old, next, ch, delta)
@@ -72,8 +124,10 @@ func (e *Engine) change(edit *config.Edit, index int) error {
 		e.ids.Revert(delta)
 		e.host = hostBefore
 		e.rollback(old)
+		e.unask(old)
 		return refuse(err)
 	}
+	e.net.asked = nil
 	e.ed.Commit(edit)
 	e.facts.changes++
 	e.facts.lastChange = time.Now()
@@ -85,7 +139,7 @@ func (e *Engine) change(edit *config.Edit, index int) error {
 // after a change that was written but could not be persisted.
 func (e *Engine) rollback(old lb.Config) {
 	if !old.Executor.Started {
-		if err := e.stopExecutor(); err != nil {
+		if err := e.stopExecutor(old); err != nil {
 			e.log.Error("rolling back the executor after a failed save", "err", err)
 		}
 		return
@@ -105,10 +159,33 @@ func (e *Engine) rollback(old lb.Config) {
 	}
 }
 
+// unask takes back what a refused change had the kernel resolve: the
+// neighbour entries of next hops the configuration cfg (which stays) does
+// not use while the executor runs.
+func (e *Engine) unask(cfg lb.Config) {
+	asked := e.net.asked
+	e.net.asked = nil
+	if len(asked) == 0 {
+		return
+	}
+	if e.exec.dp == nil { // nothing is needed while the executor is down
+		for _, a := range asked {
+			delete(e.net.neigh, a)
+			delete(e.net.errs, a)
+		}
+		slices.SortFunc(asked, netip.Addr.Compare)
+		e.forgetNeighbors(slices.Compact(asked))
+		return
+	}
+	e.forgetNeighbors(e.net.forget(cfg, asked))
+}
+
 // afterCommit updates what the engine derives from the configuration,
 // for what the change touched.
 func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store.IDDelta) {
-	e.net.update(old, next, ch)
+	if gone := e.net.update(old, next, ch); len(gone) > 0 && e.exec.dp != nil {
+		e.forgetNeighbors(gone)
+	}
 	e.mgr.forget(old, next, ch)
 	e.dropAffinity(old, next, ch)
 	for k := range delta.DelServices {
@@ -128,6 +205,9 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 			ports[a.Port] = true
 		}
 	}
+	if nfaChanged(old, next) {
+		ports = nil // probes leave from the NFA: every one changes
+	}
 	if len(next.Advisors) > 0 || e.health.Running() {
 		e.syncProbes(next, ports)
 	}
@@ -140,6 +220,11 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		e.pushPorts(next, nil, "manager settings")
 	}
 	e.checkAlerts(next, ch.PortsTouched())
+	if ch.Executor || natTouched(next, ch) {
+		for _, p := range e.natRouteProblems(next) {
+			e.warn(p)
+		}
+	}
 	if e.store.NeedsSnapshot() {
 		if err := e.store.Snapshot(e.stateCopy()); err != nil {
 			e.log.Error("writing a state snapshot", "err", err)

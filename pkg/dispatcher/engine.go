@@ -5,23 +5,31 @@
 // model's terms (package server renders them for the API).
 //
 // One management goroutine (Run) owns all state: API calls, probe
-// results, timer ticks and neighbour refreshes are closures or messages
-// handled on it, in order, so that nothing needs a lock. The engine
-// reaches the kernel only through the Datapath and Netif interfaces;
-// cmd/dlbd fills them with pkg/datapath and pkg/netif, tests with fakes.
+// results, timer ticks, network events and neighbour refreshes are
+// closures or messages handled on it, in order, so that nothing needs a
+// lock. The engine reaches the kernel only through the Datapath and Netif
+// interfaces; cmd/dlbd fills them with pkg/datapath and pkg/netif, tests
+// with fakes.
 //
 // A change costs what it touches: package config edits the configuration
 // copy on write and says what changed, the store journals only that, the
 // ids of new objects are allocated and those of removed ones freed, and
 // only the touched ports are written to the executor.
 //
+// The host's networking is followed through Netif.Watch, not polled: the
+// executor detaches when its interface is deleted and attaches again when
+// one of that name appears, addresses dlbd configured are put back, a
+// next hop's new MAC is written at once (netevents.go).
+//
 // The parts, one per file or subpackage: engine.go (this: the loop),
 // apply.go (a change, from request to commit), reconcile.go (the executor
-// and the host), dataplane.go (what a port's maps hold: states, weights,
-// Maglev tables), neighbors.go, manager.go (the manager's cycle and
-// alerts), probes.go (advisors, wired to package health), pollers.go
-// (metric servers), status.go (snapshots for reports); store/ (ids and
-// the state files), health/, loops/ (the reconciler both use), events/.
+// and the host), netevents.go (the host's network changing under dlbd),
+// dataplane.go (what a port's maps hold: states, weights, Maglev tables),
+// neighbors.go, natroute.go (NAT replies without a route), manager.go (the
+// manager's cycle and alerts), probes.go (advisors, wired to package
+// health), pollers.go (metric servers), status.go (snapshots for reports);
+// store/ (ids and the state files), health/, loops/ (the reconciler both
+// use), events/.
 package dispatcher
 
 import (
@@ -32,6 +40,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/internal/logagg"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
@@ -64,8 +73,13 @@ type Datapath interface {
 	Memory() []lb.TableMemory
 	// Close releases the executor and keeps it pinned and forwarding.
 	Close() error
-	// Remove detaches and unpins the executor.
-	Remove() error
+	// RemovePins detaches the executor, removes every pin it has (and
+	// those it did not load) and releases it; it returns the names of
+	// the pins it removed.
+	RemovePins() ([]string, error)
+	// Dropped names the pins of links whose interface was deleted, which
+	// loading or attaching the executor removed.
+	Dropped() []string
 }
 
 // Netif is the host networking the engine needs.
@@ -79,6 +93,18 @@ type Netif interface {
 	// take it off.
 	AddAddress(ifname string, addr netip.Addr) error
 	DelAddress(ifname string, addr netip.Addr) error
+	// Watch reports changes of interfaces, addresses and neighbours until
+	// ctx ends.
+	Watch(ctx context.Context) (<-chan lb.NetEvent, error)
+	// Reprobe has the kernel verify the MACs of addrs on an interface by
+	// broadcast (the answers arrive as Watch events), except those the
+	// host's own traffic confirmed within fresh; ForgetNeighbors removes
+	// the neighbour entries Neighbors made for addrs.
+	Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error
+	ForgetNeighbors(addrs []netip.Addr) error
+	// Forwarding reports whether an interface forwards IPv4 (ipv6: IPv6)
+	// packets.
+	Forwarding(ifname string, ipv6 bool) (bool, error)
 }
 
 // MetricSource fetches one server's load report: metric name → 0..100,
@@ -91,6 +117,9 @@ type Options struct {
 	StateDir string
 	// OpenDatapath loads (or adopts) the executor.
 	OpenDatapath func() (Datapath, error)
+	// RemovePins removes the executor's pins without loading it (when it
+	// cannot be loaded) and names them; nil removes nothing.
+	RemovePins func() ([]string, error)
 	// Netif is the host's networking.
 	Netif Netif
 	// Logger receives the engine's log; slog.Default() when nil.
@@ -104,13 +133,24 @@ type Options struct {
 	// ResolveWait bounds how long a change waits for new servers' MAC
 	// addresses to resolve before it is applied without them (default 1 s).
 	ResolveWait time.Duration
+	// ReprobeInterval is how often the MACs of next hops are verified by
+	// broadcast (default 500 ms; negative: never), ReprobeBatch how many
+	// at most per round (default 128): with more next hops than that,
+	// each is verified once per ceil(hops/batch) rounds. A host whose MAC
+	// changed without announcing it is found this way, within 1.25
+	// intervals (a hop the host's own traffic just confirmed waits for
+	// the next round).
+	ReprobeInterval time.Duration
+	ReprobeBatch    int
 	// ScriptsDir holds the operator's event scripts (package events);
 	// empty runs none. ScriptTimeout bounds each run (default 10 s).
 	ScriptsDir    string
 	ScriptTimeout time.Duration
-	// NewMetricSource builds the poller of one server's load agent; nil
-	// makes "metric add" refuse to start pollers (logged).
-	NewMetricSource func(ms lb.MetricServer, server netip.Addr, names []string) (MetricSource, error)
+	// NewMetricSource builds the poller of one server's load agent, whose
+	// polls leave from source (the NFA of the server's family; the zero
+	// Addr: the kernel's choice); nil makes "metric add" refuse to start
+	// pollers (logged).
+	NewMetricSource func(ms lb.MetricServer, server, source netip.Addr, names []string) (MetricSource, error)
 	// NewAdvisor builds the probe an advisor configuration names; the
 	// default is package advisors' (tests substitute fakes).
 	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)
@@ -133,8 +173,14 @@ type Engine struct {
 	ids   *store.IDs
 	host  host // what the engine did to the host and must remember
 
-	exec    executor // the executor, and what the engine knows it holds
-	net     *neighbors
+	exec executor // the executor, and what the engine knows it holds
+	net  *neighbors
+	// netEvents are the host's network changes (nil: not followed).
+	netEvents <-chan lb.NetEvent
+	// agg holds back repeated warnings (package logagg).
+	agg *logagg.Handler
+	// out collects what the change being applied has to say.
+	out     *Applied
 	mgr     managerState
 	health  *health.Monitor
 	metrics *pollers
@@ -162,6 +208,12 @@ func New(opts Options) (*Engine, error) {
 	if opts.ResolveWait == 0 {
 		opts.ResolveWait = time.Second
 	}
+	if opts.ReprobeInterval == 0 {
+		opts.ReprobeInterval = 500 * time.Millisecond
+	}
+	if opts.ReprobeBatch <= 0 {
+		opts.ReprobeBatch = 128
+	}
 	if opts.NewAdvisor == nil {
 		opts.NewAdvisor = newAdvisor
 	}
@@ -171,6 +223,10 @@ func New(opts Options) (*Engine, error) {
 	if opts.MaxServices == 0 || opts.MaxBackends == 0 {
 		return nil, errors.New("creating engine: MaxServices and MaxBackends must be set")
 	}
+	// A burst of identical warnings (10,000 servers that cannot be
+	// reached) is logged as a few lines and a count.
+	agg := logagg.New(opts.Logger.Handler(), logagg.Options{})
+	opts.Logger = slog.New(agg)
 	st, state, err := store.Open(opts.StateDir)
 	if err != nil {
 		return nil, err
@@ -196,6 +252,7 @@ func New(opts Options) (*Engine, error) {
 		metrics: newPollers(),
 		events:  events.New(opts.ScriptsDir, opts.ScriptTimeout, opts.Logger),
 		facts:   facts{lastChange: time.Now()},
+		agg:     agg,
 	}
 	e.metrics.loops = loops.New(e.startPoller, samePoller)
 	cfg := ed.Config()
@@ -241,7 +298,22 @@ func (e *Engine) Run(ctx context.Context) {
 	defer cancel()
 	e.ctx = ctx
 	go e.events.Run(ctx)
+	if ch, err := e.opts.Netif.Watch(ctx); err != nil {
+		e.log.Error("following the host's interfaces, addresses and neighbours; changes are noticed by polling only", "err", err)
+	} else {
+		e.netEvents = ch
+	}
 	cfg := e.ed.Config()
+	// What changed while no dlbd ran: an interface that came back, an
+	// address that went.
+	e.checkAttachment(cfg)
+	if e.exec.dp != nil && e.exec.attach.detached == "" {
+		all := map[netip.Addr]string{}
+		for a := range e.host.configured {
+			all[a] = ""
+		}
+		e.restoreAddresses(all)
+	}
 	e.syncProbes(cfg, nil)
 	e.syncPollers(cfg)
 	// Sweep once now: the counts reports show (connections, active per
@@ -256,8 +328,25 @@ func (e *Engine) Run(ctx context.Context) {
 	defer sweep.Stop()
 	cycle := time.NewTimer(seconds(cfg.Manager.Interval))
 	defer cycle.Stop()
+	var reprobe <-chan time.Time
+	if e.opts.ReprobeInterval > 0 {
+		t := time.NewTicker(e.opts.ReprobeInterval)
+		defer t.Stop()
+		reprobe = t.C
+	}
 	for {
 		select {
+		case ev, ok := <-e.netEvents:
+			if !ok {
+				e.netEvents = nil
+				if ctx.Err() == nil {
+					e.log.Error("the network watch ended; changes are noticed by polling only")
+				}
+				continue
+			}
+			e.onNetEvent(ev)
+		case <-reprobe:
+			e.reprobeRound()
 		case r := <-e.health.Results():
 			e.onProbe(r)
 		case r := <-e.metrics.results:
@@ -284,7 +373,9 @@ func (e *Engine) Run(ctx context.Context) {
 		case f := <-e.mgmt:
 			f()
 		case <-tick.C:
+			e.checkAttachment(e.ed.Config())
 			e.refreshNeighbors()
+			e.agg.Flush()
 		case <-sweep.C:
 			e.sweepConns()
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -34,6 +35,8 @@ type fakeDatapath struct {
 	dropped  []uint32       // backends DropAffinity was called for
 	swept    lb.SweepResult // what Sweep returns
 	updated  []lb.DataplaneUpdate
+	// droppedPins is what Dropped returns.
+	droppedPins []string
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
@@ -153,30 +156,115 @@ func (f *fakeDatapath) DropAffinity(backend uint32) (int, error) {
 	return 1, nil
 }
 func (f *fakeDatapath) Close() error { f.closed = true; return nil }
-func (f *fakeDatapath) Remove() error {
+func (f *fakeDatapath) RemovePins() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.removed = true
 	f.attached = false
 	f.loaded = false
-	return nil
+	return []string{"conns", "link", "prog"}, nil
+}
+func (f *fakeDatapath) Dropped() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.droppedPins)
 }
 
-// fakeNetif resolves servers from a table and records addresses.
+// sever makes the attachment look as the kernel leaves it when the
+// interface is deleted: attached to nothing.
+func (f *fakeDatapath) sever() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attached = false
+	f.droppedPins = append(f.droppedPins, "link")
+}
+
+// fakeNetif resolves servers from a table and records addresses. Its one
+// interface, eth0, has index ifindex (0: it does not exist).
 type fakeNetif struct {
 	mu        sync.Mutex
 	macs      map[netip.Addr]net.HardwareAddr // missing: unresolved
 	offLink   map[netip.Addr]bool
 	addresses map[netip.Addr]string
+	ifindex   int
+	// entries holds the addresses Neighbors was asked about (it "creates"
+	// kernel entries for them) that ForgetNeighbors did not remove since;
+	// forgotten lists what ForgetNeighbors removed, reprobed what Reprobe
+	// verified.
+	entries             map[netip.Addr]bool
+	forgotten, reprobed []netip.Addr
+	// forwarding is what Forwarding reports, by family (true: IPv6).
+	forwarding map[bool]bool
+	// events feeds Watch.
+	events chan lb.NetEvent
 }
 
 func newFakeNetif() *fakeNetif {
-	return &fakeNetif{macs: map[netip.Addr]net.HardwareAddr{}, offLink: map[netip.Addr]bool{}, addresses: map[netip.Addr]string{}}
+	return &fakeNetif{macs: map[netip.Addr]net.HardwareAddr{}, offLink: map[netip.Addr]bool{}, addresses: map[netip.Addr]string{},
+		ifindex: 2, forwarding: map[bool]bool{}, events: make(chan lb.NetEvent, 64), entries: map[netip.Addr]bool{}}
 }
 
 func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
-	if name != "eth0" {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if name != "eth0" || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
 	}
-	return lb.Link{Index: 2, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}}, nil
+	return lb.Link{Index: n.ifindex, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}}, nil
+}
+
+func (n *fakeNetif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
+	out := make(chan lb.NetEvent)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-n.events:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (n *fakeNetif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.reprobed = append(n.reprobed, addrs...)
+	return nil
+}
+
+func (n *fakeNetif) ForgetNeighbors(addrs []netip.Addr) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.forgotten = append(n.forgotten, addrs...)
+	for _, a := range addrs {
+		delete(n.entries, a)
+	}
+	return nil
+}
+
+func (n *fakeNetif) Forwarding(ifname string, ipv6 bool) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.forwarding[ipv6], nil
+}
+
+// kernelEntries returns the addresses Neighbors was asked about and
+// ForgetNeighbors has not removed since: the entries dlbd left in the
+// kernel.
+func (n *fakeNetif) kernelEntries() []netip.Addr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := slices.Collect(maps.Keys(n.entries))
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
 }
 
 func (n *fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
@@ -189,7 +277,12 @@ func (n *fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, m
 			errs[a] = fmt.Errorf("%s is not on a directly connected network", a)
 			continue
 		}
-		out[a] = lb.Neighbor{Ifindex: 2, IfMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, MAC: n.macs[a]}
+		if n.ifindex == 0 {
+			errs[a] = fmt.Errorf("no route to %s", a)
+			continue
+		}
+		n.entries[a] = true
+		out[a] = lb.Neighbor{Ifindex: n.ifindex, IfMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, MAC: n.macs[a]}
 	}
 	return out, errs
 }
@@ -203,6 +296,9 @@ func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.ifindex == 0 {
+		return fmt.Errorf("looking up interface %q: Link not found", ifname)
+	}
 	n.addresses[a] = ifname
 	return nil
 }
@@ -210,6 +306,9 @@ func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
 func (n *fakeNetif) DelAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.ifindex == 0 {
+		return fmt.Errorf("looking up interface %q: Link not found", ifname)
+	}
 	delete(n.addresses, a)
 	return nil
 }

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
@@ -17,6 +18,14 @@ type neighbors struct {
 	errs  map[netip.Addr]error
 	// ports counts, per next hop, the servers of each port that use it.
 	ports map[netip.Addr]map[lb.ServiceKey]int
+	// sorted lists the next hops in a stable order for reprobeRound,
+	// rebuilt when stale; cursor is where the next round starts.
+	sorted []netip.Addr
+	stale  bool
+	cursor int
+	// asked lists the addresses the current change asked the kernel to
+	// resolve, so that a refused change can take them back.
+	asked []netip.Addr
 }
 
 func newNeighbors() *neighbors {
@@ -38,6 +47,7 @@ func (n *neighbors) index(cfg lb.Config) {
 }
 
 func (n *neighbors) use(hop netip.Addr, k lb.ServiceKey, d int) {
+	n.stale = true
 	m := n.ports[hop]
 	if m == nil {
 		m = map[lb.ServiceKey]int{}
@@ -52,9 +62,9 @@ func (n *neighbors) use(hop netip.Addr, k lb.ServiceKey, d int) {
 	}
 }
 
-// update follows a committed change, and forgets the hops nothing uses
-// any more.
-func (n *neighbors) update(old, next lb.Config, ch config.Change) {
+// update follows a committed change, forgets the hops nothing uses any
+// more and returns them.
+func (n *neighbors) update(old, next lb.Config, ch config.Change) []netip.Addr {
 	var gone []netip.Addr
 	for k, kind := range ch.Servers {
 		if kind != config.Added {
@@ -70,13 +80,72 @@ func (n *neighbors) update(old, next lb.Config, ch config.Change) {
 		}
 	}
 	gone = append(gone, old.Executor.ClientGateway, old.Executor.ClientGateway6)
-	ex := next.Executor
-	for _, a := range gone {
+	n.stale = true
+	return n.forget(next, gone)
+}
+
+// forget forgets the hops of addrs that cfg does not use, and returns
+// them.
+func (n *neighbors) forget(cfg lb.Config, addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	seen := map[netip.Addr]bool{}
+	ex := cfg.Executor
+	for _, a := range addrs {
+		if !a.IsValid() || seen[a] {
+			continue
+		}
+		seen[a] = true
 		if _, used := n.ports[a]; !used && a != ex.ClientGateway && a != ex.ClientGateway6 {
 			delete(n.neigh, a)
 			delete(n.errs, a)
+			out = append(out, a)
 		}
 	}
+	return out
+}
+
+// order returns cfg's next hops sorted (cached until the hops change).
+func (n *neighbors) order(cfg lb.Config) []netip.Addr {
+	if n.stale || n.sorted == nil {
+		n.sorted = n.allHops(cfg)
+		slices.SortFunc(n.sorted, netip.Addr.Compare)
+		n.stale = false
+	}
+	return n.sorted
+}
+
+// hopEvent says what a neighbour event means for a next hop.
+type hopEvent uint8
+
+const (
+	hopSame    hopEvent = iota // nothing to do
+	hopChanged                 // its MAC changed: rewrite the ports behind it
+	hopRefresh                 // look it up again (its interface may have changed)
+)
+
+// fromEvent applies a neighbour event to the next hop it names. A MAC
+// that stopped being usable is ignored: the last known one is kept while
+// the kernel resolves the neighbour again (it may be a reprobe).
+func (n *neighbors) fromEvent(ev lb.NetEvent, log *slog.Logger) hopEvent {
+	if ev.MAC == nil {
+		return hopSame
+	}
+	nb, had := n.neigh[ev.Addr]
+	if !had || nb.Ifindex != ev.Ifindex {
+		return hopRefresh
+	}
+	if nb.MAC.String() == ev.MAC.String() {
+		return hopSame
+	}
+	if nb.MAC == nil {
+		log.Info("next hop resolved", "address", ev.Addr, "mac", ev.MAC.String(), "ifindex", ev.Ifindex)
+	} else {
+		log.Info("next hop's MAC changed", "address", ev.Addr, "mac", ev.MAC.String(), "was", nb.MAC.String(), "ifindex", ev.Ifindex)
+	}
+	nb.MAC = slices.Clone(ev.MAC)
+	n.neigh[ev.Addr] = nb
+	delete(n.errs, ev.Addr)
+	return hopChanged
 }
 
 // allHops lists every next hop of cfg: the servers' and the client
@@ -136,8 +205,11 @@ func (n *neighbors) refresh(nif Netif, log *slog.Logger, addrs []netip.Addr) []n
 			continue
 		}
 		delete(n.errs, a)
-		if nb.MAC == nil && had && old.MAC != nil && old.Ifindex == nb.Ifindex {
-			nb.MAC = old.MAC // keep the last known MAC while it re-resolves
+		if nb.MAC == nil && had && old.MAC != nil {
+			// Keep the last known MAC while it re-resolves, even through
+			// another interface: the executor's own interface created
+			// again (a new index) does not change the servers' MACs.
+			nb.MAC = old.MAC
 		}
 		if !had || old.Ifindex != nb.Ifindex || old.MAC.String() != nb.MAC.String() || old.IfMAC.String() != nb.IfMAC.String() {
 			if nb.MAC != nil && (!had || old.MAC.String() != nb.MAC.String()) {
@@ -153,6 +225,7 @@ func (n *neighbors) refresh(nif Netif, log *slog.Logger, addrs []netip.Addr) []n
 // wait resolves addrs, polling for at most limit until each has a MAC or
 // an error.
 func (n *neighbors) wait(nif Netif, log *slog.Logger, addrs []netip.Addr, limit time.Duration) {
+	n.asked = append(n.asked, addrs...)
 	deadline := time.Now().Add(limit)
 	for len(addrs) > 0 {
 		n.refresh(nif, log, addrs)
@@ -186,32 +259,16 @@ func (e *Engine) refreshNeighbors() {
 			hops = append(hops, a)
 		}
 	}
-	changed := e.net.refresh(e.opts.Netif, e.log, hops)
-	if len(changed) == 0 {
+	e.applyHops(cfg, e.net.refresh(e.opts.Netif, e.log, hops))
+}
+
+// forgetNeighbors removes the kernel's neighbour entries dlbd made for
+// addresses it no longer uses.
+func (e *Engine) forgetNeighbors(addrs []netip.Addr) {
+	if len(addrs) == 0 {
 		return
 	}
-	var ports []lb.ServiceKey
-	seen := map[lb.ServiceKey]bool{}
-	gateway := false
-	for _, a := range changed {
-		if a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6 {
-			gateway = true
-		}
-		for k := range e.net.ports[a] {
-			if !seen[k] {
-				seen[k] = true
-				ports = append(ports, k)
-			}
-		}
+	if err := e.opts.Netif.ForgetNeighbors(addrs); err != nil {
+		e.log.Warn("removing neighbour entries dlbd no longer uses", "err", err)
 	}
-	var u lb.DataplaneUpdate
-	if gateway {
-		g := e.globals(cfg)
-		u.Globals = &g
-	}
-	e.portsUpdate(&u, cfg, ports)
-	if err := e.exec.dp.Update(u); err != nil {
-		e.log.Error("applying refreshed neighbours", "err", err)
-	}
-	e.checkAlerts(cfg, ports)
 }

@@ -43,15 +43,19 @@ type metricResult struct {
 	err    error
 }
 
-// pollerSpec is what a poller needs; a change restarts it.
+// pollerSpec is what a poller needs; a change restarts it. source is the
+// address polls leave from: the NFA of the server's family, as IBM's
+// manager does (the kernel's choice may be a cluster address, which the
+// server holds itself); the zero Addr leaves the choice to the kernel.
 type pollerSpec struct {
 	server   lb.MetricServer
 	names    []string
 	interval time.Duration
+	source   netip.Addr
 }
 
 func samePoller(a, b pollerSpec) bool {
-	return a.server == b.server && a.interval == b.interval && slices.Equal(a.names, b.names)
+	return a.server == b.server && a.interval == b.interval && a.source == b.source && slices.Equal(a.names, b.names)
 }
 
 // wantedPollers lists, per server address, the metric names some cluster
@@ -66,6 +70,7 @@ func wantedPollers(cfg lb.Config) map[netip.Addr]pollerSpec {
 			for _, s := range p.Servers {
 				spec := want[s.Address]
 				spec.server, spec.interval = cfg.MetricServer, seconds(cfg.Manager.Interval)
+				spec.source = nfaFor(cfg, s.Address)
 				for _, m := range cl.Metrics {
 					if !slices.Contains(spec.names, m) {
 						spec.names = append(spec.names, m)
@@ -83,7 +88,7 @@ func wantedPollers(cfg lb.Config) map[netip.Addr]pollerSpec {
 // cluster with metrics (or that had some) touched, or the metric or
 // manager settings.
 func pollersTouched(old, next lb.Config, ch config.Change) bool {
-	if ch.MetricServer || old.Manager.Interval != next.Manager.Interval {
+	if ch.MetricServer || old.Manager.Interval != next.Manager.Interval || nfaChanged(old, next) {
 		return true
 	}
 	for _, k := range ch.PortsTouched() {
@@ -101,6 +106,14 @@ func pollersTouched(old, next lb.Config, ch config.Change) bool {
 		}
 	}
 	return false
+}
+
+// nfaFor is the NFA of addr's family in cfg (the zero Addr: none set).
+func nfaFor(cfg lb.Config, addr netip.Addr) netip.Addr {
+	if addr.Unmap().Is4() {
+		return cfg.Executor.NFA
+	}
+	return cfg.Executor.NFA6
 }
 
 // syncPollers starts, restarts and stops metric pollers to match cfg.
@@ -121,7 +134,7 @@ func (e *Engine) startPoller(ctx context.Context, a netip.Addr, spec pollerSpec,
 	if e.opts.NewMetricSource == nil {
 		return errors.New("this dlbd has no metric sources")
 	}
-	fetch, err := e.opts.NewMetricSource(spec.server, a, spec.names)
+	fetch, err := e.opts.NewMetricSource(spec.server, a, spec.source, spec.names)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
@@ -19,6 +20,8 @@ type executor struct {
 	tables map[uint32]table
 	groups map[uint32]uint32
 	sweep  lb.SweepResult
+	// attach follows its interface (netevents.go).
+	attach attachState
 }
 
 func newExecutor() executor {
@@ -29,16 +32,18 @@ func newExecutor() executor {
 // from old (the committed configuration) by ch, with the ids already
 // given (delta). It writes only what ch touched; the first start of the
 // executor writes everything. It returns whether it wrote anything: a
-// change refused after writing must be rolled back (rollback).
-func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.IDDelta) (bool, error) {
+// change refused after writing must be rolled back (rollback). stop says
+// the change asks for the executor to stop: whatever it left pinned is
+// removed even if it is not loaded.
+func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.IDDelta, stop bool) (bool, error) {
 	ex := next.Executor
 	switch {
 	case !ex.Started:
-		if e.exec.dp == nil {
+		if e.exec.dp == nil && !stop {
 			e.exec.err = nil
 			return false, nil
 		}
-		return true, e.stopExecutor()
+		return true, e.stopExecutor(next)
 	case e.exec.dp == nil:
 		// startExecutor undoes what it did when it fails.
 		return false, e.startExecutor(next)
@@ -48,7 +53,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 		if _, err := e.opts.Netif.LinkByName(ex.Interface); err != nil {
 			return false, lb.Errorf("interface", "", "%v", err)
 		}
-		if err := e.stopExecutor(); err != nil {
+		if err := e.stopExecutor(next); err != nil {
 			return true, err
 		}
 		return true, e.startExecutor(next)
@@ -113,6 +118,8 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	if err != nil {
 		return fmt.Errorf("loading the executor: %w", err)
 	}
+	e.exec.attach.dropped = 0
+	e.logDropped(dp)
 	_, adopted := dp.Attached()
 	// undo releases the executor again: a freshly created one is removed,
 	// an adopted one (still forwarding) only released.
@@ -121,7 +128,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		if adopted {
 			err = dp.Close()
 		} else {
-			err = dp.Remove()
+			_, err = dp.RemovePins()
 		}
 		if err != nil {
 			e.log.Error("releasing the executor", "err", err)
@@ -129,15 +136,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		e.exec.dp = nil
 		e.exec.tables = map[uint32]table{}
 	}
-	want := ex.XDPMode
-	if want == lb.XDPAuto && link.Kind == "veth" {
-		// A veth only processes frames its peer sent with native-mode
-		// XDP_TX if it runs XDP itself, which dlbd cannot see from here:
-		// auto is generic on a veth, native must be asked for.
-		want = lb.XDPGeneric
-		e.log.Info("auto XDP mode uses generic mode on a veth; ask for --xdp-mode native if the peer runs XDP", "interface", ex.Interface)
-	}
-	mode, err := dp.Attach(link.Index, want)
+	mode, err := dp.Attach(link.Index, e.attachMode(ex, link))
 	if err != nil {
 		e.exec.dp = dp
 		undo()
@@ -148,6 +147,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	}
 	e.exec.dp = dp
 	e.exec.tables = map[uint32]table{}
+	e.exec.attach = attachState{ifindex: link.Index, dropped: e.exec.attach.dropped}
 
 	hops := e.net.allHops(cfg)
 	var unknown []netip.Addr
@@ -169,18 +169,49 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	return nil
 }
 
-// stopExecutor takes the addresses the engine configured off the host and
-// detaches and unpins the executor.
-func (e *Engine) stopExecutor() error {
-	if e.exec.dp == nil {
-		return nil
+// attachMode is the XDP mode to attach the executor to link in.
+func (e *Engine) attachMode(ex lb.Executor, link lb.Link) lb.XDPMode {
+	want := ex.XDPMode
+	if want == lb.XDPAuto && link.Kind == "veth" {
+		// A veth only processes frames its peer sent with native-mode
+		// XDP_TX if it runs XDP itself, which dlbd cannot see from here:
+		// auto is generic on a veth, native must be asked for.
+		want = lb.XDPGeneric
+		e.log.Info("auto XDP mode uses generic mode on a veth; ask for --xdp-mode native if the peer runs XDP", "interface", ex.Interface)
 	}
+	return want
+}
+
+// stopExecutor takes the addresses the engine configured off the host,
+// detaches the executor and removes every pin it has, loaded or not (one
+// that could not be loaded is removed by name), and the neighbour entries
+// it made for cfg's next hops. The change's notes name the pins removed.
+func (e *Engine) stopExecutor(cfg lb.Config) error {
 	errs := []error{e.configureAddresses(lb.Config{})}
-	errs = append(errs, e.exec.dp.Remove())
+	var removed []string
+	where := ""
+	if e.exec.dp != nil {
+		where = " under " + e.exec.dp.Info().PinDir
+		r, err := e.exec.dp.RemovePins()
+		removed = r
+		errs = append(errs, err)
+	} else if e.opts.RemovePins != nil {
+		r, err := e.opts.RemovePins()
+		removed = r
+		errs = append(errs, err)
+	}
 	e.exec.dp, e.exec.err = nil, nil
 	e.exec.tables = map[uint32]table{}
 	e.exec.groups = map[uint32]uint32{}
 	e.exec.sweep = lb.SweepResult{}
+	e.exec.attach = attachState{}
+	e.forgetNeighbors(e.net.allHops(cfg))
+	e.net.neigh, e.net.errs = map[netip.Addr]lb.Neighbor{}, map[netip.Addr]error{}
+	if len(removed) > 0 {
+		e.note(fmt.Sprintf("removed %d pins%s: %s", len(removed), where, strings.Join(removed, ", ")))
+	} else {
+		e.note("no pins to remove")
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping the executor: %w", err)
 	}
@@ -336,6 +367,12 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 		for a := range e.host.returns {
 			want[a] = cfg.Executor.Interface
 		}
+	}
+	if e.exec.attach.detached != "" {
+		// The interface is gone, and its addresses with it: remember
+		// what is wanted, which re-attaching puts on the new one.
+		e.host.configured = want
+		return nil
 	}
 	var errs []error
 	for a, ifname := range e.host.configured {

@@ -42,7 +42,10 @@ func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 		e.ids.Revert(delta)
 		return old, nil
 	}
-	if err := e.change(edit, -1); err != nil {
+	// A file that stops a started executor stops it as "executor stop"
+	// does: whatever it left pinned goes too.
+	stop := e.ed.Config().Executor.Started && !edit.Next.Executor.Started
+	if err := e.change(edit, -1, stop); err != nil {
 		return old, err
 	}
 	e.log.Info("configuration replaced", "clusters", len(ch.Clusters), "ports", len(ch.Ports), "servers", len(ch.Servers),

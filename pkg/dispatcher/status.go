@@ -80,6 +80,14 @@ type ExecutorStatus struct {
 	Attached     bool
 	Attachment   lb.Attachment
 	AttachedMode lb.XDPMode
+	// Detached says why the executor, started, is attached to nothing
+	// ("interface eth0 was deleted"), since when; it attaches again when
+	// an interface of its name appears.
+	Detached      string
+	DetachedSince time.Time
+	// Warnings name conditions that keep the configuration from working
+	// as meant, while they last, with their remedy.
+	Warnings []string
 	// Info describes its tables, and Memory what each holds in kernel
 	// memory.
 	Info   lb.DataplaneInfo
@@ -226,6 +234,8 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats) {
 	if e.exec.err != nil {
 		x.Err = e.exec.err.Error()
 	}
+	x.Detached, x.DetachedSince = e.exec.attach.detached, e.exec.attach.since
+	x.Warnings = e.natRouteProblems(e.ed.Config())
 	if e.exec.dp == nil {
 		return
 	}

@@ -57,12 +57,6 @@ func (l *lab) equalsFile(path string) bool {
 	return out == "no changes\n"
 }
 
-// dlbdLog returns what the current dlbd logged so far.
-func (l *lab) dlbdLog() string {
-	b, _ := os.ReadFile(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
-	return string(b)
-}
-
 // TestPrivilegedE2EConfigFile drives dlbd with a configuration file:
 // dlbd --check-config (touching nothing, even beside a running dlbd),
 // dlbctl apply --diff (nothing changed), apply (traffic flows), get (the

@@ -51,6 +51,22 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
 			return 1
 		}
+		// DLB_E2E_DAEMON_FROM names a directory holding another build's
+		// dlbd and dlbctl, tested instead of this tree's: a test of a fix
+		// must fail against the build before it.
+		if from := os.Getenv("DLB_E2E_DAEMON_FROM"); from != "" {
+			for _, b := range []string{"dlbd", "dlbctl"} {
+				data, err := os.ReadFile(filepath.Join(from, b))
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, b), data, 0o755)
+				}
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "DLB_E2E_DAEMON_FROM: %v\n", err)
+					return 1
+				}
+			}
+			fmt.Fprintf(os.Stderr, "testing dlbd and dlbctl from %s\n", from)
+		}
 		binDir = dir
 	}
 	return m.Run()
@@ -182,6 +198,12 @@ func (l *lab) killDlbd(sig syscall.Signal) {
 		l.t.Fatalf("signalling dlbd: %v", err)
 	}
 	l.waitDlbd()
+}
+
+// dlbdLog returns what the current dlbd logged so far.
+func (l *lab) dlbdLog() string {
+	b, _ := os.ReadFile(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
+	return string(b)
 }
 
 func (l *lab) waitDlbd() {

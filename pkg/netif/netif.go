@@ -113,8 +113,7 @@ func (n *Netif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[n
 			}
 			// Missing, incomplete, failed or stale: have the kernel
 			// (re)resolve it.
-			managed := found && e.FlagsExt&netlink.NTF_EXT_MANAGED != 0
-			if err := resolve(fi.ifindex, fi.family, a.AsSlice(), managed); err != nil {
+			if err := resolve(fi.ifindex, fi.family, a.AsSlice()); err != nil {
 				errs[a] = fmt.Errorf("resolving %s: %w", a, err)
 				delete(out, a)
 			}
@@ -148,13 +147,12 @@ func (n *Netif) route(addr netip.Addr) (lb.Neighbor, error) {
 	return nb, nil
 }
 
-// resolve asks the kernel to resolve ip now (NTF_USE), creating a managed
-// entry if there is none, so that the kernel keeps it resolved.
-func resolve(ifindex, family int, ip net.IP, managed bool) error {
-	n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: ip, Flags: netlink.NTF_USE}
-	if !managed {
-		n.FlagsExt = netlink.NTF_EXT_MANAGED
-	}
+// resolve asks the kernel to resolve ip now (NTF_USE), as a managed
+// entry, so that the kernel keeps it resolved. The managed flag is given
+// every time: an administrative update without it clears it.
+func resolve(ifindex, family int, ip net.IP) error {
+	n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: ip, Flags: netlink.NTF_USE,
+		FlagsExt: netlink.NTF_EXT_MANAGED}
 	err := netlink.NeighSet(n)
 	if err != nil && n.FlagsExt != 0 {
 		// Kernels before 5.16 have no managed entries.

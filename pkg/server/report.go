@@ -23,6 +23,22 @@ func executorReport(st *dispatcher.Status) api.ExecutorReport {
 		NFA: addrString(ex.NFA), NFA6: addrString(ex.NFA6),
 		ClientGateway: addrString(ex.ClientGateway), ClientGateway6: addrString(ex.ClientGateway6),
 	}
+	r.Warnings = x.Warnings
+	switch {
+	case !ex.Started:
+		r.State = api.ExecutorStopped
+	case x.Detached != "":
+		r.State, r.Detached = api.ExecutorDetached, x.Detached
+		if !x.DetachedSince.IsZero() {
+			r.DetachedSince = x.DetachedSince.UTC().Format(time.RFC3339)
+		}
+	case !x.Loaded:
+		r.State = api.ExecutorFailed
+	case x.Attached:
+		r.State = api.ExecutorAttached
+	default:
+		r.State, r.Detached = api.ExecutorDetached, "the executor is attached to no interface"
+	}
 	if !x.Loaded {
 		return r
 	}

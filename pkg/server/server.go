@@ -34,6 +34,13 @@ type Engine interface {
 	Config(ctx context.Context) (lb.Config, error)
 }
 
+// NotingEngine is an Engine that also says what a change did (notes) and
+// what keeps it from working (warnings); the API passes them on in the
+// result. *dispatcher.Engine implements it.
+type NotingEngine interface {
+	ApplyWithNotes(ctx context.Context, ops []config.Op) (dispatcher.Applied, error)
+}
+
 // Defaults of Options.
 const (
 	// DefaultMaxRequestSize bounds a request body: a file load of many
@@ -212,6 +219,11 @@ func (h *handler) ops(w http.ResponseWriter, r *http.Request) {
 			msg = fmt.Sprintf("request body not received within %s", h.o.BodyTimeout)
 		}
 		writeError(w, status, api.Error{Message: msg, Op: -1})
+		return
+	}
+	if ne, ok := h.e.(NotingEngine); ok {
+		a, err := ne.ApplyWithNotes(r.Context(), Ops(req.Ops))
+		respond(w, h.log, api.Result{Applied: a.Ops, Notes: a.Notes, Warnings: a.Warnings}, err)
 		return
 	}
 	n, err := h.e.Apply(r.Context(), Ops(req.Ops))

@@ -1,6 +1,7 @@
 // Package events runs the operator's event scripts, IBM style: when a
 // server goes down or up, when a port has no server left (managerAlert)
-// or has one again, when half-open connections pass maxhalfopen, dlbd runs
+// or has one again, when half-open connections pass maxhalfopen, when the
+// executor loses its interface or attaches to it again, dlbd runs
 // the executable named after the event in the scripts directory, with the
 // event in its environment. Scripts run one at a time on their own
 // goroutine, each bounded by a timeout (package runner), so that they
@@ -31,6 +32,12 @@ const (
 	ManagerClear  = "managerClear"
 	HalfOpenAlert = "halfOpenAlert"
 	HalfOpenDone  = "halfOpenAlertDone"
+	// ExecutorDetached: the executor's interface is gone (DLB_INTERFACE,
+	// DLB_REASON); ExecutorAttached: an interface of its name appeared
+	// and the executor is attached to it again (DLB_INTERFACE,
+	// DLB_IFINDEX). dlb's own, beside IBM's.
+	ExecutorDetached = "executorDetached"
+	ExecutorAttached = "executorAttached"
 )
 
 // maxQueued bounds the events waiting for a script.

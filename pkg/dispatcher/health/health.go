@@ -64,8 +64,17 @@ func Wanted(cfg lb.Config, ports map[uint16]bool) map[Key]Spec {
 				if p.Method == lb.NAT && s.MapPort != 0 {
 					port = s.MapPort
 				}
+				// Probes leave from the NFA of the server's family, as
+				// IBM's advisors do: the kernel would choose the most
+				// specific address, which can be a cluster address the
+				// servers hold themselves (an IPv6 /128), and a server
+				// answers such a probe to itself.
+				src := cfg.Executor.NFA
+				if !s.Address.Unmap().Is4() {
+					src = cfg.Executor.NFA6
+				}
 				want[k] = Spec{Advisor: a, Target: advisors.Target{
-					Address: s.Address, Port: port,
+					Address: s.Address, Port: port, Source: src,
 					ConnectTimeout: seconds(a.ConnectTimeout), ReceiveTimeout: seconds(a.ReceiveTimeout),
 					Request: s.AdvisorRequest, Response: s.AdvisorResponse,
 				}}

@@ -1,0 +1,437 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// syncBuffer is a log sink tests read while the engine writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// logTo makes the harness's engine log to buf; slow makes the periodic
+// checks (neighbour refresh, attachment, reprobes) rare, so that only
+// events can explain what a test sees.
+func logTo(buf io.Writer, slow bool) func(*Options) {
+	return func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		if slow {
+			o.TickInterval, o.ReprobeInterval = time.Hour, -1
+		}
+	}
+}
+
+func (n *fakeNetif) setIfindex(i int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ifindex = i
+}
+
+func (n *fakeNetif) address(a netip.Addr) (string, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ifname, ok := n.addresses[a]
+	return ifname, ok
+}
+
+func (n *fakeNetif) dropAddress(a netip.Addr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.addresses, a)
+}
+
+// The executor's interface deleted: the report says detached, the event
+// runs; an interface of that name created: the executor attaches to it,
+// keeps its maps, reaches its servers through it and puts its addresses
+// back on it.
+func TestInterfaceDeletedAndRecreated(t *testing.T) {
+	var logs syncBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
+	base(h)
+	v := netip.MustParseAddr(vip)
+	applies := h.dp.applies
+
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.dropAddress(v)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	st := h.status(Query{}).Executor
+	if !strings.Contains(st.Detached, "eth0 was deleted") || st.DetachedSince.IsZero() || st.Attached {
+		t.Errorf("executor status %+v", st)
+	}
+	if !strings.Contains(logs.String(), "event=executorDetached") {
+		t.Error("no executorDetached event")
+	}
+	// Changes while detached are taken; addresses wait for the interface.
+	cl2 := op("cluster", "add", vip2)
+	cl2.Params = append(cl2.Params, config.P("configure", "yes"))
+	h.mustApply(cl2)
+
+	h.nif.setIfindex(7)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 7, Ifname: "eth0"}
+	eventually(t, "re-attached", func() bool { return h.status(Query{}).Executor.Detached == "" })
+	st = h.status(Query{}).Executor
+	if !st.Attached || st.Attachment.Ifindex != 7 || st.Err != "" {
+		t.Errorf("executor status after the interface returned %+v", st)
+	}
+	if !strings.Contains(logs.String(), "event=executorAttached") || !strings.Contains(logs.String(), "pins=[link]") {
+		t.Errorf("no executorAttached event or dropped pins logged:\n%s", logs.String())
+	}
+	if h.opens != 1 {
+		t.Errorf("the executor was loaded %d times; re-attaching must keep it (and its maps)", h.opens)
+	}
+	if h.dp.applies <= applies {
+		t.Error("nothing was written after re-attaching")
+	}
+	for _, b := range h.dp.state().Backends {
+		if b.Ifindex != 7 || b.MAC == nil || !b.AcceptNew {
+			t.Errorf("backend %d after re-attaching: %+v", b.ID, b)
+		}
+	}
+	for _, a := range []netip.Addr{v, netip.MustParseAddr(vip2)} {
+		if ifname, ok := h.nif.address(a); !ok || ifname != "eth0" {
+			t.Errorf("cluster address %s not on the new interface: %v", a, h.nif.addresses)
+		}
+	}
+
+	// Stopped while detached: it stops, and nothing is left to restore.
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 7, Ifname: "eth0"}
+	eventually(t, "detached again", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	h.mustApply(op("executor", "stop", ""))
+	if st := h.status(Query{}).Executor; st.Loaded || st.Detached != "" {
+		t.Errorf("executor status after stop: %+v", st)
+	}
+}
+
+// A dlbd that starts while the interface is missing reports the executor
+// detached and brings it up when the interface appears.
+func TestStartWithoutInterface(t *testing.T) {
+	var logs syncBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
+	base(h)
+	h.stop()
+	h.nif.setIfindex(0)
+	h.dp = &fakeDatapath{}
+	h.start()
+	eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	if st := h.status(Query{}).Executor; st.Loaded || !strings.Contains(st.Detached, "eth0 does not exist") {
+		t.Errorf("executor status %+v", st)
+	}
+	h.nif.setIfindex(4)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 4, Ifname: "eth0"}
+	eventually(t, "started", func() bool { return h.status(Query{}).Executor.Attached })
+	if st := h.status(Query{}).Executor; st.Detached != "" || st.Err != "" || st.Attachment.Ifindex != 4 {
+		t.Errorf("executor status %+v", st)
+	}
+	if dp := h.dp.state(); dp == nil || len(dp.Backends) != 4 {
+		t.Errorf("state not written: %+v", dp)
+	}
+}
+
+// Addresses dlbd configured come back when the host loses them: removed
+// by hand, or flushed by a down/up (IPv6 addresses are).
+func TestConfiguredAddressesRestored(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), logTo(io.Discard, true))
+	base(h)
+	v := netip.MustParseAddr(vip)
+	for _, ev := range []lb.NetEvent{
+		{Kind: lb.NetAddressRemoved, Ifindex: 2, Ifname: "eth0", Prefix: netip.PrefixFrom(v, 32)},
+		{Kind: lb.NetLinkUp, Ifindex: 2, Ifname: "eth0"},
+	} {
+		t.Run(ev.Kind.String(), func(t *testing.T) {
+			h.nif.dropAddress(v)
+			h.nif.events <- ev
+			eventually(t, "address restored", func() bool { _, ok := h.nif.address(v); return ok })
+		})
+	}
+	// An address dlbd took off itself stays off.
+	off := op("cluster", "set", vip)
+	off.Params = append(off.Params, config.P("configure", "no"))
+	h.mustApply(off)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetAddressRemoved, Ifindex: 2, Ifname: "eth0", Prefix: netip.PrefixFrom(v, 32)}
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkUp, Ifindex: 2, Ifname: "eth0"}
+	time.Sleep(50 * time.Millisecond)
+	if _, ok := h.nif.address(v); ok {
+		t.Error("an address dlbd removed came back")
+	}
+}
+
+// A next hop's new MAC reaches the executor from the event, with no
+// periodic refresh.
+func TestNeighborEventApplied(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), logTo(io.Discard, true))
+	base(h)
+	newMAC := net.HardwareAddr{2, 0, 0, 0, 0xbb, 21}
+	macOf := func() []string {
+		var out []string
+		for _, b := range h.dp.state().Backends {
+			if b.Address == s1 {
+				out = append(out, b.MAC.String())
+			}
+		}
+		return out
+	}
+	// A MAC that stops being usable (a reprobe in flight) keeps the last.
+	h.nif.events <- lb.NetEvent{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "eth0", Addr: s1}
+	h.nif.events <- lb.NetEvent{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "eth0", Addr: s1, MAC: newMAC}
+	eventually(t, "new MAC applied", func() bool {
+		m := macOf()
+		return len(m) == 2 && m[0] == newMAC.String() && m[1] == newMAC.String()
+	})
+	// A neighbour dlbd does not use changes nothing.
+	n := len(h.dp.updated)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetNeighborChanged, Ifindex: 2, Addr: netip.MustParseAddr("198.18.0.99"), MAC: newMAC}
+	time.Sleep(50 * time.Millisecond)
+	if len(h.dp.updated) != n {
+		t.Error("a neighbour no server uses caused an update")
+	}
+}
+
+// Reprobe rounds go through every resolved next hop, a batch at a time.
+func TestReprobeRounds(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		o.TickInterval, o.ReprobeInterval, o.ReprobeBatch = time.Hour, -1, 2
+	})
+	base(h)
+	h.mustApply(op("server", "add", vip+"@80@198.18.0.23"))
+	for range 3 {
+		if err := h.e.do(context.Background(), h.e.reprobeRound); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.nif.mu.Lock()
+	got := slices.Clone(h.nif.reprobed)
+	h.nif.mu.Unlock()
+	want := []netip.Addr{s1, s2, s3, s1, s2, s3}
+	if !slices.Equal(got, want) {
+		t.Errorf("reprobed %v, want %v", got, want)
+	}
+}
+
+// executor stop removes every pin, loaded or not, and says which.
+func TestStopRemovesPins(t *testing.T) {
+	t.Run("loaded", func(t *testing.T) {
+		h := newHarness(t, t.TempDir())
+		base(h)
+		a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("executor", "stop", "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Notes) != 1 || a.Notes[0] != "removed 3 pins under /fake: conns, link, prog" {
+			t.Errorf("notes %q", a.Notes)
+		}
+		if !h.dp.removed {
+			t.Error("not removed")
+		}
+		if left := h.nif.kernelEntries(); len(left) != 0 {
+			t.Errorf("neighbour entries left after stop: %v", left)
+		}
+	})
+	t.Run("not loadable", func(t *testing.T) {
+		removed := 0
+		h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+			o.RemovePins = func() ([]string, error) { removed++; return []string{"conns", "prog"}, nil }
+		})
+		base(h)
+		h.stop()
+		h.extra = func(o *Options) {
+			o.OpenDatapath = func() (Datapath, error) { return nil, errors.New("pinned maps are incompatible") }
+			o.RemovePins = func() ([]string, error) { removed++; return []string{"conns", "prog"}, nil }
+		}
+		h.start()
+		if st := h.status(Query{}).Executor; st.Loaded || !strings.Contains(st.Err, "incompatible") {
+			t.Fatalf("executor status %+v", st)
+		}
+		a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("executor", "stop", "")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if removed != 1 || len(a.Notes) != 1 || a.Notes[0] != "removed 2 pins: conns, prog" {
+			t.Errorf("removed %d times, notes %q", removed, a.Notes)
+		}
+		if _, ok := h.nif.address(netip.MustParseAddr(vip)); ok {
+			t.Error("the cluster address stayed on the host")
+		}
+		// Stopped already: stop again still removes what is there.
+		if _, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("executor", "stop", "")}); err != nil || removed != 2 {
+			t.Errorf("second stop: %v, removed %d times", err, removed)
+		}
+	})
+}
+
+// A refused change leaves no neighbour entry behind: those it had the
+// kernel create are removed. So do servers removed later.
+func TestRefusedChangeLeavesNoNeighbours(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	before := h.nif.kernelEntries()
+	var servers []string
+	for i := 30; i < 90; i++ {
+		servers = append(servers, fmt.Sprintf("198.18.0.%d", i))
+	}
+	bad := netip.MustParseAddr("198.18.0.89")
+	h.nif.offLink[bad] = true
+	err := h.apply(op("server", "add", vip+"@80@"+strings.Join(servers, "+")))
+	if err == nil || !strings.Contains(err.Error(), "198.18.0.89") {
+		t.Fatalf("Apply: %v, want a refusal naming 198.18.0.89", err)
+	}
+	if got := h.nif.kernelEntries(); !slices.Equal(got, before) {
+		t.Errorf("neighbour entries after the refusal: %v, before: %v", got, before)
+	}
+	delete(h.nif.offLink, bad)
+	h.mustApply(op("server", "add", vip+"@80@198.18.0.30+198.18.0.31"))
+	h.mustApply(op("server", "remove", vip+"@80@198.18.0.30+198.18.0.31"))
+	if got := h.nif.kernelEntries(); !slices.Equal(got, before) {
+		t.Errorf("neighbour entries after the servers went: %v, before: %v", got, before)
+	}
+	// A server still on another port keeps its entry.
+	h.mustApply(op("server", "remove", vip+"@443@198.18.0.21"))
+	if got := h.nif.kernelEntries(); !slices.Contains(got, s1) {
+		t.Errorf("the entry of a server still in use went: %v", got)
+	}
+}
+
+// NAT without a client gateway and with forwarding off is warned about
+// when configured, and reported while it lasts.
+func TestNATRouteWarning(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	nat := op("port", "add", vip+"@8080")
+	nat.Params = append(nat.Params, config.P("method", "nat"))
+	srv := op("server", "add", vip+"@8080@198.18.0.23")
+	srv.Params = append(srv.Params, config.P("returnaddress", "198.18.0.3"))
+	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{nat, srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Warnings) != 1 || !strings.Contains(a.Warnings[0], "executor set clientgateway") ||
+		!strings.Contains(a.Warnings[0], "net.ipv4.conf.eth0.forwarding=1") || !strings.Contains(a.Warnings[0], vip+"@8080") {
+		t.Errorf("warnings %q", a.Warnings)
+	}
+	if w := h.status(Query{}).Executor.Warnings; len(w) != 1 {
+		t.Errorf("report warnings %q", w)
+	}
+	// Unrelated changes do not repeat it; the report does.
+	a, err = h.e.ApplyWithNotes(context.Background(), []config.Op{op("server", "down", vip+"@80@198.18.0.21")})
+	if err != nil || len(a.Warnings) != 0 {
+		t.Errorf("unrelated change: %v, warnings %q", err, a.Warnings)
+	}
+	// Forwarding on: the condition is gone.
+	h.nif.mu.Lock()
+	h.nif.forwarding[false] = true
+	h.nif.mu.Unlock()
+	if w := h.status(Query{}).Executor.Warnings; len(w) != 0 {
+		t.Errorf("report warnings with forwarding on: %q", w)
+	}
+	// A client gateway instead.
+	h.nif.mu.Lock()
+	h.nif.forwarding[false] = false
+	h.nif.mu.Unlock()
+	gw := op("executor", "set", "")
+	gw.Params = append(gw.Params, config.P("clientgateway", "198.18.0.1"))
+	h.nif.setMAC(netip.MustParseAddr("198.18.0.1"), net.HardwareAddr{2, 0, 0, 0, 0, 1})
+	a, err = h.e.ApplyWithNotes(context.Background(), []config.Op{gw})
+	if err != nil || len(a.Warnings) != 0 {
+		t.Errorf("client gateway set: %v, warnings %q", err, a.Warnings)
+	}
+	if w := h.status(Query{}).Executor.Warnings; len(w) != 0 {
+		t.Errorf("report warnings with a client gateway: %q", w)
+	}
+}
+
+// Probes and metric polls leave from the NFA of the server's family, and
+// follow it when it changes.
+func TestProbesAndPollsUseTheNFA(t *testing.T) {
+	var mu sync.Mutex
+	probeSrc := map[netip.Addr]netip.Addr{}
+	pollSrc := map[netip.Addr]netip.Addr{}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		o.NewAdvisor = func(a lb.Advisor) (advisors.Advisor, error) {
+			return advisorFunc(func(_ context.Context, tg advisors.Target) advisors.Result {
+				mu.Lock()
+				probeSrc[tg.Address] = tg.SourceAddr()
+				mu.Unlock()
+				return advisors.Result{Up: true}
+			}), nil
+		}
+		o.NewMetricSource = func(_ lb.MetricServer, server, source netip.Addr, _ []string) (MetricSource, error) {
+			mu.Lock()
+			pollSrc[server] = source
+			mu.Unlock()
+			return func(context.Context) (map[string]float64, time.Time, error) {
+				return nil, time.Time{}, errors.New("no agent")
+			}, nil
+		}
+	})
+	base(h)
+	s6 := netip.MustParseAddr("2001:2::21")
+	h.nif.setMAC(s6, net.HardwareAddr{2, 0, 0, 0, 6, 21})
+	nfa6 := op("executor", "set", "")
+	nfa6.Params = append(nfa6.Params, config.P("nfa", "2001:2::2"))
+	adv := op("advisor", "start", "@80")
+	adv.Params = append(adv.Params, config.P("advisor", "connect"), config.P("interval", "0.1"))
+	met := op("metric", "add", vip)
+	met.Params = append(met.Params, config.P("metrics", "cpuload"))
+	met6 := op("metric", "add", "2001:2::100")
+	met6.Params = append(met6.Params, config.P("metrics", "cpuload"))
+	h.mustApply(nfa6, op("cluster", "add", "2001:2::100"), op("port", "add", "2001:2::100@80"),
+		op("server", "add", "2001:2::100@80@2001:2::21"), adv, met, met6)
+	check := func(nfa4, nfa6 string) {
+		t.Helper()
+		want := map[netip.Addr]netip.Addr{s1: netip.MustParseAddr(nfa4), s2: netip.MustParseAddr(nfa4), s6: netip.MustParseAddr(nfa6)}
+		eventually(t, "sources "+nfa4+" and "+nfa6, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for a, src := range want {
+				if probeSrc[a] != src || pollSrc[a] != src {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	check("198.18.0.2", "2001:2::2")
+	nfa := op("executor", "set", "")
+	nfa.Params = append(nfa.Params, config.P("nfa", "198.18.0.4"))
+	h.mustApply(nfa)
+	check("198.18.0.4", "2001:2::2")
+}
+
+// advisorFunc is an advisor made of a function.
+type advisorFunc func(context.Context, advisors.Target) advisors.Result
+
+func (f advisorFunc) Probe(ctx context.Context, t advisors.Target) advisors.Result { return f(ctx, t) }
+func (advisorFunc) Name() string                                                   { return "connect" }
+func (advisorFunc) DefaultPort() uint16                                            { return 0 }

@@ -1,0 +1,94 @@
+package dispatcher
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// NAT sends its replies to a client through the family's client gateway
+// (IBM's "executor set clientgateway") or, without one, to the next hop
+// the routing table gives: a lookup from XDP that the kernel answers only
+// when forwarding is on for the interface the replies arrive on. With
+// neither, every NAT connection hangs and nothing else says why, so the
+// engine says it: a warning when a change leaves it so, and a line of the
+// executor's report while it lasts.
+//
+// It warns rather than refuses: a configuration is built one command at a
+// time (a NAT port before its client gateway is a natural order, and
+// "file load" replays that order), and forwarding is a sysctl the operator
+// may set after dlbd or outside it. Refusing would break both; a warning
+// names the remedy at the moment the operator can act on it.
+
+// natRouteProblems says, per family, why NAT replies of cfg cannot reach
+// clients: NAT ports of that family, no client gateway of it, and
+// forwarding off on the executor's interface.
+func (e *Engine) natRouteProblems(cfg lb.Config) []string {
+	ex := cfg.Executor
+	if !ex.Started || ex.Interface == "" {
+		return nil
+	}
+	var out []string
+	for _, fam := range []struct {
+		v6      bool
+		gateway netip.Addr
+		name    string
+	}{{false, ex.ClientGateway, "IPv4"}, {true, ex.ClientGateway6, "IPv6"}} {
+		if fam.gateway.IsValid() {
+			continue
+		}
+		var ports []string
+		for _, cl := range cfg.Clusters {
+			if cl.Address.Is6() != fam.v6 {
+				continue
+			}
+			for _, p := range cl.Ports {
+				if p.Method == lb.NAT {
+					ports = append(ports, lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String())
+				}
+			}
+		}
+		if len(ports) == 0 {
+			continue
+		}
+		on, err := e.opts.Netif.Forwarding(ex.Interface, fam.v6)
+		if err != nil {
+			e.log.Warn("checking whether NAT replies can be routed", "err", err)
+			continue
+		}
+		if on {
+			continue
+		}
+		if len(ports) > 3 {
+			ports = append(ports[:3], fmt.Sprintf("and %d more", len(ports)-3))
+		}
+		fv := "ipv4"
+		if fam.v6 {
+			fv = "ipv6"
+		}
+		out = append(out, fmt.Sprintf("NAT replies to %s clients have no route: no %s client gateway is set and forwarding is off on %s, "+
+			"so the connections of %s will hang; set one with \"dlbctl executor set clientgateway ADDRESS\" or enable forwarding "+
+			"(sysctl -w net.%s.conf.%s.forwarding=1)",
+			fam.name, fam.name, ex.Interface, strings.Join(ports, ", "), fv, ex.Interface))
+	}
+	return out
+}
+
+// natTouched reports whether a change touched a NAT port (or made one).
+func natTouched(next lb.Config, ch config.Change) bool {
+	for k := range ch.Ports {
+		if p := portOf(next, k); p != nil && p.Method == lb.NAT {
+			return true
+		}
+	}
+	return false
+}
+
+// nfaChanged reports whether the NFAs changed: the advisors' probes and
+// the metric polls leave from them.
+func nfaChanged(old, next lb.Config) bool {
+	return old.Executor.NFA != next.Executor.NFA || old.Executor.NFA6 != next.Executor.NFA6
+}

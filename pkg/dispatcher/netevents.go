@@ -1,0 +1,363 @@
+package dispatcher
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// The host's networking changes under dlbd: interfaces are deleted and
+// created again (a driver reload, a hot-plugged NIC, a veth recreated),
+// set down and up (which flushes their IPv6 addresses), addresses are
+// removed, neighbours change their MACs. The engine follows it through
+// Netif.Watch, not by polling:
+//
+//   - the executor's interface deleted: the executor is detached (it says
+//     so in its report, and the event executorDetached runs); an interface
+//     of that name created: it is attached to it, keeping its maps and
+//     so its connections (executorAttached);
+//   - an address dlbd configured removed, or its interface set up again:
+//     it is put back;
+//   - a next hop's MAC changed: the ports behind it are rewritten at once.
+//
+// A MAC that changes without the kernel hearing of it (a host that does
+// not announce its new MAC) is found by verifying every next hop's MAC by
+// broadcast now and then (reprobeRound).
+
+// maxNetBurst bounds the events handled together.
+const maxNetBurst = 1024
+
+// attachState is the executor's attachment as the engine follows it.
+type attachState struct {
+	// ifindex is the interface the engine attached the executor to.
+	ifindex int
+	// detached says why the executor is detached (its interface is
+	// gone), "" when it is not; since is when it was detached.
+	detached string
+	since    time.Time
+	// dropped counts the pins of severed links already logged.
+	dropped int
+}
+
+// onNetEvent handles a change of the host's networking, and the others
+// already waiting, together.
+func (e *Engine) onNetEvent(first lb.NetEvent) {
+	evs := []lb.NetEvent{first}
+drain:
+	for len(evs) < maxNetBurst {
+		select {
+		case ev, ok := <-e.netEvents:
+			if !ok {
+				e.netEvents = nil
+				break drain
+			}
+			evs = append(evs, ev)
+		default:
+			break drain
+		}
+	}
+	cfg := e.ed.Config()
+	ex := cfg.Executor
+	var attachment, resync, rehop bool
+	restore := map[netip.Addr]string{} // address -> why
+	var refresh []netip.Addr
+	changed := map[netip.Addr]bool{}
+	for _, ev := range evs {
+		e.log.Debug("network change", "event", ev.String())
+		switch ev.Kind {
+		case lb.NetLinkAdded, lb.NetLinkRemoved:
+			if ev.Ifname == ex.Interface || (ev.Ifindex != 0 && ev.Ifindex == e.exec.attach.ifindex) {
+				attachment = true
+			}
+		case lb.NetLinkUp:
+			if ev.Ifname == ex.Interface {
+				// Removed addresses were put back when they went;
+				// make sure of all of them, quietly.
+				for a, ifname := range e.host.configured {
+					if ifname == ev.Ifname {
+						if _, ok := restore[a]; !ok {
+							restore[a] = ""
+						}
+					}
+				}
+				rehop = true
+			}
+		case lb.NetAddressAdded:
+			// A subnet on the executor's interface (not a host address
+			// like those dlbd adds) brings routes: next hops may be
+			// reached through it now.
+			if ev.Ifname == ex.Interface && ev.Prefix.Bits() < ev.Prefix.Addr().BitLen() {
+				rehop = true
+			}
+		case lb.NetAddressRemoved:
+			a := ev.Prefix.Addr()
+			if ifname, ok := e.host.configured[a]; ok && ifname == ev.Ifname && ev.Prefix.Bits() == a.BitLen() {
+				restore[a] = "it was removed"
+			}
+		case lb.NetNeighborChanged:
+			if e.exec.dp == nil || !e.followsHop(cfg, ev.Addr) {
+				continue
+			}
+			switch e.net.fromEvent(ev, e.log) {
+			case hopChanged:
+				changed[ev.Addr] = true
+			case hopRefresh:
+				refresh = append(refresh, ev.Addr)
+			}
+		case lb.NetResync:
+			resync = true
+		}
+	}
+	if resync {
+		e.log.Warn("the network watch lost events and read the host's state again")
+		attachment = true
+		for a, ifname := range e.host.configured {
+			if _, ok := restore[a]; !ok && ifname == ex.Interface {
+				restore[a] = ""
+			}
+		}
+		rehop = true
+	}
+	if rehop {
+		refresh = append(refresh, e.net.allHops(cfg)...)
+	}
+	if attachment {
+		e.checkAttachment(cfg)
+	}
+	if len(restore) > 0 && e.exec.attach.detached == "" {
+		e.restoreAddresses(restore)
+	}
+	if len(refresh) > 0 && e.exec.dp != nil {
+		for _, a := range e.net.refresh(e.opts.Netif, e.log, refresh) {
+			changed[a] = true
+		}
+	}
+	if len(changed) > 0 {
+		e.applyHops(cfg, slices.Collect(maps.Keys(changed)))
+	}
+}
+
+// followsHop reports whether a is a next hop of cfg: a server's, a
+// router or a client gateway.
+func (e *Engine) followsHop(cfg lb.Config, a netip.Addr) bool {
+	if _, ok := e.net.ports[a]; ok {
+		return true
+	}
+	return a.IsValid() && (a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6)
+}
+
+// checkAttachment makes the executor's attachment follow its interface:
+// detached when the interface is gone, attached again when an interface
+// of its name exists, brought up when it could not be before.
+func (e *Engine) checkAttachment(cfg lb.Config) {
+	ex := cfg.Executor
+	if !ex.Started {
+		return
+	}
+	link, lerr := e.opts.Netif.LinkByName(ex.Interface)
+	if e.exec.dp == nil {
+		// It could not be brought up. Its interface is missing: it is
+		// brought up when the interface appears. (Other reasons need
+		// the operator.)
+		if lerr != nil {
+			e.detach(fmt.Sprintf("interface %s does not exist", ex.Interface))
+			return
+		}
+		if e.exec.attach.detached == "" {
+			return
+		}
+		start := time.Now()
+		e.log.Debug("bringing up the executor: its interface appeared", "interface", ex.Interface, "ifindex", link.Index)
+		defer func() {
+			e.log.Debug("bringing up the executor", "took", time.Since(start).Round(time.Millisecond).String())
+		}()
+		if err := e.startExecutor(cfg); err != nil {
+			e.exec.err = err
+			e.log.Error("bringing up the executor on its interface", "interface", ex.Interface, "err", err)
+			return
+		}
+		e.persistHost()
+		e.attached(cfg, link, "executor started: its interface appeared")
+		return
+	}
+	att, attached := e.exec.dp.Attached()
+	switch {
+	case attached && lerr == nil && att.Ifindex == link.Index:
+		if e.exec.attach.detached != "" {
+			e.attached(cfg, link, "executor attached")
+		}
+	case attached:
+		// Still attached, to an interface that no longer has the name
+		// (renamed): it keeps forwarding there.
+	case lerr != nil:
+		e.detach(fmt.Sprintf("interface %s was deleted", ex.Interface))
+	default:
+		e.reattach(cfg, link)
+	}
+}
+
+// detach records that the executor lost its interface.
+func (e *Engine) detach(why string) {
+	if e.exec.attach.detached != "" {
+		return
+	}
+	e.exec.attach.detached, e.exec.attach.since = why, time.Now()
+	cfg := e.ed.Config()
+	e.log.Warn("executor detached; it attaches again when an interface of that name appears",
+		"interface", cfg.Executor.Interface, "reason", why)
+	e.events.Emit(events.ExecutorDetached, map[string]string{
+		"DLB_INTERFACE": cfg.Executor.Interface, "DLB_REASON": why,
+	})
+}
+
+// reattach attaches the executor to an interface of its name that
+// appeared, keeping its maps (and connections): the next hops are
+// reached through the new interface, the addresses dlbd configured are
+// put on it again.
+func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
+	ex := cfg.Executor
+	if e.exec.attach.detached == "" {
+		e.detach(fmt.Sprintf("interface %s was replaced", ex.Interface))
+	}
+	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
+	e.logDropped(e.exec.dp)
+	if err != nil {
+		e.exec.err = lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", err)
+		e.log.Error("re-attaching the executor", "interface", ex.Interface, "ifindex", link.Index, "err", err)
+		return
+	}
+	if mode != lb.XDPAuto && mode != e.host.attachedMode {
+		e.host.attachedMode = mode
+		e.persistHost()
+	}
+	e.exec.attach.ifindex = link.Index
+	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
+	e.net.asked = nil
+	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
+		e.exec.err = fmt.Errorf("applying to the executor: %w", err)
+		e.log.Error("re-attaching the executor", "err", err)
+		return
+	}
+	all := map[netip.Addr]string{}
+	for a := range e.host.configured {
+		all[a] = "its interface was created again"
+	}
+	e.restoreAddresses(all)
+	e.attached(cfg, link, "executor re-attached")
+	e.checkAlerts(cfg, nil)
+}
+
+// attached records that the executor is attached to link again.
+func (e *Engine) attached(cfg lb.Config, link lb.Link, msg string) {
+	was, since := e.exec.attach.detached, e.exec.attach.since
+	e.exec.attach.detached, e.exec.attach.ifindex, e.exec.err = "", link.Index, nil
+	args := []any{"interface", link.Name, "ifindex", link.Index}
+	if was != "" {
+		args = append(args, "detached_for", time.Since(since).Round(time.Millisecond).String())
+	}
+	e.log.Info(msg, args...)
+	if was != "" {
+		e.events.Emit(events.ExecutorAttached, map[string]string{
+			"DLB_INTERFACE": cfg.Executor.Interface, "DLB_IFINDEX": fmt.Sprint(link.Index),
+		})
+	}
+}
+
+// logDropped logs the pins of severed links dp removed since the last
+// call.
+func (e *Engine) logDropped(dp Datapath) {
+	d := dp.Dropped()
+	if len(d) > e.exec.attach.dropped {
+		e.log.Warn("removed the pins of XDP links whose interface had been deleted", "pins", d[e.exec.attach.dropped:])
+	}
+	e.exec.attach.dropped = len(d)
+}
+
+// restoreAddresses puts back addresses dlbd configured that the host lost
+// (why says how, for the log; "": it may not have, make sure quietly).
+func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
+	for a, why := range addrs {
+		ifname, ok := e.host.configured[a]
+		if !ok {
+			continue
+		}
+		if err := e.opts.Netif.AddAddress(ifname, a); err != nil {
+			e.log.Warn("restoring an address dlbd configured", "address", a, "interface", ifname, "err", err)
+			continue
+		}
+		if why != "" {
+			e.log.Info("restored an address dlbd configured", "address", a, "interface", ifname, "because", why)
+		}
+	}
+}
+
+// applyHops rewrites the ports behind next hops whose MAC or interface
+// changed, and the client gateways among them.
+func (e *Engine) applyHops(cfg lb.Config, changed []netip.Addr) {
+	if e.exec.dp == nil || len(changed) == 0 {
+		return
+	}
+	var ports []lb.ServiceKey
+	seen := map[lb.ServiceKey]bool{}
+	gateway := false
+	for _, a := range changed {
+		if a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6 {
+			gateway = true
+		}
+		for k := range e.net.ports[a] {
+			if !seen[k] {
+				seen[k] = true
+				ports = append(ports, k)
+			}
+		}
+	}
+	var u lb.DataplaneUpdate
+	if gateway {
+		g := e.globals(cfg)
+		u.Globals = &g
+	}
+	e.portsUpdate(&u, cfg, ports)
+	if err := e.exec.dp.Update(u); err != nil {
+		e.log.Error("applying changed next hops", "err", err)
+	}
+	e.checkAlerts(cfg, ports)
+}
+
+// reprobeRound verifies, by broadcast, the MACs of the next batch of next
+// hops; the answers come back as neighbour events (onNetEvent).
+func (e *Engine) reprobeRound() {
+	if e.exec.dp == nil || e.exec.attach.detached != "" {
+		return
+	}
+	cfg := e.ed.Config()
+	hops := e.net.order(cfg)
+	if len(hops) == 0 {
+		return
+	}
+	n := min(len(hops), e.opts.ReprobeBatch)
+	byIf := map[int][]netip.Addr{}
+	for i := range n {
+		a := hops[(e.net.cursor+i)%len(hops)]
+		// Unresolved hops are being resolved already; a hop with an
+		// error is not reachable by MAC.
+		if nb := e.net.neigh[a]; nb.MAC != nil && nb.Ifindex > 0 && e.net.errs[a] == nil {
+			byIf[nb.Ifindex] = append(byIf[nb.Ifindex], a)
+		}
+	}
+	e.net.cursor = (e.net.cursor + n) % len(hops)
+	for ifindex, list := range byIf {
+		// A hop the host's own traffic confirmed within a quarter of the
+		// interval needs no reprobe. Not within the whole interval: the
+		// answer to the last reprobe confirms it too, and every hop would
+		// be verified every other round only. A silent change is found
+		// within 1.25 intervals.
+		if err := e.opts.Netif.Reprobe(ifindex, list, e.opts.ReprobeInterval/4); err != nil {
+			e.log.Warn("verifying next hops' MAC addresses", "ifindex", ifindex, "err", err)
+		}
+	}
+}

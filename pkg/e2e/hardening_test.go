@@ -1,0 +1,585 @@
+package e2e
+
+// End-to-end tests of issue 9's faults 3 to 8 (the host's network changing
+// under dlbd, probes' source addresses, NAT without a route, what a
+// refused change leaves behind), through dlbd and dlbctl in a lab. Each
+// logs the figure it measured. Faults 1 and 2 are cmd/dlbd's
+// TestPrivilegedOneDlbdPerDir and TestPrivilegedSocketLifecycle; the API's
+// limits (8) are pkg/server's tests; IBM's forms (9) cmd/dlbctl's.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// poll checks cond every 10 ms for up to limit and returns how long it
+// took, or fails the test.
+func poll(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("after %v: still waiting for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// mustNS runs a command in a lab namespace and fails the test if it fails.
+func (l *lab) mustNS(role string, args ...string) string {
+	l.t.Helper()
+	out, err := l.inNS(role, args...)
+	if err != nil {
+		l.t.Fatalf("%s: %v: %v\n%s", role, args, err, out)
+	}
+	return out
+}
+
+// hasAddr reports whether the dispatcher's lab interface holds addr as a
+// host address (/32 or /128).
+func (l *lab) hasAddr(addr string) bool {
+	out, err := l.inNS("d", "ip", "-o", "addr", "show", "dev", l.env["LAB_IF"])
+	if err != nil {
+		return false
+	}
+	bits := "/32"
+	if strings.Contains(addr, ":") {
+		bits = "/128"
+	}
+	return strings.Contains(out, " "+addr+bits+" ")
+}
+
+// configure6 balances the lab's IPv6 VIP on port 80 over n backends (the
+// executor started already), with the IPv6 NFA set.
+func (l *lab) configure6(n int) string {
+	l.t.Helper()
+	vip6 := l.env["LAB_VIP6"]
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA6"])
+	l.mustCtl("cluster", "add", vip6, "--configure")
+	l.mustCtl("port", "add", vip6+"@80")
+	for i := 1; i <= n; i++ {
+		l.mustCtl("server", "add", vip6+"@80@"+l.env[fmt.Sprintf("LAB_B%d_ADDR6", i)])
+	}
+	l.waitServersUp()
+	return vip6
+}
+
+// TestPrivilegedE2EFault3AddressesAfterDownUp: the kernel drops an
+// interface's IPv6 addresses when it goes down; dlbd puts back the cluster
+// addresses it configured (both families), after a down/up while it runs
+// and after one while it was not running, and clients of both families
+// connect again.
+func TestPrivilegedE2EFault3AddressesAfterDownUp(t *testing.T) {
+	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	vip6 := l.configure6(2)
+	ifname, nfa6 := l.env["LAB_IF"], l.env["LAB_NFA6"]
+	urls := []string{"http://" + l.vip() + "/", "http://[" + vip6 + "]/"}
+	check := func(when string) {
+		t.Helper()
+		for _, u := range urls {
+			if r := l.mustLoad("-url", u, "-n", "200", "-c", "10", "-timeout", "2s"); r.OK != 200 {
+				t.Errorf("%s: %s: %d of 200 answered: %v", when, u, r.OK, r.Errors)
+			}
+		}
+	}
+	check("before")
+	// downUp sets the interface down and up and puts the lab's own NFA6
+	// back, as the host's network configuration would; dlbd's addresses
+	// are dlbd's to restore.
+	downUp := func() time.Time {
+		l.mustNS("d", "ip", "link", "set", ifname, "down")
+		l.mustNS("d", "ip", "link", "set", ifname, "up")
+		up := time.Now()
+		l.mustNS("d", "ip", "-6", "addr", "replace", nfa6+"/64", "dev", ifname, "nodad")
+		return up
+	}
+	for round := 1; round <= 3; round++ {
+		up := downUp()
+		took := poll(t, 5*time.Second, "the IPv6 cluster address back", func() bool { return l.hasAddr(vip6) })
+		took += time.Since(up) - took // measured from the interface coming up
+		if !l.hasAddr(l.vip()) {
+			t.Errorf("round %d: the IPv4 cluster address is gone", round)
+		}
+		t.Logf("round %d: IPv6 cluster address back on %s %v after it came up", round, ifname, took.Round(time.Millisecond))
+		check(fmt.Sprintf("round %d", round))
+	}
+	var cl []api.ClusterReport
+	l.report(&cl, "cluster", "report")
+	for _, c := range cl {
+		if !c.Configure {
+			t.Errorf("cluster %s no longer configured", c.Address)
+		}
+	}
+	if !strings.Contains(l.dlbdLog(), "restored an address dlbd configured") {
+		t.Error("dlbd did not log the addresses it restored")
+	}
+
+	// A down/up while no dlbd runs: the next one puts the address back.
+	l.killDlbd(syscall.SIGKILL)
+	downUp()
+	if l.hasAddr(vip6) {
+		t.Fatal("the kernel kept the IPv6 address over down/up; the test proves nothing")
+	}
+	l.startDlbd()
+	took := poll(t, 5*time.Second, "the IPv6 cluster address back after dlbd started", func() bool { return l.hasAddr(vip6) })
+	t.Logf("after a down/up while dlbd was not running: address back %v after dlbd answered", took.Round(time.Millisecond))
+	check("after the restart")
+}
+
+// TestPrivilegedE2EFault4InterfaceRecreated: the executor's interface is
+// deleted and created again. dlbd reports the executor detached (and runs
+// executorDetached), attaches to the new interface keeping its maps (so
+// established connections survive), puts its addresses back; a dlbd
+// started while the interface is gone waits for it the same way; and
+// "executor stop" leaves no pin and says what it removed.
+func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
+	l := newLab(t, 2)
+	scripts := filepath.Join(l.run, "scripts")
+	events := filepath.Join(l.run, "events.log")
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []string{"executorDetached", "executorAttached"} {
+		script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_INTERFACE $DLB_REASON\" >> " + events + "\n"
+		if err := os.WriteFile(filepath.Join(scripts, ev), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.startDlbd("--scripts-dir", scripts)
+	l.configure("generic", 10, 10)
+	ifname, vip := l.env["LAB_IF"], l.vip()
+	before := l.executor()
+
+	// Established connections, held through the whole episode.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := make(chan loadResult, 1)
+	go func() {
+		r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+"/", "-duration", "8s", "-c", "8", "-interval", "100ms", "-timeout", "10s")
+		held <- r
+	}()
+	time.Sleep(time.Second)
+
+	l.mustNS("d", "ip", "link", "del", ifname)
+	deleted := time.Now()
+	var ex api.ExecutorReport
+	took := poll(t, 3*time.Second, "the executor reported detached", func() bool {
+		ex = l.executor()
+		return ex.State == api.ExecutorDetached
+	})
+	t.Logf("interface deleted: executor reported %q after %v: %s", ex.State, took.Round(time.Millisecond), ex.Detached)
+	if ex.Attached || !strings.Contains(ex.Detached, ifname+" was deleted") || ex.DetachedSince == "" {
+		t.Errorf("executor report while detached: attached %v, detached %q since %q", ex.Attached, ex.Detached, ex.DetachedSince)
+	}
+	if out, _, _ := l.ctl("executor", "report"); !strings.Contains(out, "detached (interface "+ifname+" was deleted") {
+		t.Errorf("executor report's table does not say detached:\n%s", out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if out, err := l.script("relink", "d").CombinedOutput(); err != nil {
+		t.Fatalf("relink: %v\n%s", err, out)
+	}
+	took = poll(t, 5*time.Second, "the executor attached to the new interface", func() bool {
+		ex = l.executor()
+		return ex.State == api.ExecutorAttached && l.hasAddr(vip)
+	})
+	t.Logf("interface created again: attached to ifindex %d (was %d) and cluster address back %v after; detached for %v in all",
+		ex.Ifindex, before.Ifindex, took.Round(time.Millisecond), time.Since(deleted).Round(time.Millisecond))
+	if ex.Ifindex == before.Ifindex || !ex.Attached {
+		t.Errorf("executor after the interface returned: attached %v to ifindex %d (was %d)", ex.Attached, ex.Ifindex, before.Ifindex)
+	}
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("new connections after re-attaching: %d of 300 answered: %v", r.OK, r.Errors)
+	}
+	r := <-held
+	t.Logf("established keep-alive connections: %d held, %d broken, %d requests, %d failed", r.Connections, r.Broken, r.Requests, r.Failed)
+	if r.Connections != 8 || r.Broken != 0 {
+		t.Errorf("established connections: %d of 8 held, %d broken (the executor keeps its connection table)", r.Connections, r.Broken)
+	}
+	poll(t, 3*time.Second, "both event scripts", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Contains(string(b), "executorDetached "+ifname) && strings.Contains(string(b), "executorAttached "+ifname)
+	})
+
+	// A dlbd that starts while the interface is gone: detached, not
+	// failed, and attached when the interface returns.
+	l.killDlbd(syscall.SIGKILL)
+	l.mustNS("d", "ip", "link", "del", ifname)
+	l.startDlbd("--scripts-dir", scripts)
+	ex = l.executor()
+	t.Logf("dlbd started without its interface: state %q (%s), error %q", ex.State, ex.Detached, ex.Error)
+	if ex.State != api.ExecutorDetached {
+		t.Errorf("dlbd started without its interface: state %q, want %q", ex.State, api.ExecutorDetached)
+	}
+	if out, err := l.script("relink", "d").CombinedOutput(); err != nil {
+		t.Fatalf("relink: %v\n%s", err, out)
+	}
+	took = poll(t, 5*time.Second, "the executor attached after a restart", func() bool {
+		ex = l.executor()
+		return ex.State == api.ExecutorAttached && l.hasAddr(vip)
+	})
+	t.Logf("after a restart without the interface: attached %v after it was created", took.Round(time.Millisecond))
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("new connections: %d of 300 answered: %v", r.OK, r.Errors)
+	}
+
+	// executor stop: no pin left, and it says which it removed.
+	out := l.mustCtl("executor", "stop")
+	t.Logf("executor stop: %s", strings.TrimSpace(out))
+	if !strings.Contains(out, "removed ") || !strings.Contains(out, "link") || !strings.Contains(out, "conns") {
+		t.Errorf("executor stop did not say what it removed: %q", out)
+	}
+	if left, _ := os.ReadDir(l.pinDir); len(left) != 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("pins left after executor stop: %v", names)
+	}
+	l.mustCtl("executor", "start", "--interface", ifname, "--xdp-mode", "generic")
+	l.waitServersUp()
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("after stop and start: %d of 300 answered: %v", r.OK, r.Errors)
+	}
+}
+
+// serverMAC returns the MAC the executor uses for a server.
+func (l *lab) serverMAC(target string) string {
+	var r []api.ServerReport
+	l.report(&r, "server", "report", target)
+	if len(r) != 1 {
+		l.t.Fatalf("server report %s: %d servers", target, len(r))
+	}
+	return r[0].MAC
+}
+
+// TestPrivilegedE2EFault5BackendMACChange: a backend's MAC changes without
+// any announcement (a replaced NIC, a VM restored elsewhere); dlbd uses
+// the new MAC within a second, and new connections fail only meanwhile.
+// Under load the backend itself soon reveals its new MAC (it asks for its
+// clients' MACs again); idle, nothing does, and dlbd must find it alone.
+func TestPrivilegedE2EFault5BackendMACChange(t *testing.T) {
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	ifname, vip, b1 := l.env["LAB_IF"], l.vip(), l.backend(1)
+	target := vip + "@80@" + b1
+	macs := []string{"02:d1:b0:00:aa:15", "02:d1:b0:00:bb:15", "02:d1:b0:00:cc:15", l.env["LAB_B1_MAC"]}
+	for round, mac := range macs {
+		loaded := round%2 == 0
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan loadResult, 1)
+		var loadStart time.Time
+		run := func() {
+			loadStart = time.Now()
+			go func() {
+				r, _ := l.load(ctx, "-url", "http://"+vip+"/", "-duration", "3s", "-c", "4", "-timeout", "1s")
+				done <- r
+			}()
+		}
+		if loaded {
+			run()
+			time.Sleep(time.Second)
+		} else {
+			// Nothing in flight to or from b1: its own traffic cannot
+			// tell the dispatcher.
+			time.Sleep(2 * time.Second)
+		}
+		l.mustNS("b1", "ip", "link", "set", ifname, "address", mac)
+		changed := time.Now()
+		if !loaded {
+			run()
+		}
+		took := poll(t, 20*time.Second, "dlbd to use b1's new MAC", func() bool { return l.serverMAC(target) == mac })
+		r := <-done
+		cancel()
+		at := changed.Sub(loadStart).Milliseconds()
+		window := "none"
+		if r.Failed > 0 {
+			window = fmt.Sprintf("%d..%d ms after the change", int64(r.FirstFailMS)-at, int64(r.LastFailMS)-at)
+		}
+		how := "under load"
+		if !loaded {
+			how = "idle"
+		}
+		t.Logf("round %d (%s): b1's MAC -> %s: used %v after the change; %d of %d new connections failed (started %s)",
+			round+1, how, mac, took.Round(time.Millisecond), r.Failed, r.Requests, window)
+		if took > time.Second {
+			t.Errorf("round %d: the new MAC was used %v after the change, want within 1 s", round+1, took)
+		}
+		if r.Failed > 0 && int64(r.LastFailMS) > at+1000 {
+			t.Errorf("round %d: a new connection failed %d ms after the change, want none after 1 s", round+1, int64(r.LastFailMS)-at)
+		}
+	}
+}
+
+// TestPrivilegedE2EFault6IPv6AdvisorsMACMode: IPv6 advisors and metric
+// polls in MAC mode leave from the NFA6. The kernel's own choice is the
+// /128 cluster address (the longest match), which every backend holds on
+// lo and answers to itself: every server would be marked down.
+func TestPrivilegedE2EFault6IPv6AdvisorsMACMode(t *testing.T) {
+	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
+	l.startDlbd()
+	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", "generic")
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
+	vip6 := l.configure6(2)
+	secret := l.metricSecret()
+	for i := 1; i <= 2; i++ {
+		l.startMetricd(i, secret, 30)
+	}
+	l.mustCtl("metric", "set", "--secret-file", secret)
+	l.mustCtl("metric", "add", vip6+"@sysload")
+	l.mustCtl("advisor", "start", "http", vip6+"@80", "--interval", "0.5", "--fall", "1", "--rise", "1",
+		"--connecttimeout", "0.5", "--receivetimeout", "0.5")
+	started := time.Now()
+	var adv []api.AdvisorReport
+	poll(t, 5*time.Second, "every server probed 4 times", func() bool {
+		adv = nil
+		l.report(&adv, "advisor", "report")
+		if len(adv) != 1 || len(adv[0].Servers) != 2 {
+			return false
+		}
+		for _, s := range adv[0].Servers {
+			if s.Probes < 4 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range adv[0].Servers {
+		t.Logf("advisor http on %s: %s after %d probes (%d failed), load %d ms, last error %q", s.Address, s.State, s.Probes, s.Failures, s.LoadMS, s.LastError)
+		if s.State != api.AdvisorUp || s.Failures != 0 {
+			t.Errorf("%s: %s, %d of %d probes failed (%s)", s.Address, s.State, s.Failures, s.Probes, s.LastError)
+		}
+	}
+	for _, s := range l.servers() {
+		if s.State != api.StateUp {
+			t.Errorf("server %s@%d@%s is %s", s.Cluster, s.Port, s.Address, s.State)
+		}
+	}
+	var m api.MetricReport
+	poll(t, 10*time.Second, "fresh metric reports from both backends", func() bool {
+		l.report(&m, "metric", "report")
+		fresh := 0
+		for _, s := range m.Servers {
+			if !s.Stale && s.Values["sysload"] == 30 {
+				fresh++
+			}
+		}
+		return fresh == 2
+	})
+	for _, s := range m.Servers {
+		t.Logf("metric poll of %s: sysload %v, %.1f s old, error %q", s.Address, s.Values["sysload"], s.AgeSeconds, s.LastError)
+	}
+	t.Logf("probes and polls healthy %v after the advisor started", time.Since(started).Round(time.Millisecond))
+	if r := l.mustLoad("-url", "http://["+vip6+"]/", "-n", "200", "-c", "10"); r.OK != 200 {
+		t.Errorf("IPv6 clients: %d of 200 answered: %v", r.OK, r.Errors)
+	}
+}
+
+// TestPrivilegedE2EFault7NATWithoutRoute: NAT replies need a client
+// gateway or forwarding on the interface they arrive on. Without either,
+// dlbctl warns when the NAT port is configured (naming both remedies),
+// the executor's report shows the condition while it lasts, and either
+// remedy clears it and lets clients through.
+func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
+	l := newLabArgs(t, "-n", "1", "-r", "1", "-c", "1")
+	ifname, vip := l.env["LAB_IF"], l.vip()
+	// lab.sh turns forwarding on for NAT; the operator here has not.
+	setForwarding := func(v string) {
+		l.mustNS("d", "sysctl", "-q", "-w", "net.ipv4.conf.all.forwarding="+v, "net.ipv4.conf."+ifname+".forwarding="+v)
+	}
+	setForwarding("0")
+	l.startDlbd()
+	l.mustCtl("executor", "start", "--interface", ifname, "--xdp-mode", "generic")
+	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
+	l.mustCtl("cluster", "add", vip, "--configure")
+	stdout, stderr, code := l.ctl("port", "add", vip+"@80", "--method", "nat")
+	t.Logf("port add (method nat): exit %d; %s", code, strings.TrimSpace(stderr))
+	if code != 0 {
+		t.Fatalf("port add: exit %d: %s %s", code, stdout, stderr)
+	}
+	for _, want := range []string{"warning:", "no route", "executor set clientgateway", "net.ipv4.conf." + ifname + ".forwarding=1", vip + "@80"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("port add's warning lacks %q: %q", want, stderr)
+		}
+	}
+	l.mustCtl("server", "add", vip+"@80@"+l.env["LAB_N1_ADDR"], "--returnaddress", l.env["LAB_RETURN_ADDR"], "--router", l.env["LAB_ROUTER_ADDR"])
+	l.waitServersUp()
+	if ex := l.executor(); len(ex.Warnings) != 1 || !strings.Contains(ex.Warnings[0], "no route") {
+		t.Errorf("executor report's warnings %q", ex.Warnings)
+	}
+	if out := l.mustCtl("executor", "report"); !strings.Contains(out, "warning:") {
+		t.Errorf("executor report's table does not show the warning:\n%s", out)
+	}
+	r := l.mustLoad("-url", "http://"+vip+"/", "-n", "20", "-c", "10", "-timeout", "1s")
+	t.Logf("without a route to clients: %d of %d connections answered (%v)", r.OK, r.Requests, r.Errors)
+	if r.OK != 0 {
+		t.Errorf("%d connections answered without a route to clients: the test's premise is wrong", r.OK)
+	}
+
+	// Remedy one: forwarding.
+	setForwarding("1")
+	if ex := l.executor(); len(ex.Warnings) != 0 {
+		t.Errorf("warnings with forwarding on: %q", ex.Warnings)
+	}
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "200", "-c", "10"); r.OK != 200 {
+		t.Errorf("with forwarding on: %d of 200 answered: %v", r.OK, r.Errors)
+	}
+	// Remedy two: a client gateway (the router, which forwards to the
+	// clients' segment).
+	setForwarding("0")
+	if ex := l.executor(); len(ex.Warnings) != 1 {
+		t.Errorf("warnings with forwarding off again: %q", ex.Warnings)
+	}
+	_, stderr, _ = l.ctl("executor", "set", "clientgateway", l.env["LAB_ROUTER_ADDR"])
+	if strings.Contains(stderr, "warning:") {
+		t.Errorf("executor set clientgateway still warns: %q", stderr)
+	}
+	if ex := l.executor(); len(ex.Warnings) != 0 {
+		t.Errorf("warnings with a client gateway: %q", ex.Warnings)
+	}
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "200", "-c", "10"); r.OK != 200 {
+		t.Errorf("with a client gateway: %d of 200 answered: %v", r.OK, r.Errors)
+	}
+}
+
+// neighbourCount counts the dispatcher's neighbour entries whose address
+// starts with prefix.
+func (l *lab) neighbourCount(prefix string) int {
+	l.t.Helper()
+	out := l.mustNS("d", "ip", "-6", "neigh", "show")
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPrivilegedE2EFault8RefusedLeavesNothing: a refused change of 3,000
+// IPv6 servers on the lab's subnet (none of which exists) leaves no
+// neighbour entry in the kernel and does not flood the log: the
+// warnings about servers that cannot be reached come as a few lines and a
+// count. Servers removed later leave nothing either.
+func TestPrivilegedE2EFault8RefusedLeavesNothing(t *testing.T) {
+	l := newLabArgs(t, "-n", "1", "-c", "1", "-6")
+	l.startDlbd()
+	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", "generic")
+	vip6 := l.configure6(1)
+	const prefix = "2001:2::1:"
+	var lines []string
+	for i := range 3000 {
+		lines = append(lines, fmt.Sprintf("server add %s@80@%s%x", vip6, prefix, i+1))
+	}
+	// One server that cannot be reached by MAC forwarding (no route): the
+	// whole batch is refused, after the others were handed to the kernel.
+	lines = append(lines, "server add "+vip6+"@80@2001:2:99::1")
+	script := filepath.Join(l.run, "many.dlb")
+	if err := os.WriteFile(script, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logBefore := len(l.dlbdLog())
+	start := time.Now()
+	_, stderr, code := l.ctl("file", "load", script)
+	t.Logf("3,001 servers: exit %d after %v: %s", code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(stderr))
+	// Refused either for the server without a route or because the
+	// kernel's neighbour table is full (the issue's case), whichever
+	// comes first.
+	if code != 1 || !strings.Contains(stderr, "nothing was applied") {
+		t.Fatalf("file load: exit %d, %q; want it refused", code, stderr)
+	}
+	if n := len(l.servers()); n != 1 {
+		t.Errorf("%d servers configured after the refusal, want 1", n)
+	}
+	left := l.neighbourCount(prefix)
+	time.Sleep(2 * time.Second) // what the kernel would probe meanwhile
+	later := l.neighbourCount(prefix)
+	t.Logf("neighbour entries of the refused servers: %d at once, %d 2 s later", left, later)
+	if left != 0 || later != 0 {
+		t.Errorf("the refused change left %d neighbour entries (%d 2 s later)", left, later)
+	}
+	warnings := func() (lines, summaries int, text string) {
+		text = l.dlbdLog()[logBefore:]
+		for _, line := range strings.Split(text, "\n") {
+			if strings.Contains(line, "level=WARN") {
+				lines++
+				if strings.Contains(line, "(repeated)") {
+					summaries++
+				}
+			}
+		}
+		return lines, summaries, text
+	}
+	n, _, _ := warnings()
+	t.Logf("warning lines logged for the refused change: %d", n)
+	if n > 20 {
+		t.Errorf("%d warning lines for one refused change; want them aggregated", n)
+	}
+	// The count of those held back comes when the interval ends.
+	poll(t, 15*time.Second, "the summary of the warnings held back", func() bool {
+		_, s, _ := warnings()
+		return s > 0
+	})
+	_, _, text := warnings()
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "(repeated)") {
+			t.Logf("summary: %s", line)
+		}
+	}
+
+	// Accepted, then removed: nothing left either.
+	var add []string
+	for i := range 50 {
+		add = append(add, fmt.Sprintf("%s%x", prefix, 0x1000+i))
+	}
+	l.mustCtl("server", "add", vip6+"@80@"+strings.Join(add, "+"))
+	during := l.neighbourCount(prefix)
+	l.mustCtl("server", "remove", vip6+"@80@"+strings.Join(add, "+"))
+	after := l.neighbourCount(prefix)
+	t.Logf("50 servers added: %d neighbour entries; removed: %d left", during, after)
+	if during == 0 {
+		t.Error("no neighbour entries for 50 added servers: the test proves nothing")
+	}
+	if after != 0 {
+		t.Errorf("%d neighbour entries left after the servers were removed", after)
+	}
+}
+
+// TestPrivilegedE2EClusterRemoveWithAdvisor: a cluster with an advisor can
+// be removed; its advisor stops with it (issue 9, fault 9).
+func TestPrivilegedE2EClusterRemoveWithAdvisor(t *testing.T) {
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	vip := l.vip()
+	l.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5")
+	poll(t, 5*time.Second, "the advisor's first probes", func() bool {
+		var adv []api.AdvisorReport
+		l.report(&adv, "advisor", "report")
+		return len(adv) == 1 && len(adv[0].Servers) == 2 && adv[0].Servers[0].Probes > 0
+	})
+	l.mustCtl("cluster", "remove", vip)
+	var adv []api.AdvisorReport
+	l.report(&adv, "advisor", "report")
+	if len(adv) != 0 {
+		t.Errorf("advisors left after the cluster was removed: %+v", adv)
+	}
+	if cl := l.mustCtl("cluster", "report", "-o", "json"); strings.TrimSpace(cl) != "[]" {
+		t.Errorf("clusters left: %s", cl)
+	}
+	if l.hasAddr(vip) {
+		t.Error("the removed cluster's address stayed on the interface")
+	}
+}

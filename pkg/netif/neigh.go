@@ -1,0 +1,138 @@
+//go:build linux
+
+package netif
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Reprobe has the kernel verify, by broadcast, the MAC of each of addrs on
+// the interface with the given index: an ARP request (IPv4) or a neighbour
+// solicitation to the solicited-node group (IPv6), answered within
+// milliseconds by whoever holds the address now. A host whose MAC changed
+// without announcing it (a replaced NIC, a VM restored elsewhere) is found
+// this way; the kernel's own checks would first probe the old MAC by
+// unicast for seconds. The answer updates the neighbour table, which Watch
+// reports.
+//
+// An entry the kernel is resolving already is left alone, and so are
+// static ones (permanent, noarp: the operator's) and reachable ones that
+// the host's own traffic confirmed within the last fresh (a TCP peer's
+// acknowledgements, an advisor's probe: the MAC works, and the host's
+// packets are not held back for a reprobe). An address without an entry
+// is resolved afresh. Reprobe returns without waiting for answers.
+func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
+	var errs []error
+	for family, list := range byFamily(addrs) {
+		neighs, err := netlink.NeighList(ifindex, family)
+		if err != nil {
+			return fmt.Errorf("reading the neighbour table: %w", err)
+		}
+		table := map[netip.Addr]netlink.Neigh{}
+		for _, e := range neighs {
+			if a, ok := netip.AddrFromSlice(e.IP); ok {
+				table[a.Unmap()] = e
+			}
+		}
+		for _, a := range list {
+			e, found := table[a]
+			if found && e.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP|netlink.NUD_INCOMPLETE) != 0 {
+				continue
+			}
+			if found && e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh {
+				continue
+			}
+			if found {
+				// From a valid state the kernel confirms the MAC it has,
+				// by unicast; from a failed one it asks everyone. The
+				// update must not carry the managed flag: with it, the
+				// kernel ignores the state given.
+				n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: a.AsSlice(), State: netlink.NUD_FAILED}
+				if err := netlink.NeighSet(n); err != nil {
+					errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
+					continue
+				}
+			}
+			if err := resolve(ifindex, family, a.AsSlice()); err != nil {
+				errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ticks converts the kernel's neighbour times (USER_HZ ticks ago, 100 a
+// second in the netlink ABI) to a duration.
+func ticks(n uint32) time.Duration { return time.Duration(n) * 10 * time.Millisecond }
+
+// ForgetNeighbors removes the managed neighbour entries of addrs, on every
+// interface: those Neighbors created, which the kernel would otherwise
+// keep resolving (and, for hosts that do not answer, keep as failed
+// entries) forever. Entries the kernel made for its own traffic are left.
+func (*Netif) ForgetNeighbors(addrs []netip.Addr) error {
+	var errs []error
+	for family, list := range byFamily(addrs) {
+		want := map[netip.Addr]bool{}
+		for _, a := range list {
+			want[a] = true
+		}
+		neighs, err := netlink.NeighList(0, family)
+		if err != nil {
+			return fmt.Errorf("reading the neighbour table: %w", err)
+		}
+		for _, e := range neighs {
+			a, ok := netip.AddrFromSlice(e.IP)
+			if !ok || !want[a.Unmap()] || e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+				continue
+			}
+			n := &netlink.Neigh{LinkIndex: e.LinkIndex, Family: family, IP: e.IP}
+			if err := netlink.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("removing the neighbour entry of %s: %w", a.Unmap(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// byFamily splits addresses into IPv4 and IPv6, by netlink family.
+func byFamily(addrs []netip.Addr) map[int][]netip.Addr {
+	out := map[int][]netip.Addr{}
+	for _, a := range addrs {
+		a = a.Unmap()
+		f := netlink.FAMILY_V4
+		if a.Is6() {
+			f = netlink.FAMILY_V6
+		}
+		out[f] = append(out[f], a)
+	}
+	return out
+}
+
+// Forwarding reports whether the named interface forwards IPv4 (or, with
+// ipv6, IPv6) packets: net.ipv{4,6}.conf.IFNAME.forwarding. The kernel's
+// routing-table lookup from XDP (NAT replies without a client gateway)
+// needs it on the interface the replies arrive on.
+func (*Netif) Forwarding(ifname string, ipv6 bool) (bool, error) {
+	if ifname == "" || strings.ContainsAny(ifname, "/\x00") || ifname == "." || ifname == ".." {
+		return false, fmt.Errorf("reading forwarding: bad interface name %q", ifname)
+	}
+	fam := "ipv4"
+	if ipv6 {
+		fam = "ipv6"
+	}
+	path := filepath.Join("/proc/sys/net", fam, "conf", ifname, "forwarding")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)) != "0", nil
+}

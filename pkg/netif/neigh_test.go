@@ -1,0 +1,243 @@
+//go:build linux
+
+package netif
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// pair makes a veth pair from the test's namespace to another (anonymous)
+// one: dlbhn0 with 198.18.0.1 and 2001:2::1 here, dlbhn1 with the
+// neighbours .9 and ::9 there. It returns dlbhn0 and dlbhn1's MAC.
+func pair(t *testing.T, ns netns.NsHandle) (netlink.Link, net.HardwareAddr) {
+	t.Helper()
+	// A second namespace: created (which enters it) and left again.
+	peer, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	if err := netns.Set(ns); err != nil {
+		t.Fatal(err)
+	}
+	ph, err := netlink.NewHandleAt(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ph.Close)
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "dlbhn0"}, PeerName: "dlbhn1",
+		PeerNamespace: netlink.NsFd(int(peer))}); err != nil {
+		t.Fatal(err)
+	}
+	here, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(here.Close)
+	for _, side := range []struct {
+		h     *netlink.Handle
+		name  string
+		addrs []string
+	}{{here, "dlbhn0", []string{"198.18.0.1/24", "2001:2::1/64"}}, {ph, "dlbhn1", []string{"198.18.0.9/24", "2001:2::9/64"}}} {
+		l, err := side.h.LinkByName(side.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range side.addrs {
+			p := netip.MustParsePrefix(s)
+			addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}, Flags: unix.IFA_F_NODAD}
+			if err := side.h.AddrAdd(l, addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := side.h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := netlink.LinkByName("dlbhn0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ph.LinkByName("dlbhn1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b.Attrs().HardwareAddr
+}
+
+// entry returns the neighbour entry of ip on link, if any.
+func entry(t *testing.T, link netlink.Link, ip netip.Addr) (netlink.Neigh, bool) {
+	t.Helper()
+	fam := netlink.FAMILY_V4
+	if ip.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	list, err := netlink.NeighList(link.Attrs().Index, fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range list {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
+			return n, true
+		}
+	}
+	return netlink.Neigh{}, false
+}
+
+// A neighbour entry holding a MAC that is no longer right is corrected by
+// Reprobe at once; a static one is left alone.
+func TestPrivilegedReprobe(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, bMAC := pair(t, testutil.InNewNetNS(t))
+	wrong := net.HardwareAddr{0x02, 0, 0, 0, 0xee, 0xee}
+	for _, s := range []string{"198.18.0.9", "2001:2::9"} {
+		ip := netip.MustParseAddr(s)
+		fam := netlink.FAMILY_V4
+		if ip.Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		// Not a subtest: a subtest's goroutine is not in the test's
+		// namespace.
+		func() {
+			set := func(state int) {
+				t.Helper()
+				if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: a.Attrs().Index, Family: fam, State: state,
+					IP: ip.AsSlice(), HardwareAddr: wrong}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// waitRight waits for the entry to hold the peer's MAC and
+			// returns how long it took.
+			waitRight := func(what string) time.Duration {
+				t.Helper()
+				start := time.Now()
+				for {
+					n, ok := entry(t, a, ip)
+					if ok && n.HardwareAddr.String() == bMAC.String() {
+						if n.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+							t.Errorf("%s: the entry is not managed", what)
+						}
+						return time.Since(start)
+					}
+					if time.Since(start) > 3*time.Second {
+						t.Fatalf("%s: entry %+v after 3 s, want MAC %v", what, n, bMAC)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			// Resolved first (the link is ready), then made wrong, as a
+			// host that changed its MAC leaves it.
+			if _, errs := New().Neighbors([]netip.Addr{ip}); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			waitRight("resolved")
+			set(netlink.NUD_REACHABLE)
+			if n, _ := entry(t, a, ip); n.HardwareAddr.String() != wrong.String() {
+				t.Fatalf("the entry was not made wrong: %+v", n)
+			}
+			if err := New().Reprobe(a.Attrs().Index, []netip.Addr{ip}, 0); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: the right MAC again %v after the reprobe", s, waitRight("reprobed").Round(time.Microsecond))
+
+			// Confirmed within fresh: left as it is.
+			set(netlink.NUD_REACHABLE)
+			if err := New().Reprobe(a.Attrs().Index, []netip.Addr{ip}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if n, _ := entry(t, a, ip); n.HardwareAddr.String() != wrong.String() {
+				t.Errorf("an entry confirmed just now was reprobed: %+v", n)
+			}
+
+			// Static: the operator's, untouched.
+			if err := netlink.NeighDel(&netlink.Neigh{LinkIndex: a.Attrs().Index, Family: fam, IP: ip.AsSlice()}); err != nil {
+				t.Fatal(err)
+			}
+			set(netlink.NUD_PERMANENT)
+			if err := New().Reprobe(a.Attrs().Index, []netip.Addr{ip}, 0); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if n, _ := entry(t, a, ip); n.HardwareAddr.String() != wrong.String() || n.State != netlink.NUD_PERMANENT {
+				t.Errorf("a permanent entry changed: %+v", n)
+			}
+			if err := netlink.NeighDel(&netlink.Neigh{LinkIndex: a.Attrs().Index, Family: fam, IP: ip.AsSlice()}); err != nil {
+				t.Fatal(err)
+			}
+		}()
+	}
+}
+
+// ForgetNeighbors removes the entries Neighbors made (managed) and leaves
+// the others.
+func TestPrivilegedForgetNeighbors(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	n := New()
+	made := []netip.Addr{netip.MustParseAddr("198.18.0.9"), netip.MustParseAddr("2001:2::9"), netip.MustParseAddr("198.18.0.50")}
+	if _, errs := n.Neighbors(made); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	other := netip.MustParseAddr("198.18.0.51")
+	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: a.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_STALE,
+		IP: other.AsSlice(), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 0x51}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range made {
+		if _, ok := entry(t, a, ip); !ok {
+			t.Fatalf("no entry for %s after Neighbors", ip)
+		}
+	}
+	if err := n.ForgetNeighbors(append(made, other)); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range made {
+		if e, ok := entry(t, a, ip); ok {
+			t.Errorf("%s still has an entry: %+v", ip, e)
+		}
+	}
+	if _, ok := entry(t, a, other); !ok {
+		t.Error("an entry Neighbors did not make was removed")
+	}
+}
+
+func TestPrivilegedForwarding(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	pair(t, testutil.InNewNetNS(t))
+	n := New()
+	for _, v6 := range []bool{false, true} {
+		fam := "ipv4"
+		if v6 {
+			fam = "ipv6"
+		}
+		for _, want := range []bool{false, true} {
+			v := "0"
+			if want {
+				v = "1"
+			}
+			if err := os.WriteFile("/proc/sys/net/"+fam+"/conf/dlbhn0/forwarding", []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := n.Forwarding("dlbhn0", v6)
+			if err != nil || got != want {
+				t.Errorf("%s forwarding %s: got %v, %v", fam, v, got, err)
+			}
+		}
+	}
+	for _, bad := range []string{"", "../all", "nope0"} {
+		if _, err := n.Forwarding(bad, false); err == nil {
+			t.Errorf("Forwarding(%q): no error", bad)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// The executor report's state says where the executor stands, a deleted
+// interface included.
+func TestExecutorReportState(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	started := lb.Config{Executor: lb.Executor{Started: true, Interface: "eth0"}}
+	for _, c := range []struct {
+		name     string
+		cfg      lb.Config
+		x        dispatcher.ExecutorStatus
+		state    string
+		detached string
+	}{
+		{"stopped", lb.Config{}, dispatcher.ExecutorStatus{}, api.ExecutorStopped, ""},
+		{"attached", started, dispatcher.ExecutorStatus{Loaded: true, Attached: true}, api.ExecutorAttached, ""},
+		{"interface deleted", started, dispatcher.ExecutorStatus{Loaded: true, Detached: "interface eth0 was deleted", DetachedSince: since},
+			api.ExecutorDetached, "interface eth0 was deleted"},
+		{"started without its interface", started, dispatcher.ExecutorStatus{Err: "no eth0", Detached: "interface eth0 does not exist"},
+			api.ExecutorDetached, "interface eth0 does not exist"},
+		{"could not be loaded", started, dispatcher.ExecutorStatus{Err: "pins incompatible"}, api.ExecutorFailed, ""},
+		{"loaded, attached to nothing", started, dispatcher.ExecutorStatus{Loaded: true}, api.ExecutorDetached, "the executor is attached to no interface"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := executorReport(&dispatcher.Status{Config: c.cfg, Executor: c.x})
+			if r.State != c.state || r.Detached != c.detached {
+				t.Errorf("state %q (%q), want %q (%q)", r.State, r.Detached, c.state, c.detached)
+			}
+			if r.Attached != (c.state == api.ExecutorAttached) {
+				t.Errorf("attached %v in state %q", r.Attached, r.State)
+			}
+			if c.x.DetachedSince.IsZero() != (r.DetachedSince == "") {
+				t.Errorf("detached since %q", r.DetachedSince)
+			} else if r.DetachedSince != "" && r.DetachedSince != "2026-01-02T03:04:05Z" {
+				t.Errorf("detached since %q", r.DetachedSince)
+			}
+		})
+	}
+}
