@@ -64,7 +64,8 @@ fuzz:
 test-unit:
 	$(GO) test -count=1 -short ./...
 
-## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root);
+## bench: per-packet cost of the executor, as ratios to its own established flow and to a
+## reference program, and live-frame throughput through a veth pair (needs root);
 ## then the control plane: a manager cycle over 10,000 servers and Maglev rebuilds
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
