@@ -28,7 +28,7 @@ enum dlb_consts {
 	/* DLB_ABI_VERSION is written into the config map. A loader refuses
 	 * pinned maps that another ABI version wrote: layouts can differ
 	 * where sizes agree. Bump it on every layout or meaning change. */
-	DLB_ABI_VERSION = 2,
+	DLB_ABI_VERSION = 3,
 	/* A half-open connection (a SYN without its handshake-completing
 	 * ACK) counts as half-open for this long; the sweeper frees NAT
 	 * half-open entries older than this. */
@@ -41,6 +41,14 @@ enum dlb_consts {
 	DLB_NAT_PORT_MAX = 65535,
 	/* How many IPv6 extension headers the executor walks. */
 	DLB_IPV6_MAX_EXT = 4,
+	/* Ways per bucket of a connection table's index (struct
+	 * tab_bucket). */
+	DLB_TAB_WAYS = 14,
+	/* The tag of a way being written (table.h). */
+	DLB_TAB_BUSY = 1,
+	/* Entries of a connection table address by 24 bits: its largest
+	 * capacity. */
+	DLB_TAB_MAX_ENTRIES = 1 << 24,
 };
 
 /* Forwarding methods of a service (IBM's "method"). */
@@ -149,6 +157,29 @@ struct flow_key {
 	__u16 pad;
 };
 
+/* A bucket of a connection table's index, one cache line (table.h): the
+ * ways of DLB_TAB_WAYS entries. Way i is the 32-bit half i % 2 of
+ * ways[i / 2]: 0 when free, else the way's 8-bit tag (DLB_TAB_BUSY while
+ * it is written, else a tag of its entry's key hash, at least 2) in the
+ * top byte and its entry's slot in the table's entries array in the low
+ * 24 bits. */
+struct tab_bucket {
+	__u64 ways[DLB_TAB_WAYS / 2];
+	__u32 meta; /* TAB_F_* */
+	__u32 pad;
+};
+
+/* Flags of a tab_bucket's meta word. */
+enum tab_flags {
+	/* TAB_F_LOCK: taken while an insert of a key whose first bucket
+	 * this is runs, so that one key is never inserted twice. */
+	TAB_F_LOCK = 1 << 0,
+	/* TAB_F_OVERFLOW: a key whose first bucket this is was put in its
+	 * second bucket (this one was full). Until then a lookup that misses
+	 * here need not look in the second. */
+	TAB_F_OVERFLOW = 1 << 1,
+};
+
 /* State of a connection-table entry. */
 enum flow_state {
 	FLOW_ESTABLISHED = 1,
@@ -163,6 +194,22 @@ struct flow {
 	__u32 service;   /* service id */
 	__u8 state;      /* enum flow_state */
 	__u8 pad[7];
+};
+
+/* An entry of conns, the MAC connection table: a flow and where it goes. */
+struct conn_entry {
+	struct flow_key key;
+	struct flow flow;
+};
+
+/* The context of the dlb_conn_* syscall programs, by which pkg/datapath
+ * reads, writes and removes connection-table entries (the table's layout
+ * and locking live in BPF only). */
+struct conn_ctl {
+	struct conn_entry entry; /* in: the key (and flow, for put); out: the entry (get) */
+	__u64 expect_seen;       /* del: remove only if last_seen is this (0: any) */
+	__u32 result;            /* out: 0 done; 1 no such entry (or changed); 2 no room */
+	__u32 pad;
 };
 
 /* An entry of the handshake cache (MAC forwarding). The executor does not
@@ -384,12 +431,16 @@ struct dlb_config {
 	__u8 pad[2];
 	__u32 abi_version;  /* DLB_ABI_VERSION of the executor that wrote it */
 	__u32 halfopen_mask;/* slots of nat_halfopen - 1 (a power of two - 1) */
-	__u32 pad2;
+	__u32 conn_buckets; /* buckets of the connection table's index (conn_index entries) */
 	struct dlb_ip nfa6; /* IPv6 non-forwarding address */
 	/* Client gateways: where NAT replies to IPv4 (gw4) and IPv6 (gw6)
 	 * clients go. ifindex 0: look the next hop up in the routing table. */
 	struct next_hop gw4;
 	struct next_hop gw6;
+	__u32 conn_words;   /* words of conn_used (conns entries / 64, rounded up) */
+	/* Changes whenever the vips map does: entries of the per-CPU vips
+	 * cache (vip_cache) read under another generation are stale. */
+	__u32 vips_gen;
 };
 
 /* Bits of the VIP pre-filter: a one-hash Bloom filter over cluster and

@@ -40,6 +40,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } vips SEC(".maps");
 
+/* A vips entry as cached by a CPU (dispatcher.c, vip_lookup). */
+struct vip_cached {
+	struct vip_key key;
+	struct vip_meta meta;
+	__u32 gen;  /* config.vips_gen when it was read */
+	__u32 used; /* 1 once written */
+	__u32 pad[2];
+};
+
+/* Entries of vip_cache (a power of two). */
+#define VIP_CACHE_SLOTS 64
+
+/* vip_cache: per CPU, the vips entries recently used, direct-mapped by a
+ * hash of their key: a hit costs one cache line and no kernel function,
+ * where a hash-map lookup calls several (about 25 ns here). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct vip_cached);
+	__uint(max_entries, VIP_CACHE_SLOTS);
+} vip_cache SEC(".maps");
+
 /* vip_filter: Bloom pre-filter over cluster and return addresses (one
  * entry). */
 struct {
@@ -77,15 +99,46 @@ struct {
 	__array(values, struct maglev_table);
 } maglev_tables SEC(".maps");
 
-/* conns: the connection table, shared by all CPUs so that a flow whose
- * packets land on different CPUs still finds its entry. */
+/* The MAC connection table (table.h), shared by all CPUs so that a flow
+ * whose packets land on different CPUs still finds its entry: conns holds
+ * the entries (its size is the table's capacity), conn_used which of them
+ * are in use (a bit each), conn_index the buckets that find them by key,
+ * and conn_cursor where each CPU allocates next. The arrays are
+ * memory-mappable, so that every bucket and entry starts on a cache line. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct flow_key);
-	__type(value, struct flow);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct conn_entry);
 	__uint(max_entries, CONN_TABLE_SIZE);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, (CONN_TABLE_SIZE + 63) / 64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} conn_used SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tab_bucket);
+	__uint(max_entries, (CONN_TABLE_SIZE + 10) / 11); /* pkg/datapath: connIndexBuckets */
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} conn_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} conn_cursor SEC(".maps");
 
 /* nat_filter: the NAT pre-filters (one entry, see struct nat_bloom). */
 struct {
@@ -219,14 +272,23 @@ struct nat_args {
 	__u32 retx;          /* out (reserve): 1 when the flow had reserved the port already */
 };
 
+/* The arguments of dlb_conn_insert (table.h). */
+struct conn_ins {
+	struct conn_entry e; /* in: the key and value */
+	__u32 hash;          /* in: the key's flow_hash */
+	__u32 slot;          /* out: the entry's slot (inserted or existing) */
+};
+
 struct nat_scratch {
 	struct nat_rev rev_value;
 	struct nat_flow flow;
 	struct nat_key port;
 	struct nat_args args;
+	struct conn_ins conn;
 };
 
-/* scratch: per-CPU struct nat_scratch (one entry). Not pinned. */
+/* scratch: per-CPU struct nat_scratch (one entry): room for the slow
+ * paths' large values. Not pinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);

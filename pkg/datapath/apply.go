@@ -160,10 +160,12 @@ func (d *Datapath) Apply(dp lb.Dataplane) error {
 			return err
 		}
 	}
+	vipsChanged := false
 	for k, m := range want.vips {
 		if old, ok := d.applied.vips[k]; ok && old == m {
 			continue
 		}
+		vipsChanged = true
 		if m.Flags&uint32(dispatcherVipFlagsVIP_F_MARKER|dispatcherVipFlagsVIP_F_RETURN) == 0 && !d.serviceKnown(m.Service) {
 			if err := d.zeroServiceCounters(m.Service); err != nil {
 				return err
@@ -187,6 +189,15 @@ func (d *Datapath) Apply(dp lb.Dataplane) error {
 			return fmt.Errorf("removing vip %s: %w", vipString(k), err)
 		}
 		delete(d.applied.vips, k)
+		vipsChanged = true
+	}
+	if vipsChanged {
+		// The executor's per-CPU copies of vips entries are stale now.
+		cfg := d.applied.cfg
+		cfg.VipsGen++
+		if err := d.applyConfig(cfg); err != nil {
+			return err
+		}
 	}
 	for id := range d.applied.tables {
 		if wantTables[id] {

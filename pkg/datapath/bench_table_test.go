@@ -25,20 +25,21 @@ func isPrefill(k dispatcherFlowKey) bool {
 }
 
 // fillConns writes the first n prefill connections (established, to
-// backend 10, seen now).
+// backend 10, seen now) that the table lacks.
 func fillConns(t *testing.T, e *testEnv, n int) {
 	t.Helper()
-	const chunk = 4096
+	have := map[dispatcherFlowKey]bool{}
+	if err := e.dp.eachConn(func(c dispatcherConnEntry) { have[c.Key] = true }); err != nil {
+		t.Fatal(err)
+	}
 	now := coarseNow()
-	for i := 0; i < n; i += chunk {
-		m := min(chunk, n-i)
-		keys := make([]dispatcherFlowKey, m)
-		vals := make([]dispatcherFlow, m)
-		for j := range keys {
-			keys[j] = prefillKey(i + j).raw()
-			vals[j] = dispatcherFlow{LastSeen: now, Backend: 10, Service: 1, State: uint8(dispatcherFlowStateFLOW_ESTABLISHED)}
+	for i := 0; i < n; i++ {
+		k := prefillKey(i).raw()
+		if have[k] {
+			continue
 		}
-		if _, err := e.dp.objs.Conns.BatchUpdate(keys, vals, nil); err != nil {
+		f := dispatcherFlow{LastSeen: now, Backend: 10, Service: 1, State: uint8(dispatcherFlowStateFLOW_ESTABLISHED)}
+		if err := e.dp.putConn(k, f); err != nil {
 			t.Fatalf("prefilling the connection table: %v", err)
 		}
 	}
@@ -55,23 +56,21 @@ func resetConns(t *testing.T, e *testEnv, n int, keep ...FlowKey) {
 	}
 	var doomed []dispatcherFlowKey
 	prefilled := 0
-	err := batchRead(e.dp.objs.Conns, func(k dispatcherFlowKey, _ dispatcherFlow) {
+	err := e.dp.eachConn(func(c dispatcherConnEntry) {
 		switch {
-		case isPrefill(k):
+		case isPrefill(c.Key):
 			prefilled++
-		case !kept[k]:
-			doomed = append(doomed, k)
+		case !kept[c.Key]:
+			doomed = append(doomed, c.Key)
 		}
 	})
 	if err != nil {
 		t.Fatalf("reading the connection table: %v", err)
 	}
-	for len(doomed) > 0 {
-		m := min(4096, len(doomed))
-		if _, err := e.dp.objs.Conns.BatchDelete(doomed[:m], nil); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	for _, k := range doomed {
+		if _, err := e.dp.deleteConn(k, 0); err != nil {
 			t.Fatalf("resetting the connection table: %v", err)
 		}
-		doomed = doomed[m:]
 	}
 	if prefilled < n {
 		fillConns(t, e, n)
@@ -82,7 +81,7 @@ func resetConns(t *testing.T, e *testEnv, n int, keep ...FlowKey) {
 func countConns(t *testing.T, e *testEnv) int {
 	t.Helper()
 	n := 0
-	if err := batchRead(e.dp.objs.Conns, func(dispatcherFlowKey, dispatcherFlow) { n++ }); err != nil {
+	if err := e.dp.eachConn(func(dispatcherConnEntry) { n++ }); err != nil {
 		t.Fatalf("counting connections: %v", err)
 	}
 	return n

@@ -129,6 +129,13 @@ func Open(opts Options) (_ *Datapath, err error) {
 			spec.Maps[name].MaxEntries = size
 		}
 	}
+	// The connection table's bitmap and index are sized by its capacity.
+	capacity := spec.Maps[dispatcherMapConns].MaxEntries
+	if err := checkConnCapacity(capacity); err != nil {
+		return nil, err
+	}
+	spec.Maps[dispatcherMapConnUsed].MaxEntries = connUsedWords(capacity)
+	spec.Maps[dispatcherMapConnIndex].MaxEntries = connIndexBuckets(capacity)
 	outer := spec.Maps[dispatcherMapMaglevTables]
 	if opts.MaglevSize != 0 {
 		outer.InnerMap.MaxEntries = opts.MaglevSize
@@ -157,6 +164,9 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	if err := d.checkConfig(); err != nil {
 		return nil, err
+	}
+	if err := prepareConnTable(d.objs.ConnUsed, d.objs.ConnCursor, d.objs.Conns.MaxEntries()); err != nil {
+		return nil, fmt.Errorf("preparing the connection table: %w", err)
 	}
 	if err := d.adoptLink(); err != nil {
 		return nil, err
@@ -188,6 +198,8 @@ func (d *Datapath) checkConfig() error {
 	cfg.HashSeed = DefaultHashSeed
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
+	cfg.ConnBuckets = d.objs.ConnIndex.MaxEntries()
+	cfg.ConnWords = d.objs.ConnUsed.MaxEntries()
 	if err := d.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing config map: %w", err)
 	}

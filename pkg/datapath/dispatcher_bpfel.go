@@ -65,6 +65,20 @@ const (
 	dispatcherBackendFlagsBACKEND_F_QUIESCED dispatcherBackendFlags = 4
 )
 
+type dispatcherConnCtl struct {
+	_          structs.HostLayout
+	Entry      dispatcherConnEntry
+	ExpectSeen uint64
+	Result     uint32
+	Pad        uint32
+}
+
+type dispatcherConnEntry struct {
+	_    structs.HostLayout
+	Key  dispatcherFlowKey
+	Flow dispatcherFlow
+}
+
 type dispatcherCounters struct {
 	_        structs.HostLayout
 	Packets  uint64
@@ -92,24 +106,29 @@ type dispatcherDlbConfig struct {
 	Pad          [2]uint8
 	AbiVersion   uint32
 	HalfopenMask uint32
-	Pad2         uint32
+	ConnBuckets  uint32
 	Nfa6         struct {
 		_    structs.HostLayout
 		Addr [16]uint8
 	}
-	Gw4 dispatcherNextHop
-	Gw6 dispatcherNextHop
+	Gw4       dispatcherNextHop
+	Gw6       dispatcherNextHop
+	ConnWords uint32
+	VipsGen   uint32
 }
 
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 2
+	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 3
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_NAT_CANDIDATES    dispatcherDlbConsts = 8
 	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
 	dispatcherDlbConstsDLB_NAT_PORT_MAX      dispatcherDlbConsts = 65535
 	dispatcherDlbConstsDLB_IPV6MAX_EXT       dispatcherDlbConsts = 4
+	dispatcherDlbConstsDLB_TAB_WAYS          dispatcherDlbConsts = 14
+	dispatcherDlbConstsDLB_TAB_BUSY          dispatcherDlbConsts = 1
+	dispatcherDlbConstsDLB_TAB_MAX_ENTRIES   dispatcherDlbConsts = 16777216
 )
 
 type dispatcherDlbEvent uint32
@@ -314,6 +333,12 @@ type dispatcherNatScratch struct {
 		Slot    uint32
 		Retx    uint32
 	}
+	Conn struct {
+		_    structs.HostLayout
+		E    dispatcherConnEntry
+		Hash uint32
+		Slot uint32
+	}
 }
 
 type dispatcherNextHop struct {
@@ -365,9 +390,25 @@ const (
 	dispatcherStatReasonSTAT_MAX                dispatcherStatReason = 19
 )
 
+type dispatcherTabBucket struct {
+	_    structs.HostLayout
+	Ways [7]uint64
+	Meta uint32
+	Pad  uint32
+}
+
 type dispatcherVipBloom struct {
 	_    structs.HostLayout
 	Bits [1024]uint64
+}
+
+type dispatcherVipCached struct {
+	_    structs.HostLayout
+	Key  dispatcherVipKey
+	Meta dispatcherVipMeta
+	Gen  uint32
+	Used uint32
+	Pad  [2]uint32
 }
 
 type dispatcherVipFlags uint32
@@ -412,6 +453,9 @@ const (
 	dispatcherMapBackends           = "backends"
 	dispatcherMapClock              = "clock"
 	dispatcherMapConfig             = "config"
+	dispatcherMapConnCursor         = "conn_cursor"
+	dispatcherMapConnIndex          = "conn_index"
+	dispatcherMapConnUsed           = "conn_used"
 	dispatcherMapConns              = "conns"
 	dispatcherMapEvents             = "events"
 	dispatcherMapFibParams          = "fib_params"
@@ -427,8 +471,12 @@ const (
 	dispatcherMapServiceServers     = "service_servers"
 	dispatcherMapServiceStats       = "service_stats"
 	dispatcherMapTxPorts            = "tx_ports"
+	dispatcherMapVipCache           = "vip_cache"
 	dispatcherMapVipFilter          = "vip_filter"
 	dispatcherMapVips               = "vips"
+	dispatcherProgDlbConnDel        = "dlb_conn_del"
+	dispatcherProgDlbConnGet        = "dlb_conn_get"
+	dispatcherProgDlbConnPut        = "dlb_conn_put"
 	dispatcherProgDlbXdp            = "dlb_xdp"
 	dispatcherVarDlbBtfBackendFlags = "dlb_btf_backend_flags"
 	dispatcherVarDlbBtfConsts       = "dlb_btf_consts"
@@ -484,7 +532,10 @@ type dispatcherSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dispatcherProgramSpecs struct {
-	DlbXdp *ebpf.ProgramSpec `ebpf:"dlb_xdp"`
+	DlbConnDel *ebpf.ProgramSpec `ebpf:"dlb_conn_del"`
+	DlbConnGet *ebpf.ProgramSpec `ebpf:"dlb_conn_get"`
+	DlbConnPut *ebpf.ProgramSpec `ebpf:"dlb_conn_put"`
+	DlbXdp     *ebpf.ProgramSpec `ebpf:"dlb_xdp"`
 }
 
 // dispatcherMapSpecs contains maps before they are loaded into the kernel.
@@ -497,6 +548,9 @@ type dispatcherMapSpecs struct {
 	Backends       *ebpf.MapSpec `ebpf:"backends"`
 	Clock          *ebpf.MapSpec `ebpf:"clock"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
+	ConnCursor     *ebpf.MapSpec `ebpf:"conn_cursor"`
+	ConnIndex      *ebpf.MapSpec `ebpf:"conn_index"`
+	ConnUsed       *ebpf.MapSpec `ebpf:"conn_used"`
 	Conns          *ebpf.MapSpec `ebpf:"conns"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
 	FibParams      *ebpf.MapSpec `ebpf:"fib_params"`
@@ -512,6 +566,7 @@ type dispatcherMapSpecs struct {
 	ServiceServers *ebpf.MapSpec `ebpf:"service_servers"`
 	ServiceStats   *ebpf.MapSpec `ebpf:"service_stats"`
 	TxPorts        *ebpf.MapSpec `ebpf:"tx_ports"`
+	VipCache       *ebpf.MapSpec `ebpf:"vip_cache"`
 	VipFilter      *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips           *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -558,6 +613,9 @@ type dispatcherMaps struct {
 	Backends       *ebpf.Map `ebpf:"backends"`
 	Clock          *ebpf.Map `ebpf:"clock"`
 	Config         *ebpf.Map `ebpf:"config"`
+	ConnCursor     *ebpf.Map `ebpf:"conn_cursor"`
+	ConnIndex      *ebpf.Map `ebpf:"conn_index"`
+	ConnUsed       *ebpf.Map `ebpf:"conn_used"`
 	Conns          *ebpf.Map `ebpf:"conns"`
 	Events         *ebpf.Map `ebpf:"events"`
 	FibParams      *ebpf.Map `ebpf:"fib_params"`
@@ -573,6 +631,7 @@ type dispatcherMaps struct {
 	ServiceServers *ebpf.Map `ebpf:"service_servers"`
 	ServiceStats   *ebpf.Map `ebpf:"service_stats"`
 	TxPorts        *ebpf.Map `ebpf:"tx_ports"`
+	VipCache       *ebpf.Map `ebpf:"vip_cache"`
 	VipFilter      *ebpf.Map `ebpf:"vip_filter"`
 	Vips           *ebpf.Map `ebpf:"vips"`
 }
@@ -585,6 +644,9 @@ func (m *dispatcherMaps) Close() error {
 		m.Backends,
 		m.Clock,
 		m.Config,
+		m.ConnCursor,
+		m.ConnIndex,
+		m.ConnUsed,
 		m.Conns,
 		m.Events,
 		m.FibParams,
@@ -600,6 +662,7 @@ func (m *dispatcherMaps) Close() error {
 		m.ServiceServers,
 		m.ServiceStats,
 		m.TxPorts,
+		m.VipCache,
 		m.VipFilter,
 		m.Vips,
 	)
@@ -625,11 +688,17 @@ type dispatcherVariables struct {
 //
 // It can be passed to loadDispatcherObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dispatcherPrograms struct {
-	DlbXdp *ebpf.Program `ebpf:"dlb_xdp"`
+	DlbConnDel *ebpf.Program `ebpf:"dlb_conn_del"`
+	DlbConnGet *ebpf.Program `ebpf:"dlb_conn_get"`
+	DlbConnPut *ebpf.Program `ebpf:"dlb_conn_put"`
+	DlbXdp     *ebpf.Program `ebpf:"dlb_xdp"`
 }
 
 func (p *dispatcherPrograms) Close() error {
 	return _DispatcherClose(
+		p.DlbConnDel,
+		p.DlbConnGet,
+		p.DlbConnPut,
 		p.DlbXdp,
 	)
 }

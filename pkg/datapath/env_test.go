@@ -294,15 +294,12 @@ func (e *testEnv) stats(t testing.TB) lb.DataplaneStats {
 // clearConns empties the connection table.
 func (e *testEnv) clearConns(t testing.TB) {
 	t.Helper()
-	var k dispatcherFlowKey
 	var keys []dispatcherFlowKey
-	var f dispatcherFlow
-	it := e.dp.objs.Conns.Iterate()
-	for it.Next(&k, &f) {
-		keys = append(keys, k)
+	if err := e.dp.eachConn(func(c dispatcherConnEntry) { keys = append(keys, c.Key) }); err != nil {
+		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if err := e.dp.objs.Conns.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if _, err := e.dp.deleteConn(k, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,23 +329,18 @@ func (e *testEnv) putConn(t testing.TB, c conn) {
 	if c.closing {
 		f.State = uint8(dispatcherFlowStateFLOW_CLOSING)
 	}
-	if err := e.dp.objs.Conns.Update(&k, &f, ebpf.UpdateAny); err != nil {
+	if err := e.dp.putConn(k, f); err != nil {
 		t.Fatalf("inserting connection: %v", err)
 	}
 }
 
 func (e *testEnv) getConn(t testing.TB, k FlowKey) (dispatcherFlow, bool) {
 	t.Helper()
-	raw := k.raw()
-	var f dispatcherFlow
-	err := e.dp.objs.Conns.Lookup(&raw, &f)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return f, false
-	}
+	f, ok, err := e.dp.getConn(k.raw())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, true
+	return f, ok
 }
 
 // coarseNow reads the clock the executor reads (bpf_ktime_get_coarse_ns).

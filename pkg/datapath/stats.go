@@ -301,7 +301,8 @@ func (s *sweeper) conns() error {
 		counted bool // counted as swept (it was established)
 	}
 	var doomed []doomedEntry
-	err := batchRead(s.d.objs.Conns, func(k dispatcherFlowKey, f dispatcherFlow) {
+	err := s.d.eachConn(func(e dispatcherConnEntry) {
+		k, f := e.Key, e.Flow
 		s.res.Entries++
 		established := dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED
 		if gone, counted := s.verdictOf(f.Service, f.Backend, f.LastSeen, established); gone {
@@ -317,22 +318,26 @@ func (s *sweeper) conns() error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("reading connection table: %w", err)
+		return err
 	}
 	// Delete only entries no packet refreshed since they were read.
 	for _, e := range doomed {
-		var f dispatcherFlow
-		if err := s.d.objs.Conns.Lookup(&e.key, &f); err != nil || f.LastSeen != e.seen {
+		removed, err := s.d.deleteConn(e.key, e.seen)
+		if err != nil {
+			return fmt.Errorf("removing expired connection: %w", err)
+		}
+		if !removed {
 			if e.counted {
 				s.swept[e.backend]-- // gone already, or a packet revived it
 			}
-			if err == nil && dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED {
+			f, ok, err := s.d.getConn(e.key)
+			if err != nil {
+				return err
+			}
+			if ok && dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED {
 				s.res.Active[f.Backend]++
 			}
 			continue
-		}
-		if err := s.d.objs.Conns.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing expired connection: %w", err)
 		}
 		s.res.Expired++
 		s.res.Entries--
