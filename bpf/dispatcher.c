@@ -70,6 +70,11 @@ enum dlb_event dlb_btf_event __attribute__((unused));
 /* IPv4 "more fragments" flag and fragment offset, in network byte order. */
 #define IP_MF_OFFSET bpf_htons(0x3fff)
 
+/* The largest offset of an IPv6 packet's transport header: two VLAN tags,
+ * the IPv6 header and DLB_IPV6_MAX_EXT extension headers of the largest
+ * size. */
+#define DLB_L4_MAX_OFF (sizeof(struct ethhdr) + 2 * 4 + sizeof(struct ipv6hdr) + DLB_IPV6_MAX_EXT * 2048)
+
 /* IPv6 extension headers the executor walks, and the fragment header. */
 #define NEXTHDR_HOP 0
 #define NEXTHDR_ROUTING 43
@@ -91,7 +96,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	const struct dlb_config *cfg = pk->cfg;
 	const struct flow_key *fk = &pk->fk;
 	struct ethhdr *eth = pk->eth;
-	__u32 hash, pos, slot;
+	__u32 pos, slot;
 	int tcp = fk->proto == IPPROTO_TCP;
 	int syn = tcp && (pk->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	int closing = pk->tcp_flags & (TCP_FIN | TCP_RST);
@@ -149,22 +154,21 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		return forward(ctx, eth, b, id, vm->service, 1);
 	}
 
-	/* The Maglev hash: the slot of a new connection and of its handshake. */
-	hash = flow_hash(fk, cfg->hash_seed);
 	if (syn) {
-		/* No table entry for a bare SYN: remember the choice for its ACK. */
-		b = pick_mac(vm, cfg, fk, hash, now, &id);
+		/* No table entry for a bare SYN: remember the choice for its ACK
+		 * (the handshake cache is indexed by the table hash). */
+		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
-		remember_handshake(fk, hash, id, vm->service, now);
+		remember_handshake(fk, pk->thash, id, vm->service, now);
 		return forward(ctx, eth, b, id, vm->service, 0);
 	}
 
 	b = NULL;
 	if (tcp)
-		b = handshake_backend(fk, hash, vm->service, &id);
+		b = handshake_backend(fk, pk->thash, vm->service, &id);
 	if (!b)
-		b = pick_mac(vm, cfg, fk, hash, now, &id);
+		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	/* A FIN or RST of a flow the table does not know is forwarded but
@@ -529,6 +533,15 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 		else if (nh == NEXTHDR_HOP || nh == NEXTHDR_ROUTING || nh == NEXTHDR_DEST)
 			bad = 1; /* more than DLB_IPV6_MAX_EXT */
 	}
+	if (p != (void *)(ip6h + 1)) {
+		/* One layout from here on for packets with extension headers,
+		 * however many (see dlb_xdp's tags). */
+		void *data = (void *)(long)ctx->data;
+		__u32 l4off = launder(p - data);
+		if (l4off > DLB_L4_MAX_OFF)
+			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		p = data + l4off;
+	}
 	pk.fk.proto = nh;
 	pk.l4 = p;
 
@@ -573,6 +586,13 @@ int dlb_xdp(struct xdp_md *ctx)
 			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		proto = vh->encap_proto;
 		off += sizeof(*vh);
+	}
+	/* One layout from here on for tagged frames, however many tags:
+	 * the verifier checks what follows once for them, not per count. */
+	if (off != sizeof(*eth)) {
+		off = launder(off);
+		if (off > sizeof(*eth) + 2 * sizeof(struct vlan_hdr))
+			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	}
 
 	if (proto == bpf_htons(ETH_P_IP)) {

@@ -225,8 +225,9 @@ struct handshake {
 	struct flow_key key;
 	__u32 backend;
 	__u32 service;
-	/* check = flow hash ^ backend ^ service: detects an entry torn by two
-	 * CPUs writing the same slot at once. */
+	/* check = table hash (tab_hash_flow) ^ backend ^ service: detects an
+	 * entry torn by two CPUs writing the same slot at once. The slot is
+	 * the table hash modulo the slots. */
 	__u32 check;
 	__u32 pad;
 	__u64 seen; /* coarse ns of the SYN; 0 once the handshake completed */

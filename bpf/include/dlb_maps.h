@@ -241,6 +241,15 @@ struct {
 	__uint(max_entries, 1);
 } clock SEC(".maps");
 
+/* launder_cell: one per-CPU word that values pass through to lose what
+ * the verifier knows of them (common.h, launder). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} launder_cell SEC(".maps");
+
 /* Room for a struct bpf_fib_lookup (bpf2go cannot generate its anonymous
  * unions, so the map holds bytes). */
 struct fib_scratch {

@@ -573,7 +573,7 @@ __noinline int dlb_nat_find(struct nat_args *a)
 	__u32 hash = flow_hash(&a->fk, cfg->hash_seed);
 	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
 	struct nat_handshake *hs = bpf_map_lookup_elem(&nat_handshakes, &slot);
-	if (hs && hs->check == (hash ^ hs->nat_port) && __builtin_memcmp(&hs->key, &a->fk, sizeof(a->fk)) == 0) {
+	if (hs && hs->check == (hash ^ hs->nat_port) && flow_key_eq(&hs->key, &a->fk)) {
 		nat_key_of(&a->nk, &hs->nat_addr, hs->nat_port, a->fk.proto, a->fk.family);
 		h = halfopen_get(&a->nk, cfg, a->now, &a->owner);
 		if (h && owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk)) {

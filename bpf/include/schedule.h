@@ -252,7 +252,8 @@ static __always_inline void affinity_touch(const struct vip_meta *vm, const stru
 		affinity_refresh(vm, fk, backend_id, now);
 }
 
-/* remember_handshake records which server a SYN went to. */
+/* remember_handshake records which server a SYN went to. hash is the
+ * flow's table hash (tab_hash_flow). */
 static __always_inline void remember_handshake(const struct flow_key *fk, __u32 hash, __u32 backend_id, __u32 service,
 					       __u64 now)
 {
@@ -279,7 +280,7 @@ static __always_inline struct backend *handshake_backend(const struct flow_key *
 
 	if (!hs || hs->service != service || hs->check != (hash ^ hs->backend ^ hs->service))
 		return NULL;
-	if (__builtin_memcmp(&hs->key, fk, sizeof(*fk)) != 0)
+	if (!flow_key_eq(&hs->key, fk))
 		return NULL;
 	__u32 id = hs->backend;
 	struct backend *b = backend_ok(id, service);

@@ -271,12 +271,16 @@ static __always_inline __u32 tab_ctz(__u64 bit)
                                                                                                                \
 	static __always_inline int name##_probe_loop(struct tab_bucket *b, __u32 n, __u64 pat, const key_t *k)  \
 	{                                                                                                      \
-		_Pragma("clang loop unroll(disable)") for (int i = 0; i < DLB_TAB_WAYS; i++)                   \
+		_Pragma("clang loop unroll(disable)") for (int w = 0; w < TAB_WORDS; w++)                      \
 		{                                                                                              \
-			__u32 v = tab_way(b, i), slot;                                                         \
-			if ((v >> 24) != ((pat >> 24) & 0xff))                                                 \
+			__u64 v = b->ways[w];                                                                  \
+			__u64 m = tab_match(v, pat);                                                           \
+			__u32 slot;                                                                            \
+			if (!m)                                                                                \
 				continue;                                                                      \
-			if (name##_cand(v, k, &slot))                                                          \
+			if ((m & 0x80000000ULL) && name##_cand(v, k, &slot))                                   \
+				return slot;                                                                   \
+			if ((m >> 63) && name##_cand(v >> 32, k, &slot))                                       \
 				return slot;                                                                   \
 		}                                                                                              \
 		return -1;                                                                                     \
@@ -346,19 +350,6 @@ static __always_inline __u32 tab_ctz(__u64 bit)
 			return 0;                                                                              \
 		return tab_set(b, i, v, 0);                                                                    \
 	}
-
-/* flow_key_eq compares two flow keys (as 32-bit words: keys on the stack
- * may be only 4-byte aligned). */
-static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
-{
-	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
-	__u32 d = 0;
-
-#pragma unroll
-	for (int i = 0; i < (int)(sizeof(*a) / 4); i++)
-		d |= x[i] ^ y[i];
-	return d == 0;
-}
 
 /* The MAC connection table. */
 TAB_DEFINE(conn, struct flow_key, struct conn_entry, conns, conn_used, conn_cursor, conn_index, flow_key_eq)

@@ -460,6 +460,7 @@ const (
 	dispatcherMapEvents             = "events"
 	dispatcherMapFibParams          = "fib_params"
 	dispatcherMapHandshakes         = "handshakes"
+	dispatcherMapLaunderCell        = "launder_cell"
 	dispatcherMapMaglevTables       = "maglev_tables"
 	dispatcherMapNatFilter          = "nat_filter"
 	dispatcherMapNatFlows           = "nat_flows"
@@ -555,6 +556,7 @@ type dispatcherMapSpecs struct {
 	Events         *ebpf.MapSpec `ebpf:"events"`
 	FibParams      *ebpf.MapSpec `ebpf:"fib_params"`
 	Handshakes     *ebpf.MapSpec `ebpf:"handshakes"`
+	LaunderCell    *ebpf.MapSpec `ebpf:"launder_cell"`
 	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.MapSpec `ebpf:"nat_filter"`
 	NatFlows       *ebpf.MapSpec `ebpf:"nat_flows"`
@@ -620,6 +622,7 @@ type dispatcherMaps struct {
 	Events         *ebpf.Map `ebpf:"events"`
 	FibParams      *ebpf.Map `ebpf:"fib_params"`
 	Handshakes     *ebpf.Map `ebpf:"handshakes"`
+	LaunderCell    *ebpf.Map `ebpf:"launder_cell"`
 	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.Map `ebpf:"nat_filter"`
 	NatFlows       *ebpf.Map `ebpf:"nat_flows"`
@@ -651,6 +654,7 @@ func (m *dispatcherMaps) Close() error {
 		m.Events,
 		m.FibParams,
 		m.Handshakes,
+		m.LaunderCell,
 		m.MaglevTables,
 		m.NatFilter,
 		m.NatFlows,

@@ -53,6 +53,22 @@ func rawHash(fk dispatcherFlowKey, seed uint32) uint32 {
 	return fmix32(h)
 }
 
+// tableHash is tab_hash_flow of bpf/include/table.h: the connection
+// table's hash of a flow, which also places it in the MAC handshake cache.
+func tableHash(fk dispatcherFlowKey, seed uint32) uint32 {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&fk)), unsafe.Sizeof(fk))
+	primes := [5]uint64{0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0x85ebca77c2b2ae63, 0x27d4eb2f165667c5}
+	var h uint64
+	for i, p := range primes {
+		h += binary.LittleEndian.Uint64(b[8*i:]) * p
+	}
+	h += uint64(seed)
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	h ^= h >> 32
+	return uint32(h)
+}
+
 func fmix32(h uint32) uint32 {
 	h ^= h >> 16
 	h *= 0x85ebca6b

@@ -512,7 +512,7 @@ func (s *sweeper) handshakes() error {
 		if h.Seen == 0 || since(s.now, h.Seen) > halfOpenNs {
 			return
 		}
-		if h.Check != rawHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
+		if h.Check != tableHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
 			return
 		}
 		s.res.HalfOpen[h.Service]++
