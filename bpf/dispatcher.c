@@ -66,6 +66,7 @@ enum dlb_method dlb_btf_method __attribute__((unused));
 enum dlb_selection dlb_btf_selection __attribute__((unused));
 enum nat_flags dlb_btf_nat_flags __attribute__((unused));
 enum dlb_event dlb_btf_event __attribute__((unused));
+enum nat_ctl_op dlb_btf_nat_ctl_op __attribute__((unused));
 
 /* IPv4 "more fragments" flag and fragment offset, in network byte order. */
 #define IP_MF_OFFSET bpf_htons(0x3fff)
@@ -188,7 +189,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	ins->e.flow.state = FLOW_ESTABLISHED;
 	ins->hash = pk->thash;
 	int res = dlb_conn_insert(ins);
-	if (res == CONN_EXISTS) {
+	if (res == TAB_EXISTS) {
 		/* Another CPU inserted this flow between our lookup and now:
 		 * the handshake's ACK and the first data segment (or two
 		 * datagrams of a new UDP flow) raced. Follow its entry and
@@ -200,7 +201,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 			return forward(ctx, eth, ob, ce->flow.backend, vm->service, 0);
 		return forward(ctx, eth, b, id, vm->service, 0);
 	}
-	if (res != CONN_INSERTED) {
+	if (res != TAB_INSERTED) {
 		/* Another CPU held the bucket: the flow's next packet inserts
 		 * it (and counts it). */
 		event(EV_CONN_INSERT_FAILED);
@@ -327,11 +328,16 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	 * port clears its backends) and takes the full path. */
 	struct flow *f = NULL;
 	struct nat_flow *nf = NULL;
+	__u32 pos, slot;
+	pk->thash = tab_hash_flow(fk, pk->cfg->hash_seed);
 	if (!(pk->tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))) {
 		pk->looked = 1;
 		if (is_nat) {
-			nf = bpf_map_lookup_elem(&nat_flows, fk);
-			if (nf) {
+			struct nat_flow_entry *ne = natf_find(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+			if (ne) {
+				/* Keep clang from computing &ne->flow before the check. */
+				asm volatile("" : "+r"(ne));
+				nf = &ne->flow;
 				struct backend *b = bpf_map_lookup_elem(&backends, &nf->backend);
 				if (b && (b->flags & BACKEND_F_PRESENT) && b->service == nf->service) {
 					__u64 now = clock_now();
@@ -344,8 +350,6 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 				}
 			}
 		} else {
-			pk->thash = tab_hash_flow(fk, pk->cfg->hash_seed);
-			__u32 pos, slot;
 			struct conn_entry *ce = conn_find(fk, pk->thash, pk->cfg->conn_buckets, &pos, &slot);
 			if (ce) {
 				f = &ce->flow;
@@ -370,8 +374,13 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	if (!vm || (vm->flags & (VIP_F_MARKER | VIP_F_RETURN)))
 		return verdict(ctx, other_reason(addr_marker(&fk->dst, family)), XDP_PASS);
 	if (vm->method == DLB_METHOD_NAT) {
-		if (!(pk->looked && is_nat))
-			nf = bpf_map_lookup_elem(&nat_flows, fk);
+		if (!(pk->looked && is_nat)) {
+			struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+			if (ne) {
+				asm volatile("" : "+r"(ne));
+				nf = &ne->flow;
+			}
+		}
 		if (nf) {
 			int v = SLOW(slow_nat_existing, family, vm, nf);
 			if (v >= 0)
@@ -383,10 +392,8 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 			return SLOW(slow_nat_syn, family, vm);
 		return SLOW(slow_nat_promote, family, vm);
 	}
-	if (!pk->looked || is_nat) {
+	if (is_nat)
 		pk->looked = 0;
-		pk->thash = tab_hash_flow(fk, pk->cfg->hash_seed);
-	}
 	return SLOW(slow_mac, family, vm, f);
 }
 
@@ -675,11 +682,11 @@ int dlb_conn_put(struct conn_ctl *c)
 	sc->conn.e.flow = v;
 	sc->conn.hash = h;
 	int res = dlb_conn_insert(&sc->conn);
-	if (res == CONN_FAILED) {
+	if (res == TAB_FAILED) {
 		c->result = 2;
 		return 0;
 	}
-	if (res == CONN_EXISTS) {
+	if (res == TAB_EXISTS) {
 		slot = sc->conn.slot;
 		e = bpf_map_lookup_elem(&conns, &slot);
 		if (e)
@@ -703,5 +710,64 @@ int dlb_conn_del(struct conn_ctl *c)
 		return 0;
 	if (conn_delete(pos, slot))
 		c->result = 0;
+	return 0;
+}
+
+/* dlb_nat_ctl reads, writes or removes an entry of nat_flows or nat_ports
+ * (c->op, an enum nat_ctl_op), as pkg/datapath needs: the NAT tables'
+ * layout and locking exist in BPF only. */
+SEC("syscall")
+int dlb_nat_ctl(struct nat_ctl *c)
+{
+	__u32 key0 = 0, pos, slot;
+	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
+
+	c->result = 1;
+	if (!cfg || !sc)
+		return 0;
+	__u32 op = c->op;
+	if (op == NAT_CTL_GET_FLOW || op == NAT_CTL_PUT_FLOW || op == NAT_CTL_DEL_FLOW) {
+		struct natf_ins *in = &sc->natf;
+		__builtin_memcpy(&in->e, &c->f, sizeof(in->e));
+		in->hash = tab_hash_flow(&in->e.key, cfg->hash_seed);
+		struct nat_flow_entry *e = natf_find_call(&in->e.key, in->hash, cfg->natf_buckets, &pos, &slot);
+		if (op == NAT_CTL_GET_FLOW) {
+			if (e) {
+				__builtin_memcpy(&c->f.flow, &e->flow, sizeof(e->flow));
+				c->result = 0;
+			}
+		} else if (op == NAT_CTL_PUT_FLOW) {
+			if (e) {
+				__builtin_memcpy(&e->flow, &in->e.flow, sizeof(e->flow));
+				c->result = 0;
+			} else {
+				c->result = dlb_natf_insert(in) == TAB_INSERTED ? 0 : 2;
+			}
+		} else if (e && (!c->expect_seen || e->flow.last_seen == c->expect_seen) && natf_delete(pos, slot)) {
+			c->result = 0;
+		}
+		return 0;
+	}
+	struct natp_ins *in = &sc->natp;
+	__builtin_memcpy(&in->e, &c->p, sizeof(in->e));
+	in->hash = tab_hash_natkey(&in->e.key, cfg->hash_seed);
+	struct nat_port_entry *e = natp_find_call(&in->e.key, in->hash, cfg->natp_buckets, &pos, &slot);
+	if (op == NAT_CTL_GET_PORT) {
+		if (e) {
+			__builtin_memcpy(&c->p.rev, &e->rev, sizeof(e->rev));
+			c->result = 0;
+		}
+	} else if (op == NAT_CTL_PUT_PORT) {
+		if (e) {
+			__builtin_memcpy(&e->rev, &in->e.rev, sizeof(e->rev));
+			c->result = 0;
+		} else {
+			c->result = dlb_natp_insert(in) == TAB_INSERTED ? 0 : 2;
+		}
+	} else if (op == NAT_CTL_DEL_PORT && e && (!c->expect_seen || e->rev.last_seen == c->expect_seen) &&
+		   natp_delete(pos, slot)) {
+		c->result = 0;
+	}
 	return 0;
 }

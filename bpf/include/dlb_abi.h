@@ -279,6 +279,40 @@ struct nat_rev {
 	struct next_hop hop; /* towards the client, once resolved (NAT_F_NEXT_HOP) */
 };
 
+/* An entry of nat_flows (table.h): a client flow and its mapping. */
+struct nat_flow_entry {
+	struct flow_key key;
+	struct nat_flow flow;
+};
+
+/* An entry of nat_ports (table.h): a return address's port and the
+ * connection it translates replies for. */
+struct nat_port_entry {
+	struct nat_key key;
+	__u32 pad;
+	struct nat_rev rev;
+};
+
+/* What the dlb_nat_ctl syscall program does (struct nat_ctl). */
+enum nat_ctl_op {
+	NAT_CTL_GET_FLOW = 0, /* read the nat_flows entry of f.key into f.flow */
+	NAT_CTL_GET_PORT = 1, /* read the nat_ports entry of p.key into p.rev */
+	NAT_CTL_PUT_FLOW = 2, /* write f (over its key's entry, else new) */
+	NAT_CTL_PUT_PORT = 3, /* write p */
+	NAT_CTL_DEL_FLOW = 4, /* remove f.key's entry if its last_seen is expect_seen (or that is 0) */
+	NAT_CTL_DEL_PORT = 5, /* remove p.key's entry, likewise */
+};
+
+/* The context of the dlb_nat_ctl syscall program, by which pkg/datapath
+ * reads, writes and removes NAT table entries. */
+struct nat_ctl {
+	struct nat_flow_entry f;
+	struct nat_port_entry p;
+	__u64 expect_seen;
+	__u32 op;     /* enum nat_ctl_op */
+	__u32 result; /* out: 0 done; 1 no such entry (or changed); 2 no room */
+};
+
 /* Flags of a nat_rev or halfopen. */
 enum nat_flags {
 	/* NAT_F_NEXT_HOP: hop holds the next hop towards the client, looked
@@ -320,7 +354,8 @@ struct nat_handshake {
 	struct dlb_ip nat_addr;
 	__be16 nat_port;
 	__u16 pad;
-	/* check = flow hash ^ nat_port: detects a slot torn by two CPUs. */
+	/* check = table hash (tab_hash_flow) ^ nat_port: detects a slot torn
+	 * by two CPUs. The slot is the table hash modulo the slots. */
 	__u32 check;
 };
 
@@ -442,6 +477,11 @@ struct dlb_config {
 	/* Changes whenever the vips map does: entries of the per-CPU vips
 	 * cache (vip_cache) read under another generation are stale. */
 	__u32 vips_gen;
+	__u32 natf_buckets; /* buckets of nat_flow_index */
+	__u32 natf_words;   /* words of nat_flow_used */
+	__u32 natp_buckets; /* buckets of nat_port_index */
+	__u32 natp_words;   /* words of nat_port_used */
+	__u32 pad4;
 };
 
 /* Bits of the VIP pre-filter: a one-hash Bloom filter over cluster and

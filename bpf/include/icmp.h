@@ -146,9 +146,12 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 		return forward(ctx, pk->eth, b, id, vm->service, 0);
 	}
 
-	struct nat_flow *nf = bpf_map_lookup_elem(&nat_flows, fkp);
-	if (!nf)
+	__u32 pos, slot;
+	struct nat_flow_entry *ne =
+		natf_find_call(fkp, tab_hash_flow(fkp, pk->cfg->hash_seed), pk->cfg->natf_buckets, &pos, &slot);
+	if (!ne)
 		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
+	struct nat_flow *nf = &ne->flow;
 	__u32 id = nf->backend;
 	struct backend *b = backend_ok(id, vm->service);
 	if (!b || nf->service != vm->service)
@@ -175,8 +178,11 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 	struct next_hop *cached;
 
 	ip_copy(&nk.addr, &q->src);
-	struct nat_rev *r = bpf_map_lookup_elem(&nat_ports, &nk);
-	if (r) {
+	__u32 pos, slot;
+	struct nat_port_entry *pe =
+		natp_find_call(&nk, tab_hash_natkey(&nk, pk->cfg->hash_seed), pk->cfg->natp_buckets, &pos, &slot);
+	if (pe) {
+		struct nat_rev *r = &pe->rev;
 		client = &r->client;
 		vip = &r->vip;
 		client_port = r->client_port;

@@ -47,7 +47,9 @@
 #pragma once
 
 #include "dlb_abi.h"
+#include "dlb_maps.h"
 #include "hash.h"
+#include "common.h"
 
 #define TAB_WORDS (DLB_TAB_WAYS / 2)
 #define TAB_TAGS 0xff000000ff000000ULL
@@ -91,6 +93,30 @@ static __always_inline __u32 tab_hash_flow(const struct flow_key *k, __u32 seed)
 	return tab_mix(tab_word64(w, 0) * 0x9e3779b97f4a7c15ULL + tab_word64(w, 2) * 0xc2b2ae3d27d4eb4fULL +
 		       tab_word64(w, 4) * 0x165667b19e3779f9ULL + tab_word64(w, 6) * 0x85ebca77c2b2ae63ULL +
 		       tab_word64(w, 8) * 0x27d4eb2f165667c5ULL + seed);
+}
+
+/* tab_hash_natkey is the table hash of a NAT port key (return address,
+ * port, protocol, family). */
+static __always_inline __u32 tab_hash_natkey(const struct nat_key *k, __u32 seed)
+{
+	const __u32 *w = (const __u32 *)k;
+
+	return tab_mix(tab_word64(w, 0) * 0x9e3779b97f4a7c15ULL + tab_word64(w, 2) * 0xc2b2ae3d27d4eb4fULL +
+		       (__u64)w[4] * 0x165667b19e3779f9ULL + seed);
+}
+
+/* nat_key_eq compares two NAT port keys. */
+static __always_inline int nat_key_eq(const struct nat_key *a, const struct nat_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 d = 0;
+
+#pragma unroll
+	for (int i = 0; i < 5; i++) {
+		d |= x[i] ^ y[i];
+		asm volatile("" : "+r"(d)); /* no branch per word (flow_key_eq) */
+	}
+	return d == 0;
 }
 
 /* tab_tag returns the tag of hash h (its low byte: the buckets come from
@@ -286,6 +312,23 @@ static __always_inline __u32 tab_ctz(__u64 bit)
 		return -1;                                                                                     \
 	}                                                                                                      \
                                                                                                                \
+	static __always_inline long name##_probe_pos(struct tab_bucket *b, __u32 n, __u64 pat, const key_t *k)  \
+	{                                                                                                      \
+		_Pragma("clang loop unroll(disable)") for (int w = 0; w < TAB_WORDS; w++)                      \
+		{                                                                                              \
+			__u64 v = b->ways[w];                                                                  \
+			__u64 m = tab_match(v, pat);                                                           \
+			__u32 slot;                                                                            \
+			if (!m)                                                                                \
+				continue;                                                                      \
+			if ((m & 0x80000000ULL) && name##_cand(v, k, &slot))                                   \
+				return (long)(n * DLB_TAB_WAYS + w * 2) << 32 | slot;                          \
+			if ((m >> 63) && name##_cand(v >> 32, k, &slot))                                       \
+				return (long)(n * DLB_TAB_WAYS + w * 2 + 1) << 32 | slot;                      \
+		}                                                                                              \
+		return -1;                                                                                     \
+	}                                                                                                      \
+                                                                                                               \
 	static __always_inline entry_t *name##_find(const key_t *k, __u32 h, __u32 nb, __u32 *pos, __u32 *slot) \
 	{                                                                                                      \
 		__u32 n1, n2;                                                                                  \
@@ -303,31 +346,30 @@ static __always_inline __u32 tab_ctz(__u64 bit)
 		return name##_probe(b, n2, pat, k, pos, slot);                                                 \
 	}                                                                                                      \
                                                                                                                \
+	/* The bitmap word's index is read from the cursor's memory, never     \
+	 * from the stack: the verifier would track its value through the       \
+	 * loop, and check the loop once per value.                              */ \
 	static __always_inline int name##_alloc(__u32 nw)                                                      \
 	{                                                                                                      \
 		__u32 key0 = 0;                                                                                \
 		__u32 *cur = bpf_map_lookup_elem(&cursor_map, &key0);                                          \
 		if (!cur || !nw)                                                                               \
 			return -1;                                                                             \
-		__u32 i = *cur;                                                                                \
 		for (int n = 0; n < TAB_ALLOC_WORDS; n++) {                                                    \
-			if (i >= nw)                                                                           \
-				i = 0;                                                                         \
-			__u64 *w = bpf_map_lookup_elem(&used_map, &i);                                         \
+			if (*cur >= nw)                                                                        \
+				*cur = 0;                                                                      \
+			__u64 *w = bpf_map_lookup_elem(&used_map, cur);                                        \
 			if (!w)                                                                                \
 				break;                                                                         \
 			__u64 old = *w;                                                                        \
 			if (old == ~0ULL) {                                                                    \
-				i++;                                                                           \
+				*cur += 1;                                                                     \
 				continue;                                                                      \
 			}                                                                                      \
 			__u64 bit = ~old & (old + 1);                                                          \
-			if (__sync_val_compare_and_swap(w, old, old | bit) == old) {                           \
-				*cur = i;                                                                      \
-				return i * 64 + tab_ctz(bit);                                                  \
-			}                                                                                      \
+			if (__sync_val_compare_and_swap(w, old, old | bit) == old)                             \
+				return *cur * 64 + tab_ctz(bit);                                               \
 		}                                                                                              \
-		*cur = i;                                                                                      \
 		return -1;                                                                                     \
 	}                                                                                                      \
                                                                                                                \
@@ -349,10 +391,123 @@ static __always_inline __u32 tab_ctz(__u64 bit)
 		if ((v & TAB_SLOT_MASK) != slot || (v >> 24) <= DLB_TAB_BUSY)                                  \
 			return 0;                                                                              \
 		return tab_set(b, i, v, 0);                                                                    \
+	}                                                                                                      \
+                                                                                                               \
+	/* name_delete removes the entry in slot, whose way is at pos (found by \
+	 * its key), unless another CPU took it meanwhile. */                   \
+	static __always_inline int name##_delete(__u32 pos, __u32 slot)                                        \
+	{                                                                                                      \
+		if (!name##_unlink(pos, slot))                                                                 \
+			return 0;                                                                              \
+		name##_free(slot);                                                                             \
+		return 1;                                                                                      \
+	}                                                                                                      \
+                                                                                                               \
+	/* dlb_name_lookup is name_find as a global function (verified once; a \
+	 * call costs a few ns), for the less frequent paths: it returns the    \
+	 * way's position << 32 | the entry's slot, or -1. */                   \
+	__noinline long dlb_##name##_lookup(const key_t *k, __u32 h, __u32 nb)                                 \
+	{                                                                                                      \
+		__u32 n1, n2;                                                                                  \
+		if (!k)                                                                                        \
+			return -1;                                                                             \
+		tab_buckets(h, nb, &n1, &n2);                                                                  \
+		__u64 pat = tab_tag_pattern(h);                                                                \
+		struct tab_bucket *b = bpf_map_lookup_elem(&index_map, &n1);                                   \
+		if (!b)                                                                                        \
+			return -1;                                                                             \
+		long r = name##_probe_pos(b, n1, pat, k);                                                      \
+		if (r >= 0 || !(b->meta & TAB_F_OVERFLOW))                                                     \
+			return r;                                                                              \
+		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
+		if (!b)                                                                                        \
+			return -1;                                                                             \
+		return name##_probe_pos(b, n2, pat, k);                                                        \
+	}                                                                                                      \
+                                                                                                               \
+	static __always_inline entry_t *name##_find_call(const key_t *k, __u32 h, __u32 nb, __u32 *pos,        \
+							 __u32 *slot)                                          \
+	{                                                                                                      \
+		long r = dlb_##name##_lookup(k, h, nb);                                                        \
+		if (r < 0)                                                                                     \
+			return NULL;                                                                           \
+		*pos = r >> 32;                                                                                \
+		*slot = (__u32)r;                                                                              \
+		return bpf_map_lookup_elem(&entries_map, slot);                                                \
+	}
+
+/* Results of the inserts. */
+enum tab_insert_result {
+	TAB_INSERTED = 0, /* a new entry */
+	TAB_EXISTS = 1,   /* the key has an entry (another CPU inserted it, or the port is taken) */
+	TAB_FAILED = 2,   /* no entry (the table is full, or a bucket lock stayed busy) */
+};
+
+/* TAB_INSERT defines dlb_name_insert for table name (of TAB_DEFINE), which
+ * never evicts: it inserts a->e (table hash a->hash) into a free way of
+ * its key's first bucket, else of its second, and a free entry at this
+ * CPU's cursor, or fails when there is none. It returns a
+ * tab_insert_result and the entry's slot in a->slot (the existing one's
+ * for TAB_EXISTS). A global function, verified once. */
+#define TAB_INSERT(name, ins_t, entries_map, index_map, buckets_field, words_field)                         \
+	__noinline int dlb_##name##_insert(ins_t *a)                                                           \
+	{                                                                                                      \
+		__u32 key0 = 0;                                                                                \
+		const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);                            \
+		if (!a || !cfg)                                                                                \
+			return TAB_FAILED;                                                                     \
+		__u32 h = a->hash, n1, n2;                                                                     \
+		tab_buckets(h, cfg->buckets_field, &n1, &n2);                                                  \
+		struct tab_bucket *b1 = bpf_map_lookup_elem(&index_map, &n1);                                  \
+		struct tab_bucket *b2 = bpf_map_lookup_elem(&index_map, &n2);                                  \
+		if (!b1 || !b2 || !tab_lock(b1))                                                               \
+			return TAB_FAILED;                                                                     \
+		int res = TAB_FAILED;                                                                          \
+		__u64 pat = tab_tag_pattern(h);                                                                \
+		int s = name##_probe_loop(b1, n1, pat, &a->e.key);                                             \
+		if (s < 0 && (b1->meta & TAB_F_OVERFLOW))                                                      \
+			s = name##_probe_loop(b2, n2, pat, &a->e.key);                                         \
+		if (s >= 0) {                                                                                  \
+			a->slot = s;                                                                           \
+			res = TAB_EXISTS;                                                                      \
+			goto out;                                                                              \
+		}                                                                                              \
+		struct tab_bucket *b = b1;                                                                     \
+		int way = tab_claim(b1);                                                                       \
+		if (way < 0) {                                                                                 \
+			b = b2;                                                                                \
+			way = tab_claim(b2);                                                                   \
+		}                                                                                              \
+		if (way < 0)                                                                                   \
+			goto out;                                                                              \
+		if (b != b1)                                                                                   \
+			__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW);                                        \
+		s = name##_alloc(cfg->words_field);                                                            \
+		__u32 slot = s;                                                                                \
+		void *e = s < 0 ? NULL : bpf_map_lookup_elem(&entries_map, &slot);                             \
+		if (!e) {                                                                                      \
+			tab_set(b, way, DLB_TAB_BUSY << 24, 0);                                                \
+			goto out;                                                                              \
+		}                                                                                              \
+		__builtin_memcpy(e, &a->e, sizeof(a->e));                                                      \
+		tab_publish(b, way, pat, slot);                                                                \
+		a->slot = slot;                                                                                \
+		res = TAB_INSERTED;                                                                            \
+	out:                                                                                                   \
+		tab_unlock(b1);                                                                                \
+		return res;                                                                                    \
 	}
 
 /* The MAC connection table. */
 TAB_DEFINE(conn, struct flow_key, struct conn_entry, conns, conn_used, conn_cursor, conn_index, flow_key_eq)
+
+/* The NAT tables: client flows and return-address ports. */
+TAB_DEFINE(natf, struct flow_key, struct nat_flow_entry, nat_flows, nat_flow_used, nat_flow_cursor, nat_flow_index,
+	   flow_key_eq)
+TAB_INSERT(natf, struct natf_ins, nat_flows, nat_flow_index, natf_buckets, natf_words)
+TAB_DEFINE(natp, struct nat_key, struct nat_port_entry, nat_ports, nat_port_used, nat_port_cursor, nat_port_index,
+	   nat_key_eq)
+TAB_INSERT(natp, struct natp_ins, nat_ports, nat_port_index, natp_buckets, natp_words)
 
 /* conn_idle returns how long the entry in slot has been idle at now, with
  * closing connections counted as idle for longer than any open one (the
@@ -397,19 +552,12 @@ static __always_inline int conn_unlink_entry(const struct dlb_config *cfg, __u32
 	return 0;
 }
 
-/* Results of dlb_conn_insert. */
-enum conn_insert_result {
-	CONN_INSERTED = 0, /* a new entry */
-	CONN_EXISTS = 1,   /* the key has an entry (another CPU inserted it) */
-	CONN_FAILED = 2,   /* no entry (a bucket lock stayed busy, or no room could be made) */
-};
-
 /* dlb_conn_insert inserts a->e (its key's table hash a->hash): a free way
  * of its first bucket, else of its second, and a free entry at this CPU's
  * cursor. When the key's buckets are full it takes the way (and entry) of
  * the longest idle of a few of their entries; when the entries are all in
  * use, the longest idle of a few at the cursor. It returns a
- * conn_insert_result and the entry's slot in a->slot. A global function:
+ * tab_insert_result and the entry's slot in a->slot. A global function:
  * the verifier checks its loops once, not at each caller (an insert
  * happens once per connection; the call costs a few ns). */
 __noinline int dlb_conn_insert(struct conn_ins *a)
@@ -418,15 +566,15 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 
 	if (!a || !cfg)
-		return CONN_FAILED;
+		return TAB_FAILED;
 	__u32 h = a->hash, n1, n2;
 	tab_buckets(h, cfg->conn_buckets, &n1, &n2);
 	struct tab_bucket *b1 = bpf_map_lookup_elem(&conn_index, &n1);
 	struct tab_bucket *b2 = bpf_map_lookup_elem(&conn_index, &n2);
 	if (!b1 || !b2 || !tab_lock(b1))
-		return CONN_FAILED;
+		return TAB_FAILED;
 
-	int res = CONN_FAILED;
+	int res = TAB_FAILED;
 	__u64 pat = tab_tag_pattern(h);
 	__u64 now = a->e.flow.last_seen;
 	int found = conn_probe_loop(b1, n1, pat, &a->e.key);
@@ -434,7 +582,7 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 		found = conn_probe_loop(b2, n2, pat, &a->e.key);
 	if (found >= 0) {
 		a->slot = found;
-		res = CONN_EXISTS;
+		res = TAB_EXISTS;
 		goto out;
 	}
 	struct conn_entry *e;
@@ -510,18 +658,9 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 	__builtin_memcpy(e, &a->e, sizeof(*e));
 	tab_publish(b, way, pat, s);
 	a->slot = s;
-	res = CONN_INSERTED;
+	res = TAB_INSERTED;
 out:
 	tab_unlock(b1);
 	return res;
 }
 
-/* conn_delete removes the entry in slot, whose way is at pos (the caller
- * found it by its key), unless another CPU took it meanwhile. */
-static __always_inline int conn_delete(__u32 pos, __u32 slot)
-{
-	if (!conn_unlink(pos, slot))
-		return 0;
-	conn_free(slot);
-	return 1;
-}

@@ -3,11 +3,8 @@
 package datapath
 
 import (
-	"errors"
 	"net/netip"
 	"testing"
-
-	"github.com/cilium/ebpf"
 )
 
 // The benchmark's view of the connection tables: filling them to a level,
@@ -97,7 +94,7 @@ func resetNAT(t *testing.T, e *testEnv, keep FlowKey) {
 		nk dispatcherNatKey
 	}
 	var doomed []pair
-	err := batchRead(e.dp.objs.NatFlows, func(k dispatcherFlowKey, f dispatcherNatFlow) {
+	err := e.dp.eachNATFlow(func(k dispatcherFlowKey, f dispatcherNatFlow) {
 		if k != kept && k.Src.Addr[3]&0x80 != 0 {
 			doomed = append(doomed, pair{k, dispatcherNatKey{Addr: f.NatAddr, Port: f.NatPort, Proto: k.Proto, Family: k.Family}})
 		}
@@ -106,10 +103,10 @@ func resetNAT(t *testing.T, e *testEnv, keep FlowKey) {
 		t.Fatalf("reading nat_flows: %v", err)
 	}
 	for _, p := range doomed {
-		if err := e.dp.objs.NatFlows.Delete(&p.fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if _, err := e.dp.deleteNATFlow(p.fk, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.dp.objs.NatPorts.Delete(&p.nk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if _, err := e.dp.deleteNATPort(p.nk, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

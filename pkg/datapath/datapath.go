@@ -129,13 +129,17 @@ func Open(opts Options) (_ *Datapath, err error) {
 			spec.Maps[name].MaxEntries = size
 		}
 	}
-	// The connection table's bitmap and index are sized by its capacity.
-	capacity := spec.Maps[dispatcherMapConns].MaxEntries
-	if err := checkConnCapacity(capacity); err != nil {
-		return nil, err
+	// The connection tables' bitmaps and indexes are sized by their
+	// capacities.
+	for _, t := range [][3]string{
+		{dispatcherMapConns, dispatcherMapConnUsed, dispatcherMapConnIndex},
+		{dispatcherMapNatFlows, dispatcherMapNatFlowUsed, dispatcherMapNatFlowIndex},
+		{dispatcherMapNatPorts, dispatcherMapNatPortUsed, dispatcherMapNatPortIndex},
+	} {
+		if err := sizeTable(spec, t[0], t[1], t[2]); err != nil {
+			return nil, err
+		}
 	}
-	spec.Maps[dispatcherMapConnUsed].MaxEntries = connUsedWords(capacity)
-	spec.Maps[dispatcherMapConnIndex].MaxEntries = connIndexBuckets(capacity)
 	outer := spec.Maps[dispatcherMapMaglevTables]
 	if opts.MaglevSize != 0 {
 		outer.InnerMap.MaxEntries = opts.MaglevSize
@@ -165,8 +169,10 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err := d.checkConfig(); err != nil {
 		return nil, err
 	}
-	if err := prepareConnTable(d.objs.ConnUsed, d.objs.ConnCursor, d.objs.Conns.MaxEntries()); err != nil {
-		return nil, fmt.Errorf("preparing the connection table: %w", err)
+	for _, t := range d.tables() {
+		if err := t.prepare(); err != nil {
+			return nil, fmt.Errorf("preparing the connection tables: %w", err)
+		}
 	}
 	if err := d.adoptLink(); err != nil {
 		return nil, err
@@ -198,8 +204,9 @@ func (d *Datapath) checkConfig() error {
 	cfg.HashSeed = DefaultHashSeed
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
-	cfg.ConnBuckets = d.objs.ConnIndex.MaxEntries()
-	cfg.ConnWords = d.objs.ConnUsed.MaxEntries()
+	cfg.ConnBuckets, cfg.ConnWords = d.objs.ConnIndex.MaxEntries(), d.objs.ConnUsed.MaxEntries()
+	cfg.NatfBuckets, cfg.NatfWords = d.objs.NatFlowIndex.MaxEntries(), d.objs.NatFlowUsed.MaxEntries()
+	cfg.NatpBuckets, cfg.NatpWords = d.objs.NatPortIndex.MaxEntries(), d.objs.NatPortUsed.MaxEntries()
 	if err := d.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing config map: %w", err)
 	}

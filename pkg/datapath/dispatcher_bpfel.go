@@ -111,10 +111,15 @@ type dispatcherDlbConfig struct {
 		_    structs.HostLayout
 		Addr [16]uint8
 	}
-	Gw4       dispatcherNextHop
-	Gw6       dispatcherNextHop
-	ConnWords uint32
-	VipsGen   uint32
+	Gw4         dispatcherNextHop
+	Gw6         dispatcherNextHop
+	ConnWords   uint32
+	VipsGen     uint32
+	NatfBuckets uint32
+	NatfWords   uint32
+	NatpBuckets uint32
+	NatpWords   uint32
+	Pad4        uint32
 }
 
 type dispatcherDlbConsts uint32
@@ -250,6 +255,26 @@ type dispatcherNatBloom struct {
 	Returns [1024]uint64
 }
 
+type dispatcherNatCtl struct {
+	_          structs.HostLayout
+	F          dispatcherNatFlowEntry
+	P          dispatcherNatPortEntry
+	ExpectSeen uint64
+	Op         uint32
+	Result     uint32
+}
+
+type dispatcherNatCtlOp uint32
+
+const (
+	dispatcherNatCtlOpNAT_CTL_GET_FLOW dispatcherNatCtlOp = 0
+	dispatcherNatCtlOpNAT_CTL_GET_PORT dispatcherNatCtlOp = 1
+	dispatcherNatCtlOpNAT_CTL_PUT_FLOW dispatcherNatCtlOp = 2
+	dispatcherNatCtlOpNAT_CTL_PUT_PORT dispatcherNatCtlOp = 3
+	dispatcherNatCtlOpNAT_CTL_DEL_FLOW dispatcherNatCtlOp = 4
+	dispatcherNatCtlOpNAT_CTL_DEL_PORT dispatcherNatCtlOp = 5
+)
+
 type dispatcherNatFlags uint32
 
 const (
@@ -269,6 +294,12 @@ type dispatcherNatFlow struct {
 		_    structs.HostLayout
 		Addr [16]uint8
 	}
+}
+
+type dispatcherNatFlowEntry struct {
+	_    structs.HostLayout
+	Key  dispatcherFlowKey
+	Flow dispatcherNatFlow
 }
 
 type dispatcherNatHandshake struct {
@@ -294,6 +325,13 @@ type dispatcherNatKey struct {
 	Family uint8
 }
 
+type dispatcherNatPortEntry struct {
+	_   structs.HostLayout
+	Key dispatcherNatKey
+	Pad uint32
+	Rev dispatcherNatRev
+}
+
 type dispatcherNatRev struct {
 	_        structs.HostLayout
 	LastSeen uint64
@@ -316,12 +354,20 @@ type dispatcherNatRev struct {
 }
 
 type dispatcherNatScratch struct {
-	_        structs.HostLayout
-	RevValue dispatcherNatRev
-	Flow     dispatcherNatFlow
-	Port     dispatcherNatKey
-	_        [4]byte
-	Args     struct {
+	_    structs.HostLayout
+	Natp struct {
+		_    structs.HostLayout
+		E    dispatcherNatPortEntry
+		Hash uint32
+		Slot uint32
+	}
+	Natf struct {
+		_    structs.HostLayout
+		E    dispatcherNatFlowEntry
+		Hash uint32
+		Slot uint32
+	}
+	Args struct {
 		_       structs.HostLayout
 		Fk      dispatcherFlowKey
 		Nk      dispatcherNatKey
@@ -332,6 +378,8 @@ type dispatcherNatScratch struct {
 		Service uint32
 		Slot    uint32
 		Retx    uint32
+		Thash   uint32
+		Pad2    uint32
 	}
 	Conn struct {
 		_    structs.HostLayout
@@ -463,9 +511,15 @@ const (
 	dispatcherMapLaunderCell        = "launder_cell"
 	dispatcherMapMaglevTables       = "maglev_tables"
 	dispatcherMapNatFilter          = "nat_filter"
+	dispatcherMapNatFlowCursor      = "nat_flow_cursor"
+	dispatcherMapNatFlowIndex       = "nat_flow_index"
+	dispatcherMapNatFlowUsed        = "nat_flow_used"
 	dispatcherMapNatFlows           = "nat_flows"
 	dispatcherMapNatHalfopen        = "nat_halfopen"
 	dispatcherMapNatHandshakes      = "nat_handshakes"
+	dispatcherMapNatPortCursor      = "nat_port_cursor"
+	dispatcherMapNatPortIndex       = "nat_port_index"
+	dispatcherMapNatPortUsed        = "nat_port_used"
 	dispatcherMapNatPorts           = "nat_ports"
 	dispatcherMapReasonStats        = "reason_stats"
 	dispatcherMapScratch            = "scratch"
@@ -478,6 +532,7 @@ const (
 	dispatcherProgDlbConnDel        = "dlb_conn_del"
 	dispatcherProgDlbConnGet        = "dlb_conn_get"
 	dispatcherProgDlbConnPut        = "dlb_conn_put"
+	dispatcherProgDlbNatCtl         = "dlb_nat_ctl"
 	dispatcherProgDlbXdp            = "dlb_xdp"
 	dispatcherVarDlbBtfBackendFlags = "dlb_btf_backend_flags"
 	dispatcherVarDlbBtfConsts       = "dlb_btf_consts"
@@ -485,6 +540,7 @@ const (
 	dispatcherVarDlbBtfFamily       = "dlb_btf_family"
 	dispatcherVarDlbBtfFlowState    = "dlb_btf_flow_state"
 	dispatcherVarDlbBtfMethod       = "dlb_btf_method"
+	dispatcherVarDlbBtfNatCtlOp     = "dlb_btf_nat_ctl_op"
 	dispatcherVarDlbBtfNatFlags     = "dlb_btf_nat_flags"
 	dispatcherVarDlbBtfSelection    = "dlb_btf_selection"
 	dispatcherVarDlbBtfStatReason   = "dlb_btf_stat_reason"
@@ -536,6 +592,7 @@ type dispatcherProgramSpecs struct {
 	DlbConnDel *ebpf.ProgramSpec `ebpf:"dlb_conn_del"`
 	DlbConnGet *ebpf.ProgramSpec `ebpf:"dlb_conn_get"`
 	DlbConnPut *ebpf.ProgramSpec `ebpf:"dlb_conn_put"`
+	DlbNatCtl  *ebpf.ProgramSpec `ebpf:"dlb_nat_ctl"`
 	DlbXdp     *ebpf.ProgramSpec `ebpf:"dlb_xdp"`
 }
 
@@ -559,9 +616,15 @@ type dispatcherMapSpecs struct {
 	LaunderCell    *ebpf.MapSpec `ebpf:"launder_cell"`
 	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.MapSpec `ebpf:"nat_filter"`
+	NatFlowCursor  *ebpf.MapSpec `ebpf:"nat_flow_cursor"`
+	NatFlowIndex   *ebpf.MapSpec `ebpf:"nat_flow_index"`
+	NatFlowUsed    *ebpf.MapSpec `ebpf:"nat_flow_used"`
 	NatFlows       *ebpf.MapSpec `ebpf:"nat_flows"`
 	NatHalfopen    *ebpf.MapSpec `ebpf:"nat_halfopen"`
 	NatHandshakes  *ebpf.MapSpec `ebpf:"nat_handshakes"`
+	NatPortCursor  *ebpf.MapSpec `ebpf:"nat_port_cursor"`
+	NatPortIndex   *ebpf.MapSpec `ebpf:"nat_port_index"`
+	NatPortUsed    *ebpf.MapSpec `ebpf:"nat_port_used"`
 	NatPorts       *ebpf.MapSpec `ebpf:"nat_ports"`
 	ReasonStats    *ebpf.MapSpec `ebpf:"reason_stats"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
@@ -583,6 +646,7 @@ type dispatcherVariableSpecs struct {
 	DlbBtfFamily       *ebpf.VariableSpec `ebpf:"dlb_btf_family"`
 	DlbBtfFlowState    *ebpf.VariableSpec `ebpf:"dlb_btf_flow_state"`
 	DlbBtfMethod       *ebpf.VariableSpec `ebpf:"dlb_btf_method"`
+	DlbBtfNatCtlOp     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_ctl_op"`
 	DlbBtfNatFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.VariableSpec `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.VariableSpec `ebpf:"dlb_btf_stat_reason"`
@@ -625,9 +689,15 @@ type dispatcherMaps struct {
 	LaunderCell    *ebpf.Map `ebpf:"launder_cell"`
 	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.Map `ebpf:"nat_filter"`
+	NatFlowCursor  *ebpf.Map `ebpf:"nat_flow_cursor"`
+	NatFlowIndex   *ebpf.Map `ebpf:"nat_flow_index"`
+	NatFlowUsed    *ebpf.Map `ebpf:"nat_flow_used"`
 	NatFlows       *ebpf.Map `ebpf:"nat_flows"`
 	NatHalfopen    *ebpf.Map `ebpf:"nat_halfopen"`
 	NatHandshakes  *ebpf.Map `ebpf:"nat_handshakes"`
+	NatPortCursor  *ebpf.Map `ebpf:"nat_port_cursor"`
+	NatPortIndex   *ebpf.Map `ebpf:"nat_port_index"`
+	NatPortUsed    *ebpf.Map `ebpf:"nat_port_used"`
 	NatPorts       *ebpf.Map `ebpf:"nat_ports"`
 	ReasonStats    *ebpf.Map `ebpf:"reason_stats"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
@@ -657,9 +727,15 @@ func (m *dispatcherMaps) Close() error {
 		m.LaunderCell,
 		m.MaglevTables,
 		m.NatFilter,
+		m.NatFlowCursor,
+		m.NatFlowIndex,
+		m.NatFlowUsed,
 		m.NatFlows,
 		m.NatHalfopen,
 		m.NatHandshakes,
+		m.NatPortCursor,
+		m.NatPortIndex,
+		m.NatPortUsed,
 		m.NatPorts,
 		m.ReasonStats,
 		m.Scratch,
@@ -682,6 +758,7 @@ type dispatcherVariables struct {
 	DlbBtfFamily       *ebpf.Variable `ebpf:"dlb_btf_family"`
 	DlbBtfFlowState    *ebpf.Variable `ebpf:"dlb_btf_flow_state"`
 	DlbBtfMethod       *ebpf.Variable `ebpf:"dlb_btf_method"`
+	DlbBtfNatCtlOp     *ebpf.Variable `ebpf:"dlb_btf_nat_ctl_op"`
 	DlbBtfNatFlags     *ebpf.Variable `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.Variable `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.Variable `ebpf:"dlb_btf_stat_reason"`
@@ -695,6 +772,7 @@ type dispatcherPrograms struct {
 	DlbConnDel *ebpf.Program `ebpf:"dlb_conn_del"`
 	DlbConnGet *ebpf.Program `ebpf:"dlb_conn_get"`
 	DlbConnPut *ebpf.Program `ebpf:"dlb_conn_put"`
+	DlbNatCtl  *ebpf.Program `ebpf:"dlb_nat_ctl"`
 	DlbXdp     *ebpf.Program `ebpf:"dlb_xdp"`
 }
 
@@ -703,6 +781,7 @@ func (p *dispatcherPrograms) Close() error {
 		p.DlbConnDel,
 		p.DlbConnGet,
 		p.DlbConnPut,
+		p.DlbNatCtl,
 		p.DlbXdp,
 	)
 }

@@ -370,7 +370,7 @@ func (s *sweeper) pool(addr [16]uint8, family uint8) (netip.Addr, lb.DataplanePo
 // are, closing when either saw FIN or RST.
 func (s *sweeper) nat() error {
 	revs := map[dispatcherNatKey]dispatcherNatRev{}
-	if err := batchRead(s.d.objs.NatPorts, func(k dispatcherNatKey, r dispatcherNatRev) { revs[k] = r }); err != nil {
+	if err := s.d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) { revs[k] = r }); err != nil {
 		return fmt.Errorf("reading nat_ports: %w", err)
 	}
 	type pair struct {
@@ -383,14 +383,16 @@ func (s *sweeper) nat() error {
 	}
 	var doomed []pair
 	owned := map[dispatcherNatKey]bool{}
-	err := batchRead(s.d.objs.NatFlows, func(fk dispatcherFlowKey, f dispatcherNatFlow) {
+	var lookupErr error
+	err := s.d.eachNATFlow(func(fk dispatcherFlowKey, f dispatcherNatFlow) {
 		s.res.Entries++
 		rk := dispatcherNatKey{Addr: f.NatAddr, Port: f.NatPort, Proto: fk.Proto, Family: fk.Family}
 		r, ok := revs[rk]
 		if !ok {
 			// Created after nat_ports was read, or half gone.
-			if err := s.d.objs.NatPorts.Lookup(&rk, &r); err == nil {
-				ok = true
+			var err error
+			if r, ok, err = s.d.getNATPort(rk); err != nil {
+				lookupErr = err
 			}
 		}
 		if !ok || revOwner(rk, r) != fk {
@@ -416,6 +418,9 @@ func (s *sweeper) nat() error {
 			s.noteActive(f.Service, fk.Src.Addr, fk.Family, last)
 		}
 	})
+	if err == nil {
+		err = lookupErr
+	}
 	if err != nil {
 		return fmt.Errorf("reading nat_flows: %w", err)
 	}
@@ -424,24 +429,27 @@ func (s *sweeper) nat() error {
 	// client side first (no new packet can use the port then), then the
 	// port itself.
 	for _, p := range doomed {
-		var f dispatcherNatFlow
-		if err := s.d.objs.NatFlows.Lookup(&p.fk, &f); err != nil || f.LastSeen != p.fseen {
-			if p.counted {
-				s.swept[p.backend]--
-			}
-			continue
-		}
 		if p.rk != (dispatcherNatKey{}) {
-			var r dispatcherNatRev
-			if err := s.d.objs.NatPorts.Lookup(&p.rk, &r); err == nil && r.LastSeen != p.rseen {
+			r, ok, err := s.d.getNATPort(p.rk)
+			if err != nil {
+				return err
+			}
+			if ok && r.LastSeen != p.rseen {
 				if p.counted {
 					s.swept[p.backend]--
 				}
 				continue
 			}
 		}
-		if err := s.d.objs.NatFlows.Delete(&p.fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		removed, err := s.d.deleteNATFlow(p.fk, p.fseen)
+		if err != nil {
 			return fmt.Errorf("removing expired NAT connection: %w", err)
+		}
+		if !removed {
+			if p.counted {
+				s.swept[p.backend]--
+			}
+			continue
 		}
 		if p.rk != (dispatcherNatKey{}) {
 			if err := s.deleteRev(p.rk, p.fk); err != nil {
@@ -460,8 +468,9 @@ func (s *sweeper) nat() error {
 			continue
 		}
 		fk := revOwner(rk, r)
-		var f dispatcherNatFlow
-		if err := s.d.objs.NatFlows.Lookup(&fk, &f); err == nil {
+		if _, ok, err := s.d.getNATFlow(fk); err != nil {
+			return err
+		} else if ok {
 			continue
 		}
 		if err := s.deleteRev(rk, fk); err != nil {
@@ -473,11 +482,14 @@ func (s *sweeper) nat() error {
 
 // deleteRev deletes a nat_ports entry if it still belongs to fk.
 func (s *sweeper) deleteRev(rk dispatcherNatKey, fk dispatcherFlowKey) error {
-	var r dispatcherNatRev
-	if err := s.d.objs.NatPorts.Lookup(&rk, &r); err != nil || revOwner(rk, r) != fk {
+	r, ok, err := s.d.getNATPort(rk)
+	if err != nil {
+		return err
+	}
+	if !ok || revOwner(rk, r) != fk {
 		return nil
 	}
-	if err := s.d.objs.NatPorts.Delete(&rk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if _, err := s.d.deleteNATPort(rk, r.LastSeen); err != nil {
 		return fmt.Errorf("freeing NAT port: %w", err)
 	}
 	return nil
