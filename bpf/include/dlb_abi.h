@@ -481,7 +481,7 @@ struct dlb_config {
 	__u32 natf_words;   /* words of nat_flow_used */
 	__u32 natp_buckets; /* buckets of nat_port_index */
 	__u32 natp_words;   /* words of nat_port_used */
-	__u32 pad4;
+	__u32 conn_entries; /* entries of conns (its capacity) */
 };
 
 /* Bits of the VIP pre-filter: a one-hash Bloom filter over cluster and

@@ -132,7 +132,7 @@ struct {
 		__uint(type, BPF_MAP_TYPE_ARRAY);                                                  \
 		__type(key, __u32);                                                                \
 		__type(value, struct tab_bucket);                                                  \
-		__uint(max_entries, ((capacity) + 10) / 11); /* pkg/datapath: tabIndexBuckets */   \
+		__uint(max_entries, ((capacity) + 9) / 10); /* pkg/datapath: tabIndexBuckets */    \
 		__uint(map_flags, BPF_F_MMAPABLE);                                                 \
 		__uint(pinning, LIBBPF_PIN_BY_NAME);                                               \
 	} index SEC(".maps");

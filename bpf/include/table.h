@@ -26,14 +26,15 @@
  * memory read). No kernel function is called: everything is inlined, but
  * the insert, a call of its own.
  *
- * Keys. A key with hash h (tab_hash) has two candidate buckets, b1 and b2
- * (tab_buckets), and a tag (tab_tag: 2-255). It is in one of the ways of
- * b1 or, when b1 was full at its insert, of b2 ("two choices": a bucket
- * pair fills only when the index is nearly full; the index has about 1.3
- * ways per entry). A bucket that ever sent a key to its second bucket has
- * TAB_F_OVERFLOW, and a lookup that misses in b1 reads b2 only then. A
- * tag matches a key's by chance once in 254 ways: the key of every way
- * whose tag matches is compared.
+ * Keys. A key with hash h (tab_hash_*) has two candidate buckets, b1 and
+ * b2 (tab_buckets), and a tag (tab_tag_pattern: 2-255). It is in one of
+ * the ways of b1, or of b2 when b1 was nearly full at its insert and b2
+ * emptier ("two choices": the index has about 1.4 ways per entry, and a
+ * key's two buckets are full only when the table is; see TAB_SPARE). A
+ * bucket that ever sent a key to its second bucket has TAB_F_OVERFLOW,
+ * and a lookup that misses in b1 reads b2 only then. A tag matches a
+ * key's by chance once in 254 ways: the key of every way whose tag
+ * matches is compared.
  *
  * Concurrency. A way is claimed by compare-and-exchange of its 64-bit word
  * (free, 0, to DLB_TAB_BUSY), and published when its entry is written by
@@ -210,6 +211,40 @@ static __always_inline int tab_claim(struct tab_bucket *b)
 		}
 	}
 	return -1;
+}
+
+/* tab_used returns how many ways of bucket b are in use (or busy). */
+static __always_inline __u32 tab_used(const struct tab_bucket *b)
+{
+	__u32 n = 0;
+
+#pragma unroll
+	for (int w = 0; w < TAB_WORDS; w++) {
+		__u64 v = b->ways[w];
+		/* 1 for a way that is not 0, without a branch. */
+		n += (((v & 0xffffffffULL) + 0xffffffffULL) >> 32) + (((v >> 32) + 0xffffffffULL) >> 32);
+	}
+	return n;
+}
+
+/* TAB_SPARE: an insert prefers its key's first bucket until fewer than
+ * this many of its ways are free; then the emptier of its two buckets.
+ * Simulated, with 1.4 ways per entry: always the first bucket while it has
+ * room, a 262144-entry table failed its first insert 56-67% full; this
+ * way not before 99%, so a never-evicting table refuses connections only
+ * when it is full, and most keys are in their first bucket (a miss reads
+ * one index line). */
+#define TAB_SPARE 3
+
+/* tab_prefer_second reports whether an insert should try bucket b2 before
+ * b1. */
+static __always_inline int tab_prefer_second(const struct tab_bucket *b1, const struct tab_bucket *b2, __u32 n1,
+					     __u32 n2)
+{
+	if (n1 == n2)
+		return 0;
+	__u32 u1 = tab_used(b1);
+	return u1 > DLB_TAB_WAYS - TAB_SPARE && tab_used(b2) < u1;
 }
 
 /* tab_publish turns claimed (busy) way i of bucket b into the way of the
@@ -472,11 +507,12 @@ enum tab_insert_result {
 			res = TAB_EXISTS;                                                                      \
 			goto out;                                                                              \
 		}                                                                                              \
-		struct tab_bucket *b = b1;                                                                     \
-		int way = tab_claim(b1);                                                                       \
+		int second = tab_prefer_second(b1, b2, n1, n2);                                                \
+		struct tab_bucket *b = second ? b2 : b1;                                                       \
+		int way = tab_claim(b);                                                                        \
 		if (way < 0) {                                                                                 \
-			b = b2;                                                                                \
-			way = tab_claim(b2);                                                                   \
+			b = second ? b1 : b2;                                                                  \
+			way = tab_claim(b);                                                                    \
 		}                                                                                              \
 		if (way < 0)                                                                                   \
 			goto out;                                                                              \
@@ -509,15 +545,18 @@ TAB_DEFINE(natp, struct nat_key, struct nat_port_entry, nat_ports, nat_port_used
 	   nat_key_eq)
 TAB_INSERT(natp, struct natp_ins, nat_ports, nat_port_index, natp_buckets, natp_words)
 
+/* CONN_NOT_LIVE is conn_idle's answer for an entry no connection holds. */
+#define CONN_NOT_LIVE (~0ULL)
+
 /* conn_idle returns how long the entry in slot has been idle at now, with
  * closing connections counted as idle for longer than any open one (the
- * first an eviction takes). */
+ * first an eviction takes), or CONN_NOT_LIVE. */
 static __always_inline __u64 conn_idle(__u32 slot, __u64 now)
 {
 	struct conn_entry *e = bpf_map_lookup_elem(&conns, &slot);
 
-	if (!e)
-		return 0;
+	if (!e || (e->flow.state != FLOW_ESTABLISHED && e->flow.state != FLOW_CLOSING))
+		return CONN_NOT_LIVE;
 	__u64 idle = now > e->flow.last_seen ? now - e->flow.last_seen : 0;
 	return e->flow.state == FLOW_CLOSING ? idle | (1ULL << 62) : idle;
 }
@@ -587,11 +626,12 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 	}
 	struct conn_entry *e;
 
-	struct tab_bucket *b = b1;
-	int way = tab_claim(b1), slot = -1;
+	int second = tab_prefer_second(b1, b2, n1, n2);
+	struct tab_bucket *b = second ? b2 : b1;
+	int way = tab_claim(b), slot = -1;
 	if (way < 0) {
-		b = b2;
-		way = tab_claim(b2);
+		b = second ? b1 : b2;
+		way = tab_claim(b);
 	}
 	if (way < 0) {
 		/* Both buckets are full: take the way of the longest idle of
@@ -608,7 +648,7 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 			if ((v >> 24) <= DLB_TAB_BUSY)
 				continue;
 			__u64 d = conn_idle(v & TAB_SLOT_MASK, now);
-			if (vw < 0 || d > best) {
+			if (d != CONN_NOT_LIVE && (vw < 0 || d > best)) {
 				best = d;
 				vb = cb;
 				vw = wi;
@@ -631,14 +671,19 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 		/* Every entry is in use: take the longest idle of a few at
 		 * this CPU's cursor. */
 		__u32 cur = 0, *cp = bpf_map_lookup_elem(&conn_cursor, &key0);
-		if (cp)
+		if (cp && *cp < cfg->conn_words)
 			cur = *cp;
+		/* The entries of the cursor's bitmap word (fewer in the last
+		 * word of a table whose size is no multiple of 64). */
+		__u32 n = cfg->conn_entries > cur * 64 ? cfg->conn_entries - cur * 64 : 1;
+		n = n < 64 ? n : 64;
+		__u32 step = n / CONN_EVICT_SAMPLES ? n / CONN_EVICT_SAMPLES : 1;
 		__u64 best = 0;
 #pragma unroll
 		for (int i = 0; i < CONN_EVICT_SAMPLES; i++) {
-			__u32 s = cur * 64 + ((h >> 8) + i * (64 / CONN_EVICT_SAMPLES)) % 64;
+			__u32 s = cur * 64 + ((h >> 8) + i * step) % n;
 			__u64 d = conn_idle(s, now);
-			if (slot < 0 || d > best) {
+			if (d != CONN_NOT_LIVE && (slot < 0 || d > best)) {
 				best = d;
 				slot = s;
 			}

@@ -35,11 +35,11 @@ type table struct {
 }
 
 // tabIndexBuckets returns how many index buckets a table of capacity
-// entries has: about 1.3 ways per entry, so that a key's two buckets are
-// full only when the table is nearly full (bpf/include/dlb_maps.h sizes
-// the maps the same way).
+// entries has: about 1.4 ways per entry, so that a key's two buckets are
+// full only when the table is (bpf/include/dlb_maps.h sizes the maps the
+// same way).
 func tabIndexBuckets(capacity uint32) uint32 {
-	return max(1, (capacity+10)/11)
+	return max(1, (capacity+9)/10)
 }
 
 // tabUsedWords returns how many 64-bit words the bitmap of a table of

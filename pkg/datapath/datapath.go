@@ -205,6 +205,7 @@ func (d *Datapath) checkConfig() error {
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
 	cfg.ConnBuckets, cfg.ConnWords = d.objs.ConnIndex.MaxEntries(), d.objs.ConnUsed.MaxEntries()
+	cfg.ConnEntries = d.objs.Conns.MaxEntries()
 	cfg.NatfBuckets, cfg.NatfWords = d.objs.NatFlowIndex.MaxEntries(), d.objs.NatFlowUsed.MaxEntries()
 	cfg.NatpBuckets, cfg.NatpWords = d.objs.NatPortIndex.MaxEntries(), d.objs.NatPortUsed.MaxEntries()
 	if err := d.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {

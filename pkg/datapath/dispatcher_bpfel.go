@@ -119,7 +119,7 @@ type dispatcherDlbConfig struct {
 	NatfWords   uint32
 	NatpBuckets uint32
 	NatpWords   uint32
-	Pad4        uint32
+	ConnEntries uint32
 }
 
 type dispatcherDlbConsts uint32
