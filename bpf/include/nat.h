@@ -8,19 +8,19 @@
  * IPv4, TCP and UDP checksums are updated incrementally (csum.h); a zero
  * UDP checksum stays zero.
  *
- * State. An established NAT connection has two entries in plain hash maps
- * that never evict: nat_flows (client flow -> R, np, backend) and
+ * State. An established NAT connection has two entries in tables that
+ * never evict (table.h): nat_flows (client flow -> R, np, backend) and
  * nat_ports ((R, np, proto) -> client side, next hop). Owning the
- * nat_ports key is owning the port: ports are claimed with BPF_NOEXIST
- * inserts, so a live mapping is never handed out twice. Full tables refuse
- * new connections (STAT_DROP_TABLE_FULL), never evict.
+ * nat_ports key is owning the port: ports are claimed by inserts that fail
+ * when the key is taken, so a live mapping is never handed out twice. Full
+ * tables refuse new connections (STAT_DROP_TABLE_FULL), never evict.
  *
  * SYN flood safety. A NAT connection needs state at SYN time: the
  * server's SYN-ACK comes back to R:np. That state lives in nat_halfopen, a
  * bounded, direct-mapped table of its own: the slot of (R, np, protocol)
  * reserves the port and translates the SYN-ACK. A SYN claims a slot with a
- * compare-and-exchange (no hash-map insert: an LRU insert that evicts
- * costs more than the rest of the SYN's path together). The client's
+ * compare-and-exchange (no table insert: a SYN flood must not fill the
+ * connection tables). The client's
  * handshake ACK finds its slot through the NAT handshake cache
  * (nat_handshakes, an array the SYN writes), or, when a flood overwrote
  * that cache slot, by recomputing the SYN's server and candidate ports; it

@@ -61,14 +61,16 @@ type Options struct {
 	// (DefaultPinDir when empty).
 	PinDir string
 	// ConnTableSize is the connection table's capacity (the object's
-	// default when 0).
+	// default, 262144, when 0; at most 2^24). A full table evicts the
+	// longest idle of a few sampled connections.
 	ConnTableSize uint32
 	// MaglevSize is the size of every Maglev table, a prime (the object's
 	// default when 0).
 	MaglevSize uint32
 	// NATTableSize is the capacity of the NAT connection tables (nat_flows
-	// and nat_ports; the object's default, 262144, when 0). A full table
-	// refuses new NAT connections; it never evicts one.
+	// and nat_ports; the object's default, 262144, when 0; at most 2^24).
+	// A full table refuses new NAT connections; it never evicts one. The
+	// tables are allocated whole: about 176 bytes per entry.
 	NATTableSize uint32
 	// HalfOpenTableSize is the number of slots of the NAT half-open table
 	// (one per half-open connection), a power of two (the object's
