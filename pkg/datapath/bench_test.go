@@ -386,7 +386,8 @@ func TestBenchReport(t *testing.T) {
 	if live != nil {
 		w("\nlive frames (BPF_F_TEST_XDP_LIVE_FRAMES, XDP_TX out of one end of a veth pair, native XDP on both ends;\n")
 		w("one core: the pinned CPU sends and receives; packets per second of the kernel's test-run time),\n")
-		w("medians of %d rounds of %d frames (new connections: %d)\n", benchRounds, live.frames, liveConnFrames)
+		w("medians of %d rounds of %d frames (new connections: %d); %d of %d frames arrived at the far end\n",
+			benchRounds, live.frames, liveConnFrames, live.arrived, live.sent)
 		w("%-36s %9s  %-24s %7s  %s\n", "case", "Mpps", "ratio", "goal", "met")
 		liveRow := func(label string, pps, goal float64, note string) {
 			r := pps / live.ref
