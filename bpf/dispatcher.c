@@ -141,7 +141,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		 * finished on its old server. */
 		__u32 old = f->backend;
 		int was_open = f->state == FLOW_ESTABLISHED && !gone;
-		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
+		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		if (was_open)
@@ -158,7 +158,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	if (syn) {
 		/* No table entry for a bare SYN: remember the choice for its ACK
 		 * (the handshake cache is indexed by the table hash). */
-		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
+		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		remember_handshake(fk, pk->thash, id, vm->service, now);
@@ -169,7 +169,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	if (tcp)
 		b = handshake_backend(fk, pk->thash, vm->service, &id);
 	if (!b)
-		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
+		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	/* A FIN or RST of a flow the table does not know is forwarded but

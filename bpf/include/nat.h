@@ -617,7 +617,7 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 
 	/* The cache slot was overwritten (a flood, or a hash collision): the
 	 * server the SYN would have picked, and its candidate ports. */
-	int pid = dlb_pick(vm, cfg, &a->fk, flow_hash(&a->fk, cfg->hash_seed), a->now);
+	int pid = dlb_pick(vm, cfg, &a->fk, a->thash, a->now);
 	if (pid < 0)
 		return 0;
 	a->backend = pid;
@@ -658,7 +658,7 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 
 	if (!sc)
 		return verdict(ctx, STAT_DROP_TABLE_FULL, XDP_DROP);
-	__u32 hash = flow_hash(fk, pk->cfg->hash_seed);
+	__u32 hash = pk->thash;
 	struct backend *b = pick_new(vm, pk->cfg, fk, hash, now, family, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
@@ -824,7 +824,7 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 
 	if (!sc)
 		return verdict(ctx, STAT_DROP_TABLE_FULL, XDP_DROP);
-	struct backend *b = pick_new(vm, pk->cfg, fk, flow_hash(fk, pk->cfg->hash_seed), now, family, &id);
+	struct backend *b = pick_new(vm, pk->cfg, fk, pk->thash, now, family, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	__u32 min = b->nat_port_min, max = b->nat_port_max;

@@ -86,7 +86,9 @@ static __always_inline __u64 tab_word64(const __u32 *w, int i)
 
 /* tab_hash_flow is the table hash of a flow key: a sum of products of its
  * five 64-bit words with odd constants (independent multiplications, a
- * few ns; the Maglev hash, flow_hash, is a chain of ten rounds), mixed. */
+ * few ns; flow_hash is a chain of ten rounds), mixed. It also places the
+ * flow in the handshake caches and picks its Maglev slot; pkg/datapath's
+ * twin is FlowHash. */
 static __always_inline __u32 tab_hash_flow(const struct flow_key *k, __u32 seed)
 {
 	const __u32 *w = (const __u32 *)k;
