@@ -84,7 +84,8 @@ soak:
 test-unit:
 	$(GO) test -count=1 -short ./...
 
-## bench: per-packet cost of the executor, as ratios to a bare XDP_PASS (needs root);
+## bench: per-packet cost of the executor, as ratios to its own established flow and to a
+## reference program, and live-frame throughput through a veth pair (needs root);
 ## then the control plane: manager cycles, loads and changes at 100,000 servers, Maglev
 ## rebuilds, dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
 ## and a /metrics scrape at that size (needs root: a lab)

@@ -49,6 +49,7 @@
 #include "common.h"
 #include "csum.h"
 #include "schedule.h"
+#include "table.h"
 #include "nat.h"
 #include "icmp.h"
 
@@ -65,9 +66,15 @@ enum dlb_method dlb_btf_method __attribute__((unused));
 enum dlb_selection dlb_btf_selection __attribute__((unused));
 enum nat_flags dlb_btf_nat_flags __attribute__((unused));
 enum dlb_event dlb_btf_event __attribute__((unused));
+enum nat_ctl_op dlb_btf_nat_ctl_op __attribute__((unused));
 
 /* IPv4 "more fragments" flag and fragment offset, in network byte order. */
 #define IP_MF_OFFSET bpf_htons(0x3fff)
+
+/* The largest offset of an IPv6 packet's transport header: two VLAN tags,
+ * the IPv6 header and DLB_IPV6_MAX_EXT extension headers of the largest
+ * size. */
+#define DLB_L4_MAX_OFF (sizeof(struct ethhdr) + 2 * 4 + sizeof(struct ipv6hdr) + DLB_IPV6_MAX_EXT * 2048)
 
 /* IPv6 extension headers the executor walks, and the fragment header. */
 #define NEXTHDR_HOP 0
@@ -81,21 +88,32 @@ struct vlan_hdr {
 };
 
 /* balance handles a packet to a MAC-forwarded service that the established
- * fast path did not take. f is its connection-table entry if the caller
- * already looked it up (looked), else it looks. */
-static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const struct vip_meta *vm,
-				   const struct dlb_config *cfg, struct flow_key *fk, __u8 tcp_flags,
-				   struct flow *f, int looked, int family)
+ * fast path did not take. f is its connection-table entry if the fast path
+ * looked it up (pk->looked), else it looks; pk->thash is the flow's table
+ * hash. */
+static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const struct vip_meta *vm, struct flow *f,
+				   int family)
 {
+	const struct dlb_config *cfg = pk->cfg;
+	const struct flow_key *fk = &pk->fk;
+	struct ethhdr *eth = pk->eth;
+	__u32 pos, slot;
 	int tcp = fk->proto == IPPROTO_TCP;
-	int syn = tcp && (tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
-	int closing = tcp_flags & (TCP_FIN | TCP_RST);
+	int syn = tcp && (pk->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	int closing = pk->tcp_flags & (TCP_FIN | TCP_RST);
 	__u64 now = clock_now();
 	__u32 id;
 	struct backend *b;
 
-	if (!looked)
-		f = bpf_map_lookup_elem(&conns, fk);
+	if (!pk->looked) {
+		struct conn_entry *ce = conn_find(fk, pk->thash, cfg->conn_buckets, &pos, &slot);
+		f = NULL;
+		if (ce) {
+			/* Keep clang from computing &ce->flow before the check. */
+			asm volatile("" : "+r"(ce));
+			f = &ce->flow;
+		}
+	}
 	if (f) {
 		b = bpf_map_lookup_elem(&backends, &f->backend);
 		int gone = !b || !(b->flags & BACKEND_F_PRESENT) || f->service != vm->service || b->service != vm->service;
@@ -123,7 +141,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		 * finished on its old server. */
 		__u32 old = f->backend;
 		int was_open = f->state == FLOW_ESTABLISHED && !gone;
-		b = pick_mac(vm, cfg, fk, flow_hash(fk, cfg->hash_seed), now, &id);
+		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		if (was_open)
@@ -137,21 +155,21 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 		return forward(ctx, eth, b, id, vm->service, 1);
 	}
 
-	__u32 hash = flow_hash(fk, cfg->hash_seed);
 	if (syn) {
-		/* No table entry for a bare SYN: remember the choice for its ACK. */
-		b = pick_mac(vm, cfg, fk, hash, now, &id);
+		/* No table entry for a bare SYN: remember the choice for its ACK
+		 * (the handshake cache is indexed by the table hash). */
+		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
-		remember_handshake(fk, hash, id, vm->service, now);
+		remember_handshake(fk, pk->thash, id, vm->service, now);
 		return forward(ctx, eth, b, id, vm->service, 0);
 	}
 
 	b = NULL;
 	if (tcp)
-		b = handshake_backend(fk, hash, vm->service, &id);
+		b = handshake_backend(fk, pk->thash, vm->service, &id);
 	if (!b)
-		b = pick_mac(vm, cfg, fk, hash, now, &id);
+		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	/* A FIN or RST of a flow the table does not know is forwarded but
@@ -159,28 +177,68 @@ static __always_inline int balance(struct xdp_md *ctx, struct ethhdr *eth, const
 	if (closing)
 		return forward(ctx, eth, b, id, vm->service, 0);
 
-	struct flow nf = {
-		.last_seen = now,
-		.backend = id,
-		.service = vm->service,
-		.state = FLOW_ESTABLISHED,
-	};
-	int err = bpf_map_update_elem(&conns, fk, &nf, BPF_NOEXIST);
-	if (err == -DLB_EEXIST) {
+	__u32 key0 = 0;
+	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
+	if (!sc)
+		return forward(ctx, eth, b, id, vm->service, 0);
+	struct conn_ins *ins = &sc->conn;
+	__builtin_memcpy(&ins->e.key, fk, sizeof(*fk));
+	ins->e.flow.last_seen = now;
+	ins->e.flow.backend = id;
+	ins->e.flow.service = vm->service;
+	ins->e.flow.state = FLOW_ESTABLISHED;
+	ins->hash = pk->thash;
+	int res = dlb_conn_insert(ins);
+	if (res == TAB_EXISTS) {
 		/* Another CPU inserted this flow between our lookup and now:
 		 * the handshake's ACK and the first data segment (or two
 		 * datagrams of a new UDP flow) raced. Follow its entry and
 		 * count the connection once. */
-		f = bpf_map_lookup_elem(&conns, fk);
-		struct backend *ob = f ? backend_ok(f->backend, vm->service) : NULL;
+		slot = ins->slot;
+		struct conn_entry *ce = bpf_map_lookup_elem(&conns, &slot);
+		struct backend *ob = ce ? backend_ok(ce->flow.backend, vm->service) : NULL;
 		if (ob)
-			return forward(ctx, eth, ob, f->backend, vm->service, 0);
+			return forward(ctx, eth, ob, ce->flow.backend, vm->service, 0);
 		return forward(ctx, eth, b, id, vm->service, 0);
 	}
-	if (err)
+	if (res != TAB_INSERTED) {
+		/* Another CPU held the bucket: the flow's next packet inserts
+		 * it (and counts it). */
 		event(EV_CONN_INSERT_FAILED);
+		return forward(ctx, eth, b, id, vm->service, 0);
+	}
 	affinity_record(vm, fk, b, id, now, family);
 	return forward(ctx, eth, b, id, vm->service, 1);
+}
+
+/* vip_lookup returns the vips entry of vk, through this CPU's vip_cache:
+ * a copy read under the current vips generation, else the map's entry,
+ * which it copies there. The copy stays valid while the packet is handled:
+ * nothing else writes this CPU's cache meanwhile. */
+static __always_inline struct vip_meta *vip_lookup(const struct dlb_config *cfg, const struct vip_key *vk)
+{
+	const __u32 *a = (const __u32 *)vk->addr.addr;
+	__u32 slot = ((a[0] ^ a[1] ^ a[2] ^ a[3] ^ ((__u32)vk->port << 8) ^ vk->proto) * 0x9e3779b1U) >> 26;
+	struct vip_cached *c = bpf_map_lookup_elem(&vip_cache, &slot);
+	__u32 gen = cfg->vips_gen;
+
+	/* Every entry returned is the cache's copy, so that the verifier
+	 * follows one kind of pointer from here on, not two. */
+	if (!c)
+		return NULL;
+	if (c->used && c->gen == gen) {
+		const __u32 *x = (const __u32 *)&c->key, *y = (const __u32 *)vk;
+		if (((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4])) == 0)
+			return &c->meta;
+	}
+	struct vip_meta *m = bpf_map_lookup_elem(&vips, vk);
+	if (!m)
+		return NULL;
+	__builtin_memcpy(&c->key, vk, sizeof(*vk));
+	__builtin_memcpy(&c->meta, m, sizeof(*m));
+	c->gen = gen;
+	c->used = 1;
+	return &c->meta;
 }
 
 /* addr_marker returns the marker flags of an address (VIP_F_MARKER for a
@@ -226,8 +284,7 @@ static __always_inline __u32 other_reason(__u32 mf)
 		return body;                                                             \
 	}
 
-DLB_SLOW(slow_mac, balance(ctx, pk->eth, vm, pk->cfg, &pk->fk, pk->tcp_flags, f, pk->looked, family),
-	 struct vip_meta *vm, struct flow *f)
+DLB_SLOW(slow_mac, balance(ctx, pk, vm, f, family), struct vip_meta *vm, struct flow *f)
 DLB_SLOW(slow_nat_existing, nat_existing(ctx, pk, vm, nf, family), struct vip_meta *vm, struct nat_flow *nf)
 DLB_SLOW(slow_nat_syn, nat_syn(ctx, pk, vm, family), struct vip_meta *vm)
 DLB_SLOW(slow_nat_promote, nat_promote(ctx, pk, vm, family), struct vip_meta *vm)
@@ -271,11 +328,16 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	 * port clears its backends) and takes the full path. */
 	struct flow *f = NULL;
 	struct nat_flow *nf = NULL;
+	__u32 pos, slot;
+	pk->thash = tab_hash_flow(fk, pk->cfg->hash_seed);
 	if (!(pk->tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))) {
 		pk->looked = 1;
 		if (is_nat) {
-			nf = bpf_map_lookup_elem(&nat_flows, fk);
-			if (nf) {
+			struct nat_flow_entry *ne = natf_find(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+			if (ne) {
+				/* Keep clang from computing &ne->flow before the check. */
+				asm volatile("" : "+r"(ne));
+				nf = &ne->flow;
 				struct backend *b = bpf_map_lookup_elem(&backends, &nf->backend);
 				if (b && (b->flags & BACKEND_F_PRESENT) && b->service == nf->service) {
 					__u64 now = clock_now();
@@ -288,8 +350,9 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 				}
 			}
 		} else {
-			f = bpf_map_lookup_elem(&conns, fk);
-			if (f) {
+			struct conn_entry *ce = conn_find(fk, pk->thash, pk->cfg->conn_buckets, &pos, &slot);
+			if (ce) {
+				f = &ce->flow;
 				struct backend *b = bpf_map_lookup_elem(&backends, &f->backend);
 				if (b && (b->flags & BACKEND_F_PRESENT) && b->service == f->service) {
 					__u64 now = clock_now();
@@ -307,12 +370,17 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 		.family = family,
 	};
 	ip_copy(&vk.addr, &fk->dst);
-	struct vip_meta *vm = bpf_map_lookup_elem(&vips, &vk);
+	struct vip_meta *vm = vip_lookup(pk->cfg, &vk);
 	if (!vm || (vm->flags & (VIP_F_MARKER | VIP_F_RETURN)))
 		return verdict(ctx, other_reason(addr_marker(&fk->dst, family)), XDP_PASS);
 	if (vm->method == DLB_METHOD_NAT) {
-		if (!(pk->looked && is_nat))
-			nf = bpf_map_lookup_elem(&nat_flows, fk);
+		if (!(pk->looked && is_nat)) {
+			struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+			if (ne) {
+				asm volatile("" : "+r"(ne));
+				nf = &ne->flow;
+			}
+		}
 		if (nf) {
 			int v = SLOW(slow_nat_existing, family, vm, nf);
 			if (v >= 0)
@@ -324,7 +392,8 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 			return SLOW(slow_nat_syn, family, vm);
 		return SLOW(slow_nat_promote, family, vm);
 	}
-	pk->looked = pk->looked && !is_nat;
+	if (is_nat)
+		pk->looked = 0;
 	return SLOW(slow_mac, family, vm, f);
 }
 
@@ -471,6 +540,15 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 		else if (nh == NEXTHDR_HOP || nh == NEXTHDR_ROUTING || nh == NEXTHDR_DEST)
 			bad = 1; /* more than DLB_IPV6_MAX_EXT */
 	}
+	if (p != (void *)(ip6h + 1)) {
+		/* One layout from here on for packets with extension headers,
+		 * however many (see dlb_xdp's tags). */
+		void *data = (void *)(long)ctx->data;
+		__u32 l4off = launder(p - data);
+		if (l4off > DLB_L4_MAX_OFF)
+			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		p = data + l4off;
+	}
 	pk.fk.proto = nh;
 	pk.l4 = p;
 
@@ -516,6 +594,13 @@ int dlb_xdp(struct xdp_md *ctx)
 		proto = vh->encap_proto;
 		off += sizeof(*vh);
 	}
+	/* One layout from here on for tagged frames, however many tags:
+	 * the verifier checks what follows once for them, not per count. */
+	if (off != sizeof(*eth)) {
+		off = launder(off);
+		if (off > sizeof(*eth) + 2 * sizeof(struct vlan_hdr))
+			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+	}
 
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *iph = data + off;
@@ -530,4 +615,159 @@ int dlb_xdp(struct xdp_md *ctx)
 		return handle_ipv6(ctx, eth, ip6h);
 	}
 	return verdict(ctx, STAT_PASS_NON_IP, XDP_PASS);
+}
+
+/* The connection table's control programs (BPF_PROG_TYPE_SYSCALL, run by
+ * pkg/datapath with BPF_PROG_TEST_RUN): the table's layout, hashing and
+ * locking exist in BPF only, so that userspace reads, writes and removes
+ * entries as the executor does. The context is a struct conn_ctl. */
+
+/* conn_ctl_find returns the entry of c->entry.key, and its table hash,
+ * way position and slot. */
+static __always_inline struct conn_entry *conn_ctl_find(struct conn_ctl *c, struct flow_key *k, const struct dlb_config **cfgp,
+							__u32 *h, __u32 *pos, __u32 *slot)
+{
+	__u32 key0 = 0;
+	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+
+	c->result = 1;
+	*cfgp = cfg;
+	if (!cfg)
+		return NULL;
+	__builtin_memcpy(k, &c->entry.key, sizeof(*k));
+	*h = tab_hash_flow(k, cfg->hash_seed);
+	return conn_find(k, *h, cfg->conn_buckets, pos, slot);
+}
+
+/* dlb_conn_get reads the entry of c->entry.key into c->entry.flow. */
+SEC("syscall")
+int dlb_conn_get(struct conn_ctl *c)
+{
+	const struct dlb_config *cfg;
+	struct flow_key k;
+	__u32 h, pos, slot;
+	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
+
+	if (e) {
+		__builtin_memcpy(&c->entry.flow, &e->flow, sizeof(e->flow));
+		c->result = 0;
+	}
+	return 0;
+}
+
+/* dlb_conn_put writes c->entry: over the key's entry, else as a new one
+ * (evicting, as the executor does, when the table is full). */
+SEC("syscall")
+int dlb_conn_put(struct conn_ctl *c)
+{
+	const struct dlb_config *cfg;
+	struct flow_key k;
+	struct flow v;
+	__u32 h, pos, slot;
+	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
+
+	__builtin_memcpy(&v, &c->entry.flow, sizeof(v));
+	if (e) {
+		e->flow = v;
+		c->result = 0;
+		return 0;
+	}
+	if (!cfg)
+		return 0;
+	__u32 key0 = 0;
+	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
+	if (!sc)
+		return 0;
+	sc->conn.e.key = k;
+	sc->conn.e.flow = v;
+	sc->conn.hash = h;
+	int res = dlb_conn_insert(&sc->conn);
+	if (res == TAB_FAILED) {
+		c->result = 2;
+		return 0;
+	}
+	if (res == TAB_EXISTS) {
+		slot = sc->conn.slot;
+		e = bpf_map_lookup_elem(&conns, &slot);
+		if (e)
+			e->flow = v;
+	}
+	c->result = 0;
+	return 0;
+}
+
+/* dlb_conn_del removes the entry of c->entry.key, if its last_seen is
+ * c->expect_seen (or that is 0). */
+SEC("syscall")
+int dlb_conn_del(struct conn_ctl *c)
+{
+	const struct dlb_config *cfg;
+	struct flow_key k;
+	__u32 h, pos, slot;
+	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
+
+	if (!e || (c->expect_seen && e->flow.last_seen != c->expect_seen))
+		return 0;
+	if (conn_delete(pos, slot))
+		c->result = 0;
+	return 0;
+}
+
+/* dlb_nat_ctl reads, writes or removes an entry of nat_flows or nat_ports
+ * (c->op, an enum nat_ctl_op), as pkg/datapath needs: the NAT tables'
+ * layout and locking exist in BPF only. */
+SEC("syscall")
+int dlb_nat_ctl(struct nat_ctl *c)
+{
+	__u32 key0 = 0, pos, slot;
+	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
+
+	c->result = 1;
+	if (!cfg || !sc)
+		return 0;
+	__u32 op = c->op;
+	if (op == NAT_CTL_GET_FLOW || op == NAT_CTL_PUT_FLOW || op == NAT_CTL_DEL_FLOW) {
+		struct natf_ins *in = &sc->natf;
+		__builtin_memcpy(&in->e, &c->f, sizeof(in->e));
+		in->hash = tab_hash_flow(&in->e.key, cfg->hash_seed);
+		struct nat_flow_entry *e = natf_find_call(&in->e.key, in->hash, cfg->natf_buckets, &pos, &slot);
+		if (op == NAT_CTL_GET_FLOW) {
+			if (e) {
+				__builtin_memcpy(&c->f.flow, &e->flow, sizeof(e->flow));
+				c->result = 0;
+			}
+		} else if (op == NAT_CTL_PUT_FLOW) {
+			if (e) {
+				__builtin_memcpy(&e->flow, &in->e.flow, sizeof(e->flow));
+				c->result = 0;
+			} else {
+				c->result = dlb_natf_insert(in) == TAB_INSERTED ? 0 : 2;
+			}
+		} else if (e && (!c->expect_seen || e->flow.last_seen == c->expect_seen) && natf_delete(pos, slot)) {
+			c->result = 0;
+		}
+		return 0;
+	}
+	struct natp_ins *in = &sc->natp;
+	__builtin_memcpy(&in->e, &c->p, sizeof(in->e));
+	in->hash = tab_hash_natkey(&in->e.key, cfg->hash_seed);
+	struct nat_port_entry *e = natp_find_call(&in->e.key, in->hash, cfg->natp_buckets, &pos, &slot);
+	if (op == NAT_CTL_GET_PORT) {
+		if (e) {
+			__builtin_memcpy(&c->p.rev, &e->rev, sizeof(e->rev));
+			c->result = 0;
+		}
+	} else if (op == NAT_CTL_PUT_PORT) {
+		if (e) {
+			__builtin_memcpy(&e->rev, &in->e.rev, sizeof(e->rev));
+			c->result = 0;
+		} else {
+			c->result = dlb_natp_insert(in) == TAB_INSERTED ? 0 : 2;
+		}
+	} else if (op == NAT_CTL_DEL_PORT && e && (!c->expect_seen || e->rev.last_seen == c->expect_seen) &&
+		   natp_delete(pos, slot)) {
+		c->result = 0;
+	}
+	return 0;
 }

@@ -40,9 +40,26 @@ struct pkt {
 	struct flow_key fk;
 	__u32 mflags;    /* ICMP: marker flags of the destination (VIP_F_*) */
 	__u8 tcp_flags;
-	__u8 looked;     /* the fast path looked the flow up (a miss if NULL) */
+	__u8 looked;     /* the fast path looked the flow up in conns (a miss if NULL) */
 	__u8 pad[2];
+	__u32 thash;     /* tab_hash_flow(fk, cfg->hash_seed): the connection table's hash */
 };
+
+/* launder returns v, which the verifier then knows only by the checks that
+ * follow: a value passed through memory it does not track. Packets of
+ * several header layouts (VLAN tags, IPv6 extension headers) then reach
+ * the code after it in one verifier state instead of one per layout; the
+ * program is verified several times faster. A per-CPU store and load. */
+static __always_inline __u32 launder(__u32 v)
+{
+	__u32 key0 = 0;
+	__u32 *p = bpf_map_lookup_elem(&launder_cell, &key0);
+
+	if (!p)
+		return ~0U;
+	*p = v;
+	return *(volatile __u32 *)p;
+}
 
 /* verdict counts the packet under reason and returns action. */
 static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
@@ -120,6 +137,24 @@ static __always_inline int ip_eq(const struct dlb_ip *a, const struct dlb_ip *b)
 	const __u32 *x = (const __u32 *)a->addr, *y = (const __u32 *)b->addr;
 
 	return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+}
+
+/* flow_key_eq compares two flow keys, as 32-bit words (keys on the stack
+ * may be only 4-byte aligned; __builtin_memcmp compiles to a byte at a
+ * time, about 230 instructions for a key). */
+static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 d = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*a) / 4); i++) {
+		d |= x[i] ^ y[i];
+		/* Keeps clang from turning this into a branch per word: every
+		 * branch is a path the verifier walks. */
+		asm volatile("" : "+r"(d));
+	}
+	return d == 0;
 }
 
 static __always_inline void ip_copy(struct dlb_ip *dst, const struct dlb_ip *src)

@@ -41,6 +41,14 @@ enum dlb_consts {
 	DLB_NAT_PORT_MAX = 65535,
 	/* How many IPv6 extension headers the executor walks. */
 	DLB_IPV6_MAX_EXT = 4,
+	/* Ways per bucket of a connection table's index (struct
+	 * tab_bucket). */
+	DLB_TAB_WAYS = 14,
+	/* The tag of a way being written (table.h). */
+	DLB_TAB_BUSY = 1,
+	/* Entries of a connection table address by 24 bits: its largest
+	 * capacity. */
+	DLB_TAB_MAX_ENTRIES = 1 << 24,
 };
 
 /* Forwarding methods of a service (IBM's "method"). */
@@ -150,6 +158,29 @@ struct flow_key {
 	__u16 pad;
 };
 
+/* A bucket of a connection table's index, one cache line (table.h): the
+ * ways of DLB_TAB_WAYS entries. Way i is the 32-bit half i % 2 of
+ * ways[i / 2]: 0 when free, else the way's 8-bit tag (DLB_TAB_BUSY while
+ * it is written, else a tag of its entry's key hash, at least 2) in the
+ * top byte and its entry's slot in the table's entries array in the low
+ * 24 bits. */
+struct tab_bucket {
+	__u64 ways[DLB_TAB_WAYS / 2];
+	__u32 meta; /* TAB_F_* */
+	__u32 pad;
+};
+
+/* Flags of a tab_bucket's meta word. */
+enum tab_flags {
+	/* TAB_F_LOCK: taken while an insert of a key whose first bucket
+	 * this is runs, so that one key is never inserted twice. */
+	TAB_F_LOCK = 1 << 0,
+	/* TAB_F_OVERFLOW: a key whose first bucket this is was put in its
+	 * second bucket (this one was full). Until then a lookup that misses
+	 * here need not look in the second. */
+	TAB_F_OVERFLOW = 1 << 1,
+};
+
 /* State of a connection-table entry. */
 enum flow_state {
 	FLOW_ESTABLISHED = 1,
@@ -166,6 +197,22 @@ struct flow {
 	__u8 pad[7];
 };
 
+/* An entry of conns, the MAC connection table: a flow and where it goes. */
+struct conn_entry {
+	struct flow_key key;
+	struct flow flow;
+};
+
+/* The context of the dlb_conn_* syscall programs, by which pkg/datapath
+ * reads, writes and removes connection-table entries (the table's layout
+ * and locking live in BPF only). */
+struct conn_ctl {
+	struct conn_entry entry; /* in: the key (and flow, for put); out: the entry (get) */
+	__u64 expect_seen;       /* del: remove only if last_seen is this (0: any) */
+	__u32 result;            /* out: 0 done; 1 no such entry (or changed); 2 no room */
+	__u32 pad;
+};
+
 /* An entry of the handshake cache (MAC forwarding). The executor does not
  * create a connection-table entry for a bare SYN (a SYN flood must not
  * evict established flows, and the table insert is the costliest step); it
@@ -179,8 +226,9 @@ struct handshake {
 	struct flow_key key;
 	__u32 backend;
 	__u32 service;
-	/* check = flow hash ^ backend ^ service: detects an entry torn by two
-	 * CPUs writing the same slot at once. */
+	/* check = table hash (tab_hash_flow) ^ backend ^ service: detects an
+	 * entry torn by two CPUs writing the same slot at once. The slot is
+	 * the table hash modulo the slots. */
 	__u32 check;
 	__u32 pad;
 	__u64 seen; /* coarse ns of the SYN; 0 once the handshake completed */
@@ -232,6 +280,40 @@ struct nat_rev {
 	struct next_hop hop; /* towards the client, once resolved (NAT_F_NEXT_HOP) */
 };
 
+/* An entry of nat_flows (table.h): a client flow and its mapping. */
+struct nat_flow_entry {
+	struct flow_key key;
+	struct nat_flow flow;
+};
+
+/* An entry of nat_ports (table.h): a return address's port and the
+ * connection it translates replies for. */
+struct nat_port_entry {
+	struct nat_key key;
+	__u32 pad;
+	struct nat_rev rev;
+};
+
+/* What the dlb_nat_ctl syscall program does (struct nat_ctl). */
+enum nat_ctl_op {
+	NAT_CTL_GET_FLOW = 0, /* read the nat_flows entry of f.key into f.flow */
+	NAT_CTL_GET_PORT = 1, /* read the nat_ports entry of p.key into p.rev */
+	NAT_CTL_PUT_FLOW = 2, /* write f (over its key's entry, else new) */
+	NAT_CTL_PUT_PORT = 3, /* write p */
+	NAT_CTL_DEL_FLOW = 4, /* remove f.key's entry if its last_seen is expect_seen (or that is 0) */
+	NAT_CTL_DEL_PORT = 5, /* remove p.key's entry, likewise */
+};
+
+/* The context of the dlb_nat_ctl syscall program, by which pkg/datapath
+ * reads, writes and removes NAT table entries. */
+struct nat_ctl {
+	struct nat_flow_entry f;
+	struct nat_port_entry p;
+	__u64 expect_seen;
+	__u32 op;     /* enum nat_ctl_op */
+	__u32 result; /* out: 0 done; 1 no such entry (or changed); 2 no room */
+};
+
 /* Flags of a nat_rev or halfopen. */
 enum nat_flags {
 	/* NAT_F_NEXT_HOP: hop holds the next hop towards the client, looked
@@ -273,7 +355,8 @@ struct nat_handshake {
 	struct dlb_ip nat_addr;
 	__be16 nat_port;
 	__u16 pad;
-	/* check = flow hash ^ nat_port: detects a slot torn by two CPUs. */
+	/* check = table hash (tab_hash_flow) ^ nat_port: detects a slot torn
+	 * by two CPUs. The slot is the table hash modulo the slots. */
 	__u32 check;
 };
 
@@ -385,12 +468,21 @@ struct dlb_config {
 	__u8 pad[2];
 	__u32 abi_version;  /* DLB_ABI_VERSION of the executor that wrote it */
 	__u32 halfopen_mask;/* slots of nat_halfopen - 1 (a power of two - 1) */
-	__u32 pad2;
+	__u32 conn_buckets; /* buckets of the connection table's index (conn_index entries) */
 	struct dlb_ip nfa6; /* IPv6 non-forwarding address */
 	/* Client gateways: where NAT replies to IPv4 (gw4) and IPv6 (gw6)
 	 * clients go. ifindex 0: look the next hop up in the routing table. */
 	struct next_hop gw4;
 	struct next_hop gw6;
+	__u32 conn_words;   /* words of conn_used (conns entries / 64, rounded up) */
+	/* Changes whenever the vips map does: entries of the per-CPU vips
+	 * cache (vip_cache) read under another generation are stale. */
+	__u32 vips_gen;
+	__u32 natf_buckets; /* buckets of nat_flow_index */
+	__u32 natf_words;   /* words of nat_flow_used */
+	__u32 natp_buckets; /* buckets of nat_port_index */
+	__u32 natp_words;   /* words of nat_port_used */
+	__u32 conn_entries; /* entries of conns (its capacity) */
 };
 
 /* Bits of the VIP pre-filter: a one-hash Bloom filter over cluster and

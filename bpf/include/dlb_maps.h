@@ -40,6 +40,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } vips SEC(".maps");
 
+/* A vips entry as cached by a CPU (dispatcher.c, vip_lookup). */
+struct vip_cached {
+	struct vip_key key;
+	struct vip_meta meta;
+	__u32 gen;  /* config.vips_gen when it was read */
+	__u32 used; /* 1 once written */
+	__u32 pad[2];
+};
+
+/* Entries of vip_cache (a power of two). */
+#define VIP_CACHE_SLOTS 64
+
+/* vip_cache: per CPU, the vips entries recently used, direct-mapped by a
+ * hash of their key: a hit costs one cache line and no kernel function,
+ * where a hash-map lookup calls several (about 25 ns here). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct vip_cached);
+	__uint(max_entries, VIP_CACHE_SLOTS);
+} vip_cache SEC(".maps");
+
 /* vip_filter: Bloom pre-filter over cluster and return addresses (one
  * entry). */
 struct {
@@ -101,15 +123,47 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } maglev_info SEC(".maps");
 
-/* conns: the connection table, shared by all CPUs so that a flow whose
- * packets land on different CPUs still finds its entry. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct flow_key);
-	__type(value, struct flow);
-	__uint(max_entries, CONN_TABLE_SIZE);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} conns SEC(".maps");
+/* TAB_MAPS declares the maps of a connection table (table.h): entries
+ * (its size the capacity), a bitmap of those in use, per-CPU allocation
+ * cursors and an index of buckets. The arrays are memory-mappable, so that
+ * every bucket and entry is page-aligned (and pkg/datapath reads them
+ * without a system call per entry). */
+#define TAB_MAPS(entries, used, cursor, index, entry_t, capacity)                                 \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                                  \
+		__type(key, __u32);                                                                \
+		__type(value, entry_t);                                                            \
+		__uint(max_entries, capacity);                                                     \
+		__uint(map_flags, BPF_F_MMAPABLE);                                                 \
+		__uint(pinning, LIBBPF_PIN_BY_NAME);                                               \
+	} entries SEC(".maps");                                                                    \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                                  \
+		__type(key, __u32);                                                                \
+		__type(value, __u64);                                                              \
+		__uint(max_entries, ((capacity) + 63) / 64);                                       \
+		__uint(map_flags, BPF_F_MMAPABLE);                                                 \
+		__uint(pinning, LIBBPF_PIN_BY_NAME);                                               \
+	} used SEC(".maps");                                                                       \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                                           \
+		__type(key, __u32);                                                                \
+		__type(value, __u32);                                                              \
+		__uint(max_entries, 1);                                                            \
+		__uint(pinning, LIBBPF_PIN_BY_NAME);                                               \
+	} cursor SEC(".maps");                                                                     \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                                  \
+		__type(key, __u32);                                                                \
+		__type(value, struct tab_bucket);                                                  \
+		__uint(max_entries, ((capacity) + 9) / 10); /* pkg/datapath: tabIndexBuckets */    \
+		__uint(map_flags, BPF_F_MMAPABLE);                                                 \
+		__uint(pinning, LIBBPF_PIN_BY_NAME);                                               \
+	} index SEC(".maps");
+
+/* The MAC connection table (table.h), shared by all CPUs so that a flow
+ * whose packets land on different CPUs still finds its entry. */
+TAB_MAPS(conns, conn_used, conn_cursor, conn_index, struct conn_entry, CONN_TABLE_SIZE)
 
 /* nat_filter: the NAT pre-filters (one entry, see struct nat_bloom). */
 struct {
@@ -120,32 +174,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_filter SEC(".maps");
 
-/* nat_flows: established NAT connections, by the client's flow: how to
- * translate the client's packets. A plain hash, never an LRU: a live
- * mapping must never be evicted (its port would be handed out again while
- * the connection still uses it). When full, new NAT connections are
- * refused (STAT_DROP_TABLE_FULL); the sweeper frees idle entries.
- * Allocated on demand, so an executor without NAT services costs nothing. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct flow_key);
-	__type(value, struct nat_flow);
-	__uint(max_entries, NAT_TABLE_SIZE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat_flows SEC(".maps");
+/* nat_flows (and its bitmap, cursors and index): established NAT
+ * connections, by the client's flow: how to translate the client's
+ * packets. Never evicting: a live mapping must never be dropped (its port
+ * would be handed out again while the connection still uses it). When
+ * full, new NAT connections are refused (STAT_DROP_TABLE_FULL); the
+ * sweeper frees idle entries. */
+TAB_MAPS(nat_flows, nat_flow_used, nat_flow_cursor, nat_flow_index, struct nat_flow_entry, NAT_TABLE_SIZE)
 
-/* nat_ports: established NAT connections, by return address and NAT port:
- * the port allocation (an insert with BPF_NOEXIST claims a port) and the
- * translation of the server's replies. Same size and policy as nat_flows. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct nat_key);
-	__type(value, struct nat_rev);
-	__uint(max_entries, NAT_TABLE_SIZE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} nat_ports SEC(".maps");
+/* nat_ports (and its bitmap, cursors and index): established NAT
+ * connections, by return address and NAT port: the port allocation (an
+ * insert that finds the key taken fails) and the translation of the
+ * server's replies. Same size and policy as nat_flows. */
+TAB_MAPS(nat_ports, nat_port_used, nat_port_cursor, nat_port_index, struct nat_port_entry, NAT_TABLE_SIZE)
 
 /* nat_halfopen: NAT connections between their SYN and their handshake
  * ACK, direct-mapped by the port they reserved (see struct halfopen). A
@@ -212,6 +253,15 @@ struct {
 	__uint(max_entries, 1);
 } clock SEC(".maps");
 
+/* launder_cell: one per-CPU word that values pass through to lose what
+ * the verifier knows of them (common.h, launder). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} launder_cell SEC(".maps");
+
 /* Room for a struct bpf_fib_lookup (bpf2go cannot generate its anonymous
  * unions, so the map holds bytes). */
 struct fib_scratch {
@@ -241,16 +291,39 @@ struct nat_args {
 	__u32 service;       /* in */
 	__u32 slot;          /* out: the reservation's nat_halfopen slot */
 	__u32 retx;          /* out (reserve): 1 when the flow had reserved the port already */
+	__u32 thash;         /* in (find): the flow's table hash (tab_hash_flow) */
+	__u32 pad2;
+};
+
+/* The arguments of dlb_conn_insert (table.h). */
+struct conn_ins {
+	struct conn_entry e; /* in: the key and value */
+	__u32 hash;          /* in: the key's flow_hash */
+	__u32 slot;          /* out: the entry's slot (inserted or existing) */
+};
+
+/* The arguments of dlb_natf_insert and dlb_natp_insert (table.h). */
+struct natf_ins {
+	struct nat_flow_entry e;
+	__u32 hash;
+	__u32 slot;
+};
+
+struct natp_ins {
+	struct nat_port_entry e;
+	__u32 hash;
+	__u32 slot;
 };
 
 struct nat_scratch {
-	struct nat_rev rev_value;
-	struct nat_flow flow;
-	struct nat_key port;
+	struct natp_ins natp; /* a nat_ports entry to insert */
+	struct natf_ins natf; /* a nat_flows entry to insert */
 	struct nat_args args;
+	struct conn_ins conn;
 };
 
-/* scratch: per-CPU struct nat_scratch (one entry). Not pinned. */
+/* scratch: per-CPU struct nat_scratch (one entry): room for the slow
+ * paths' large values. Not pinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* This file contains the flow hash that picks a Maglev slot for a new flow.
- * It is MurmurHash3 (x86, 32-bit) over the ten 32-bit words of a flow_key,
- * read in host byte order. pkg/datapath has a Go twin (FlowHash) that must
- * give the same value: every dispatcher must map a flow to the same slot. */
+/* This file contains flow_hash, MurmurHash3 (x86, 32-bit) over the ten
+ * 32-bit words of a flow_key, read in host byte order, seeded: the hash of
+ * a client subnet (affinity_hash) and of a flow's NAT port candidates
+ * (nat_candidate), which pkg/datapath's twins (AffinityHash,
+ * NATCandidates) must match. A new flow's Maglev slot comes from the
+ * cheaper connection-table hash (table.h, tab_hash_flow; the Go twin is
+ * FlowHash), which every packet to a cluster address computes anyway. */
 #pragma once
 
 #include <linux/types.h>

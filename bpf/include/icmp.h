@@ -30,6 +30,7 @@
 #include "common.h"
 #include "csum.h"
 #include "nat.h"
+#include "table.h"
 
 /* icmp_is_error reports whether an ICMP (v4) or ICMPv6 type quotes a
  * packet the executor may own. */
@@ -110,10 +111,20 @@ struct quote {
 static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, const struct quote *q, int family)
 {
 	void *data_end = (void *)(long)ctx->data_end;
-	struct flow_key fk = { .sport = q->dport, .dport = q->sport, .proto = q->proto, .family = family };
-
-	ip_copy(&fk.src, &q->dst);
-	ip_copy(&fk.dst, &q->src);
+	/* The flow's key lives in the scratch space: this call's stack frame
+	 * is one of four nested ones (with the connection lookup's). */
+	__u32 key0 = 0;
+	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
+	if (!sc)
+		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
+	struct flow_key *fkp = &sc->conn.e.key;
+	__builtin_memset(fkp, 0, sizeof(*fkp));
+	fkp->sport = q->dport;
+	fkp->dport = q->sport;
+	fkp->proto = q->proto;
+	fkp->family = family;
+	ip_copy(&fkp->src, &q->dst);
+	ip_copy(&fkp->dst, &q->src);
 	struct vip_key vk = { .port = q->sport, .proto = q->proto, .family = family };
 	ip_copy(&vk.addr, &q->src);
 	struct vip_meta *vm = bpf_map_lookup_elem(&vips, &vk);
@@ -121,9 +132,12 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 
 	if (vm->method != DLB_METHOD_NAT) {
-		struct flow *f = bpf_map_lookup_elem(&conns, &fk);
-		if (!f)
+		__u32 pos, slot;
+		struct conn_entry *ce =
+			conn_find(fkp, tab_hash_flow(fkp, pk->cfg->hash_seed), pk->cfg->conn_buckets, &pos, &slot);
+		if (!ce)
 			return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
+		struct flow *f = &ce->flow;
 		__u32 id = f->backend;
 		struct backend *b = backend_ok(id, vm->service);
 		if (!b || f->service != vm->service)
@@ -132,9 +146,12 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 		return forward(ctx, pk->eth, b, id, vm->service, 0);
 	}
 
-	struct nat_flow *nf = bpf_map_lookup_elem(&nat_flows, &fk);
-	if (!nf)
+	__u32 pos, slot;
+	struct nat_flow_entry *ne =
+		natf_find_call(fkp, tab_hash_flow(fkp, pk->cfg->hash_seed), pk->cfg->natf_buckets, &pos, &slot);
+	if (!ne)
 		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
+	struct nat_flow *nf = &ne->flow;
 	__u32 id = nf->backend;
 	struct backend *b = backend_ok(id, vm->service);
 	if (!b || nf->service != vm->service)
@@ -161,8 +178,11 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 	struct next_hop *cached;
 
 	ip_copy(&nk.addr, &q->src);
-	struct nat_rev *r = bpf_map_lookup_elem(&nat_ports, &nk);
-	if (r) {
+	__u32 pos, slot;
+	struct nat_port_entry *pe =
+		natp_find_call(&nk, tab_hash_natkey(&nk, pk->cfg->hash_seed), pk->cfg->natp_buckets, &pos, &slot);
+	if (pe) {
+		struct nat_rev *r = &pe->rev;
 		client = &r->client;
 		vip = &r->vip;
 		client_port = r->client_port;

@@ -8,19 +8,19 @@
  * IPv4, TCP and UDP checksums are updated incrementally (csum.h); a zero
  * UDP checksum stays zero.
  *
- * State. An established NAT connection has two entries in plain hash maps
- * that never evict: nat_flows (client flow -> R, np, backend) and
+ * State. An established NAT connection has two entries in tables that
+ * never evict (table.h): nat_flows (client flow -> R, np, backend) and
  * nat_ports ((R, np, proto) -> client side, next hop). Owning the
- * nat_ports key is owning the port: ports are claimed with BPF_NOEXIST
- * inserts, so a live mapping is never handed out twice. Full tables refuse
- * new connections (STAT_DROP_TABLE_FULL), never evict.
+ * nat_ports key is owning the port: ports are claimed by inserts that fail
+ * when the key is taken, so a live mapping is never handed out twice. Full
+ * tables refuse new connections (STAT_DROP_TABLE_FULL), never evict.
  *
  * SYN flood safety. A NAT connection needs state at SYN time: the
  * server's SYN-ACK comes back to R:np. That state lives in nat_halfopen, a
  * bounded, direct-mapped table of its own: the slot of (R, np, protocol)
  * reserves the port and translates the SYN-ACK. A SYN claims a slot with a
- * compare-and-exchange (no hash-map insert: an LRU insert that evicts
- * costs more than the rest of the SYN's path together). The client's
+ * compare-and-exchange (no table insert: a SYN flood must not fill the
+ * connection tables). The client's
  * handshake ACK finds its slot through the NAT handshake cache
  * (nat_handshakes, an array the SYN writes), or, when a flood overwrote
  * that cache slot, by recomputing the SYN's server and candidate ports; it
@@ -61,6 +61,7 @@
 #include "common.h"
 #include "csum.h"
 #include "schedule.h"
+#include "table.h"
 
 /* ip6_replace overwrites an IPv6 address in the packet and returns the
  * checksum accumulator term of the change. A call of its own: inlined four
@@ -118,6 +119,8 @@ static __always_inline int nat_rewrite(int family, void *l3, void *l4, __u8 prot
 	}
 	return 0;
 }
+
+#define DLB_EEXIST 17
 
 /* Results of client_hop besides 0 (resolved). */
 #define HOP_NO_NEIGH 1
@@ -216,12 +219,6 @@ static __always_inline void nat_key_of(struct nat_key *k, const struct dlb_ip *n
 	k->family = family;
 }
 
-/* nat_key_eq compares two reservation keys. */
-static __always_inline int nat_key_eq(const struct nat_key *a, const struct nat_key *b)
-{
-	return a->port == b->port && a->proto == b->proto && a->family == b->family && ip_eq(&a->addr, &b->addr);
-}
-
 /* halfopen_index returns the nat_halfopen slot of a reservation. */
 static __always_inline __u32 halfopen_index(const struct nat_key *k, __u32 mask)
 {
@@ -244,7 +241,7 @@ static __always_inline __u32 halfopen_tag(const struct halfopen *h, __u32 seed)
 
 	ip_copy(&k.src, &h->client);
 	ip_copy(&k.dst, &h->vip);
-	return (flow_hash(&k, seed) ^ w[0] ^ w[1] ^ w[2] ^ w[3] ^ h->key.port ^ h->backend) | 1;
+	return (tab_hash_flow(&k, seed) ^ w[0] ^ w[1] ^ w[2] ^ w[3] ^ h->key.port ^ h->backend) | 1;
 }
 
 /* halfopen_stamp is the time stamp of a half-open reservation: seconds
@@ -321,14 +318,19 @@ static __always_inline int owns(const struct dlb_ip *client, const struct dlb_ip
 
 /* nat_close_fwd marks the client side of a connection closing when the
  * server sent FIN or RST. */
-static __always_inline void nat_close_fwd(const struct nat_rev *r, __u8 proto, int family, __u64 now)
+static __always_inline void nat_close_fwd(const struct dlb_config *cfg, const struct nat_rev *r, __u8 proto, int family,
+					  __u64 now)
 {
 	struct flow_key k = { .sport = r->client_port, .dport = r->vip_port, .proto = proto, .family = family };
+	__u32 pos, slot;
 
 	ip_copy(&k.src, &r->client);
 	ip_copy(&k.dst, &r->vip);
-	struct nat_flow *nf = bpf_map_lookup_elem(&nat_flows, &k);
-	if (nf && nf->state == FLOW_ESTABLISHED) {
+	struct nat_flow_entry *e = natf_find_call(&k, tab_hash_flow(&k, cfg->hash_seed), cfg->natf_buckets, &pos, &slot);
+	if (!e)
+		return;
+	struct nat_flow *nf = &e->flow;
+	if (nf->state == FLOW_ESTABLISHED) {
 		nf->state = FLOW_CLOSING;
 		nf->last_seen = now;
 		count_fin(nf->backend, nf->service);
@@ -348,8 +350,11 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 	int rc;
 
 	ip_copy(&nk.addr, &fk->dst);
-	struct nat_rev *r = bpf_map_lookup_elem(&nat_ports, &nk);
-	if (r) {
+	__u32 pos, slot;
+	struct nat_port_entry *pe =
+		natp_find(&nk, tab_hash_natkey(&nk, pk->cfg->hash_seed), pk->cfg->natp_buckets, &pos, &slot);
+	if (pe) {
+		struct nat_rev *r = &pe->rev;
 		struct backend *b = backend_ok(r->backend, r->service);
 		if (!b || !ip_eq(&b->addr, &fk->src) || server_port(b, r->vip_port) != fk->sport)
 			return -1;
@@ -357,7 +362,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 		if ((pk->tcp_flags & (TCP_FIN | TCP_RST)) && r->state == FLOW_ESTABLISHED) {
 			r->state = FLOW_CLOSING;
 			r->last_seen = now;
-			nat_close_fwd(r, fk->proto, family, now);
+			nat_close_fwd(pk->cfg, r, fk->proto, family, now);
 		} else if (idle_ns(now, r->last_seen) > FLOW_TOUCH_NS) {
 			r->last_seen = now;
 		}
@@ -413,16 +418,19 @@ static __always_inline int nat_to_server(struct xdp_md *ctx, struct pkt *pk, int
 
 /* nat_release frees an established mapping: its nat_ports entry (if it is
  * still this flow's) and its nat_flows entry. */
-static __always_inline void nat_release(const struct flow_key *fk, const struct dlb_ip *nat_addr, __be16 nat_port,
-					int family)
+static __always_inline void nat_release(const struct dlb_config *cfg, const struct flow_key *fk,
+					const struct dlb_ip *nat_addr, __be16 nat_port, int family)
 {
 	struct nat_key nk = { .port = nat_port, .proto = fk->proto, .family = family };
+	__u32 pos, slot;
 
 	ip_copy(&nk.addr, nat_addr);
-	struct nat_rev *r = bpf_map_lookup_elem(&nat_ports, &nk);
-	if (r && owns(&r->client, &r->vip, r->client_port, r->vip_port, fk))
-		bpf_map_delete_elem(&nat_ports, &nk);
-	bpf_map_delete_elem(&nat_flows, fk);
+	struct nat_port_entry *pe =
+		natp_find_call(&nk, tab_hash_natkey(&nk, cfg->hash_seed), cfg->natp_buckets, &pos, &slot);
+	if (pe && owns(&pe->rev.client, &pe->rev.vip, pe->rev.client_port, pe->rev.vip_port, fk))
+		natp_delete(pos, slot);
+	if (natf_find_call(fk, tab_hash_flow(fk, cfg->hash_seed), cfg->natf_buckets, &pos, &slot))
+		natf_delete(pos, slot);
 	event(EV_NAT_FLOW_RELEASED);
 }
 
@@ -462,10 +470,34 @@ static __always_inline int nat_existing(struct xdp_md *ctx, struct pkt *pk, cons
 		count_fin(id, vm->service);
 	struct dlb_ip nat_addr;
 	ip_copy(&nat_addr, &nf->nat_addr);
-	nat_release(&pk->fk, &nat_addr, nf->nat_port, family);
+	nat_release(pk->cfg, &pk->fk, &nat_addr, nf->nat_port, family);
 	if (tcp && !syn)
 		return verdict(ctx, STAT_DROP_NAT_NO_FLOW, XDP_DROP);
 	return -1;
+}
+
+/* dlb_natp_taken reports whether an established connection holds port
+ * key k (in nat_ports). A global function: dlb_nat_reserve's candidate
+ * loop around an inlined lookup would be more than the verifier checks. */
+__noinline int dlb_natp_taken(const struct nat_key *k)
+{
+	__u32 key0 = 0;
+	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+
+	if (!k || !cfg)
+		return 0;
+	__u32 h = tab_hash_natkey(k, cfg->hash_seed), n1, n2;
+
+	tab_buckets(h, cfg->natp_buckets, &n1, &n2);
+	struct tab_bucket *b = bpf_map_lookup_elem(&nat_port_index, &n1);
+	if (!b)
+		return 0;
+	if (natp_probe_loop(b, n1, tab_tag_pattern(h), k) >= 0)
+		return 1;
+	if (!(b->meta & TAB_F_OVERFLOW))
+		return 0;
+	b = bpf_map_lookup_elem(&nat_port_index, &n2);
+	return b && natp_probe_loop(b, n2, tab_tag_pattern(h), k) >= 0;
 }
 
 /* dlb_nat_reserve reserves a port of the return address of backend
@@ -521,7 +553,7 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 			}
 			/* Another port's reservation: displaceable if all are taken,
 			 * and if no established connection holds this port. */
-			if ((__u32)o && (o >> 32) < oldest && !bpf_map_lookup_elem(&nat_ports, &a->nk)) {
+			if ((__u32)o && (o >> 32) < oldest && !dlb_natp_taken(&a->nk)) {
 				oldest = o >> 32;
 				victim = idx;
 				victim_port = port;
@@ -529,7 +561,7 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 			}
 			continue;
 		}
-		if (bpf_map_lookup_elem(&nat_ports, &a->nk) || !halfopen_claim(h, o, now_s)) {
+		if (dlb_natp_taken(&a->nk) || !halfopen_claim(h, o, now_s)) {
 			event(EV_NAT_PORT_COLLISION);
 			continue;
 		}
@@ -555,25 +587,26 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 	return 0;
 }
 
-/* dlb_nat_find finds the half-open connection of client flow a->fk: the
- * reservation its SYN remembered in the NAT handshake cache, else the one
- * among the candidate ports of backend a->backend (the server the SYN would
- * have picked; ~0 for none). It returns 1 and fills a->nk, a->slot and
- * a->owner, or returns 0. A global function, like dlb_nat_reserve. */
-__noinline int dlb_nat_find(struct nat_args *a)
+/* dlb_nat_find finds the half-open connection of client flow a->fk (table
+ * hash a->thash) of service vm: the reservation its SYN remembered in the
+ * NAT handshake cache, else the one among the candidate ports of the
+ * server the SYN would have picked (Maglev, only then). It returns 1 and
+ * fills a->nk, a->slot and a->owner, or returns 0. A global function,
+ * like dlb_nat_reserve. */
+__noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 {
 	__u32 key0 = 0;
 	struct halfopen *h;
 
-	if (!a)
+	if (!a || !vm)
 		return 0;
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 	if (!cfg)
 		return 0;
-	__u32 hash = flow_hash(&a->fk, cfg->hash_seed);
+	__u32 hash = a->thash;
 	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
 	struct nat_handshake *hs = bpf_map_lookup_elem(&nat_handshakes, &slot);
-	if (hs && hs->check == (hash ^ hs->nat_port) && __builtin_memcmp(&hs->key, &a->fk, sizeof(a->fk)) == 0) {
+	if (hs && hs->check == (hash ^ hs->nat_port) && flow_key_eq(&hs->key, &a->fk)) {
 		nat_key_of(&a->nk, &hs->nat_addr, hs->nat_port, a->fk.proto, a->fk.family);
 		h = halfopen_get(&a->nk, cfg, a->now, &a->owner);
 		if (h && owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk)) {
@@ -582,7 +615,12 @@ __noinline int dlb_nat_find(struct nat_args *a)
 		}
 	}
 
-	/* The cache slot was overwritten (a flood, or a hash collision). */
+	/* The cache slot was overwritten (a flood, or a hash collision): the
+	 * server the SYN would have picked, and its candidate ports. */
+	int pid = dlb_pick(vm, cfg, &a->fk, a->thash, a->now);
+	if (pid < 0)
+		return 0;
+	a->backend = pid;
 	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
 	if (!b || b->nat_port_min == 0 || b->nat_port_max < b->nat_port_min)
 		return 0;
@@ -620,7 +658,7 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 
 	if (!sc)
 		return verdict(ctx, STAT_DROP_TABLE_FULL, XDP_DROP);
-	__u32 hash = flow_hash(fk, pk->cfg->hash_seed);
+	__u32 hash = pk->thash;
 	struct backend *b = pick_new(vm, pk->cfg, fk, hash, now, family, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
@@ -643,34 +681,41 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 		event(EV_HALFOPEN_CREATED);
 	}
 
-	/* Remember the reservation for the handshake's ACK. */
-	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
+	/* Remember the reservation for the handshake's ACK (by the table
+	 * hash, which the ACK has computed). */
+	__u32 slot = pk->thash & (HANDSHAKE_SLOTS - 1);
 	struct nat_handshake *hs = bpf_map_lookup_elem(&nat_handshakes, &slot);
 	if (hs) {
 		__builtin_memcpy(&hs->key, fk, sizeof(*fk));
 		ip_copy(&hs->nat_addr, &a->nk.addr);
 		hs->nat_port = port;
-		hs->check = hash ^ port;
+		hs->check = pk->thash ^ port;
 	}
 	return nat_to_server(ctx, pk, family, &a->nk.addr, port, b, id, vm->service, 0);
 }
 
-/* nat_establish inserts an established mapping (both entries). It
- * returns 0, -EEXIST when the port or the flow is taken, or another error
- * when a table is full. */
-static __always_inline int nat_establish(const struct flow_key *fk, const struct nat_key *nk, const struct nat_rev *rv,
-					 const struct nat_flow *fv)
+/* nat_establish inserts an established mapping: sc->natp (the port) and
+ * sc->natf (the client flow), keys and values filled in. It returns 0,
+ * -EEXIST when the port or the flow is taken, or -1 when a table is full. */
+static __always_inline int nat_establish(const struct dlb_config *cfg, struct nat_scratch *sc)
 {
-	int err = bpf_map_update_elem(&nat_ports, nk, rv, BPF_NOEXIST);
-	if (err)
-		return err;
-	err = bpf_map_update_elem(&nat_flows, fk, fv, BPF_NOEXIST);
-	if (err)
-		bpf_map_delete_elem(&nat_ports, nk);
-	return err;
+	sc->natp.hash = tab_hash_natkey(&sc->natp.e.key, cfg->hash_seed);
+	int res = dlb_natp_insert(&sc->natp);
+	if (res == TAB_EXISTS)
+		return -DLB_EEXIST;
+	if (res != TAB_INSERTED)
+		return -1;
+	sc->natf.hash = tab_hash_flow(&sc->natf.e.key, cfg->hash_seed);
+	res = dlb_natf_insert(&sc->natf);
+	if (res == TAB_INSERTED)
+		return 0;
+	/* Undo the port: the flow is taken, or its table is full. */
+	__u32 pos, slot;
+	if (natp_find_call(&sc->natp.e.key, sc->natp.hash, cfg->natp_buckets, &pos, &slot) && slot == sc->natp.slot)
+		natp_delete(pos, slot);
+	return res == TAB_EXISTS ? -DLB_EEXIST : -1;
 }
 
-#define DLB_EEXIST 17
 
 /* nat_table_full counts a refused insert. */
 static __always_inline int nat_table_full(struct xdp_md *ctx)
@@ -694,13 +739,9 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	struct nat_args *a = &sc->args;
 	__builtin_memcpy(&a->fk, fk, sizeof(*fk));
 	a->now = now;
-	/* The server the SYN would have picked, in case the cache forgot. */
-	a->backend = ~0U;
-	int pid = dlb_pick(vm, pk->cfg, fk, flow_hash(fk, pk->cfg->hash_seed), now);
-	if (pid >= 0)
-		a->backend = pid;
+	a->thash = pk->thash;
 	struct halfopen *h = NULL;
-	if (dlb_nat_find(a))
+	if (dlb_nat_find(a, vm))
 		h = bpf_map_lookup_elem(&nat_halfopen, &a->slot);
 	if (!h) {
 		event(EV_HALFOPEN_LOST);
@@ -723,7 +764,9 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	}
 
 	int closing = pk->tcp_flags & TCP_FIN;
-	struct nat_rev *rv = &sc->rev_value;
+	__builtin_memcpy(&sc->natp.e.key, nk, sizeof(*nk));
+	__builtin_memcpy(&sc->natf.e.key, fk, sizeof(*fk));
+	struct nat_rev *rv = &sc->natp.e.rev;
 	__builtin_memset(rv, 0, sizeof(*rv));
 	rv->last_seen = now;
 	rv->client_port = h->client_port;
@@ -735,7 +778,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	rv->hop = h->hop;
 	ip_copy(&rv->client, &h->client);
 	ip_copy(&rv->vip, &h->vip);
-	struct nat_flow *fv = &sc->flow;
+	struct nat_flow *fv = &sc->natf.e.flow;
 	__builtin_memset(fv, 0, sizeof(*fv));
 	fv->last_seen = now;
 	fv->backend = id;
@@ -744,11 +787,14 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	fv->nat_port = nk->port;
 	ip_copy(&fv->nat_addr, &nk->addr);
 
-	int err = nat_establish(fk, nk, rv, fv);
+	int err = nat_establish(pk->cfg, sc);
 	if (err == -DLB_EEXIST) {
 		/* Another CPU promoted this connection (a duplicate ACK), or
 		 * the port was taken after an eviction. */
-		struct nat_rev *r = bpf_map_lookup_elem(&nat_ports, nk);
+		__u32 pos, slot;
+		struct nat_port_entry *pe = natp_find_call(nk, tab_hash_natkey(nk, pk->cfg->hash_seed),
+							   pk->cfg->natp_buckets, &pos, &slot);
+		struct nat_rev *r = pe ? &pe->rev : NULL;
 		if (r && owns(&r->client, &r->vip, r->client_port, r->vip_port, fk))
 			return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 0);
 		halfopen_release(h, owner);
@@ -778,7 +824,7 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 
 	if (!sc)
 		return verdict(ctx, STAT_DROP_TABLE_FULL, XDP_DROP);
-	struct backend *b = pick_new(vm, pk->cfg, fk, flow_hash(fk, pk->cfg->hash_seed), now, family, &id);
+	struct backend *b = pick_new(vm, pk->cfg, fk, pk->thash, now, family, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 	__u32 min = b->nat_port_min, max = b->nat_port_max;
@@ -787,12 +833,13 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 	__u32 size = max - min + 1;
 	__u32 h = flow_hash(fk, pk->cfg->hash_seed ^ NAT_HASH_SALT);
 
-	struct nat_key *nk = &sc->port;
+	struct nat_key *nk = &sc->natp.e.key;
 	__builtin_memset(nk, 0, sizeof(*nk));
+	__builtin_memcpy(&sc->natf.e.key, fk, sizeof(*fk));
 	ip_copy(&nk->addr, &b->nat_addr);
 	nk->proto = fk->proto;
 	nk->family = family;
-	struct nat_rev *rv = &sc->rev_value;
+	struct nat_rev *rv = &sc->natp.e.rev;
 	__builtin_memset(rv, 0, sizeof(*rv));
 	rv->last_seen = now;
 	rv->client_port = fk->sport;
@@ -802,7 +849,7 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 	rv->state = FLOW_ESTABLISHED;
 	ip_copy(&rv->client, &fk->src);
 	ip_copy(&rv->vip, &fk->dst);
-	struct nat_flow *fv = &sc->flow;
+	struct nat_flow *fv = &sc->natf.e.flow;
 	__builtin_memset(fv, 0, sizeof(*fv));
 	fv->last_seen = now;
 	fv->backend = id;
@@ -814,12 +861,14 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
 		nk->port = bpf_htons(nat_candidate(h, i, min, size));
 		fv->nat_port = nk->port;
-		err = nat_establish(fk, nk, rv, fv);
+		err = nat_establish(pk->cfg, sc);
 		if (err != -DLB_EEXIST)
 			break;
 		/* The port is taken, or another CPU just created this flow. */
-		struct nat_flow *nf = bpf_map_lookup_elem(&nat_flows, fk);
-		if (nf) {
+		__u32 pos, slot;
+		struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+		if (ne) {
+			struct nat_flow *nf = &ne->flow;
 			struct backend *ob = backend_ok(nf->backend, vm->service);
 			if (!ob)
 				return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);

@@ -128,6 +128,23 @@ static __always_inline struct backend *affinity_pick(const struct vip_meta *vm, 
 	return b;
 }
 
+/* sticky_pick returns the server of the client's usable affinity record,
+ * or -1 with *hash set to the Maglev hash of the client's subnet. A call
+ * of its own: its keys would not fit the callers' stack frames (and only
+ * affinity services pay for it). */
+static __noinline int sticky_pick(const struct vip_meta *vm, const struct dlb_config *cfg, const struct flow_key *fk,
+				  __u64 now, __u32 *hash)
+{
+	struct affinity_key ak = {};
+	__u32 id;
+
+	affinity_key_of(&ak, vm, fk, fk->family);
+	if (affinity_pick(vm, &ak, now, &id))
+		return id;
+	*hash = affinity_hash(&ak, cfg->hash_seed);
+	return -1;
+}
+
 /* pick_id chooses the server of a new connection: the client's affinity
  * record, else the Maglev slot of the masked client (affinity services) or
  * of the flow hash. It returns the backend id, or -1 when the service has
@@ -138,11 +155,9 @@ static __always_inline int pick_id(const struct vip_meta *vm, const struct dlb_c
 	__u32 id;
 
 	if (sticky(vm)) {
-		struct affinity_key ak = {};
-		affinity_key_of(&ak, vm, fk, fk->family);
-		if (affinity_pick(vm, &ak, now, &id))
-			return id;
-		hash = affinity_hash(&ak, cfg->hash_seed);
+		int sid = sticky_pick(vm, cfg, fk, now, &hash);
+		if (sid >= 0)
+			return sid;
 	}
 	if (!pick(vm, cfg, hash, &id))
 		return -1;
@@ -151,9 +166,9 @@ static __always_inline int pick_id(const struct vip_meta *vm, const struct dlb_c
 
 /* dlb_pick is pick_id as a global function, for the NAT slow paths: the
  * verifier checks it once, not at each of its callers (it returns an id,
- * not a pointer, for that reason). The MAC path inlines pick_id instead:
- * on this hardware a BPF-to-BPF call costs 60-100 ns (return-thunk
- * mitigations), a third of a SYN's cost. */
+ * not a pointer, for that reason). The MAC path inlines pick_id instead,
+ * saving the call (8-10 ns measured here, return-thunk mitigations
+ * included). */
 __noinline int dlb_pick(const struct vip_meta *vm, const struct dlb_config *cfg, const struct flow_key *fk, __u32 hash,
 			__u64 now)
 {
@@ -190,24 +205,44 @@ static __always_inline struct backend *pick_mac(const struct vip_meta *vm, const
 	return pick_new_how(vm, cfg, fk, hash, now, 1, backend_id);
 }
 
-/* affinity_record writes (or refreshes) the client's record when a
- * connection to b is established. */
-static __always_inline void affinity_record(const struct vip_meta *vm, const struct flow_key *fk,
-					    const struct backend *b, __u32 backend_id, __u64 now, int family)
+/* affinity_write writes (or refreshes) the client's record of a
+ * connection to backend_id (address server) of an affinity service. A call
+ * of its own, like sticky_pick. */
+static __noinline void affinity_write(const struct vip_meta *vm, const struct flow_key *fk, const struct dlb_ip *server,
+				      __u32 backend_id, __u64 now)
 {
-	if (!sticky(vm))
-		return;
 	struct affinity_key ak = {};
-	affinity_key_of(&ak, vm, fk, family);
+
+	affinity_key_of(&ak, vm, fk, fk->family);
 	struct affinity_record *rec = bpf_map_lookup_elem(&affinity, &ak);
 	if (rec && rec->backend == backend_id && rec->service == vm->service) {
 		rec->last_seen = now;
 		return;
 	}
 	struct affinity_record v = { .last_seen = now, .backend = backend_id, .service = vm->service };
-	ip_copy(&v.server, &b->addr);
+	ip_copy(&v.server, server);
 	bpf_map_update_elem(&affinity, &ak, &v, BPF_ANY);
 	event(EV_AFFINITY_WRITTEN);
+}
+
+/* affinity_record writes (or refreshes) the client's record when a
+ * connection to b is established. */
+static __always_inline void affinity_record(const struct vip_meta *vm, const struct flow_key *fk,
+					    const struct backend *b, __u32 backend_id, __u64 now, int family)
+{
+	if (sticky(vm))
+		affinity_write(vm, fk, &b->addr, backend_id, now);
+}
+
+/* affinity_refresh refreshes the client's record of backend_id. */
+static __noinline void affinity_refresh(const struct vip_meta *vm, const struct flow_key *fk, __u32 backend_id, __u64 now)
+{
+	struct affinity_key ak = {};
+
+	affinity_key_of(&ak, vm, fk, fk->family);
+	struct affinity_record *rec = bpf_map_lookup_elem(&affinity, &ak);
+	if (rec && rec->backend == backend_id && rec->service == vm->service)
+		rec->last_seen = now;
 }
 
 /* affinity_touch refreshes the client's record when one of its
@@ -215,16 +250,12 @@ static __always_inline void affinity_record(const struct vip_meta *vm, const str
 static __always_inline void affinity_touch(const struct vip_meta *vm, const struct flow_key *fk, __u32 backend_id,
 					   __u64 now, int family)
 {
-	if (!sticky(vm))
-		return;
-	struct affinity_key ak = {};
-	affinity_key_of(&ak, vm, fk, family);
-	struct affinity_record *rec = bpf_map_lookup_elem(&affinity, &ak);
-	if (rec && rec->backend == backend_id && rec->service == vm->service)
-		rec->last_seen = now;
+	if (sticky(vm))
+		affinity_refresh(vm, fk, backend_id, now);
 }
 
-/* remember_handshake records which server a SYN went to. */
+/* remember_handshake records which server a SYN went to. hash is the
+ * flow's table hash (tab_hash_flow). */
 static __always_inline void remember_handshake(const struct flow_key *fk, __u32 hash, __u32 backend_id, __u32 service,
 					       __u64 now)
 {
@@ -251,7 +282,7 @@ static __always_inline struct backend *handshake_backend(const struct flow_key *
 
 	if (!hs || hs->service != service || hs->check != (hash ^ hs->backend ^ hs->service))
 		return NULL;
-	if (__builtin_memcmp(&hs->key, fk, sizeof(*fk)) != 0)
+	if (!flow_key_eq(&hs->key, fk))
 		return NULL;
 	__u32 id = hs->backend;
 	struct backend *b = backend_ok(id, service);

@@ -242,7 +242,7 @@ func (d *Datapath) update(u lb.DataplaneUpdate, whole bool) error {
 			if m.Flags != 0 || want[k] {
 				continue
 			}
-			if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			if err := d.delVip(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return fmt.Errorf("removing vip %s: %w", vipString(k), err)
 			}
 			delete(d.applied.vips, k)
@@ -284,6 +284,9 @@ func (d *Datapath) recount() {
 // finish writes the markers and filters and drops unused interfaces.
 func (d *Datapath) finish() error {
 	if err := d.syncMarkers(); err != nil {
+		return err
+	}
+	if err := d.vipsWritten(); err != nil {
 		return err
 	}
 	if err := d.applyFilters(); err != nil {
@@ -545,6 +548,11 @@ func (d *Datapath) write(p *prepared) error {
 		}
 		a.services[id] = s
 	}
+	// Before a table shrinks: no CPU may go on using a cached vips entry
+	// with the larger size.
+	if err := d.vipsWritten(); err != nil {
+		return err
+	}
 	if err := after.flush(); err != nil {
 		return err
 	}
@@ -604,6 +612,34 @@ func (d *Datapath) write(p *prepared) error {
 	return nil
 }
 
+// putVip writes a vips entry, delVip removes one; vipsWritten then tells
+// the executor's CPUs that their cached copies are stale.
+func (d *Datapath) putVip(k *dispatcherVipKey, m *dispatcherVipMeta) error {
+	d.vipsDirty = true
+	return d.objs.Vips.Update(k, m, ebpf.UpdateAny)
+}
+
+func (d *Datapath) delVip(k *dispatcherVipKey) error {
+	d.vipsDirty = true
+	return d.objs.Vips.Delete(k)
+}
+
+// vipsWritten bumps the config's vips generation if vips entries were
+// written since it last did: each CPU keeps copies of the entries it uses
+// (vip_cache) and drops them when the generation changes.
+func (d *Datapath) vipsWritten() error {
+	if !d.vipsDirty {
+		return nil
+	}
+	cfg := d.applied.cfg
+	cfg.VipsGen++
+	if err := d.applyConfig(cfg); err != nil {
+		return err
+	}
+	d.vipsDirty = false
+	return nil
+}
+
 // txPortUse counts one more (or one fewer) user of an interface, adding
 // it to tx_ports when it gets its first.
 func (d *Datapath) txPortUse(ifindex uint32, delta int) error {
@@ -655,7 +691,7 @@ func (d *Datapath) writeVips(s lb.DataplaneService, entries []vipEntry) error {
 				return err
 			}
 		}
-		if err := d.objs.Vips.Update(&e.key, &e.meta, ebpf.UpdateAny); err != nil {
+		if err := d.putVip(&e.key, &e.meta); err != nil {
 			return fmt.Errorf("writing vip %s: %w", vipString(e.key), err)
 		}
 		a.vips[e.key] = e.meta
@@ -663,7 +699,7 @@ func (d *Datapath) writeVips(s lb.DataplaneService, entries []vipEntry) error {
 	if known {
 		for _, e := range vipEntries(old) {
 			if !want[e.key] {
-				if err := d.objs.Vips.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				if err := d.delVip(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 					return fmt.Errorf("removing vip %s: %w", vipString(e.key), err)
 				}
 				delete(a.vips, e.key)
@@ -692,7 +728,7 @@ func (d *Datapath) removeService(id uint32, b *tableBatch) error {
 			if e.meta.Flags != 0 {
 				continue // the marker: counted
 			}
-			if err := d.objs.Vips.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			if err := d.delVip(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return fmt.Errorf("removing vip %s: %w", vipString(e.key), err)
 			}
 			delete(a.vips, e.key)
@@ -705,7 +741,7 @@ func (d *Datapath) removeService(id uint32, b *tableBatch) error {
 			if m.Service != id || m.Flags != 0 {
 				continue
 			}
-			if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			if err := d.delVip(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return fmt.Errorf("removing vip %s: %w", vipString(k), err)
 			}
 			delete(a.vips, k)
@@ -747,7 +783,7 @@ func (d *Datapath) syncMarkers() error {
 		if cur, ok := a.vips[k]; ok && cur == m {
 			continue
 		}
-		if err := d.objs.Vips.Update(&k, &m, ebpf.UpdateAny); err != nil {
+		if err := d.putVip(&k, &m); err != nil {
 			return fmt.Errorf("writing marker %s: %w", vipString(k), err)
 		}
 		a.vips[k] = m
@@ -762,7 +798,7 @@ func (d *Datapath) syncMarkers() error {
 		if _, ok := want[k]; ok {
 			continue
 		}
-		if err := d.objs.Vips.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := d.delVip(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("removing marker %s: %w", vipString(k), err)
 		}
 		delete(a.vips, k)

@@ -14,23 +14,55 @@ import (
 )
 
 type benchBenchFrame struct {
-	_       structs.HostLayout
-	Len     uint32
-	Vary    uint32
-	AddrOff uint32
-	PortOff uint32
-	Data    [128]uint8
+	_        structs.HostLayout
+	Len      uint32
+	Vary     uint32
+	AddrOff  uint32
+	PortOff  uint32
+	FlagsOff uint32
+	Lag      uint32
+	Prime    uint32
+	Pad      uint32
+	Data     [128]uint8
+}
+
+type benchBenchVary uint32
+
+const (
+	benchBenchVaryBENCH_FIXED      benchBenchVary = 0
+	benchBenchVaryBENCH_NEW_FLOW   benchBenchVary = 1
+	benchBenchVaryBENCH_CONNECTION benchBenchVary = 2
+)
+
+type benchRefKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint32
+}
+
+type benchRefValue struct {
+	_   structs.HostLayout
+	Mac [6]uint8
+	Pad [2]uint8
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchMapBenchFrame    = "bench_frame"
-	benchMapBenchProgs    = "bench_progs"
-	benchMapBenchRuns     = "bench_runs"
-	benchProgBenchPass    = "bench_pass"
-	benchProgBenchWrapper = "bench_wrapper"
+	benchMapBenchFrame     = "bench_frame"
+	benchMapBenchProgs     = "bench_progs"
+	benchMapBenchRuns      = "bench_runs"
+	benchMapBenchSinkCount = "bench_sink_count"
+	benchMapRefFlows       = "ref_flows"
+	benchProgBenchPass     = "bench_pass"
+	benchProgBenchRef      = "bench_ref"
+	benchProgBenchSink     = "bench_sink"
+	benchProgBenchWrapper  = "bench_wrapper"
+	benchVarBenchBtfVary   = "bench_btf_vary"
 )
 
 // loadBench returns the embedded CollectionSpec for bench.
@@ -76,6 +108,8 @@ type benchSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
 	BenchPass    *ebpf.ProgramSpec `ebpf:"bench_pass"`
+	BenchRef     *ebpf.ProgramSpec `ebpf:"bench_ref"`
+	BenchSink    *ebpf.ProgramSpec `ebpf:"bench_sink"`
 	BenchWrapper *ebpf.ProgramSpec `ebpf:"bench_wrapper"`
 }
 
@@ -83,15 +117,18 @@ type benchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchMapSpecs struct {
-	BenchFrame *ebpf.MapSpec `ebpf:"bench_frame"`
-	BenchProgs *ebpf.MapSpec `ebpf:"bench_progs"`
-	BenchRuns  *ebpf.MapSpec `ebpf:"bench_runs"`
+	BenchFrame     *ebpf.MapSpec `ebpf:"bench_frame"`
+	BenchProgs     *ebpf.MapSpec `ebpf:"bench_progs"`
+	BenchRuns      *ebpf.MapSpec `ebpf:"bench_runs"`
+	BenchSinkCount *ebpf.MapSpec `ebpf:"bench_sink_count"`
+	RefFlows       *ebpf.MapSpec `ebpf:"ref_flows"`
 }
 
 // benchVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
+	BenchBtfVary *ebpf.VariableSpec `ebpf:"bench_btf_vary"`
 }
 
 // benchObjects contains all objects after they have been loaded into the kernel.
@@ -114,9 +151,11 @@ func (o *benchObjects) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchMaps struct {
-	BenchFrame *ebpf.Map `ebpf:"bench_frame"`
-	BenchProgs *ebpf.Map `ebpf:"bench_progs"`
-	BenchRuns  *ebpf.Map `ebpf:"bench_runs"`
+	BenchFrame     *ebpf.Map `ebpf:"bench_frame"`
+	BenchProgs     *ebpf.Map `ebpf:"bench_progs"`
+	BenchRuns      *ebpf.Map `ebpf:"bench_runs"`
+	BenchSinkCount *ebpf.Map `ebpf:"bench_sink_count"`
+	RefFlows       *ebpf.Map `ebpf:"ref_flows"`
 }
 
 func (m *benchMaps) Close() error {
@@ -124,6 +163,8 @@ func (m *benchMaps) Close() error {
 		m.BenchFrame,
 		m.BenchProgs,
 		m.BenchRuns,
+		m.BenchSinkCount,
+		m.RefFlows,
 	)
 }
 
@@ -131,6 +172,7 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
+	BenchBtfVary *ebpf.Variable `ebpf:"bench_btf_vary"`
 }
 
 // benchPrograms contains all programs after they have been loaded into the kernel.
@@ -138,12 +180,16 @@ type benchVariables struct {
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
 	BenchPass    *ebpf.Program `ebpf:"bench_pass"`
+	BenchRef     *ebpf.Program `ebpf:"bench_ref"`
+	BenchSink    *ebpf.Program `ebpf:"bench_sink"`
 	BenchWrapper *ebpf.Program `ebpf:"bench_wrapper"`
 }
 
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
 		p.BenchPass,
+		p.BenchRef,
+		p.BenchSink,
 		p.BenchWrapper,
 	)
 }

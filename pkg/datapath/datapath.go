@@ -62,7 +62,8 @@ type Options struct {
 	// (DefaultPinDir when empty).
 	PinDir string
 	// ConnTableSize is the connection table's capacity (the object's
-	// default when 0).
+	// default, 262144, when 0; at most 2^24). A full table evicts the
+	// longest idle of a few sampled connections.
 	ConnTableSize uint32
 	// MaxTableSize is the largest Maglev table a service may have (the
 	// object's default, 65537, when 0); each service's table has its own
@@ -73,8 +74,9 @@ type Options struct {
 	// object's defaults when 0).
 	MaxServices, MaxBackends uint32
 	// NATTableSize is the capacity of the NAT connection tables (nat_flows
-	// and nat_ports; the object's default, 262144, when 0). A full table
-	// refuses new NAT connections; it never evicts one.
+	// and nat_ports; the object's default, 262144, when 0; at most 2^24).
+	// A full table refuses new NAT connections; it never evicts one. The
+	// tables are allocated whole: about 176 bytes per entry.
 	NATTableSize uint32
 	// HalfOpenTableSize is the number of slots of the NAT half-open table
 	// (one per half-open connection), a power of two (the object's
@@ -104,6 +106,9 @@ type Datapath struct {
 	// state.
 	adopted bool
 	dropped []string // pins of severed links removed
+	// vipsDirty says vips entries were written since the executor was
+	// last told (vipsWritten).
+	vipsDirty bool
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -157,6 +162,17 @@ func Open(opts Options) (_ *Datapath, err error) {
 			spec.Maps[name].MaxEntries = opts.MaxBackends * per
 		}
 	}
+	// The connection tables' bitmaps and indexes are sized by their
+	// capacities.
+	for _, t := range [][3]string{
+		{dispatcherMapConns, dispatcherMapConnUsed, dispatcherMapConnIndex},
+		{dispatcherMapNatFlows, dispatcherMapNatFlowUsed, dispatcherMapNatFlowIndex},
+		{dispatcherMapNatPorts, dispatcherMapNatPortUsed, dispatcherMapNatPortIndex},
+	} {
+		if err := sizeTable(spec, t[0], t[1], t[2]); err != nil {
+			return nil, err
+		}
+	}
 	outer := spec.Maps[dispatcherMapMaglevTables]
 	if opts.MaxTableSize != 0 {
 		if opts.MaxTableSize > lb.MaxTableSize {
@@ -189,6 +205,11 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err := d.checkConfig(); err != nil {
 		return nil, err
 	}
+	for _, t := range d.tables() {
+		if err := t.prepare(); err != nil {
+			return nil, fmt.Errorf("preparing the connection tables: %w", err)
+		}
+	}
 	if err := d.adoptLink(); err != nil {
 		return nil, err
 	}
@@ -219,6 +240,10 @@ func (d *Datapath) checkConfig() error {
 	cfg.HashSeed = DefaultHashSeed
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
+	cfg.ConnBuckets, cfg.ConnWords = d.objs.ConnIndex.MaxEntries(), d.objs.ConnUsed.MaxEntries()
+	cfg.ConnEntries = d.objs.Conns.MaxEntries()
+	cfg.NatfBuckets, cfg.NatfWords = d.objs.NatFlowIndex.MaxEntries(), d.objs.NatFlowUsed.MaxEntries()
+	cfg.NatpBuckets, cfg.NatpWords = d.objs.NatPortIndex.MaxEntries(), d.objs.NatPortUsed.MaxEntries()
 	if err := d.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing config map: %w", err)
 	}

@@ -65,6 +65,20 @@ const (
 	dispatcherBackendFlagsBACKEND_F_QUIESCED dispatcherBackendFlags = 4
 )
 
+type dispatcherConnCtl struct {
+	_          structs.HostLayout
+	Entry      dispatcherConnEntry
+	ExpectSeen uint64
+	Result     uint32
+	Pad        uint32
+}
+
+type dispatcherConnEntry struct {
+	_    structs.HostLayout
+	Key  dispatcherFlowKey
+	Flow dispatcherFlow
+}
+
 type dispatcherCounters struct {
 	_        structs.HostLayout
 	Packets  uint64
@@ -92,13 +106,20 @@ type dispatcherDlbConfig struct {
 	Pad          [2]uint8
 	AbiVersion   uint32
 	HalfopenMask uint32
-	Pad2         uint32
+	ConnBuckets  uint32
 	Nfa6         struct {
 		_    structs.HostLayout
 		Addr [16]uint8
 	}
-	Gw4 dispatcherNextHop
-	Gw6 dispatcherNextHop
+	Gw4         dispatcherNextHop
+	Gw6         dispatcherNextHop
+	ConnWords   uint32
+	VipsGen     uint32
+	NatfBuckets uint32
+	NatfWords   uint32
+	NatpBuckets uint32
+	NatpWords   uint32
+	ConnEntries uint32
 }
 
 type dispatcherDlbConsts uint32
@@ -110,6 +131,9 @@ const (
 	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
 	dispatcherDlbConstsDLB_NAT_PORT_MAX      dispatcherDlbConsts = 65535
 	dispatcherDlbConstsDLB_IPV6MAX_EXT       dispatcherDlbConsts = 4
+	dispatcherDlbConstsDLB_TAB_WAYS          dispatcherDlbConsts = 14
+	dispatcherDlbConstsDLB_TAB_BUSY          dispatcherDlbConsts = 1
+	dispatcherDlbConstsDLB_TAB_MAX_ENTRIES   dispatcherDlbConsts = 16777216
 )
 
 type dispatcherDlbEvent uint32
@@ -231,6 +255,26 @@ type dispatcherNatBloom struct {
 	Returns [1024]uint64
 }
 
+type dispatcherNatCtl struct {
+	_          structs.HostLayout
+	F          dispatcherNatFlowEntry
+	P          dispatcherNatPortEntry
+	ExpectSeen uint64
+	Op         uint32
+	Result     uint32
+}
+
+type dispatcherNatCtlOp uint32
+
+const (
+	dispatcherNatCtlOpNAT_CTL_GET_FLOW dispatcherNatCtlOp = 0
+	dispatcherNatCtlOpNAT_CTL_GET_PORT dispatcherNatCtlOp = 1
+	dispatcherNatCtlOpNAT_CTL_PUT_FLOW dispatcherNatCtlOp = 2
+	dispatcherNatCtlOpNAT_CTL_PUT_PORT dispatcherNatCtlOp = 3
+	dispatcherNatCtlOpNAT_CTL_DEL_FLOW dispatcherNatCtlOp = 4
+	dispatcherNatCtlOpNAT_CTL_DEL_PORT dispatcherNatCtlOp = 5
+)
+
 type dispatcherNatFlags uint32
 
 const (
@@ -250,6 +294,12 @@ type dispatcherNatFlow struct {
 		_    structs.HostLayout
 		Addr [16]uint8
 	}
+}
+
+type dispatcherNatFlowEntry struct {
+	_    structs.HostLayout
+	Key  dispatcherFlowKey
+	Flow dispatcherNatFlow
 }
 
 type dispatcherNatHandshake struct {
@@ -275,6 +325,13 @@ type dispatcherNatKey struct {
 	Family uint8
 }
 
+type dispatcherNatPortEntry struct {
+	_   structs.HostLayout
+	Key dispatcherNatKey
+	Pad uint32
+	Rev dispatcherNatRev
+}
+
 type dispatcherNatRev struct {
 	_        structs.HostLayout
 	LastSeen uint64
@@ -297,12 +354,20 @@ type dispatcherNatRev struct {
 }
 
 type dispatcherNatScratch struct {
-	_        structs.HostLayout
-	RevValue dispatcherNatRev
-	Flow     dispatcherNatFlow
-	Port     dispatcherNatKey
-	_        [4]byte
-	Args     struct {
+	_    structs.HostLayout
+	Natp struct {
+		_    structs.HostLayout
+		E    dispatcherNatPortEntry
+		Hash uint32
+		Slot uint32
+	}
+	Natf struct {
+		_    structs.HostLayout
+		E    dispatcherNatFlowEntry
+		Hash uint32
+		Slot uint32
+	}
+	Args struct {
 		_       structs.HostLayout
 		Fk      dispatcherFlowKey
 		Nk      dispatcherNatKey
@@ -313,6 +378,14 @@ type dispatcherNatScratch struct {
 		Service uint32
 		Slot    uint32
 		Retx    uint32
+		Thash   uint32
+		Pad2    uint32
+	}
+	Conn struct {
+		_    structs.HostLayout
+		E    dispatcherConnEntry
+		Hash uint32
+		Slot uint32
 	}
 }
 
@@ -365,6 +438,13 @@ const (
 	dispatcherStatReasonSTAT_MAX                dispatcherStatReason = 19
 )
 
+type dispatcherTabBucket struct {
+	_    structs.HostLayout
+	Ways [7]uint64
+	Meta uint32
+	Pad  uint32
+}
+
 type dispatcherTableInfo struct {
 	_     structs.HostLayout
 	Sum   uint64
@@ -375,6 +455,15 @@ type dispatcherTableInfo struct {
 type dispatcherVipBloom struct {
 	_    structs.HostLayout
 	Bits [1024]uint64
+}
+
+type dispatcherVipCached struct {
+	_    structs.HostLayout
+	Key  dispatcherVipKey
+	Meta dispatcherVipMeta
+	Gen  uint32
+	Used uint32
+	Pad  [2]uint32
 }
 
 type dispatcherVipFlags uint32
@@ -420,24 +509,39 @@ const (
 	dispatcherMapBackends           = "backends"
 	dispatcherMapClock              = "clock"
 	dispatcherMapConfig             = "config"
+	dispatcherMapConnCursor         = "conn_cursor"
+	dispatcherMapConnIndex          = "conn_index"
+	dispatcherMapConnUsed           = "conn_used"
 	dispatcherMapConns              = "conns"
 	dispatcherMapEvents             = "events"
 	dispatcherMapFibParams          = "fib_params"
 	dispatcherMapHandshakes         = "handshakes"
+	dispatcherMapLaunderCell        = "launder_cell"
 	dispatcherMapMaglevInfo         = "maglev_info"
 	dispatcherMapMaglevTables       = "maglev_tables"
 	dispatcherMapNatFilter          = "nat_filter"
+	dispatcherMapNatFlowCursor      = "nat_flow_cursor"
+	dispatcherMapNatFlowIndex       = "nat_flow_index"
+	dispatcherMapNatFlowUsed        = "nat_flow_used"
 	dispatcherMapNatFlows           = "nat_flows"
 	dispatcherMapNatHalfopen        = "nat_halfopen"
 	dispatcherMapNatHandshakes      = "nat_handshakes"
+	dispatcherMapNatPortCursor      = "nat_port_cursor"
+	dispatcherMapNatPortIndex       = "nat_port_index"
+	dispatcherMapNatPortUsed        = "nat_port_used"
 	dispatcherMapNatPorts           = "nat_ports"
 	dispatcherMapReasonStats        = "reason_stats"
 	dispatcherMapScratch            = "scratch"
 	dispatcherMapServiceServers     = "service_servers"
 	dispatcherMapServiceStats       = "service_stats"
 	dispatcherMapTxPorts            = "tx_ports"
+	dispatcherMapVipCache           = "vip_cache"
 	dispatcherMapVipFilter          = "vip_filter"
 	dispatcherMapVips               = "vips"
+	dispatcherProgDlbConnDel        = "dlb_conn_del"
+	dispatcherProgDlbConnGet        = "dlb_conn_get"
+	dispatcherProgDlbConnPut        = "dlb_conn_put"
+	dispatcherProgDlbNatCtl         = "dlb_nat_ctl"
 	dispatcherProgDlbXdp            = "dlb_xdp"
 	dispatcherVarDlbBtfBackendFlags = "dlb_btf_backend_flags"
 	dispatcherVarDlbBtfConsts       = "dlb_btf_consts"
@@ -445,6 +549,7 @@ const (
 	dispatcherVarDlbBtfFamily       = "dlb_btf_family"
 	dispatcherVarDlbBtfFlowState    = "dlb_btf_flow_state"
 	dispatcherVarDlbBtfMethod       = "dlb_btf_method"
+	dispatcherVarDlbBtfNatCtlOp     = "dlb_btf_nat_ctl_op"
 	dispatcherVarDlbBtfNatFlags     = "dlb_btf_nat_flags"
 	dispatcherVarDlbBtfSelection    = "dlb_btf_selection"
 	dispatcherVarDlbBtfStatReason   = "dlb_btf_stat_reason"
@@ -493,7 +598,11 @@ type dispatcherSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dispatcherProgramSpecs struct {
-	DlbXdp *ebpf.ProgramSpec `ebpf:"dlb_xdp"`
+	DlbConnDel *ebpf.ProgramSpec `ebpf:"dlb_conn_del"`
+	DlbConnGet *ebpf.ProgramSpec `ebpf:"dlb_conn_get"`
+	DlbConnPut *ebpf.ProgramSpec `ebpf:"dlb_conn_put"`
+	DlbNatCtl  *ebpf.ProgramSpec `ebpf:"dlb_nat_ctl"`
+	DlbXdp     *ebpf.ProgramSpec `ebpf:"dlb_xdp"`
 }
 
 // dispatcherMapSpecs contains maps before they are loaded into the kernel.
@@ -506,22 +615,33 @@ type dispatcherMapSpecs struct {
 	Backends       *ebpf.MapSpec `ebpf:"backends"`
 	Clock          *ebpf.MapSpec `ebpf:"clock"`
 	Config         *ebpf.MapSpec `ebpf:"config"`
+	ConnCursor     *ebpf.MapSpec `ebpf:"conn_cursor"`
+	ConnIndex      *ebpf.MapSpec `ebpf:"conn_index"`
+	ConnUsed       *ebpf.MapSpec `ebpf:"conn_used"`
 	Conns          *ebpf.MapSpec `ebpf:"conns"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
 	FibParams      *ebpf.MapSpec `ebpf:"fib_params"`
 	Handshakes     *ebpf.MapSpec `ebpf:"handshakes"`
+	LaunderCell    *ebpf.MapSpec `ebpf:"launder_cell"`
 	MaglevInfo     *ebpf.MapSpec `ebpf:"maglev_info"`
 	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.MapSpec `ebpf:"nat_filter"`
+	NatFlowCursor  *ebpf.MapSpec `ebpf:"nat_flow_cursor"`
+	NatFlowIndex   *ebpf.MapSpec `ebpf:"nat_flow_index"`
+	NatFlowUsed    *ebpf.MapSpec `ebpf:"nat_flow_used"`
 	NatFlows       *ebpf.MapSpec `ebpf:"nat_flows"`
 	NatHalfopen    *ebpf.MapSpec `ebpf:"nat_halfopen"`
 	NatHandshakes  *ebpf.MapSpec `ebpf:"nat_handshakes"`
+	NatPortCursor  *ebpf.MapSpec `ebpf:"nat_port_cursor"`
+	NatPortIndex   *ebpf.MapSpec `ebpf:"nat_port_index"`
+	NatPortUsed    *ebpf.MapSpec `ebpf:"nat_port_used"`
 	NatPorts       *ebpf.MapSpec `ebpf:"nat_ports"`
 	ReasonStats    *ebpf.MapSpec `ebpf:"reason_stats"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	ServiceServers *ebpf.MapSpec `ebpf:"service_servers"`
 	ServiceStats   *ebpf.MapSpec `ebpf:"service_stats"`
 	TxPorts        *ebpf.MapSpec `ebpf:"tx_ports"`
+	VipCache       *ebpf.MapSpec `ebpf:"vip_cache"`
 	VipFilter      *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips           *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -536,6 +656,7 @@ type dispatcherVariableSpecs struct {
 	DlbBtfFamily       *ebpf.VariableSpec `ebpf:"dlb_btf_family"`
 	DlbBtfFlowState    *ebpf.VariableSpec `ebpf:"dlb_btf_flow_state"`
 	DlbBtfMethod       *ebpf.VariableSpec `ebpf:"dlb_btf_method"`
+	DlbBtfNatCtlOp     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_ctl_op"`
 	DlbBtfNatFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.VariableSpec `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.VariableSpec `ebpf:"dlb_btf_stat_reason"`
@@ -568,22 +689,33 @@ type dispatcherMaps struct {
 	Backends       *ebpf.Map `ebpf:"backends"`
 	Clock          *ebpf.Map `ebpf:"clock"`
 	Config         *ebpf.Map `ebpf:"config"`
+	ConnCursor     *ebpf.Map `ebpf:"conn_cursor"`
+	ConnIndex      *ebpf.Map `ebpf:"conn_index"`
+	ConnUsed       *ebpf.Map `ebpf:"conn_used"`
 	Conns          *ebpf.Map `ebpf:"conns"`
 	Events         *ebpf.Map `ebpf:"events"`
 	FibParams      *ebpf.Map `ebpf:"fib_params"`
 	Handshakes     *ebpf.Map `ebpf:"handshakes"`
+	LaunderCell    *ebpf.Map `ebpf:"launder_cell"`
 	MaglevInfo     *ebpf.Map `ebpf:"maglev_info"`
 	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
 	NatFilter      *ebpf.Map `ebpf:"nat_filter"`
+	NatFlowCursor  *ebpf.Map `ebpf:"nat_flow_cursor"`
+	NatFlowIndex   *ebpf.Map `ebpf:"nat_flow_index"`
+	NatFlowUsed    *ebpf.Map `ebpf:"nat_flow_used"`
 	NatFlows       *ebpf.Map `ebpf:"nat_flows"`
 	NatHalfopen    *ebpf.Map `ebpf:"nat_halfopen"`
 	NatHandshakes  *ebpf.Map `ebpf:"nat_handshakes"`
+	NatPortCursor  *ebpf.Map `ebpf:"nat_port_cursor"`
+	NatPortIndex   *ebpf.Map `ebpf:"nat_port_index"`
+	NatPortUsed    *ebpf.Map `ebpf:"nat_port_used"`
 	NatPorts       *ebpf.Map `ebpf:"nat_ports"`
 	ReasonStats    *ebpf.Map `ebpf:"reason_stats"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	ServiceServers *ebpf.Map `ebpf:"service_servers"`
 	ServiceStats   *ebpf.Map `ebpf:"service_stats"`
 	TxPorts        *ebpf.Map `ebpf:"tx_ports"`
+	VipCache       *ebpf.Map `ebpf:"vip_cache"`
 	VipFilter      *ebpf.Map `ebpf:"vip_filter"`
 	Vips           *ebpf.Map `ebpf:"vips"`
 }
@@ -596,22 +728,33 @@ func (m *dispatcherMaps) Close() error {
 		m.Backends,
 		m.Clock,
 		m.Config,
+		m.ConnCursor,
+		m.ConnIndex,
+		m.ConnUsed,
 		m.Conns,
 		m.Events,
 		m.FibParams,
 		m.Handshakes,
+		m.LaunderCell,
 		m.MaglevInfo,
 		m.MaglevTables,
 		m.NatFilter,
+		m.NatFlowCursor,
+		m.NatFlowIndex,
+		m.NatFlowUsed,
 		m.NatFlows,
 		m.NatHalfopen,
 		m.NatHandshakes,
+		m.NatPortCursor,
+		m.NatPortIndex,
+		m.NatPortUsed,
 		m.NatPorts,
 		m.ReasonStats,
 		m.Scratch,
 		m.ServiceServers,
 		m.ServiceStats,
 		m.TxPorts,
+		m.VipCache,
 		m.VipFilter,
 		m.Vips,
 	)
@@ -627,6 +770,7 @@ type dispatcherVariables struct {
 	DlbBtfFamily       *ebpf.Variable `ebpf:"dlb_btf_family"`
 	DlbBtfFlowState    *ebpf.Variable `ebpf:"dlb_btf_flow_state"`
 	DlbBtfMethod       *ebpf.Variable `ebpf:"dlb_btf_method"`
+	DlbBtfNatCtlOp     *ebpf.Variable `ebpf:"dlb_btf_nat_ctl_op"`
 	DlbBtfNatFlags     *ebpf.Variable `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.Variable `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.Variable `ebpf:"dlb_btf_stat_reason"`
@@ -637,11 +781,19 @@ type dispatcherVariables struct {
 //
 // It can be passed to loadDispatcherObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dispatcherPrograms struct {
-	DlbXdp *ebpf.Program `ebpf:"dlb_xdp"`
+	DlbConnDel *ebpf.Program `ebpf:"dlb_conn_del"`
+	DlbConnGet *ebpf.Program `ebpf:"dlb_conn_get"`
+	DlbConnPut *ebpf.Program `ebpf:"dlb_conn_put"`
+	DlbNatCtl  *ebpf.Program `ebpf:"dlb_nat_ctl"`
+	DlbXdp     *ebpf.Program `ebpf:"dlb_xdp"`
 }
 
 func (p *dispatcherPrograms) Close() error {
 	return _DispatcherClose(
+		p.DlbConnDel,
+		p.DlbConnGet,
+		p.DlbConnPut,
+		p.DlbNatCtl,
 		p.DlbXdp,
 	)
 }

@@ -294,15 +294,12 @@ func (e *testEnv) stats(t testing.TB) lb.DataplaneStats {
 // clearConns empties the connection table.
 func (e *testEnv) clearConns(t testing.TB) {
 	t.Helper()
-	var k dispatcherFlowKey
 	var keys []dispatcherFlowKey
-	var f dispatcherFlow
-	it := e.dp.objs.Conns.Iterate()
-	for it.Next(&k, &f) {
-		keys = append(keys, k)
+	if err := e.dp.eachConn(func(c dispatcherConnEntry) { keys = append(keys, c.Key) }); err != nil {
+		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if err := e.dp.objs.Conns.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if _, err := e.dp.deleteConn(k, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,23 +329,18 @@ func (e *testEnv) putConn(t testing.TB, c conn) {
 	if c.closing {
 		f.State = uint8(dispatcherFlowStateFLOW_CLOSING)
 	}
-	if err := e.dp.objs.Conns.Update(&k, &f, ebpf.UpdateAny); err != nil {
+	if err := e.dp.putConn(k, f); err != nil {
 		t.Fatalf("inserting connection: %v", err)
 	}
 }
 
 func (e *testEnv) getConn(t testing.TB, k FlowKey) (dispatcherFlow, bool) {
 	t.Helper()
-	raw := k.raw()
-	var f dispatcherFlow
-	err := e.dp.objs.Conns.Lookup(&raw, &f)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return f, false
-	}
+	f, ok, err := e.dp.getConn(k.raw())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, true
+	return f, ok
 }
 
 // coarseNow reads the clock the executor reads (bpf_ktime_get_coarse_ns).
@@ -384,10 +376,10 @@ func (e *testEnv) putNAT(t testing.TB, c natConn) {
 	rk.Addr.Addr, _ = addrBytes(c.ret)
 	r := dispatcherNatRev{LastSeen: seen, Client: k.Src, Vip: k.Dst, ClientPort: k.Sport, VipPort: k.Dport,
 		Backend: c.backend, Service: c.service, State: state}
-	if err := e.dp.objs.NatPorts.Update(&rk, &r, ebpf.UpdateAny); err != nil {
+	if err := e.dp.putNATPort(rk, r); err != nil {
 		t.Fatalf("inserting nat_ports entry: %v", err)
 	}
-	if err := e.dp.objs.NatFlows.Update(&k, &f, ebpf.UpdateAny); err != nil {
+	if err := e.dp.putNATFlow(k, f); err != nil {
 		t.Fatalf("inserting nat_flows entry: %v", err)
 	}
 }
@@ -396,14 +388,18 @@ func (e *testEnv) putNAT(t testing.TB, c natConn) {
 func (e *testEnv) getNAT(t testing.TB, k FlowKey) (dispatcherNatFlow, dispatcherNatRev, bool) {
 	t.Helper()
 	raw := k.raw()
-	var f dispatcherNatFlow
 	var r dispatcherNatRev
-	if err := e.dp.objs.NatFlows.Lookup(&raw, &f); err != nil {
+	f, ok, err := e.dp.getNATFlow(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
 		return f, r, false
 	}
 	rk := dispatcherNatKey{Addr: f.NatAddr, Port: f.NatPort, Proto: k.Proto, Family: raw.Family}
-	if err := e.dp.objs.NatPorts.Lookup(&rk, &r); err != nil {
-		t.Fatalf("nat_flows entry %+v has no nat_ports entry: %v", f, err)
+	r, ok, err = e.dp.getNATPort(rk)
+	if err != nil || !ok {
+		t.Fatalf("nat_flows entry %+v has no nat_ports entry (%v)", f, err)
 	}
 	return f, r, true
 }
@@ -413,8 +409,11 @@ func (e *testEnv) natPortTaken(t testing.TB, ret netip.Addr, port uint16, proto 
 	t.Helper()
 	rk := dispatcherNatKey{Port: htons(port), Proto: proto}
 	rk.Addr.Addr, rk.Family = addrBytes(ret)
-	var r dispatcherNatRev
-	return e.dp.objs.NatPorts.Lookup(&rk, &r) == nil
+	_, ok, err := e.dp.getNATPort(rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }
 
 // halfOpen returns the live half-open reservation of a NAT connection and
@@ -441,8 +440,24 @@ func (e *testEnv) halfOpen(t testing.TB, k FlowKey) (h dispatcherHalfopen, port 
 func (e *testEnv) clearTables(t testing.TB) {
 	t.Helper()
 	e.clearConns(t)
-	clearMap(t, e.dp.objs.NatFlows, dispatcherFlowKey{}, dispatcherNatFlow{})
-	clearMap(t, e.dp.objs.NatPorts, dispatcherNatKey{}, dispatcherNatRev{})
+	var flows []dispatcherFlowKey
+	var ports []dispatcherNatKey
+	if err := e.dp.eachNATFlow(func(k dispatcherFlowKey, _ dispatcherNatFlow) { flows = append(flows, k) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dp.eachNATPort(func(k dispatcherNatKey, _ dispatcherNatRev) { ports = append(ports, k) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range flows {
+		if _, err := e.dp.deleteNATFlow(k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range ports {
+		if _, err := e.dp.deleteNATPort(k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	clearMap(t, e.dp.objs.Affinity, dispatcherAffinityKey{}, dispatcherAffinityRecord{})
 	// The handshake caches: rewritten whole (one batch per cache).
 	slots := make([]uint32, 16384)

@@ -29,14 +29,15 @@ func (k FlowKey) raw() dispatcherFlowKey {
 	return fk
 }
 
-// FlowHash returns the hash the executor computes for a flow (bpf/include/
-// hash.h): MurmurHash3 x86_32 over the key's ten words. A new flow takes
-// Maglev slot FlowHash(k, seed) % M.
+// FlowHash returns the hash the executor computes for a flow (tab_hash_flow
+// in bpf/include/table.h), which places it in the connection table and
+// the handshake cache. A new flow takes Maglev slot FlowHash(k, seed) % M.
 func FlowHash(k FlowKey, seed uint32) uint32 {
-	return rawHash(k.raw(), seed)
+	return tableHash(k.raw(), seed)
 }
 
-// rawHash is flow_hash over a raw key.
+// rawHash is flow_hash (bpf/include/hash.h, MurmurHash3 x86_32 over the
+// key's ten words) over a raw key.
 func rawHash(fk dispatcherFlowKey, seed uint32) uint32 {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&fk)), unsafe.Sizeof(fk))
 	h := seed
@@ -51,6 +52,23 @@ func rawHash(fk dispatcherFlowKey, seed uint32) uint32 {
 	}
 	h ^= uint32(len(b))
 	return fmix32(h)
+}
+
+// tableHash is tab_hash_flow of bpf/include/table.h: the connection
+// table's hash of a flow, which also places it in the MAC handshake cache
+// and picks its Maglev slot.
+func tableHash(fk dispatcherFlowKey, seed uint32) uint32 {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&fk)), unsafe.Sizeof(fk))
+	primes := [5]uint64{0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0x85ebca77c2b2ae63, 0x27d4eb2f165667c5}
+	var h uint64
+	for i, p := range primes {
+		h += binary.LittleEndian.Uint64(b[8*i:]) * p
+	}
+	h += uint64(seed)
+	h ^= h >> 32
+	h *= 0xd6e8feb86659fd93
+	h ^= h >> 32
+	return uint32(h)
 }
 
 func fmix32(h uint32) uint32 {

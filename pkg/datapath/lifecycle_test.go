@@ -164,7 +164,7 @@ func TestPrivilegedSweepJustBooted(t *testing.T) {
 	e.putConn(t, conn{key: k(3), backend: 10, service: 1, idle: 3, closing: true})
 	ahead := k(4).raw()
 	f := dispatcherFlow{LastSeen: e.clock + 2e9, Backend: 10, Service: 1, State: uint8(dispatcherFlowStateFLOW_ESTABLISHED)}
-	if err := e.dp.objs.Conns.Update(&ahead, &f, 0); err != nil {
+	if err := e.dp.putConn(ahead, f); err != nil {
 		t.Fatal(err)
 	}
 	e.putNAT(t, natConn{key: key(vipNAT, 80, 2, 6), backend: 60, service: 6, ret: retAddr, port: 40010, idle: 3})

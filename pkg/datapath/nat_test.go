@@ -37,19 +37,18 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 	// Make the server side of 5 live.
 	rk := dispatcherNatKey{Port: htons(40005), Proto: 6, Family: 4}
 	rk.Addr.Addr, _ = addrBytes(retAddr)
-	var r dispatcherNatRev
-	if err := e.dp.objs.NatPorts.Lookup(&rk, &r); err != nil {
-		t.Fatal(err)
+	r, ok, err := e.dp.getNATPort(rk)
+	if err != nil || !ok {
+		t.Fatalf("reading the nat_ports entry: %v (present %v)", err, ok)
 	}
 	r.LastSeen = e.now()
-	if err := e.dp.objs.NatPorts.Put(&rk, &r); err != nil {
+	if err := e.dp.putNATPort(rk, r); err != nil {
 		t.Fatal(err)
 	}
 	// An orphaned port (its client side is gone).
 	e.putNAT(t, c(7, 40007, 1, false))
-	fk := k(7).raw()
-	if err := e.dp.objs.NatFlows.Delete(&fk); err != nil {
-		t.Fatal(err)
+	if removed, err := e.dp.deleteNATFlow(k(7).raw(), 0); err != nil || !removed {
+		t.Fatalf("removing the client side: %v (removed %v)", err, removed)
 	}
 
 	before := e.stats(t).Backends[60].FinConns

@@ -412,7 +412,8 @@ func (s *sweeper) conns() error {
 		counted bool // counted as swept (it was established)
 	}
 	var doomed []doomedEntry
-	err := batchRead(s.d.objs.Conns, func(k dispatcherFlowKey, f dispatcherFlow) {
+	err := s.d.eachConn(func(e dispatcherConnEntry) {
+		k, f := e.Key, e.Flow
 		s.res.Entries++
 		established := dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED
 		if gone, counted := s.verdictOf(f.Service, f.Backend, f.LastSeen, established); gone {
@@ -428,22 +429,26 @@ func (s *sweeper) conns() error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("reading connection table: %w", err)
+		return err
 	}
 	// Delete only entries no packet refreshed since they were read.
 	for _, e := range doomed {
-		var f dispatcherFlow
-		if err := s.d.objs.Conns.Lookup(&e.key, &f); err != nil || f.LastSeen != e.seen {
+		removed, err := s.d.deleteConn(e.key, e.seen)
+		if err != nil {
+			return fmt.Errorf("removing expired connection: %w", err)
+		}
+		if !removed {
 			if e.counted {
 				s.swept[e.backend]-- // gone already, or a packet revived it
 			}
-			if err == nil && dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED {
+			f, ok, err := s.d.getConn(e.key)
+			if err != nil {
+				return err
+			}
+			if ok && dispatcherFlowState(f.State) == dispatcherFlowStateFLOW_ESTABLISHED {
 				s.res.Active[f.Backend]++
 			}
 			continue
-		}
-		if err := s.d.objs.Conns.Delete(&e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing expired connection: %w", err)
 		}
 		s.res.Expired++
 		s.res.Entries--
@@ -476,7 +481,7 @@ func (s *sweeper) pool(addr [16]uint8, family uint8) (netip.Addr, lb.DataplanePo
 // are, closing when either saw FIN or RST.
 func (s *sweeper) nat() error {
 	revs := map[dispatcherNatKey]dispatcherNatRev{}
-	if err := batchRead(s.d.objs.NatPorts, func(k dispatcherNatKey, r dispatcherNatRev) { revs[k] = r }); err != nil {
+	if err := s.d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) { revs[k] = r }); err != nil {
 		return fmt.Errorf("reading nat_ports: %w", err)
 	}
 	type pair struct {
@@ -489,14 +494,16 @@ func (s *sweeper) nat() error {
 	}
 	var doomed []pair
 	owned := map[dispatcherNatKey]bool{}
-	err := batchRead(s.d.objs.NatFlows, func(fk dispatcherFlowKey, f dispatcherNatFlow) {
+	var lookupErr error
+	err := s.d.eachNATFlow(func(fk dispatcherFlowKey, f dispatcherNatFlow) {
 		s.res.Entries++
 		rk := dispatcherNatKey{Addr: f.NatAddr, Port: f.NatPort, Proto: fk.Proto, Family: fk.Family}
 		r, ok := revs[rk]
 		if !ok {
 			// Created after nat_ports was read, or half gone.
-			if err := s.d.objs.NatPorts.Lookup(&rk, &r); err == nil {
-				ok = true
+			var err error
+			if r, ok, err = s.d.getNATPort(rk); err != nil {
+				lookupErr = err
 			}
 		}
 		if !ok || revOwner(rk, r) != fk {
@@ -522,6 +529,9 @@ func (s *sweeper) nat() error {
 			s.noteActive(f.Service, fk.Src.Addr, fk.Family, last)
 		}
 	})
+	if err == nil {
+		err = lookupErr
+	}
 	if err != nil {
 		return fmt.Errorf("reading nat_flows: %w", err)
 	}
@@ -530,24 +540,27 @@ func (s *sweeper) nat() error {
 	// client side first (no new packet can use the port then), then the
 	// port itself.
 	for _, p := range doomed {
-		var f dispatcherNatFlow
-		if err := s.d.objs.NatFlows.Lookup(&p.fk, &f); err != nil || f.LastSeen != p.fseen {
-			if p.counted {
-				s.swept[p.backend]--
-			}
-			continue
-		}
 		if p.rk != (dispatcherNatKey{}) {
-			var r dispatcherNatRev
-			if err := s.d.objs.NatPorts.Lookup(&p.rk, &r); err == nil && r.LastSeen != p.rseen {
+			r, ok, err := s.d.getNATPort(p.rk)
+			if err != nil {
+				return err
+			}
+			if ok && r.LastSeen != p.rseen {
 				if p.counted {
 					s.swept[p.backend]--
 				}
 				continue
 			}
 		}
-		if err := s.d.objs.NatFlows.Delete(&p.fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		removed, err := s.d.deleteNATFlow(p.fk, p.fseen)
+		if err != nil {
 			return fmt.Errorf("removing expired NAT connection: %w", err)
+		}
+		if !removed {
+			if p.counted {
+				s.swept[p.backend]--
+			}
+			continue
 		}
 		if p.rk != (dispatcherNatKey{}) {
 			if err := s.deleteRev(p.rk, p.fk); err != nil {
@@ -566,8 +579,9 @@ func (s *sweeper) nat() error {
 			continue
 		}
 		fk := revOwner(rk, r)
-		var f dispatcherNatFlow
-		if err := s.d.objs.NatFlows.Lookup(&fk, &f); err == nil {
+		if _, ok, err := s.d.getNATFlow(fk); err != nil {
+			return err
+		} else if ok {
 			continue
 		}
 		if err := s.deleteRev(rk, fk); err != nil {
@@ -579,11 +593,14 @@ func (s *sweeper) nat() error {
 
 // deleteRev deletes a nat_ports entry if it still belongs to fk.
 func (s *sweeper) deleteRev(rk dispatcherNatKey, fk dispatcherFlowKey) error {
-	var r dispatcherNatRev
-	if err := s.d.objs.NatPorts.Lookup(&rk, &r); err != nil || revOwner(rk, r) != fk {
+	r, ok, err := s.d.getNATPort(rk)
+	if err != nil {
+		return err
+	}
+	if !ok || revOwner(rk, r) != fk {
 		return nil
 	}
-	if err := s.d.objs.NatPorts.Delete(&rk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if _, err := s.d.deleteNATPort(rk, r.LastSeen); err != nil {
 		return fmt.Errorf("freeing NAT port: %w", err)
 	}
 	return nil
@@ -618,7 +635,7 @@ func (s *sweeper) handshakes() error {
 		if h.Seen == 0 || since(s.now, h.Seen) > halfOpenNs {
 			return
 		}
-		if h.Check != rawHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
+		if h.Check != tableHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
 			return
 		}
 		s.res.HalfOpen[h.Service]++

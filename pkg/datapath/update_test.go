@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -79,6 +80,7 @@ func dumpMaps(t *testing.T, d *Datapath) string {
 	if err := d.objs.Config.Lookup(uint32(0), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	cfg.VipsGen = 0 // how often vips changed, not what they hold
 	lines = append(lines, fmt.Sprintf("filters %x %x", f.Bits, nf), fmt.Sprintf("config %+v", cfg))
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -481,5 +483,59 @@ func TestPrivilegedStatsRead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPrivilegedVipCacheFollowsUpdates: each CPU keeps copies of the vips
+// entries it used; an incremental update that removes a service, or
+// changes one, is seen by the very next packet on a CPU that cached it.
+func TestPrivilegedVipCacheFollowsUpdates(t *testing.T) {
+	e := newTestEnv(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var one unix.CPUSet
+	one.Set(0)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	syn := func(sport uint16) uint32 {
+		ret, _ := e.run(t, tcpTo(vipTCP, 80, sport, "S").Build(t))
+		return ret
+	}
+	if ret := syn(41000); ret != xdpTX {
+		t.Fatalf("SYN to the service: %d, want XDP_TX", ret)
+	}
+
+	// The service's table shrinks to 101 slots: its vips entry, which
+	// holds the size, is rewritten. A CPU that went on with its copy
+	// would pick slots beyond the new table and find no server.
+	s := e.service(1)
+	if len(s.Table) <= 101 {
+		t.Fatalf("the fixture's table has %d slots: nothing to shrink", len(s.Table))
+	}
+	first := s.Table[0]
+	s.Table = fill(101, func(uint32) uint32 { return first })
+	s.TableSum = lb.TableSum(s.Table)
+	if err := e.dp.Update(lb.DataplaneUpdate{Services: []lb.DataplaneService{s}}); err != nil {
+		t.Fatal(err)
+	}
+	for sport := uint16(41100); sport < 41120; sport++ {
+		if ret := syn(sport); ret != xdpTX {
+			t.Fatalf("SYN from port %d after the table shrank: %d, want XDP_TX", sport, ret)
+		}
+	}
+
+	// The service goes: the next SYN is not balanced.
+	u := lb.DataplaneUpdate{RemoveServices: []uint32{1}}
+	for _, b := range e.state.Backends {
+		if b.Service == 1 {
+			u.RemoveBackends = append(u.RemoveBackends, b.ID)
+		}
+	}
+	if err := e.dp.Update(u); err != nil {
+		t.Fatal(err)
+	}
+	if ret := syn(41002); ret == xdpTX {
+		t.Fatal("a SYN to a removed service was still forwarded: a CPU used its stale copy of the vips entry")
 	}
 }

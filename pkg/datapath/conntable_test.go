@@ -1,0 +1,243 @@
+//go:build linux
+
+package datapath
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// tableClient is the client address of flow i of the table tests (198.19/16,
+// away from every fixture).
+func tableClient(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+}
+
+func tableFlow(i int, flags string) testutil.Frame {
+	return testutil.Frame{Src: tableClient(i), Dst: vipTCP, Proto: "tcp", SrcPort: 2000, DstPort: 80, Flags: flags, Payload: []byte("dlb")}
+}
+
+func tableKey(i int) FlowKey {
+	return FlowKey{Src: tableClient(i), Dst: vipTCP, SrcPort: 2000, DstPort: 80, Proto: 6}
+}
+
+// TestPrivilegedConnTableCapacity: the MAC connection table holds exactly
+// its capacity, whatever it is (a multiple of the bitmap's 64 entries or
+// of a bucket's ways, or neither); every entry is found again, by the
+// executor's fast path (no new connection) and by pkg/datapath; one more
+// flow evicts one entry and keeps the count at the capacity.
+func TestPrivilegedConnTableCapacity(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	for _, tc := range []struct {
+		name     string
+		capacity uint32
+	}{
+		{"smaller than a bucket", 10},
+		{"two buckets and a bit", 30},
+		{"neither a multiple of 64 nor of 14", 100},
+		{"two bitmap words", 128},
+		{"many buckets", 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := openTestEnv(t, Options{ConnTableSize: tc.capacity})
+			if got := e.dp.Info().ConnTable; got != tc.capacity {
+				t.Fatalf("capacity %d, want %d", got, tc.capacity)
+			}
+			n := int(tc.capacity)
+			before := e.stats(t).Services[1].NewConns
+			for i := 0; i < n; i++ {
+				if v, out := e.run(t, tableFlow(i, "A").Build(t)); v != xdpTX || !bytes.Equal(out[0:6], mac(0x21)) {
+					t.Fatalf("flow %d: verdict %d to %x", i, v, out[0:6])
+				}
+			}
+			if d := e.stats(t).Services[1].NewConns - before; d != uint64(n) {
+				t.Fatalf("%d new connections for %d new flows", d, n)
+			}
+			if got := countConns(t, e); got != n {
+				t.Fatalf("%d entries after %d new flows into a table of %d", got, n, n)
+			}
+			for i := 0; i < n; i++ {
+				if f, ok := e.getConn(t, tableKey(i)); !ok || f.Backend != 10 {
+					t.Fatalf("flow %d: entry %+v (present %v)", i, f, ok)
+				}
+			}
+			// Every flow again: found, so no new connection.
+			before = e.stats(t).Services[1].NewConns
+			for i := 0; i < n; i++ {
+				if v, _ := e.run(t, tableFlow(i, "PA").Build(t)); v != xdpTX {
+					t.Fatalf("flow %d again: verdict %d", i, v)
+				}
+			}
+			if d := e.stats(t).Services[1].NewConns - before; d != 0 {
+				t.Fatalf("%d new connections for %d known flows", d, n)
+			}
+			// One flow more: a full table evicts one entry for it.
+			if v, _ := e.run(t, tableFlow(n, "A").Build(t)); v != xdpTX {
+				t.Fatalf("flow beyond the capacity: verdict %d", v)
+			}
+			if _, ok := e.getConn(t, tableKey(n)); !ok {
+				t.Error("the flow beyond the capacity has no entry")
+			}
+			if got := countConns(t, e); got != n {
+				t.Errorf("%d entries after one flow more, want the capacity %d", got, n)
+			}
+			if ev := e.stats(t).Events["conn_insert_failed"]; ev != 0 {
+				t.Errorf("%d inserts failed", ev)
+			}
+		})
+	}
+}
+
+// TestPrivilegedConnTableEvictsClosingFirst: when every entry is in use, an
+// insert takes a closing connection's entry before an open one's.
+func TestPrivilegedConnTableEvictsClosingFirst(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const capacity = 4 // the eviction samples see every entry
+	e := openTestEnv(t, Options{ConnTableSize: capacity})
+	for i := 0; i < capacity; i++ {
+		if v, _ := e.run(t, tableFlow(i, "A").Build(t)); v != xdpTX {
+			t.Fatalf("flow %d: verdict %d", i, v)
+		}
+	}
+	const closing = 2
+	if v, _ := e.run(t, tableFlow(closing, "FA").Build(t)); v != xdpTX {
+		t.Fatalf("FIN: verdict %d", v)
+	}
+	if v, _ := e.run(t, tableFlow(capacity, "A").Build(t)); v != xdpTX {
+		t.Fatalf("new flow: verdict %d", v)
+	}
+	for i := 0; i <= capacity; i++ {
+		_, ok := e.getConn(t, tableKey(i))
+		if want := i != closing; ok != want {
+			t.Errorf("flow %d: entry present %v, want %v", i, ok, want)
+		}
+	}
+}
+
+// TestPrivilegedConnTableRemoveAndReuse: entries removed (by the sweeper's
+// program) free their room: a full table takes as many new flows again
+// without evicting any, and put/get/del through the control programs
+// agree with what the executor sees.
+func TestPrivilegedConnTableRemoveAndReuse(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const capacity = 70
+	e := openTestEnv(t, Options{ConnTableSize: capacity})
+	for i := 0; i < capacity; i++ {
+		e.putConn(t, conn{key: tableKey(i), backend: 10, service: 1})
+	}
+	if got := countConns(t, e); got != capacity {
+		t.Fatalf("%d entries after %d puts", got, capacity)
+	}
+	for i := 0; i < capacity; i += 2 {
+		if removed, err := e.dp.deleteConn(tableKey(i).raw(), 0); err != nil || !removed {
+			t.Fatalf("removing flow %d: %v (removed %v)", i, err, removed)
+		}
+	}
+	if removed, err := e.dp.deleteConn(tableKey(0).raw(), 0); err != nil || removed {
+		t.Fatalf("removing flow 0 twice: %v (removed %v)", err, removed)
+	}
+	// A removal that expects another last_seen leaves the entry.
+	if removed, err := e.dp.deleteConn(tableKey(1).raw(), 1); err != nil || removed {
+		t.Fatalf("removing flow 1 with a stale last_seen: %v (removed %v)", err, removed)
+	}
+	for i := capacity; i < capacity+capacity/2; i++ {
+		if v, _ := e.run(t, tableFlow(i, "A").Build(t)); v != xdpTX {
+			t.Fatalf("flow %d: verdict %d", i, v)
+		}
+	}
+	if got := countConns(t, e); got != capacity {
+		t.Errorf("%d entries, want %d", got, capacity)
+	}
+	// Nothing was evicted: every odd old flow and every new one is there.
+	for i := 1; i < capacity+capacity/2; i++ {
+		_, ok := e.getConn(t, tableKey(i))
+		if want := i%2 == 1 || i >= capacity; ok != want {
+			t.Errorf("flow %d: entry present %v, want %v", i, ok, want)
+		}
+	}
+	// The executor follows an entry written from userspace.
+	e.putConn(t, conn{key: tableKey(1), backend: 11, service: 1})
+	if v, out := e.run(t, tableFlow(1, "PA").Build(t)); v != xdpTX || !bytes.Equal(out[0:6], mac(0x22)) {
+		t.Errorf("flow 1 after its entry was rewritten: verdict %d to %x, want backend 11", v, out[0:6])
+	}
+}
+
+// TestPrivilegedHandshakeSlot: the MAC handshake cache is indexed by the
+// table hash, as the sweeper's twin (tableHash) computes it.
+func TestPrivilegedHandshakeSlot(t *testing.T) {
+	e := newTestEnv(t)
+	slots := e.dp.objs.Handshakes.MaxEntries()
+	for i := 0; i < 20; i++ {
+		if v, _ := e.run(t, tableFlow(i, "S").Build(t)); v != xdpTX {
+			t.Fatalf("SYN %d: verdict %d", i, v)
+		}
+		k := tableKey(i).raw()
+		h := tableHash(k, DefaultHashSeed)
+		var hs dispatcherHandshake
+		if err := e.dp.objs.Handshakes.Lookup(h&(slots-1), &hs); err != nil {
+			t.Fatal(err)
+		}
+		if hs.Key != k || hs.Check != h^hs.Backend^hs.Service {
+			t.Fatalf("SYN %d: slot %d holds %+v, want its key and check", i, h&(slots-1), hs)
+		}
+	}
+}
+
+// TestPrivilegedTableSizeLimit: a connection table larger than its index
+// can address is refused before anything is created.
+func TestPrivilegedTableSizeLimit(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	for _, opts := range []Options{
+		{ConnTableSize: 1<<24 + 1},
+		{NATTableSize: 1 << 25},
+	} {
+		opts.PinDir = newPinDir(t)
+		dp, err := Open(opts)
+		if err == nil {
+			dp.Remove()
+			t.Fatalf("Open(%+v) succeeded", opts)
+		}
+		if !strings.Contains(err.Error(), "is larger than") {
+			t.Errorf("Open(%+v): %v, want an error naming the size", opts, err)
+		}
+	}
+}
+
+// TestPrivilegedNATTableCapacity: the NAT tables, which never evict, take
+// exactly their capacity of connections and then refuse new ones, for
+// sizes that are multiples of neither the bitmap's 64 entries nor a
+// bucket's ways.
+func TestPrivilegedNATTableCapacity(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	for _, capacity := range []uint32{30, 300} {
+		e := openTestEnv(t, Options{ConnTableSize: 4096, NATTableSize: capacity})
+		if got := e.dp.Info().NATTable; got != capacity {
+			t.Fatalf("capacity %d, want %d", got, capacity)
+		}
+		udp := func(i int) testutil.Frame {
+			return testutil.Frame{Src: tableClient(i), Dst: vipNAT, Proto: "udp", SrcPort: 3000, DstPort: 53, Payload: []byte("dlb")}
+		}
+		for i := 0; i < int(capacity); i++ {
+			if v, _ := e.run(t, udp(i).Build(t)); v != xdpTX {
+				t.Fatalf("NAT table of %d: flow %d refused (verdict %d)", capacity, i, v)
+			}
+		}
+		before := e.stats(t)
+		if v, _ := e.run(t, udp(int(capacity)).Build(t)); v != xdpDrop {
+			t.Errorf("NAT table of %d: the flow beyond it got verdict %d, want a drop", capacity, v)
+		}
+		if d := reasonDelta(before, e.stats(t), "drop_table_full"); d != 1 {
+			t.Errorf("NAT table of %d: drop_table_full +%d, want +1", capacity, d)
+		}
+		for i := 0; i < int(capacity); i++ {
+			k := FlowKey{Src: tableClient(i), Dst: vipNAT, SrcPort: 3000, DstPort: 53, Proto: 17}
+			if _, _, ok := e.getNAT(t, k); !ok {
+				t.Errorf("NAT table of %d: mapping %d lost", capacity, i)
+			}
+		}
+	}
+}
