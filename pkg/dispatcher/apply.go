@@ -42,6 +42,10 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 	if err != nil {
 		return 0, refuse(err)
 	}
+	if err := e.reconfigureSpeaker(old, next, ch); err != nil {
+		e.ids.Revert(delta)
+		return 0, refuse(err)
+	}
 	hostBefore := e.host.clone()
 	if written, err := e.reconcile(old, next, ch, delta); err != nil {
 		e.ids.Revert(delta)
@@ -49,6 +53,7 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		if written {
 			e.rollback(old)
 		}
+		e.restoreSpeaker(old, ch)
 		return 0, refuse(err)
 	}
 	rec := store.NewRecord(old, next, ch, delta)
@@ -57,6 +62,7 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		e.ids.Revert(delta)
 		e.host = hostBefore
 		e.rollback(old)
+		e.restoreSpeaker(old, ch)
 		return 0, refuse(err)
 	}
 	e.ed.Commit(edit)
@@ -125,7 +131,13 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		// cycle.
 		e.pushPorts(next, nil, "manager settings")
 	}
-	e.checkAlerts(next, ch.PortsTouched())
+	if old.Executor != next.Executor {
+		// The executor started, stopped or moved: every port's servers
+		// may have changed state (their next hops were resolved).
+		e.checkAlerts(next, nil)
+	} else {
+		e.checkAlerts(next, ch.PortsTouched())
+	}
 	if e.store.NeedsSnapshot() {
 		if err := e.store.Snapshot(e.stateCopy()); err != nil {
 			e.log.Error("writing a state snapshot", "err", err)

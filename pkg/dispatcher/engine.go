@@ -114,6 +114,9 @@ type Options struct {
 	// NewAdvisor builds the probe an advisor configuration names; the
 	// default is package advisors' (tests substitute fakes).
 	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)
+	// Speaker announces cluster addresses over BGP (package bgp); nil
+	// refuses BGP settings.
+	Speaker Speaker
 	// MetricErrorClass names the class of a refused or failed metric report
 	// ("unauthenticated", "replayed", ...) for the metric report; "failed"
 	// when nil or it returns "".
@@ -139,6 +142,7 @@ type Engine struct {
 	health  *health.Monitor
 	metrics *pollers
 	events  *events.Runner
+	routes  routes // what the BGP speaker announces
 }
 
 // ErrStopped is returned by calls made after Run returned.
@@ -194,6 +198,7 @@ func New(opts Options) (*Engine, error) {
 		health:  health.NewMonitor(opts.NewAdvisor),
 		metrics: newPollers(),
 		events:  events.New(opts.ScriptsDir, opts.ScriptTimeout, opts.Logger),
+		routes:  newRoutes(),
 	}
 	e.metrics.loops = loops.New(e.startPoller, samePoller)
 	cfg := ed.Config()
@@ -240,6 +245,7 @@ func (e *Engine) Run(ctx context.Context) {
 	e.ctx = ctx
 	go e.events.Run(ctx)
 	cfg := e.ed.Config()
+	e.startSpeaker(cfg)
 	e.syncProbes(cfg, nil)
 	e.syncPollers(cfg)
 	// Sweep once now: the counts reports show (connections, active per
@@ -266,6 +272,9 @@ func (e *Engine) Run(ctx context.Context) {
 			}
 			cycle.Reset(seconds(e.ed.Config().Manager.Interval))
 		case <-ctx.Done():
+			// Withdraw first: the routers stop sending here while the
+			// executor still forwards what is on its way.
+			e.stopSpeaker()
 			e.health.Stop()
 			e.metrics.loops.StopAll()
 			if e.exec.dp != nil {
@@ -283,6 +292,9 @@ func (e *Engine) Run(ctx context.Context) {
 			f()
 		case <-tick.C:
 			e.refreshNeighbors()
+			// Catches an executor that lost its attachment (its
+			// interface went away) within a tick.
+			e.syncRoutes(e.ed.Config())
 		case <-sweep.C:
 			e.sweepConns()
 		}

@@ -23,6 +23,8 @@ type Query struct {
 	Target string
 	// Counters asks for the executor's traffic counters.
 	Counters bool
+	// BGP asks for the BGP speaker's sessions and announcements.
+	BGP bool
 }
 
 // Status is a snapshot of what the engine knows, in the model's terms.
@@ -46,6 +48,8 @@ type Status struct {
 	MetricRefused map[string]int64
 	// ManagerCycles counts manager cycles since dlbd started.
 	ManagerCycles uint64
+	// BGP is the speaker's state (with Query.BGP).
+	BGP *BGPStatus
 }
 
 // ExecutorStatus is the executor's state.
@@ -193,6 +197,9 @@ func (e *Engine) status(q Query) (*Status, error) {
 	}
 	for reason, n := range e.metrics.refused {
 		st.MetricRefused[reason] = n
+	}
+	if q.BGP {
+		st.BGP = e.bgpStatus(cfg)
 	}
 	return st, nil
 }
