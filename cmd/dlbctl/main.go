@@ -65,6 +65,7 @@ type dlbClient interface {
 	Advisors(ctx context.Context) ([]api.AdvisorReport, error)
 	Metrics(ctx context.Context) (api.MetricReport, error)
 	ConfigScript(ctx context.Context) (string, error)
+	BGP(ctx context.Context) (api.BGPReport, error)
 	ServerCheck(ctx context.Context, target, client string) (api.ServerCheckReport, error)
 }
 
@@ -259,7 +260,7 @@ func (a *app) newRoot() *cobra.Command {
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
-		a.metricCmd(), a.fileCmd(), a.versionCmd())
+		a.metricCmd(), a.bgpCmd(), a.fileCmd(), a.versionCmd())
 	// Run on a backend host, not against dlbd (backend.go).
 	root.AddCommand(a.backendCmd())
 	return root

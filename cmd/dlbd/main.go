@@ -23,6 +23,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlbproject/dlb/pkg/bgp"
 	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
@@ -200,6 +201,7 @@ func run(ctx context.Context, o options) error {
 		ScriptTimeout:    o.scriptTimeout,
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
 		MetricErrorClass: metricErrorClass,
+		Speaker:          bgp.New(log), // runs once "bgp set" configured it
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
 	})

@@ -42,6 +42,10 @@ const (
 	ObjectManager  = "manager"
 	ObjectAdvisor  = "advisor"
 	ObjectMetric   = "metric"
+	// ObjectBGP is the BGP speaker (set, remove); ObjectNeighbor a router
+	// it peers with (add, set, remove).
+	ObjectBGP      = "bgp"
+	ObjectNeighbor = "neighbor"
 )
 
 // Actions an Op can take. Not every object takes every action.
@@ -134,6 +138,21 @@ type Op struct {
 	MetricPort *int64   `json:"metric_port,omitempty"`
 	SecretFile *string  `json:"secret_file,omitempty"`
 	Path       *string  `json:"path,omitempty"`
+
+	// BGP parameters: the speaker's (bgp set), a neighbour's (neighbor
+	// add/set, the target is its address) and a cluster's announcement
+	// (cluster add/set). Communities "none" clears them; MED 0 sends none.
+	ASN          *int64   `json:"asn,omitempty"`
+	RouterID     *string  `json:"router_id,omitempty"`
+	ListenPort   *int64   `json:"listen_port,omitempty"`
+	RemoteAS     *int64   `json:"remote_as,omitempty"`
+	PasswordFile *string  `json:"password_file,omitempty"`
+	HoldTime     *int64   `json:"hold_time,omitempty"`
+	Multihop     *int64   `json:"multihop,omitempty"`
+	NeighborPort *int64   `json:"neighbor_port,omitempty"`
+	Announce     *bool    `json:"announce,omitempty"`
+	Communities  []string `json:"communities,omitempty"`
+	MED          *int64   `json:"med,omitempty"`
 }
 
 // Result answers an accepted Request.
@@ -246,6 +265,9 @@ type ReturnAddressReport struct {
 type ClusterReport struct {
 	Address     string   `json:"address"`
 	Configure   bool     `json:"configure"`
+	Announce    bool     `json:"announce,omitempty"`
+	Communities []string `json:"communities,omitempty"`
+	MED         uint32   `json:"med,omitempty"`
 	Ports       int      `json:"ports"`
 	Proportions []int    `json:"proportions"` // active new port system
 	Metrics     []string `json:"metrics,omitempty"`

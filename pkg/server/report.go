@@ -88,7 +88,8 @@ func clusterReports(st *dispatcher.Status) []api.ClusterReport {
 		}
 		pr := cl.Proportions
 		r := api.ClusterReport{Address: cl.Address.String(), Configure: cl.Configure, Ports: len(cl.Ports),
-			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics}
+			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics,
+			Announce: cl.Announce, Communities: cl.Communities, MED: cl.MED}
 		for _, p := range cl.Ports {
 			ps := st.Ports[lb.ServiceKey{Cluster: cl.Address, Port: p.Number}]
 			addCounters(&r.Counters, counters(ps.Counters, ps.Active))
