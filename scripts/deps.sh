@@ -5,8 +5,9 @@
 #   deps.sh lab    iproute2 (ip), util-linux (nsenter), ethtool: the lab and demo
 #   deps.sh test   the lab's tools, plus the real servers the advisor tests
 #                  probe (dnsmasq, vsftpd, exim4, dovecot, slapd, python3's
-#                  http.server, openssl s_server), and what the package test
-#                  uses (systemd-analyze, man, strace)
+#                  http.server, openssl s_server), what the package test
+#                  uses (systemd-analyze, man, strace), and the routers the
+#                  scale-out tests peer with (FRR's bgpd and zebra, BIRD 2)
 #
 # The test servers' packages would start system-wide daemons on install;
 # they are installed with services held back: a policy-rc.d that refuses
@@ -62,6 +63,9 @@ if [ "$set_" = test ]; then
 	need man man-db
 	need strace strace
 	need adduser adduser
+	# The scale-out tests: routers doing ECMP over the dispatchers.
+	need vtysh frr
+	need bird bird2
 fi
 if ((${#missing[@]} == 0)); then
 	exit 0

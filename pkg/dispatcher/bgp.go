@@ -1,9 +1,12 @@
 package dispatcher
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -39,6 +42,14 @@ type routes struct {
 	// over failed servers); upPorts counts those ports per cluster.
 	up      map[lb.ServiceKey]bool
 	upPorts map[netip.Addr]int
+	// accepting identifies, per port, which of its servers take new
+	// connections; changed is when that last changed for any port of a
+	// cluster. A withdrawn cluster is announced only once its servers
+	// have settled (settleTime): every dispatcher must have the same view
+	// of them, and so the same Maglev tables, before the routers send it
+	// flows that others carried until then.
+	accepting map[lb.ServiceKey]uint64
+	changed   map[netip.Addr]time.Time
 	// sent is what the speaker was last told to announce, by cluster.
 	sent map[netip.Addr]lb.Route
 	// err is the speaker's last configuration or announcement error.
@@ -46,18 +57,53 @@ type routes struct {
 }
 
 func newRoutes() routes {
-	return routes{up: map[lb.ServiceKey]bool{}, upPorts: map[netip.Addr]int{}, sent: map[netip.Addr]lb.Route{}}
+	return routes{up: map[lb.ServiceKey]bool{}, upPorts: map[netip.Addr]int{}, accepting: map[lb.ServiceKey]uint64{},
+		changed: map[netip.Addr]time.Time{}, sent: map[netip.Addr]lb.Route{}}
+}
+
+// minSettle is the shortest time a withdrawn cluster's servers must keep
+// their states before it is announced.
+const minSettle = time.Second
+
+// settleTime is how long a withdrawn cluster's servers must keep their
+// states before it is announced: the longest time an advisor covering it
+// takes to bring a server up (interval × rise), at least minSettle, so
+// that the servers coming back together are all back first.
+func settleTime(cfg lb.Config, cl *lb.Cluster) time.Duration {
+	d := minSettle
+	for _, a := range cfg.Advisors {
+		for _, p := range cl.Ports {
+			if a.Covers(cl.Address, p.Number) {
+				d = max(d, seconds(a.Interval)*time.Duration(max(a.Rise, 1)))
+				break
+			}
+		}
+	}
+	return d
 }
 
 // port records whether a port has a server that takes new connections,
 // from its servers' states; present false forgets a removed port.
 func (r *routes) port(sk lb.ServiceKey, states []effective, present bool) {
 	up := false
-	for _, s := range states {
-		if s.state == lb.ServerUp && s.weight > 0 {
+	h := fnv.New64a()
+	for i, s := range states {
+		ok := s.state == lb.ServerUp && s.weight > 0
+		if ok {
 			up = true
-			break
+			var b [4]byte
+			binary.LittleEndian.PutUint32(b[:], uint32(i))
+			h.Write(b[:])
 		}
+	}
+	sig := h.Sum64()
+	if old, had := r.accepting[sk]; !present || !had || old != sig {
+		r.changed[sk.Cluster] = time.Now()
+	}
+	if present {
+		r.accepting[sk] = sig
+	} else {
+		delete(r.accepting, sk)
 	}
 	up = up && present
 	if r.up[sk] == up {
@@ -116,13 +162,18 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 		return
 	}
 	want := map[netip.Addr]lb.Route{}
+	now := time.Now()
 	if cfg.BGP.Enabled() {
 		attached := e.attached()
 		for i := range cfg.Clusters {
 			cl := &cfg.Clusters[i]
-			if cl.Announce && e.withdrawReason(cfg, cl, attached) == "" {
-				want[cl.Address] = route(cl)
+			if !cl.Announce || e.withdrawReason(cfg, cl, attached) != "" {
+				continue
 			}
+			if _, sent := e.routes.sent[cl.Address]; !sent && now.Sub(e.routes.changed[cl.Address]) < settleTime(cfg, cl) {
+				continue // announced by a later call (the tick's)
+			}
+			want[cl.Address] = route(cl)
 		}
 	}
 	same := len(want) == len(e.routes.sent)
@@ -252,7 +303,35 @@ func (e *Engine) bgpStatus(cfg lb.Config) *BGPStatus {
 	attached := e.attached()
 	for i := range cfg.Clusters {
 		cl := &cfg.Clusters[i]
-		st.Clusters[cl.Address] = e.withdrawReason(cfg, cl, attached)
+		why := e.withdrawReason(cfg, cl, attached)
+		if _, sent := e.routes.sent[cl.Address]; why == "" && !sent && e.opts.Speaker != nil {
+			why = "waiting for its servers' states to settle"
+		}
+		st.Clusters[cl.Address] = why
 	}
 	return st
+}
+
+// tableSizeChanges returns the ports, beyond those the change touched,
+// whose table size changed with their cluster's announcement (an
+// announced cluster's ports keep one size: lb.Cluster.TableIn).
+func tableSizeChanges(old, next lb.Config, ch config.Change, touched []lb.ServiceKey) []lb.ServiceKey {
+	var out []lb.ServiceKey
+	for a, kind := range ch.Clusters {
+		if kind != config.Changed {
+			continue
+		}
+		ocl, ncl := old.Cluster(a), next.Cluster(a)
+		if ocl == nil || ncl == nil || ocl.Announce == ncl.Announce {
+			continue
+		}
+		for i := range ncl.Ports {
+			p := &ncl.Ports[i]
+			k := lb.ServiceKey{Cluster: a, Port: p.Number}
+			if op := ocl.Port(p.Number); op != nil && ocl.TableIn(op) != ncl.TableIn(p) && !slices.Contains(touched, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
 }

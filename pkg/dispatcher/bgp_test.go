@@ -125,6 +125,8 @@ func TestAnnouncementFollowsTheCluster(t *testing.T) {
 		withdrawWhy  string
 		stillAnnonce bool
 	}{
+		// (The cases where servers change state wait for them to settle
+		// before announcing again.)
 		{"advisor fails every server", func() { fp.set(s1, true, 0); fp.set(s2Addr, true, 0) },
 			func() { fp.set(s1, false, 0); fp.set(s2Addr, false, 0) }, "no server takes new connections", false},
 		{"advisor fails one server", func() { fp.set(s1, true, 0) }, func() { fp.set(s1, false, 0) }, "", true},
@@ -158,8 +160,15 @@ func TestAnnouncementFollowsTheCluster(t *testing.T) {
 					t.Errorf("report says %q, want %q", why, tc.withdrawWhy)
 				}
 			}
+			undone := time.Now()
 			tc.undo()
 			eventually(t, "announced again", func() bool { return sp.announced() == want })
+			// A withdrawn cluster comes back only once its servers have
+			// kept their states for the settle time.
+			settles := tc.withdrawWhy == "no server takes new connections"
+			if took := time.Since(undone); settles && took < minSettle {
+				t.Errorf("announced again %v after the change, before the servers settled (%v)", took, minSettle)
+			}
 			if why, ok := h.status(Query{BGP: true}).BGP.Clusters[netip.MustParseAddr(vip)]; !ok || why != "" {
 				t.Errorf("report says %q (listed %v) for an announced cluster", why, ok)
 			}
@@ -318,4 +327,39 @@ func TestMaglevTablesAreTheSameOnEveryDispatcher(t *testing.T) {
 		h.mustApply(op("server", "remove", vip+"@443@198.18.0.23"), op("server", "set", vip+"@80@198.18.0.25", "weight", "9"))
 	}
 	compare("after the same change")
+}
+
+// TestAnnouncedTablesKeepTheirSize: a port of an announced cluster keeps
+// one table size whatever its servers, so that removing a server moves
+// its own slots and (almost) no others, on every dispatcher alike; a port
+// of a cluster that is not announced sizes its table by its servers.
+func TestAnnouncedTablesKeepTheirSize(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	h.mustApply(op("executor", "start", "", "interface", "eth0"), op("cluster", "add", vip, "announce", "yes"),
+		op("port", "add", vip+"@80"), op("server", "add", vip+"@80@198.18.0.21+198.18.0.22+198.18.0.23+198.18.0.24"))
+	key := vip + "@80"
+	before := strings.Split(string(tablesByAddress(t, h)[key]), "\n")
+	if len(before)-1 != lb.MaxTableSize {
+		t.Fatalf("an announced cluster's port has %d slots, want %d", len(before)-1, lb.MaxTableSize)
+	}
+	h.mustApply(op("server", "remove", vip+"@80@198.18.0.24"))
+	after := strings.Split(string(tablesByAddress(t, h)[key]), "\n")
+	if len(after) != len(before) {
+		t.Fatalf("removing a server changed the table size from %d to %d", len(before)-1, len(after)-1)
+	}
+	others := 0
+	for i := range before {
+		if before[i] != after[i] && before[i] != "198.18.0.24" {
+			others++
+		}
+	}
+	t.Logf("removing one of 4 servers moved %d slots of the others (%.3f%%)", others, 100*float64(others)/lb.MaxTableSize)
+	if others > lb.MaxTableSize/100 {
+		t.Errorf("removing one of 4 servers moved %d slots of the 3 others, more than 1%%", others)
+	}
+
+	h.mustApply(op("cluster", "set", vip, "announce", "no"))
+	if n := len(tablesByAddress(t, h)[key]); strings.Count(string(tablesByAddress(t, h)[key]), "\n") != int(lb.TableSizeFor(3)) {
+		t.Errorf("a cluster that is not announced has %d bytes of table, want %d slots", n, lb.TableSizeFor(3))
+	}
 }
