@@ -468,8 +468,7 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res := s.keepalive(ctx, 1050, 45*time.Second)
-		start := time.Now()
+		res := s.keepalive(ctx, 1050, 32*time.Second)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		through := per[1]
@@ -478,7 +477,6 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 			t.Errorf("only %d connections go through the dispatcher the test takes down, want 300 or more", through)
 		}
 		down := time.Now()
-		t.Logf("link down at %d ms", down.Sub(start).Milliseconds())
 		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "down").CombinedOutput(); err != nil {
 			t.Fatalf("link down: %v: %s", err, out)
 		}
@@ -495,8 +493,8 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 		t.Logf("link up: the router uses dispatcher 2 again %v later (%v after the loss)", back.Round(time.Millisecond),
 			time.Since(down).Round(time.Millisecond))
 		r := <-res
-		t.Logf("keep-alive connections: %d, broken %d, requests %d ok %d failed, backend changes %d, failures from %d to %d ms; %v",
-			r.Connections, r.Broken, r.OK, r.Failed, r.BackendChanges, r.FirstFailMS, r.LastFailMS, r.BrokenByBackend)
+		t.Logf("keep-alive connections: %d, broken %d (through the lost dispatcher: %d); requests: %d answered, %d failed; backend changes %d",
+			r.Connections, r.Broken, through, r.OK, r.Failed, r.BackendChanges)
 		if r.Broken != 0 || r.Failed != 0 || r.BackendChanges != 0 {
 			t.Errorf("%d connections broken, %d requests failed, %d connections changed server: %v", r.Broken, r.Failed,
 				r.BackendChanges, r.Errors)
@@ -509,7 +507,7 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res := s.keepalive(ctx, 1050, 30*time.Second)
+		res := s.keepalive(ctx, 1050, 22*time.Second)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[2]
 		t.Logf("keep-alive connections through each dispatcher: %v", per)
@@ -523,11 +521,9 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 			t.Errorf("the router took %v to drop the killed dispatcher, want at most the hold time + 1 s", conv)
 		}
 		time.Sleep(3 * time.Second)
-		began := time.Now()
 		lost.start() // the saved configuration: executor, cluster, BGP
 		back := s.waitHops("dispatcher 3 restarted", 30*time.Second, all...)
 		t.Logf("dlbd restarted: announced and used again %v after it started", back.Round(time.Millisecond))
-		_ = began
 		r := <-res
 		t.Logf("keep-alive connections: %d, broken %d (through the killed dispatcher: %d), backend changes %d",
 			r.Connections, r.Broken, per[2], r.BackendChanges)
@@ -545,7 +541,7 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res := s.keepalive(ctx, 1050, 35*time.Second)
+		res := s.keepalive(ctx, 1050, 30*time.Second)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		removed := s.backend(4)
@@ -701,8 +697,11 @@ func (b *bird) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 	fmt.Fprintf(&c, "router id %s;\nlog \"%s/bird.log\" all;\n", routerAddr, b.dir)
 	c.WriteString("protocol device { scan time 10; }\n")
 	c.WriteString("protocol kernel { ipv4 { import none; export all; }; merge paths on; }\n")
+	// After an error (a hold timer that expired) BIRD waits "error wait
+	// time" before it takes a session again, 60 s at first by default: a
+	// dispatcher that comes back would wait that long.
 	fmt.Fprintf(&c, "template bgp dlb {\n  local %s as %s;\n  hold time %d;\n  keepalive time %d;\n  connect retry time 2;\n"+
-		"  ipv4 { import all; export none; };\n}\n", routerAddr, routerAS, holdTime, holdTime/3)
+		"  error wait time 1, 10;\n  ipv4 { import all; export none; };\n}\n", routerAddr, routerAS, holdTime, holdTime/3)
 	for i, n := range neighbors {
 		fmt.Fprintf(&c, "protocol bgp d%d from dlb { neighbor %s as %s; }\n", i+1, n, dispatchAS)
 	}
