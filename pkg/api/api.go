@@ -293,6 +293,11 @@ type PortReport struct {
 	// TableSize is the slots of the port's Maglev table (0: none, no
 	// server takes new connections).
 	TableSize uint32 `json:"table_size,omitempty"`
+	// TableDigest identifies the table's contents by server address
+	// (FNV-1a over each slot's server): dispatchers behind ECMP must show
+	// the same digest for a port, whatever the order they were configured
+	// in.
+	TableDigest string `json:"table_digest,omitempty"`
 	// HalfOpen counts the port's half-open connections (SYNs without a
 	// completed handshake, last 30 s; saturates under a flood), and
 	// HalfOpenAlert says it is above MaxHalfOpen.

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -54,11 +55,20 @@ type routes struct {
 	sent map[netip.Addr]lb.Route
 	// err is the speaker's last configuration or announcement error.
 	err error
+	// digests caches each service's table digest, with the fingerprint
+	// of the table it was computed for.
+	digests map[uint32]digest
+}
+
+// digest is a table's digest by server address.
+type digest struct {
+	fingerprint [sha256.Size]byte
+	sum         uint64
 }
 
 func newRoutes() routes {
 	return routes{up: map[lb.ServiceKey]bool{}, upPorts: map[netip.Addr]int{}, accepting: map[lb.ServiceKey]uint64{},
-		changed: map[netip.Addr]time.Time{}, sent: map[netip.Addr]lb.Route{}}
+		changed: map[netip.Addr]time.Time{}, sent: map[netip.Addr]lb.Route{}, digests: map[uint32]digest{}}
 }
 
 // minSettle is the shortest time a withdrawn cluster's servers must keep
@@ -334,4 +344,34 @@ func tableSizeChanges(old, next lb.Config, ch config.Change, touched []lb.Servic
 		}
 	}
 	return out
+}
+
+// tableDigest returns a digest of a port's Maglev table by server address
+// (FNV-1a 64 over each slot's server address and a newline; 0: no table).
+// Ids are a dispatcher's own; addresses are what dispatchers behind ECMP
+// must agree on, so equal digests mean that they send every slot to the
+// same server. It is computed once per table.
+func (e *Engine) tableDigest(sid uint32, sk lb.ServiceKey, p *lb.Port) uint64 {
+	t, ok := e.exec.tables[sid]
+	if !ok || len(t.slots) == 0 {
+		return 0
+	}
+	if d, ok := e.routes.digests[sid]; ok && d.fingerprint == t.fingerprint {
+		return d.sum
+	}
+	addr := make(map[uint32]string, len(p.Servers))
+	for _, s := range p.Servers {
+		addr[e.ids.Backends[lb.BackendKey{Service: sk, Server: s.Address}]] = s.Address.String()
+	}
+	h := fnv.New64a()
+	for _, id := range t.slots {
+		h.Write([]byte(addr[id]))
+		h.Write([]byte{'\n'})
+	}
+	d := h.Sum64()
+	if d == 0 {
+		d = 1
+	}
+	e.routes.digests[sid] = digest{fingerprint: t.fingerprint, sum: d}
+	return d
 }

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -317,6 +318,16 @@ func TestMaglevTablesAreTheSameOnEveryDispatcher(t *testing.T) {
 				t.Errorf("%s: %s: the tables send some slots to different servers", when, k)
 			}
 		}
+		// The port report's digests say the same.
+		da, db := digests(t, a), digests(t, b)
+		if len(da) != 3 || !maps.Equal(da, db) {
+			t.Errorf("%s: table digests %v and %v", when, da, db)
+		}
+		for k, d := range da {
+			if d == 0 {
+				t.Errorf("%s: %s has no digest", when, k)
+			}
+		}
 	}
 	compare("configured")
 	b.restart()
@@ -327,6 +338,22 @@ func TestMaglevTablesAreTheSameOnEveryDispatcher(t *testing.T) {
 		h.mustApply(op("server", "remove", vip+"@443@198.18.0.23"), op("server", "set", vip+"@80@198.18.0.25", "weight", "9"))
 	}
 	compare("after the same change")
+
+	// A change on one of them only: its digest differs.
+	b.mustApply(op("server", "set", vip+"@80@198.18.0.21", "weight", "1"))
+	if da, db := digests(t, a), digests(t, b); da[vip+"@80"] == db[vip+"@80"] || da[vip+"@443"] != db[vip+"@443"] {
+		t.Errorf("after a change on one dispatcher: digests %v and %v", da, db)
+	}
+}
+
+// digests returns every port's table digest as the status reports it.
+func digests(t *testing.T, h *harness) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for k, p := range h.status(Query{Depth: lb.PortDepth}).Ports {
+		out[k.String()] = p.TableDigest
+	}
+	return out
 }
 
 // TestAnnouncedTablesKeepTheirSize: a port of an announced cluster keeps

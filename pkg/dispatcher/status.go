@@ -84,6 +84,9 @@ type PortStatus struct {
 	// table, no server takes new connections).
 	ID        uint32
 	TableSize uint32
+	// TableDigest identifies the table by server address (0: no table):
+	// equal on every dispatcher that sends every slot to the same server.
+	TableDigest uint64
 	// Counters are the service's (with Query.Counters); Active the
 	// established connections of its servers.
 	Counters lb.Counters
@@ -248,6 +251,7 @@ func (e *Engine) objectStatus(st *Status, q Query, stats lb.DataplaneStats) {
 			if prt != nil {
 				ps.HalfOpenAlert, ps.Change, ps.Pushed = prt.halfOpenAlert, prt.change, prt.pushed
 			}
+			ps.TableDigest = e.tableDigest(sid, sk, p)
 			for i, s := range p.Servers {
 				bk := lb.BackendKey{Service: sk, Server: s.Address}
 				id := e.ids.Backends[bk]

@@ -196,16 +196,49 @@ func (s *scaleLab) configure(d *dispatcherProc) {
 	d.mustCtl("executor", "start", "--interface", s.env["LAB_IF"], "--xdp-mode", "generic")
 	d.mustCtl("executor", "set", "nfa", d.addr)
 	d.mustCtl("cluster", "add", vip, "--announce", "yes", "--community", routerAS+":100")
-	d.mustCtl("port", "add", vip+"@80")
 	var servers []string
 	for i := 1; i <= 4; i++ {
 		servers = append(servers, s.backend(i))
 	}
-	d.mustCtl("server", "add", vip+"@80@"+strings.Join(servers, "+"), "--weight", "10")
+	if d.i < 3 {
+		d.mustCtl("port", "add", vip+"@80")
+		d.mustCtl("server", "add", vip+"@80@"+strings.Join(servers, "+"), "--weight", "10")
+	} else {
+		// The third is configured in another order, after objects that
+		// are gone again, so that its ids differ from the others': its
+		// tables must not.
+		d.mustCtl("port", "add", vip+"@8080")
+		d.mustCtl("server", "add", vip+"@8080@"+strings.Join(servers, "+"))
+		d.mustCtl("port", "remove", vip+"@8080")
+		d.mustCtl("port", "add", vip+"@80")
+		for i := len(servers) - 1; i >= 0; i-- {
+			d.mustCtl("server", "add", vip+"@80@"+servers[i], "--weight", "10")
+		}
+	}
 	d.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5", "--fall", "2", "--rise", "1",
 		"--connecttimeout", "0.5", "--receivetimeout", "0.5")
 	d.mustCtl("bgp", "set", "--asn", dispatchAS, "--routerid", d.addr)
 	d.mustCtl("bgp", "neighbor", "add", s.env["LAB_ROUTER_ADDR"], "--remote-as", routerAS, "--holdtime", strconv.Itoa(holdTime))
+}
+
+// sameTables checks that every dispatcher reports the same Maglev table
+// digest (by server address) for the VIP's port. (The third dispatcher's
+// ids differ from the others': it gave ids to port 8080's servers first.)
+func (s *scaleLab) sameTables(when string) {
+	s.t.Helper()
+	var digests []string
+	for _, d := range s.ds {
+		var ps []api.PortReport
+		d.report(&ps, "port", "report")
+		if len(ps) != 1 || ps[0].TableDigest == "" {
+			s.t.Fatalf("%s: dispatcher %d reports %+v", when, d.i, ps)
+		}
+		digests = append(digests, ps[0].TableDigest)
+	}
+	s.t.Logf("%s: table digests %v", when, digests)
+	if digests[0] != digests[1] || digests[1] != digests[2] {
+		s.t.Errorf("%s: the dispatchers' Maglev tables differ: digests %v", when, digests)
+	}
 }
 
 // advisorDetection bounds how long the advisor takes to find a server
@@ -382,6 +415,7 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 	s.waitSessions(30 * time.Second)
 	s.waitHops("sessions up", 30*time.Second, all...)
 	t.Logf("%s: the VIP has next hops %v", router.name(), s.nextHops())
+	s.sameTables("configured in different orders")
 
 	only := os.Getenv("DLB_SCALE_ONLY")
 	run := func(name string, f func(t *testing.T)) {
@@ -524,6 +558,7 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 		lost.start() // the saved configuration: executor, cluster, BGP
 		back := s.waitHops("dispatcher 3 restarted", 30*time.Second, all...)
 		t.Logf("dlbd restarted: announced and used again %v after it started", back.Round(time.Millisecond))
+		s.sameTables("after a restart")
 		r := <-res
 		t.Logf("keep-alive connections: %d, broken %d (through the killed dispatcher: %d), backend changes %d",
 			r.Connections, r.Broken, per[2], r.BackendChanges)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -50,4 +51,12 @@ func bgpReport(st *dispatcher.Status) api.BGPReport {
 		r.Clusters = append(r.Clusters, c)
 	}
 	return r
+}
+
+// digestString formats a Maglev table's digest ("" for none).
+func digestString(d uint64) string {
+	if d == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%016x", d)
 }

@@ -112,7 +112,7 @@ func portReports(st *dispatcher.Status) []api.PortReport {
 				StickyTime: p.StickyTime, StickyMask: p.StickyMask, CrossPort: p.CrossPort,
 				SelectionAlgorithm: p.Selection.String(), MaxHalfOpen: p.MaxHalfOpen,
 				StaleTimeout: p.StaleTimeout, WeightBound: p.WeightBound,
-				AllDown: p.AllDown.String(), Servers: len(p.Servers), TableSize: ps.TableSize,
+				AllDown: p.AllDown.String(), Servers: len(p.Servers), TableSize: ps.TableSize, TableDigest: digestString(ps.TableDigest),
 				HalfOpen: ps.HalfOpen, HalfOpenAlert: ps.HalfOpenAlert, AffinityRecords: ps.AffinityRecords,
 				Counters: counters(ps.Counters, ps.Active),
 			})
