@@ -323,3 +323,61 @@ func TestPath(t *testing.T) {
 
 // quiet discards GoBGP's log lines.
 var quiet = slog.New(slog.DiscardHandler)
+
+// TestSpeakerAnnouncesIPv6: a /128 goes to an IPv6 neighbour with the
+// session's local address as its next hop.
+func TestSpeakerAnnouncesIPv6(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	r := server.NewBgpServer()
+	go r.Serve()
+	ctx := context.Background()
+	if err := r.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn: 65000, RouterId: "198.18.0.254", ListenPort: int32(port), ListenAddresses: []string{"::1"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	v6 := &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+	if err := r.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+		Conf:      &api.PeerConf{NeighborAddress: "::1", PeerAsn: 65001},
+		Transport: &api.Transport{PassiveMode: true},
+		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: v6, Enabled: true}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	s := New(quiet)
+	defer s.Close()
+	n := lb.NewBGPNeighbor(netip.MustParseAddr("::1"))
+	n.RemoteAS, n.Port = 65000, port
+	if err := s.Configure(lb.BGP{ASN: 65001, RouterID: netip.MustParseAddr("198.18.0.2"), Neighbors: []lb.BGPNeighbor{n}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce([]lb.Route{route("2001:2::100/128", 5, "65000:7")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "IPv6 route", func() string {
+		var got []string
+		err := r.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: gobgp.RF_IPv6_UC},
+			func(prefix gobgp.NLRI, paths []*apiutil.Path) {
+				for _, p := range paths {
+					for _, a := range p.Attrs {
+						if mp, ok := a.(*gobgp.PathAttributeMpReachNLRI); ok {
+							got = append(got, prefix.String()+" via "+mp.Nexthop.String())
+						}
+					}
+				}
+			})
+		if err != nil {
+			return err.Error()
+		}
+		if len(got) != 1 || got[0] != "2001:2::100/128 via ::1" {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+}
