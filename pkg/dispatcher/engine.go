@@ -20,7 +20,8 @@
 // and the host), dataplane.go (what a port's maps hold: states, weights,
 // Maglev tables), neighbors.go, manager.go (the manager's cycle and
 // alerts), probes.go (advisors, wired to package health), pollers.go
-// (metric servers), status.go (snapshots for reports); store/ (ids and
+// (metric servers), status.go (snapshots for reports), bgp.go (what the
+// BGP speaker announces, through the Speaker interface); store/ (ids and
 // the state files), health/, loops/ (the reconciler both use), events/.
 package dispatcher
 
