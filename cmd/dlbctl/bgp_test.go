@@ -15,7 +15,7 @@ func TestBGPTable(t *testing.T) {
 	r := api.BGPReport{Configured: true, Running: true, ASN: 65001, RouterID: "198.18.0.2",
 		Neighbors: []api.BGPNeighborReport{
 			{Address: "198.18.0.1", RemoteAS: 65000, HoldTime: 90, State: "established", UptimeSeconds: 42,
-				NegotiatedHoldTime: 9, PrefixesSent: 1, PrefixesReceived: 3},
+				NegotiatedHoldTime: 9, PrefixesSent: 1, PrefixesReceived: 3, BFD: true, BFDState: "up"},
 			{Address: "198.18.0.254", RemoteAS: 65000, HoldTime: 9, State: "active", LastError: "hold timer expired"},
 		},
 		Clusters: []api.BGPClusterReport{
@@ -28,8 +28,8 @@ func TestBGPTable(t *testing.T) {
 	w.Flush()
 	for _, want := range []string{
 		"asn:          65001", "listen port:  none (outgoing sessions only)",
-		"198.18.0.1    65000      established  42s     9         1     3         -",
-		"198.18.0.254  65000      active       -       9         0     0         hold timer expired",
+		"198.18.0.1    65000      established  42s     9         up   1     3         -",
+		"198.18.0.254  65000      active       -       9         -    0     0         hold timer expired",
 		"198.18.0.100/32  yes       yes        65000:100    5    -",
 		"198.18.0.101/32  yes       no         -            0    no server takes new connections",
 	} {

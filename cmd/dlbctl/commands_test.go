@@ -72,6 +72,8 @@ func TestCommandOps(t *testing.T) {
 				PasswordFile: ptr("/etc/dlb/pw"), HoldTime: ptr[int64](9), Multihop: ptr[int64](2), NeighborPort: ptr[int64](1179)}},
 		{[]string{"bgp", "neighbor", "set", "2001:2::1", "--holdtime", "30"},
 			api.Op{Object: api.ObjectNeighbor, Action: api.ActionSet, Target: "2001:2::1", HoldTime: ptr[int64](30)}},
+		{[]string{"bgp", "neighbor", "set", "198.18.0.1", "--bfd", "yes"},
+			api.Op{Object: api.ObjectNeighbor, Action: api.ActionSet, Target: "198.18.0.1", BFD: ptr(true)}},
 		{[]string{"bgp", "neighbor", "remove", "198.18.0.1"},
 			api.Op{Object: api.ObjectNeighbor, Action: api.ActionRemove, Target: "198.18.0.1"}},
 		{[]string{"port", "add", "10.0.0.1@80"}, api.Op{Object: po, Action: api.ActionAdd, Target: "10.0.0.1@80"}},
@@ -192,6 +194,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bgp", "neighbor", "add", "198.18.0.1"}, `required flag(s) "remote-as" not set`},
 		{[]string{"bgp", "neighbor", "add", "router1", "--remote-as", "1"}, `"router1" is not an IP address`},
 		{[]string{"bgp", "neighbor", "remove"}, `needs one neighbour address`},
+		{[]string{"bgp", "neighbor", "set", "198.18.0.1", "--bfd", "fast"}, `--bfd: "fast" is not yes or no`},
 		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"},
 			`at least one of the flags in the group [weight fixedweight advisorrequest advisorresponse mapport returnaddress router] is required`},
 		{[]string{"port", "set", "10.0.0.1@80"}, `at least one of the flags in the group [protocol method stickytime stickymask ` +

@@ -150,6 +150,7 @@ type Op struct {
 	HoldTime     *int64   `json:"hold_time,omitempty"`
 	Multihop     *int64   `json:"multihop,omitempty"`
 	NeighborPort *int64   `json:"neighbor_port,omitempty"`
+	BFD          *bool    `json:"bfd,omitempty"`
 	Announce     *bool    `json:"announce,omitempty"`
 	Communities  []string `json:"communities,omitempty"`
 	MED          *int64   `json:"med,omitempty"`

@@ -42,6 +42,9 @@ type BGPNeighborReport struct {
 	PrefixesReceived uint64 `json:"prefixes_received"`
 	// LastError is why the session last went down.
 	LastError string `json:"last_error,omitempty"`
+	// BFD says whether BFD runs beside the session, BFDState its state.
+	BFD      bool   `json:"bfd,omitempty"`
+	BFDState string `json:"bfd_state,omitempty"`
 }
 
 // BGPClusterReport says whether a cluster address is announced, and if

@@ -299,11 +299,28 @@ func peer(n lb.BGPNeighbor) (*api.Peer, error) {
 			ConnectRetry: connectRetry, IdleHoldTimeAfterReset: idleHold,
 		}},
 		Transport:    &api.Transport{RemotePort: uint32(n.RemotePort())},
+		Bfd:          bfd(n),
 		EbgpMultihop: &api.EbgpMultihop{Enabled: n.Multihop > 0, MultihopTtl: uint32(n.Multihop)},
 		AfiSafis: []*api.AfiSafi{{Config: &api.AfiSafiConfig{
 			Family: &api.Family{Afi: afi, Safi: api.Family_SAFI_UNICAST}, Enabled: true,
 		}}},
 	}, nil
+}
+
+// BFD timers: control packets every 200 ms, down after 3 missed. (GoBGP
+// does not adopt a router's slower intervals: give the router the same.)
+const (
+	bfdInterval   = 200000 // microseconds
+	bfdMultiplier = 3
+)
+
+// bfd is GoBGP's BFD configuration of a neighbour (nil: none).
+func bfd(n lb.BGPNeighbor) *api.BfdPeerConfig {
+	if !n.BFD {
+		return nil
+	}
+	return &api.BfdPeerConfig{Enabled: true, DesiredMinimumTxInterval: bfdInterval,
+		RequiredMinimumReceive: bfdInterval, DetectionMultiplier: bfdMultiplier}
 }
 
 // Announce makes the speaker announce exactly rs. Routes are kept while
@@ -464,6 +481,9 @@ func neighborStatus(p *api.Peer) lb.BGPNeighborStatus {
 			n.HoldTime = uint32(ts.NegotiatedHoldTime)
 		}
 	}
+	if p.State != nil && p.State.BfdState != nil {
+		n.BFD = bfdState(p.State.BfdState.SessionState)
+	}
 	for _, af := range p.AfiSafis {
 		if af.State != nil {
 			n.Sent += af.State.Advertised
@@ -472,6 +492,21 @@ func neighborStatus(p *api.Peer) lb.BGPNeighborStatus {
 		}
 	}
 	return n
+}
+
+// bfdState names a BFD session state as RFC 5880 does.
+func bfdState(s api.BfdSessionState) string {
+	switch s {
+	case api.BfdSessionState_BFD_SESSION_STATE_UP:
+		return "up"
+	case api.BfdSessionState_BFD_SESSION_STATE_DOWN:
+		return "down"
+	case api.BfdSessionState_BFD_SESSION_STATE_INIT:
+		return "init"
+	case api.BfdSessionState_BFD_SESSION_STATE_ADMIN_DOWN:
+		return "admin down"
+	}
+	return ""
 }
 
 // sessionState names a session state as BGP does (RFC 4271).

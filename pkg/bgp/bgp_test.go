@@ -381,3 +381,37 @@ func TestSpeakerAnnouncesIPv6(t *testing.T) {
 		return ""
 	})
 }
+
+func TestPeerConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		n     lb.BGPNeighbor
+		check func(p *api.Peer) string
+	}{
+		{"defaults", lb.NewBGPNeighbor(netip.MustParseAddr("198.18.0.1")), func(p *api.Peer) string {
+			if p.Bfd != nil || p.Transport.RemotePort != 179 || p.Timers.Config.HoldTime != 9 || p.Timers.Config.KeepaliveInterval != 3 ||
+				p.EbgpMultihop.Enabled || p.AfiSafis[0].Config.Family.Afi != api.Family_AFI_IP {
+				return fmt.Sprint(p)
+			}
+			return ""
+		}},
+		{"bfd, multihop, IPv6", lb.BGPNeighbor{Address: netip.MustParseAddr("2001:2::1"), BFD: true, Multihop: 4, HoldTime: 30},
+			func(p *api.Peer) string {
+				if p.Bfd == nil || !p.Bfd.Enabled || p.Bfd.DesiredMinimumTxInterval != 200000 || p.Bfd.DetectionMultiplier != 3 ||
+					!p.EbgpMultihop.Enabled || p.EbgpMultihop.MultihopTtl != 4 || p.AfiSafis[0].Config.Family.Afi != api.Family_AFI_IP6 {
+					return fmt.Sprint(p)
+				}
+				return ""
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := peer(tc.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := tc.check(p); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}

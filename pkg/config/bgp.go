@@ -105,7 +105,7 @@ func applyNeighbor(d *draft, op *Op, p *params) error {
 				return lb.Errorf("neighbor", obj, "is not a configured neighbour")
 			}
 			if !any {
-				return lb.Errorf("remoteas", obj, "bgp neighbor set needs --remote-as, --password-file, --holdtime, --multihop or --port")
+				return lb.Errorf("remoteas", obj, "bgp neighbor set needs --remote-as, --password-file, --holdtime, --multihop, --bfd or --port")
 			}
 			set(&nb.Neighbors[i])
 		}
@@ -151,6 +151,11 @@ func neighborParams(p *params, obj string) (func(*lb.BGPNeighbor), bool, error) 
 		return nil, false, err
 	} else if ok {
 		sets = append(sets, func(x *lb.BGPNeighbor) { x.Multihop = uint8(v) })
+	}
+	if v, ok, err := p.flag("bfd"); err != nil {
+		return nil, false, err
+	} else if ok {
+		sets = append(sets, func(x *lb.BGPNeighbor) { x.BFD = v })
 	}
 	if v, ok, err := p.ranged("neighborport", obj, 0, 65535); err != nil {
 		return nil, false, err
@@ -311,6 +316,9 @@ func bgpScript(sw *scriptWriter, b lb.BGP) {
 		}
 		if n.Port != 0 {
 			sw.printf(" --port %d", n.Port)
+		}
+		if n.BFD {
+			sw.printf(" --bfd yes")
 		}
 		if n.PasswordFile != "" {
 			sw.printf(" --password-file %s", quote(n.PasswordFile))

@@ -32,9 +32,10 @@ func TestBGPOps(t *testing.T) {
 		check func(t *testing.T, c lb.Config)
 	}{
 		{"neighbor with everything", bgpOp(Neighbor, Add, "198.18.7.1", "remoteas", "4200000000", "holdtime", "3",
-			"multihop", "2", "passwordfile", "/etc/dlb/bgp.pw", "neighborport", "1179"), "", "", func(t *testing.T, c lb.Config) {
+			"multihop", "2", "passwordfile", "/etc/dlb/bgp.pw", "neighborport", "1179", "bfd", "yes"), "", "", func(t *testing.T, c lb.Config) {
 			n := c.BGP.Neighbor(netip.MustParseAddr("198.18.7.1"))
-			if n == nil || n.RemoteAS != 4200000000 || n.HoldTime != 3 || n.Multihop != 2 || n.PasswordFile != "/etc/dlb/bgp.pw" || n.RemotePort() != 1179 {
+			if n == nil || n.RemoteAS != 4200000000 || n.HoldTime != 3 || n.Multihop != 2 || n.PasswordFile != "/etc/dlb/bgp.pw" ||
+				n.RemotePort() != 1179 || !n.BFD {
 				t.Errorf("neighbour %+v", n)
 			}
 		}},
@@ -140,7 +141,7 @@ func TestBGPNeedsSetFirst(t *testing.T) {
 func TestBGPScript(t *testing.T) {
 	c, err := Apply(validConfig(), []Op{
 		bgpOp(BGP, Set, "", "asn", "65001", "routerid", "198.18.0.2", "listenport", "1179"),
-		bgpOp(Neighbor, Add, "198.18.0.1", "remoteas", "65000", "multihop", "2", "passwordfile", "/etc/dlb/my pw"),
+		bgpOp(Neighbor, Add, "198.18.0.1", "remoteas", "65000", "multihop", "2", "passwordfile", "/etc/dlb/my pw", "bfd", "yes"),
 		bgpOp(Cluster, Set, "198.18.0.100", "announce", "yes", "communities", "65000:100", "med", "5"),
 	}, Options{})
 	if err != nil {
@@ -153,7 +154,7 @@ func TestBGPScript(t *testing.T) {
 	for _, want := range []string{
 		"cluster add 198.18.0.100 --announce yes --community 65000:100 --med 5\n",
 		"bgp set --asn 65001 --routerid 198.18.0.2 --listen-port 1179\n",
-		"bgp neighbor add 198.18.0.1 --remote-as 65000 --holdtime 9 --multihop 2 --password-file '/etc/dlb/my pw'\n",
+		"bgp neighbor add 198.18.0.1 --remote-as 65000 --holdtime 9 --multihop 2 --bfd yes --password-file '/etc/dlb/my pw'\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("script lacks %q:\n%s", want, b.String())

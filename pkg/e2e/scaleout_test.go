@@ -327,6 +327,38 @@ func (s *scaleLab) waitSessions(within time.Duration) {
 	}
 }
 
+// waitBFD waits until every dispatcher's session is established with BFD
+// up, and stays so for 3 s (a session flaps once or twice while BFD comes
+// up on both sides).
+func (s *scaleLab) waitBFD(within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	var stable time.Time
+	for {
+		ok := true
+		for _, d := range s.ds {
+			var r api.BGPReport
+			d.report(&r, "bgp", "report")
+			if len(r.Neighbors) != 1 || r.Neighbors[0].State != "established" || r.Neighbors[0].BFDState != "up" ||
+				len(r.Clusters) != 1 || !r.Clusters[0].Announced {
+				ok = false
+			}
+		}
+		switch {
+		case !ok:
+			stable = time.Time{}
+		case stable.IsZero():
+			stable = time.Now()
+		case time.Since(stable) > 3*time.Second:
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("BFD sessions not up and stable after %v; %s: %s", within, s.router.name(), s.router.state())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // keepalive runs labclient's keep-alive mode from both clients: conns
 // connections in all, each sending a request every 500 ms for dur, each
 // request allowed 30 s (a connection stalled while the router converges is
@@ -535,6 +567,48 @@ func runScaleOut(t *testing.T, router routerDaemon) {
 		}
 	})
 
+	// With BFD beside the sessions, the router drops a dispatcher whose
+	// link went down within a second.
+	run("link down with BFD", func(t *testing.T) {
+		for _, d := range s.ds {
+			d.mustCtl("bgp", "neighbor", "set", s.env["LAB_ROUTER_ADDR"], "--bfd", "yes")
+		}
+		s.waitBFD(60 * time.Second)
+		s.waitHops("BFD up", 30*time.Second, all...)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		before := s.scheduled()
+		res := s.keepalive(ctx, 1050, 20*time.Second)
+		per := s.waitScheduled(before, 1050)
+		lost := s.ds[0]
+		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "down").CombinedOutput(); err != nil {
+			t.Fatalf("link down: %v: %s", err, out)
+		}
+		conv := s.waitHops("dispatcher 1 lost", 2*holdTime*time.Second, s.addrs(1)...)
+		t.Logf("link down with BFD (200 ms x 3): the router converged in %v", conv.Round(time.Millisecond))
+		// The goal is 1 s (BFD detects in 0.6 s); the bound leaves room
+		// for a loaded machine, and is still far below the hold time.
+		if conv > 1500*time.Millisecond {
+			t.Errorf("with BFD the router took %v to drop the lost dispatcher, want about 1 s", conv)
+		}
+		time.Sleep(2 * time.Second)
+		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "up").CombinedOutput(); err != nil {
+			t.Fatalf("link up: %v: %s", err, out)
+		}
+		s.waitHops("dispatcher 1 back", 30*time.Second, all...)
+		r := <-res
+		t.Logf("keep-alive connections: %d, broken %d (through the lost dispatcher: %d), backend changes %d",
+			r.Connections, r.Broken, per[0], r.BackendChanges)
+		if r.Broken != 0 || r.Failed != 0 || r.BackendChanges != 0 {
+			t.Errorf("%d connections broken, %d requests failed, %d changed server: %v", r.Broken, r.Failed, r.BackendChanges, r.Errors)
+		}
+		for _, d := range s.ds {
+			d.mustCtl("bgp", "neighbor", "set", s.env["LAB_ROUTER_ADDR"], "--bfd", "no")
+		}
+		s.waitSessions(60 * time.Second)
+		s.waitHops("BFD off", 30*time.Second, all...)
+	})
+
 	// dlbd is killed and its executor detached: the router drops the
 	// session at once; the dispatcher comes back (a dispatcher added).
 	run("kill and restart", func(t *testing.T) {
@@ -628,7 +702,7 @@ func (f *frr) name() string { return "FRR" }
 func (f *frr) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 	t.Helper()
 	f.t = t
-	for _, bin := range []string{"/usr/lib/frr/zebra", "/usr/lib/frr/bgpd", "/usr/bin/vtysh"} {
+	for _, bin := range []string{"/usr/lib/frr/zebra", "/usr/lib/frr/bfdd", "/usr/lib/frr/bgpd", "/usr/bin/vtysh"} {
 		if _, err := os.Stat(bin); err != nil {
 			t.Fatalf("FRR is not installed (%v): make test-deps installs it", err)
 		}
@@ -646,19 +720,21 @@ func (f *frr) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "frr defaults datacenter\nhostname dlbsr\nlog file %s/bgpd.log\n", f.dir)
+	b.WriteString("bfd\n profile dlb\n  transmit-interval 200\n  receive-interval 200\n !\n!\n")
 	fmt.Fprintf(&b, "router bgp %s\n bgp router-id %s\n no bgp ebgp-requires-policy\n", routerAS, routerAddr)
-	fmt.Fprintf(&b, " neighbor dlb peer-group\n neighbor dlb remote-as %s\n neighbor dlb timers %d %d\n", dispatchAS, holdTime/3, holdTime)
+	fmt.Fprintf(&b, " neighbor dlb peer-group\n neighbor dlb remote-as %s\n neighbor dlb timers %d %d\n neighbor dlb bfd profile dlb\n",
+		dispatchAS, holdTime/3, holdTime)
 	for _, n := range neighbors {
 		fmt.Fprintf(&b, " neighbor %s peer-group dlb\n", n)
 	}
 	b.WriteString(" address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\n")
-	files := map[string]string{"zebra.conf": "hostname dlbsr\n", "bgpd.conf": b.String()}
+	files := map[string]string{"zebra.conf": "hostname dlbsr\n", "bfdd.conf": "hostname dlbsr\n", "bgpd.conf": b.String()}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{f.dir, filepath.Join(f.dir, "zebra.conf"), filepath.Join(f.dir, "bgpd.conf")} {
+	for _, p := range []string{f.dir, filepath.Join(f.dir, "zebra.conf"), filepath.Join(f.dir, "bfdd.conf"), filepath.Join(f.dir, "bgpd.conf")} {
 		if err := os.Chown(p, uid, gid); err != nil {
 			t.Fatal(err)
 		}
@@ -666,7 +742,7 @@ func (f *frr) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 	if err := os.Chmod(f.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"zebra", "bgpd"} {
+	for _, d := range []string{"zebra", "bfdd", "bgpd"} {
 		out, err := exec.Command("nsenter", "--net=/run/netns/"+ns, "/usr/lib/frr/"+d, "-d",
 			"-f", filepath.Join(f.dir, d+".conf"), "-i", filepath.Join(f.dir, d+".pid"), "-z", filepath.Join(f.dir, "zserv.api"),
 			"--vty_socket", f.dir, "-A", "127.0.0.1", "-P", "0", "--log", "file:"+filepath.Join(f.dir, d+".log")).CombinedOutput()
@@ -677,7 +753,7 @@ func (f *frr) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 }
 
 func (f *frr) state() string {
-	out, _ := exec.Command("vtysh", "--vty_socket", f.dir, "-c", "show bgp summary", "-c", "show ip route").CombinedOutput()
+	out, _ := exec.Command("vtysh", "--vty_socket", f.dir, "-c", "show bgp summary", "-c", "show bfd peers brief", "-c", "show ip route").CombinedOutput()
 	return string(out)
 }
 
@@ -685,7 +761,7 @@ func (f *frr) stop() {
 	if f.dir == "" {
 		return
 	}
-	for _, d := range []string{"bgpd", "zebra"} {
+	for _, d := range []string{"bgpd", "bfdd", "zebra"} {
 		stopPidFile(filepath.Join(f.dir, d+".pid"))
 	}
 	_ = os.RemoveAll(f.dir)
@@ -732,11 +808,12 @@ func (b *bird) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 	fmt.Fprintf(&c, "router id %s;\nlog \"%s/bird.log\" all;\n", routerAddr, b.dir)
 	c.WriteString("protocol device { scan time 10; }\n")
 	c.WriteString("protocol kernel { ipv4 { import none; export all; }; merge paths on; }\n")
+	c.WriteString("protocol bfd { interface \"*\" { interval 200 ms; multiplier 3; }; }\n")
 	// After an error (a hold timer that expired) BIRD waits "error wait
 	// time" before it takes a session again, 60 s at first by default: a
 	// dispatcher that comes back would wait that long.
 	fmt.Fprintf(&c, "template bgp dlb {\n  local %s as %s;\n  hold time %d;\n  keepalive time %d;\n  connect retry time 2;\n"+
-		"  error wait time 1, 10;\n  ipv4 { import all; export none; };\n}\n", routerAddr, routerAS, holdTime, holdTime/3)
+		"  error wait time 1, 10;\n  bfd on;\n  ipv4 { import all; export none; };\n}\n", routerAddr, routerAS, holdTime, holdTime/3)
 	for i, n := range neighbors {
 		fmt.Fprintf(&c, "protocol bgp d%d from dlb { neighbor %s as %s; }\n", i+1, n, dispatchAS)
 	}
@@ -754,7 +831,8 @@ func (b *bird) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 func (b *bird) state() string {
 	out, _ := exec.Command("birdc", "-s", filepath.Join(b.dir, "bird.ctl"), "show", "protocols").CombinedOutput()
 	out2, _ := exec.Command("birdc", "-s", filepath.Join(b.dir, "bird.ctl"), "show", "route", "all").CombinedOutput()
-	return string(out) + string(out2)
+	out3, _ := exec.Command("birdc", "-s", filepath.Join(b.dir, "bird.ctl"), "show", "bfd", "sessions").CombinedOutput()
+	return string(out) + string(out2) + string(out3)
 }
 
 func (b *bird) stop() {

@@ -30,11 +30,12 @@ func bgpReport(st *dispatcher.Status) api.BGPReport {
 	}
 	for _, n := range b.Neighbors {
 		nr := api.BGPNeighborReport{Address: n.Address.String(), Port: n.RemotePort(), RemoteAS: n.RemoteAS,
-			HoldTime: n.HoldTime, Multihop: n.Multihop, PasswordFile: n.PasswordFile, State: "idle"}
+			HoldTime: n.HoldTime, Multihop: n.Multihop, PasswordFile: n.PasswordFile, State: "idle", BFD: n.BFD}
 		if s, ok := live[n.Address]; ok {
 			nr.State, nr.LastError = s.State, s.LastError
 			nr.PrefixesSent, nr.PrefixesReceived = s.Sent, s.Received
 			nr.NegotiatedHoldTime = s.HoldTime
+			nr.BFDState = s.BFD
 			if !s.Since.IsZero() {
 				nr.Since = s.Since.UTC().Format(time.RFC3339)
 				nr.UptimeSeconds = st.Now.Sub(s.Since).Round(time.Millisecond).Seconds()

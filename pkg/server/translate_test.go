@@ -59,7 +59,7 @@ func TestOpsReachTheModel(t *testing.T) {
 			Path: ptr("/m")},
 		{Object: "bgp", Action: "set", ASN: ptr[int64](65002), RouterID: ptr("198.18.0.4"), ListenPort: ptr[int64](179)},
 		{Object: "neighbor", Action: "set", Target: "198.18.0.1", RemoteAS: ptr[int64](65010), PasswordFile: ptr("/etc/dlb/pw"),
-			HoldTime: ptr[int64](30), Multihop: ptr[int64](2), NeighborPort: ptr[int64](1179)},
+			HoldTime: ptr[int64](30), Multihop: ptr[int64](2), NeighborPort: ptr[int64](1179), BFD: ptr(true)},
 		{Object: "cluster", Action: "set", Target: vip, Announce: ptr(true), Communities: []string{"65000:1", "no-export"},
 			MED: ptr[int64](10)},
 	}
