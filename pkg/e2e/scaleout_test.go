@@ -572,7 +572,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 
 	// With BFD beside the sessions, the router drops a dispatcher whose
 	// link went down within a second. Opt-in (DLB_SCALE_BFD=1): in one run
-	// of four against BIRD every session went down with the lost one's
+	// of seven against BIRD every session went down with the lost one's
 	// and all 1,050 connections stalled past their 30 s timeout, not
 	// understood yet (a loaded machine missing 200 ms BFD packets is one
 	// guess).
