@@ -42,6 +42,10 @@ const (
 	ObjectManager  = "manager"
 	ObjectAdvisor  = "advisor"
 	ObjectMetric   = "metric"
+	// ObjectBGP is the BGP speaker (set, remove); ObjectNeighbor a router
+	// it peers with (add, set, remove).
+	ObjectBGP      = "bgp"
+	ObjectNeighbor = "neighbor"
 )
 
 // Actions an Op can take. Not every object takes every action.
@@ -134,6 +138,22 @@ type Op struct {
 	MetricPort *int64   `json:"metric_port,omitempty"`
 	SecretFile *string  `json:"secret_file,omitempty"`
 	Path       *string  `json:"path,omitempty"`
+
+	// BGP parameters: the speaker's (bgp set), a neighbour's (neighbor
+	// add/set, the target is its address) and a cluster's announcement
+	// (cluster add/set). Communities "none" clears them; MED 0 sends none.
+	ASN          *int64   `json:"asn,omitempty"`
+	RouterID     *string  `json:"router_id,omitempty"`
+	ListenPort   *int64   `json:"listen_port,omitempty"`
+	RemoteAS     *int64   `json:"remote_as,omitempty"`
+	PasswordFile *string  `json:"password_file,omitempty"`
+	HoldTime     *int64   `json:"hold_time,omitempty"`
+	Multihop     *int64   `json:"multihop,omitempty"`
+	NeighborPort *int64   `json:"neighbor_port,omitempty"`
+	BFD          *bool    `json:"bfd,omitempty"`
+	Announce     *bool    `json:"announce,omitempty"`
+	Communities  []string `json:"communities,omitempty"`
+	MED          *int64   `json:"med,omitempty"`
 }
 
 // Result answers an accepted Request.
@@ -265,6 +285,9 @@ type ReturnAddressReport struct {
 type ClusterReport struct {
 	Address     string   `json:"address"`
 	Configure   bool     `json:"configure"`
+	Announce    bool     `json:"announce,omitempty"`
+	Communities []string `json:"communities,omitempty"`
+	MED         uint32   `json:"med,omitempty"`
 	Ports       int      `json:"ports"`
 	Proportions []int    `json:"proportions"` // active new port system
 	Metrics     []string `json:"metrics,omitempty"`
@@ -290,6 +313,11 @@ type PortReport struct {
 	// TableSize is the slots of the port's Maglev table (0: none, no
 	// server takes new connections).
 	TableSize uint32 `json:"table_size,omitempty"`
+	// TableDigest identifies the table's contents by server address
+	// (FNV-1a over each slot's server): dispatchers behind ECMP must show
+	// the same digest for a port, whatever the order they were configured
+	// in.
+	TableDigest string `json:"table_digest,omitempty"`
 	// HalfOpen counts the port's half-open connections (SYNs without a
 	// completed handshake, last 30 s; saturates under a flood), and
 	// HalfOpenAlert says it is above MaxHalfOpen.

@@ -28,8 +28,12 @@ func (ed *Editor) apply(d *draft, op *Op) error {
 		err = ed.applyAdvisor(d, op, p)
 	case Metric:
 		err = applyMetric(d, op, p)
+	case BGP:
+		err = applyBGP(d, op, p)
+	case Neighbor:
+		err = applyNeighbor(d, op, p)
 	default:
-		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor or metric)", op.Object)
+		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor, metric, bgp or neighbor)", op.Object)
 	}
 	if err != nil {
 		return err
@@ -165,6 +169,10 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		announce, _, err := announceParams(p, op.Target)
+		if err != nil {
+			return err
+		}
 		if t.Clusters == nil {
 			return lb.Errorf("cluster", "", "cluster add needs a cluster address")
 		}
@@ -177,6 +185,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			if propsOK {
 				cl.Proportions = props
 			}
+			announce(&cl)
 			d.addCluster(cl)
 		}
 	case Set:
@@ -188,12 +197,16 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		announce, announceOK, err := announceParams(p, op.Target)
+		if err != nil {
+			return err
+		}
 		cls, err := matchClusters(&d.cfg, t, op.Target)
 		if err != nil {
 			return err
 		}
-		if !configureOK && !propsOK {
-			return lb.Errorf("configure", "", "cluster set needs --configure or --proportions")
+		if !configureOK && !propsOK && !announceOK {
+			return lb.Errorf("configure", "", "cluster set needs --configure, --proportions, --announce, --community or --med")
 		}
 		for _, c := range cls {
 			cl := d.cluster(c.ci)
@@ -203,6 +216,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			if propsOK {
 				cl.Proportions = props
 			}
+			announce(cl)
 		}
 	case Remove:
 		cls, err := matchClusters(&d.cfg, t, op.Target)

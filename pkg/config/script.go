@@ -51,7 +51,7 @@ func Script(w io.Writer, cfg lb.Config) error {
 		if cl.Configure {
 			sw.printf(" --configure")
 		}
-		sw.printf("\n")
+		sw.printf("%s\n", announceFlags(cl))
 		var crossports []string
 		for _, p := range cl.Ports {
 			svc := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String()
@@ -158,6 +158,7 @@ func Script(w io.Writer, cfg lb.Config) error {
 	if m.Interval != defM.Interval || m.Refresh != defM.Refresh || m.Smoothing != defM.Smoothing || m.Sensitivity != defM.Sensitivity {
 		sw.printf("\nmanager set interval %g refresh %d smoothing %g sensitivity %g\n", m.Interval, m.Refresh, m.Smoothing, m.Sensitivity)
 	}
+	bgpScript(sw, cfg.BGP)
 	if ex.Started {
 		sw.printf("\nexecutor start --interface %s --xdp-mode %s\n", quote(ex.Interface), ex.XDPMode)
 	}

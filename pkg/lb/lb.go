@@ -210,6 +210,9 @@ type Config struct {
 	Advisors []Advisor `json:"advisors,omitempty"`
 	// MetricServer says how to reach each server's load agent.
 	MetricServer MetricServer `json:"metric_server"`
+	// BGP configures the speaker that announces cluster addresses to
+	// routers (scale-out behind ECMP).
+	BGP BGP `json:"bgp,omitzero"`
 }
 
 // Executor is the forwarder's own configuration.
@@ -249,6 +252,12 @@ type Cluster struct {
 	// Metrics are the system metrics the manager asks each server's load
 	// agent for (IBM's "metric add cluster@metric"), averaged into SYS.
 	Metrics []string `json:"metrics,omitempty"`
+	// Announce says whether the BGP speaker announces the address (as a
+	// /32 or /128) while the cluster can take connections, with
+	// Communities (canonical text, see ParseCommunity) and MED (0: none).
+	Announce    bool     `json:"announce,omitempty"`
+	Communities []string `json:"communities,omitempty"`
+	MED         uint32   `json:"med,omitempty"`
 }
 
 // Port is one balanced port of a cluster.
@@ -377,9 +386,11 @@ func (c Config) Clone() Config {
 	for i, a := range out.Advisors {
 		out.Advisors[i].Args = slices.Clone(a.Args)
 	}
+	out.BGP = c.BGP.Clone()
 	out.Clusters = slices.Clone(c.Clusters)
 	for i, cl := range out.Clusters {
 		out.Clusters[i].Metrics = slices.Clone(cl.Metrics)
+		out.Clusters[i].Communities = slices.Clone(cl.Communities)
 		out.Clusters[i].Ports = slices.Clone(cl.Ports)
 		for j, p := range out.Clusters[i].Ports {
 			out.Clusters[i].Ports[j].Servers = slices.Clone(p.Servers)
