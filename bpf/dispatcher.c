@@ -67,6 +67,9 @@ enum dlb_selection dlb_btf_selection __attribute__((unused));
 enum nat_flags dlb_btf_nat_flags __attribute__((unused));
 enum dlb_event dlb_btf_event __attribute__((unused));
 enum nat_ctl_op dlb_btf_nat_ctl_op __attribute__((unused));
+enum trace_consts dlb_btf_trace_consts __attribute__((unused));
+enum trace_flags dlb_btf_trace_flags __attribute__((unused));
+enum trace_stat dlb_btf_trace_stat __attribute__((unused));
 
 /* IPv4 "more fragments" flag and fragment offset, in network byte order. */
 #define IP_MF_OFFSET bpf_htons(0x3fff)
@@ -96,7 +99,6 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 {
 	const struct dlb_config *cfg = pk->cfg;
 	const struct flow_key *fk = &pk->fk;
-	struct ethhdr *eth = pk->eth;
 	__u32 pos, slot;
 	int tcp = fk->proto == IPPROTO_TCP;
 	int syn = tcp && (pk->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
@@ -132,7 +134,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 			} else if (idle > FLOW_TOUCH_NS) {
 				f->last_seen = now;
 			}
-			return forward(ctx, eth, b, id, vm->service, 0);
+			return forward(ctx, pk, b, id, vm->service, 0, 1);
 		}
 
 		/* Reschedule: the old server is gone, or this SYN starts a new
@@ -152,7 +154,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		f->last_seen = now;
 		if (!syn)
 			affinity_record(vm, fk, b, id, now, family);
-		return forward(ctx, eth, b, id, vm->service, 1);
+		return forward(ctx, pk, b, id, vm->service, 1, 0);
 	}
 
 	if (syn) {
@@ -162,7 +164,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		remember_handshake(fk, pk->thash, id, vm->service, now);
-		return forward(ctx, eth, b, id, vm->service, 0);
+		return forward(ctx, pk, b, id, vm->service, 0, 0);
 	}
 
 	b = NULL;
@@ -175,12 +177,12 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	/* A FIN or RST of a flow the table does not know is forwarded but
 	 * creates no entry: there is no connection left to track. */
 	if (closing)
-		return forward(ctx, eth, b, id, vm->service, 0);
+		return forward(ctx, pk, b, id, vm->service, 0, 0);
 
 	__u32 key0 = 0;
 	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
 	if (!sc)
-		return forward(ctx, eth, b, id, vm->service, 0);
+		return forward(ctx, pk, b, id, vm->service, 0, 0);
 	struct conn_ins *ins = &sc->conn;
 	__builtin_memcpy(&ins->e.key, fk, sizeof(*fk));
 	ins->e.flow.last_seen = now;
@@ -198,17 +200,17 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		struct conn_entry *ce = bpf_map_lookup_elem(&conns, &slot);
 		struct backend *ob = ce ? backend_ok(ce->flow.backend, vm->service) : NULL;
 		if (ob)
-			return forward(ctx, eth, ob, ce->flow.backend, vm->service, 0);
-		return forward(ctx, eth, b, id, vm->service, 0);
+			return forward(ctx, pk, ob, ce->flow.backend, vm->service, 0, 1);
+		return forward(ctx, pk, b, id, vm->service, 0, 0);
 	}
 	if (res != TAB_INSERTED) {
 		/* Another CPU held the bucket: the flow's next packet inserts
 		 * it (and counts it). */
 		event(EV_CONN_INSERT_FAILED);
-		return forward(ctx, eth, b, id, vm->service, 0);
+		return forward(ctx, pk, b, id, vm->service, 0, 0);
 	}
 	affinity_record(vm, fk, b, id, now, family);
-	return forward(ctx, eth, b, id, vm->service, 1);
+	return forward(ctx, pk, b, id, vm->service, 1, 0);
 }
 
 /* vip_lookup returns the vips entry of vk, through this CPU's vip_cache:
@@ -301,7 +303,7 @@ DLB_SLOW(slow_icmp, handle_icmp(ctx, pk, family))
  * path's stack frame too large for the slow paths' frames beside it. */
 static __noinline int fast_nat6(struct xdp_md *ctx, struct pkt *pk, struct nat_flow *nf, struct backend *b)
 {
-	return nat_to_server(ctx, pk, DLB_FAMILY_IPV6, &nf->nat_addr, nf->nat_port, b, nf->backend, nf->service, 0);
+	return nat_to_server(ctx, pk, DLB_FAMILY_IPV6, &nf->nat_addr, nf->nat_port, b, nf->backend, nf->service, 0, 1);
 }
 
 /* process handles a TCP or UDP packet whose destination passed the VIP
@@ -346,7 +348,7 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 					if (family == DLB_FAMILY_IPV6)
 						return fast_nat6(ctx, pk, nf, b);
 					return nat_to_server(ctx, pk, family, &nf->nat_addr, nf->nat_port, b, nf->backend,
-							     nf->service, 0);
+							     nf->service, 0, 1);
 				}
 			}
 		} else {
@@ -358,7 +360,7 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 					__u64 now = clock_now();
 					if (now > f->last_seen + FLOW_TOUCH_NS)
 						f->last_seen = now;
-					return forward(ctx, pk->eth, b, f->backend, f->service, 0);
+					return forward(ctx, pk, b, f->backend, f->service, 0, 1);
 				}
 			}
 		}

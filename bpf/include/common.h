@@ -13,6 +13,7 @@
 
 #include "dlb_abi.h"
 #include "dlb_maps.h"
+#include "trace.h"
 
 #define NSEC_PER_SEC 1000000000ULL
 /* An established flow's last_seen is rewritten at most once per this step,
@@ -61,9 +62,16 @@ static __always_inline __u32 launder(__u32 v)
 	return *(volatile __u32 *)p;
 }
 
-/* verdict counts the packet under reason and returns action. */
+/* verdict counts the packet under reason and returns action: every packet
+ * leaves the executor through it or through forward's (or to_client's)
+ * transmit, once. While a trace runs, both hand the packet to the trace
+ * instead (trace.h), which counts it too: the load of dlb_trace_on is all
+ * a packet pays when no trace runs. */
 static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
 {
+	if (dlb_trace_on)
+		return dlb_trace_packet(ctx, reason | action << 8);
+
 	struct reason_counters *rc = bpf_map_lookup_elem(&reason_stats, &reason);
 
 	if (rc) {
@@ -178,7 +186,8 @@ static __always_inline __be16 server_port(const struct backend *b, __be16 vip_po
 /* transmit sends the frame out of ifindex: back out of the receiving
  * interface, or redirected through tx_ports. A missing tx_ports entry
  * drops (STAT_DROP_NO_TX_PORT), unless any_port allows a plain
- * bpf_redirect (next hops from the routing table). */
+ * bpf_redirect (next hops from the routing table). trace.h's
+ * dlb_trace_tx does the same while a trace runs. */
 static __always_inline int transmit(struct xdp_md *ctx, __u32 ifindex, int any_port)
 {
 	if (ifindex == ctx->ingress_ifindex)
@@ -193,16 +202,20 @@ static __always_inline int transmit(struct xdp_md *ctx, __u32 ifindex, int any_p
 }
 
 /* forward rewrites the MAC addresses towards b (the server, or the router
- * in front of it), counts the packet and sends the frame. */
-static __always_inline int forward(struct xdp_md *ctx, struct ethhdr *eth, const struct backend *b,
-				   __u32 backend_id, __u32 service_id, __u32 new_conns)
+ * in front of it), counts the packet and sends the frame. hit: the packet
+ * followed a connection-table entry (for the trace). */
+static __always_inline int forward(struct xdp_md *ctx, const struct pkt *pk, const struct backend *b,
+				   __u32 backend_id, __u32 service_id, __u32 new_conns, int hit)
 {
+	struct ethhdr *eth = pk->eth;
 	__u64 bytes = ctx->data_end - ctx->data;
 
 	__builtin_memcpy(eth->h_dest, b->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, b->src_mac, ETH_ALEN);
 	count(&service_stats, service_id, bytes, new_conns, 0);
 	count(&backend_stats, backend_id, bytes, new_conns, 0);
+	if (dlb_trace_on)
+		return dlb_trace_tx(ctx, hit ? TRACE_F_HIT << 16 : 0, b, 0);
 	return transmit(ctx, b->ifindex, 0);
 }
 

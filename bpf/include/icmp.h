@@ -143,7 +143,7 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 		if (!b || f->service != vm->service)
 			return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 		event(EV_ICMP_TO_BACKEND);
-		return forward(ctx, pk->eth, b, id, vm->service, 0);
+		return forward(ctx, pk, b, id, vm->service, 0, 1);
 	}
 
 	__u32 pos, slot;
@@ -162,7 +162,7 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 			   &b->addr, &nf->nat_addr, server_port(b, q->sport), nf->nat_port))
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	event(EV_ICMP_TO_BACKEND);
-	return forward(ctx, pk->eth, b, id, vm->service, 0);
+	return forward(ctx, pk, b, id, vm->service, 0, 1);
 }
 
 /* icmp_from_server handles an error to a return address, quoting the
@@ -222,7 +222,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 	count(&service_stats, service, bytes, 0, 0);
 	count(&backend_stats, id, bytes, 0, 0);
 	event(EV_ICMP_TO_CLIENT);
-	return to_client(ctx, pk->eth, rc, &hop);
+	return to_client(ctx, pk->eth, rc, &hop, b);
 }
 
 /* The translations are calls of their own, once per family: the stack

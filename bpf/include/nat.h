@@ -199,13 +199,17 @@ static __always_inline __u16 l3_len(int family, void *l3, void *data_end)
 }
 
 /* to_client sends a translated frame towards a NAT client: MAC rewrite
- * towards hop, or the host stack when hop is unresolved. */
-static __always_inline int to_client(struct xdp_md *ctx, struct ethhdr *eth, int rc, const struct next_hop *hop)
+ * towards hop, or the host stack when hop is unresolved. b is the server
+ * the frame came from (for the trace). */
+static __always_inline int to_client(struct xdp_md *ctx, struct ethhdr *eth, int rc, const struct next_hop *hop,
+				     const struct backend *b)
 {
 	if (rc == HOP_NO_NEIGH)
 		return verdict(ctx, STAT_PASS_NO_NEIGH, XDP_PASS);
 	__builtin_memcpy(eth->h_dest, hop->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, hop->src_mac, ETH_ALEN);
+	if (dlb_trace_on)
+		return dlb_trace_tx(ctx, TRACE_F_HIT << 16 | TRACE_TX_REPLY, b, hop->ifindex);
 	return transmit(ctx, hop->ifindex, 1);
 }
 
@@ -376,7 +380,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 		__u64 bytes = ctx->data_end - ctx->data;
 		count(&service_stats, r->service, bytes, 0, 0);
 		count(&backend_stats, r->backend, bytes, 0, 0);
-		return to_client(ctx, pk->eth, rc, &hop);
+		return to_client(ctx, pk->eth, rc, &hop, b);
 	}
 
 	/* The server's answer to a SYN whose handshake is not complete. */
@@ -400,20 +404,21 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 		/* The server refused the connection: free the port. */
 		halfopen_release(h, owner);
 	}
-	return to_client(ctx, pk->eth, rc, &hop);
+	return to_client(ctx, pk->eth, rc, &hop, b);
 }
 
-/* nat_to_server translates a client's packet towards b and forwards it. */
+/* nat_to_server translates a client's packet towards b and forwards it.
+ * hit: the packet followed a nat_flows entry (for the trace). */
 static __always_inline int nat_to_server(struct xdp_md *ctx, struct pkt *pk, int family, const struct dlb_ip *nat_addr,
 					 __be16 nat_port, const struct backend *b, __u32 backend_id, __u32 service,
-					 __u32 new_conns)
+					 __u32 new_conns, int hit)
 {
 	void *data_end = (void *)(long)ctx->data_end;
 
 	if (nat_rewrite(family, pk->l3, pk->l4, pk->fk.proto, data_end, nat_addr, &b->addr, nat_port,
 			server_port(b, pk->fk.dport)))
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-	return forward(ctx, pk->eth, b, backend_id, service, new_conns);
+	return forward(ctx, pk, b, backend_id, service, new_conns, hit);
 }
 
 /* nat_release frees an established mapping: its nat_ports entry (if it is
@@ -460,7 +465,7 @@ static __always_inline int nat_existing(struct xdp_md *ctx, struct pkt *pk, cons
 		} else if (idle > FLOW_TOUCH_NS) {
 			nf->last_seen = now;
 		}
-		return nat_to_server(ctx, pk, family, &nf->nat_addr, nf->nat_port, b, id, vm->service, 0);
+		return nat_to_server(ctx, pk, family, &nf->nat_addr, nf->nat_port, b, id, vm->service, 0, 1);
 	}
 
 	/* The mapping ends: its server is gone, or this SYN starts a new
@@ -691,7 +696,7 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 		hs->nat_port = port;
 		hs->check = pk->thash ^ port;
 	}
-	return nat_to_server(ctx, pk, family, &a->nk.addr, port, b, id, vm->service, 0);
+	return nat_to_server(ctx, pk, family, &a->nk.addr, port, b, id, vm->service, 0, 0);
 }
 
 /* nat_establish inserts an established mapping: sc->natp (the port) and
@@ -758,7 +763,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 
 	if (pk->tcp_flags & TCP_RST) {
 		/* The client aborted the handshake: forward, free the port. */
-		int v = nat_to_server(ctx, pk, family, &nk->addr, nk->port, b, id, vm->service, 0);
+		int v = nat_to_server(ctx, pk, family, &nk->addr, nk->port, b, id, vm->service, 0, 0);
 		halfopen_release(h, owner);
 		return v;
 	}
@@ -796,7 +801,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 							   pk->cfg->natp_buckets, &pos, &slot);
 		struct nat_rev *r = pe ? &pe->rev : NULL;
 		if (r && owns(&r->client, &r->vip, r->client_port, r->vip_port, fk))
-			return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 0);
+			return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 0, 1);
 		halfopen_release(h, owner);
 		event(EV_HALFOPEN_LOST);
 		return verdict(ctx, STAT_DROP_NAT_NO_FLOW, XDP_DROP);
@@ -810,7 +815,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 		count_fin(id, vm->service);
 		affinity_touch(vm, fk, id, now, family);
 	}
-	return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 1);
+	return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 1, 0);
 }
 
 /* nat_udp_new handles the first packet of a UDP flow to a NAT service:
@@ -873,7 +878,7 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 			if (!ob)
 				return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 			return nat_to_server(ctx, pk, family, &nf->nat_addr, nf->nat_port, ob, nf->backend, vm->service,
-					     0);
+					     0, 1);
 		}
 		event(EV_NAT_PORT_COLLISION);
 	}
@@ -882,5 +887,5 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 	if (err)
 		return nat_table_full(ctx);
 	affinity_record(vm, fk, b, id, now, family);
-	return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 1);
+	return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 1, 0);
 }

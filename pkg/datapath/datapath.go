@@ -109,12 +109,15 @@ type Datapath struct {
 	// vipsDirty says vips entries were written since the executor was
 	// last told (vipsWritten).
 	vipsDirty bool
+	// trace is the running packet trace (trace.go), nil when none.
+	trace *Trace
 }
 
 // The maps sized by the number of services and of backends, with their
 // entries per service or backend.
 var (
-	serviceMaps = map[string]uint32{dispatcherMapVips: 3, dispatcherMapMaglevTables: 1, dispatcherMapMaglevInfo: 1, dispatcherMapServiceStats: 1}
+	serviceMaps = map[string]uint32{dispatcherMapVips: 3, dispatcherMapMaglevTables: 1, dispatcherMapMaglevInfo: 1, dispatcherMapServiceStats: 1,
+		dispatcherMapTraceServices: 1}
 	backendMaps = map[string]uint32{dispatcherMapBackends: 1, dispatcherMapServiceServers: 1,
 		dispatcherMapBackendStats: 1, dispatcherMapBackendSwept: 1}
 )
@@ -512,6 +515,9 @@ func (d *Datapath) Detach() error {
 // Close releases the file descriptors and keeps every pin: the program
 // stays attached and keeps forwarding.
 func (d *Datapath) Close() error {
+	if d.trace != nil {
+		_, _ = d.trace.Stop()
+	}
 	if d.xdp != nil {
 		d.xdp.Close()
 		d.xdp = nil

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/testutil"
@@ -241,14 +242,58 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 		}
 		names[c.name] = true
 	}
+	// Every case twice: as it is, and with a trace running (no filter),
+	// which must change nothing the executor does, and hand over exactly
+	// one record of each packet, with its reason and server.
+	for _, traced := range []bool{false, true} {
+		var tr *Trace
+		if traced {
+			tr = startTrace(t, e, lb.TraceFilter{})
+		}
+		runDpCases(t, e, cases, tr)
+		if tr != nil {
+			if _, err := tr.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(cases) < 150 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+
+	// Every packet was counted under exactly one reason.
+	var total uint64
+	for _, r := range e.stats(t).Reasons {
+		total += r.Packets
+	}
+	if total != e.runs {
+		t.Errorf("reason counters add up to %d packets, %d were run", total, e.runs)
+	}
+}
+
+// runDpCases runs the table's cases; with tr, each packet's trace record
+// is checked too.
+func runDpCases(t *testing.T, e *testEnv, cases []dpCase, tr *Trace) {
+	prefix := ""
+	if tr != nil {
+		prefix = "traced/"
+	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(prefix+c.name, func(t *testing.T) {
 			e.clearTables(t)
 			for _, b := range c.before {
 				e.putConn(t, b)
 			}
 			if c.setup != nil {
 				c.setup(t)
+			}
+			if tr != nil {
+				// The records of the packets the setup sent.
+				for {
+					if _, err := tr.Next(time.Now()); err != nil {
+						break
+					}
+				}
 			}
 			before := e.stats(t)
 			got, out := e.run(t, c.frame)
@@ -308,19 +353,32 @@ func TestPrivilegedDatapathTable(t *testing.T) {
 					}
 				}
 			}
+			if tr != nil {
+				checkTraced(t, e, tr, c, out)
+			}
 		})
 	}
-	if len(cases) < 150 {
-		t.Fatalf("only %d cases", len(cases))
-	}
+}
 
-	// Every packet was counted under exactly one reason.
-	var total uint64
-	for _, r := range e.stats(t).Reasons {
-		total += r.Packets
+// checkTraced checks that the trace got one record of case c's packet
+// (sent on as out): its reason, its server, the frame as sent.
+func checkTraced(t *testing.T, e *testEnv, tr *Trace, c dpCase, out []byte) {
+	t.Helper()
+	p, err := tr.Next(time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatalf("trace: %v", err)
 	}
-	if total != e.runs {
-		t.Errorf("reason counters add up to %d packets, %d were run", total, e.runs)
+	if p.Reason != c.reason {
+		t.Errorf("trace: reason %s, want %s", p.Reason, c.reason)
+	}
+	if c.to != 0 && p.Server != e.backend[c.to].Address {
+		t.Errorf("trace: server %v, want %v", p.Server, e.backend[c.to].Address)
+	}
+	if n := min(len(out), len(p.Data)); p.Length != len(out) || !bytes.Equal(p.Data, out[:n]) {
+		t.Errorf("trace: %d bytes %x, want the frame as sent %x", p.Length, p.Data, out)
+	}
+	if extra, err := tr.Next(time.Now()); err == nil {
+		t.Errorf("trace: a second record %+v", extra)
 	}
 }
 

@@ -452,6 +452,72 @@ type dispatcherTableInfo struct {
 	MapId uint32
 }
 
+type dispatcherTraceConsts uint32
+
+const (
+	dispatcherTraceConstsTRACE_NO_SERVICE dispatcherTraceConsts = 4294967295
+	dispatcherTraceConstsTRACE_SNAPLEN    dispatcherTraceConsts = 128
+	dispatcherTraceConstsTRACE_TX_REPLY   dispatcherTraceConsts = 32768
+)
+
+type dispatcherTraceEvent struct {
+	_      structs.HostLayout
+	Ts     uint64
+	Flow   dispatcherFlowKey
+	Server struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Reason       uint32
+	Action       uint32
+	Service      uint32
+	Ifindex      uint32
+	PktLen       uint32
+	CapLen       uint16
+	Flags        uint8
+	TcpFlags     uint8
+	ServerFamily uint8
+	Pad          [7]uint8
+	Data         [128]uint8
+}
+
+type dispatcherTraceFilter struct {
+	_   structs.HostLayout
+	Vip struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Server struct {
+		_    structs.HostLayout
+		Addr [16]uint8
+	}
+	Port         uint16
+	VipFamily    uint8
+	ServerFamily uint8
+	Reasons      uint32
+	Pad          uint32
+}
+
+type dispatcherTraceFlags uint32
+
+const (
+	dispatcherTraceFlagsTRACE_F_HIT dispatcherTraceFlags = 1
+)
+
+type dispatcherTraceScratch struct {
+	_     structs.HostLayout
+	Ev    dispatcherTraceEvent
+	Stats [2]uint64
+}
+
+type dispatcherTraceStat uint32
+
+const (
+	dispatcherTraceStatTRACE_STAT_SENT dispatcherTraceStat = 0
+	dispatcherTraceStatTRACE_STAT_LOST dispatcherTraceStat = 1
+	dispatcherTraceStatTRACE_STAT_MAX  dispatcherTraceStat = 2
+)
+
 type dispatcherVipBloom struct {
 	_    structs.HostLayout
 	Bits [1024]uint64
@@ -534,6 +600,9 @@ const (
 	dispatcherMapScratch            = "scratch"
 	dispatcherMapServiceServers     = "service_servers"
 	dispatcherMapServiceStats       = "service_stats"
+	dispatcherMapTraceRing          = "trace_ring"
+	dispatcherMapTraceScratch       = "trace_scratch"
+	dispatcherMapTraceServices      = "trace_services"
 	dispatcherMapTxPorts            = "tx_ports"
 	dispatcherMapVipCache           = "vip_cache"
 	dispatcherMapVipFilter          = "vip_filter"
@@ -553,7 +622,13 @@ const (
 	dispatcherVarDlbBtfNatFlags     = "dlb_btf_nat_flags"
 	dispatcherVarDlbBtfSelection    = "dlb_btf_selection"
 	dispatcherVarDlbBtfStatReason   = "dlb_btf_stat_reason"
+	dispatcherVarDlbBtfTraceConsts  = "dlb_btf_trace_consts"
+	dispatcherVarDlbBtfTraceFlags   = "dlb_btf_trace_flags"
+	dispatcherVarDlbBtfTraceStat    = "dlb_btf_trace_stat"
 	dispatcherVarDlbBtfVipFlags     = "dlb_btf_vip_flags"
+	dispatcherVarDlbTraceFilter     = "dlb_trace_filter"
+	dispatcherVarDlbTraceKey        = "dlb_trace_key"
+	dispatcherVarDlbTraceOn         = "dlb_trace_on"
 )
 
 // loadDispatcher returns the embedded CollectionSpec for dispatcher.
@@ -640,6 +715,9 @@ type dispatcherMapSpecs struct {
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	ServiceServers *ebpf.MapSpec `ebpf:"service_servers"`
 	ServiceStats   *ebpf.MapSpec `ebpf:"service_stats"`
+	TraceRing      *ebpf.MapSpec `ebpf:"trace_ring"`
+	TraceScratch   *ebpf.MapSpec `ebpf:"trace_scratch"`
+	TraceServices  *ebpf.MapSpec `ebpf:"trace_services"`
 	TxPorts        *ebpf.MapSpec `ebpf:"tx_ports"`
 	VipCache       *ebpf.MapSpec `ebpf:"vip_cache"`
 	VipFilter      *ebpf.MapSpec `ebpf:"vip_filter"`
@@ -660,7 +738,13 @@ type dispatcherVariableSpecs struct {
 	DlbBtfNatFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.VariableSpec `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.VariableSpec `ebpf:"dlb_btf_stat_reason"`
+	DlbBtfTraceConsts  *ebpf.VariableSpec `ebpf:"dlb_btf_trace_consts"`
+	DlbBtfTraceFlags   *ebpf.VariableSpec `ebpf:"dlb_btf_trace_flags"`
+	DlbBtfTraceStat    *ebpf.VariableSpec `ebpf:"dlb_btf_trace_stat"`
 	DlbBtfVipFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_vip_flags"`
+	DlbTraceFilter     *ebpf.VariableSpec `ebpf:"dlb_trace_filter"`
+	DlbTraceKey        *ebpf.VariableSpec `ebpf:"dlb_trace_key"`
+	DlbTraceOn         *ebpf.VariableSpec `ebpf:"dlb_trace_on"`
 }
 
 // dispatcherObjects contains all objects after they have been loaded into the kernel.
@@ -714,6 +798,9 @@ type dispatcherMaps struct {
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	ServiceServers *ebpf.Map `ebpf:"service_servers"`
 	ServiceStats   *ebpf.Map `ebpf:"service_stats"`
+	TraceRing      *ebpf.Map `ebpf:"trace_ring"`
+	TraceScratch   *ebpf.Map `ebpf:"trace_scratch"`
+	TraceServices  *ebpf.Map `ebpf:"trace_services"`
 	TxPorts        *ebpf.Map `ebpf:"tx_ports"`
 	VipCache       *ebpf.Map `ebpf:"vip_cache"`
 	VipFilter      *ebpf.Map `ebpf:"vip_filter"`
@@ -753,6 +840,9 @@ func (m *dispatcherMaps) Close() error {
 		m.Scratch,
 		m.ServiceServers,
 		m.ServiceStats,
+		m.TraceRing,
+		m.TraceScratch,
+		m.TraceServices,
 		m.TxPorts,
 		m.VipCache,
 		m.VipFilter,
@@ -774,7 +864,13 @@ type dispatcherVariables struct {
 	DlbBtfNatFlags     *ebpf.Variable `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.Variable `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.Variable `ebpf:"dlb_btf_stat_reason"`
+	DlbBtfTraceConsts  *ebpf.Variable `ebpf:"dlb_btf_trace_consts"`
+	DlbBtfTraceFlags   *ebpf.Variable `ebpf:"dlb_btf_trace_flags"`
+	DlbBtfTraceStat    *ebpf.Variable `ebpf:"dlb_btf_trace_stat"`
 	DlbBtfVipFlags     *ebpf.Variable `ebpf:"dlb_btf_vip_flags"`
+	DlbTraceFilter     *ebpf.Variable `ebpf:"dlb_trace_filter"`
+	DlbTraceKey        *ebpf.Variable `ebpf:"dlb_trace_key"`
+	DlbTraceOn         *ebpf.Variable `ebpf:"dlb_trace_on"`
 }
 
 // dispatcherPrograms contains all programs after they have been loaded into the kernel.

@@ -1,0 +1,65 @@
+package lb
+
+import (
+	"net/netip"
+	"time"
+)
+
+// TraceFilter selects the packets of a packet trace (dlbctl executor
+// trace). The executor applies it to every packet while the trace runs;
+// every set field must match.
+type TraceFilter struct {
+	// Cluster, when valid, selects the packets of the cluster's
+	// connections: a packet sent to a server (or, a NAT reply, from one)
+	// of one of the cluster's ports, and a packet the executor sent to no
+	// server whose destination is the cluster address.
+	Cluster netip.Addr
+	// Port narrows Cluster to one port (0: every port).
+	Port uint16
+	// Server, when valid, selects the packets sent to (or, NAT replies,
+	// from) that server, and packets sent to no server whose source is
+	// that address.
+	Server netip.Addr
+	// Reasons, when not empty, selects the packets counted under these
+	// reasons (the executor's reason names, as in the executor report).
+	Reasons []string
+}
+
+// TracePacket is one packet of a trace: what the executor did with it.
+type TracePacket struct {
+	// Time is when the executor handled it.
+	Time time.Time
+	// Interface is the index of the interface it arrived on.
+	Interface int
+	// Reason is the reason it was counted under; Verdict what the
+	// executor did: "pass" (to the host stack), "drop", "tx" (sent back
+	// out of the interface it came in by) or "redirect" (to another).
+	Reason, Verdict string
+	// Server is the server it was sent to (or, a NAT reply, came from);
+	// invalid when none.
+	Server netip.Addr
+	// Hit says it followed a connection-table entry (conns or nat_flows,
+	// or nat_ports for a NAT reply): an established connection.
+	Hit bool
+	// Proto is the IP protocol (0: not IPv4 or IPv6); Src and Dst the
+	// addresses and ports of the frame as the executor sent it on (ports
+	// 0 for other protocols): after a NAT translation, the translated
+	// ones.
+	Proto    uint8
+	Src, Dst netip.AddrPort
+	// TCPFlags are the TCP header's flags (FIN 0x01, SYN 0x02, RST 0x04,
+	// PSH 0x08, ACK 0x10).
+	TCPFlags uint8
+	// Length is the frame's length; Data its first bytes (at most 128),
+	// as the executor sent it on (forwarded frames after their rewrite).
+	Length int
+	Data   []byte
+}
+
+// TraceStats are a trace's counts.
+type TraceStats struct {
+	// Packets is how many packets matched and were handed over; Lost how
+	// many matched but found the executor's trace buffer full (the
+	// packets themselves were handled as usual).
+	Packets, Lost uint64
+}
