@@ -7,7 +7,7 @@
 #                  probe (dnsmasq, vsftpd, exim4, dovecot, slapd, python3's
 #                  http.server, openssl s_server), what the package test
 #                  uses (systemd-analyze, man, strace), what the monitoring
-#                  tests use (prometheus and promtool, headless chromium), and the
+#                  tests use (prometheus and promtool, headless chromium, tcpdump), and the
 #                  routers the scale-out tests peer with (FRR's bgpd and zebra, BIRD 2)
 #
 # The test servers' packages would start system-wide daemons on install;
@@ -77,6 +77,8 @@ if [ "$set_" = test ]; then
 	need prometheus prometheus
 	need promtool prometheus
 	need chromium chromium
+	# The packet trace's tests read its pcapng files with tcpdump.
+	need tcpdump tcpdump
 	# The scale-out tests: routers doing ECMP over the dispatchers.
 	need vtysh frr
 	need bird bird2

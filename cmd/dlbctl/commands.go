@@ -219,7 +219,7 @@ first keyword.`,
 	return a.noun("executor", "Start, stop, set and report the executor (the XDP forwarder)",
 		`  dlbctl executor start --interface eth0
   dlbctl executor report`,
-		start, stop, set, a.executorReportCmd())
+		start, stop, set, a.executorReportCmd(), a.executorTraceCmd())
 }
 
 var executorKeywords = []string{"nfa", "clientgateway", "fintimeout"}

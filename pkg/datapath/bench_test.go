@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -57,6 +58,8 @@ import (
 //	                      under test, instead of the committed object
 //	DLB_BENCH_NOPIN=1     do not pin the test thread to one CPU
 //	DLB_BENCH_NOLIVE=1    skip phase 3 (live frames)
+//	DLB_BENCH_TRACE=nothing  measure with a packet trace running whose
+//	                      filter matches none of the packets
 
 const (
 	// benchFrameLen and benchFrame6Len are the lengths of the IPv4 and
@@ -129,6 +132,20 @@ func TestBenchReport(t *testing.T) {
 	if path := os.Getenv("DLB_BENCH_OBJECT"); path != "" {
 		dispatcher = loadVariant(t, path, e.pinDir)
 		object = path
+	}
+	if os.Getenv("DLB_BENCH_TRACE") == "nothing" {
+		// A packet trace runs during the measurements, with a filter
+		// that matches none of their packets: the cost every packet
+		// pays while an operator traces other traffic.
+		if os.Getenv("DLB_BENCH_OBJECT") != "" {
+			t.Fatal("DLB_BENCH_TRACE traces the committed object only")
+		}
+		tr, err := e.dp.StartTrace(lb.TraceFilter{Cluster: netip.MustParseAddr("198.18.9.9")})
+		if err != nil {
+			t.Fatalf("starting the trace: %v", err)
+		}
+		t.Cleanup(func() { _, _ = tr.Stop() })
+		object += ", a trace running that matches nothing (DLB_BENCH_TRACE=nothing)"
 	}
 
 	b := &benchRunner{t: t, objs: &objs}

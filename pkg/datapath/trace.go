@@ -22,7 +22,7 @@ import (
 
 // ErrTraceRunning is returned by StartTrace while another trace runs: the
 // executor has one trace buffer and one filter.
-var ErrTraceRunning = errors.New("a trace is running")
+var ErrTraceRunning = lb.ErrTraceRunning
 
 // errTraceStopped is returned by Trace.Next once the trace was stopped.
 var errTraceStopped = errors.New("the trace was stopped")
@@ -85,8 +85,17 @@ func (d *Datapath) traceFilter(f lb.TraceFilter) (dispatcherTraceFilter, []uint3
 
 // StartTrace starts a packet trace with filter f. Only one trace runs at a
 // time: ErrTraceRunning while another does. A cluster filter covers the
-// cluster's ports as they are when the trace starts.
-func (d *Datapath) StartTrace(f lb.TraceFilter) (*Trace, error) {
+// cluster's ports as they are when the trace starts. Not safe for use
+// concurrently with the Datapath's other methods; the trace's Next is.
+func (d *Datapath) StartTrace(f lb.TraceFilter) (lb.PacketTrace, error) {
+	t, err := d.startTrace(f)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (d *Datapath) startTrace(f lb.TraceFilter) (*Trace, error) {
 	if d.trace != nil {
 		return nil, ErrTraceRunning
 	}
@@ -267,4 +276,3 @@ func clearMap32(m *ebpf.Map) error {
 	}
 	return nil
 }
-

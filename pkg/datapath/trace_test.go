@@ -38,7 +38,7 @@ func drain(t *testing.T, tr *Trace) []lb.TracePacket {
 
 func startTrace(t *testing.T, e *testEnv, f lb.TraceFilter) *Trace {
 	t.Helper()
-	tr, err := e.dp.StartTrace(f)
+	tr, err := e.dp.startTrace(f)
 	if err != nil {
 		t.Fatalf("StartTrace: %v", err)
 	}

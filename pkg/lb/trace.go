@@ -1,9 +1,25 @@
 package lb
 
 import (
+	"errors"
 	"net/netip"
 	"time"
 )
+
+// ErrTraceRunning is returned when a packet trace is asked for while
+// another runs: the executor has one trace buffer and one filter.
+var ErrTraceRunning = errors.New("a trace is running (one at a time)")
+
+// PacketTrace is a running packet trace.
+type PacketTrace interface {
+	// Next waits for the next traced packet until deadline (zero: no
+	// deadline), and then fails with an error that wraps
+	// os.ErrDeadlineExceeded. It fails once the trace stopped.
+	Next(deadline time.Time) (TracePacket, error)
+	// Stop ends the trace and returns its counts; stopping it again
+	// returns them again.
+	Stop() (TraceStats, error)
+}
 
 // TraceFilter selects the packets of a packet trace (dlbctl executor
 // trace). The executor applies it to every packet while the trace runs;

@@ -172,6 +172,7 @@ func New(e Engine, o Options) http.Handler {
 		_, _ = w.Write(buf.Bytes())
 	})
 	handleServerCheck(mux, log, o.ServerChecker)
+	handleTrace(mux, log, e)
 	if o.Profiling {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
