@@ -151,6 +151,25 @@ grep -E '^dlb_(server_new_connections_total|server_state|server_weight|advisor_s
 	"$run/metrics.txt" | sed 's/^/  /'
 echo "  ... $(grep -vc '^#' "$run/metrics.txt") series in all; the web console at http://$metrics/ shows them live"
 
+step "packet trace: 12 packets of new connections to $LAB_VIP@80, with the executor's verdict, reason and server, then a pcapng file"
+printf '$ dlbctl executor trace --cluster %s@80 --count 12\n' "$LAB_VIP"
+"$bin/dlbctl" --socket "$sock" executor trace --cluster "$LAB_VIP@80" --count 12 --duration 20s 2>"$run/trace.err" &
+trace=$!
+sleep 0.5 # the trace starts
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 5 -c 1 >/dev/null
+wait "$trace" || true
+grep -v '^tracing' "$run/trace.err" | sed 's/^/  /'
+printf '$ dlbctl executor trace --cluster %s --count 40 -w %s\n' "$LAB_VIP" "$run/trace.pcapng"
+"$bin/dlbctl" --socket "$sock" executor trace --cluster "$LAB_VIP" --count 40 --duration 20s -w "$run/trace.pcapng" 2>/dev/null &
+trace=$!
+sleep 0.5
+"$lab" exec c1 "$bin/labclient" -url "http://$LAB_VIP/" -n 20 -c 2 >/dev/null
+wait "$trace" || true
+if command -v tcpdump >/dev/null; then
+	echo "$ tcpdump -r trace.pcapng -nn | head -4   (each packet's comment holds the verdict: Wireshark shows it)"
+	tcpdump -r "$run/trace.pcapng" -nn 2>/dev/null | head -4 | sed 's/^/  /'
+fi
+
 step "NAT: port 81 goes to two servers on another subnet, behind a router"
 ctl port add "$LAB_VIP@81" --method nat
 ctl server add "$LAB_VIP@81@$LAB_N1_ADDR+$LAB_N2_ADDR" --returnaddress "$LAB_RETURN_ADDR" --router "$LAB_ROUTER_ADDR" --mapport 80

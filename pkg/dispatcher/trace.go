@@ -26,8 +26,9 @@ var ErrNoTrace = errors.New("this executor cannot trace packets")
 var ErrExecutorNotRunning = errors.New("the executor is not running (dlbctl executor start)")
 
 // tracePoll bounds how long Trace waits for a packet before it looks at
-// its context again.
-const tracePoll = 200 * time.Millisecond
+// its context again: how long a trace whose client went away may keep the
+// next one waiting.
+const tracePoll = 50 * time.Millisecond
 
 // Trace runs a packet trace with filter f: it calls started once the
 // executor traces, then emit with every packet, until ctx is done (the

@@ -19,8 +19,22 @@ import (
 
 // startTrace runs "dlbctl executor trace args" in the background and
 // returns once dlbd traces; wait ends it (SIGINT if it still runs) and
-// returns its standard output.
+// returns its standard output. While the previous trace is still being
+// stopped (dlbd notices its client went away within 50 ms) it tries
+// again.
 func (l *lab) startTrace(args ...string) (wait func() string) {
+	l.t.Helper()
+	for range 20 {
+		if wait, busy := l.tryTrace(args...); !busy {
+			return wait
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Fatal("a trace was still running after 2 s")
+	return nil
+}
+
+func (l *lab) tryTrace(args ...string) (wait func() string, busy bool) {
 	l.t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "dlbctl"), append([]string{"--socket", l.sock, "executor", "trace"}, args...)...)
 	var out bytes.Buffer
@@ -54,6 +68,9 @@ func (l *lab) startTrace(args ...string) (wait func() string) {
 	case ok := <-started:
 		if !ok {
 			_ = cmd.Wait()
+			if strings.Contains(rest.String(), "a trace is running") {
+				return nil, true
+			}
 			l.t.Fatalf("dlbctl executor trace %v did not start: %s", args, rest.String())
 		}
 	case <-time.After(10 * time.Second):
@@ -81,7 +98,7 @@ func (l *lab) startTrace(args ...string) (wait func() string) {
 		}
 		l.t.Logf("dlbctl executor trace %v: %s", args, strings.TrimSpace(rest.String()))
 		return out.String()
-	}
+	}, false
 }
 
 // TestPrivilegedE2ETrace traces real connections through the VIP: every
