@@ -232,6 +232,20 @@ static __always_inline int trace_record(struct xdp_md *ctx, struct trace_scratch
 	if (want && !(want & (1U << (e->reason & 31))))
 		return e->action;
 
+	/* A packet sent to a server is filtered by its server first: most
+	 * traffic of a busy dispatcher is, and then its bytes are not
+	 * copied unless it matches. */
+	__u8 fam = dlb_trace_filter.vip_family;
+	__u8 sfam = dlb_trace_filter.server_family;
+	if (e->server_family) {
+		/* The frame may be translated already (NAT): its server's
+		 * service tells its cluster. */
+		if (fam && !bpf_map_lookup_elem(&trace_services, &e->service))
+			return e->action;
+		if (sfam && (e->server_family != sfam || !trace_addr_eq(&e->server, &dlb_trace_filter.server)))
+			return e->action;
+	}
+
 	__u32 len = ctx->data_end - ctx->data;
 	__u32 cap = len < DLB_TRACE_SNAPLEN ? len : DLB_TRACE_SNAPLEN;
 	e->pkt_len = len;
@@ -247,29 +261,16 @@ static __always_inline int trace_record(struct xdp_md *ctx, struct trace_scratch
 	e->tcp_flags = 0;
 	trace_parse(e);
 
-	__u8 fam = dlb_trace_filter.vip_family;
-	if (fam) {
-		if (e->server_family) {
-			/* The frame may be translated already (NAT): its
-			 * server's service tells its cluster. */
-			if (!bpf_map_lookup_elem(&trace_services, &e->service))
-				return e->action;
-		} else {
+	if (!e->server_family) {
+		if (fam) {
 			if (e->flow.family != fam || !trace_addr_eq(&e->flow.dst, &dlb_trace_filter.vip))
 				return e->action;
 			__be16 port = dlb_trace_filter.port;
 			if (port && e->flow.dport != port)
 				return e->action;
 		}
-	}
-	fam = dlb_trace_filter.server_family;
-	if (fam) {
-		if (e->server_family) {
-			if (e->server_family != fam || !trace_addr_eq(&e->server, &dlb_trace_filter.server))
-				return e->action;
-		} else if (e->flow.family != fam || !trace_addr_eq(&e->flow.src, &dlb_trace_filter.server)) {
+		if (sfam && (e->flow.family != sfam || !trace_addr_eq(&e->flow.src, &dlb_trace_filter.server)))
 			return e->action;
-		}
 	}
 
 	e->ts = bpf_ktime_get_ns();
