@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +56,7 @@ func (d *Datapath) traceFilter(f lb.TraceFilter) (dispatcherTraceFilter, []uint3
 	for _, r := range f.Reasons {
 		i := slices.Index(reasonNames[:], r)
 		if i < 0 {
-			return tf, nil, fmt.Errorf("unknown reason %q (the reasons: %s)", r, strings.Join(reasonNames[:], ", "))
+			return tf, nil, lb.Errorf("reason", r, "unknown reason; the reasons are %s", strings.Join(reasonNames[:], ", "))
 		}
 		tf.Reasons |= 1 << i
 	}
@@ -75,7 +76,7 @@ func (d *Datapath) traceFilter(f lb.TraceFilter) (dispatcherTraceFilter, []uint3
 		slices.Sort(services)
 		services = slices.Compact(services)
 	} else if f.Port != 0 {
-		return tf, nil, errors.New("a trace's port needs its cluster")
+		return tf, nil, lb.Errorf("port", strconv.Itoa(int(f.Port)), "a trace's port needs its cluster")
 	}
 	if f.Server.IsValid() {
 		tf.Server.Addr, tf.ServerFamily = addrBytes(f.Server)
