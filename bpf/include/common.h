@@ -62,16 +62,9 @@ static __always_inline __u32 launder(__u32 v)
 	return *(volatile __u32 *)p;
 }
 
-/* verdict counts the packet under reason and returns action: every packet
- * leaves the executor through it or through forward's (or to_client's)
- * transmit, once. While a trace runs, both hand the packet to the trace
- * instead (trace.h), which counts it too: the load of dlb_trace_on is all
- * a packet pays when no trace runs. */
-static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
+/* count_verdict counts the packet under reason and returns action. */
+static __always_inline int count_verdict(struct xdp_md *ctx, __u32 reason, int action)
 {
-	if (dlb_trace_on)
-		return dlb_trace_packet(ctx, reason | action << 8);
-
 	struct reason_counters *rc = bpf_map_lookup_elem(&reason_stats, &reason);
 
 	if (rc) {
@@ -79,6 +72,18 @@ static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
 		rc->bytes += ctx->data_end - ctx->data;
 	}
 	return action;
+}
+
+/* verdict counts the packet under reason and returns action: every packet
+ * leaves the executor through it or through forward's (or to_client's)
+ * transmit, once. While a trace runs, both hand the packet to the trace
+ * instead (trace.h), which counts it too: the one load of dlb_trace_on on
+ * either way is all a packet pays when no trace runs. */
+static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
+{
+	if (dlb_trace_on)
+		return dlb_trace_packet(ctx, reason | action << 8);
+	return count_verdict(ctx, reason, action);
 }
 
 /* event counts one enum dlb_event. */
@@ -186,19 +191,20 @@ static __always_inline __be16 server_port(const struct backend *b, __be16 vip_po
 /* transmit sends the frame out of ifindex: back out of the receiving
  * interface, or redirected through tx_ports. A missing tx_ports entry
  * drops (STAT_DROP_NO_TX_PORT), unless any_port allows a plain
- * bpf_redirect (next hops from the routing table). trace.h's
- * dlb_trace_tx does the same while a trace runs. */
+ * bpf_redirect (next hops from the routing table). Its callers looked at
+ * dlb_trace_on already: trace.h's dlb_trace_tx does the same while a
+ * trace runs. */
 static __always_inline int transmit(struct xdp_md *ctx, __u32 ifindex, int any_port)
 {
 	if (ifindex == ctx->ingress_ifindex)
-		return verdict(ctx, STAT_FWD_TX, XDP_TX);
+		return count_verdict(ctx, STAT_FWD_TX, XDP_TX);
 
 	int action = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
 	if (action != XDP_REDIRECT && any_port)
 		action = bpf_redirect(ifindex, 0);
 	if (action != XDP_REDIRECT)
-		return verdict(ctx, STAT_DROP_NO_TX_PORT, XDP_DROP);
-	return verdict(ctx, STAT_FWD_REDIRECT, action);
+		return count_verdict(ctx, STAT_DROP_NO_TX_PORT, XDP_DROP);
+	return count_verdict(ctx, STAT_FWD_REDIRECT, action);
 }
 
 /* forward rewrites the MAC addresses towards b (the server, or the router
