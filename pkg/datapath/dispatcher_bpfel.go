@@ -125,7 +125,7 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 3
+	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 4
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_NAT_CANDIDATES    dispatcherDlbConsts = 8
 	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
@@ -554,6 +554,7 @@ const (
 	dispatcherVarDlbBtfSelection    = "dlb_btf_selection"
 	dispatcherVarDlbBtfStatReason   = "dlb_btf_stat_reason"
 	dispatcherVarDlbBtfVipFlags     = "dlb_btf_vip_flags"
+	dispatcherVarStatsStride        = "stats_stride"
 )
 
 // loadDispatcher returns the embedded CollectionSpec for dispatcher.
@@ -661,6 +662,7 @@ type dispatcherVariableSpecs struct {
 	DlbBtfSelection    *ebpf.VariableSpec `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.VariableSpec `ebpf:"dlb_btf_stat_reason"`
 	DlbBtfVipFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_vip_flags"`
+	StatsStride        *ebpf.VariableSpec `ebpf:"stats_stride"`
 }
 
 // dispatcherObjects contains all objects after they have been loaded into the kernel.
@@ -775,6 +777,7 @@ type dispatcherVariables struct {
 	DlbBtfSelection    *ebpf.Variable `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.Variable `ebpf:"dlb_btf_stat_reason"`
 	DlbBtfVipFlags     *ebpf.Variable `ebpf:"dlb_btf_vip_flags"`
+	StatsStride        *ebpf.Variable `ebpf:"stats_stride"`
 }
 
 // dispatcherPrograms contains all programs after they have been loaded into the kernel.
