@@ -109,7 +109,7 @@ func newLabPrefix(t *testing.T, prefix string, upArgs ...string) *lab {
 	if testing.Short() {
 		t.Skip("end-to-end lab test (-short)")
 	}
-	l := &lab{t: t, prefix: fmt.Sprintf("%s%03x", prefix, rand.IntN(0xfff))}
+	l := &lab{t: t, prefix: freePrefix(t, prefix)}
 	l.run = t.TempDir()
 	l.sock = filepath.Join(l.run, "dlbd.sock")
 	l.state = filepath.Join(l.run, "state")
@@ -131,6 +131,27 @@ func newLabPrefix(t *testing.T, prefix string, upArgs ...string) *lab {
 		}
 	}
 	return l
+}
+
+// freePrefix returns prefix with a random suffix that no namespace, link
+// or pin directory on the host uses yet, so that labs of test runs going
+// on at the same time (other packages, other checkouts) never meet.
+func freePrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	for range 100 {
+		p := fmt.Sprintf("%s%03x", prefix, rand.IntN(0xfff))
+		used := false
+		for _, glob := range []string{"/run/netns/" + p + "*", "/sys/class/net/" + p + "*", "/sys/fs/bpf/" + p + "*"} {
+			if m, _ := filepath.Glob(glob); len(m) > 0 {
+				used = true
+			}
+		}
+		if !used {
+			return p
+		}
+	}
+	t.Fatalf("no free lab prefix %s…", prefix)
+	return ""
 }
 
 func (l *lab) script(args ...string) *exec.Cmd {
