@@ -289,7 +289,6 @@ func TestReadFileErrors(t *testing.T) {
 			`line 8: advisors[0].name: no advisor "gopher"`, "advisor"},
 		{"metric server's source", "metricserver:\n  source: snmp\n", `line 2: metricserver.source: "snmp" is not dlbmetricd or prometheus`, "source"},
 		{"ha is reserved", "ha:\n  peer: 198.18.0.3\n", "line 2: ha: high availability is not implemented yet; the key is reserved for it: leave it out or empty", "ha"},
-		{"bgp is reserved", "bgp: {asn: 65000}\n", "line 1: bgp: BGP announcement is not implemented yet; the key is reserved for it: leave it out or empty", "bgp"},
 		{"alias to a list where a value goes", "x: &l [1]\nexecutor:\n  fintimeout: *l\n", `line 1: x: unknown key "x"; keys here: executor, manager, metricserver, clusters, advisors, ha, bgp`, "x"},
 	}
 	known := func(name string) error {
