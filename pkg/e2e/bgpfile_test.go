@@ -21,6 +21,7 @@ import (
 // the dispatcher back as a next hop. Everything goes through the real
 // speaker (GoBGP) and a real router.
 func TestPrivilegedE2EBGPFile(t *testing.T) {
+	parallel(t)
 	l := newLabPrefix(t, "dlbg", "-n", "2", "-c", "1", "-x", "2")
 	router := &frr{}
 	s := &scaleLab{lab: l, router: router}

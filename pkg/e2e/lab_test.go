@@ -389,3 +389,15 @@ func (l *lab) inNS(role string, args ...string) (string, error) {
 	out, err := l.script(append([]string{"exec", role}, args...)...).CombinedOutput()
 	return string(out), err
 }
+
+// parallel lets a test run beside other such tests (go test's -parallel,
+// GOMAXPROCS by default): each builds its own lab under its own prefix, and
+// most of an end-to-end test's time is waiting (probe intervals, timeouts,
+// routers' timers), not CPU. Tests that measure timings under load, load the
+// machine or touch the host itself (the package test) do not call it and
+// run first, one at a time. DLB_E2E_SERIAL=1 runs every test alone.
+func parallel(t *testing.T) {
+	if os.Getenv("DLB_E2E_SERIAL") == "" {
+		t.Parallel()
+	}
+}
