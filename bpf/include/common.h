@@ -107,10 +107,35 @@ static __always_inline void count(void *map, __u32 id, __u64 bytes, __u32 new_co
 	}
 }
 
+/* backend_counters returns this CPU's counters of backend id (NULL for an
+ * id out of range): its entry in the CPU's row of backend_stats. */
+static __always_inline struct counters *backend_counters(__u32 id)
+{
+	__u32 key;
+
+	if (id >= stats_stride)
+		return NULL;
+	key = bpf_get_smp_processor_id() * stats_stride + id;
+	return bpf_map_lookup_elem(&backend_stats, &key);
+}
+
+/* count_backend counts a packet of bytes (and new_conns new connections)
+ * on backend id. */
+static __always_inline void count_backend(__u32 id, __u64 bytes, __u32 new_conns)
+{
+	struct counters *c = backend_counters(id);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+		c->new_conns += new_conns;
+	}
+}
+
 /* count_fin counts a finished connection on its backend and service. */
 static __always_inline void count_fin(__u32 backend_id, __u32 service_id)
 {
-	struct counters *c = bpf_map_lookup_elem(&backend_stats, &backend_id);
+	struct counters *c = backend_counters(backend_id);
 
 	if (c)
 		c->fin_conns++;
@@ -219,7 +244,7 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *pk, con
 	__builtin_memcpy(eth->h_dest, b->mac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, b->src_mac, ETH_ALEN);
 	count(&service_stats, service_id, bytes, new_conns, 0);
-	count(&backend_stats, backend_id, bytes, new_conns, 0);
+	count_backend(backend_id, bytes, new_conns);
 	if (dlb_trace_on)
 		return dlb_trace_tx(ctx, hit ? TRACE_F_HIT << 16 : 0, b, 0);
 	return transmit(ctx, b->ifindex, 0);

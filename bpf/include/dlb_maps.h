@@ -358,14 +358,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } service_stats SEC(".maps");
 
-/* backend_stats: per-backend counters, per CPU. */
+/* backend_stats: per-backend counters, one row of stats_stride entries per
+ * CPU (entry cpu * stats_stride + backend id), each CPU writing only its
+ * own row. Not a per-CPU array: an array the daemon maps into its memory,
+ * so that reading the counters of 100,000 backends is a copy of a few MiB,
+ * not 100,000 lookups (each system call's element costs ~300 ns). The
+ * loader sizes it to stats_stride × the possible CPUs. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct counters);
 	__uint(max_entries, MAX_BACKENDS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } backend_stats SEC(".maps");
+
+/* stats_stride is the row length of backend_stats: the capacity of the
+ * backends map, which the loader sets (read only once loaded, so the
+ * verifier knows it). */
+volatile const __u32 stats_stride = MAX_BACKENDS;
 
 /* backend_swept: connections per backend that the daemon's sweeper expired
  * while still established (counted as finished). Written only by the

@@ -220,7 +220,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	__u64 bytes = ctx->data_end - ctx->data;
 	count(&service_stats, service, bytes, 0, 0);
-	count(&backend_stats, id, bytes, 0, 0);
+	count_backend(id, bytes, 0);
 	event(EV_ICMP_TO_CLIENT);
 	return to_client(ctx, pk->eth, rc, &hop, b);
 }

@@ -379,7 +379,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		__u64 bytes = ctx->data_end - ctx->data;
 		count(&service_stats, r->service, bytes, 0, 0);
-		count(&backend_stats, r->backend, bytes, 0, 0);
+		count_backend(r->backend, bytes, 0);
 		return to_client(ctx, pk->eth, rc, &hop, b);
 	}
 
@@ -399,7 +399,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	__u64 bytes = ctx->data_end - ctx->data;
 	count(&service_stats, h->service, bytes, 0, 0);
-	count(&backend_stats, h->backend, bytes, 0, 0);
+	count_backend(h->backend, bytes, 0);
 	if (pk->tcp_flags & TCP_RST) {
 		/* The server refused the connection: free the port. */
 		halfopen_release(h, owner);

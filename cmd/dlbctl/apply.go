@@ -39,6 +39,7 @@ format, so "dlbctl get -o yaml | dlbctl apply -f -" changes nothing:
   clusters:
     - address: 198.18.0.100
       configure: true
+      announce: true            # over BGP; communities: [65000:100], med
       proportions: {active: 49, new: 50, port: 1, system: 0}
       metrics: [cpuload]
       ports:
@@ -57,7 +58,13 @@ format, so "dlbctl get -o yaml | dlbctl apply -f -" changes nothing:
                                 # connecttimeout, receivetimeout, retries,
                                 # rise, fall, program, args, mode
   ha:                           # reserved for high availability (empty)
-  bgp:                          # reserved for BGP (empty)
+  bgp:                          # the BGP speaker ("bgp set"), if any
+    asn: 65001
+    routerid: 198.18.0.2        # listen-port (default 0: outgoing only)
+    neighbors:                  # "bgp neighbor add"
+      - address: 198.18.0.1
+        remote-as: 65000        # holdtime (9), multihop, port (179),
+                                # password-file, bfd
 
 A cluster's proportions default to 50 50 0 0, raised as "advisor start"
 and "metric add" raise them. An error names the line and the field's path:

@@ -40,10 +40,10 @@ func TestPackagedExampleLoads(t *testing.T) {
 		t.Fatalf("file load: exit %d: %s", r.code, r.stderr)
 	}
 	sent := eng.sent()
-	if len(sent) != 1 || len(sent[0]) != 9 {
-		t.Fatalf("sent %d batches, want one of 9 operations", len(sent))
+	if len(sent) != 1 || len(sent[0]) != 11 {
+		t.Fatalf("sent %d batches, want one of 11 operations", len(sent))
 	}
-	if last := sent[0][8]; last.Object != "executor" || last.Action != "start" {
+	if last := sent[0][10]; last.Object != "executor" || last.Action != "start" {
 		t.Errorf("last operation %+v, want executor start", last)
 	}
 }

@@ -33,7 +33,7 @@ import (
 //	  secret-file: /etc/dlb/metric.secret
 //	clusters:
 //	  - address: 198.18.0.100
-//	    configure: true
+//	    configure: true  # announce, communities, med (BGP)
 //	    proportions: {active: 49, new: 50, port: 1, system: 0}
 //	    metrics: [cpuload]
 //	    ports:
@@ -50,7 +50,7 @@ import (
 //	    port: 80         # interval, connecttimeout, receivetimeout, retries,
 //	                     # rise, fall, program, args, mode
 //	ha:                  # reserved for high availability (must stay empty)
-//	bgp:                 # reserved for BGP announcements (must stay empty)
+//	bgp:                 # BGP: asn, routerid, listen-port, neighbors (bgpfile.go)
 //
 // Keys are dlbctl's keywords. A key left out (or given no value) takes the
 // default "dlbctl ... add" would give it: package lb's defaults; a
@@ -98,8 +98,7 @@ const maxAliasNodes = 1 << 18
 // reservedKeys are top-level keys kept for what comes later; they must be
 // left out or empty.
 var reservedKeys = map[string]string{
-	"ha":  "high availability is not implemented yet",
-	"bgp": "BGP announcement is not implemented yet",
+	"ha": "high availability is not implemented yet",
 }
 
 var topKeys = []string{"executor", "manager", "metricserver", "clusters", "advisors", "ha", "bgp"}
@@ -245,6 +244,11 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 			return cfg, err
 		}
 	}
+	if n := top["bgp"]; n != nil {
+		if err := p.bgpSection(n, &cfg.BGP); err != nil {
+			return cfg, err
+		}
+	}
 	if n := top["advisors"]; n != nil {
 		if err := p.advisors(n, &cfg); err != nil {
 			return cfg, err
@@ -256,7 +260,7 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 			cl.Proportions = impliedProportions(cl, cfg.Advisors)
 		}
 	}
-	for _, k := range []string{"ha", "bgp"} {
+	for _, k := range []string{"ha"} {
 		if n := top[k]; n != nil && !isEmpty(n) {
 			return cfg, p.errAt(n.Line, k, k, "%s; the key is reserved for it: leave it out or empty", reservedKeys[k])
 		}
@@ -615,6 +619,12 @@ var fieldKeys = map[string][]string{
 	"cluster":       {"address", "cluster"},
 	"server":        {"address"},
 	"advisor":       {"name"},
+	"neighbor":      {"address"},
+	"listenport":    {"listen-port"},
+	"remoteas":      {"remote-as"},
+	"passwordfile":  {"password-file"},
+	"neighborport":  {"port"},
+	"community":     {"communities"},
 	"metric":        {"metrics"},
 	"nfa":           {"nfa", "nfa6"},
 	"clientgateway": {"clientgateway", "clientgateway6"},
@@ -627,7 +637,7 @@ func (p *fileParser) place(err error) error {
 	if !errors.As(err, &fe) {
 		return err
 	}
-	obj := p.objects[fe.Object]
+	obj := p.objectOf(fe)
 	if obj == nil {
 		return &FileError{Msg: fe.Error(), Err: fe}
 	}
@@ -687,6 +697,9 @@ var metricServerFields = []field[lb.MetricServer]{
 // the writer handle themselves.
 var clusterFields = []field[lb.Cluster]{
 	fld("configure", boolCodec, func(x *lb.Cluster) *bool { return &x.Configure }),
+	fld("announce", boolCodec, func(x *lb.Cluster) *bool { return &x.Announce }),
+	fld("communities", communitiesCodec, func(x *lb.Cluster) *[]string { return &x.Communities }),
+	fld("med", uintCodec[uint32](math.MaxUint32), func(x *lb.Cluster) *uint32 { return &x.MED }),
 	fld("proportions", proportionsCodec, func(x *lb.Cluster) *lb.Proportions { return &x.Proportions }),
 	fld("metrics", listCodec, func(x *lb.Cluster) *[]string { return &x.Metrics }),
 }

@@ -17,6 +17,8 @@ func FuzzReadFile(f *testing.F) {
 		fileCluster + "advisors:\n  - {name: exec, port: 80, program: /bin/true, args: [x], mode: replace}\n",
 		"a: &a [1, 2]\nb: *a\n", "clusters: [{address: 2001:2::100, ports: [{port: 53, protocol: udp, method: nat}]}]",
 		"metricserver: {source: prometheus, path: /m}\nha: {}\nbgp:\n",
+		fileBGP + "      holdtime: 30\n      multihop: 2\n      port: 1179\n      password-file: /etc/dlb/p\n      bfd: true\n",
+		fileBGP + "  listen-port: 179\n" + strings.Replace(fileCluster, "    ports:\n", "    announce: true\n    communities: [65000:100, no-export, 1:2:3]\n    med: 7\n    ports:\n", 1),
 	} {
 		f.Add(s)
 	}

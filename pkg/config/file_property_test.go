@@ -127,8 +127,12 @@ func genConfig(t *rapid.T) lb.Config {
 			i := slices.IndexFunc(cl.Ports, func(p lb.Port) bool { return p.Number == sticky[0] })
 			cl.Ports[i].CrossPort = sticky[1]
 		}
+		cl.Announce = rapid.Bool().Draw(t, "announce")
+		cl.Communities = rapid.SampledFrom([][]string{nil, {"65000:100"}, {"no-export", "1:2:3", "65000:7"}}).Draw(t, "communities")
+		cl.MED = uint32(rapid.SampledFrom([]int{0, 20, 1 << 31}).Draw(t, "med"))
 		cfg.Clusters = append(cfg.Clusters, cl)
 	}
+	genBGP(t, &cfg.BGP)
 
 	// Advisors on ports that exist.
 	for _, a := range []lb.Advisor{
@@ -172,6 +176,30 @@ func genConfig(t *rapid.T) lb.Config {
 		t.Fatalf("generated an invalid configuration: %v", err)
 	}
 	return cfg
+}
+
+// genBGP draws a BGP speaker (or none) with neighbours from a small
+// universe, setting every setting of each.
+func genBGP(t *rapid.T, b *lb.BGP) {
+	if !rapid.Bool().Draw(t, "bgp") {
+		return
+	}
+	b.ASN = uint32(rapid.SampledFrom([]int{65001, 65002, 4200000000}).Draw(t, "asn"))
+	b.RouterID = netip.MustParseAddr(rapid.SampledFrom([]string{"198.18.0.2", "198.18.0.3"}).Draw(t, "routerid"))
+	b.ListenPort = uint16(rapid.SampledFrom([]int{0, 179, 1179}).Draw(t, "listenport"))
+	for _, a := range []string{"198.18.1.1", "198.18.1.2", "2001:2::1:1"} {
+		if !rapid.Bool().Draw(t, "neighbor "+a) {
+			continue
+		}
+		n := lb.NewBGPNeighbor(netip.MustParseAddr(a))
+		n.RemoteAS = uint32(rapid.SampledFrom([]int{65000, 65001, 4200000001}).Draw(t, "remoteas"))
+		n.HoldTime = uint32(rapid.SampledFrom([]int{lb.DefaultHoldTime, 0, 3, 90}).Draw(t, "holdtime"))
+		n.Multihop = uint8(rapid.SampledFrom([]int{0, 2, 255}).Draw(t, "multihop"))
+		n.Port = uint16(rapid.SampledFrom([]int{0, 179, 1179}).Draw(t, "neighborport"))
+		n.PasswordFile = rapid.SampledFrom([]string{"", "/etc/dlb/bgp.secret", "/etc/dlb/it's a secret"}).Draw(t, "passwordfile")
+		n.BFD = rapid.Bool().Draw(t, "bfd")
+		b.Neighbors = append(b.Neighbors, n)
+	}
 }
 
 // sameConfig reports whether two sorted configurations are equal

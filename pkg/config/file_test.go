@@ -289,7 +289,6 @@ func TestReadFileErrors(t *testing.T) {
 			`line 8: advisors[0].name: no advisor "gopher"`, "advisor"},
 		{"metric server's source", "metricserver:\n  source: snmp\n", `line 2: metricserver.source: "snmp" is not dlbmetricd or prometheus`, "source"},
 		{"ha is reserved", "ha:\n  peer: 198.18.0.3\n", "line 2: ha: high availability is not implemented yet; the key is reserved for it: leave it out or empty", "ha"},
-		{"bgp is reserved", "bgp: {asn: 65000}\n", "line 1: bgp: BGP announcement is not implemented yet; the key is reserved for it: leave it out or empty", "bgp"},
 		{"alias to a list where a value goes", "x: &l [1]\nexecutor:\n  fintimeout: *l\n", `line 1: x: unknown key "x"; keys here: executor, manager, metricserver, clusters, advisors, ha, bgp`, "x"},
 	}
 	known := func(name string) error {
@@ -475,11 +474,18 @@ func TestExampleFile(t *testing.T) {
 	}
 }
 
+// scriptParams are the parameters of the script example's flags, where
+// the two differ.
+var scriptParams = map[string]string{"remote-as": "remoteas", "community": "communities", "listen-port": "listenport"}
+
 // scriptOp reads one line of the script example: "object action [target]
 // [--flag value | keyword value]...", flags without a value being yes.
 func scriptOp(t *testing.T, line string) Op {
 	t.Helper()
 	w := strings.Fields(line)
+	if w[0] == "bgp" && w[1] == "neighbor" {
+		w = w[1:] // bgp neighbor ACTION ADDRESS
+	}
 	o := Op{Object: Object(w[0]), Action: Action(w[1])}
 	rest := w[2:]
 	if o.Object == Advisor {
@@ -490,6 +496,9 @@ func scriptOp(t *testing.T, line string) Op {
 	}
 	for i := 0; i < len(rest); i++ {
 		name := strings.TrimPrefix(rest[i], "--")
+		if p, ok := scriptParams[name]; ok {
+			name = p
+		}
 		if i+1 < len(rest) && !strings.HasPrefix(rest[i+1], "--") {
 			o.Params = append(o.Params, P(name, rest[i+1]))
 			i++

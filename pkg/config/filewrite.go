@@ -91,6 +91,9 @@ func FileNode(cfg lb.Config) *yaml.Node {
 		}
 		addKey(root, "advisors", as)
 	}
+	if n := bgpNode(cfg.BGP); n != nil {
+		addKey(root, "bgp", n)
+	}
 	return root
 }
 

@@ -36,7 +36,10 @@ func (s Step) String() string {
 // stopped first and started last (they need their ports), removals come
 // before additions, ports before their servers, a port's settings before
 // its servers' weights (which its weightbound bounds), and clusters'
-// proportions after the advisors and metrics whose start raises them.
+// proportions after the advisors and metrics whose start raises them; the
+// BGP speaker is set before neighbours are added to it, after the
+// executor (whose nfa a neighbour may not be) and before the clusters (a
+// neighbour leaving an address to a cluster goes first).
 // Both configurations must be sorted (lb.Config.Sort); next should be
 // valid. Nothing changed gives no steps.
 func Plan(old, next lb.Config) []Step {
@@ -45,7 +48,9 @@ func Plan(old, next lb.Config) []Step {
 	pl.advisorsStopped(old, next)
 	pl.removals(old, ch)
 	pl.executor(old.Executor, next.Executor)
+	pl.bgp(old.BGP, next.BGP)
 	pl.clusters(old, next, ch)
+	pl.announce(old, next, ch)
 	pl.metricServer(old.MetricServer, next.MetricServer)
 	pl.metrics(old, next)
 	pl.advisorsStarted(old, next)
@@ -522,7 +527,11 @@ var commandFlags = map[Object]map[string]string{
 	Manager:  {"now": "now"},
 	Advisor: {"interval": "interval", "connecttimeout": "connecttimeout", "receivetimeout": "receivetimeout",
 		"retries": "retries", "rise": "rise", "fall": "fall", "program": "program", "args": "arg", "mode": "mode"},
-	Metric: {"source": "source", "metricport": "port", "secretfile": "secret-file", "path": "path"},
+	Metric:  {"source": "source", "metricport": "port", "secretfile": "secret-file", "path": "path"},
+	Cluster: {"announce": "announce", "communities": "community", "med": "med"},
+	BGP:     {"asn": "asn", "routerid": "routerid", "listenport": "listen-port"},
+	Neighbor: {"remoteas": "remote-as", "passwordfile": "password-file", "holdtime": "holdtime",
+		"multihop": "multihop", "bfd": "bfd", "neighborport": "port"},
 }
 
 // Command returns the operation as the dlbctl command that makes it
@@ -586,6 +595,9 @@ func (op Op) Command() string {
 		for _, v := range p.Values {
 			words = append(words, quote(v))
 		}
+	}
+	if op.Object == Neighbor {
+		return "bgp " + strings.Join(words, " ")
 	}
 	return strings.Join(words, " ")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -896,9 +897,18 @@ func (d *Datapath) applyFilters() error {
 }
 
 func (d *Datapath) zeroBackendCounters(id uint32) error {
-	zero := make([]dispatcherCounters, ebpf.MustPossibleCPU())
-	if err := d.objs.BackendStats.Update(id, zero, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("zeroing counters of backend %d: %w", id, err)
+	mem, err := d.objs.BackendStats.Memory()
+	if err != nil {
+		return fmt.Errorf("zeroing counters of backend %d: mapping backend_stats: %w", id, err)
+	}
+	var zero dispatcherCounters
+	size := int64(unsafe.Sizeof(zero))
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&zero)), size)
+	stride := int64(d.objs.Backends.MaxEntries())
+	for row := int64(0); row < int64(d.objs.BackendStats.MaxEntries())/stride; row++ {
+		if _, err := mem.WriteAt(buf, (row*stride+int64(id))*size); err != nil {
+			return fmt.Errorf("zeroing counters of backend %d: %w", id, err)
+		}
 	}
 	if err := d.objs.BackendSwept.Update(id, uint64(0), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("zeroing counters of backend %d: %w", id, err)

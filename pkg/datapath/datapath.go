@@ -15,6 +15,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -109,6 +111,10 @@ type Datapath struct {
 	// vipsDirty says vips entries were written since the executor was
 	// last told (vipsWritten).
 	vipsDirty bool
+	// statsMu guards statsBuf, the buffer Stats reads a CPU's row of
+	// backend counters into.
+	statsMu  sync.Mutex
+	statsBuf []dispatcherCounters
 	// trace is the running packet trace (trace.go), nil when none.
 	trace *Trace
 }
@@ -119,7 +125,7 @@ var (
 	serviceMaps = map[string]uint32{dispatcherMapVips: 3, dispatcherMapMaglevTables: 1, dispatcherMapMaglevInfo: 1, dispatcherMapServiceStats: 1,
 		dispatcherMapTraceServices: 1}
 	backendMaps = map[string]uint32{dispatcherMapBackends: 1, dispatcherMapServiceServers: 1,
-		dispatcherMapBackendStats: 1, dispatcherMapBackendSwept: 1}
+		dispatcherMapBackendSwept: 1}
 )
 
 // Open loads the executor's program and maps, adopting whatever a previous
@@ -164,6 +170,9 @@ func Open(opts Options) (_ *Datapath, err error) {
 		for name, per := range backendMaps {
 			spec.Maps[name].MaxEntries = opts.MaxBackends * per
 		}
+	}
+	if err := sizeBackendStats(spec); err != nil {
+		return nil, err
 	}
 	// The connection tables' bitmaps and indexes are sized by their
 	// capacities.
@@ -795,4 +804,26 @@ func memlock(m *ebpf.Map) uint64 {
 		}
 	}
 	return 0
+}
+
+// sizeBackendStats gives backend_stats one row per possible CPU, each as
+// long as the backends map, and tells the program the row length.
+func sizeBackendStats(spec *ebpf.CollectionSpec) error {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("counting the possible CPUs: %w", err)
+	}
+	stride := spec.Maps[dispatcherMapBackends].MaxEntries
+	if uint64(stride)*uint64(cpus) > math.MaxUint32 {
+		return fmt.Errorf("%d backends on %d CPUs: too many counters", stride, cpus)
+	}
+	spec.Maps[dispatcherMapBackendStats].MaxEntries = stride * uint32(cpus)
+	v, ok := spec.Variables[dispatcherVarStatsStride]
+	if !ok {
+		return fmt.Errorf("executor object has no %s", dispatcherVarStatsStride)
+	}
+	if err := v.Set(stride); err != nil {
+		return fmt.Errorf("setting %s: %w", dispatcherVarStatsStride, err)
+	}
+	return nil
 }

@@ -125,7 +125,7 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 3
+	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 4
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_NAT_CANDIDATES    dispatcherDlbConsts = 8
 	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
@@ -629,6 +629,7 @@ const (
 	dispatcherVarDlbTraceFilter     = "dlb_trace_filter"
 	dispatcherVarDlbTraceKey        = "dlb_trace_key"
 	dispatcherVarDlbTraceOn         = "dlb_trace_on"
+	dispatcherVarStatsStride        = "stats_stride"
 )
 
 // loadDispatcher returns the embedded CollectionSpec for dispatcher.
@@ -745,6 +746,7 @@ type dispatcherVariableSpecs struct {
 	DlbTraceFilter     *ebpf.VariableSpec `ebpf:"dlb_trace_filter"`
 	DlbTraceKey        *ebpf.VariableSpec `ebpf:"dlb_trace_key"`
 	DlbTraceOn         *ebpf.VariableSpec `ebpf:"dlb_trace_on"`
+	StatsStride        *ebpf.VariableSpec `ebpf:"stats_stride"`
 }
 
 // dispatcherObjects contains all objects after they have been loaded into the kernel.
@@ -871,6 +873,7 @@ type dispatcherVariables struct {
 	DlbTraceFilter     *ebpf.Variable `ebpf:"dlb_trace_filter"`
 	DlbTraceKey        *ebpf.Variable `ebpf:"dlb_trace_key"`
 	DlbTraceOn         *ebpf.Variable `ebpf:"dlb_trace_on"`
+	StatsStride        *ebpf.Variable `ebpf:"stats_stride"`
 }
 
 // dispatcherPrograms contains all programs after they have been loaded into the kernel.

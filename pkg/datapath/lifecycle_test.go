@@ -46,7 +46,7 @@ func testSweep(t *testing.T, e *testEnv) {
 	for _, c := range conns {
 		e.putConn(t, c)
 	}
-	before := e.stats(t).Backends[10].FinConns
+	before := e.stats(t).Backend(10).FinConns
 	res, err := e.dp.sweep(e.clock)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func testSweep(t *testing.T, e *testEnv) {
 	}
 	// Only the established entry that expired counts as finished; the
 	// closing one was counted when it saw its FIN.
-	if d := e.stats(t).Backends[10].FinConns - before; d != 1 {
+	if d := e.stats(t).Backend(10).FinConns - before; d != 1 {
 		t.Errorf("backend 10 finished +%d, want +1", d)
 	}
 }

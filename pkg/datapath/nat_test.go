@@ -51,7 +51,7 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 		t.Fatalf("removing the client side: %v (removed %v)", err, removed)
 	}
 
-	before := e.stats(t).Backends[60].FinConns
+	before := e.stats(t).Backend(60).FinConns
 	res, err := e.dp.sweep(e.clock)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 			t.Errorf("port %d taken %v, want %v", port, got, taken)
 		}
 	}
-	if d := e.stats(t).Backends[60].FinConns - before; d != 1 {
+	if d := e.stats(t).Backend(60).FinConns - before; d != 1 {
 		t.Errorf("backend 60 finished +%d, want +1 (the established connection that expired)", d)
 	}
 	if u := res.ReturnPools[retAddr]; u.Established != 3 || u.Size != 65535-1024+1 {

@@ -527,7 +527,7 @@ func TestPrivilegedIPv6MACRealTraffic(t *testing.T) {
 	servers["s2"].mu.Unlock()
 	t.Logf("IPv6 MAC real traffic: %d/%d connections answered; server 1 took %d, server 2 %d; TcpInCsumErrors +%d; 10 MB up SHA-256 %s",
 		answered, conns, n1, n2, tcp1-tcp0, sum)
-	t.Logf("executor: new connections %d on backend 1, %d on backend 2", st.Backends[1].NewConns, st.Backends[2].NewConns)
+	t.Logf("executor: new connections %d on backend 1, %d on backend 2", st.Backend(1).NewConns, st.Backend(2).NewConns)
 	if answered != conns {
 		t.Errorf("answered %d of %d", answered, conns)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -62,7 +63,6 @@ var eventNames = [...]string{
 func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 	st := lb.DataplaneStats{
 		Services: map[uint32]lb.Counters{},
-		Backends: map[uint32]lb.Counters{},
 		Events:   map[string]uint64{},
 	}
 	for r, name := range reasonNames {
@@ -97,23 +97,60 @@ func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 	if err := readCounters(d.objs.ServiceStats, keysOf(services), func(id uint32, c lb.Counters) { st.Services[id] = c }); err != nil {
 		return st, fmt.Errorf("reading service counters: %w", err)
 	}
-	a := &d.applied
-	backends := idSet{has: a.present.has, n: len(a.backends), top: a.present.top(),
-		all: func(f func(uint32)) {
-			for id := range a.backends {
-				f(id)
-			}
-		}}
-	st.Backends = make(map[uint32]lb.Counters, backends.n)
-	// backend_swept is written by dlbd alone: its figures come from the
-	// copy kept with the applied state, not from reading the map again.
-	if err := readCounters(d.objs.BackendStats, backends, func(id uint32, c lb.Counters) {
-		c.FinConns += a.swept[id]
-		st.Backends[id] = c
-	}); err != nil {
+	backends, err := d.backendCounters()
+	if err != nil {
 		return st, fmt.Errorf("reading backend counters: %w", err)
 	}
+	st.Backends = backends
 	return st, nil
+}
+
+// backendCounters reads the counters of every backend id up to the
+// largest in use from the memory map of backend_stats (one row per CPU),
+// summed over the CPUs, with the connections the sweeper expired
+// (backend_swept, dlbd's own: the copy kept with the applied state)
+// counted as finished. Ids not in use read zero.
+func (d *Datapath) backendCounters() ([]lb.Counters, error) {
+	a := &d.applied
+	if len(a.backends) == 0 {
+		return nil, nil
+	}
+	n := int(a.present.top()) + 1
+	out := make([]lb.Counters, n)
+	mem, err := d.objs.BackendStats.Memory()
+	if err != nil {
+		return nil, fmt.Errorf("mapping backend_stats: %w", err)
+	}
+	stride := int64(d.objs.Backends.MaxEntries())
+	rows := int64(d.objs.BackendStats.MaxEntries()) / stride
+	d.statsMu.Lock()
+	defer d.statsMu.Unlock()
+	if cap(d.statsBuf) < n {
+		d.statsBuf = make([]dispatcherCounters, n)
+	}
+	row := d.statsBuf[:n]
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&row[0])), n*int(unsafe.Sizeof(row[0])))
+	for cpu := int64(0); cpu < rows; cpu++ {
+		if _, err := mem.ReadAt(buf, cpu*stride*int64(unsafe.Sizeof(row[0]))); err != nil {
+			return nil, fmt.Errorf("reading the counters of CPU %d: %w", cpu, err)
+		}
+		for id := range row {
+			c := &row[id]
+			o := &out[id]
+			o.Packets += c.Packets
+			o.Bytes += c.Bytes
+			o.NewConns += c.NewConns
+			o.FinConns += c.FinConns
+		}
+	}
+	for id := range out {
+		if !a.present.has(uint32(id)) {
+			out[id] = lb.Counters{}
+			continue
+		}
+		out[id].FinConns += a.swept[uint32(id)]
+	}
+	return out, nil
 }
 
 // bitset is a set of ids.

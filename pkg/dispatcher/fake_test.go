@@ -137,7 +137,7 @@ func (f *fakeDatapath) state() *lb.Dataplane {
 }
 
 func (f *fakeDatapath) Stats() (lb.DataplaneStats, error) {
-	return lb.DataplaneStats{Services: map[uint32]lb.Counters{}, Backends: map[uint32]lb.Counters{}}, nil
+	return lb.DataplaneStats{Services: map[uint32]lb.Counters{}}, nil
 }
 func (f *fakeDatapath) Sweep() (lb.SweepResult, error) {
 	f.mu.Lock()

@@ -253,7 +253,7 @@ func (e *Engine) refreshCounters(cfg lb.Config) {
 					r.id = e.ids.Backends[lb.BackendKey{Service: sk, Server: r.addr}]
 				}
 				id := r.id
-				c := st.Backends[id].NewConns
+				c := st.Backend(id).NewConns
 				if r.lastNewSet && c >= r.lastNew {
 					r.newc = c - r.lastNew
 				} else {

@@ -295,7 +295,7 @@ func (e *Engine) objectStatus(st *Status, q Query, stats lb.DataplaneStats) {
 					continue
 				}
 				ss := ServerStatus{ID: id, State: states[i].state, Weight: states[i].weight, NewWeight: states[i].weight,
-					Counters: stats.Backends[id], Active: sw.Active[id], AffinityRecords: sw.AffinityBackends[id],
+					Counters: stats.Backend(id), Active: sw.Active[id], AffinityRecords: sw.AffinityBackends[id],
 					PortLoad: e.portLoad(cfg, cl, p, s), SystemLoad: -1, MAC: e.net.neigh[s.NextHop()].MAC}
 				if rt := e.mgr.backends[bk]; rt != nil {
 					ss.ACTV, ss.NEWC, ss.Reason = rt.actv, rt.newc, rt.reason

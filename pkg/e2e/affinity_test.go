@@ -39,6 +39,7 @@ func (l *lab) loadAt(client, n int) loadResult {
 // records are counted and expire; a quiesced server keeps its sticky
 // clients and "quiesce --now" sends them elsewhere.
 func TestPrivilegedE2EAffinity(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "3", "-c", "3")
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)

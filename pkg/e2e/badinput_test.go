@@ -44,6 +44,7 @@ func dumpPinned(t *testing.T, pinDir string) string {
 // right exit status, and the configuration and the pinned maps are
 // unchanged afterwards.
 func TestPrivilegedE2EBadInputs(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)

@@ -63,6 +63,7 @@ func (l *lab) equalsFile(path string) bool {
 // round trip is a no-op), a refused file (nothing changed), and dlbd
 // --config at start, which wins over the saved state as one change.
 func TestPrivilegedE2EConfigFile(t *testing.T) {
+	parallel(t)
 	l := newLabPrefix(t, "dlbf", "-n", "3", "-c", "1")
 	good := l.writeLabFile("good.yaml", l.labFile([]int{1, 2}, ""))
 	bad := l.writeLabFile("bad.yaml", strings.Replace(l.labFile([]int{1, 2}, ""), "weight: 10", "weight: 50", 1))
@@ -164,6 +165,7 @@ func TestPrivilegedE2EConfigFile(t *testing.T) {
 // connections. A reload of an invalid file, or of one the host refuses,
 // changes nothing.
 func TestPrivilegedE2EConfigReload(t *testing.T) {
+	parallel(t)
 	l := newLabPrefix(t, "dlbf", "-n", "4", "-c", "1")
 	before := l.labFile([]int{1, 2}, `      - port: 81
         servers:

@@ -45,6 +45,7 @@ func reasons(r api.ExecutorReport) map[string]uint64 {
 // connection is answered, straight from the backends, in proportion to the
 // weights, and the shares follow a weight change made with dlbctl.
 func TestPrivilegedE2EForwarding(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
@@ -102,6 +103,7 @@ func TestPrivilegedE2EForwarding(t *testing.T) {
 // connections: no new connection goes to it, and its established ones
 // finish; "server up" brings it back.
 func TestPrivilegedE2EServerDown(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
@@ -149,6 +151,7 @@ func TestPrivilegedE2EServerDown(t *testing.T) {
 // TestPrivilegedE2EKillDlbd SIGKILLs dlbd under traffic: no connection
 // fails, and the restarted dlbd adopts the pinned link and maps.
 func TestPrivilegedE2EKillDlbd(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
@@ -241,6 +244,7 @@ func configView(t *testing.T, l *lab) string {
 // restart, and "file save" then "file load" into a fresh dlbd reproduces
 // it.
 func TestPrivilegedE2EStateAndFiles(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 5, 10, 15)
@@ -285,6 +289,7 @@ func TestPrivilegedE2EStateAndFiles(t *testing.T) {
 // dispatcher learns the new one from the neighbour table and keeps
 // forwarding to it.
 func TestPrivilegedE2ENeighborRefresh(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)

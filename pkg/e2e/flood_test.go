@@ -157,6 +157,7 @@ func TestPrivilegedE2ESYNFlood(t *testing.T) {
 // leaves it forwarding as it was; restarted with the original sizes it
 // adopts it again.
 func TestPrivilegedE2ETableSizeChangeRefused(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 2)
 	l.startDlbd("--conn-table-size", "4096", "--nat-table-size", "8192")
 	l.configure("generic", 10, 10)

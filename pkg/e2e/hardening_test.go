@@ -79,6 +79,7 @@ func (l *lab) configure6(n int) string {
 // and after one while it was not running, and clients of both families
 // connect again.
 func TestPrivilegedE2EFault3AddressesAfterDownUp(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
 	l.startDlbd()
 	l.configure("generic", 10, 10)
@@ -144,6 +145,7 @@ func TestPrivilegedE2EFault3AddressesAfterDownUp(t *testing.T) {
 // started while the interface is gone waits for it the same way; and
 // "executor stop" leaves no pin and says what it removed.
 func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 2)
 	scripts := filepath.Join(l.run, "scripts")
 	events := filepath.Join(l.run, "events.log")
@@ -269,6 +271,7 @@ func (l *lab) serverMAC(target string) string {
 // Under load the backend itself soon reveals its new MAC (it asks for its
 // clients' MACs again); idle, nothing does, and dlbd must find it alone.
 func TestPrivilegedE2EFault5BackendMACChange(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 2)
 	l.startDlbd()
 	l.configure("generic", 10, 10)
@@ -328,6 +331,7 @@ func TestPrivilegedE2EFault5BackendMACChange(t *testing.T) {
 // /128 cluster address (the longest match), which every backend holds on
 // lo and answers to itself: every server would be marked down.
 func TestPrivilegedE2EFault6IPv6AdvisorsMACMode(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
 	l.startDlbd()
 	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", "generic")
@@ -393,6 +397,7 @@ func TestPrivilegedE2EFault6IPv6AdvisorsMACMode(t *testing.T) {
 // the executor's report shows the condition while it lasts, and either
 // remedy clears it and lets clients through.
 func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "1", "-r", "1", "-c", "1")
 	ifname, vip := l.env["LAB_IF"], l.vip()
 	// lab.sh turns forwarding on for NAT; the operator here has not.
@@ -474,6 +479,7 @@ func (l *lab) neighbourCount(prefix string) int {
 // warnings about servers that cannot be reached come as a few lines and a
 // count. Servers removed later leave nothing either.
 func TestPrivilegedE2EFault8RefusedLeavesNothing(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "1", "-c", "1", "-6")
 	l.startDlbd()
 	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", "generic")
@@ -560,6 +566,7 @@ func TestPrivilegedE2EFault8RefusedLeavesNothing(t *testing.T) {
 // TestPrivilegedE2EClusterRemoveWithAdvisor: a cluster with an advisor can
 // be removed; its advisor stops with it (issue 9, fault 9).
 func TestPrivilegedE2EClusterRemoveWithAdvisor(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 2)
 	l.startDlbd()
 	l.configure("generic", 10, 10)

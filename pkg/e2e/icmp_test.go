@@ -110,6 +110,7 @@ func (l *lab) icmpPhase(name, addr, counter string, backends int) {
 // (IPv6) sent to the cluster address about the server's reply: every one
 // reaches the backend that owns the flow, none another.
 func TestPrivilegedE2EICMPErrors(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "4", "-c", "1", "-6")
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10, 10)

@@ -109,7 +109,7 @@ func newLabPrefix(t *testing.T, prefix string, upArgs ...string) *lab {
 	if testing.Short() {
 		t.Skip("end-to-end lab test (-short)")
 	}
-	l := &lab{t: t, prefix: fmt.Sprintf("%s%03x", prefix, rand.IntN(0xfff))}
+	l := &lab{t: t, prefix: freePrefix(t, prefix)}
 	l.run = t.TempDir()
 	l.sock = filepath.Join(l.run, "dlbd.sock")
 	l.state = filepath.Join(l.run, "state")
@@ -131,6 +131,27 @@ func newLabPrefix(t *testing.T, prefix string, upArgs ...string) *lab {
 		}
 	}
 	return l
+}
+
+// freePrefix returns prefix with a random suffix that no namespace, link
+// or pin directory on the host uses yet, so that labs of test runs going
+// on at the same time (other packages, other checkouts) never meet.
+func freePrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	for range 100 {
+		p := fmt.Sprintf("%s%03x", prefix, rand.IntN(0xfff))
+		used := false
+		for _, glob := range []string{"/run/netns/" + p + "*", "/sys/class/net/" + p + "*", "/sys/fs/bpf/" + p + "*"} {
+			if m, _ := filepath.Glob(glob); len(m) > 0 {
+				used = true
+			}
+		}
+		if !used {
+			return p
+		}
+	}
+	t.Fatalf("no free lab prefix %s…", prefix)
+	return ""
 }
 
 func (l *lab) script(args ...string) *exec.Cmd {
@@ -367,4 +388,16 @@ func (l *lab) mustLoad(args ...string) loadResult {
 func (l *lab) inNS(role string, args ...string) (string, error) {
 	out, err := l.script(append([]string{"exec", role}, args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// parallel lets a test run beside other such tests (go test's -parallel,
+// GOMAXPROCS by default): each builds its own lab under its own prefix, and
+// most of an end-to-end test's time is waiting (probe intervals, timeouts,
+// routers' timers), not CPU. Tests that measure timings under load, load the
+// machine or touch the host itself (the package test) do not call it and
+// run first, one at a time. DLB_E2E_SERIAL=1 runs every test alone.
+func parallel(t *testing.T) {
+	if os.Getenv("DLB_E2E_SERIAL") == "" {
+		t.Parallel()
+	}
 }

@@ -389,6 +389,7 @@ func TestPrivilegedE2EBusyBackend(t *testing.T) {
 // connection fails after that moment, established connections elsewhere
 // finish, and it rejoins after rise successes when it comes back.
 func TestPrivilegedE2EFailover(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
@@ -473,6 +474,7 @@ func TestPrivilegedE2EFailover(t *testing.T) {
 // TestPrivilegedE2EQuiesce: a quiesced server gets no new connections,
 // and its established ones finish.
 func TestPrivilegedE2EQuiesce(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)

@@ -307,6 +307,7 @@ func (p *prometheus) scrapedAfter(t time.Time, limit time.Duration) time.Time {
 // server's new connections as the client counted them (within 5 %), and
 // promtool finds nothing to fault in the exposition scraped meanwhile.
 func TestPrivilegedE2EPrometheus(t *testing.T) {
+	parallel(t)
 	promtool := needTool(t, "promtool", "prometheus")
 	l := newLabPrefix(t, "dlbm", "-n", "3", "-c", "1")
 	l.startDlbd("--metrics-address", metricsAddr)

@@ -152,6 +152,7 @@ func (l *lab) checkNATTraffic(vip, ret string, conns int) {
 // the return address, no checksum errors anywhere, a 10 MB download
 // intact, UDP flows stay on their server.
 func TestPrivilegedE2ENAT(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1")
 	l.startDlbd()
 	vip := l.startNAT(false, 2)
@@ -216,6 +217,7 @@ func TestPrivilegedE2ENAT(t *testing.T) {
 
 // TestPrivilegedE2ENAT66 is TestPrivilegedE2ENAT over IPv6.
 func TestPrivilegedE2ENAT66(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1", "-6")
 	l.startDlbd()
 	vip := l.startNAT(true, 2)
@@ -228,6 +230,7 @@ func TestPrivilegedE2ENAT66(t *testing.T) {
 // MAC forwarding at the same time: every connection answered, spread over
 // the backends, no checksum errors.
 func TestPrivilegedE2EIPv6(t *testing.T) {
+	parallel(t)
 	l := newLabArgs(t, "-n", "3", "-c", "1", "-6")
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)

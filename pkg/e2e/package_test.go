@@ -204,6 +204,7 @@ func procCaps(t *testing.T, pid int) map[string]uint64 {
 // (and a server check, which needs CAP_NET_RAW), and purges the package:
 // every file, the user and the group are gone.
 func TestPrivilegedPackage(t *testing.T) {
+	parallel(t)
 	l := newLabPrefix(t, "dlbo", "-n", "2", "-r", "2", "-c", "1")
 	if out, err := exec.Command("dpkg-query", "-W", "dlb").CombinedOutput(); err == nil {
 		t.Fatalf("package dlb is installed on this machine (%s): the test installs and purges it; remove it first", strings.TrimSpace(string(out)))

@@ -87,8 +87,11 @@ func scalePorts(l *lab, w io.Writer, ports, servers int) {
 	}
 }
 
-// rssKB is a process's resident set size in KiB.
-func rssKB(t *testing.T, pid int) int {
+// rssKB is a process's resident set size in KiB: all of it (VmRSS), and
+// its private memory (RssAnon: heap, stacks), which leaves out the pages
+// of the executor's tables that dlbd maps to read them (shared with the
+// kernel, counted in the maps' kernel memory too).
+func rssKB(t *testing.T, pid int) (rss, anon int) {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -101,14 +104,19 @@ func rssKB(t *testing.T, pid int) int {
 			}
 		}
 	}
+	rss, anon = -1, -1
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.Fields(v)[0])
-			return n
+			rss, _ = strconv.Atoi(strings.Fields(v)[0])
+		}
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			anon, _ = strconv.Atoi(strings.Fields(v)[0])
 		}
 	}
-	t.Fatalf("no VmRSS for pid %d", pid)
-	return 0
+	if rss < 0 || anon < 0 {
+		t.Fatalf("no VmRSS or RssAnon for pid %d", pid)
+	}
+	return rss, anon
 }
 
 // memlock returns the kernel memory a map's fd is charged for.
@@ -186,15 +194,16 @@ func medianOf(n int, f func(i int) time.Duration) time.Duration {
 
 // scaleFigures are the figures of one scale run.
 type scaleFigures struct {
-	ports, servers               int
-	load, remove                 time.Duration
-	weight, down, add            time.Duration // one change, median
-	restart                      time.Duration // SIGTERM to API ready
-	rssEmpty, rssLoaded, rssGone int           // KiB
-	kernel, kernelTables         uint64        // bytes
-	tables                       int
-	cycleCPU                     time.Duration // dlbd's CPU per manager cycle
-	cycles                       uint64
+	ports, servers                  int
+	load, remove                    time.Duration
+	weight, down, add               time.Duration // one change, median
+	restart                         time.Duration // SIGTERM to API ready
+	rssEmpty, rssLoaded, rssGone    int           // KiB
+	anonEmpty, anonLoaded, anonGone int           // KiB (RssAnon)
+	kernel, kernelTables            uint64        // bytes
+	tables                          int
+	cycleCPU                        time.Duration // dlbd's CPU per manager cycle
+	cycles                          uint64
 }
 
 // cpuTime is a process's CPU time (user and system, all threads).
@@ -262,12 +271,12 @@ func scaleRun(t *testing.T, l *lab, ports, servers int, extra ...string) scaleFi
 	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"])
 	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
 	time.Sleep(time.Second)
-	f.rssEmpty = rssKB(t, l.dlbd.Process.Pid)
+	f.rssEmpty, f.anonEmpty = rssKB(t, l.dlbd.Process.Pid)
 
 	script := filepath.Join(l.run, "scale.cfg")
 	scaleScript(l, script, ports, servers)
 	f.load = l.timeCtl("file", "load", script)
-	f.rssLoaded = rssKB(t, l.dlbd.Process.Pid)
+	f.rssLoaded, f.anonLoaded = rssKB(t, l.dlbd.Process.Pid)
 	if dir := os.Getenv("DLB_SCALE_HEAPPROFILE"); dir != "" { // needs --pprof
 		saveHeapProfile(t, l.sock, filepath.Join(dir, fmt.Sprintf("heap-loaded-%dx%d", ports, servers)))
 	}
@@ -283,7 +292,7 @@ func scaleRun(t *testing.T, l *lab, ports, servers int, extra ...string) scaleFi
 
 	f.remove = l.timeCtl("cluster", "remove", l.vip())
 	time.Sleep(2 * time.Second)
-	f.rssGone = rssKB(t, l.dlbd.Process.Pid)
+	f.rssGone, f.anonGone = rssKB(t, l.dlbd.Process.Pid)
 	if dir := os.Getenv("DLB_SCALE_HEAPPROFILE"); dir != "" { // needs --pprof
 		saveHeapProfile(t, l.sock, filepath.Join(dir, fmt.Sprintf("heap-removed-%dx%d", ports, servers)))
 	}
@@ -320,6 +329,7 @@ func (f scaleFigures) log(t *testing.T) {
 	t.Logf("  restart to API ready        %8.2f s", f.restart.Seconds())
 	t.Logf("  cluster remove (everything) %8.2f s", f.remove.Seconds())
 	t.Logf("  dlbd RSS empty/loaded/removed  %d / %d / %d MB", f.rssEmpty/1024, f.rssLoaded/1024, f.rssGone/1024)
+	t.Logf("    of which private (RssAnon)   %d / %d / %d MB (the rest: executor tables dlbd maps to read)", f.anonEmpty/1024, f.anonLoaded/1024, f.anonGone/1024)
 	t.Logf("  kernel memory of the maps   %8.1f MiB (of which %d Maglev tables: %.1f MiB)",
 		float64(f.kernel)/(1<<20), f.tables, float64(f.kernelTables)/(1<<20))
 }

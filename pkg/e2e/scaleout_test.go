@@ -860,11 +860,15 @@ func (b *bird) stop() {
 
 // TestPrivilegedScaleOutFRR: three dispatchers behind FRR (bgpd with
 // maximum-paths).
-func TestPrivilegedScaleOutFRR(t *testing.T) { runScaleOut(t, &frr{}, true) }
+func TestPrivilegedScaleOutFRR(t *testing.T) {
+	parallel(t)
+	runScaleOut(t, &frr{}, true)
+}
 
 // TestPrivilegedScaleOutBIRD: three dispatchers behind BIRD 2 (kernel
 // protocol with merge paths); DLB_SCALE_ALL=1 runs the router-independent
 // parts too.
 func TestPrivilegedScaleOutBIRD(t *testing.T) {
+	parallel(t)
 	runScaleOut(t, &bird{}, os.Getenv("DLB_SCALE_ALL") == "1")
 }

@@ -49,6 +49,7 @@ func (l *lab) labRun(role string, args ...string) {
 // prints, every check passes. The fixes for the missing alias and for
 // arp_ignore are "dlbctl backend setup", run on the backend.
 func TestPrivilegedE2EServerCheck(t *testing.T) {
+	parallel(t)
 	l := newLabPrefix(t, "dlbo", "-n", "6", "-c", "1")
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10, 10, 10, 10)

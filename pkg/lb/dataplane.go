@@ -194,9 +194,12 @@ type DataplaneStats struct {
 	// Reasons has one entry per reason, in the executor's order; their
 	// packets add up to all packets the executor saw.
 	Reasons []ReasonCount
-	// Services and Backends are keyed by id.
+	// Services is keyed by id.
 	Services map[uint32]Counters
-	Backends map[uint32]Counters
+	// Backends is indexed by backend id (ids are dense): the counters of
+	// every id up to the largest configured one, zero for ids not in
+	// use. Read it with Backend.
+	Backends []Counters
 	// Events counts things that happened beside the per-packet reasons,
 	// by name: table inserts refused (conn_insert_failed,
 	// nat_table_full), affinity records used and written, NAT half-open
@@ -205,6 +208,14 @@ type DataplaneStats struct {
 	// releases, routing-table lookups, ICMP errors delivered. See the
 	// datapath package for the full list.
 	Events map[string]uint64
+}
+
+// Backend returns the counters of backend id (zero for an id not in use).
+func (s DataplaneStats) Backend(id uint32) Counters {
+	if int(id) < len(s.Backends) {
+		return s.Backends[id]
+	}
+	return Counters{}
 }
 
 // SweepResult is what one pass over the executor's tables found.
