@@ -511,6 +511,13 @@ func loadVariant(t *testing.T, path, pinDir string) *ebpf.Program {
 	if err != nil {
 		t.Fatalf("DLB_BENCH_OBJECT: %v", err)
 	}
+	// An object with per-CPU rows of backend counters is sized as Open
+	// sizes the committed one (older objects have no such rows).
+	if _, ok := spec.Variables[dispatcherVarStatsStride]; ok {
+		if err := sizeBackendStats(spec); err != nil {
+			t.Fatalf("DLB_BENCH_OBJECT: %v", err)
+		}
+	}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"dlb_xdp"`
 	}
