@@ -106,6 +106,7 @@ func (l *lab) tryTrace(args ...string) (wait func() string, busy bool) {
 // client got, in the same numbers; a second trace stops at its count and
 // writes a file that tcpdump reads; one trace runs at a time.
 func TestPrivilegedE2ETrace(t *testing.T) {
+	parallel(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
