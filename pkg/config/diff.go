@@ -40,6 +40,8 @@ type Change struct {
 	// Executor, Manager and MetricServer say whether their settings
 	// changed.
 	Executor, Manager, MetricServer bool
+	// HA says whether the high-availability settings changed.
+	HA bool
 	// Advisors, by key (name@cluster@port).
 	Advisors map[string]Kind
 	// Clusters, ports and servers. A cluster or port that is added or
@@ -51,7 +53,7 @@ type Change struct {
 
 // Empty reports whether nothing changed.
 func (c Change) Empty() bool {
-	return !c.Executor && !c.Manager && !c.MetricServer && len(c.Advisors) == 0 &&
+	return !c.Executor && !c.Manager && !c.MetricServer && !c.HA && len(c.Advisors) == 0 &&
 		len(c.Clusters) == 0 && len(c.Ports) == 0 && len(c.Servers) == 0
 }
 
@@ -91,6 +93,7 @@ func Diff(old, next lb.Config) Change {
 		Executor:     old.Executor != next.Executor,
 		Manager:      old.Manager != next.Manager,
 		MetricServer: old.MetricServer != next.MetricServer,
+		HA:           !old.HA.Equal(next.HA),
 		Advisors:     map[string]Kind{},
 		Clusters:     map[netip.Addr]Kind{},
 		Ports:        map[lb.ServiceKey]Kind{},
@@ -188,7 +191,8 @@ func sameSlice[T any](a, b []T) bool {
 
 // sameClusterSettings compares a cluster's own settings, not its ports.
 func sameClusterSettings(a, b lb.Cluster) bool {
-	return a.Configure == b.Configure && a.Proportions == b.Proportions && slices.Equal(a.Metrics, b.Metrics)
+	return a.Configure == b.Configure && a.Proportions == b.Proportions && slices.Equal(a.Metrics, b.Metrics) &&
+		a.PrimaryHost == b.PrimaryHost
 }
 
 // samePortSettings compares a port's own settings, not its servers.

@@ -49,7 +49,8 @@ import (
 //	  - name: http       # cluster (none: every cluster balancing the port),
 //	    port: 80         # interval, connecttimeout, receivetimeout, retries,
 //	                     # rise, fall, program, args, mode
-//	ha:                  # reserved for high availability (must stay empty)
+//	ha:                  # high availability: role, recovery, port, secret-file,
+//	                     # interval, count, heartbeats, reach (hafile.go)
 //	bgp:                 # reserved for BGP announcements (must stay empty)
 //
 // Keys are dlbctl's keywords. A key left out (or given no value) takes the
@@ -98,7 +99,6 @@ const maxAliasNodes = 1 << 18
 // reservedKeys are top-level keys kept for what comes later; they must be
 // left out or empty.
 var reservedKeys = map[string]string{
-	"ha":  "high availability is not implemented yet",
 	"bgp": "BGP announcement is not implemented yet",
 }
 
@@ -250,13 +250,18 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 			return cfg, err
 		}
 	}
+	if n := top["ha"]; n != nil {
+		if err := p.haSection(n, &cfg.HA); err != nil {
+			return cfg, err
+		}
+	}
 	cfg.Sort()
 	for i := range cfg.Clusters {
 		if cl := &cfg.Clusters[i]; !explicit[cl.Address] {
 			cl.Proportions = impliedProportions(cl, cfg.Advisors)
 		}
 	}
-	for _, k := range []string{"ha", "bgp"} {
+	for _, k := range []string{"bgp"} {
 		if n := top[k]; n != nil && !isEmpty(n) {
 			return cfg, p.errAt(n.Line, k, k, "%s; the key is reserved for it: leave it out or empty", reservedKeys[k])
 		}
@@ -618,6 +623,11 @@ var fieldKeys = map[string][]string{
 	"metric":        {"metrics"},
 	"nfa":           {"nfa", "nfa6"},
 	"clientgateway": {"clientgateway", "clientgateway6"},
+	"haport":        {"port"},
+	"secretfile":    {"secret-file"},
+	"source":        {"heartbeats", "source"},
+	"destination":   {"heartbeats"},
+	"heartbeat":     {"heartbeats"},
 }
 
 // place puts a refusal of the model on the line of the file that set the
@@ -689,6 +699,7 @@ var clusterFields = []field[lb.Cluster]{
 	fld("configure", boolCodec, func(x *lb.Cluster) *bool { return &x.Configure }),
 	fld("proportions", proportionsCodec, func(x *lb.Cluster) *lb.Proportions { return &x.Proportions }),
 	fld("metrics", listCodec, func(x *lb.Cluster) *[]string { return &x.Metrics }),
+	fld("primaryhost", addrCodec, func(x *lb.Cluster) *netip.Addr { return &x.PrimaryHost }),
 }
 
 // portFields leave out the number and the servers.

@@ -28,8 +28,14 @@ func (ed *Editor) apply(d *draft, op *Op) error {
 		err = ed.applyAdvisor(d, op, p)
 	case Metric:
 		err = applyMetric(d, op, p)
+	case Heartbeat:
+		err = applyHeartbeat(d, op, p)
+	case Backup:
+		err = applyBackup(d, op, p)
+	case Reach:
+		err = applyReach(d, op, p)
 	default:
-		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor or metric)", op.Object)
+		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor, metric, heartbeat, backup or reach)", op.Object)
 	}
 	if err != nil {
 		return err
@@ -165,6 +171,10 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		primary, _, err := p.addr("primaryhost", op.Target)
+		if err != nil {
+			return err
+		}
 		if t.Clusters == nil {
 			return lb.Errorf("cluster", "", "cluster add needs a cluster address")
 		}
@@ -174,6 +184,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			}
 			cl := lb.NewCluster(a)
 			cl.Configure = configure
+			cl.PrimaryHost = primary
 			if propsOK {
 				cl.Proportions = props
 			}
@@ -188,17 +199,24 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		primary, primaryOK, err := p.addr("primaryhost", op.Target)
+		if err != nil {
+			return err
+		}
 		cls, err := matchClusters(&d.cfg, t, op.Target)
 		if err != nil {
 			return err
 		}
-		if !configureOK && !propsOK {
-			return lb.Errorf("configure", "", "cluster set needs --configure or --proportions")
+		if !configureOK && !propsOK && !primaryOK {
+			return lb.Errorf("configure", "", "cluster set needs --configure, --proportions or --primaryhost")
 		}
 		for _, c := range cls {
 			cl := d.cluster(c.ci)
 			if configureOK {
 				cl.Configure = configure
+			}
+			if primaryOK {
+				cl.PrimaryHost = primary
 			}
 			if propsOK {
 				cl.Proportions = props

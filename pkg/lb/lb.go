@@ -210,6 +210,9 @@ type Config struct {
 	Advisors []Advisor `json:"advisors,omitempty"`
 	// MetricServer says how to reach each server's load agent.
 	MetricServer MetricServer `json:"metric_server"`
+	// HA is the high-availability configuration: heartbeats with a peer
+	// dispatcher, the role, reach targets.
+	HA HighAvailability `json:"ha,omitzero"`
 }
 
 // Executor is the forwarder's own configuration.
@@ -249,6 +252,11 @@ type Cluster struct {
 	// Metrics are the system metrics the manager asks each server's load
 	// agent for (IBM's "metric add cluster@metric"), averaged into SYS.
 	Metrics []string `json:"metrics,omitempty"`
+	// PrimaryHost is the address (a heartbeat source of one of the two
+	// dispatchers) of the dispatcher that is the preferred active for
+	// this cluster under mutual high availability (role both); the zero
+	// Addr when unset.
+	PrimaryHost netip.Addr `json:"primary_host,omitzero"`
 }
 
 // Port is one balanced port of a cluster.
@@ -377,6 +385,7 @@ func (c Config) Clone() Config {
 	for i, a := range out.Advisors {
 		out.Advisors[i].Args = slices.Clone(a.Args)
 	}
+	out.HA = c.HA.Clone()
 	out.Clusters = slices.Clone(c.Clusters)
 	for i, cl := range out.Clusters {
 		out.Clusters[i].Metrics = slices.Clone(cl.Metrics)

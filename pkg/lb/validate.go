@@ -73,6 +73,7 @@ func CheckUnicast(field, object string, a netip.Addr) error {
 func (c *Config) Sort() {
 	slices.SortFunc(c.Clusters, func(a, b Cluster) int { return a.Address.Compare(b.Address) })
 	slices.SortFunc(c.Advisors, func(a, b Advisor) int { return strings.Compare(a.Key(), b.Key()) })
+	c.HA.Sort()
 	for i := range c.Clusters {
 		ps := c.Clusters[i].Ports
 		slices.SortFunc(ps, func(a, b Port) int { return int(a.Number) - int(b.Number) })

@@ -80,6 +80,8 @@ type Record struct {
 	Executor     *lb.Executor     `json:"executor,omitempty"`
 	Manager      *lb.Manager      `json:"manager,omitempty"`
 	MetricServer *lb.MetricServer `json:"metric_server,omitempty"`
+	// HA is the high-availability configuration, when it changed.
+	HA *lb.HighAvailability `json:"ha,omitempty"`
 	// Advisors is the whole advisor list, when it changed.
 	Advisors *[]lb.Advisor `json:"advisors,omitempty"`
 	// Clusters, Ports and Servers are the objects added or changed (a
@@ -118,6 +120,10 @@ func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
 	}
 	if ch.MetricServer {
 		r.MetricServer = &next.MetricServer
+	}
+	if ch.HA {
+		h := next.HA.Clone()
+		r.HA = &h
 	}
 	if len(ch.Advisors) > 0 {
 		a := slices.Clone(next.Advisors)
@@ -314,6 +320,9 @@ func apply(st *State, r *Record) {
 	}
 	if r.MetricServer != nil {
 		cfg.MetricServer = *r.MetricServer
+	}
+	if r.HA != nil {
+		cfg.HA = r.HA.Clone()
 	}
 	if r.Advisors != nil {
 		cfg.Advisors = slices.Clone(*r.Advisors)
