@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // High availability, IBM style: two dispatchers on one segment serve the
@@ -360,3 +361,95 @@ func (s *HAState) UnmarshalText(b []byte) error {
 // Serving reports whether a dispatcher in state s holds its group's
 // addresses and forwards its new connections.
 func (s HAState) Serving() bool { return s == HAActive }
+
+// HAStatus is what the high-availability function knows, for reports.
+type HAStatus struct {
+	// Running says heartbeats are being exchanged (the configuration is
+	// enabled and its sockets are open); Error says why not, if it
+	// should.
+	Running bool
+	Error   string
+	// Boot is this dispatcher's boot id (random per start).
+	Boot uint64
+	// Healthy says this dispatcher's executor can forward; HealthReason
+	// says why not.
+	Healthy      bool
+	HealthReason string
+	// Groups are the groups' states.
+	Groups []HAGroupStatus
+	// Peer is what the peer's last heartbeat said.
+	Peer HAPeerStatus
+	// Heartbeats are the paths, and Reach the reach targets.
+	Heartbeats []HAPathStatus
+	Reach      []HAReachStatus
+	// Refused counts heartbeats and replication frames refused, by
+	// reason (malformed, unauthenticated, replayed, unconfirmed boot).
+	Refused map[string]uint64
+	// Replication is the connection-table replication's state.
+	Replication HAReplicationStatus
+}
+
+// HAGroupStatus is one group's state.
+type HAGroupStatus struct {
+	Group  HAGroup
+	State  HAState
+	Since  time.Time
+	Reason string
+	// Takeover says an operator's takeover is pending; Synced that this
+	// dispatcher has a full copy of the active peer's tables.
+	Takeover, Synced bool
+}
+
+// HAPeerStatus is the peer as its heartbeats describe it.
+type HAPeerStatus struct {
+	// Alive says the peer is heard (or restarting within its grace);
+	// Heard that it ever was.
+	Alive, Heard bool
+	LastHeard    time.Time
+	Role         HARole
+	Recovery     HARecovery
+	Healthy      bool
+	Restarting   bool
+	// Reach and Targets are the reach targets it reaches, of how many.
+	Reach, Targets int
+	// States are its states of the groups, in this dispatcher's terms
+	// (States[GroupLocal] is its state of this dispatcher's clusters).
+	States [NumHAGroups]HAState
+	// Digest is its configuration digest.
+	Digest uint64
+	Boot   uint64
+	// Conflict names an inconsistent pair ("the peer is primary too").
+	Conflict string
+}
+
+// HAPathStatus is one heartbeat path.
+type HAPathStatus struct {
+	Heartbeat
+	Sent, Received uint64
+	LastHeard      time.Time
+	Error          string
+}
+
+// HAReachStatus is one reach target.
+type HAReachStatus struct {
+	Address   netip.Addr
+	Reachable bool
+	LastError string
+}
+
+// HAReplicationStatus is the replication of the connection tables.
+type HAReplicationStatus struct {
+	// Sending: a connection to the peer is up; Session counts them (a
+	// new one starts with a full copy). Receiving: the peer's is up.
+	Sending, Receiving bool
+	Session            uint64
+	// SentRecords and ReceivedRecords count connection records; Marks
+	// the markers acknowledged.
+	SentRecords, ReceivedRecords uint64
+	// LastAckRTT is how long the latest marker took from sending to the
+	// peer's acknowledgement (after it imported everything before it).
+	LastAckRTT time.Duration
+	// Synced says this dispatcher has a full copy of the peer's tables
+	// (when the peer is active for something).
+	Synced bool
+}
