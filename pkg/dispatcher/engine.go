@@ -154,6 +154,9 @@ type Options struct {
 	// NewAdvisor builds the probe an advisor configuration names; the
 	// default is package advisors' (tests substitute fakes).
 	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)
+	// HA is the high-availability function (package ha); nil refuses
+	// high-availability settings.
+	HA HighAvailability
 	// MetricErrorClass names the class of a refused or failed metric report
 	// ("unauthenticated", "replayed", ...) for the metric report; "failed"
 	// when nil or it returns "".
@@ -186,6 +189,8 @@ type Engine struct {
 	metrics *pollers
 	events  *events.Runner
 	facts   facts // for status snapshots
+	ha      haEngine
+	repl    replState
 }
 
 // ErrStopped is returned by calls made after Run returned.
@@ -258,6 +263,13 @@ func New(opts Options) (*Engine, error) {
 	cfg := ed.Config()
 	e.net.index(cfg)
 	e.host.indexReturns(cfg)
+	e.ha.digest.full(cfg)
+	if e.haOn(cfg) {
+		// What the previous dlbd served, it serves again until the
+		// function decides otherwise; whether that holds (the executor
+		// still forwards) is checked once it is up.
+		e.ha.applied = state.HAStates
+	}
 	if cfg.Executor.Started {
 		if err := e.startExecutor(cfg); err != nil {
 			e.exec.err = err
@@ -266,6 +278,17 @@ func New(opts Options) (*Engine, error) {
 			e.log.Info("executor restored", "interface", cfg.Executor.Interface)
 		}
 		e.persistHost()
+	}
+	if e.haOn(cfg) {
+		if e.exec.adopted {
+			opts.HA.Resume(e.ha.applied)
+		} else if e.ha.applied != ([lb.NumHAGroups]lb.HAState{}) {
+			// A fresh executor forwarded nothing: decide anew.
+			e.ha.applied = [lb.NumHAGroups]lb.HAState{}
+			if err := e.configureAddresses(cfg); err != nil {
+				e.log.Error("high availability: taking the addresses off until decided", "err", err)
+			}
+		}
 	}
 	if len(state.IDs.Backends) >= bigChange {
 		releaseMemory()
@@ -321,6 +344,20 @@ func (e *Engine) Run(ctx context.Context) {
 	// the adopted tables are full of connections.
 	e.sweepConns()
 	e.checkAlerts(cfg, nil)
+	var haNotify <-chan struct{}
+	var haReceived <-chan lb.ConnBatch
+	haTick := time.NewTicker(replicateInterval)
+	defer haTick.Stop()
+	if e.opts.HA != nil {
+		haNotify, haReceived = e.opts.HA.Notify(), e.opts.HA.Received()
+		if cfg.HA.Enabled() {
+			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.sum); err != nil {
+				e.log.Error("high availability: starting", "err", err)
+			}
+			e.haHealth()
+			e.haSync()
+		}
+	}
 
 	tick := time.NewTicker(e.opts.TickInterval)
 	defer tick.Stop()
@@ -357,6 +394,11 @@ func (e *Engine) Run(ctx context.Context) {
 			}
 			cycle.Reset(seconds(e.ed.Config().Manager.Interval))
 		case <-ctx.Done():
+			if e.opts.HA != nil {
+				// The executor keeps forwarding: the peer is told to
+				// wait for the restart rather than take over.
+				e.opts.HA.Stop(true)
+			}
 			e.health.Stop()
 			e.metrics.loops.StopAll()
 			if e.exec.dp != nil {
@@ -378,6 +420,15 @@ func (e *Engine) Run(ctx context.Context) {
 			e.agg.Flush()
 		case <-sweep.C:
 			e.sweepConns()
+		case <-haNotify:
+			e.haSync()
+		case b := <-haReceived:
+			e.haImport(b)
+		case <-haTick.C:
+			if e.haOn(e.ed.Config()) {
+				e.haHealth()
+				e.haReplicate()
+			}
 		}
 	}
 }

@@ -50,17 +50,7 @@ const (
 )
 
 // Batch is a piece of replication.
-type Batch struct {
-	// Records are connection-table entries.
-	Records []lb.ConnRecord
-	// Marker, when not 0, follows the records: the receiver acknowledges
-	// it once it imported everything before it. Full says it ends a full
-	// copy of the sender's tables.
-	Marker uint64
-	Full   bool
-	// Sent is when the sender sent the batch (its clock).
-	Sent time.Time
-}
+type Batch = lb.ConnBatch
 
 var errHandshake = errors.New("replication handshake refused")
 

@@ -68,3 +68,40 @@ type ConnRecord struct {
 func (r ConnRecord) Backend() BackendKey {
 	return BackendKey{Service: ServiceKey{Cluster: r.Cluster.Addr(), Port: r.Cluster.Port()}, Server: r.Server}
 }
+
+// ConnBatch is a piece of connection-table replication: records, and
+// optionally a marker after them.
+type ConnBatch struct {
+	// Records are connection-table entries.
+	Records []ConnRecord
+	// Marker, when not 0, follows the records: the receiver acknowledges
+	// it once it imported everything before it. Full says it ends a full
+	// copy of the sender's tables.
+	Marker uint64
+	Full   bool
+	// Sent is when the sender sent the batch (its clock).
+	Sent time.Time
+}
+
+// ConnEntry is an entry of the executor's connection tables as the
+// executor holds it: with its ids (the engine translates them to
+// addresses for a ConnRecord).
+type ConnEntry struct {
+	Kind     ConnKind
+	Protocol uint8
+	// Client, Cluster and NAT are as in ConnRecord.
+	Client, Cluster, NAT netip.AddrPort
+	// Backend is the backend id of the entry's server; Service the
+	// service id of the port that wrote it.
+	Backend, Service uint32
+	Closing          bool
+	Age              time.Duration
+}
+
+// ConnScan is a scan of the connection tables in progress: what was
+// found in each table's slots at the last scan, so that the next one
+// reports only what changed. The executor owns its contents.
+type ConnScan struct {
+	// State is the executor's record of the slots.
+	State any
+}

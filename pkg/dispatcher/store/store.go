@@ -61,17 +61,22 @@ type State struct {
 	// AttachedMode is the XDP mode the executor was attached in (the
 	// kernel does not report it for an adopted link).
 	AttachedMode lb.XDPMode
+	// HAStates are the high-availability states the engine last acted
+	// on, per group: a restarted dlbd whose executor kept forwarding
+	// resumes them.
+	HAStates [lb.NumHAGroups]lb.HAState
 }
 
 // snapshot is the state file's format.
 type snapshot struct {
 	Version int `json:"version"`
 	// Journal is the first journal that follows the snapshot.
-	Journal      int                   `json:"journal,omitempty"`
-	Config       lb.Config             `json:"config"`
-	IDs          *IDs                  `json:"ids"`
-	Configured   map[netip.Addr]string `json:"configured,omitempty"`
-	AttachedMode lb.XDPMode            `json:"attached_mode"`
+	Journal      int                         `json:"journal,omitempty"`
+	Config       lb.Config                   `json:"config"`
+	IDs          *IDs                        `json:"ids"`
+	Configured   map[netip.Addr]string       `json:"configured,omitempty"`
+	AttachedMode lb.XDPMode                  `json:"attached_mode"`
+	HAStates     *[lb.NumHAGroups]lb.HAState `json:"ha_states,omitempty"`
 }
 
 // Record is one accepted change, as the journal keeps it: the new values
@@ -87,15 +92,16 @@ type Record struct {
 	// Clusters, Ports and Servers are the objects added or changed (a
 	// cluster without its ports, a port without its servers) and the keys
 	// of those removed.
-	Clusters     []lb.Cluster           `json:"clusters,omitempty"`
-	Ports        []portRecord           `json:"ports,omitempty"`
-	Servers      []serverRecord         `json:"servers,omitempty"`
-	DelClusters  []netip.Addr           `json:"del_clusters,omitempty"`
-	DelPorts     []lb.ServiceKey        `json:"del_ports,omitempty"`
-	DelServers   []lb.BackendKey        `json:"del_servers,omitempty"`
-	IDs          *IDDelta               `json:"ids,omitempty"`
-	Configured   *map[netip.Addr]string `json:"configured,omitempty"`
-	AttachedMode *lb.XDPMode            `json:"attached_mode,omitempty"`
+	Clusters     []lb.Cluster                `json:"clusters,omitempty"`
+	Ports        []portRecord                `json:"ports,omitempty"`
+	Servers      []serverRecord              `json:"servers,omitempty"`
+	DelClusters  []netip.Addr                `json:"del_clusters,omitempty"`
+	DelPorts     []lb.ServiceKey             `json:"del_ports,omitempty"`
+	DelServers   []lb.BackendKey             `json:"del_servers,omitempty"`
+	IDs          *IDDelta                    `json:"ids,omitempty"`
+	Configured   *map[netip.Addr]string      `json:"configured,omitempty"`
+	AttachedMode *lb.XDPMode                 `json:"attached_mode,omitempty"`
+	HAStates     *[lb.NumHAGroups]lb.HAState `json:"ha_states,omitempty"`
 }
 
 type portRecord struct {
@@ -218,6 +224,9 @@ func Open(dir string) (*Store, State, error) {
 		}
 		snap.IDs.index()
 		st.Config, st.IDs, st.AttachedMode = snap.Config, snap.IDs, snap.AttachedMode
+		if snap.HAStates != nil {
+			st.HAStates = *snap.HAStates
+		}
 		for a, ifname := range snap.Configured {
 			st.Configured[a] = ifname
 		}
@@ -386,6 +395,9 @@ func apply(st *State, r *Record) {
 	if r.AttachedMode != nil {
 		st.AttachedMode = *r.AttachedMode
 	}
+	if r.HAStates != nil {
+		st.HAStates = *r.HAStates
+	}
 }
 
 // Append writes a record to the journal and makes it durable (fsync)
@@ -469,7 +481,7 @@ func (s *Store) Snapshot(st State) error {
 // writeSnapshot writes the snapshot file atomically.
 func (s *Store) writeSnapshot(st State, journal int) (int64, error) {
 	snap := snapshot{Version: stateVersion, Journal: journal, Config: st.Config, IDs: st.IDs,
-		Configured: st.Configured, AttachedMode: st.AttachedMode}
+		Configured: st.Configured, AttachedMode: st.AttachedMode, HAStates: &st.HAStates}
 	pf, err := renameio.NewPendingFile(filepath.Join(s.dir, StateFile), renameio.WithPermissions(0o600))
 	if err != nil {
 		return 0, fmt.Errorf("writing state snapshot: %w", err)
