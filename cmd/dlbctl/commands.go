@@ -296,12 +296,13 @@ func (a *app) clusterCmd() *cobra.Command {
 		return func(cmd *cobra.Command, _ []string) api.Op {
 			p, _ := proportionsArgs(cmd)
 			return api.Op{Object: api.ObjectCluster, Action: action, Target: a.target,
-				Configure: boolFlag(cmd, "configure"), Proportions: p}
+				Configure: boolFlag(cmd, "configure"), Proportions: p, PrimaryHost: stringFlag(cmd, "primaryhost")}
 		}
 	}
 	const propHelp = "the manager's proportions: active new port system, summing to 100 (default 50 50 0 0)"
+	const primaryHelp = "mutual high availability: the heartbeat address of the dispatcher that is this cluster's preferred active (none: unset)"
 	add := a.opCmd(&cobra.Command{
-		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S]",
+		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S] [--primaryhost ADDR]",
 		Short: "Add clusters (virtual addresses)",
 		Example: `  dlbctl cluster add 10.0.0.100
   dlbctl cluster add 10.0.0.100+10.0.0.101 --configure`,
@@ -309,9 +310,10 @@ func (a *app) clusterCmd() *cobra.Command {
 	}, clusterOp(api.ActionAdd))
 	add.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	add.Flags().String("proportions", "", propHelp)
+	add.Flags().String("primaryhost", "", primaryHelp)
 
 	set := a.opCmd(&cobra.Command{
-		Use:   "set VIP [--configure=true|false] [--proportions A N P S]",
+		Use:   "set VIP [--configure=true|false] [--proportions A N P S] [--primaryhost ADDR|none]",
 		Short: "Change a cluster's proportions, or whether dlbd puts its address on the interface",
 		Example: `  dlbctl cluster set 10.0.0.100 --configure=false
   dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0
@@ -320,7 +322,8 @@ func (a *app) clusterCmd() *cobra.Command {
 	}, clusterOp(api.ActionSet))
 	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	set.Flags().String("proportions", "", propHelp)
-	set.MarkFlagsOneRequired("configure", "proportions")
+	set.Flags().String("primaryhost", "", primaryHelp)
+	set.MarkFlagsOneRequired("configure", "proportions", "primaryhost")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP",

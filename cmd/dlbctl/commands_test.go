@@ -169,7 +169,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"cluster", "add", "10.0.0.1", "--router", "10.0.0.254"}, "unknown flag: --router"},
 		{[]string{"executor", "start", "eth0"}, `executor start takes no arguments (got "eth0")`},
 		{[]string{"executor", "report", "x"}, "takes no arguments"},
-		{[]string{"cluster", "set", "10.0.0.1"}, `at least one of the flags in the group [configure proportions] is required`},
+		{[]string{"cluster", "set", "10.0.0.1"}, `at least one of the flags in the group [configure proportions primaryhost] is required`},
 		{[]string{"server", "set", "10.0.0.1@80@10.1.1.5"},
 			`at least one of the flags in the group [weight fixedweight advisorrequest advisorresponse mapport returnaddress router] is required`},
 		{[]string{"port", "set", "10.0.0.1@80"}, `at least one of the flags in the group [protocol method stickytime stickymask ` +
@@ -289,6 +289,8 @@ type unreachableClient struct{}
 var errDown = errors.Join(client.ErrUnreachable, errors.New("test"))
 
 func (unreachableClient) ConfigScript(context.Context) (string, error)       { return "", errDown }
+func (unreachableClient) HA(context.Context) (api.HAReport, error)           { return api.HAReport{}, errDown }
+func (unreachableClient) Takeover(context.Context, string) error             { return errDown }
 func (unreachableClient) ConfigFile(context.Context, string) ([]byte, error) { return nil, errDown }
 func (unreachableClient) ApplyConfig(context.Context, []byte, bool) (api.ConfigResult, error) {
 	return api.ConfigResult{}, errDown

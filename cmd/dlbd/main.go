@@ -28,6 +28,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/ha"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/netif"
@@ -248,6 +249,7 @@ func run(ctx context.Context, o options) error {
 		ScriptTimeout:    o.scriptTimeout,
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
 		MetricErrorClass: metricErrorClass,
+		HA:               ha.New(ha.Options{Logger: log}), // runs once configured
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
 	})

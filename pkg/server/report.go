@@ -104,6 +104,7 @@ func clusterReports(st *dispatcher.Status) []api.ClusterReport {
 		}
 		pr := cl.Proportions
 		r := api.ClusterReport{Address: cl.Address.String(), Configure: cl.Configure, Ports: len(cl.Ports),
+			PrimaryHost: addrOrEmpty(cl.PrimaryHost),
 			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics}
 		for _, p := range cl.Ports {
 			ps := st.Ports[lb.ServiceKey{Cluster: cl.Address, Port: p.Number}]

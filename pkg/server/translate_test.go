@@ -55,6 +55,11 @@ func TestOpsReachTheModel(t *testing.T) {
 		{Object: "metric", Action: "add", Target: vip, Metrics: []string{"cpuload", "memload"}},
 		{Object: "metric", Action: "set", Source: ptr("prometheus"), MetricPort: ptr[int64](9101), SecretFile: ptr("/etc/s"),
 			Path: ptr("/m")},
+		{Object: "backup", Action: "add", Role: ptr("primary"), Recovery: ptr("auto"), HAPort: ptr[int64](7000)},
+		{Object: "heartbeat", Action: "add", Target: "198.18.0.4", Source: ptr("198.18.0.2"), SecretFile: ptr("/etc/ha"),
+			Interval: ptr(250.0), Count: ptr[int64](5)},
+		{Object: "reach", Action: "add", Target: "198.18.0.254"},
+		{Object: "cluster", Action: "set", Target: vip, PrimaryHost: ptr("198.18.0.2")},
 	}
 	// Every wire field is covered by the table.
 	covered := map[string]bool{}
