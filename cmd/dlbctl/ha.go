@@ -130,7 +130,9 @@ replication of connection tables (TCP) on both dispatchers.`,
 		Short:   "Stop high availability on this dispatcher (it then serves every cluster)",
 		Example: `  dlbctl highavailability backup remove`,
 		Args:    noArgs,
-	}, func(*cobra.Command, []string) api.Op { return api.Op{Object: api.ObjectBackup, Action: api.ActionRemove} })
+	}, func(*cobra.Command, []string) api.Op {
+		return api.Op{Object: api.ObjectBackup, Action: api.ActionRemove}
+	})
 	backup := a.noun("backup", "Add or remove this dispatcher's role in a high-availability pair",
 		`  dlbctl highavailability backup add primary auto 12345`, bkAdd, bkRemove)
 

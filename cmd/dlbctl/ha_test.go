@@ -93,8 +93,8 @@ func TestHAStatusAndTakeover(t *testing.T) {
 			Clusters: []string{"198.18.0.100"}}},
 		Peer: api.HAPeerReport{Alive: true, Heard: true, Role: "primary", Recovery: "auto", Healthy: true, Reach: 1, Targets: 1,
 			States: []string{"active"}, Digest: "00000000000000aa"},
-		Heartbeats: []api.HAHeartbeatReport{{Source: "198.18.0.4", Destination: "198.18.0.2", Sent: 10, Received: 9, SecondsAgo: 0.2}},
-		Reach:      []api.HAReachReport{{Address: "198.18.0.254", Reachable: true}},
+		Heartbeats:  []api.HAHeartbeatReport{{Source: "198.18.0.4", Destination: "198.18.0.2", Sent: 10, Received: 9, SecondsAgo: 0.2}},
+		Reach:       []api.HAReachReport{{Address: "198.18.0.254", Reachable: true}},
 		Replication: api.HAReplReport{Receiving: true, Synced: true, ReceivedRecords: 500, Imported: 500}}}
 	sock := serve(t, eng)
 	r := dlbctl(sock, "highavailability", "status")
