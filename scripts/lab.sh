@@ -29,6 +29,21 @@
 # solicitations only for addresses on the receiving interface, so a backend
 # never answers for the VIP on its lo (IPv6 needs no arp_ignore equivalent).
 #
+# With -x N (opt-in, 2..4), scale-out: N dispatchers behind a router doing
+# ECMP, the clients on a segment of their own behind that router:
+#
+#   ${P}d, ${P}d2 ..   dispatchers  dlbeth0 198.18.0.2/24, 198.18.0.(2+i)/24 for d<i>
+#                                   (d2 is 198.18.0.4: .3 is the NAT return address)
+#   ${P}r              router       dlbeth0 198.18.0.254/24 on dlbbr0 (port ${P}-r),
+#                                   dlbeth2 198.18.2.1/24 on dlbbr2 (port ${P}-r2), forwarding on,
+#                                   ECMP hashing on the 5-tuple (fib_multipath_hash_policy=1)
+#   ${P}c1 ..          clients      dlbeth0 198.18.2.(10+i)/24 on dlbbr2, default route via 198.18.2.1
+#
+# Backends and dispatchers route 198.18.2.0/24 via the router. The router
+# has no route to the VIP: a BGP daemon the test starts in ${P}r learns it
+# from the dispatchers. Every dispatcher's switch-side port runs the
+# pass-through XDP program, as ${P}d's does.
+#
 # The VIP is NOT put on the dispatcher: dlbd does that. Backends carry it on lo
 # with arp_ignore=1/arp_announce=2 so they never answer ARP for it (direct
 # server return by MAC rewrite).
@@ -94,6 +109,16 @@ readonly VIP6=$NET6:100
 readonly RETURN_ADDR6=$NET6:3 # never configured here
 readonly ROUTER_ADDR6=$NET6:fe
 readonly NAT_GATEWAY6=$NAT_NET6:1
+# Scale-out (-x): more dispatchers, and a client segment behind the router.
+readonly MAX_DISPATCHERS=4
+readonly CLIENT_BRIDGE=dlbbr2
+readonly CLIENT_BRIDGE_MAC=02:d1:b0:00:ff:02
+readonly ROUTER_CLIENT_IFACE=dlbeth2 # the router's interface on the client segment
+readonly CLIENT_NET=198.18.2
+readonly CLIENT_GW_HOST=1
+readonly CLIENT_GATEWAY=$CLIENT_NET.$CLIENT_GW_HOST
+readonly CLIENT_MAC_PREFIX=02:d1:b0:00:04 # client-segment veths
+readonly CLIENT_PEER_MAC_PREFIX=02:d1:b0:00:05
 readonly READY_TIMEOUT_DS=50 # tenths of a second to wait for labhttpd
 readonly STOP_TIMEOUT_DS=50 # tenths of a second to wait for SIGTERM to work
 
@@ -106,21 +131,23 @@ a dispatcher (${P}d, NFA $NFA), clients (${P}c1.., $NET.11..) and backends
 (${P}b1.., $NET.21..) that run labhttpd on :80 and carry the VIP $VIP on lo.
 
 commands:
-  up [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-6]
+  up [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-x DISPATCHERS] [-6]
                                  create the lab (default $DEFAULT_BACKENDS backends, $DEFAULT_CLIENTS client;
                                  at most $MAX_BACKENDS and $MAX_CLIENTS) and start labhttpd on every backend;
                                  -r N (0..$MAX_NATSERVERS, default 0) adds a router ${P}r ($ROUTER_ADDR, $NAT_GATEWAY)
                                  and N NAT servers ${P}n1.. ($NAT_NET.11..) on bridge $NAT_BRIDGE, running
                                  labhttpd too; -6 enables IPv6: ${NET6}:/$PLEN6 (NFA $NFA6, VIP $VIP6)
-                                 and ${NAT_NET6}:/$PLEN6 on the NAT segment
+                                 and ${NAT_NET6}:/$PLEN6 on the NAT segment; -x N (2..$MAX_DISPATCHERS) makes N
+                                 dispatchers (${P}d, ${P}d2.., $NFA, $NET.4..) and puts the clients on
+                                 $CLIENT_NET.0/$PLEN behind the router ${P}r, which does ECMP (scale-out; IPv4 only)
   down                           remove everything the lab made, even if half-created;
                                  idempotent; kills only PIDs it recorded
   exec ROLE CMD [ARG...]         run CMD in ROLE's network namespace (nsenter --net);
-                                 ROLE is d, sw, c1..cK, b1..bN, r or n1..nN
+                                 ROLE is d, d2..dX, sw, c1..cK, b1..bN, r or n1..nN
   relink ROLE                    delete ROLE's dlbeth0 (d, c1..cK or b1..bN) and create it again
                                  with the same name, MAC and addresses but a new index, as a
                                  driver reload or a hot-plugged NIC does
-  env [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-6]
+  env [-n BACKENDS] [-c CLIENTS] [-r NATSERVERS] [-x DISPATCHERS] [-6]
                                  print shell-sourceable LAB_* variables describing the lab
                                  (counts default to the running lab's, else the defaults)
   backend-start NAME [ARG...]    start labhttpd on backend or NAT server NAME (b1..bN, n1..nN);
@@ -178,7 +205,7 @@ require_tools() {
 }
 
 # ns_re matches exactly the namespaces this prefix owns.
-ns_re() { printf '^%s(sw|d|r|c[0-9]+|b[0-9]+|n[0-9]+)$' "$P"; }
+ns_re() { printf '^%s(sw|d|d[2-9]|r|c[0-9]+|b[0-9]+|n[0-9]+)$' "$P"; }
 
 # lab_namespaces prints the lab's existing namespaces: clients, backends and
 # NAT servers first, then the router, the dispatcher, and the switch.
@@ -207,7 +234,7 @@ hex2() { printf '%02x' "$1"; }
 # role_ns prints the namespace for ROLE (d, sw, r, cN, bN, nN) or fails.
 role_ns() {
 	case $1 in
-	d | sw | r) printf '%s%s' "$P" "$1" ;;
+	d | sw | r | d[2-9]) printf '%s%s' "$P" "$1" ;;
 	c[1-9] | c[1-9][0-9] | b[1-9] | b[1-9][0-9] | n[1-9]) printf '%s%s' "$P" "$1" ;;
 	*) return 1 ;;
 	esac
@@ -244,21 +271,23 @@ sysctl_ns() {
 	in_ns "$ns" sysctl -q -w "$@" >/dev/null
 }
 
-# parse_counts FROM_STATE [-n N] [-c K] [-r R] [-6] sets NB, NC, NR and V6
-# from the options, else (if FROM_STATE is 1) from the running lab's state,
-# else the defaults (NR=0, V6=0).
+# parse_counts FROM_STATE [-n N] [-c K] [-r R] [-x X] [-6] sets NB, NC, NR,
+# NX and V6 from the options, else (if FROM_STATE is 1) from the running
+# lab's state, else the defaults (NR=0, NX=1, V6=0).
 NB=
 NC=
 NR=
+NX=
 V6=
 parse_counts() {
 	local from_state=$1 opt OPTIND=1
 	shift
-	while getopts ':n:c:r:6' opt; do
+	while getopts ':n:c:r:x:6' opt; do
 		case $opt in
 		n) NB=$OPTARG ;;
 		c) NC=$OPTARG ;;
 		r) NR=$OPTARG ;;
+		x) NX=$OPTARG ;;
 		6) V6=1 ;;
 		:) usage_error "option -$OPTARG needs a value" ;;
 		*) usage_error "unknown option -$OPTARG" ;;
@@ -266,13 +295,14 @@ parse_counts() {
 	done
 	shift $((OPTIND - 1))
 	(($# == 0)) || usage_error "unexpected arguments: $*"
-	if ((from_state)) && [[ -z $NB || -z $NC || -z $NR || -z $V6 ]] && [[ -r $LAB_RUN/state ]]; then
+	if ((from_state)) && [[ -z $NB || -z $NC || -z $NR || -z $NX || -z $V6 ]] && [[ -r $LAB_RUN/state ]]; then
 		local key val
 		while IFS='=' read -r key val; do
 			case $key in
 			BACKENDS) [[ -n $NB ]] || NB=$val ;;
 			CLIENTS) [[ -n $NC ]] || NC=$val ;;
 			NATSERVERS) [[ -n $NR ]] || NR=$val ;;
+			DISPATCHERS) [[ -n $NX ]] || NX=$val ;;
 			IPV6) [[ -n $V6 ]] || V6=$val ;;
 			esac
 		done <"$LAB_RUN/state"
@@ -280,6 +310,7 @@ parse_counts() {
 	NB=${NB:-$DEFAULT_BACKENDS}
 	NC=${NC:-$DEFAULT_CLIENTS}
 	NR=${NR:-0}
+	NX=${NX:-1}
 	[[ $V6 == 1 ]] || V6=0
 	valid_count "$NB" "$MAX_BACKENDS" || usage_error "backends: '$NB' is not in 1..$MAX_BACKENDS"
 	valid_count "$NC" "$MAX_CLIENTS" || usage_error "clients: '$NC' is not in 1..$MAX_CLIENTS"
@@ -289,6 +320,9 @@ parse_counts() {
 	NB=$((10#$NB))
 	NC=$((10#$NC))
 	NR=$((10#$NR))
+	valid_count "$NX" "$MAX_DISPATCHERS" || usage_error "dispatchers: '$NX' is not in 1..$MAX_DISPATCHERS"
+	NX=$((10#$NX))
+	((NX == 1 || V6 == 0)) || usage_error "-x (several dispatchers) is IPv4 only: leave out -6"
 }
 
 # valid_count N MAX: is N a decimal number in 1..MAX?
@@ -502,6 +536,34 @@ add_nat_port() {
 		"$NAT_PEER_MAC_PREFIX" "$NAT_NET.$host/$PLEN" "$cidr6"
 }
 
+# add_router creates the router namespace (once) with its port on segment
+# A, forwarding on.
+add_router() {
+	[[ -e /run/netns/$ROUTER_NS ]] && return 0
+	add_ns "$ROUTER_NS"
+	add_port r "$ROUTER_HOST" "$ROUTER_ADDR6"
+	sysctl_ns "$ROUTER_NS" net.ipv4.ip_forward=1
+	((V6 == 0)) || sysctl_ns "$ROUTER_NS" net.ipv6.conf.all.forwarding=1
+}
+
+# dispatcher_ns I prints the namespace of dispatcher I (1 is ${P}d).
+dispatcher_ns() {
+	if (($1 == 1)); then printf '%s' "$D_NS"; else printf '%sd%s' "$P" "$1"; fi
+}
+
+# dispatcher_addr I prints the address of dispatcher I.
+dispatcher_addr() {
+	if (($1 == 1)); then printf '%s' "$NFA"; else printf '%s' "$NET.$((2 + $1))"; fi
+}
+
+# dispatcher_addrs prints the dispatchers' addresses, comma-separated.
+dispatcher_addrs() {
+	local i out=()
+	for ((i = 1; i <= NX; i++)); do out+=("$(dispatcher_addr "$i")"); done
+	local IFS=,
+	printf '%s' "${out[*]}"
+}
+
 cmd_up() {
 	parse_counts 0 "$@"
 	require_root up "$@"
@@ -535,8 +597,8 @@ cmd_up() {
 	rm -rf "$LAB_RUN"
 	mkdir -p "$LAB_RUN"
 	bpffs_up
-	printf 'PREFIX=%s\nBACKENDS=%s\nCLIENTS=%s\nNATSERVERS=%s\nIPV6=%s\n' \
-		"$P" "$NB" "$NC" "$NR" "$V6" >"$LAB_RUN/state"
+	printf 'PREFIX=%s\nBACKENDS=%s\nCLIENTS=%s\nNATSERVERS=%s\nDISPATCHERS=%s\nIPV6=%s\n' \
+		"$P" "$NB" "$NC" "$NR" "$NX" "$V6" >"$LAB_RUN/state"
 
 	local i
 	add_ns "$SW_NS"
@@ -551,10 +613,38 @@ cmd_up() {
 	# XDP_TX into a veth is only processed when the receiving veth runs XDP
 	# itself (see scripts/labxdp).
 	in_ns "$SW_NS" "$LAB_BIN/labxdp" -pin "$XDP_PIN" "$P-d"
-	for ((i = 1; i <= NC; i++)); do
-		add_ns "${P}c$i"
-		add_port "c$i" $((CLIENT_BASE + i))
+	for ((i = 2; i <= NX; i++)); do
+		add_ns "${P}d$i"
+		add_port "d$i" $((2 + i))
+		in_ns "$SW_NS" "$LAB_BIN/labxdp" -pin "$XDP_PIN" "$P-d$i"
 	done
+	if ((NX > 1)); then
+		# Scale-out: the clients sit behind the router, on their own
+		# segment; the router spreads flows to the VIP over the
+		# dispatchers by ECMP once a BGP daemon installs the route.
+		ip -n "$SW_NS" link add "$CLIENT_BRIDGE" address "$CLIENT_BRIDGE_MAC" type bridge \
+			stp_state 0 forward_delay 0 mcast_snooping 0
+		sysctl_ns "$SW_NS" "net.ipv6.conf.$CLIENT_BRIDGE.disable_ipv6=1"
+		ip -n "$SW_NS" link set "$CLIENT_BRIDGE" up
+		add_router
+		add_link "$ROUTER_NS" "$ROUTER_CLIENT_IFACE" "$CLIENT_GW_HOST" "$CLIENT_BRIDGE" "$CLIENT_MAC_PREFIX" "$P-r2" \
+			"$CLIENT_PEER_MAC_PREFIX" "$CLIENT_GATEWAY/$PLEN"
+		sysctl_ns "$ROUTER_NS" net.ipv4.fib_multipath_hash_policy=1
+		for ((i = 1; i <= NC; i++)); do
+			add_ns "${P}c$i"
+			add_link "${P}c$i" "$IFACE" $((CLIENT_BASE + i)) "$CLIENT_BRIDGE" "$CLIENT_MAC_PREFIX" "$P-c$i" \
+				"$CLIENT_PEER_MAC_PREFIX" "$CLIENT_NET.$((CLIENT_BASE + i))/$PLEN"
+			ip -n "${P}c$i" route add default via "$CLIENT_GATEWAY" dev "$IFACE"
+		done
+		for ((i = 1; i <= NX; i++)); do
+			ip -n "$(dispatcher_ns "$i")" route add "$CLIENT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+		done
+	else
+		for ((i = 1; i <= NC; i++)); do
+			add_ns "${P}c$i"
+			add_port "c$i" $((CLIENT_BASE + i))
+		done
+	fi
 	for ((i = 1; i <= NB; i++)); do
 		local ns=${P}b$i
 		add_ns "$ns"
@@ -568,6 +658,7 @@ cmd_up() {
 		# Linux answers neighbour solicitations only for addresses on the
 		# interface they arrive on, so the IPv6 VIP on lo stays silent too.
 		((V6 == 0)) || ip -n "$ns" -6 addr add "$VIP6/128" dev lo nodad
+		((NX == 1)) || ip -n "$ns" route add "$CLIENT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
 	done
 	if ((NR > 0)); then
 		ip -n "$SW_NS" link add "$NAT_BRIDGE" address "$NAT_BRIDGE_MAC" type bridge \
@@ -575,19 +666,22 @@ cmd_up() {
 		sysctl_ns "$SW_NS" "net.ipv6.conf.$NAT_BRIDGE.disable_ipv6=1"
 		ip -n "$SW_NS" link set "$NAT_BRIDGE" up
 
-		add_ns "$ROUTER_NS"
-		add_port r "$ROUTER_HOST" "$ROUTER_ADDR6"
+		add_router
 		add_nat_port r "$NAT_GW_HOST" "$NAT_GATEWAY6" "$ROUTER_NAT_IFACE" "$P-r1"
-		sysctl_ns "$ROUTER_NS" net.ipv4.ip_forward=1
-		((V6 == 0)) || sysctl_ns "$ROUTER_NS" net.ipv6.conf.all.forwarding=1
 
 		# NAT replies go to the client by a routing-table lookup in the
-		# executor (no clientgateway here), which needs forwarding on.
-		sysctl_ns "$D_NS" net.ipv4.conf.all.forwarding=1 net.ipv4.conf.all.accept_local=1 "net.ipv4.conf.$IFACE.accept_local=1" \
-			net.ipv4.conf.all.send_redirects=0 "net.ipv4.conf.$IFACE.send_redirects=0"
-		((V6 == 0)) || sysctl_ns "$D_NS" net.ipv6.conf.all.forwarding=1
-		ip -n "$D_NS" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
-		((V6 == 0)) || ip -n "$D_NS" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
+		# executor (no clientgateway here), which needs forwarding on;
+		# on every dispatcher (-x: a high-availability pair serves NAT
+		# too).
+		local dns
+		for ((i = 1; i <= NX; i++)); do
+			dns=$(dispatcher_ns "$i")
+			sysctl_ns "$dns" net.ipv4.conf.all.forwarding=1 net.ipv4.conf.all.accept_local=1 "net.ipv4.conf.$IFACE.accept_local=1" \
+				net.ipv4.conf.all.send_redirects=0 "net.ipv4.conf.$IFACE.send_redirects=0"
+			((V6 == 0)) || sysctl_ns "$dns" net.ipv6.conf.all.forwarding=1
+			ip -n "$dns" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+			((V6 == 0)) || ip -n "$dns" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
+		done
 		for ((i = 1; i <= NR; i++)); do
 			local ns=${P}n$i
 			add_ns "$ns"
@@ -605,7 +699,10 @@ cmd_up() {
 
 	UP_DONE=1
 	trap - EXIT INT TERM
-	info "lab up: prefix $P, dispatcher ${P}d ($NFA), $NC client(s) from $NET.$((CLIENT_BASE + 1)), $NB backend(s) from $NET.$((BACKEND_BASE + 1)), VIP $VIP (not configured on the dispatcher)"
+	local cnet=$NET
+	((NX == 1)) || cnet=$CLIENT_NET
+	info "lab up: prefix $P, dispatcher ${P}d ($NFA), $NC client(s) from $cnet.$((CLIENT_BASE + 1)), $NB backend(s) from $NET.$((BACKEND_BASE + 1)), VIP $VIP (not configured on the dispatcher)"
+	((NX == 1)) || info "scale-out: $NX dispatchers ($(dispatcher_addrs)), clients on $CLIENT_NET.0/$PLEN behind the router $ROUTER_NS ($ROUTER_ADDR, $CLIENT_GATEWAY); no route to the VIP until BGP brings one"
 	((NR == 0)) || info "NAT: router $ROUTER_NS ($ROUTER_ADDR, $NAT_GATEWAY), $NR NAT server(s) from $NAT_NET.$((NAT_BASE + 1)); return address $RETURN_ADDR not configured"
 	((V6 == 0)) || info "IPv6: NFA $NFA6, VIP $VIP6 (not configured on the dispatcher), clients from $NET6:$((CLIENT_BASE + 1)), backends from $NET6:$((BACKEND_BASE + 1))"
 	info "state and logs in $LAB_RUN; remove with: $PROG down"
@@ -755,12 +852,16 @@ cmd_env() {
 	var LAB_DISPATCHER_MAC "$MAC_PREFIX:$(hex2 2)"
 	var LAB_DISPATCHER_PEER "$P-d"
 	var LAB_CLIENTS "$NC"
+	local cnet=$NET cmac=$MAC_PREFIX
+	if ((NX > 1)); then
+		cnet=$CLIENT_NET cmac=$CLIENT_MAC_PREFIX
+	fi
 	for ((i = 1; i <= NC; i++)); do
 		role=c$i host=$((CLIENT_BASE + i)) ns=$P$role
-		c_ns+=("$ns") c_addr+=("$NET.$host") c_mac+=("$MAC_PREFIX:$(hex2 "$host")")
+		c_ns+=("$ns") c_addr+=("$cnet.$host") c_mac+=("$cmac:$(hex2 "$host")")
 		var "LAB_C${i}_NS" "$ns"
-		var "LAB_C${i}_ADDR" "$NET.$host"
-		var "LAB_C${i}_MAC" "$MAC_PREFIX:$(hex2 "$host")"
+		var "LAB_C${i}_ADDR" "$cnet.$host"
+		var "LAB_C${i}_MAC" "$cmac:$(hex2 "$host")"
 		var "LAB_C${i}_PEER" "$P-$role"
 	done
 	var LAB_CLIENT_NS "${c_ns[*]}"
@@ -777,6 +878,28 @@ cmd_env() {
 		var "LAB_B${i}_MAC" "$MAC_PREFIX:$(hex2 "$host")"
 		var "LAB_B${i}_PEER" "$P-$role"
 	done
+	# -x: the dispatchers (1 is the one above), the router and the
+	# client segment.
+	var LAB_DISPATCHERS "$NX"
+	if ((NX > 1)); then
+		local d_ns=() d_addr=() host
+		for ((i = 1; i <= NX; i++)); do
+			host=2
+			((i == 1)) || host=$((2 + i))
+			d_ns+=("$(dispatcher_ns "$i")") d_addr+=("$(dispatcher_addr "$i")")
+			var "LAB_D${i}_NS" "$(dispatcher_ns "$i")"
+			var "LAB_D${i}_ADDR" "$(dispatcher_addr "$i")"
+			var "LAB_D${i}_MAC" "$MAC_PREFIX:$(hex2 "$host")"
+			((i == 1)) && var "LAB_D${i}_PEER" "$P-d" || var "LAB_D${i}_PEER" "$P-d$i"
+		done
+		var LAB_DISPATCHER_NSES "${d_ns[*]}"
+		var LAB_DISPATCHER_ADDRS "${d_addr[*]}"
+		var LAB_ROUTER_NS "$ROUTER_NS"
+		var LAB_ROUTER_ADDR "$ROUTER_ADDR"
+		var LAB_ROUTER_CLIENT_IF "$ROUTER_CLIENT_IFACE"
+		var LAB_CLIENT_SUBNET "$CLIENT_NET.0/$PLEN"
+		var LAB_CLIENT_GATEWAY "$CLIENT_GATEWAY"
+	fi
 	var LAB_BACKEND_NAMES "${b_name[*]}"
 	var LAB_BACKEND_NS "${b_ns[*]}"
 	var LAB_BACKEND_ADDRS "${b_addr[*]}"
