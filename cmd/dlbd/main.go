@@ -231,6 +231,14 @@ func run(ctx context.Context, o options) error {
 	}
 	defer owned.release()
 
+	nif := netif.New()
+	var guard dispatcher.Guard
+	if g, err := datapath.NewGuard(); err != nil {
+		log.Warn("no guard: the host may answer traffic to cluster addresses the executor does not take with resets", "err", err)
+	} else {
+		defer g.Close()
+		guard = &hostGuard{g: g, nif: nif}
+	}
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir: o.stateDir,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
@@ -243,7 +251,8 @@ func run(ctx context.Context, o options) error {
 			return dp, nil
 		},
 		RemovePins:       func() ([]string, error) { return datapath.RemovePins(o.pinDir) },
-		Netif:            netif.New(),
+		Netif:            nif,
+		Guard:            guard,
 		Logger:           log,
 		ScriptsDir:       o.scriptsDir,
 		ScriptTimeout:    o.scriptTimeout,

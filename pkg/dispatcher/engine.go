@@ -157,6 +157,10 @@ type Options struct {
 	// HA is the high-availability function (package ha); nil refuses
 	// high-availability settings.
 	HA HighAvailability
+	// Guard keeps the host silent for the addresses the engine put on
+	// the executor's interface when the executor does not take their
+	// traffic; nil: no guard.
+	Guard Guard
 	// MetricErrorClass names the class of a refused or failed metric report
 	// ("unauthenticated", "replayed", ...) for the metric report; "failed"
 	// when nil or it returns "".
@@ -191,6 +195,8 @@ type Engine struct {
 	facts   facts // for status snapshots
 	ha      haEngine
 	repl    replState
+	// guarded is what the guard was last told (interface and addresses).
+	guarded string
 }
 
 // ErrStopped is returned by calls made after Run returned.

@@ -405,5 +405,8 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 		}
 		e.host.configured[a] = ifname
 	}
+	if err := e.guardAddresses(cfg); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

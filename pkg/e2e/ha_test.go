@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// High availability: two dispatchers (lab.sh -x 2) on the segment of the
+// backends and of the router, the clients behind the router, NAT servers
+// behind it too (-r 3). The primary (d1) serves, the backup (d2) stands
+// by; each fault of issue 13 is put on the primary while 500 keep-alive
+// connections send requests, a 100 MB download is in flight and new
+// connections keep coming, then repaired, and the primary takes its
+// clusters back (recovery auto). Measured per fault: the time from the
+// fault to the backup forwarding, the new connections that failed, and the
+// established connections broken (none may be).
+
+const (
+	haPort     = "7700"
+	haInterval = 500 // ms, the default
+	haCount    = 4
+	// haDetect is count × interval.
+	haDetect = haInterval * haCount * time.Millisecond
+)
+
+// haDispatcher is one dlbd of the pair.
+type haDispatcher struct {
+	t              *testing.T
+	i              int
+	ns, addr, peer string // namespace, NFA, switch-side port
+	dir, sock, pin string
+	cmd            *exec.Cmd
+	runs           int
+}
+
+func (d *haDispatcher) start() {
+	d.t.Helper()
+	d.runs++
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+d.ns, filepath.Join(binDir, "dlbd"),
+		"--socket", d.sock, "--state-dir", filepath.Join(d.dir, "state"), "--pin-dir", d.pin, "--log-level", "info",
+		"--scripts-dir", filepath.Join(d.dir, "scripts"))
+	logf, err := os.Create(filepath.Join(d.dir, fmt.Sprintf("dlbd%d.log", d.runs)))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		d.t.Fatalf("starting dlbd %d: %v", d.i, err)
+	}
+	d.cmd = cmd
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, _, code := d.ctl("executor", "report", "-o", "json"); code == 0 {
+			return
+		}
+	}
+	d.t.Fatalf("dlbd %d did not answer within 10 s", d.i)
+}
+
+// stop signals dlbd and waits for it to exit.
+func (d *haDispatcher) stop(sig syscall.Signal) {
+	if d.cmd == nil || d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (d *haDispatcher) ctl(args ...string) (string, string, int) {
+	cmd := exec.Command(filepath.Join(binDir, "dlbctl"), append([]string{"--socket", d.sock}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	code := 0
+	if err := cmd.Run(); err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return o.String(), e.String(), code
+}
+
+func (d *haDispatcher) mustCtl(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.ctl(args...)
+	if code != 0 {
+		d.t.Fatalf("dispatcher %d: dlbctl %s: exit %d: %s", d.i, strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// status is the dispatcher's high-availability report (the zero report
+// when dlbd does not answer).
+func (d *haDispatcher) status() api.HAReport {
+	var r api.HAReport
+	out, _, code := d.ctl("highavailability", "status", "-o", "json")
+	if code == 0 {
+		_ = json.Unmarshal([]byte(out), &r)
+	}
+	return r
+}
+
+// state is the dispatcher's state of its only group ("" when dlbd does
+// not answer).
+func (d *haDispatcher) state() string {
+	r := d.status()
+	if len(r.Groups) == 0 {
+		return ""
+	}
+	return r.Groups[0].State
+}
+
+// forwarded counts the packets the dispatcher's executor forwarded.
+func (d *haDispatcher) forwarded() uint64 {
+	var r api.ExecutorReport
+	out, _, code := d.ctl("executor", "report", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+		return 0
+	}
+	var n uint64
+	for _, rc := range r.Reasons {
+		if strings.HasPrefix(rc.Reason, "fwd") {
+			n += rc.Packets
+		}
+	}
+	return n
+}
+
+// haLab is the lab with both dispatchers configured alike, but for their
+// roles and addresses.
+type haLab struct {
+	*lab
+	d      [2]*haDispatcher
+	secret string
+}
+
+func newHALab(t *testing.T) *haLab {
+	t.Helper()
+	l := newLabPrefix(t, "dlba", "-n", "3", "-c", "1", "-x", "2", "-r", "3")
+	h := &haLab{lab: l, secret: filepath.Join(l.run, "ha.secret")}
+	if err := os.WriteFile(h.secret, []byte("a secret both dispatchers share\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range h.d {
+			if d == nil {
+				continue
+			}
+			d.stop(syscall.SIGTERM)
+			_ = os.RemoveAll(d.pin)
+			if t.Failed() {
+				logs, _ := filepath.Glob(filepath.Join(d.dir, "dlbd*.log"))
+				for _, f := range logs {
+					b, _ := os.ReadFile(f)
+					lines := strings.Split(string(b), "\n")
+					t.Logf("dispatcher %d %s (last lines):\n%s", d.i, filepath.Base(f), strings.Join(lines[max(0, len(lines)-60):], "\n"))
+				}
+			}
+		}
+	})
+	for i := range 2 {
+		n := i + 1
+		d := &haDispatcher{t: t, i: n, ns: l.env[fmt.Sprintf("LAB_D%d_NS", n)], addr: l.env[fmt.Sprintf("LAB_D%d_ADDR", n)],
+			peer: l.env[fmt.Sprintf("LAB_D%d_PEER", n)], dir: filepath.Join(l.run, fmt.Sprintf("d%d", n)),
+			pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, n)}
+		d.sock = filepath.Join(d.dir, "dlbd.sock")
+		if err := os.MkdirAll(filepath.Join(d.dir, "scripts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		h.d[i] = d
+		d.start()
+		h.configure(d)
+	}
+	h.configureHA(h.d[0], "primary", h.d[1].addr)
+	h.configureHA(h.d[1], "backup", h.d[0].addr)
+	h.waitSteady(t, 15*time.Second)
+	return h
+}
+
+// configure gives a dispatcher the clusters both serve: VIP:80 by MAC
+// over the backends, VIP:81 by NAT over the NAT servers.
+func (h *haLab) configure(d *haDispatcher) {
+	vip, ret, router := h.vip(), h.env["LAB_RETURN_ADDR"], h.env["LAB_ROUTER_ADDR"]
+	d.mustCtl("executor", "start", "--interface", h.env["LAB_IF"], "--xdp-mode", "generic")
+	d.mustCtl("executor", "set", "nfa", d.addr)
+	d.mustCtl("cluster", "add", vip, "--configure")
+	d.mustCtl("port", "add", vip+"@80")
+	d.mustCtl("port", "add", vip+"@81", "--method", "nat")
+	for i := 1; i <= 3; i++ {
+		d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip, h.env[fmt.Sprintf("LAB_B%d_ADDR", i)]))
+		d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip, h.env[fmt.Sprintf("LAB_N%d_ADDR", i)]),
+			"--mapport", "80", "--returnaddress", ret, "--router", router)
+	}
+}
+
+func (h *haLab) configureHA(d *haDispatcher, role, peer string) {
+	d.mustCtl("highavailability", "backup", "add", role, "auto", haPort)
+	d.mustCtl("highavailability", "heartbeat", "add", d.addr, peer, "--secret-file", h.secret)
+	d.mustCtl("highavailability", "reach", "add", h.env["LAB_ROUTER_ADDR"])
+}
+
+// waitSteady waits until the primary serves, the backup stands by with a
+// full copy, and both agree on the configuration.
+func (h *haLab) waitSteady(t *testing.T, limit time.Duration) time.Duration {
+	t.Helper()
+	return poll(t, limit, "d1 active, d2 standby and synced", func() bool {
+		s1, s2 := h.d[0].status(), h.d[1].status()
+		return len(s1.Groups) == 1 && s1.Groups[0].State == "active" && len(s2.Groups) == 1 && s2.Groups[0].State == "standby" &&
+			s2.Replication.Synced && s1.DigestMatch && s2.DigestMatch && s1.Peer.Alive && s2.Peer.Alive
+	})
+}
+
+// haTraffic is what runs across a fault: keep-alive connections, a paced
+// download and new connections, all through the VIP's port.
+type haTraffic struct {
+	wg                    sync.WaitGroup
+	keep, download, fresh loadResult
+	keepErr, dlErr, frErr error
+}
+
+func (h *haLab) startTraffic(port string, d time.Duration) *haTraffic {
+	tr := &haTraffic{}
+	url := "http://" + h.vip() + ":" + port + "/"
+	ctx := context.Background()
+	secs := fmt.Sprintf("%ds", int(d.Seconds()))
+	tr.wg.Add(3)
+	go func() {
+		defer tr.wg.Done()
+		tr.keep, tr.keepErr = h.load(ctx, "-url", url, "-keepalive", "-c", "500", "-interval", "200ms", "-duration", secs, "-timeout", "20s")
+	}()
+	go func() {
+		defer tr.wg.Done()
+		// 100 MB at 12.5 MB/s: 8 s in flight.
+		tr.download, tr.dlErr = h.load(ctx, "-url", url+"bytes?n=104857600&rate=13107200", "-n", "1", "-timeout", "60s")
+	}()
+	go func() {
+		defer tr.wg.Done()
+		tr.fresh, tr.frErr = h.load(ctx, "-url", url, "-c", "2", "-duration", secs, "-timeout", "1s")
+	}()
+	return tr
+}
+
+// faultResult is one fault's figures.
+type faultResult struct {
+	mode, fault        string
+	toForward          time.Duration
+	newFailed, newSent int
+	broken, conns      int
+	downloadOK         bool
+}
+
+// haFault puts one fault on the active (d1) and repairs it.
+type haFault struct {
+	name    string
+	inject  func(t *testing.T, h *haLab)
+	restore func(t *testing.T, h *haLab)
+}
+
+// runFault runs traffic through port, puts the fault on d1, measures the
+// backup's takeover, repairs the fault, waits for the primary to take
+// its clusters back, and checks that no established connection broke
+// across either change.
+func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult {
+	t.Helper()
+	h.waitSteady(t, 30*time.Second)
+	tr := h.startTraffic(port, 14*time.Second)
+	time.Sleep(2 * time.Second)
+	base := h.d[1].forwarded()
+	t0 := time.Now()
+	f.inject(t, h)
+	res := faultResult{mode: mode, fault: f.name}
+	res.toForward = poll(t, 10*time.Second, "the backup forwarding", func() bool {
+		return h.d[1].state() == "active" && h.d[1].forwarded() > base+100
+	})
+	_ = t0
+	time.Sleep(time.Second)
+	f.restore(t, h)
+	h.waitSteady(t, 30*time.Second)
+	tr.wg.Wait()
+	if tr.keepErr != nil || tr.dlErr != nil || tr.frErr != nil {
+		t.Fatalf("%s %s: traffic: %v / %v / %v", mode, f.name, tr.keepErr, tr.dlErr, tr.frErr)
+	}
+	res.conns, res.broken = tr.keep.Connections, tr.keep.Broken
+	res.newSent, res.newFailed = tr.fresh.Requests, tr.fresh.Failed
+	res.downloadOK = tr.download.OK == 1 && tr.download.HashMismatches == 0
+	t.Logf("%s mode, %s: backup forwarding %v after the fault; new connections failed %d of %d; established broken %d of %d (%d requests, errors %v); 100 MB download ok %v (%v)",
+		mode, f.name, res.toForward.Round(time.Millisecond), res.newFailed, res.newSent, res.broken, res.conns, tr.keep.Requests,
+		tr.keep.Errors, res.downloadOK, tr.download.Errors)
+	if res.broken != 0 {
+		t.Errorf("%s %s: %d of %d established connections broken: %v", mode, f.name, res.broken, res.conns, tr.keep.Errors)
+	}
+	if res.conns < 500 {
+		t.Errorf("%s %s: only %d keep-alive connections", mode, f.name, res.conns)
+	}
+	if !res.downloadOK {
+		t.Errorf("%s %s: the 100 MB download failed: %+v", mode, f.name, tr.download)
+	}
+	if res.toForward > 3*time.Second {
+		t.Errorf("%s %s: the backup forwarded %v after the fault (goal 2 s)", mode, f.name, res.toForward)
+	}
+	return res
+}
+
+// The faults of issue 13, each with its repair.
+var haFaults = []haFault{
+	{
+		name: "dlbd SIGKILL and executor detached",
+		inject: func(t *testing.T, h *haLab) {
+			d := h.d[0]
+			d.stop(syscall.SIGKILL)
+			// The pins go: the link's last reference, so the program
+			// leaves the interface.
+			if err := os.RemoveAll(d.pin); err != nil {
+				t.Fatal(err)
+			}
+		},
+		restore: func(t *testing.T, h *haLab) { h.d[0].start() },
+	},
+	{
+		name:    "interface down",
+		inject:  func(t *testing.T, h *haLab) { h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "down") },
+		restore: func(t *testing.T, h *haLab) { h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "up") },
+	},
+	{
+		// The switch port goes down: the dispatcher's only link loses its
+		// carrier, it is cut off from everything.
+		name:    "namespace isolated (its link without carrier)",
+		inject:  func(t *testing.T, h *haLab) { h.mustNS("sw", "ip", "link", "set", h.d[0].peer, "down") },
+		restore: func(t *testing.T, h *haLab) { h.mustNS("sw", "ip", "link", "set", h.d[0].peer, "up") },
+	},
+	{
+		// The router stops answering the primary's pings (a route that
+		// prohibits its address): the backup reaches more targets.
+		name: "reach target lost",
+		inject: func(t *testing.T, h *haLab) {
+			h.mustNS("r", "ip", "route", "add", "prohibit", h.d[0].addr+"/32")
+		},
+		restore: func(t *testing.T, h *haLab) {
+			h.mustNS("r", "ip", "route", "del", "prohibit", h.d[0].addr+"/32")
+		},
+	},
+}
+
+// TestPrivilegedHAFailover puts every fault of issue 13 on the active
+// dispatcher, in MAC mode and in NAT mode.
+func TestPrivilegedHAFailover(t *testing.T) {
+	h := newHALab(t)
+	var results []faultResult
+	for _, m := range []struct{ mode, port string }{{"mac", "80"}, {"nat", "81"}} {
+		for _, f := range haFaults {
+			ok := t.Run(m.mode+"/"+f.name, func(t *testing.T) {
+				results = append(results, h.runFault(t, m.mode, m.port, f))
+			})
+			if !ok {
+				t.FailNow()
+			}
+		}
+	}
+	t.Log("figures (mode, fault: backup forwarding after the fault, new connections failed, established broken, download):")
+	for _, r := range results {
+		t.Logf("  %s, %s: %v, %d/%d, %d/%d, %v", r.mode, r.fault, r.toForward.Round(time.Millisecond), r.newFailed, r.newSent,
+			r.broken, r.conns, r.downloadOK)
+	}
+}
