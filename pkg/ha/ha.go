@@ -735,12 +735,15 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 	n.stepLocked(now)
 }
 
-// probeReach pings the reach targets every interval.
+// probeReach pings the reach targets twice an interval: a target is
+// unreachable after count pings without a reply (count × interval / 2,
+// 1 s by default), so that an active that lost its targets is replaced
+// within the time a dead one is.
 func (n *Node) probeReach(ctx context.Context) {
 	defer n.wg.Done()
 	for {
 		n.mu.Lock()
-		iv := time.Duration(n.cfg.IntervalMS()) * time.Millisecond
+		iv := time.Duration(n.cfg.IntervalMS()) * time.Millisecond / 2
 		count := int(n.cfg.DeadCount())
 		targets := make([]netip.Addr, len(n.reach))
 		for i, r := range n.reach {

@@ -165,8 +165,8 @@ type HighAvailability struct {
 	SecretFile string `json:"secret_file,omitempty"`
 	// Interval is the heartbeat interval in milliseconds, and Count how
 	// many intervals without a heartbeat make the peer dead; reach
-	// targets are pinged at the same interval and are unreachable after
-	// the same count of missed replies.
+	// targets are pinged twice an interval and are unreachable after
+	// Count missed replies.
 	Interval uint32 `json:"interval,omitempty"`
 	Count    uint32 `json:"count,omitempty"`
 	// Reach are the reach targets, sorted: addresses both dispatchers
