@@ -381,3 +381,116 @@ func TestPrivilegedHAFailover(t *testing.T) {
 			r.broken, r.conns, r.downloadOK)
 	}
 }
+
+// watchStates polls both dispatchers' states every 20 ms until stop is
+// closed, and returns the longest time both were active at once and
+// whether the backup was ever active or preempting.
+func (h *haLab) watchStates(stop <-chan struct{}) (both time.Duration, backupServed bool) {
+	var since time.Time
+	for {
+		select {
+		case <-stop:
+			if !since.IsZero() {
+				both = max(both, time.Since(since))
+			}
+			return both, backupServed
+		case <-time.After(20 * time.Millisecond):
+		}
+		s1, s2 := h.d[0].state(), h.d[1].state()
+		if s2 == "active" || s2 == "preempt" {
+			backupServed = true
+		}
+		if s1 == "active" && s2 == "active" {
+			if since.IsZero() {
+				since = time.Now()
+			}
+			both = max(both, time.Since(since))
+		} else {
+			since = time.Time{}
+		}
+	}
+}
+
+// TestPrivilegedHARestartAndPartition: a dlbd restart on the active
+// causes no takeover and breaks nothing; a partition that cuts the
+// active off from its peer and its reach target leaves two actives for
+// less than the detection time, and after healing one stays active.
+func TestPrivilegedHARestartAndPartition(t *testing.T) {
+	h := newHALab(t)
+
+	t.Run("dlbd restart on the active", func(t *testing.T) {
+		h.waitSteady(t, 30*time.Second)
+		tr := h.startTraffic("80", 10*time.Second)
+		stop := make(chan struct{})
+		var both time.Duration
+		var served bool
+		done := make(chan struct{})
+		go func() { both, served = h.watchStates(stop); close(done) }()
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		h.d[0].stop(syscall.SIGTERM)
+		h.d[0].start()
+		t.Logf("dlbd restarted in %v", time.Since(start).Round(time.Millisecond))
+		poll(t, 10*time.Second, "the restarted primary heard and active", func() bool {
+			s := h.d[0].status()
+			return len(s.Groups) == 1 && s.Groups[0].State == "active" && s.Peer.Alive
+		})
+		tr.wg.Wait()
+		close(stop)
+		<-done
+		if served {
+			t.Error("the backup took over during the primary's restart")
+		}
+		if both > 0 {
+			t.Errorf("two actives for %v", both)
+		}
+		if tr.keepErr != nil || tr.keep.Broken != 0 || tr.keep.Connections < 500 {
+			t.Errorf("keep-alive: %v, %d of %d broken: %v", tr.keepErr, tr.keep.Broken, tr.keep.Connections, tr.keep.Errors)
+		}
+		if tr.dlErr != nil || tr.download.OK != 1 {
+			t.Errorf("download: %v %+v", tr.dlErr, tr.download)
+		}
+		t.Logf("restart: no takeover, established broken %d of %d, new connections failed %d of %d, download ok %v",
+			tr.keep.Broken, tr.keep.Connections, tr.fresh.Failed, tr.fresh.Requests, tr.download.OK == 1)
+	})
+
+	t.Run("partition and heal", func(t *testing.T) {
+		h.waitSteady(t, 30*time.Second)
+		// The partition: the primary and one backend on a bridge of their
+		// own, apart from the backup, the router (the reach target) and
+		// the other backends.
+		const island = "dlbbr9"
+		h.mustNS("sw", "ip", "link", "add", island, "type", "bridge", "stp_state", "0", "forward_delay", "0")
+		h.mustNS("sw", "ip", "link", "set", island, "up")
+		stop := make(chan struct{})
+		var both time.Duration
+		done := make(chan struct{})
+		go func() { both, _ = h.watchStates(stop); close(done) }()
+		for _, p := range []string{h.d[0].peer, h.env["LAB_B1_PEER"]} {
+			h.mustNS("sw", "ip", "link", "set", p, "master", island)
+		}
+		took := poll(t, 10*time.Second, "the backup active, the primary not", func() bool {
+			return h.d[1].state() == "active" && h.d[0].state() != "active"
+		})
+		time.Sleep(2 * time.Second)
+		if s := h.d[0].state(); s == "active" {
+			t.Errorf("the cut-off primary is active again: %s", s)
+		}
+		for _, p := range []string{h.d[0].peer, h.env["LAB_B1_PEER"]} {
+			h.mustNS("sw", "ip", "link", "set", p, "master", h.env["LAB_BRIDGE"])
+		}
+		h.mustNS("sw", "ip", "link", "del", island)
+		healed := h.waitSteady(t, 30*time.Second)
+		time.Sleep(time.Second)
+		close(stop)
+		<-done
+		t.Logf("partition: the backup alone active %v after the cut; two actives at most %v (detection %v); after healing, one active (the primary, recovery auto) %v later",
+			took.Round(time.Millisecond), both.Round(time.Millisecond), haDetect, healed.Round(time.Millisecond))
+		if both > haDetect {
+			t.Errorf("two actives for %v, longer than the detection time %v", both, haDetect)
+		}
+		if s1, s2 := h.d[0].state(), h.d[1].state(); s1 != "active" || s2 != "standby" {
+			t.Errorf("after healing: %s and %s", s1, s2)
+		}
+	})
+}
