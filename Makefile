@@ -115,9 +115,11 @@ package:
 	DEB_VERSION=$(DEB_VERSION) DEB_ARCH=$(DEB_ARCH) \
 	  $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(BIN)/dlb_$(DEB_VERSION)_$(DEB_ARCH).deb
 
-## demo: a real lab (namespaces, dlbd, dlbctl, HTTP backends) with traffic through the VIP (needs root)
+## demo: a real lab (namespaces, dlbd, dlbctl, HTTP backends) with traffic through the VIP (needs root);
+## then three dispatchers behind a router doing ECMP (needs FRR or BIRD 2: make test-deps)
 demo: deps build
 	bash scripts/demo.sh
+	bash scripts/demo-scaleout.sh
 
 clean:
 	rm -rf $(BIN)

@@ -6,8 +6,9 @@
 #   deps.sh test   the lab's tools, plus the real servers the advisor tests
 #                  probe (dnsmasq, vsftpd, exim4, dovecot, slapd, python3's
 #                  http.server, openssl s_server), what the package test
-#                  uses (systemd-analyze, man, strace), and what the monitoring
-#                  tests use (prometheus and promtool, headless chromium)
+#                  uses (systemd-analyze, man, strace), what the monitoring
+#                  tests use (prometheus and promtool, headless chromium), and the
+#                  routers the scale-out tests peer with (FRR's bgpd and zebra, BIRD 2)
 #
 # The test servers' packages would start system-wide daemons on install;
 # they are installed with services held back: a policy-rc.d that refuses
@@ -76,6 +77,9 @@ if [ "$set_" = test ]; then
 	need prometheus prometheus
 	need promtool prometheus
 	need chromium chromium
+	# The scale-out tests: routers doing ECMP over the dispatchers.
+	need vtysh frr
+	need bird bird2
 fi
 if ((${#missing[@]} == 0)); then
 	exit 0

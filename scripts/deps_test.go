@@ -13,7 +13,7 @@ import (
 // The commands deps.sh looks for, by set.
 var (
 	labCommands  = []string{"ip", "nsenter", "ethtool"}
-	testCommands = []string{"dnsmasq", "python3", "openssl", "vsftpd", "exim4", "dovecot", "slapd", "systemd-analyze", "man", "strace", "adduser", "prometheus", "promtool", "chromium"}
+	testCommands = []string{"dnsmasq", "python3", "openssl", "vsftpd", "exim4", "dovecot", "slapd", "systemd-analyze", "man", "strace", "adduser", "prometheus", "promtool", "chromium", "vtysh", "bird"}
 )
 
 // fakeAptGet records its arguments in $FAKE_APT_LOG, and on "install" also
@@ -157,7 +157,7 @@ func TestDeps(t *testing.T) {
 			wantApt: []string{"apt-get update", "install -y -qq --no-install-recommends ethtool", "policy 101"}, wantPolicy: keep, needRoot: true},
 		{name: "test: servers missing, policy-rc.d present",
 			run:     depsRun{set: "test", present: labCommands, policy: keep},
-			wantApt: []string{"apt-get update", "install -y -qq --no-install-recommends dnsmasq-base python3 openssl vsftpd exim4-daemon-light dovecot-imapd dovecot-pop3d slapd systemd man-db strace adduser prometheus chromium", "policy 101"}, wantPolicy: keep, needRoot: true},
+			wantApt: []string{"apt-get update", "install -y -qq --no-install-recommends dnsmasq-base python3 openssl vsftpd exim4-daemon-light dovecot-imapd dovecot-pop3d slapd systemd man-db strace adduser prometheus chromium frr bird2", "policy 101"}, wantPolicy: keep, needRoot: true},
 		{name: "test: only the pop3 module missing",
 			run:     depsRun{set: "test", present: all},
 			wantApt: []string{"install -y -qq --no-install-recommends dovecot-pop3d"}, needRoot: true},

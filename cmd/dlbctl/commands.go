@@ -289,20 +289,25 @@ func (a *app) clusterCmd() *cobra.Command {
 		if err := a.targetArgs(1, targetOpts{keywords: true})(cmd, args); err != nil {
 			return err
 		}
-		_, err = proportionsArgs(cmd)
+		if _, err = proportionsArgs(cmd); err != nil {
+			return err
+		}
+		_, err = yesNoFlag(cmd, "announce")
 		return err
 	}
 	clusterOp := func(action string) func(*cobra.Command, []string) api.Op {
 		return func(cmd *cobra.Command, _ []string) api.Op {
 			p, _ := proportionsArgs(cmd)
-			return api.Op{Object: api.ObjectCluster, Action: action, Target: a.target,
+			op := api.Op{Object: api.ObjectCluster, Action: action, Target: a.target,
 				Configure: boolFlag(cmd, "configure"), Proportions: p, PrimaryHost: stringFlag(cmd, "primaryhost")}
+			announceOp(cmd, &op)
+			return op
 		}
 	}
 	const propHelp = "the manager's proportions: active new port system, summing to 100 (default 50 50 0 0)"
 	const primaryHelp = "mutual high availability: the heartbeat address of the dispatcher that is this cluster's preferred active (none: unset)"
 	add := a.opCmd(&cobra.Command{
-		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S] [--primaryhost ADDR]",
+		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S] [--primaryhost ADDR] [--announce yes|no] [--community C] [--med N]",
 		Short: "Add clusters (virtual addresses)",
 		Example: `  dlbctl cluster add 10.0.0.100
   dlbctl cluster add 10.0.0.100+10.0.0.101 --configure`,
@@ -311,11 +316,13 @@ func (a *app) clusterCmd() *cobra.Command {
 	add.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	add.Flags().String("proportions", "", propHelp)
 	add.Flags().String("primaryhost", "", primaryHelp)
+	announceFlags(add)
 
 	set := a.opCmd(&cobra.Command{
-		Use:   "set VIP [--configure=true|false] [--proportions A N P S] [--primaryhost ADDR|none]",
-		Short: "Change a cluster's proportions, or whether dlbd puts its address on the interface",
+		Use:   "set VIP [--configure=true|false] [--proportions A N P S] [--primaryhost ADDR|none] [--announce yes|no] [--community C] [--med N]",
+		Short: "Change a cluster's proportions, whether dlbd puts its address on the interface, its preferred active, or its BGP announcement",
 		Example: `  dlbctl cluster set 10.0.0.100 --configure=false
+  dlbctl cluster set 10.0.0.100 --announce yes --community 65000:100 --med 10
   dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0
   dlbctl cluster set 10.0.0.100 proportions 49 50 1 0      # IBM style`,
 		Args: clusterArgs,
@@ -323,7 +330,8 @@ func (a *app) clusterCmd() *cobra.Command {
 	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	set.Flags().String("proportions", "", propHelp)
 	set.Flags().String("primaryhost", "", primaryHelp)
-	set.MarkFlagsOneRequired("configure", "proportions", "primaryhost")
+	announceFlags(set)
+	set.MarkFlagsOneRequired("configure", "proportions", "primaryhost", "announce", "community", "med")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP",

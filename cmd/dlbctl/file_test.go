@@ -189,7 +189,7 @@ func TestFileLoadBadLine(t *testing.T) {
 		{`cluster add "10.0.0.1`, `unterminated " quote`},
 		{`cluster add 10.0.0.1 \`, "backslash at the end"},
 		{"executor set bogus 1", `unknown executor keyword "bogus"`},
-		{"cluster set 10.0.0.1", `at least one of the flags in the group [configure proportions primaryhost] is required`},
+		{"cluster set 10.0.0.1", `at least one of the flags in the group [configure proportions primaryhost announce community med] is required`},
 		{"server add", "server add needs a target"},
 	}
 	for _, tt := range tests {
@@ -411,6 +411,7 @@ func TestFileRoundTrip(t *testing.T) {
 		"cluster add 2001:2::100",
 		"port add 2001:2::100@80 --stickytime 30 --stickymask 64 --protocol udp",
 		"server add 2001:2::100@80@2001:2::21",
+		"cluster set 10.0.0.100 --announce yes --community 65000:100 --community 1:2:3 --med 5",
 		"executor start --interface eth0 --xdp-mode native",
 	} {
 		if r := dlbctl(a, strings.Fields(cmd)...); r.code != exitOK {
@@ -499,5 +500,31 @@ func TestResultNotes(t *testing.T) {
 		if r.code != exitOK || r.stdout != c.want {
 			t.Errorf("%v: exit %d, stdout %q, want %q (stderr %q)", c.args, r.code, r.stdout, c.want, r.stderr)
 		}
+	}
+}
+
+// TestFileLoadBGP: the lines file save writes for the BGP speaker load as
+// the operations they stand for.
+func TestFileLoadBGP(t *testing.T) {
+	eng := &fakeEngine{}
+	path := filepath.Join(t.TempDir(), "bgp.cfg")
+	script := "bgp set --asn 65001 --routerid 198.18.0.2 --listen-port 1179\n" +
+		"bgp neighbor add 198.18.0.1 --remote-as 65000 --holdtime 9 --multihop 2 --port 1179 --password-file '/etc/dlb/my pw'\n" +
+		"cluster add 198.18.0.100 --announce yes --community 65000:100 --med 5\n"
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := dlbctl(serve(t, eng), "file", "load", path); r.code != exitOK {
+		t.Fatalf("file load: exit %d: %s", r.code, r.stderr)
+	}
+	want := []api.Op{
+		{Object: api.ObjectBGP, Action: api.ActionSet, ASN: ptr[int64](65001), RouterID: ptr("198.18.0.2"), ListenPort: ptr[int64](1179)},
+		{Object: api.ObjectNeighbor, Action: api.ActionAdd, Target: "198.18.0.1", RemoteAS: ptr[int64](65000), HoldTime: ptr[int64](9),
+			Multihop: ptr[int64](2), NeighborPort: ptr[int64](1179), PasswordFile: ptr("/etc/dlb/my pw")},
+		{Object: api.ObjectCluster, Action: api.ActionAdd, Target: "198.18.0.100", Announce: ptr(true),
+			Communities: []string{"65000:100"}, MED: ptr[int64](5)},
+	}
+	if got := eng.sent(); len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+		t.Errorf("sent %v\nwant [%s]", got, opJSON(want...))
 	}
 }

@@ -68,6 +68,7 @@ func TestBackendSetupUsage(t *testing.T) {
 	}
 }
 
+func (unreachableClient) BGP(context.Context) (api.BGPReport, error) { return api.BGPReport{}, errDown }
 func (unreachableClient) ServerCheck(context.Context, string, string) (api.ServerCheckReport, error) {
 	return api.ServerCheckReport{}, errDown
 }

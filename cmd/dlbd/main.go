@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlbproject/dlb/pkg/bgp"
 	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/datapath"
@@ -259,6 +260,7 @@ func run(ctx context.Context, o options) error {
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
 		MetricErrorClass: metricErrorClass,
 		HA:               ha.New(ha.Options{Logger: log}), // runs once configured
+		Speaker:          bgp.New(log),                    // runs once "bgp set" configured it
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
 	})

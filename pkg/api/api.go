@@ -55,6 +55,10 @@ const (
 	ObjectHeartbeat = "heartbeat"
 	ObjectBackup    = "backup"
 	ObjectReach     = "reach"
+	// ObjectBGP is the BGP speaker (set, remove); ObjectNeighbor a router
+	// it peers with (add, set, remove).
+	ObjectBGP      = "bgp"
+	ObjectNeighbor = "neighbor"
 )
 
 // Actions an Op can take. Not every object takes every action.
@@ -147,6 +151,22 @@ type Op struct {
 	MetricPort *int64   `json:"metric_port,omitempty"`
 	SecretFile *string  `json:"secret_file,omitempty"`
 	Path       *string  `json:"path,omitempty"`
+
+	// BGP parameters: the speaker's (bgp set), a neighbour's (neighbor
+	// add/set, the target is its address) and a cluster's announcement
+	// (cluster add/set). Communities "none" clears them; MED 0 sends none.
+	ASN          *int64   `json:"asn,omitempty"`
+	RouterID     *string  `json:"router_id,omitempty"`
+	ListenPort   *int64   `json:"listen_port,omitempty"`
+	RemoteAS     *int64   `json:"remote_as,omitempty"`
+	PasswordFile *string  `json:"password_file,omitempty"`
+	HoldTime     *int64   `json:"hold_time,omitempty"`
+	Multihop     *int64   `json:"multihop,omitempty"`
+	NeighborPort *int64   `json:"neighbor_port,omitempty"`
+	BFD          *bool    `json:"bfd,omitempty"`
+	Announce     *bool    `json:"announce,omitempty"`
+	Communities  []string `json:"communities,omitempty"`
+	MED          *int64   `json:"med,omitempty"`
 
 	// High-availability parameters: a heartbeat's Source (above), its
 	// SecretFile, Interval (milliseconds here) and Count (intervals
@@ -388,6 +408,9 @@ type ClusterReport struct {
 	Address     string   `json:"address"`
 	Configure   bool     `json:"configure"`
 	PrimaryHost string   `json:"primary_host,omitempty"`
+	Announce    bool     `json:"announce,omitempty"`
+	Communities []string `json:"communities,omitempty"`
+	MED         uint32   `json:"med,omitempty"`
 	Ports       int      `json:"ports"`
 	Proportions []int    `json:"proportions"` // active new port system
 	Metrics     []string `json:"metrics,omitempty"`
@@ -413,6 +436,11 @@ type PortReport struct {
 	// TableSize is the slots of the port's Maglev table (0: none, no
 	// server takes new connections).
 	TableSize uint32 `json:"table_size,omitempty"`
+	// TableDigest identifies the table's contents by server address
+	// (FNV-1a over each slot's server): dispatchers behind ECMP must show
+	// the same digest for a port, whatever the order they were configured
+	// in.
+	TableDigest string `json:"table_digest,omitempty"`
 	// HalfOpen counts the port's half-open connections (SYNs without a
 	// completed handshake, last 30 s; saturates under a flood), and
 	// HalfOpenAlert says it is above MaxHalfOpen.

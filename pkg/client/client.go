@@ -110,6 +110,13 @@ func (c *Client) Metrics(ctx context.Context) (api.MetricReport, error) {
 
 // ConfigScript returns the configuration as a script of dlbctl commands
 // ("dlbctl file save").
+// BGP reports the BGP speaker.
+func (c *Client) BGP(ctx context.Context) (api.BGPReport, error) {
+	var r api.BGPReport
+	err := c.do(ctx, http.MethodGet, api.PathBGP, "", nil, &r)
+	return r, err
+}
+
 func (c *Client) ConfigScript(ctx context.Context) (string, error) {
 	var s scriptText
 	err := c.do(ctx, http.MethodGet, api.PathConfigScript, "", nil, &s)

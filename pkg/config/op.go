@@ -28,6 +28,10 @@ const (
 	Heartbeat Object = "heartbeat"
 	Backup    Object = "backup"
 	Reach     Object = "reach"
+	// BGP is the speaker (set, remove); Neighbor a router it peers with
+	// (add, set, remove; the target is the neighbour's address).
+	BGP      Object = "bgp"
+	Neighbor Object = "neighbor"
 )
 
 // Action is what an operation does to its object. Not every object takes

@@ -34,8 +34,12 @@ func (ed *Editor) apply(d *draft, op *Op) error {
 		err = applyBackup(d, op, p)
 	case Reach:
 		err = applyReach(d, op, p)
+	case BGP:
+		err = applyBGP(d, op, p)
+	case Neighbor:
+		err = applyNeighbor(d, op, p)
 	default:
-		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor, metric, heartbeat, backup or reach)", op.Object)
+		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor, metric, heartbeat, backup, reach, bgp or neighbor)", op.Object)
 	}
 	if err != nil {
 		return err
@@ -175,6 +179,10 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		announce, _, err := announceParams(p, op.Target)
+		if err != nil {
+			return err
+		}
 		if t.Clusters == nil {
 			return lb.Errorf("cluster", "", "cluster add needs a cluster address")
 		}
@@ -188,6 +196,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			if propsOK {
 				cl.Proportions = props
 			}
+			announce(&cl)
 			d.addCluster(cl)
 		}
 	case Set:
@@ -203,12 +212,16 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		announce, announceOK, err := announceParams(p, op.Target)
+		if err != nil {
+			return err
+		}
 		cls, err := matchClusters(&d.cfg, t, op.Target)
 		if err != nil {
 			return err
 		}
-		if !configureOK && !propsOK && !primaryOK {
-			return lb.Errorf("configure", "", "cluster set needs --configure, --proportions or --primaryhost")
+		if !configureOK && !propsOK && !primaryOK && !announceOK {
+			return lb.Errorf("configure", "", "cluster set needs --configure, --proportions, --primaryhost, --announce, --community or --med")
 		}
 		for _, c := range cls {
 			cl := d.cluster(c.ci)
@@ -221,6 +234,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			if propsOK {
 				cl.Proportions = props
 			}
+			announce(cl)
 		}
 	case Remove:
 		cls, err := matchClusters(&d.cfg, t, op.Target)

@@ -54,7 +54,7 @@ func Script(w io.Writer, cfg lb.Config) error {
 		if cl.PrimaryHost.IsValid() {
 			sw.printf(" --primaryhost %s", cl.PrimaryHost)
 		}
-		sw.printf("\n")
+		sw.printf("%s\n", announceFlags(cl))
 		var crossports []string
 		for _, p := range cl.Ports {
 			svc := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String()
@@ -162,6 +162,7 @@ func Script(w io.Writer, cfg lb.Config) error {
 		sw.printf("\nmanager set interval %g refresh %d smoothing %g sensitivity %g\n", m.Interval, m.Refresh, m.Smoothing, m.Sensitivity)
 	}
 	haScript(sw, cfg.HA)
+	bgpScript(sw, cfg.BGP)
 	if ex.Started {
 		sw.printf("\nexecutor start --interface %s --xdp-mode %s\n", quote(ex.Interface), ex.XDPMode)
 	}

@@ -30,6 +30,11 @@ func validate(cfg lb.Config, ch Change, u counter) error {
 			return err
 		}
 	}
+	if ch.BGP || ch.Executor || (len(ch.Clusters) > 0 && len(cfg.BGP.Neighbors) > 0) {
+		if err := checkBGP(cfg); err != nil {
+			return err
+		}
+	}
 	if err := checkUnique(cfg, ch); err != nil {
 		return err
 	}
@@ -46,6 +51,9 @@ func validate(cfg lb.Config, ch Change, u counter) error {
 		}
 		ci, _ := findCluster(cfg.Clusters, a)
 		if err := checkCluster(cfg.Clusters[ci], ex); err != nil {
+			return err
+		}
+		if err := checkAnnounce(cfg.Clusters[ci]); err != nil {
 			return err
 		}
 	}

@@ -110,6 +110,10 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	if err != nil {
 		return refuse(err)
 	}
+	if err := e.reconfigureSpeaker(old, next, ch); err != nil {
+		e.ids.Revert(delta)
+		return refuse(err)
+	}
 	hostBefore := e.host.clone()
 	e.net.asked = nil
 	if written, err := e.reconcile(old, next, ch, delta, stop); err != nil {
@@ -119,6 +123,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 			e.rollback(old)
 		}
 		e.unask(old)
+		e.restoreSpeaker(old, ch)
 		return refuse(err)
 	}
 	rec := store.NewRecord(old, next, ch, delta)
@@ -128,6 +133,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		e.host = hostBefore
 		e.rollback(old)
 		e.unask(old)
+		e.restoreSpeaker(old, ch)
 		return refuse(err)
 	}
 	e.net.asked = nil
@@ -222,7 +228,13 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		// cycle.
 		e.pushPorts(next, nil, "manager settings")
 	}
-	e.checkAlerts(next, ch.PortsTouched())
+	if old.Executor != next.Executor {
+		// The executor started, stopped or moved: every port's servers
+		// may have changed state (their next hops were resolved).
+		e.checkAlerts(next, nil)
+	} else {
+		e.checkAlerts(next, ch.PortsTouched())
+	}
 	if ch.Executor || natTouched(next, ch) {
 		for _, p := range e.natRouteProblems(next) {
 			e.warn(p)

@@ -152,7 +152,7 @@ func (e *Engine) portsUpdate(u *lb.DataplaneUpdate, cfg lb.Config, ports []lb.Se
 				members = append(members, maglev.Backend{Key: s.Address.String(), ID: b.ID, Weight: states[i].weight})
 			}
 		}
-		size := min(p.Table(), maxTable)
+		size := min(cl.TableIn(p), maxTable)
 		fp := fingerprint(members, size)
 		if t, ok := e.exec.tables[sid]; !ok || t.fingerprint != fp {
 			jobs = append(jobs, tableJob{sid: sid, members: members, size: size, fp: fp})

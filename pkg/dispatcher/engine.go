@@ -27,9 +27,10 @@
 // dataplane.go (what a port's maps hold: states, weights, Maglev tables),
 // neighbors.go, natroute.go (NAT replies without a route), manager.go (the
 // manager's cycle and alerts), probes.go (advisors, wired to package
-// health), pollers.go (metric servers), status.go (snapshots for reports);
-// store/ (ids and the state files), health/, loops/ (the reconciler both
-// use), events/.
+// health), pollers.go (metric servers), status.go (snapshots for
+// reports), bgp.go (what the BGP speaker announces, through the Speaker
+// interface); store/ (ids and the state files), health/, loops/ (the
+// reconciler both use), events/.
 package dispatcher
 
 import (
@@ -161,6 +162,9 @@ type Options struct {
 	// the executor's interface when the executor does not take their
 	// traffic; nil: no guard.
 	Guard Guard
+	// Speaker announces cluster addresses over BGP (package bgp); nil
+	// refuses BGP settings.
+	Speaker Speaker
 	// MetricErrorClass names the class of a refused or failed metric report
 	// ("unauthenticated", "replayed", ...) for the metric report; "failed"
 	// when nil or it returns "".
@@ -192,7 +196,8 @@ type Engine struct {
 	health  *health.Monitor
 	metrics *pollers
 	events  *events.Runner
-	facts   facts // for status snapshots
+	facts   facts  // for status snapshots
+	routes  routes // what the BGP speaker announces
 	ha      haEngine
 	repl    replState
 	// guarded is what the guard was last told (interface and addresses).
@@ -264,6 +269,7 @@ func New(opts Options) (*Engine, error) {
 		events:  events.New(opts.ScriptsDir, opts.ScriptTimeout, opts.Logger),
 		facts:   facts{lastChange: time.Now()},
 		agg:     agg,
+		routes:  newRoutes(),
 	}
 	e.metrics.loops = loops.New(e.startPoller, samePoller)
 	cfg := ed.Config()
@@ -343,6 +349,7 @@ func (e *Engine) Run(ctx context.Context) {
 		}
 		e.restoreAddresses(all)
 	}
+	e.startSpeaker(cfg)
 	e.syncProbes(cfg, nil)
 	e.syncPollers(cfg)
 	// Sweep once now: the counts reports show (connections, active per
@@ -400,6 +407,9 @@ func (e *Engine) Run(ctx context.Context) {
 			}
 			cycle.Reset(seconds(e.ed.Config().Manager.Interval))
 		case <-ctx.Done():
+			// Withdraw first: the routers stop sending here while the
+			// executor still forwards what is on its way.
+			e.stopSpeaker()
 			if e.opts.HA != nil {
 				// The executor keeps forwarding: the peer is told to
 				// wait for the restart rather than take over.
@@ -424,6 +434,9 @@ func (e *Engine) Run(ctx context.Context) {
 			e.checkAttachment(e.ed.Config())
 			e.refreshNeighbors()
 			e.agg.Flush()
+			// Catches an executor that lost its attachment (its
+			// interface went away) within a tick.
+			e.syncRoutes(e.ed.Config())
 		case <-sweep.C:
 			e.sweepConns()
 		case <-haNotify:

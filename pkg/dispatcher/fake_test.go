@@ -196,7 +196,7 @@ type fakeNetif struct {
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
 	// events feeds Watch.
-	events chan lb.NetEvent
+	events    chan lb.NetEvent
 	linkDown  bool
 	announced []netip.Addr // every address Announce was called for, in order
 }

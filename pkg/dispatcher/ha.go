@@ -163,15 +163,16 @@ func groupClusters(cfg lb.Config, g lb.HAGroup) []string {
 // haHealth tells the function whether the executor can forward: loaded,
 // attached, and its interface up.
 func (e *Engine) haHealth() {
-	ok, reason := e.forwarding(e.ed.Config())
+	ok, reason := e.haForwarding(e.ed.Config())
 	if ok != e.ha.healthy || reason != e.ha.healthReason {
 		e.ha.healthy, e.ha.healthReason = ok, reason
 		e.opts.HA.SetHealth(ok, reason)
 	}
 }
 
-// forwarding reports whether the executor can forward, and if not, why.
-func (e *Engine) forwarding(cfg lb.Config) (bool, string) {
+// haForwarding reports whether the executor can forward, and if not, why
+// (what a heartbeat proves; forwarding, for BGP, says only whether).
+func (e *Engine) haForwarding(cfg lb.Config) (bool, string) {
 	switch {
 	case !cfg.Executor.Started:
 		return false, "the executor is stopped"

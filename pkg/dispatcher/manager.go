@@ -294,16 +294,20 @@ func (e *Engine) checkAlerts(cfg lb.Config, ports []lb.ServiceKey) {
 	if ports == nil {
 		ports = allPorts(cfg)
 	}
+	defer e.syncRoutes(cfg)
 	for _, sk := range ports {
 		cl := cfg.Cluster(sk.Cluster)
 		if cl == nil {
+			e.routes.port(sk, nil, false)
 			continue
 		}
 		p := cl.Port(sk.Port)
 		if p == nil {
+			e.routes.port(sk, nil, false)
 			continue
 		}
-		_, alert := e.serverStates(cfg, cl, p)
+		states, alert := e.serverStates(cfg, cl, p)
+		e.routes.port(sk, states, true)
 		prt := e.mgr.port(sk)
 		if alert == prt.alert {
 			continue

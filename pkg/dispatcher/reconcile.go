@@ -88,6 +88,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	} else {
 		ports = ch.PortsTouched()
 		ports = append(ports, e.groupChanges(next, ports)...)
+		ports = append(ports, tableSizeChanges(old, next, ch, ports)...)
 	}
 	e.portsUpdate(&u, next, ports)
 	for _, id := range delta.DelBackends {

@@ -26,6 +26,8 @@ type Query struct {
 	Counters bool
 	// HA asks for high availability's state.
 	HA bool
+	// BGP asks for the BGP speaker's sessions and announcements.
+	BGP bool
 }
 
 // Status is a snapshot of what the engine knows, in the model's terms.
@@ -63,6 +65,8 @@ type Status struct {
 	// first (at most events.RecentEvents).
 	EventCounts  map[string]uint64
 	RecentEvents []events.Record
+	// BGP is the speaker's state (with Query.BGP).
+	BGP *BGPStatus
 }
 
 // facts are what the engine counts for status snapshots alone.
@@ -115,6 +119,9 @@ type PortStatus struct {
 	// table, no server takes new connections).
 	ID        uint32
 	TableSize uint32
+	// TableDigest identifies the table by server address (0: no table):
+	// equal on every dispatcher that sends every slot to the same server.
+	TableDigest uint64
 	// Counters are the service's (with Query.Counters); Active the
 	// established connections of its servers.
 	Counters lb.Counters
@@ -234,6 +241,9 @@ func (e *Engine) status(q Query) (*Status, error) {
 	for reason, n := range e.metrics.refused {
 		st.MetricRefused[reason] = n
 	}
+	if q.BGP {
+		st.BGP = e.bgpStatus(cfg)
+	}
 	return st, nil
 }
 
@@ -283,6 +293,7 @@ func (e *Engine) objectStatus(st *Status, q Query, stats lb.DataplaneStats) {
 			if prt != nil {
 				ps.HalfOpenAlert, ps.Change, ps.Pushed = prt.halfOpenAlert, prt.change, prt.pushed
 			}
+			ps.TableDigest = e.tableDigest(sid, sk, p)
 			for i, s := range p.Servers {
 				bk := lb.BackendKey{Service: sk, Server: s.Address}
 				id := e.ids.Backends[bk]

@@ -325,6 +325,8 @@ type loadResult struct {
 	Connections    int `json:"connections"`
 	Broken         int `json:"broken"`
 	BackendChanges int `json:"backend_changes"`
+	// BrokenByBackend counts broken connections by their last backend.
+	BrokenByBackend map[string]int `json:"broken_by_backend"`
 	// UDP mode: flows, and those answered by more than one backend.
 	Flows      int `json:"flows"`
 	FlowsSplit int `json:"flows_split"`

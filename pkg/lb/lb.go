@@ -213,6 +213,9 @@ type Config struct {
 	// HA is the high-availability configuration: heartbeats with a peer
 	// dispatcher, the role, reach targets.
 	HA HighAvailability `json:"ha,omitzero"`
+	// BGP configures the speaker that announces cluster addresses to
+	// routers (scale-out behind ECMP).
+	BGP BGP `json:"bgp,omitzero"`
 }
 
 // Executor is the forwarder's own configuration.
@@ -257,6 +260,12 @@ type Cluster struct {
 	// this cluster under mutual high availability (role both); the zero
 	// Addr when unset.
 	PrimaryHost netip.Addr `json:"primary_host,omitzero"`
+	// Announce says whether the BGP speaker announces the address (as a
+	// /32 or /128) while the cluster can take connections, with
+	// Communities (canonical text, see ParseCommunity) and MED (0: none).
+	Announce    bool     `json:"announce,omitempty"`
+	Communities []string `json:"communities,omitempty"`
+	MED         uint32   `json:"med,omitempty"`
 }
 
 // Port is one balanced port of a cluster.
@@ -386,9 +395,11 @@ func (c Config) Clone() Config {
 		out.Advisors[i].Args = slices.Clone(a.Args)
 	}
 	out.HA = c.HA.Clone()
+	out.BGP = c.BGP.Clone()
 	out.Clusters = slices.Clone(c.Clusters)
 	for i, cl := range out.Clusters {
 		out.Clusters[i].Metrics = slices.Clone(cl.Metrics)
+		out.Clusters[i].Communities = slices.Clone(cl.Communities)
 		out.Clusters[i].Ports = slices.Clone(cl.Ports)
 		for j, p := range out.Clusters[i].Ports {
 			out.Clusters[i].Ports[j].Servers = slices.Clone(p.Servers)

@@ -59,3 +59,23 @@ func (p *Port) Table() uint32 {
 	}
 	return TableSizeFor(len(p.Servers))
 }
+
+// TableIn returns the size of the Maglev table of port p of cluster cl:
+// TableSize when the operator fixed it; MaxTableSize when the cluster is
+// announced over BGP; else TableSizeFor its number of servers.
+//
+// Dispatchers behind ECMP must keep one table size whatever the servers:
+// a flow that moves to another dispatcher finds its server through that
+// dispatcher's table alone, and a table of another size is another table
+// altogether (every slot moves), where one of the same size moves only the
+// slots of the servers added or removed. The cost is the table's memory,
+// 256 KiB per port in the kernel.
+func (cl *Cluster) TableIn(p *Port) uint32 {
+	switch {
+	case p.TableSize != 0:
+		return p.TableSize
+	case cl.Announce:
+		return MaxTableSize
+	}
+	return TableSizeFor(len(p.Servers))
+}

@@ -74,6 +74,7 @@ func (c *Config) Sort() {
 	slices.SortFunc(c.Clusters, func(a, b Cluster) int { return a.Address.Compare(b.Address) })
 	slices.SortFunc(c.Advisors, func(a, b Advisor) int { return strings.Compare(a.Key(), b.Key()) })
 	c.HA.Sort()
+	slices.SortFunc(c.BGP.Neighbors, func(a, b BGPNeighbor) int { return a.Address.Compare(b.Address) })
 	for i := range c.Clusters {
 		ps := c.Clusters[i].Ports
 		slices.SortFunc(ps, func(a, b Port) int { return int(a.Number) - int(b.Number) })

@@ -105,7 +105,8 @@ func clusterReports(st *dispatcher.Status) []api.ClusterReport {
 		pr := cl.Proportions
 		r := api.ClusterReport{Address: cl.Address.String(), Configure: cl.Configure, Ports: len(cl.Ports),
 			PrimaryHost: addrOrEmpty(cl.PrimaryHost),
-			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics}
+			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics,
+			Announce: cl.Announce, Communities: cl.Communities, MED: cl.MED}
 		for _, p := range cl.Ports {
 			ps := st.Ports[lb.ServiceKey{Cluster: cl.Address, Port: p.Number}]
 			addCounters(&r.Counters, counters(ps.Counters, ps.Active))
@@ -128,7 +129,7 @@ func portReports(st *dispatcher.Status) []api.PortReport {
 				StickyTime: p.StickyTime, StickyMask: p.StickyMask, CrossPort: p.CrossPort,
 				SelectionAlgorithm: p.Selection.String(), MaxHalfOpen: p.MaxHalfOpen,
 				StaleTimeout: p.StaleTimeout, WeightBound: p.WeightBound,
-				AllDown: p.AllDown.String(), Servers: len(p.Servers), TableSize: ps.TableSize,
+				AllDown: p.AllDown.String(), Servers: len(p.Servers), TableSize: ps.TableSize, TableDigest: digestString(ps.TableDigest),
 				HalfOpen: ps.HalfOpen, HalfOpenAlert: ps.HalfOpenAlert, AffinityRecords: ps.AffinityRecords,
 				Counters: counters(ps.Counters, ps.Active),
 			})

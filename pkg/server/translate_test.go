@@ -29,6 +29,8 @@ func TestOpsReachTheModel(t *testing.T) {
 		{Object: config.Advisor, Action: config.Start, Target: "@80", Params: []config.Param{config.P("advisor", "http")}},
 		{Object: config.Advisor, Action: config.Start, Target: "@81", Params: []config.Param{config.P("advisor", "exec"),
 			config.P("program", "/bin/true")}},
+		{Object: config.BGP, Action: config.Set, Params: []config.Param{config.P("asn", "65001"), config.P("routerid", "198.18.0.2")}},
+		{Object: config.Neighbor, Action: config.Add, Target: "198.18.0.1", Params: []config.Param{config.P("remoteas", "65000")}},
 	}
 	cfg, err := config.Apply(lb.NewConfig(), base, config.Options{})
 	if err != nil {
@@ -60,6 +62,11 @@ func TestOpsReachTheModel(t *testing.T) {
 			Interval: ptr(250.0), Count: ptr[int64](5)},
 		{Object: "reach", Action: "add", Target: "198.18.0.254"},
 		{Object: "cluster", Action: "set", Target: vip, PrimaryHost: ptr("198.18.0.2")},
+		{Object: "bgp", Action: "set", ASN: ptr[int64](65002), RouterID: ptr("198.18.0.4"), ListenPort: ptr[int64](179)},
+		{Object: "neighbor", Action: "set", Target: "198.18.0.1", RemoteAS: ptr[int64](65010), PasswordFile: ptr("/etc/dlb/pw"),
+			HoldTime: ptr[int64](30), Multihop: ptr[int64](2), NeighborPort: ptr[int64](1179), BFD: ptr(true)},
+		{Object: "cluster", Action: "set", Target: vip, Announce: ptr(true), Communities: []string{"65000:1", "no-export"},
+			MED: ptr[int64](10)},
 	}
 	// Every wire field is covered by the table.
 	covered := map[string]bool{}

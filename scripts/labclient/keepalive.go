@@ -32,10 +32,14 @@ func keepaliveLoad(ctx context.Context, cfg config) Report {
 
 	total := newTally()
 	broken, changes := 0, 0
+	brokenBy := map[string]int{}
 	for _, o := range outs {
 		total.merge(o.t)
 		if o.broken {
 			broken++
+			if o.last != "" {
+				brokenBy[o.last]++
+			}
 		}
 		if o.changed {
 			changes++
@@ -44,14 +48,18 @@ func keepaliveLoad(ctx context.Context, cfg config) Report {
 	r := total.report(elapsed)
 	conns := cfg.c
 	r.Connections, r.Broken, r.BackendChanges = &conns, &broken, &changes
+	if len(brokenBy) > 0 {
+		r.BrokenByBackend = brokenBy
+	}
 	return r
 }
 
 // keepaliveOutcome is one connection's share of the report.
 type keepaliveOutcome struct {
 	t       *tally
-	broken  bool // a request (or the dial) failed
-	changed bool // X-Backend differed between two successful replies
+	broken  bool   // a request (or the dial) failed
+	changed bool   // X-Backend differed between two successful replies
+	last    string // the backend of the last successful reply
 }
 
 // keepaliveWorker dials once and sends GETs on that connection until
@@ -95,6 +103,7 @@ func keepaliveWorker(ctx context.Context, cfg config, start, deadline time.Time,
 			out.changed = true
 		}
 		last = rp.backend
+		out.last = last
 	}
 }
 

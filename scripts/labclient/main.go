@@ -43,10 +43,11 @@
 // bytes counts the body bytes of every reply (UDP: reply datagram bytes),
 // failed ones included. -keepalive adds
 //
-//	"connections":N,"broken":N,"backend_changes":N
+//	"connections":N,"broken":N,"backend_changes":N,"broken_by_backend":{"b1":N,...}
 //
-// (connections that saw a failure, and connections whose X-Backend changed
-// between two replies), and -udp adds
+// (connections that saw a failure, connections whose X-Backend changed
+// between two replies, and the broken ones by the backend of their last
+// good reply), and -udp adds
 //
 //	"flows":N,"flows_split":N
 //
@@ -511,6 +512,10 @@ type Report struct {
 	Connections    *int `json:"connections,omitempty"`
 	Broken         *int `json:"broken,omitempty"`
 	BackendChanges *int `json:"backend_changes,omitempty"`
+	// BrokenByBackend counts broken connections by the backend of their
+	// last successful reply (those that broke before any reply are left
+	// out).
+	BrokenByBackend map[string]int `json:"broken_by_backend,omitempty"`
 	// -udp only.
 	Flows      *int `json:"flows,omitempty"`
 	FlowsSplit *int `json:"flows_split,omitempty"`

@@ -87,6 +87,8 @@ type Record struct {
 	MetricServer *lb.MetricServer `json:"metric_server,omitempty"`
 	// HA is the high-availability configuration, when it changed.
 	HA *lb.HighAvailability `json:"ha,omitempty"`
+	// BGP is the BGP speaker's configuration, when it changed.
+	BGP *lb.BGP `json:"bgp,omitempty"`
 	// Advisors is the whole advisor list, when it changed.
 	Advisors *[]lb.Advisor `json:"advisors,omitempty"`
 	// Clusters, Ports and Servers are the objects added or changed (a
@@ -130,6 +132,10 @@ func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
 	if ch.HA {
 		h := next.HA.Clone()
 		r.HA = &h
+	}
+	if ch.BGP {
+		b := next.BGP.Clone()
+		r.BGP = &b
 	}
 	if len(ch.Advisors) > 0 {
 		a := slices.Clone(next.Advisors)
@@ -332,6 +338,9 @@ func apply(st *State, r *Record) {
 	}
 	if r.HA != nil {
 		cfg.HA = r.HA.Clone()
+	}
+	if r.BGP != nil {
+		cfg.BGP = r.BGP.Clone()
 	}
 	if r.Advisors != nil {
 		cfg.Advisors = slices.Clone(*r.Advisors)
