@@ -88,9 +88,11 @@ test-unit:
 ## reference program, and live-frame throughput through a veth pair (needs root);
 ## then the control plane: manager cycles, loads and changes at 100,000 servers, Maglev
 ## rebuilds, dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
-## and a /metrics scrape at that size (needs root: a lab)
+## and a /metrics scrape at that size (needs root: a lab); TestBenchReplication: the established flow
+## and new connection with the active's replication scanner running beside them, as ratios to without
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
+	DLB_BENCH=1 $(GO) test -run '^TestBenchReplication$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH=1 $(GO) test -run '^TestPrivilegedMetricsScaleReport$$' -count=1 -v ./pkg/e2e/
 	$(GO) test -run '^$$' -bench 'Write100k' -benchtime 5x ./pkg/metrics/
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/

@@ -174,6 +174,21 @@ type haLab struct {
 	*lab
 	d      [2]*haDispatcher
 	secret string
+	// routes are the primary's routes via a gateway, saved by a fault
+	// that deletes them for its repair to put back.
+	routes []string
+}
+
+// staticRoutes lists the primary's IPv4 routes via a gateway.
+func (h *haLab) staticRoutes(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, l := range strings.Split(h.mustNS("d", "ip", "-o", "route", "show"), "\n") {
+		if strings.Contains(l, " via ") {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
 }
 
 func newHALab(t *testing.T) *haLab {
@@ -344,7 +359,19 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	res.toForward = poll(t, 10*time.Second, "the backup forwarding", func() bool {
 		return h.d[1].state() == "active" && h.d[1].forwarded() > base+100
 	})
+	nb := func() string {
+		out, _ := h.inNS("r", "ip", "-br", "neigh", "show", "dev", h.env["LAB_ROUTER_IF"])
+		var keep []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, h.vip()+" ") || strings.HasPrefix(l, h.env["LAB_RETURN_ADDR"]+" ") {
+				keep = append(keep, strings.Join(strings.Fields(l), " "))
+			}
+		}
+		return strings.Join(keep, "; ")
+	}
+	neighAt := nb()
 	time.Sleep(time.Second)
+	neighAt += " | 1 s later: " + nb()
 	f.restore(t, h)
 	h.waitSteady(t, 30*time.Second)
 	tr.wg.Wait()
@@ -359,10 +386,8 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 		tr.keep.Errors, res.downloadOK, tr.download.Errors)
 	if res.broken != 0 {
 		t.Logf("the backup's executor since the fault: %v", grown(reasons2, h.d[1].reasons()))
-		neigh, _ := h.inNS("r", "ip", "neigh", "show")
-		t.Logf("the router's neighbours:\n%s", neigh)
-		ex, _, _ := h.d[1].ctl("executor", "report")
-		t.Logf("the backup's executor:\n%s", ex)
+		t.Logf("the router's neighbour entries once the backup forwarded: %s (d1 %s, d2 %s)", neighAt, h.d[0].mac(h.env["LAB_IF"]), h.d[1].mac(h.env["LAB_IF"]))
+		t.Logf("the primary's executor since it came back: %v", h.d[0].reasons())
 		t.Errorf("%s %s: %d of %d established connections broken: %v", mode, f.name, res.broken, res.conns, tr.keep.Errors)
 	}
 	if res.conns < 500 {
@@ -393,9 +418,23 @@ var haFaults = []haFault{
 		restore: func(t *testing.T, h *haLab) { h.d[0].start() },
 	},
 	{
-		name:    "interface down",
-		inject:  func(t *testing.T, h *haLab) { h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "down") },
-		restore: func(t *testing.T, h *haLab) { h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "up") },
+		// Setting a link down deletes the routes through it (here the
+		// client and NAT networks via the router), and setting it up
+		// does not bring them back: the repair puts them back, as a
+		// host's network configuration does when a link comes up.
+		// Without them the primary, once active again, cannot route NAT
+		// replies to the clients (drop_no_route): found by this test.
+		name: "interface down",
+		inject: func(t *testing.T, h *haLab) {
+			h.routes = h.staticRoutes(t)
+			h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "down")
+		},
+		restore: func(t *testing.T, h *haLab) {
+			h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "up")
+			for _, r := range h.routes {
+				h.mustNS("d", append([]string{"ip", "route", "replace"}, strings.Fields(r)...)...)
+			}
+		},
 	},
 	{
 		// The switch port goes down: the dispatcher's only link loses its
@@ -558,6 +597,18 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 			t.Errorf("after healing: %s and %s", s1, s2)
 		}
 	})
+}
+
+// mac is the dispatcher's interface's MAC address.
+func (d *haDispatcher) mac(ifname string) string {
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+d.ns, "ip", "-br", "link", "show", ifname).Output()
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(out)); len(f) >= 3 {
+		return f[2]
+	}
+	return "?"
 }
 
 // connections is the executor's connection-table fill (-1: unreadable).
