@@ -118,10 +118,12 @@ package:
 	  $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(BIN)/dlb_$(DEB_VERSION)_$(DEB_ARCH).deb
 
 ## demo: a real lab (namespaces, dlbd, dlbctl, HTTP backends) with traffic through the VIP (needs root);
-## then three dispatchers behind a router doing ECMP (needs FRR or BIRD 2: make test-deps)
+## then three dispatchers behind a router doing ECMP (needs FRR or BIRD 2: make test-deps); then a
+## primary and a backup dispatcher: the active killed under keep-alive load, the backup takes over
 demo: deps build
 	bash scripts/demo.sh
 	bash scripts/demo-scaleout.sh
+	bash scripts/demo-ha.sh
 
 clean:
 	rm -rf $(BIN)
