@@ -66,6 +66,8 @@ state() {
 	"$bin/dlbctl" --socket "$run/d$1/dlbd.sock" highavailability status -o json 2>/dev/null |
 		grep -o '"state": "[a-z]*"' | head -1 | cut -d'"' -f4
 }
+# is N STATE: dispatcher N is in STATE.
+is() { [ "$(state "$1")" = "$2" ]; }
 synced() {
 	"$bin/dlbctl" --socket "$run/d$1/dlbd.sock" highavailability status -o json 2>/dev/null | grep -q '"synced": true'
 }
@@ -124,7 +126,7 @@ ctl 1 highavailability heartbeat add "$LAB_D1_ADDR" "$LAB_D2_ADDR" --secret-file
 ctl 2 highavailability heartbeat add "$LAB_D2_ADDR" "$LAB_D1_ADDR" --secret-file "$run/ha.secret"
 ctl 1 highavailability reach add "$LAB_ROUTER_ADDR"
 ctl 2 highavailability reach add "$LAB_ROUTER_ADDR"
-wait_for "d1 active" test "$(state 1)" = active
+wait_for "d1 active" is 1 active
 wait_for "d2 standby with a full copy" synced 2
 ctl 1 highavailability status
 ctl 2 highavailability status
@@ -140,14 +142,14 @@ wait "${pids[1]}" 2>/dev/null || true
 pids[1]=0
 rm -rf "/sys/fs/bpf/${LAB_PREFIX}-d1"
 t0=$(date +%s.%N)
-wait_for "d2 active" test "$(state 2)" = active
+wait_for "d2 active" is 2 active
 printf 'd2 active %.1f s after the kill (the peer is dead after 4 heartbeats of 0.5 s)\n' "$(echo "$(date +%s.%N) - $t0" | bc)"
 ctl 2 highavailability status
 sleep 4
 
 step "d1 comes back: it gets a full copy of d2's tables, then takes its clusters back (recovery auto)"
 start_dlbd 1
-wait_for "d1 active again" test "$(state 1)" = active
+wait_for "d1 active again" is 1 active
 ctl 1 highavailability status
 wait "$ka" || true
 sed 's/^/    /' "$run/keepalive.txt"

@@ -195,12 +195,20 @@ func newHALab(t *testing.T) *haLab {
 	t.Helper()
 	l := newLabPrefix(t, "dlba", "-n", "3", "-c", "1", "-x", "2", "-r", "3")
 	h := &haLab{lab: l, secret: filepath.Join(l.run, "ha.secret")}
-	// No GRO on the switch's ports: a real switch forwards frames of at
-	// most the MTU, while GRO would hand the dispatchers super-frames
-	// whose checksums are left to the sender (CHECKSUM_PARTIAL), which
-	// the executor's NAT in generic mode does not rewrite correctly
-	// (a separate problem: the clients behind the router then drop the
-	// segments of a NAT download).
+	// No GRO on the switch's ports. The switch runs an XDP program on
+	// its ports (labxdp), which turns on GRO in the veth it feeds, so the
+	// dispatchers would receive NAT replies merged into super-frames.
+	// Merged TCP frames carry CHECKSUM_PARTIAL (tcp_gro_complete): the
+	// checksum field holds only the pseudo-header's sum, to be completed
+	// on transmission. The executor's NAT (in generic mode it runs on
+	// such skbs, after GRO) updates that field as if it were a full
+	// checksum, ports included, so the frames leave with a wrong one and
+	// the client drops them: a NAT download stalls after its first few
+	// hundred kilobytes (DLB_HA_GRO=1 shows it). By the same mechanism a
+	// NIC with GRO on should do the same to an executor in generic mode
+	// (reasoned, not tested: no NIC here); native mode runs before GRO. Not fixed in the executor (it
+	// cannot see the skb's checksum state); README, NAT: generic mode
+	// needs GRO off on the interface for NAT.
 	out, err := l.inNS("sw", "ip", "-o", "link", "show")
 	if err != nil {
 		t.Fatalf("listing the switch's ports: %v\n%s", err, out)
