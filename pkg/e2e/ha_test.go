@@ -339,6 +339,7 @@ func (h *haLab) startTraffic(port string, d time.Duration) *haTraffic {
 type faultResult struct {
 	mode, fault        string
 	toForward          time.Duration
+	failback           time.Duration // from the traffic's start to the primary active again
 	newFailed, newSent int
 	broken, conns      int
 	downloadOK         bool
@@ -358,7 +359,9 @@ type haFault struct {
 func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult {
 	t.Helper()
 	h.waitSteady(t, 30*time.Second)
-	tr := h.startTraffic(port, 14*time.Second)
+	const traffic = 15 * time.Second
+	began := time.Now()
+	tr := h.startTraffic(port, traffic)
 	time.Sleep(2 * time.Second)
 	base := h.d[1].forwarded()
 	reasons2 := h.d[1].reasons()
@@ -385,6 +388,13 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	neighAt += " | 1 s later: " + nb()
 	f.restore(t, h)
 	h.waitSteady(t, 30*time.Second)
+	// The failback (recovery auto) must happen under the same traffic,
+	// for "established broken" to cover it too.
+	res.failback = time.Since(began)
+	if res.failback > traffic-time.Second {
+		t.Errorf("%s %s: the primary took its clusters back %v after the traffic began, too late for the traffic (%v) to cover it",
+			mode, f.name, res.failback.Round(time.Millisecond), traffic)
+	}
 	tr.wg.Wait()
 	if tr.keepErr != nil || tr.dlErr != nil || tr.frErr != nil {
 		t.Fatalf("%s %s: traffic: %v / %v / %v", mode, f.name, tr.keepErr, tr.dlErr, tr.frErr)
@@ -392,8 +402,8 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	res.conns, res.broken = tr.keep.Connections, tr.keep.Broken
 	res.newSent, res.newFailed = tr.fresh.Requests, tr.fresh.Failed
 	res.downloadOK = tr.download.OK == 1 && tr.download.HashMismatches == 0
-	t.Logf("%s mode, %s: backup forwarding %v after the fault; new connections failed %d of %d; established broken %d of %d (%d requests, errors %v); 100 MB download ok %v (%v)",
-		mode, f.name, res.toForward.Round(time.Millisecond), res.newFailed, res.newSent, res.broken, res.conns, tr.keep.Requests,
+	t.Logf("%s mode, %s: backup forwarding %v after the fault; the primary back %v into the traffic; new connections failed %d of %d; established broken %d of %d (%d requests, errors %v); 100 MB download ok %v (%v)",
+		mode, f.name, res.toForward.Round(time.Millisecond), res.failback.Round(time.Millisecond), res.newFailed, res.newSent, res.broken, res.conns, tr.keep.Requests,
 		tr.keep.Errors, res.downloadOK, tr.download.Errors)
 	if res.broken != 0 {
 		t.Logf("the backup's executor since the fault: %v", grown(reasons2, h.d[1].reasons()))
