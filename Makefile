@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz soak bench demo package clean
+.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz soak soak-ha bench demo package clean
 
 all: build
 
@@ -79,6 +79,11 @@ SOAK ?= 3m
 soak:
 	DLB_REQUIRE_PRIVILEGED=1 DLB_SOAK_DURATION=$(SOAK) $(if $(SEED),DLB_SOAK_SEED=$(SEED)) \
 	  $(GO) test -count=1 -v -timeout 60m -run '^TestPrivilegedE2EChaosSoak$$' ./pkg/e2e/
+
+## soak-ha: every high-availability fault in MAC and NAT mode (make test runs the NAT ones and
+## the MAC SIGKILL), about 2.5 min
+soak-ha:
+	DLB_REQUIRE_PRIVILEGED=1 DLB_HA_ALL=1 $(GO) test -count=1 -v -timeout 20m -run '^TestPrivilegedHAFailover$$' ./pkg/e2e/
 
 ## test-unit: only what needs no root
 test-unit:
