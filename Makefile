@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz soak bench demo package clean
+.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz soak soak-ha bench demo package clean
 
 all: build
 
@@ -80,6 +80,11 @@ soak:
 	DLB_REQUIRE_PRIVILEGED=1 DLB_SOAK_DURATION=$(SOAK) $(if $(SEED),DLB_SOAK_SEED=$(SEED)) \
 	  $(GO) test -count=1 -v -timeout 60m -run '^TestPrivilegedE2EChaosSoak$$' ./pkg/e2e/
 
+## soak-ha: every high-availability fault in MAC and NAT mode (make test runs the NAT ones and
+## the MAC SIGKILL), about 2.5 min
+soak-ha:
+	DLB_REQUIRE_PRIVILEGED=1 DLB_HA_ALL=1 $(GO) test -count=1 -v -timeout 20m -run '^TestPrivilegedHAFailover$$' ./pkg/e2e/
+
 ## test-unit: only what needs no root
 test-unit:
 	$(GO) test -count=1 -short ./...
@@ -88,9 +93,11 @@ test-unit:
 ## reference program, and live-frame throughput through a veth pair (needs root);
 ## then the control plane: manager cycles, loads and changes at 100,000 servers, Maglev
 ## rebuilds, dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
-## and a /metrics scrape at that size (needs root: a lab)
+## and a /metrics scrape at that size (needs root: a lab); TestBenchReplication: the established flow
+## and new connection with the active's replication scanner running beside them, as ratios to without
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
+	DLB_BENCH=1 $(GO) test -run '^TestBenchReplication$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH=1 $(GO) test -run '^TestPrivilegedMetricsScaleReport$$' -count=1 -v ./pkg/e2e/
 	$(GO) test -run '^$$' -bench 'Write100k' -benchtime 5x ./pkg/metrics/
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
@@ -116,10 +123,12 @@ package:
 	  $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(BIN)/dlb_$(DEB_VERSION)_$(DEB_ARCH).deb
 
 ## demo: a real lab (namespaces, dlbd, dlbctl, HTTP backends) with traffic through the VIP (needs root);
-## then three dispatchers behind a router doing ECMP (needs FRR or BIRD 2: make test-deps)
+## then three dispatchers behind a router doing ECMP (needs FRR or BIRD 2: make test-deps); then a
+## primary and a backup dispatcher: the active killed under keep-alive load, the backup takes over
 demo: deps build
 	bash scripts/demo.sh
 	bash scripts/demo-scaleout.sh
+	bash scripts/demo-ha.sh
 
 clean:
 	rm -rf $(BIN)

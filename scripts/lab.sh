@@ -670,12 +670,18 @@ cmd_up() {
 		add_nat_port r "$NAT_GW_HOST" "$NAT_GATEWAY6" "$ROUTER_NAT_IFACE" "$P-r1"
 
 		# NAT replies go to the client by a routing-table lookup in the
-		# executor (no clientgateway here), which needs forwarding on.
-		sysctl_ns "$D_NS" net.ipv4.conf.all.forwarding=1 net.ipv4.conf.all.accept_local=1 "net.ipv4.conf.$IFACE.accept_local=1" \
-			net.ipv4.conf.all.send_redirects=0 "net.ipv4.conf.$IFACE.send_redirects=0"
-		((V6 == 0)) || sysctl_ns "$D_NS" net.ipv6.conf.all.forwarding=1
-		ip -n "$D_NS" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
-		((V6 == 0)) || ip -n "$D_NS" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
+		# executor (no clientgateway here), which needs forwarding on;
+		# on every dispatcher (-x: a high-availability pair serves NAT
+		# too).
+		local dns
+		for ((i = 1; i <= NX; i++)); do
+			dns=$(dispatcher_ns "$i")
+			sysctl_ns "$dns" net.ipv4.conf.all.forwarding=1 net.ipv4.conf.all.accept_local=1 "net.ipv4.conf.$IFACE.accept_local=1" \
+				net.ipv4.conf.all.send_redirects=0 "net.ipv4.conf.$IFACE.send_redirects=0"
+			((V6 == 0)) || sysctl_ns "$dns" net.ipv6.conf.all.forwarding=1
+			ip -n "$dns" route add "$NAT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+			((V6 == 0)) || ip -n "$dns" -6 route add "$NAT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
+		done
 		for ((i = 1; i <= NR; i++)); do
 			local ns=${P}n$i
 			add_ns "$ns"

@@ -299,14 +299,15 @@ func (a *app) clusterCmd() *cobra.Command {
 		return func(cmd *cobra.Command, _ []string) api.Op {
 			p, _ := proportionsArgs(cmd)
 			op := api.Op{Object: api.ObjectCluster, Action: action, Target: a.target,
-				Configure: boolFlag(cmd, "configure"), Proportions: p}
+				Configure: boolFlag(cmd, "configure"), Proportions: p, PrimaryHost: stringFlag(cmd, "primaryhost")}
 			announceOp(cmd, &op)
 			return op
 		}
 	}
 	const propHelp = "the manager's proportions: active new port system, summing to 100 (default 50 50 0 0)"
+	const primaryHelp = "mutual high availability: the heartbeat address of the dispatcher that is this cluster's preferred active (none: unset)"
 	add := a.opCmd(&cobra.Command{
-		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S] [--announce yes|no] [--community C] [--med N]",
+		Use:   "add VIP[+VIP...] [--configure] [--proportions A N P S] [--primaryhost ADDR] [--announce yes|no] [--community C] [--med N]",
 		Short: "Add clusters (virtual addresses)",
 		Example: `  dlbctl cluster add 10.0.0.100
   dlbctl cluster add 10.0.0.100+10.0.0.101 --configure`,
@@ -314,11 +315,12 @@ func (a *app) clusterCmd() *cobra.Command {
 	}, clusterOp(api.ActionAdd))
 	add.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	add.Flags().String("proportions", "", propHelp)
+	add.Flags().String("primaryhost", "", primaryHelp)
 	announceFlags(add)
 
 	set := a.opCmd(&cobra.Command{
-		Use:   "set VIP [--configure=true|false] [--proportions A N P S] [--announce yes|no] [--community C] [--med N]",
-		Short: "Change a cluster's proportions, whether dlbd puts its address on the interface, or its BGP announcement",
+		Use:   "set VIP [--configure=true|false] [--proportions A N P S] [--primaryhost ADDR|none] [--announce yes|no] [--community C] [--med N]",
+		Short: "Change a cluster's proportions, whether dlbd puts its address on the interface, its preferred active, or its BGP announcement",
 		Example: `  dlbctl cluster set 10.0.0.100 --configure=false
   dlbctl cluster set 10.0.0.100 --announce yes --community 65000:100 --med 10
   dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0
@@ -327,8 +329,9 @@ func (a *app) clusterCmd() *cobra.Command {
 	}, clusterOp(api.ActionSet))
 	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	set.Flags().String("proportions", "", propHelp)
+	set.Flags().String("primaryhost", "", primaryHelp)
 	announceFlags(set)
-	set.MarkFlagsOneRequired("configure", "proportions", "announce", "community", "med")
+	set.MarkFlagsOneRequired("configure", "proportions", "primaryhost", "announce", "community", "med")
 
 	remove := a.opCmd(&cobra.Command{
 		Use:     "remove VIP",

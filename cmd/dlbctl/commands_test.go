@@ -187,7 +187,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"cluster", "add", "10.0.0.1", "--router", "10.0.0.254"}, "unknown flag: --router"},
 		{[]string{"executor", "start", "eth0"}, `executor start takes no arguments (got "eth0")`},
 		{[]string{"executor", "report", "x"}, "takes no arguments"},
-		{[]string{"cluster", "set", "10.0.0.1"}, `at least one of the flags in the group [configure proportions announce community med] is required`},
+		{[]string{"cluster", "set", "10.0.0.1"}, `at least one of the flags in the group [configure proportions primaryhost announce community med] is required`},
 		{[]string{"cluster", "set", "10.0.0.1", "--announce", "maybe"}, `--announce: "maybe" is not yes or no`},
 		{[]string{"bgp", "set"}, `at least one of the flags in the group [asn routerid listen-port] is required`},
 		{[]string{"bgp", "set", "--asn", "AS1"}, `"--asn"`},
@@ -314,6 +314,8 @@ type unreachableClient struct{}
 var errDown = errors.Join(client.ErrUnreachable, errors.New("test"))
 
 func (unreachableClient) ConfigScript(context.Context) (string, error)       { return "", errDown }
+func (unreachableClient) HA(context.Context) (api.HAReport, error)           { return api.HAReport{}, errDown }
+func (unreachableClient) Takeover(context.Context, string) error             { return errDown }
 func (unreachableClient) ConfigFile(context.Context, string) ([]byte, error) { return nil, errDown }
 func (unreachableClient) ApplyConfig(context.Context, []byte, bool) (api.ConfigResult, error) {
 	return api.ConfigResult{}, errDown

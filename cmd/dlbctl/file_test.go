@@ -189,7 +189,7 @@ func TestFileLoadBadLine(t *testing.T) {
 		{`cluster add "10.0.0.1`, `unterminated " quote`},
 		{`cluster add 10.0.0.1 \`, "backslash at the end"},
 		{"executor set bogus 1", `unknown executor keyword "bogus"`},
-		{"cluster set 10.0.0.1", `at least one of the flags in the group [configure proportions announce community med] is required`},
+		{"cluster set 10.0.0.1", `at least one of the flags in the group [configure proportions primaryhost announce community med] is required`},
 		{"server add", "server add needs a target"},
 	}
 	for _, tt := range tests {

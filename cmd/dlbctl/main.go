@@ -69,6 +69,8 @@ type dlbClient interface {
 	ApplyConfig(ctx context.Context, file []byte, dryRun bool) (api.ConfigResult, error)
 	BGP(ctx context.Context) (api.BGPReport, error)
 	ServerCheck(ctx context.Context, target, client string) (api.ServerCheckReport, error)
+	HA(ctx context.Context) (api.HAReport, error)
+	Takeover(ctx context.Context, addr string) error
 }
 
 // env is everything dlbctl takes from its process, so that tests can run
@@ -265,7 +267,7 @@ func (a *app) newRoot() *cobra.Command {
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
-		a.metricCmd(), a.bgpCmd(), a.fileCmd(), a.applyCmd(), a.getCmd(), a.versionCmd())
+		a.metricCmd(), a.haCmd(), a.bgpCmd(), a.fileCmd(), a.applyCmd(), a.getCmd(), a.versionCmd())
 	// Run on a backend host, not against dlbd (backend.go).
 	root.AddCommand(a.backendCmd())
 	return root

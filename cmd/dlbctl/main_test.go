@@ -42,6 +42,10 @@ type fakeEngine struct {
 	metrics  api.MetricReport
 	script   string
 	requests int
+	// ha answers the high-availability report; takeovers records the
+	// addresses takeovers asked for.
+	ha        api.HAReport
+	takeovers []string
 
 	// The configuration file: what GET returns by format, what POST
 	// answers, and the files POST received with their dry_run.
@@ -119,6 +123,17 @@ func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "GET " + api.PathConfigScript:
 		_, _ = w.Write([]byte(f.script))
+	case "GET " + api.PathHA:
+		answer(f.ha)
+	case "POST " + api.PathTakeover:
+		var req api.TakeoverRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		f.takeovers = append(f.takeovers, req.Address)
+		if f.refuse != nil {
+			fail(f.refuse)
+			return
+		}
+		answer(api.Result{Applied: 1})
 	case "GET " + api.PathConfig:
 		_, _ = w.Write([]byte(f.configFiles[r.URL.Query().Get("format")]))
 	case "POST " + api.PathConfig:

@@ -29,6 +29,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/ha"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/netif"
@@ -231,6 +232,14 @@ func run(ctx context.Context, o options) error {
 	}
 	defer owned.release()
 
+	nif := netif.New()
+	var guard dispatcher.Guard
+	if g, err := datapath.NewGuard(); err != nil {
+		log.Warn("no guard: the host may answer traffic to cluster addresses the executor does not take with resets", "err", err)
+	} else {
+		defer g.Close()
+		guard = &hostGuard{g: g, nif: nif}
+	}
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir: o.stateDir,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
@@ -243,13 +252,15 @@ func run(ctx context.Context, o options) error {
 			return dp, nil
 		},
 		RemovePins:       func() ([]string, error) { return datapath.RemovePins(o.pinDir) },
-		Netif:            netif.New(),
+		Netif:            nif,
+		Guard:            guard,
 		Logger:           log,
 		ScriptsDir:       o.scriptsDir,
 		ScriptTimeout:    o.scriptTimeout,
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
 		MetricErrorClass: metricErrorClass,
-		Speaker:          bgp.New(log), // runs once "bgp set" configured it
+		HA:               ha.New(ha.Options{Logger: log}), // runs once configured
+		Speaker:          bgp.New(log),                    // runs once "bgp set" configured it
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
 	})

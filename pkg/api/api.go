@@ -31,6 +31,12 @@ const (
 	// PathConfigScript returns the configuration as the script of dlbctl
 	// commands that recreates it (GET, text/plain): "dlbctl file save".
 	PathConfigScript = "/v1/config/script"
+	// PathHA reports high availability (GET): "dlbctl highavailability
+	// status".
+	PathHA = "/v1/highavailability"
+	// PathTakeover asks this dispatcher to take over (POST a
+	// TakeoverRequest).
+	PathTakeover = "/v1/highavailability/takeover"
 )
 
 // Objects an Op can change.
@@ -42,6 +48,13 @@ const (
 	ObjectManager  = "manager"
 	ObjectAdvisor  = "advisor"
 	ObjectMetric   = "metric"
+	// High availability ("highavailability heartbeat|backup|reach" in
+	// dlbctl): a heartbeat path (add, set, remove; the target is the
+	// peer's address, Source this dispatcher's), the role (add, remove),
+	// a reach target (add, remove; the target is its address).
+	ObjectHeartbeat = "heartbeat"
+	ObjectBackup    = "backup"
+	ObjectReach     = "reach"
 	// ObjectBGP is the BGP speaker (set, remove); ObjectNeighbor a router
 	// it peers with (add, set, remove).
 	ObjectBGP      = "bgp"
@@ -154,6 +167,115 @@ type Op struct {
 	Announce     *bool    `json:"announce,omitempty"`
 	Communities  []string `json:"communities,omitempty"`
 	MED          *int64   `json:"med,omitempty"`
+
+	// High-availability parameters: a heartbeat's Source (above), its
+	// SecretFile, Interval (milliseconds here) and Count (intervals
+	// without a heartbeat that make the peer dead); the backup's Role
+	// (primary, backup, both), Recovery (auto, manual) and HAPort; a
+	// cluster's PrimaryHost under role both ("none" clears it).
+	Count       *int64  `json:"count,omitempty"`
+	Role        *string `json:"role,omitempty"`
+	Recovery    *string `json:"recovery,omitempty"`
+	HAPort      *int64  `json:"ha_port,omitempty"`
+	PrimaryHost *string `json:"primary_host,omitempty"`
+}
+
+// TakeoverRequest asks a dispatcher to take over: the clusters of the
+// dispatcher whose heartbeat address Address is (under mutual high
+// availability), or all of them (no address).
+type TakeoverRequest struct {
+	Address string `json:"address,omitempty"`
+}
+
+// HAReport is "dlbctl highavailability status".
+type HAReport struct {
+	// Configured says high availability is configured; Running that it
+	// exchanges heartbeats; Error why it does not, if it should.
+	Configured bool   `json:"configured"`
+	Running    bool   `json:"running"`
+	Error      string `json:"error,omitempty"`
+	Role       string `json:"role"`
+	Recovery   string `json:"recovery,omitempty"`
+	Port       uint16 `json:"port,omitempty"`
+	IntervalMS uint32 `json:"interval_ms,omitempty"`
+	Count      uint32 `json:"count,omitempty"`
+	SecretFile string `json:"secret_file,omitempty"`
+	// Healthy says this dispatcher's executor can forward.
+	Healthy      bool   `json:"healthy"`
+	HealthReason string `json:"health_reason,omitempty"`
+	// Groups are the states: one group for a primary or a backup, two
+	// under role both (local: the clusters whose primaryhost is this
+	// dispatcher; peer: the others).
+	Groups []HAGroupReport `json:"groups,omitempty"`
+	Peer   HAPeerReport    `json:"peer"`
+	// Heartbeats and Reach are the paths and the reach targets.
+	Heartbeats []HAHeartbeatReport `json:"heartbeats,omitempty"`
+	Reach      []HAReachReport     `json:"reach,omitempty"`
+	// Refused counts heartbeats and replication refused, by reason.
+	Refused map[string]uint64 `json:"refused,omitempty"`
+	// Digest is this configuration's digest, and DigestMatch says the
+	// live peer announces the same one.
+	Digest      string       `json:"config_digest"`
+	DigestMatch bool         `json:"config_digest_match"`
+	Replication HAReplReport `json:"replication"`
+	Boot        string       `json:"boot,omitempty"`
+	Announced   uint64       `json:"announcements"`
+}
+
+// HAGroupReport is one group's state.
+type HAGroupReport struct {
+	Group    string   `json:"group"`
+	State    string   `json:"state"`
+	Since    string   `json:"since,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Takeover bool     `json:"takeover_pending,omitempty"`
+	Clusters []string `json:"clusters,omitempty"`
+}
+
+// HAPeerReport is the peer as its heartbeats describe it.
+type HAPeerReport struct {
+	Alive      bool     `json:"alive"`
+	Heard      bool     `json:"heard"`
+	SecondsAgo float64  `json:"seconds_since_heard,omitempty"`
+	Role       string   `json:"role,omitempty"`
+	Recovery   string   `json:"recovery,omitempty"`
+	Healthy    bool     `json:"healthy"`
+	Restarting bool     `json:"restarting,omitempty"`
+	Reach      int      `json:"reach"`
+	Targets    int      `json:"targets"`
+	States     []string `json:"states,omitempty"` // by group, as Groups
+	Digest     string   `json:"config_digest,omitempty"`
+	Conflict   string   `json:"conflict,omitempty"`
+}
+
+// HAHeartbeatReport is one heartbeat path.
+type HAHeartbeatReport struct {
+	Source      string  `json:"source"`
+	Destination string  `json:"destination"`
+	Sent        uint64  `json:"sent"`
+	Received    uint64  `json:"received"`
+	SecondsAgo  float64 `json:"seconds_since_heard,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// HAReachReport is one reach target.
+type HAReachReport struct {
+	Address   string `json:"address"`
+	Reachable bool   `json:"reachable"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// HAReplReport is connection-table replication.
+type HAReplReport struct {
+	Sending         bool    `json:"sending"`
+	Receiving       bool    `json:"receiving"`
+	Synced          bool    `json:"synced"`
+	Sessions        uint64  `json:"sessions"`
+	SentRecords     uint64  `json:"sent_records"`
+	ReceivedRecords uint64  `json:"received_records"`
+	Imported        uint64  `json:"imported_records"`
+	Unknown         uint64  `json:"unknown_records,omitempty"`
+	LagMS           float64 `json:"lag_ms"`
 }
 
 // Result answers an accepted Request.
@@ -285,6 +407,7 @@ type ReturnAddressReport struct {
 type ClusterReport struct {
 	Address     string   `json:"address"`
 	Configure   bool     `json:"configure"`
+	PrimaryHost string   `json:"primary_host,omitempty"`
 	Announce    bool     `json:"announce,omitempty"`
 	Communities []string `json:"communities,omitempty"`
 	MED         uint32   `json:"med,omitempty"`

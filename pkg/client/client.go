@@ -123,6 +123,20 @@ func (c *Client) ConfigScript(ctx context.Context) (string, error) {
 	return string(s), err
 }
 
+// HA reports high availability ("highavailability status").
+func (c *Client) HA(ctx context.Context) (api.HAReport, error) {
+	var r api.HAReport
+	err := c.do(ctx, http.MethodGet, api.PathHA, "", nil, &r)
+	return r, err
+}
+
+// Takeover asks dlbd to take over the clusters of the dispatcher whose
+// heartbeat address addr is, or all of them (addr empty).
+func (c *Client) Takeover(ctx context.Context, addr string) error {
+	var r api.Result
+	return c.do(ctx, http.MethodPost, api.PathTakeover, "", api.TakeoverRequest{Address: addr}, &r)
+}
+
 // scriptText takes a text/plain answer as it is.
 type scriptText string
 

@@ -40,6 +40,8 @@ type Change struct {
 	// Executor, Manager and MetricServer say whether their settings
 	// changed.
 	Executor, Manager, MetricServer bool
+	// HA says whether the high-availability settings changed.
+	HA bool
 	// BGP says whether the speaker's settings or neighbours changed.
 	BGP bool
 	// Advisors, by key (name@cluster@port).
@@ -53,7 +55,7 @@ type Change struct {
 
 // Empty reports whether nothing changed.
 func (c Change) Empty() bool {
-	return !c.Executor && !c.Manager && !c.MetricServer && !c.BGP && len(c.Advisors) == 0 &&
+	return !c.Executor && !c.Manager && !c.MetricServer && !c.HA && !c.BGP && len(c.Advisors) == 0 &&
 		len(c.Clusters) == 0 && len(c.Ports) == 0 && len(c.Servers) == 0
 }
 
@@ -93,6 +95,7 @@ func Diff(old, next lb.Config) Change {
 		Executor:     old.Executor != next.Executor,
 		Manager:      old.Manager != next.Manager,
 		MetricServer: old.MetricServer != next.MetricServer,
+		HA:           !old.HA.Equal(next.HA),
 		BGP:          !old.BGP.Equal(next.BGP),
 		Advisors:     map[string]Kind{},
 		Clusters:     map[netip.Addr]Kind{},
@@ -192,6 +195,7 @@ func sameSlice[T any](a, b []T) bool {
 // sameClusterSettings compares a cluster's own settings, not its ports.
 func sameClusterSettings(a, b lb.Cluster) bool {
 	return a.Configure == b.Configure && a.Proportions == b.Proportions && slices.Equal(a.Metrics, b.Metrics) &&
+		a.PrimaryHost == b.PrimaryHost &&
 		a.Announce == b.Announce && a.MED == b.MED && slices.Equal(a.Communities, b.Communities)
 }
 

@@ -49,7 +49,8 @@ import (
 //	  - name: http       # cluster (none: every cluster balancing the port),
 //	    port: 80         # interval, connecttimeout, receivetimeout, retries,
 //	                     # rise, fall, program, args, mode
-//	ha:                  # reserved for high availability (must stay empty)
+//	ha:                  # high availability: role, recovery, port, secret-file,
+//	                     # interval, count, heartbeats, reach (hafile.go)
 //	bgp:                 # BGP: asn, routerid, listen-port, neighbors (bgpfile.go)
 //
 // Keys are dlbctl's keywords. A key left out (or given no value) takes the
@@ -94,12 +95,6 @@ func (e *FileError) Unwrap() error { return e.Err }
 // maxAliasNodes bounds the values a file's aliases may add once
 // expanded: a few aliases of aliases would otherwise expand to billions.
 const maxAliasNodes = 1 << 18
-
-// reservedKeys are top-level keys kept for what comes later; they must be
-// left out or empty.
-var reservedKeys = map[string]string{
-	"ha": "high availability is not implemented yet",
-}
 
 var topKeys = []string{"executor", "manager", "metricserver", "clusters", "advisors", "ha", "bgp"}
 
@@ -254,15 +249,15 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 			return cfg, err
 		}
 	}
+	if n := top["ha"]; n != nil {
+		if err := p.haSection(n, &cfg.HA); err != nil {
+			return cfg, err
+		}
+	}
 	cfg.Sort()
 	for i := range cfg.Clusters {
 		if cl := &cfg.Clusters[i]; !explicit[cl.Address] {
 			cl.Proportions = impliedProportions(cl, cfg.Advisors)
-		}
-	}
-	for _, k := range []string{"ha"} {
-		if n := top[k]; n != nil && !isEmpty(n) {
-			return cfg, p.errAt(n.Line, k, k, "%s; the key is reserved for it: leave it out or empty", reservedKeys[k])
 		}
 	}
 	return cfg, nil
@@ -628,6 +623,11 @@ var fieldKeys = map[string][]string{
 	"metric":        {"metrics"},
 	"nfa":           {"nfa", "nfa6"},
 	"clientgateway": {"clientgateway", "clientgateway6"},
+	"haport":        {"port"},
+	"secretfile":    {"secret-file"},
+	"source":        {"heartbeats", "source"},
+	"destination":   {"heartbeats"},
+	"heartbeat":     {"heartbeats"},
 }
 
 // place puts a refusal of the model on the line of the file that set the
@@ -702,6 +702,7 @@ var clusterFields = []field[lb.Cluster]{
 	fld("med", uintCodec[uint32](math.MaxUint32), func(x *lb.Cluster) *uint32 { return &x.MED }),
 	fld("proportions", proportionsCodec, func(x *lb.Cluster) *lb.Proportions { return &x.Proportions }),
 	fld("metrics", listCodec, func(x *lb.Cluster) *[]string { return &x.Metrics }),
+	fld("primaryhost", addrCodec, func(x *lb.Cluster) *netip.Addr { return &x.PrimaryHost }),
 }
 
 // portFields leave out the number and the servers.

@@ -288,7 +288,10 @@ func TestReadFileErrors(t *testing.T) {
 		{"unknown advisor", fileCluster + "advisors:\n  - name: gopher\n    port: 80\n",
 			`line 8: advisors[0].name: no advisor "gopher"`, "advisor"},
 		{"metric server's source", "metricserver:\n  source: snmp\n", `line 2: metricserver.source: "snmp" is not dlbmetricd or prometheus`, "source"},
-		{"ha is reserved", "ha:\n  peer: 198.18.0.3\n", "line 2: ha: high availability is not implemented yet; the key is reserved for it: leave it out or empty", "ha"},
+		{"ha's keys", "ha:\n  peer: 198.18.0.3\n", `line 2: ha.peer: unknown key "peer"; keys here: role, recovery, port, secret-file, interval, count, heartbeats, reach`, "peer"},
+		{"ha's heartbeat without a destination", "ha:\n  heartbeats:\n    - {source: 198.18.0.2}\n", `line 3: ha.heartbeats: item 0: a heartbeat needs a source and a destination`, "heartbeats"},
+		{"ha without a secret", "ha:\n  role: primary\n  port: 7000\n  heartbeats:\n    - {source: 198.18.0.2, destination: 198.18.0.4}\n",
+			`line 2: ha: secretfile: heartbeats are authenticated: give the shared secret's file (highavailability heartbeat add|set --secret-file F)`, "secretfile"},
 		{"alias to a list where a value goes", "x: &l [1]\nexecutor:\n  fintimeout: *l\n", `line 1: x: unknown key "x"; keys here: executor, manager, metricserver, clusters, advisors, ha, bgp`, "x"},
 	}
 	known := func(name string) error {

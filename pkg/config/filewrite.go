@@ -91,6 +91,9 @@ func FileNode(cfg lb.Config) *yaml.Node {
 		}
 		addKey(root, "advisors", as)
 	}
+	if n := haNode(cfg.HA); n != nil {
+		addKey(root, "ha", n)
+	}
 	if n := bgpNode(cfg.BGP); n != nil {
 		addKey(root, "bgp", n)
 	}

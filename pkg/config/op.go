@@ -21,6 +21,13 @@ const (
 	Manager  Object = "manager"
 	Advisor  Object = "advisor"
 	Metric   Object = "metric"
+	// Heartbeat, Backup and Reach are high availability's
+	// ("highavailability heartbeat|backup|reach" in dlbctl): a heartbeat
+	// path to the peer (add, set, remove; the target is the peer's
+	// address), the role (add, remove), a reach target (add, remove).
+	Heartbeat Object = "heartbeat"
+	Backup    Object = "backup"
+	Reach     Object = "reach"
 	// BGP is the speaker (set, remove); Neighbor a router it peers with
 	// (add, set, remove; the target is the neighbour's address).
 	BGP      Object = "bgp"

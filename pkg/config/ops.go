@@ -28,12 +28,18 @@ func (ed *Editor) apply(d *draft, op *Op) error {
 		err = ed.applyAdvisor(d, op, p)
 	case Metric:
 		err = applyMetric(d, op, p)
+	case Heartbeat:
+		err = applyHeartbeat(d, op, p)
+	case Backup:
+		err = applyBackup(d, op, p)
+	case Reach:
+		err = applyReach(d, op, p)
 	case BGP:
 		err = applyBGP(d, op, p)
 	case Neighbor:
 		err = applyNeighbor(d, op, p)
 	default:
-		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor, metric, bgp or neighbor)", op.Object)
+		return lb.Errorf("object", "", "unknown object %q (want executor, cluster, port, server, manager, advisor, metric, heartbeat, backup, reach, bgp or neighbor)", op.Object)
 	}
 	if err != nil {
 		return err
@@ -169,6 +175,10 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		primary, _, err := p.addr("primaryhost", op.Target)
+		if err != nil {
+			return err
+		}
 		announce, _, err := announceParams(p, op.Target)
 		if err != nil {
 			return err
@@ -182,6 +192,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			}
 			cl := lb.NewCluster(a)
 			cl.Configure = configure
+			cl.PrimaryHost = primary
 			if propsOK {
 				cl.Proportions = props
 			}
@@ -197,6 +208,10 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
+		primary, primaryOK, err := p.addr("primaryhost", op.Target)
+		if err != nil {
+			return err
+		}
 		announce, announceOK, err := announceParams(p, op.Target)
 		if err != nil {
 			return err
@@ -205,13 +220,16 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
-		if !configureOK && !propsOK && !announceOK {
-			return lb.Errorf("configure", "", "cluster set needs --configure, --proportions, --announce, --community or --med")
+		if !configureOK && !propsOK && !primaryOK && !announceOK {
+			return lb.Errorf("configure", "", "cluster set needs --configure, --proportions, --primaryhost, --announce, --community or --med")
 		}
 		for _, c := range cls {
 			cl := d.cluster(c.ci)
 			if configureOK {
 				cl.Configure = configure
+			}
+			if primaryOK {
+				cl.PrimaryHost = primary
 			}
 			if propsOK {
 				cl.Proportions = props

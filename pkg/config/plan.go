@@ -57,6 +57,7 @@ func Plan(old, next lb.Config) []Step {
 	pl.proportions(old, next)
 	pl.quiesce(old, next, ch)
 	pl.manager(old.Manager, next.Manager)
+	pl.ha(old.HA, next.HA)
 	return pl.steps
 }
 
@@ -260,12 +261,19 @@ func (pl *planner) clusters(old, next lb.Config, ch Change) {
 			if next.Cluster(a).Configure {
 				op.Params = []Param{P("configure", "yes")}
 			}
+			if ph := next.Cluster(a).PrimaryHost; ph.IsValid() {
+				op.Params = append(op.Params, P("primaryhost", ph.String()))
+			}
 			pl.add(Added, op, "")
 		case Changed:
 			o, n := old.Cluster(a), next.Cluster(a)
 			if o.Configure != n.Configure {
 				pl.add(Changed, Op{Object: Cluster, Action: Set, Target: a.String(), Params: []Param{P("configure", yesNo(n.Configure))}},
 					"configure "+yesNo(o.Configure))
+			}
+			if o.PrimaryHost != n.PrimaryHost {
+				pl.add(Changed, Op{Object: Cluster, Action: Set, Target: a.String(), Params: []Param{P("primaryhost", addrText(n.PrimaryHost))}},
+					"primaryhost "+addrText(o.PrimaryHost))
 			}
 		}
 	}
@@ -538,6 +546,10 @@ var commandFlags = map[Object]map[string]string{
 // ("server add 198.18.0.100@80@198.18.0.21 weight 10"): what "dlbctl
 // file load" reads, without the leading "dlbctl".
 func (op Op) Command() string {
+	switch op.Object {
+	case Heartbeat, Backup, Reach:
+		return haCommand(op)
+	}
 	words := []string{string(op.Object), string(op.Action)}
 	params := op.Params
 	switch op.Object {

@@ -51,6 +51,9 @@ func Script(w io.Writer, cfg lb.Config) error {
 		if cl.Configure {
 			sw.printf(" --configure")
 		}
+		if cl.PrimaryHost.IsValid() {
+			sw.printf(" --primaryhost %s", cl.PrimaryHost)
+		}
 		sw.printf("%s\n", announceFlags(cl))
 		var crossports []string
 		for _, p := range cl.Ports {
@@ -158,6 +161,7 @@ func Script(w io.Writer, cfg lb.Config) error {
 	if m.Interval != defM.Interval || m.Refresh != defM.Refresh || m.Smoothing != defM.Smoothing || m.Sensitivity != defM.Sensitivity {
 		sw.printf("\nmanager set interval %g refresh %d smoothing %g sensitivity %g\n", m.Interval, m.Refresh, m.Smoothing, m.Sensitivity)
 	}
+	haScript(sw, cfg.HA)
 	bgpScript(sw, cfg.BGP)
 	if ex.Started {
 		sw.printf("\nexecutor start --interface %s --xdp-mode %s\n", quote(ex.Interface), ex.XDPMode)

@@ -38,6 +38,11 @@ func validate(cfg lb.Config, ch Change, u counter) error {
 	if err := checkUnique(cfg, ch); err != nil {
 		return err
 	}
+	if haChecked(cfg, ch) {
+		if err := checkHA(cfg); err != nil {
+			return err
+		}
+	}
 
 	// Clusters.
 	for a, kind := range ch.Clusters {

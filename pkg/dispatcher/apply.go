@@ -103,6 +103,9 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	refuse := func(err error) error { return &config.OpError{Index: index, Err: err} }
 	old, next, ch := e.ed.Config(), edit.Next, edit.Change
+	if err := e.haCheck(next, ch); err != nil {
+		return refuse(err)
+	}
 	delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
 	if err != nil {
 		return refuse(err)
@@ -237,6 +240,7 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 			e.warn(p)
 		}
 	}
+	e.haConfigure(old, next, ch)
 	if e.store.NeedsSnapshot() {
 		if err := e.store.Snapshot(e.stateCopy()); err != nil {
 			e.log.Error("writing a state snapshot", "err", err)
@@ -262,7 +266,7 @@ func releaseMemory() {
 // committed, the ids and the host facts are copied.
 func (e *Engine) stateCopy() store.State {
 	return store.State{Config: e.ed.Config(), IDs: e.ids.Clone(), Configured: maps.Clone(e.host.configured),
-		AttachedMode: e.host.attachedMode}
+		AttachedMode: e.host.attachedMode, HAStates: e.ha.applied}
 }
 
 // persistHost journals the host facts (after the executor was brought up

@@ -155,6 +155,13 @@ type Options struct {
 	// NewAdvisor builds the probe an advisor configuration names; the
 	// default is package advisors' (tests substitute fakes).
 	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)
+	// HA is the high-availability function (package ha); nil refuses
+	// high-availability settings.
+	HA HighAvailability
+	// Guard keeps the host silent for the addresses the engine put on
+	// the executor's interface when the executor does not take their
+	// traffic; nil: no guard.
+	Guard Guard
 	// Speaker announces cluster addresses over BGP (package bgp); nil
 	// refuses BGP settings.
 	Speaker Speaker
@@ -191,6 +198,10 @@ type Engine struct {
 	events  *events.Runner
 	facts   facts  // for status snapshots
 	routes  routes // what the BGP speaker announces
+	ha      haEngine
+	repl    replState
+	// guarded is what the guard was last told (interface and addresses).
+	guarded string
 }
 
 // ErrStopped is returned by calls made after Run returned.
@@ -264,6 +275,13 @@ func New(opts Options) (*Engine, error) {
 	cfg := ed.Config()
 	e.net.index(cfg)
 	e.host.indexReturns(cfg)
+	e.ha.digest.full(cfg)
+	if e.haOn(cfg) {
+		// What the previous dlbd served, it serves again until the
+		// function decides otherwise; whether that holds (the executor
+		// still forwards) is checked once it is up.
+		e.ha.applied = state.HAStates
+	}
 	if cfg.Executor.Started {
 		if err := e.startExecutor(cfg); err != nil {
 			e.exec.err = err
@@ -272,6 +290,17 @@ func New(opts Options) (*Engine, error) {
 			e.log.Info("executor restored", "interface", cfg.Executor.Interface)
 		}
 		e.persistHost()
+	}
+	if e.haOn(cfg) {
+		if e.exec.adopted {
+			opts.HA.Resume(e.ha.applied)
+		} else if e.ha.applied != ([lb.NumHAGroups]lb.HAState{}) {
+			// A fresh executor forwarded nothing: decide anew.
+			e.ha.applied = [lb.NumHAGroups]lb.HAState{}
+			if err := e.configureAddresses(cfg); err != nil {
+				e.log.Error("high availability: taking the addresses off until decided", "err", err)
+			}
+		}
 	}
 	if len(state.IDs.Backends) >= bigChange {
 		releaseMemory()
@@ -328,6 +357,20 @@ func (e *Engine) Run(ctx context.Context) {
 	// the adopted tables are full of connections.
 	e.sweepConns()
 	e.checkAlerts(cfg, nil)
+	var haNotify <-chan struct{}
+	var haReceived <-chan lb.ConnBatch
+	haTick := time.NewTicker(replicateInterval)
+	defer haTick.Stop()
+	if e.opts.HA != nil {
+		haNotify, haReceived = e.opts.HA.Notify(), e.opts.HA.Received()
+		if cfg.HA.Enabled() {
+			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.sum); err != nil {
+				e.log.Error("high availability: starting", "err", err)
+			}
+			e.haHealth()
+			e.haSync()
+		}
+	}
 
 	tick := time.NewTicker(e.opts.TickInterval)
 	defer tick.Stop()
@@ -367,6 +410,11 @@ func (e *Engine) Run(ctx context.Context) {
 			// Withdraw first: the routers stop sending here while the
 			// executor still forwards what is on its way.
 			e.stopSpeaker()
+			if e.opts.HA != nil {
+				// The executor keeps forwarding: the peer is told to
+				// wait for the restart rather than take over.
+				e.opts.HA.Stop(true)
+			}
 			e.health.Stop()
 			e.metrics.loops.StopAll()
 			if e.exec.dp != nil {
@@ -391,6 +439,15 @@ func (e *Engine) Run(ctx context.Context) {
 			e.syncRoutes(e.ed.Config())
 		case <-sweep.C:
 			e.sweepConns()
+		case <-haNotify:
+			e.haSync()
+		case b := <-haReceived:
+			e.haImport(b)
+		case <-haTick.C:
+			if e.haOn(e.ed.Config()) {
+				e.haHealth()
+				e.haReplicate()
+			}
 		}
 	}
 }

@@ -196,7 +196,9 @@ type fakeNetif struct {
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
 	// events feeds Watch.
-	events chan lb.NetEvent
+	events    chan lb.NetEvent
+	linkDown  bool
+	announced []netip.Addr // every address Announce was called for, in order
 }
 
 func newFakeNetif() *fakeNetif {
@@ -210,7 +212,7 @@ func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 	if name != "eth0" || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
 	}
-	return lb.Link{Index: n.ifindex, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}}, nil
+	return lb.Link{Index: n.ifindex, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, Up: !n.linkDown}, nil
 }
 
 func (n *fakeNetif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
@@ -300,6 +302,13 @@ func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
 		return fmt.Errorf("looking up interface %q: Link not found", ifname)
 	}
 	n.addresses[a] = ifname
+	return nil
+}
+
+func (n *fakeNetif) Announce(ifname string, addrs []netip.Addr) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.announced = append(n.announced, addrs...)
 	return nil
 }
 

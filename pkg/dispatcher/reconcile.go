@@ -15,6 +15,9 @@ import (
 type executor struct {
 	dp  Datapath // nil while the executor is not loaded
 	err error    // why the executor is not up, if it is not
+	// adopted says the executor was found pinned and attached, still
+	// forwarding, when it was brought up.
+	adopted bool
 	// tables caches each service's Maglev table and what it was built
 	// from; groups each service's affinity group.
 	tables map[uint32]table
@@ -122,6 +125,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	e.exec.attach.dropped = 0
 	e.logDropped(dp)
 	_, adopted := dp.Attached()
+	e.exec.adopted = adopted
 	// undo releases the executor again: a freshly created one is removed,
 	// an adopted one (still forwarding) only released.
 	undo := func() {
@@ -360,13 +364,19 @@ func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
 func (e *Engine) configureAddresses(cfg lb.Config) error {
 	want := map[netip.Addr]string{}
 	if cfg.Executor.Started {
-		for _, cl := range cfg.Clusters {
-			if cl.Configure {
+		for i := range cfg.Clusters {
+			if cl := &cfg.Clusters[i]; cl.Configure && e.serves(cfg, cl) {
 				want[cl.Address] = cfg.Executor.Interface
 			}
 		}
+		var groups map[netip.Addr]lb.HAGroup
+		if e.haOn(cfg) {
+			groups = returnGroups(cfg)
+		}
 		for a := range e.host.returns {
-			want[a] = cfg.Executor.Interface
+			if g, ok := groups[a]; groups == nil || (ok && e.ha.applied[g] == lb.HAActive) {
+				want[a] = cfg.Executor.Interface
+			}
 		}
 	}
 	if e.exec.attach.detached != "" {
@@ -395,6 +405,9 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 			continue
 		}
 		e.host.configured[a] = ifname
+	}
+	if err := e.guardAddresses(cfg); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -24,6 +24,8 @@ type Query struct {
 	Target string
 	// Counters asks for the executor's traffic counters.
 	Counters bool
+	// HA asks for high availability's state.
+	HA bool
 	// BGP asks for the BGP speaker's sessions and announcements.
 	BGP bool
 }
@@ -32,6 +34,8 @@ type Query struct {
 type Status struct {
 	// Config is the committed configuration (shared: do not change it).
 	Config lb.Config
+	// HA is high availability's state (with Query.HA).
+	HA *HAStatus
 	// Selected is what the query's target selected.
 	Selected lb.Target
 	// Now is when the snapshot was taken.
@@ -202,6 +206,9 @@ func (e *Engine) status(q Query) (*Status, error) {
 		Ports: map[lb.ServiceKey]PortStatus{}, Servers: map[lb.BackendKey]ServerStatus{},
 		Advisors: map[health.Key]AdvisorStatus{}, Metrics: map[netip.Addr]MetricStatus{},
 		MetricRefused: map[string]int64{}}
+	if q.HA {
+		st.HA = e.haStatus(cfg)
+	}
 	if q.Depth > 0 {
 		t, err := config.Select(cfg, q.Target, q.Depth)
 		if err != nil {

@@ -272,6 +272,9 @@ type Link struct {
 	MAC   net.HardwareAddr
 	// Kind is the driver kind as netlink names it ("veth", "device", ...).
 	Kind string
+	// Up says the interface is administratively up and its carrier is
+	// not down (it can carry frames).
+	Up bool
 }
 
 // Neighbor says how to reach a server on a directly connected segment.

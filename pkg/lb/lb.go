@@ -210,6 +210,9 @@ type Config struct {
 	Advisors []Advisor `json:"advisors,omitempty"`
 	// MetricServer says how to reach each server's load agent.
 	MetricServer MetricServer `json:"metric_server"`
+	// HA is the high-availability configuration: heartbeats with a peer
+	// dispatcher, the role, reach targets.
+	HA HighAvailability `json:"ha,omitzero"`
 	// BGP configures the speaker that announces cluster addresses to
 	// routers (scale-out behind ECMP).
 	BGP BGP `json:"bgp,omitzero"`
@@ -252,6 +255,11 @@ type Cluster struct {
 	// Metrics are the system metrics the manager asks each server's load
 	// agent for (IBM's "metric add cluster@metric"), averaged into SYS.
 	Metrics []string `json:"metrics,omitempty"`
+	// PrimaryHost is the address (a heartbeat source of one of the two
+	// dispatchers) of the dispatcher that is the preferred active for
+	// this cluster under mutual high availability (role both); the zero
+	// Addr when unset.
+	PrimaryHost netip.Addr `json:"primary_host,omitzero"`
 	// Announce says whether the BGP speaker announces the address (as a
 	// /32 or /128) while the cluster can take connections, with
 	// Communities (canonical text, see ParseCommunity) and MED (0: none).
@@ -386,6 +394,7 @@ func (c Config) Clone() Config {
 	for i, a := range out.Advisors {
 		out.Advisors[i].Args = slices.Clone(a.Args)
 	}
+	out.HA = c.HA.Clone()
 	out.BGP = c.BGP.Clone()
 	out.Clusters = slices.Clone(c.Clusters)
 	for i, cl := range out.Clusters {

@@ -73,6 +73,7 @@ func CheckUnicast(field, object string, a netip.Addr) error {
 func (c *Config) Sort() {
 	slices.SortFunc(c.Clusters, func(a, b Cluster) int { return a.Address.Compare(b.Address) })
 	slices.SortFunc(c.Advisors, func(a, b Advisor) int { return strings.Compare(a.Key(), b.Key()) })
+	c.HA.Sort()
 	slices.SortFunc(c.BGP.Neighbors, func(a, b BGPNeighbor) int { return a.Address.Compare(b.Address) })
 	for i := range c.Clusters {
 		ps := c.Clusters[i].Ports

@@ -54,7 +54,9 @@ func (*Netif) LinkByIndex(index int) (lb.Link, error) {
 
 func toLink(l netlink.Link) lb.Link {
 	a := l.Attrs()
-	return lb.Link{Index: a.Index, Name: a.Name, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...), Kind: l.Type()}
+	up := a.Flags&net.FlagUp != 0 && a.OperState != netlink.OperDown && a.OperState != netlink.OperLowerLayerDown &&
+		a.OperState != netlink.OperNotPresent
+	return lb.Link{Index: a.Index, Name: a.Name, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...), Kind: l.Type(), Up: up}
 }
 
 // usable are the neighbour states whose link-layer address can be used.

@@ -104,6 +104,7 @@ func clusterReports(st *dispatcher.Status) []api.ClusterReport {
 		}
 		pr := cl.Proportions
 		r := api.ClusterReport{Address: cl.Address.String(), Configure: cl.Configure, Ports: len(cl.Ports),
+			PrimaryHost: addrOrEmpty(cl.PrimaryHost),
 			Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, Metrics: cl.Metrics,
 			Announce: cl.Announce, Communities: cl.Communities, MED: cl.MED}
 		for _, p := range cl.Ports {

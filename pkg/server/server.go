@@ -156,6 +156,8 @@ func New(e Engine, o Options) http.Handler {
 	report(api.PathManager, fixed(dispatcher.Query{Depth: lb.ServerDepth}), func(st *dispatcher.Status) any { return managerReport(st) })
 	report(api.PathAdvisors, fixed(dispatcher.Query{}), func(st *dispatcher.Status) any { return advisorReports(st) })
 	report(api.PathMetrics, fixed(dispatcher.Query{}), func(st *dispatcher.Status) any { return metricReport(st) })
+	report(api.PathHA, fixed(dispatcher.Query{HA: true}), func(st *dispatcher.Status) any { return haReport(st) })
+	handleTakeover(mux, e, log)
 	report(api.PathBGP, fixed(dispatcher.Query{BGP: true}), func(st *dispatcher.Status) any { return bgpReport(st) })
 	mux.HandleFunc("GET "+api.PathConfigScript, func(w http.ResponseWriter, r *http.Request) {
 		cfg, err := e.Config(r.Context())

@@ -12,7 +12,9 @@
 //	GET|HEAD /          200, body "<name>\n"
 //	GET /slow?ms=N      sleeps N ms (at most 60000), then replies as /
 //	GET /bytes?n=N      N bytes of deterministic content (at most 100 MB),
-//	                    with "X-Content-SHA256: <hex SHA-256 of the N bytes>"
+//	                    with "X-Content-SHA256: <hex SHA-256 of the N bytes>";
+//	                    &rate=B paces it to B bytes a second (a download
+//	                    that stays in flight while a test breaks things)
 //	POST /admin/delay?ms=N  from now on, delay every reply by N ms (at most
 //	                    60000; 0 removes the delay), to play a slow server
 //
@@ -201,12 +203,36 @@ func newHandler(name string, log *slog.Logger) http.Handler {
 			http.Error(w, "n: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		var rate int64
+		if s := r.URL.Query().Get("rate"); s != "" {
+			if rate, err = boundedInt(s, maxBytes); err != nil || rate == 0 {
+				http.Error(w, "rate: want 1.."+strconv.Itoa(maxBytes)+" bytes a second", http.StatusBadRequest)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 		w.Header().Set("X-Content-SHA256", patternSHA256(n))
 		w.WriteHeader(http.StatusOK)
-		if r.Method != http.MethodHead {
+		if r.Method == http.MethodHead {
+			return
+		}
+		if rate == 0 {
 			_, _ = io.CopyN(w, &patternReader{}, n)
+			return
+		}
+		// Paced: a chunk every 10 ms, so that the stream stays even.
+		src, start := &patternReader{}, time.Now()
+		chunk := max(rate/100, 1)
+		for sent := int64(0); sent < n; {
+			k := min(chunk, n-sent)
+			if _, err := io.CopyN(w, src, k); err != nil {
+				return
+			}
+			sent += k
+			if d := time.Duration(float64(sent) / float64(rate) * float64(time.Second)); d > time.Since(start) {
+				time.Sleep(d - time.Since(start))
+			}
 		}
 	})
 	return withBackend(name, log, mux)

@@ -65,6 +65,8 @@ func TestHandlerHeaders(t *testing.T) {
 		{"bytes empty", http.MethodGet, "/bytes?n=0", http.StatusOK, true},
 		{"head bytes", http.MethodHead, "/bytes?n=77", http.StatusOK, true},
 		{"bad bytes", http.MethodGet, "/bytes?n=-1", http.StatusBadRequest, false},
+		{"paced bytes", http.MethodGet, "/bytes?n=30000&rate=100000", http.StatusOK, true},
+		{"bad rate", http.MethodGet, "/bytes?n=10&rate=0", http.StatusBadRequest, false},
 		{"not found", http.MethodGet, "/nope", http.StatusNotFound, false},
 	}
 	for _, tt := range tests {

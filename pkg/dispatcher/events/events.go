@@ -38,6 +38,16 @@ const (
 	// DLB_IFINDEX). dlb's own, beside IBM's.
 	ExecutorDetached = "executorDetached"
 	ExecutorAttached = "executorAttached"
+	// High availability: this dispatcher serves a group of clusters
+	// (goActive), stands by for it (goStandby), or cannot forward
+	// (goInOp: its executor is stopped, detached or its interface
+	// down); highavailChange follows every change of state, of the
+	// peer's liveness, of a conflict of roles or of configuration
+	// digests.
+	GoActive        = "goActive"
+	GoStandby       = "goStandby"
+	GoInOp          = "goInOp"
+	HighAvailChange = "highavailChange"
 )
 
 // maxQueued bounds the events waiting for a script.

@@ -61,17 +61,22 @@ type State struct {
 	// AttachedMode is the XDP mode the executor was attached in (the
 	// kernel does not report it for an adopted link).
 	AttachedMode lb.XDPMode
+	// HAStates are the high-availability states the engine last acted
+	// on, per group: a restarted dlbd whose executor kept forwarding
+	// resumes them.
+	HAStates [lb.NumHAGroups]lb.HAState
 }
 
 // snapshot is the state file's format.
 type snapshot struct {
 	Version int `json:"version"`
 	// Journal is the first journal that follows the snapshot.
-	Journal      int                   `json:"journal,omitempty"`
-	Config       lb.Config             `json:"config"`
-	IDs          *IDs                  `json:"ids"`
-	Configured   map[netip.Addr]string `json:"configured,omitempty"`
-	AttachedMode lb.XDPMode            `json:"attached_mode"`
+	Journal      int                         `json:"journal,omitempty"`
+	Config       lb.Config                   `json:"config"`
+	IDs          *IDs                        `json:"ids"`
+	Configured   map[netip.Addr]string       `json:"configured,omitempty"`
+	AttachedMode lb.XDPMode                  `json:"attached_mode"`
+	HAStates     *[lb.NumHAGroups]lb.HAState `json:"ha_states,omitempty"`
 }
 
 // Record is one accepted change, as the journal keeps it: the new values
@@ -80,6 +85,8 @@ type Record struct {
 	Executor     *lb.Executor     `json:"executor,omitempty"`
 	Manager      *lb.Manager      `json:"manager,omitempty"`
 	MetricServer *lb.MetricServer `json:"metric_server,omitempty"`
+	// HA is the high-availability configuration, when it changed.
+	HA *lb.HighAvailability `json:"ha,omitempty"`
 	// BGP is the BGP speaker's configuration, when it changed.
 	BGP *lb.BGP `json:"bgp,omitempty"`
 	// Advisors is the whole advisor list, when it changed.
@@ -87,15 +94,16 @@ type Record struct {
 	// Clusters, Ports and Servers are the objects added or changed (a
 	// cluster without its ports, a port without its servers) and the keys
 	// of those removed.
-	Clusters     []lb.Cluster           `json:"clusters,omitempty"`
-	Ports        []portRecord           `json:"ports,omitempty"`
-	Servers      []serverRecord         `json:"servers,omitempty"`
-	DelClusters  []netip.Addr           `json:"del_clusters,omitempty"`
-	DelPorts     []lb.ServiceKey        `json:"del_ports,omitempty"`
-	DelServers   []lb.BackendKey        `json:"del_servers,omitempty"`
-	IDs          *IDDelta               `json:"ids,omitempty"`
-	Configured   *map[netip.Addr]string `json:"configured,omitempty"`
-	AttachedMode *lb.XDPMode            `json:"attached_mode,omitempty"`
+	Clusters     []lb.Cluster                `json:"clusters,omitempty"`
+	Ports        []portRecord                `json:"ports,omitempty"`
+	Servers      []serverRecord              `json:"servers,omitempty"`
+	DelClusters  []netip.Addr                `json:"del_clusters,omitempty"`
+	DelPorts     []lb.ServiceKey             `json:"del_ports,omitempty"`
+	DelServers   []lb.BackendKey             `json:"del_servers,omitempty"`
+	IDs          *IDDelta                    `json:"ids,omitempty"`
+	Configured   *map[netip.Addr]string      `json:"configured,omitempty"`
+	AttachedMode *lb.XDPMode                 `json:"attached_mode,omitempty"`
+	HAStates     *[lb.NumHAGroups]lb.HAState `json:"ha_states,omitempty"`
 }
 
 type portRecord struct {
@@ -120,6 +128,10 @@ func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
 	}
 	if ch.MetricServer {
 		r.MetricServer = &next.MetricServer
+	}
+	if ch.HA {
+		h := next.HA.Clone()
+		r.HA = &h
 	}
 	if ch.BGP {
 		b := next.BGP.Clone()
@@ -218,6 +230,9 @@ func Open(dir string) (*Store, State, error) {
 		}
 		snap.IDs.index()
 		st.Config, st.IDs, st.AttachedMode = snap.Config, snap.IDs, snap.AttachedMode
+		if snap.HAStates != nil {
+			st.HAStates = *snap.HAStates
+		}
 		for a, ifname := range snap.Configured {
 			st.Configured[a] = ifname
 		}
@@ -321,6 +336,9 @@ func apply(st *State, r *Record) {
 	if r.MetricServer != nil {
 		cfg.MetricServer = *r.MetricServer
 	}
+	if r.HA != nil {
+		cfg.HA = r.HA.Clone()
+	}
 	if r.BGP != nil {
 		cfg.BGP = r.BGP.Clone()
 	}
@@ -385,6 +403,9 @@ func apply(st *State, r *Record) {
 	}
 	if r.AttachedMode != nil {
 		st.AttachedMode = *r.AttachedMode
+	}
+	if r.HAStates != nil {
+		st.HAStates = *r.HAStates
 	}
 }
 
@@ -469,7 +490,7 @@ func (s *Store) Snapshot(st State) error {
 // writeSnapshot writes the snapshot file atomically.
 func (s *Store) writeSnapshot(st State, journal int) (int64, error) {
 	snap := snapshot{Version: stateVersion, Journal: journal, Config: st.Config, IDs: st.IDs,
-		Configured: st.Configured, AttachedMode: st.AttachedMode}
+		Configured: st.Configured, AttachedMode: st.AttachedMode, HAStates: &st.HAStates}
 	pf, err := renameio.NewPendingFile(filepath.Join(s.dir, StateFile), renameio.WithPermissions(0o600))
 	if err != nil {
 		return 0, fmt.Errorf("writing state snapshot: %w", err)

@@ -86,6 +86,10 @@ func populate(x *session) {
 	x.apply(op(config.Port, config.Set, "198.18.0.100@443", "staletimeout", "30"))
 	x.apply(op(config.Cluster, config.Remove, "198.18.0.101"))
 	x.apply(op(config.Port, config.Add, "198.18.0.100@8080"), op(config.Server, config.Add, "198.18.0.100@8080@198.18.0.22"))
+	x.apply(op(config.Backup, config.Add, "", "role", "backup", "recovery", "manual", "haport", "7000"),
+		op(config.Heartbeat, config.Add, "198.18.0.2", "source", "198.18.0.4", "secretfile", "/etc/ha.secret"),
+		op(config.Reach, config.Add, "198.18.0.254"))
+	x.apply(op(config.Heartbeat, config.Set, "", "interval", "250"), op(config.Cluster, config.Set, "198.18.0.100", "primaryhost", "198.18.0.4"))
 }
 
 func TestJournalReplays(t *testing.T) {

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// addrArg checks that an argument is an IP address.
+func addrArg(cmd *cobra.Command, what, s string) error {
+	if _, err := netip.ParseAddr(s); err != nil {
+		return usagef("%s: %s %q is not an IP address", cmdName(cmd), what, s)
+	}
+	return nil
+}
+
+// haCmd is "dlbctl highavailability": dscontrol's grammar.
+func (a *app) haCmd() *cobra.Command {
+	hbAdd := a.opCmd(&cobra.Command{
+		Use:   "add SOURCE DESTINATION [--secret-file F] [--interval MS] [--count N]",
+		Short: "Send heartbeats from an address of this dispatcher to the peer's",
+		Long: `Add a heartbeat path: heartbeats go from SOURCE (an address of this host)
+to DESTINATION (the peer dispatcher's) on the backup's port, every
+--interval milliseconds (default 500); the peer is dead after --count
+intervals without one (default 4: 2 s). Heartbeats and replication are
+authenticated with the secret in --secret-file (at least 8 bytes), which
+both dispatchers share. The secret file, interval and count are shared by
+every path: give them with the first, change them with "heartbeat set".`,
+		Example: `  dlbctl highavailability heartbeat add 198.18.0.2 198.18.0.4 --secret-file /etc/dlb/ha.secret
+  dlbctl highavailability heartbeat add 198.18.5.2 198.18.5.4      # a second path, another network`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return usagef("%s needs SOURCE and DESTINATION, got %d arguments", cmdName(cmd), len(args))
+			}
+			if err := addrArg(cmd, "source", args[0]); err != nil {
+				return err
+			}
+			return addrArg(cmd, "destination", args[1])
+		},
+	}, func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectHeartbeat, Action: api.ActionAdd, Target: args[1], Source: &args[0],
+			SecretFile: stringFlag(cmd, "secret-file"), Interval: msFlag(cmd), Count: intFlag(cmd, "count")}
+	})
+	hbFlags := func(c *cobra.Command) {
+		c.Flags().String("secret-file", "", "file holding the secret both dispatchers share (at least 8 bytes)")
+		c.Flags().Int64("interval", 0, "heartbeat interval in milliseconds (dlbd's default: 500)")
+		c.Flags().Int64("count", 0, "intervals without a heartbeat after which the peer is dead (dlbd's default: 4)")
+	}
+	hbFlags(hbAdd)
+	hbSet := a.opCmd(&cobra.Command{
+		Use:     "set [--secret-file F] [--interval MS] [--count N]",
+		Short:   "Change the heartbeats' shared secret, interval or count",
+		Example: `  dlbctl highavailability heartbeat set --interval 200 --count 5`,
+		Args:    noArgs,
+	}, func(cmd *cobra.Command, _ []string) api.Op {
+		return api.Op{Object: api.ObjectHeartbeat, Action: api.ActionSet, SecretFile: stringFlag(cmd, "secret-file"),
+			Interval: msFlag(cmd), Count: intFlag(cmd, "count")}
+	})
+	hbFlags(hbSet)
+	hbSet.MarkFlagsOneRequired("secret-file", "interval", "count")
+	hbRemove := a.opCmd(&cobra.Command{
+		Use:     "remove DESTINATION [--source SOURCE]",
+		Short:   "Stop sending heartbeats to an address of the peer",
+		Example: `  dlbctl highavailability heartbeat remove 198.18.0.4`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("%s needs the DESTINATION, got %d arguments", cmdName(cmd), len(args))
+			}
+			if s := stringFlag(cmd, "source"); s != nil {
+				if err := addrArg(cmd, "source", *s); err != nil {
+					return err
+				}
+			}
+			return addrArg(cmd, "destination", args[0])
+		},
+	}, func(cmd *cobra.Command, args []string) api.Op {
+		return api.Op{Object: api.ObjectHeartbeat, Action: api.ActionRemove, Target: args[0], Source: stringFlag(cmd, "source")}
+	})
+	hbRemove.Flags().String("source", "", "only the path from this source")
+	heartbeat := a.noun("heartbeat", "Add, set and remove heartbeat paths to the peer dispatcher",
+		`  dlbctl highavailability heartbeat add 198.18.0.2 198.18.0.4 --secret-file /etc/dlb/ha.secret`,
+		hbAdd, hbSet, hbRemove)
+
+	bkAdd := a.opCmd(&cobra.Command{
+		Use:   "add primary|backup|both auto|manual PORT",
+		Short: "Give this dispatcher its role, its recovery strategy and the port of high availability",
+		Long: `Give this dispatcher its role in the pair: primary (the preferred active),
+backup (stands by for the primary) or both (mutual high availability: each
+dispatcher is the preferred active for the clusters whose primaryhost is its
+own heartbeat address; see "cluster set VIP --primaryhost"). The recovery
+strategy says what the preferred dispatcher does when it comes back while
+its peer is active: auto takes its clusters back once it has a full copy of
+the connection tables (no connection is broken); manual waits for
+"highavailability takeover". PORT carries heartbeats (UDP) and the
+replication of connection tables (TCP) on both dispatchers.`,
+		Example: `  dlbctl highavailability backup add primary auto 12345
+  dlbctl highavailability backup add backup auto 12345     # on the other dispatcher`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 3 {
+				return usagef("%s needs ROLE, RECOVERY and PORT, got %d arguments", cmdName(cmd), len(args))
+			}
+			switch strings.ToLower(args[0]) {
+			case "primary", "backup", "both":
+			default:
+				return usagef("%s: role %q is not primary, backup or both", cmdName(cmd), args[0])
+			}
+			switch strings.ToLower(args[1]) {
+			case "auto", "manual":
+			default:
+				return usagef("%s: recovery strategy %q is not auto or manual", cmdName(cmd), args[1])
+			}
+			if p, err := strconv.ParseInt(args[2], 10, 64); err != nil || p < 1 || p > 65535 {
+				return usagef("%s: port %q is not in 1..65535", cmdName(cmd), args[2])
+			}
+			return nil
+		},
+	}, func(_ *cobra.Command, args []string) api.Op {
+		port, _ := strconv.ParseInt(args[2], 10, 64)
+		role, rec := strings.ToLower(args[0]), strings.ToLower(args[1])
+		return api.Op{Object: api.ObjectBackup, Action: api.ActionAdd, Role: &role, Recovery: &rec, HAPort: &port}
+	})
+	bkRemove := a.opCmd(&cobra.Command{
+		Use:     "remove",
+		Short:   "Stop high availability on this dispatcher (it then serves every cluster)",
+		Example: `  dlbctl highavailability backup remove`,
+		Args:    noArgs,
+	}, func(*cobra.Command, []string) api.Op {
+		return api.Op{Object: api.ObjectBackup, Action: api.ActionRemove}
+	})
+	backup := a.noun("backup", "Add or remove this dispatcher's role in a high-availability pair",
+		`  dlbctl highavailability backup add primary auto 12345`, bkAdd, bkRemove)
+
+	reachOp := func(action, short, example string) *cobra.Command {
+		return a.opCmd(&cobra.Command{
+			Use:     action + " ADDRESS[+ADDRESS...]",
+			Short:   short,
+			Example: example,
+			Args: func(cmd *cobra.Command, args []string) error {
+				if len(args) != 1 {
+					return usagef("%s needs one ADDRESS[+ADDRESS...], got %d arguments", cmdName(cmd), len(args))
+				}
+				for _, s := range strings.Split(args[0], "+") {
+					if err := addrArg(cmd, "address", s); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}, func(_ *cobra.Command, args []string) api.Op {
+			return api.Op{Object: api.ObjectReach, Action: action, Target: args[0]}
+		})
+	}
+	reach := a.noun("reach", "Add or remove reach targets: addresses both dispatchers ping; the one that reaches more is the better active",
+		`  dlbctl highavailability reach add 198.18.0.254`,
+		reachOp(api.ActionAdd, "Ping an address (a router, a gateway of the clients) to judge which dispatcher is the better active",
+			`  dlbctl highavailability reach add 198.18.0.254+198.18.0.253`),
+		reachOp(api.ActionRemove, "Stop pinging a reach target", `  dlbctl highavailability reach remove 198.18.0.253`))
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Report role, state, peer, heartbeats, reach targets, replication and configuration digests",
+		Example: `  dlbctl highavailability status
+  dlbctl highavailability status -o json`,
+		Args: noArgs,
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			r, err := a.client().HA(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.print(r, func(w io.Writer) { haTable(w, r) })
+		}),
+	}
+	takeover := &cobra.Command{
+		Use:   "takeover [ADDRESS]",
+		Short: "Make this standby dispatcher take over its peer's clusters",
+		Long: `Make this dispatcher, standing by, take over: the active peer takes its
+cluster and return addresses off its interface and sends its last
+connection entries, then this dispatcher puts them on its own and
+announces them. Under mutual high availability, ADDRESS (a heartbeat
+address of either dispatcher) chooses the clusters: those whose
+primaryhost it is; without it, all of them. Recovery manual needs it to
+give the preferred dispatcher its clusters back.`,
+		Example: `  dlbctl highavailability takeover
+  dlbctl highavailability takeover 198.18.0.4`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef("%s takes at most one ADDRESS, got %d arguments", cmdName(cmd), len(args))
+			}
+			if len(args) == 1 {
+				return addrArg(cmd, "address", args[0])
+			}
+			return nil
+		},
+		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
+			addr := ""
+			if len(args) == 1 {
+				addr = args[0]
+			}
+			if err := a.client().Takeover(cmd.Context(), addr); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.env.stdout, "takeover asked: see \"dlbctl highavailability status\"")
+			return nil
+		}),
+	}
+	c := a.noun("highavailability", "Configure and report high availability: heartbeats, role, reach targets, takeover",
+		`  dlbctl highavailability backup add primary auto 12345
+  dlbctl highavailability heartbeat add 198.18.0.2 198.18.0.4 --secret-file /etc/dlb/ha.secret
+  dlbctl highavailability reach add 198.18.0.254
+  dlbctl highavailability status`,
+		heartbeat, backup, reach, status, takeover)
+	c.Aliases = []string{"ha"}
+	return c
+}
+
+// msFlag returns --interval (milliseconds) as the wire carries it.
+func msFlag(cmd *cobra.Command) *float64 {
+	v := intFlag(cmd, "interval")
+	if v == nil {
+		return nil
+	}
+	f := float64(*v)
+	return &f
+}
+
+func haTable(w io.Writer, r api.HAReport) {
+	if !r.Configured {
+		fmt.Fprintln(w, "high availability:\tnot configured")
+		return
+	}
+	run := "running"
+	if !r.Running {
+		run = "not running"
+		if r.Error != "" {
+			run += ": " + r.Error
+		}
+	}
+	fmt.Fprintf(w, "role:\t%s, recovery %s, port %d (%s)\n", r.Role, r.Recovery, r.Port, run)
+	health := "executor forwarding"
+	if !r.Healthy {
+		health = "executor not forwarding: " + r.HealthReason
+	}
+	fmt.Fprintf(w, "this dispatcher:\t%s\n", health)
+	for i, g := range r.Groups {
+		peer := "-"
+		if i < len(r.Peer.States) {
+			peer = r.Peer.States[i]
+		}
+		fmt.Fprintf(w, "state (%s clusters):\t%s since %s, peer %s — %s\n", g.Group, strings.ToUpper(g.State), g.Since, peer, g.Reason)
+		if len(g.Clusters) > 0 {
+			fmt.Fprintf(w, "  clusters:\t%s\n", strings.Join(g.Clusters, " "))
+		}
+	}
+	p := r.Peer
+	switch {
+	case !p.Heard:
+		fmt.Fprintln(w, "peer:\tnever heard")
+	default:
+		alive := "alive"
+		if !p.Alive {
+			alive = "DEAD"
+		}
+		if p.Restarting {
+			alive += " (restarting)"
+		}
+		fmt.Fprintf(w, "peer:\t%s, %s %s, heard %.1fs ago, healthy %v, reaches %d of %d\n", alive, p.Role, p.Recovery, p.SecondsAgo, p.Healthy, p.Reach, p.Targets)
+		if p.Conflict != "" {
+			fmt.Fprintf(w, "  CONFLICT:\t%s\n", p.Conflict)
+		}
+	}
+	match := "differs from the peer's"
+	if r.DigestMatch {
+		match = "same as the peer's"
+	} else if !p.Alive {
+		match = "peer not heard"
+	}
+	fmt.Fprintf(w, "config digest:\t%s (%s)\n", r.Digest, match)
+	rp := r.Replication
+	fmt.Fprintf(w, "replication:\tsending %v, receiving %v, synced %v, sent %d, received %d, imported %d, lag %.1f ms\n",
+		rp.Sending, rp.Receiving, rp.Synced, rp.SentRecords, rp.ReceivedRecords, rp.Imported, rp.LagMS)
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(w, "refused:\t%v\n", r.Refused)
+	}
+	fmt.Fprintf(w, "\nHEARTBEAT\tSENT\tRECEIVED\tLAST_HEARD\tERROR\n")
+	for _, h := range r.Heartbeats {
+		last := "-"
+		if h.SecondsAgo > 0 || h.Received > 0 {
+			last = fmt.Sprintf("%.1fs", h.SecondsAgo)
+		}
+		fmt.Fprintf(w, "%s -> %s\t%d\t%d\t%s\t%s\n", h.Source, h.Destination, h.Sent, h.Received, last, h.Error)
+	}
+	if len(r.Reach) > 0 {
+		fmt.Fprintf(w, "\nREACH\tREACHABLE\tLAST_ERROR\n")
+		for _, t := range r.Reach {
+			fmt.Fprintf(w, "%s\t%v\t%s\n", t.Address, t.Reachable, t.LastError)
+		}
+	}
+}

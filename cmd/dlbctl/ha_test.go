@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/server"
+)
+
+// TestHACommands: the highavailability commands send operations that
+// the model takes, and "file save" of the result loads back the same.
+func TestHACommands(t *testing.T) {
+	eng := &fakeEngine{}
+	sock := serve(t, eng)
+	cmds := [][]string{
+		{"cluster", "add", "198.18.0.100", "--configure", "--primaryhost", "198.18.0.2"},
+		{"highavailability", "backup", "add", "primary", "auto", "12345"},
+		{"highavailability", "heartbeat", "add", "198.18.0.2", "198.18.0.4", "--secret-file", "/etc/dlb/ha.secret", "--interval", "250", "--count", "6"},
+		{"ha", "heartbeat", "add", "198.18.5.2", "198.18.5.4"},
+		{"ha", "reach", "add", "198.18.0.254+198.18.0.253"},
+		{"ha", "reach", "remove", "198.18.0.253"},
+		{"ha", "heartbeat", "remove", "198.18.5.4", "--source", "198.18.5.2"},
+		{"ha", "heartbeat", "set", "--count", "5"},
+	}
+	for _, c := range cmds {
+		if r := dlbctl(sock, c...); r.code != exitOK {
+			t.Fatalf("dlbctl %v: exit %d: %s", c, r.code, r.stderr)
+		}
+	}
+	var ops []api.Op
+	for _, b := range eng.sent() {
+		ops = append(ops, b...)
+	}
+	cfg, err := config.Apply(lb.NewConfig(), server.Ops(ops), config.Options{})
+	if err != nil {
+		t.Fatalf("the model refuses what dlbctl sent: %v", err)
+	}
+	h := cfg.HA
+	if h.Role != lb.RolePrimary || h.Port != 12345 || h.Interval != 250 || h.Count != 5 || len(h.Heartbeats) != 1 ||
+		len(h.Reach) != 1 || h.SecretFile != "/etc/dlb/ha.secret" || cfg.Clusters[0].PrimaryHost.String() != "198.18.0.2" {
+		t.Fatalf("configuration %+v", h)
+	}
+	var script strings.Builder
+	if err := config.Script(&script, cfg); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "saved.cfg")
+	if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng2 := &fakeEngine{}
+	if r := dlbctl(serve(t, eng2), "file", "load", path); r.code != exitOK {
+		t.Fatalf("file load of %q: exit %d: %s", script.String(), r.code, r.stderr)
+	}
+	cfg2, err := config.Apply(lb.NewConfig(), server.Ops(eng2.sent()[0]), config.Options{})
+	if err != nil || !cfg2.HA.Equal(cfg.HA) {
+		t.Errorf("loaded back %+v, %v; want %+v", cfg2.HA, err, cfg.HA)
+	}
+}
+
+func TestHAUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ha", "heartbeat", "add", "198.18.0.2"}, "needs SOURCE and DESTINATION"},
+		{[]string{"ha", "heartbeat", "add", "198.18.0.2", "peer"}, `destination "peer" is not an IP address`},
+		{[]string{"ha", "heartbeat", "set"}, "at least one of the flags"},
+		{[]string{"ha", "backup", "add", "primary", "auto"}, "needs ROLE, RECOVERY and PORT"},
+		{[]string{"ha", "backup", "add", "secondary", "auto", "1"}, `role "secondary" is not primary, backup or both`},
+		{[]string{"ha", "backup", "add", "backup", "later", "1"}, `recovery strategy "later"`},
+		{[]string{"ha", "backup", "add", "backup", "auto", "70000"}, `port "70000" is not in 1..65535`},
+		{[]string{"ha", "reach", "add", "198.18.0.1+x"}, `address "x" is not an IP address`},
+		{[]string{"ha", "takeover", "a", "b"}, "at most one ADDRESS"},
+		{[]string{"ha", "sideways"}, `unknown command "sideways"`},
+	} {
+		r := dlbctl("/nonexistent", c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("dlbctl %v: exit %d, stderr %q; want exit %d naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
+		}
+	}
+}
+
+func TestHAStatusAndTakeover(t *testing.T) {
+	eng := &fakeEngine{ha: api.HAReport{Configured: true, Running: true, Role: "backup", Recovery: "auto", Port: 12345,
+		Healthy: true, Digest: "00000000000000aa", DigestMatch: true,
+		Groups: []api.HAGroupReport{{Group: "peer", State: "standby", Since: "2026-01-01T00:00:00Z", Reason: "the peer serves the group",
+			Clusters: []string{"198.18.0.100"}}},
+		Peer: api.HAPeerReport{Alive: true, Heard: true, Role: "primary", Recovery: "auto", Healthy: true, Reach: 1, Targets: 1,
+			States: []string{"active"}, Digest: "00000000000000aa"},
+		Heartbeats:  []api.HAHeartbeatReport{{Source: "198.18.0.4", Destination: "198.18.0.2", Sent: 10, Received: 9, SecondsAgo: 0.2}},
+		Reach:       []api.HAReachReport{{Address: "198.18.0.254", Reachable: true}},
+		Replication: api.HAReplReport{Receiving: true, Synced: true, ReceivedRecords: 500, Imported: 500}}}
+	sock := serve(t, eng)
+	r := dlbctl(sock, "highavailability", "status")
+	if r.code != exitOK {
+		t.Fatalf("status: exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"role:", "backup, recovery auto, port 12345 (running)", "STANDBY", "peer active",
+		"config digest:", "same as the peer's", "198.18.0.4 -> 198.18.0.2", "synced true", "198.18.0.254"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r := dlbctl(sock, "ha", "takeover", "198.18.0.2"); r.code != exitOK {
+		t.Fatalf("takeover: exit %d: %s", r.code, r.stderr)
+	}
+	if r := dlbctl(sock, "ha", "takeover"); r.code != exitOK {
+		t.Fatalf("takeover: exit %d: %s", r.code, r.stderr)
+	}
+	if len(eng.takeovers) != 2 || eng.takeovers[0] != "198.18.0.2" || eng.takeovers[1] != "" {
+		t.Errorf("takeovers %q", eng.takeovers)
+	}
+}

@@ -1,0 +1,52 @@
+package dispatcher
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Guard keeps the host silent for the cluster and return addresses on
+// the executor's interface: TCP and UDP to them that the executor did not
+// take (it is detached, or not yet attached) are dropped rather than
+// answered by the host's stack with resets, which would break the
+// connections a standby is about to take over. cmd/dlbd fills it with a
+// tc program (package datapath) that package netif attaches.
+type Guard interface {
+	// Guard makes the guarded addresses of ifname exactly addrs (none:
+	// the guard leaves the interface).
+	Guard(ifname string, addrs []netip.Addr) error
+}
+
+// guardAddresses tells the guard what the engine configured on the
+// executor's interface, when that changed.
+func (e *Engine) guardAddresses(cfg lb.Config) error {
+	if e.opts.Guard == nil {
+		return nil
+	}
+	ifname := cfg.Executor.Interface
+	var addrs []netip.Addr
+	for a, on := range e.host.configured {
+		if on == ifname {
+			addrs = append(addrs, a)
+		}
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	var b strings.Builder
+	b.WriteString(ifname)
+	for _, a := range addrs {
+		b.WriteString(" " + a.String())
+	}
+	key := b.String()
+	if key == e.guarded {
+		return nil
+	}
+	if err := e.opts.Guard.Guard(ifname, addrs); err != nil {
+		return fmt.Errorf("guarding the addresses: %w", err)
+	}
+	e.guarded = key
+	return nil
+}

@@ -1,0 +1,544 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/dispatcher/store"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// HighAvailability is the high-availability function as the engine
+// drives it. cmd/dlbd fills it with package ha (heartbeats, decisions,
+// replication streams); the engine tells it what it knows of the
+// executor, acts on the states it decides (the group's addresses on the
+// interface and announced, or taken off), and feeds and drains its
+// replication.
+type HighAvailability interface {
+	// Check refuses a configuration this host cannot run (a heartbeat
+	// source it does not own, an unreadable secret). It changes nothing.
+	Check(lb.HighAvailability) error
+	// Configure starts, reconfigures or stops (not enabled) the
+	// function; digest is the configuration digest announced.
+	Configure(h lb.HighAvailability, digest uint64) error
+	// Resume starts the groups in the states a previous dlbd left.
+	Resume([lb.NumHAGroups]lb.HAState)
+	// SetHealth says whether the executor can forward, and why not.
+	SetHealth(ok bool, reason string)
+	// SetDigest changes the digest announced.
+	SetDigest(uint64)
+	// Takeover asks to serve the groups (all when none).
+	Takeover([]lb.HAGroup) error
+	// Released confirms a release the function decided, naming the
+	// replication marker sent after the group's last entries.
+	Released(g lb.HAGroup, marker uint64)
+	// NextMarker returns a new replication marker; Send queues a batch
+	// for the peer (false: not connected or overrun, and the next
+	// session starts over); Session numbers the current connection (0:
+	// none; a new one asks for a full copy).
+	NextMarker() uint64
+	Send(lb.ConnBatch) bool
+	Session() uint64
+	// Received delivers the peer's batches in order; Imported says the
+	// engine imported everything up to a marker.
+	Received() <-chan lb.ConnBatch
+	Imported(marker uint64)
+	// Notify is signalled when a state changes; Status reports.
+	Notify() <-chan struct{}
+	Status() lb.HAStatus
+	// PeerRole returns the role the peer announces, its address, and
+	// whether it is alive.
+	PeerRole() (lb.HARole, netip.Addr, bool)
+	// Stop stops the function; restart tells the peer this dlbd is
+	// restarting (its executor keeps forwarding).
+	Stop(restart bool)
+}
+
+// Announcer announces addresses on the segment (gratuitous ARP,
+// unsolicited neighbour advertisement); package netif's Netif is one.
+type Announcer interface {
+	Announce(ifname string, addrs []netip.Addr) error
+}
+
+// announceAfter are the delays after a takeover at which the group's
+// addresses are announced again: a frame can be lost, and a host can
+// learn the old MAC from a packet in flight.
+var announceAfter = []time.Duration{0, 250 * time.Millisecond, time.Second, 3 * time.Second}
+
+// haEngine is what the engine keeps for high availability.
+type haEngine struct {
+	// applied are the states the engine acted on, per group.
+	applied [lb.NumHAGroups]lb.HAState
+	since   [lb.NumHAGroups]time.Time
+	// peerAlive and conflict, as last reported, for highavailChange.
+	peerAlive bool
+	conflict  string
+	mismatch  bool
+	// digest is the configuration's digest, kept up to date change by
+	// change (digestOf).
+	digest digestState
+	// Replication counts: records imported, refused (no such server
+	// here), batches.
+	imported, unknown uint64
+	lastLag           time.Duration
+	healthy           bool
+	healthReason      string
+	announcements     uint64
+}
+
+// haOn reports whether high availability runs in cfg.
+func (e *Engine) haOn(cfg lb.Config) bool {
+	return e.opts.HA != nil && cfg.HA.Enabled()
+}
+
+// serves reports whether this dispatcher serves cluster cl: always
+// without high availability, else while cl's group is active.
+func (e *Engine) serves(cfg lb.Config, cl *lb.Cluster) bool {
+	if !e.haOn(cfg) {
+		return true
+	}
+	return e.ha.applied[cfg.HA.GroupOf(cl)] == lb.HAActive
+}
+
+// returnGroups maps each NAT return address of cfg to the group of a
+// cluster that uses it (validation keeps it to one group).
+func returnGroups(cfg lb.Config) map[netip.Addr]lb.HAGroup {
+	out := map[netip.Addr]lb.HAGroup{}
+	for i := range cfg.Clusters {
+		cl := &cfg.Clusters[i]
+		g := cfg.HA.GroupOf(cl)
+		for _, p := range cl.Ports {
+			if p.Method != lb.NAT {
+				continue
+			}
+			for _, s := range p.Servers {
+				if s.ReturnAddress.IsValid() {
+					out[s.ReturnAddress] = g
+				}
+			}
+		}
+	}
+	return out
+}
+
+// groupAddresses lists the addresses of group g that this dispatcher
+// puts on its interface: its clusters marked configure, and their NAT
+// return addresses.
+func groupAddresses(cfg lb.Config, g lb.HAGroup) []netip.Addr {
+	var out []netip.Addr
+	for i := range cfg.Clusters {
+		cl := &cfg.Clusters[i]
+		if cl.Configure && cfg.HA.GroupOf(cl) == g {
+			out = append(out, cl.Address)
+		}
+	}
+	for a, rg := range returnGroups(cfg) {
+		if rg == g {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// groupClusters lists the clusters of group g.
+func groupClusters(cfg lb.Config, g lb.HAGroup) []string {
+	var out []string
+	for i := range cfg.Clusters {
+		if cfg.HA.GroupOf(&cfg.Clusters[i]) == g {
+			out = append(out, cfg.Clusters[i].Address.String())
+		}
+	}
+	return out
+}
+
+// haHealth tells the function whether the executor can forward: loaded,
+// attached, and its interface up.
+func (e *Engine) haHealth() {
+	ok, reason := e.haForwarding(e.ed.Config())
+	if ok != e.ha.healthy || reason != e.ha.healthReason {
+		e.ha.healthy, e.ha.healthReason = ok, reason
+		e.opts.HA.SetHealth(ok, reason)
+	}
+}
+
+// haForwarding reports whether the executor can forward, and if not, why
+// (what a heartbeat proves; forwarding, for BGP, says only whether).
+func (e *Engine) haForwarding(cfg lb.Config) (bool, string) {
+	switch {
+	case !cfg.Executor.Started:
+		return false, "the executor is stopped"
+	case e.exec.dp == nil:
+		msg := "the executor is not loaded"
+		if e.exec.err != nil {
+			msg += ": " + e.exec.err.Error()
+		}
+		return false, msg
+	}
+	if _, ok := e.exec.dp.Attached(); !ok {
+		return false, "the executor is not attached"
+	}
+	l, err := e.opts.Netif.LinkByName(cfg.Executor.Interface)
+	if err != nil {
+		return false, err.Error()
+	}
+	if !l.Up {
+		return false, "interface " + cfg.Executor.Interface + " is down"
+	}
+	return true, ""
+}
+
+// haSync acts on the function's decisions: for each group whose state
+// changed, its addresses go on the interface and are announced (active)
+// or come off (anything else), its clusters' last entries follow a
+// release, and the events are raised.
+func (e *Engine) haSync() {
+	cfg := e.ed.Config()
+	if !e.haOn(cfg) {
+		return
+	}
+	st := e.opts.HA.Status()
+	changed := false
+	var became []lb.HAGroup
+	for _, gs := range st.Groups {
+		g := gs.Group
+		was := e.ha.applied[g]
+		if gs.State == was {
+			continue
+		}
+		changed = true
+		e.ha.applied[g], e.ha.since[g] = gs.State, time.Now()
+		if gs.State == lb.HAActive {
+			became = append(became, g)
+		}
+		if was == lb.HAActive {
+			// Off the interface before anything else: the host must
+			// not answer for the clusters (or reset their
+			// connections) once the peer has them.
+			if err := e.configureAddresses(cfg); err != nil {
+				e.log.Error("high availability: taking the addresses off", "group", g, "err", err)
+			}
+			marker := e.haFlush(cfg, g)
+			e.opts.HA.Released(g, marker)
+		}
+		name := map[lb.HAState]string{lb.HAActive: events.GoActive, lb.HAStandby: events.GoStandby,
+			lb.HANoExecutor: events.GoInOp}[gs.State]
+		env := map[string]string{"DLB_HA_GROUP": g.String(), "DLB_HA_STATE": gs.State.String(),
+			"DLB_HA_PREVIOUS": was.String(), "DLB_HA_REASON": gs.Reason, "DLB_HA_ROLE": cfg.HA.Role.String(),
+			"DLB_HA_CLUSTERS": strings.Join(groupClusters(cfg, g), " ")}
+		if name != "" {
+			e.events.Emit(name, env)
+		}
+		e.events.Emit(events.HighAvailChange, env)
+	}
+	if len(became) > 0 {
+		if err := e.configureAddresses(cfg); err != nil {
+			e.log.Error("high availability: putting the addresses on", "err", err)
+		}
+		for _, g := range became {
+			e.haAnnounce(cfg, g, 0)
+		}
+	}
+	if changed {
+		e.persistHAStates()
+	}
+	mismatch := st.Peer.Alive && st.Peer.Digest != e.ha.digest.sum
+	if st.Peer.Alive != e.ha.peerAlive || st.Peer.Conflict != e.ha.conflict || mismatch != e.ha.mismatch {
+		e.ha.peerAlive, e.ha.conflict, e.ha.mismatch = st.Peer.Alive, st.Peer.Conflict, mismatch
+		env := map[string]string{"DLB_HA_PEER": yes(st.Peer.Alive), "DLB_HA_ROLE": cfg.HA.Role.String()}
+		if st.Peer.Conflict != "" {
+			env["DLB_HA_CONFLICT"] = st.Peer.Conflict
+			e.log.Error("high availability: inconsistent pair", "conflict", st.Peer.Conflict)
+		}
+		if mismatch {
+			env["DLB_HA_DIGEST"] = digestText(e.ha.digest.sum)
+			env["DLB_HA_PEER_DIGEST"] = digestText(st.Peer.Digest)
+			e.log.Warn("high availability: the peer's configuration differs from this one",
+				"digest", digestText(e.ha.digest.sum), "peer", digestText(st.Peer.Digest))
+		}
+		e.events.Emit(events.HighAvailChange, env)
+	}
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// haAnnounce announces group g's addresses now, and again after the
+// delays of announceAfter while the group stays active.
+func (e *Engine) haAnnounce(cfg lb.Config, g lb.HAGroup, step int) {
+	if e.ha.applied[g] != lb.HAActive || !cfg.Executor.Started {
+		return
+	}
+	addrs := groupAddresses(cfg, g)
+	if an, ok := e.opts.Netif.(Announcer); ok && len(addrs) > 0 {
+		if err := an.Announce(cfg.Executor.Interface, addrs); err != nil {
+			e.log.Warn("high availability: announcing the addresses", "err", err)
+		} else {
+			e.ha.announcements++
+		}
+	}
+	if step+1 < len(announceAfter) {
+		since := e.ha.since[g]
+		time.AfterFunc(announceAfter[step+1], func() {
+			e.post(func() {
+				if e.ha.since[g] == since { // still the same takeover
+					e.haAnnounce(e.ed.Config(), g, step+1)
+				}
+			})
+		})
+	}
+}
+
+// post runs f on the management goroutine later, unless Run returned.
+func (e *Engine) post(f func()) {
+	go func() {
+		defer func() { _ = recover() }() // mgmt closed: Run returned
+		select {
+		case e.mgmt <- f:
+		case <-e.ctx.Done():
+		}
+	}()
+}
+
+// persistHAStates journals the states acted on, for a restart.
+func (e *Engine) persistHAStates() {
+	var rec store.Record
+	s := e.ha.applied
+	rec.HAStates = &s
+	if err := e.store.Append(rec); err != nil {
+		e.log.Error("saving the high-availability states", "err", err)
+	}
+}
+
+// haConfigure starts, changes or stops the function after a change.
+func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
+	e.ha.digest.update(old, next, ch)
+	if e.opts.HA == nil {
+		return
+	}
+	if !ch.HA && e.haOn(next) {
+		e.opts.HA.SetDigest(e.ha.digest.sum)
+		if ch.Executor {
+			e.haHealth()
+		}
+		return
+	}
+	if !ch.HA {
+		return
+	}
+	if err := e.opts.HA.Configure(next.HA, e.ha.digest.sum); err != nil {
+		e.log.Error("high availability: configuring", "err", err)
+	}
+	if !next.HA.Enabled() {
+		e.ha.applied = [lb.NumHAGroups]lb.HAState{}
+		e.persistHAStates()
+		if err := e.configureAddresses(next); err != nil {
+			e.log.Error("high availability: restoring the addresses", "err", err)
+		}
+		return
+	}
+	// Until the function decides, the addresses of groups not active
+	// stay off.
+	if err := e.configureAddresses(next); err != nil {
+		e.log.Error("high availability: taking the addresses off until decided", "err", err)
+	}
+	e.ha.healthy, e.ha.healthReason = false, "?"
+	e.haHealth()
+	e.haSync()
+}
+
+// haCheck refuses a change the high-availability function cannot run,
+// or that contradicts the live peer (two primaries, a role both facing
+// another role).
+func (e *Engine) haCheck(next lb.Config, ch config.Change) error {
+	if !ch.HA || !next.HA.Enabled() {
+		return nil
+	}
+	if e.opts.HA == nil {
+		return lb.Errorf("role", "", "high availability is not available in this dlbd")
+	}
+	if err := e.opts.HA.Check(next.HA); err != nil {
+		return err
+	}
+	pr, from, alive := e.opts.HA.PeerRole()
+	if !alive {
+		return nil
+	}
+	me := next.HA.Role
+	switch {
+	case me == lb.RoleBoth && pr != lb.RoleBoth, me != lb.RoleBoth && pr == lb.RoleBoth:
+		return lb.Errorf("role", "", "the peer %s is %s: under mutual high availability both dispatchers are both", from, pr)
+	case me == pr:
+		return lb.Errorf("role", "", "the peer %s is %s too: one dispatcher is primary, the other backup", from, pr)
+	}
+	return nil
+}
+
+// Takeover asks this dispatcher to serve the clusters that addr names:
+// the clusters of the dispatcher whose heartbeat address addr is (under
+// mutual high availability), or all of them (no address).
+func (e *Engine) Takeover(ctx context.Context, addr netip.Addr) error {
+	_, err := call(ctx, e, func() (struct{}, error) {
+		cfg := e.ed.Config()
+		if !e.haOn(cfg) {
+			return struct{}{}, lb.Errorf("highavailability", "", "high availability is not running (highavailability backup add and heartbeat add first)")
+		}
+		var groups []lb.HAGroup
+		if addr.IsValid() {
+			switch {
+			case cfg.HA.Role != lb.RoleBoth && (slices.Contains(cfg.HA.Sources(), addr) || slices.Contains(cfg.HA.Destinations(), addr)):
+			case slices.Contains(cfg.HA.Sources(), addr):
+				groups = []lb.HAGroup{lb.GroupLocal}
+			case slices.Contains(cfg.HA.Destinations(), addr):
+				groups = []lb.HAGroup{lb.GroupPeer}
+			default:
+				return struct{}{}, lb.Errorf("address", addr.String(), "is neither a heartbeat source nor a destination")
+			}
+		}
+		if err := e.opts.HA.Takeover(groups); err != nil {
+			return struct{}{}, lb.Errorf("highavailability", "", "%v", err)
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// HAStatus is high availability in a status snapshot.
+type HAStatus struct {
+	// Config is the configuration; Node what the function reports.
+	Config lb.HighAvailability
+	Node   lb.HAStatus
+	// Clusters lists each group's clusters.
+	Clusters map[lb.HAGroup][]string
+	// Digest is this configuration's digest, and DigestMatch whether the
+	// live peer announces the same.
+	Digest      uint64
+	DigestMatch bool
+	// Imported and Unknown count replicated records written to the
+	// executor and those naming a server this configuration lacks.
+	Imported, Unknown uint64
+	// Announcements counts the rounds of gratuitous ARP and unsolicited
+	// neighbour advertisements sent.
+	Announcements uint64
+}
+
+// haStatus takes the snapshot.
+func (e *Engine) haStatus(cfg lb.Config) *HAStatus {
+	st := &HAStatus{Config: cfg.HA.Clone(), Digest: e.ha.digest.sum, Clusters: map[lb.HAGroup][]string{},
+		Imported: e.ha.imported, Unknown: e.ha.unknown, Announcements: e.ha.announcements}
+	if e.opts.HA != nil {
+		st.Node = e.opts.HA.Status()
+		st.DigestMatch = st.Node.Peer.Alive && st.Node.Peer.Digest == st.Digest
+	}
+	for _, g := range cfg.HA.Groups() {
+		st.Clusters[g] = groupClusters(cfg, g)
+	}
+	return st
+}
+
+// digestState is the configuration's digest: the XOR of a hash of each
+// cluster's, port's and server's own settings, so that a change updates
+// it in what it touched. Two dispatchers that serve the same clusters
+// have the same digest, whatever order they were configured in. The
+// executor's settings (its interface and NFA differ between the two),
+// the advisors, the manager and high availability are left out.
+type digestState struct {
+	sum uint64
+}
+
+func hashOf(parts ...any) uint64 {
+	h := fnv.New64a()
+	for _, p := range parts {
+		b, _ := json.Marshal(p)
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+func clusterHash(cl lb.Cluster) uint64 {
+	cl.Ports = nil
+	return hashOf("cluster", cl)
+}
+
+func portHash(cl netip.Addr, p lb.Port) uint64 {
+	p.Servers = nil
+	return hashOf("port", cl, p)
+}
+
+func serverHash(k lb.ServiceKey, s lb.Server) uint64 {
+	return hashOf("server", k, s)
+}
+
+// full computes the digest of cfg.
+func (d *digestState) full(cfg lb.Config) {
+	d.sum = 0
+	for _, cl := range cfg.Clusters {
+		d.sum ^= clusterHash(cl)
+		for _, p := range cl.Ports {
+			d.sum ^= portHash(cl.Address, p)
+			k := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
+			for _, s := range p.Servers {
+				d.sum ^= serverHash(k, s)
+			}
+		}
+	}
+}
+
+// update follows a change.
+func (d *digestState) update(old, next lb.Config, ch config.Change) {
+	for a, kind := range ch.Clusters {
+		if kind != config.Added {
+			if cl := old.Cluster(a); cl != nil {
+				d.sum ^= clusterHash(*cl)
+			}
+		}
+		if kind != config.Removed {
+			if cl := next.Cluster(a); cl != nil {
+				d.sum ^= clusterHash(*cl)
+			}
+		}
+	}
+	for k, kind := range ch.Ports {
+		if kind != config.Added {
+			if p := portOf(old, k); p != nil {
+				d.sum ^= portHash(k.Cluster, *p)
+			}
+		}
+		if kind != config.Removed {
+			if p := portOf(next, k); p != nil {
+				d.sum ^= portHash(k.Cluster, *p)
+			}
+		}
+	}
+	for k, kind := range ch.Servers {
+		if kind != config.Added {
+			if s, ok := serverOf(old, k); ok {
+				d.sum ^= serverHash(k.Service, s)
+			}
+		}
+		if kind != config.Removed {
+			if s, ok := serverOf(next, k); ok {
+				d.sum ^= serverHash(k.Service, s)
+			}
+		}
+	}
+}
+
+// digestText formats a digest as reports show it.
+func digestText(d uint64) string { return fmt.Sprintf("%016x", d) }
+
+// DigestText formats a configuration digest as reports show it.
+func DigestText(d uint64) string { return digestText(d) }

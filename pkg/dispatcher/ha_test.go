@@ -1,0 +1,339 @@
+package dispatcher
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// fakeHA is the high-availability function as a test drives it: the
+// test sets the states the function "decides", and reads what the engine
+// told it.
+type fakeHA struct {
+	mu         sync.Mutex
+	cfg        lb.HighAvailability
+	states     map[lb.HAGroup]lb.HAState
+	healthy    bool
+	reason     string
+	released   []lb.HAGroup
+	resumed    *[lb.NumHAGroups]lb.HAState
+	takeovers  [][]lb.HAGroup
+	checkErr   error
+	peerRole   lb.HARole
+	peerAlive  bool
+	stopped    []bool
+	notify     chan struct{}
+	recv       chan lb.ConnBatch
+	digest     uint64
+	configured int
+}
+
+func newFakeHA() *fakeHA {
+	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, notify: make(chan struct{}, 1), recv: make(chan lb.ConnBatch)}
+}
+
+func (f *fakeHA) Check(lb.HighAvailability) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checkErr
+}
+func (f *fakeHA) Configure(h lb.HighAvailability, d uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cfg, f.digest = h, d
+	f.configured++
+	for _, g := range h.Groups() {
+		if _, ok := f.states[g]; !ok {
+			f.states[g] = lb.HAListen
+		}
+	}
+	return nil
+}
+func (f *fakeHA) Resume(s [lb.NumHAGroups]lb.HAState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resumed = &s
+	for g, st := range s {
+		if st == lb.HAActive {
+			f.states[lb.HAGroup(g)] = st
+		}
+	}
+}
+func (f *fakeHA) SetHealth(ok bool, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.healthy, f.reason = ok, reason
+}
+func (f *fakeHA) SetDigest(d uint64) { f.mu.Lock(); defer f.mu.Unlock(); f.digest = d }
+func (f *fakeHA) Takeover(g []lb.HAGroup) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.takeovers = append(f.takeovers, g)
+	return nil
+}
+func (f *fakeHA) Released(g lb.HAGroup, _ uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, g)
+}
+func (f *fakeHA) NextMarker() uint64            { return 1 }
+func (f *fakeHA) Send(lb.ConnBatch) bool        { return false }
+func (f *fakeHA) Session() uint64               { return 0 }
+func (f *fakeHA) Received() <-chan lb.ConnBatch { return f.recv }
+func (f *fakeHA) Imported(uint64)               {}
+func (f *fakeHA) Notify() <-chan struct{}       { return f.notify }
+func (f *fakeHA) PeerRole() (lb.HARole, netip.Addr, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peerRole, netip.MustParseAddr("198.18.0.4"), f.peerAlive
+}
+func (f *fakeHA) Stop(restart bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, restart)
+}
+func (f *fakeHA) Status() lb.HAStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := lb.HAStatus{Running: f.cfg.Enabled(), Healthy: f.healthy, HealthReason: f.reason}
+	for _, g := range f.cfg.Groups() {
+		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: f.states[g], Reason: "test"})
+	}
+	return st
+}
+
+// set makes the function decide state for g.
+func (f *fakeHA) set(g lb.HAGroup, st lb.HAState) {
+	f.mu.Lock()
+	f.states[g] = st
+	f.mu.Unlock()
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+func haHarness(t *testing.T, dir string, f *fakeHA) *harness {
+	t.Helper()
+	return newHarnessWith(t, dir, func(o *Options) { o.HA = f })
+}
+
+// haOps configure a primary with a heartbeat and a secret.
+func haOps(role string) []config.Op {
+	return []config.Op{
+		op("backup", "add", "", "role", role, "recovery", "auto", "haport", "7000"),
+		op("heartbeat", "add", "198.18.0.4", "source", "198.18.0.2", "secretfile", "/etc/dlb/ha.secret"),
+	}
+}
+
+func (n *fakeNetif) has(a string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.addresses[netip.MustParseAddr(a)]
+	return ok
+}
+
+func (n *fakeNetif) announcedCount(a string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, x := range n.announced {
+		if x == netip.MustParseAddr(a) {
+			c++
+		}
+	}
+	return c
+}
+
+func eventNames(h *harness) []string {
+	var out []string
+	for _, r := range h.status(Query{}).RecentEvents {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// TestHAAddressesFollowTheState: the cluster and return addresses are on
+// the interface only while the group is active; they are announced when
+// it becomes active, and a release is confirmed once they are off.
+func TestHAAddressesFollowTheState(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(op("port", "add", vip+"@81", "method", "nat"),
+		op("server", "add", vip+"@81@198.18.0.23", "returnaddress", "198.18.0.3"))
+	if !h.nif.has(vip) || !h.nif.has("198.18.0.3") {
+		t.Fatal("without high availability the addresses are configured")
+	}
+	h.mustApply(haOps("primary")...)
+	eventually(t, "addresses off while listening", func() bool { return !h.nif.has(vip) && !h.nif.has("198.18.0.3") })
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "addresses on once active", func() bool { return h.nif.has(vip) && h.nif.has("198.18.0.3") })
+	eventually(t, "announced", func() bool { return h.nif.announcedCount(vip) >= 2 && h.nif.announcedCount("198.18.0.3") >= 2 })
+	f.mu.Lock()
+	healthy := f.healthy
+	f.mu.Unlock()
+	if !healthy {
+		t.Error("a started, attached executor on an up interface is not reported healthy")
+	}
+
+	f.set(lb.GroupLocal, lb.HAStandby)
+	eventually(t, "addresses off once standing by", func() bool { return !h.nif.has(vip) && !h.nif.has("198.18.0.3") })
+	eventually(t, "release confirmed", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Contains(f.released, lb.GroupLocal)
+	})
+	names := eventNames(h)
+	for _, want := range []string{events.GoActive, events.GoStandby, events.HighAvailChange} {
+		if !slices.Contains(names, want) {
+			t.Errorf("event %s not raised: %v", want, names)
+		}
+	}
+
+	// Removing high availability puts the addresses back.
+	h.mustApply(op("backup", "remove", ""))
+	eventually(t, "addresses back without high availability", func() bool { return h.nif.has(vip) && h.nif.has("198.18.0.3") })
+}
+
+// TestHAHealth: a stopped executor or a down interface is reported, and
+// raises goInOp when the function decides so.
+func TestHAHealth(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(haOps("primary")...)
+	reason := func() string { f.mu.Lock(); defer f.mu.Unlock(); return f.reason }
+	eventually(t, "healthy", func() bool { return reason() == "" })
+	h.nif.mu.Lock()
+	h.nif.linkDown = true
+	h.nif.mu.Unlock()
+	eventually(t, "interface down reported", func() bool { return reason() == "interface eth0 is down" })
+	h.nif.mu.Lock()
+	h.nif.linkDown = false
+	h.nif.mu.Unlock()
+	h.mustApply(op("executor", "stop", ""))
+	eventually(t, "executor stopped reported", func() bool { return reason() == "the executor is stopped" })
+	f.set(lb.GroupLocal, lb.HANoExecutor)
+	eventually(t, "goInOp", func() bool { return slices.Contains(eventNames(h), events.GoInOp) })
+}
+
+// TestHARefusals: a configuration the function cannot run, or that
+// contradicts the live peer, is refused and changes nothing.
+func TestHARefusals(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	f.checkErr = lb.Errorf("source", "198.18.0.2", "cannot send heartbeats from 198.18.0.2 port 7000: the address is not on this host")
+	err := h.apply(haOps("primary")...)
+	if lb.FieldOf(err) != "source" {
+		t.Fatalf("a source the host lacks: %v", err)
+	}
+	f.checkErr = nil
+	f.peerRole, f.peerAlive = lb.RolePrimary, true
+	err = h.apply(haOps("primary")...)
+	if lb.FieldOf(err) != "role" {
+		t.Fatalf("two primaries: %v", err)
+	}
+	if h.config().HA.Configured() {
+		t.Error("a refused change was kept")
+	}
+	h.mustApply(haOps("backup")...)
+
+	f.peerAlive = false
+	e := newHarness(t, t.TempDir()) // no function: refused
+	base(e)
+	if err := e.apply(haOps("primary")...); lb.FieldOf(err) != "role" {
+		t.Errorf("high availability without the function: %v", err)
+	}
+}
+
+// TestHAResume: a restarted dlbd whose executor kept forwarding resumes
+// the states it served; the function is told to stop for a restart.
+func TestHAResume(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(haOps("primary")...)
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "active", func() bool { return h.nif.has(vip) })
+	h.restart()
+	f.mu.Lock()
+	resumed, stopped := f.resumed, slices.Clone(f.stopped)
+	f.mu.Unlock()
+	if resumed == nil || resumed[lb.GroupLocal] != lb.HAActive {
+		t.Fatalf("resumed %v, want the local group active", resumed)
+	}
+	if len(stopped) == 0 || !stopped[0] {
+		t.Errorf("stopped %v: the peer must be told of the restart", stopped)
+	}
+	if !h.nif.has(vip) {
+		t.Error("the cluster address left the interface across a restart")
+	}
+}
+
+// TestHATakeover maps a takeover's address to groups.
+func TestHATakeover(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	ctx := context.Background()
+	if err := h.e.Takeover(ctx, netip.Addr{}); lb.FieldOf(err) != "highavailability" {
+		t.Errorf("takeover without high availability: %v", err)
+	}
+	h.mustApply(haOps("backup")...)
+	if err := h.e.Takeover(ctx, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.e.Takeover(ctx, netip.MustParseAddr("198.18.0.9")); lb.FieldOf(err) != "address" {
+		t.Errorf("takeover of a stranger's address: %v", err)
+	}
+	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.4"), op("backup", "remove", ""),
+		op("backup", "add", "", "role", "both", "recovery", "manual", "haport", "7000"))
+	if err := h.e.Takeover(ctx, netip.MustParseAddr("198.18.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.takeovers) != 2 || f.takeovers[0] != nil || !slices.Equal(f.takeovers[1], []lb.HAGroup{lb.GroupPeer}) {
+		t.Errorf("takeovers %v", f.takeovers)
+	}
+}
+
+// TestHADigest: the digest does not depend on the order of
+// configuration, follows changes incrementally, and leaves out what
+// differs between two dispatchers of a pair.
+func TestHADigest(t *testing.T) {
+	a := newHarness(t, t.TempDir())
+	base(a)
+	a.mustApply(op("server", "add", vip+"@80@198.18.0.23"), op("port", "set", vip+"@443", "stickytime", "60"))
+	b := newHarness(t, t.TempDir())
+	start := withP(op("executor", "start", ""), config.P("interface", "eth0"))
+	b.mustApply(start, withP(op("executor", "set", ""), config.P("nfa", "198.18.0.4")),
+		withP(op("cluster", "add", vip), config.P("configure", "yes")), op("port", "add", vip+"@443"),
+		op("port", "set", vip+"@443", "stickytime", "60"), op("port", "add", vip+"@80"),
+		op("server", "add", vip+"@80@198.18.0.23"), op("server", "add", "@80+443@198.18.0.22"), op("server", "add", "@80+443@198.18.0.21"))
+	da, db := a.status(Query{HA: true}).HA.Digest, b.status(Query{HA: true}).HA.Digest
+	if da != db {
+		t.Errorf("digests %x and %x of the same clusters configured in two orders", da, db)
+	}
+	var full digestState
+	full.full(a.config())
+	if full.sum != da {
+		t.Errorf("incremental digest %x, computed whole %x", da, full.sum)
+	}
+	b.mustApply(op("server", "set", vip+"@80@198.18.0.23", "weight", "3"))
+	if db2 := b.status(Query{HA: true}).HA.Digest; db2 == da {
+		t.Error("a weight change left the digest as it was")
+	}
+	b.mustApply(op("server", "set", vip+"@80@198.18.0.23", "weight", "20"))
+	if db3 := b.status(Query{HA: true}).HA.Digest; db3 != da {
+		t.Errorf("undoing the change: %x, want %x", db3, da)
+	}
+}

@@ -1,0 +1,203 @@
+package dispatcher
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// Connection replication: every replicateInterval the active scans its
+// executor's connection, NAT and affinity tables (through memory maps:
+// the data path pays nothing) for entries that are new or changed, puts
+// addresses in place of its ids, and sends them to the standby, which
+// writes them into its own executor with its own ids. A new replication
+// session (the standby joined or came back) starts with a full copy,
+// ended by a marker the standby acknowledges: from then on it is
+// synchronised. Letting go of a group sends its last changes and a
+// marker after them; the peer serves only once it imported up to it.
+
+// ConnTables is what an executor offers for replication; the engine
+// replicates only when its Datapath has it.
+type ConnTables interface {
+	// ScanConns calls f for each entry of the tables that is new or
+	// changed since s's last scan (every entry when full), and records
+	// in s what it saw. An entry that did not change is reported again
+	// once its last use is refresh newer than when it was reported, so
+	// that the standby does not expire what the active still uses.
+	ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f func(lb.ConnEntry)) error
+	// PutConns writes entries as if the executor had written them now
+	// less their age, and returns how many it wrote.
+	PutConns([]lb.ConnEntry) (int, error)
+}
+
+// replicateInterval is how often the active looks for changed entries.
+const replicateInterval = 100 * time.Millisecond
+
+// replicateRefresh is how much newer an unchanged entry's last use must
+// be to be sent again.
+const replicateRefresh = 10 * time.Second
+
+// replState is the engine's side of replication.
+type replState struct {
+	scan lb.ConnScan
+	// byBackend and byService translate this executor's ids to keys;
+	// rebuilt after changes (ids is the change count they were built
+	// at).
+	byBackend map[uint32]lb.BackendKey
+	byService map[uint32]lb.ServiceKey
+	ids       uint64
+	// session is the replication session the last full copy went to.
+	session uint64
+}
+
+// connTables returns the executor's replication, if it has one.
+func (e *Engine) connTables() (ConnTables, bool) {
+	if e.exec.dp == nil {
+		return nil, false
+	}
+	ct, ok := e.exec.dp.(ConnTables)
+	return ct, ok
+}
+
+// reverseIDs rebuilds the id → key maps if the configuration changed.
+func (e *Engine) reverseIDs() {
+	if e.repl.byBackend != nil && e.repl.ids == e.facts.changes {
+		return
+	}
+	e.repl.byBackend = make(map[uint32]lb.BackendKey, len(e.ids.Backends))
+	for k, id := range e.ids.Backends {
+		e.repl.byBackend[id] = k
+	}
+	e.repl.byService = make(map[uint32]lb.ServiceKey, len(e.ids.Services))
+	for k, id := range e.ids.Services {
+		e.repl.byService[id] = k
+	}
+	e.repl.ids = e.facts.changes
+}
+
+// scanRecords scans the tables (all of them when full) and returns the
+// records of the clusters of the groups in send.
+func (e *Engine) scanRecords(cfg lb.Config, full bool, send [lb.NumHAGroups]bool) []lb.ConnRecord {
+	ct, ok := e.connTables()
+	if !ok {
+		return nil
+	}
+	e.reverseIDs()
+	var out []lb.ConnRecord
+	groupOf := map[netip.Addr]lb.HAGroup{}
+	for i := range cfg.Clusters {
+		groupOf[cfg.Clusters[i].Address] = cfg.HA.GroupOf(&cfg.Clusters[i])
+	}
+	err := ct.ScanConns(&e.repl.scan, full, replicateRefresh, func(c lb.ConnEntry) {
+		svc, ok := e.repl.byService[c.Service]
+		if !ok {
+			return
+		}
+		if g, ok := groupOf[svc.Cluster]; !ok || !send[g] {
+			return
+		}
+		bk, ok := e.repl.byBackend[c.Backend]
+		if !ok || bk.Service != svc && c.Kind != lb.ConnAffinity {
+			return
+		}
+		cluster := c.Cluster
+		if c.Kind == lb.ConnAffinity {
+			cluster = netip.AddrPortFrom(svc.Cluster, svc.Port)
+		}
+		out = append(out, lb.ConnRecord{Kind: c.Kind, Protocol: c.Protocol, Client: c.Client, Cluster: cluster,
+			Server: bk.Server, NAT: c.NAT, Closing: c.Closing, Age: c.Age})
+	})
+	if err != nil {
+		e.log.Error("replication: scanning the connection tables", "err", err)
+	}
+	return out
+}
+
+// activeGroups says which groups this dispatcher serves.
+func (e *Engine) activeGroups() ([lb.NumHAGroups]bool, bool) {
+	var out [lb.NumHAGroups]bool
+	any := false
+	for g, st := range e.ha.applied {
+		if st == lb.HAActive {
+			out[g], any = true, true
+		}
+	}
+	return out, any
+}
+
+// haReplicate sends what changed (everything, to a new session).
+func (e *Engine) haReplicate() {
+	cfg := e.ed.Config()
+	if !e.haOn(cfg) {
+		return
+	}
+	s := e.opts.HA.Session()
+	if s == 0 {
+		return
+	}
+	full := s != e.repl.session
+	send, any := e.activeGroups()
+	if !any && !full {
+		return
+	}
+	var b lb.ConnBatch
+	if any {
+		b.Records = e.scanRecords(cfg, full, send)
+	}
+	if full {
+		b.Marker, b.Full = e.opts.HA.NextMarker(), true
+	}
+	if len(b.Records) == 0 && b.Marker == 0 {
+		return
+	}
+	if e.opts.HA.Send(b) && full {
+		e.repl.session = s
+		e.log.Info("replication: full copy sent", "records", len(b.Records))
+	}
+}
+
+// haFlush sends group g's last changes and a marker after them, and
+// returns the marker (0: nothing could be sent).
+func (e *Engine) haFlush(cfg lb.Config, g lb.HAGroup) uint64 {
+	if e.opts.HA.Session() == 0 {
+		return 0
+	}
+	var send [lb.NumHAGroups]bool
+	send[g] = true
+	b := lb.ConnBatch{Records: e.scanRecords(cfg, false, send), Marker: e.opts.HA.NextMarker()}
+	if !e.opts.HA.Send(b) {
+		return 0
+	}
+	return b.Marker
+}
+
+// haImport writes the peer's records into the executor, with this
+// dispatcher's ids.
+func (e *Engine) haImport(b lb.ConnBatch) {
+	if len(b.Records) > 0 {
+		e.ha.lastLag = time.Since(b.Sent)
+		if ct, ok := e.connTables(); ok {
+			entries := make([]lb.ConnEntry, 0, len(b.Records))
+			for _, r := range b.Records {
+				bk := r.Backend()
+				bid, okB := e.ids.Backends[bk]
+				sid, okS := e.ids.Services[bk.Service]
+				if !okB || !okS {
+					e.ha.unknown++
+					continue
+				}
+				entries = append(entries, lb.ConnEntry{Kind: r.Kind, Protocol: r.Protocol, Client: r.Client, Cluster: r.Cluster,
+					NAT: r.NAT, Backend: bid, Service: sid, Closing: r.Closing, Age: r.Age})
+			}
+			n, err := ct.PutConns(entries)
+			e.ha.imported += uint64(n)
+			if err != nil {
+				e.log.Error("replication: writing the peer's entries", "err", err)
+			}
+		}
+	}
+	if b.Marker != 0 {
+		e.opts.HA.Imported(b.Marker)
+	}
+}

@@ -1,0 +1,761 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// High availability: two dispatchers (lab.sh -x 2) on the segment of the
+// backends and of the router, the clients behind the router, NAT servers
+// behind it too (-r 3). The primary (d1) serves, the backup (d2) stands
+// by; each fault of issue 13 is put on the primary while 500 keep-alive
+// connections send requests, a 100 MB download is in flight and new
+// connections keep coming, then repaired, and the primary takes its
+// clusters back (recovery auto). Measured per fault: the time from the
+// fault to the backup forwarding, the new connections that failed, and the
+// established connections broken (none may be).
+
+const (
+	haPort     = "7700"
+	haInterval = 500 // ms, the default
+	haCount    = 4
+	// haDetect is count × interval.
+	haDetect = haInterval * haCount * time.Millisecond
+)
+
+// haDispatcher is one dlbd of the pair.
+type haDispatcher struct {
+	t              *testing.T
+	i              int
+	ns, addr, peer string // namespace, NFA, switch-side port
+	dir, sock, pin string
+	cmd            *exec.Cmd
+	runs           int
+}
+
+func (d *haDispatcher) start() {
+	d.t.Helper()
+	d.runs++
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+d.ns, filepath.Join(binDir, "dlbd"),
+		"--socket", d.sock, "--state-dir", filepath.Join(d.dir, "state"), "--pin-dir", d.pin, "--log-level", "info",
+		"--scripts-dir", filepath.Join(d.dir, "scripts"))
+	logf, err := os.Create(filepath.Join(d.dir, fmt.Sprintf("dlbd%d.log", d.runs)))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		d.t.Fatalf("starting dlbd %d: %v", d.i, err)
+	}
+	d.cmd = cmd
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, _, code := d.ctl("executor", "report", "-o", "json"); code == 0 {
+			return
+		}
+	}
+	d.t.Fatalf("dlbd %d did not answer within 30 s", d.i)
+}
+
+// stop signals dlbd and waits for it to exit.
+func (d *haDispatcher) stop(sig syscall.Signal) {
+	if d.cmd == nil || d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (d *haDispatcher) ctl(args ...string) (string, string, int) {
+	cmd := exec.Command(filepath.Join(binDir, "dlbctl"), append([]string{"--socket", d.sock}, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	code := 0
+	if err := cmd.Run(); err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return o.String(), e.String(), code
+}
+
+func (d *haDispatcher) mustCtl(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.ctl(args...)
+	if code != 0 {
+		d.t.Fatalf("dispatcher %d: dlbctl %s: exit %d: %s", d.i, strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// status is the dispatcher's high-availability report (the zero report
+// when dlbd does not answer).
+func (d *haDispatcher) status() api.HAReport {
+	var r api.HAReport
+	out, _, code := d.ctl("highavailability", "status", "-o", "json")
+	if code == 0 {
+		_ = json.Unmarshal([]byte(out), &r)
+	}
+	return r
+}
+
+// state is the dispatcher's state of its only group ("" when dlbd does
+// not answer).
+func (d *haDispatcher) state() string {
+	r := d.status()
+	if len(r.Groups) == 0 {
+		return ""
+	}
+	return r.Groups[0].State
+}
+
+// reasons returns the executor's packet counts by reason (nil when it
+// cannot be read: dlbd down).
+func (d *haDispatcher) reasons() map[string]uint64 {
+	var r api.ExecutorReport
+	out, _, code := d.ctl("executor", "report", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+		return nil
+	}
+	m := map[string]uint64{}
+	for _, rc := range r.Reasons {
+		m[rc.Reason] = rc.Packets
+	}
+	return m
+}
+
+// forwarded counts the packets the dispatcher's executor forwarded.
+func (d *haDispatcher) forwarded() uint64 {
+	var n uint64
+	for r, p := range d.reasons() {
+		if strings.HasPrefix(r, "fwd") {
+			n += p
+		}
+	}
+	return n
+}
+
+// grown returns the counts of after that grew since before.
+func grown(before, after map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range after {
+		if v > before[k] {
+			out[k] = v - before[k]
+		}
+	}
+	return out
+}
+
+// haLab is the lab with both dispatchers configured alike, but for their
+// roles and addresses.
+type haLab struct {
+	*lab
+	d      [2]*haDispatcher
+	secret string
+	// routes are the primary's routes via a gateway, saved by a fault
+	// that deletes them for its repair to put back.
+	routes []string
+}
+
+// staticRoutes lists the primary's IPv4 routes via a gateway.
+func (h *haLab) staticRoutes(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, l := range strings.Split(h.mustNS("d", "ip", "-o", "route", "show"), "\n") {
+		if strings.Contains(l, " via ") {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
+}
+
+func newHALab(t *testing.T) *haLab {
+	t.Helper()
+	l := newLabPrefix(t, "dlba", "-n", "3", "-c", "1", "-x", "2", "-r", "3")
+	h := &haLab{lab: l, secret: filepath.Join(l.run, "ha.secret")}
+	// No GRO on the switch's ports. The switch runs an XDP program on
+	// its ports (labxdp), which turns on GRO in the veth it feeds, so the
+	// dispatchers would receive NAT replies merged into super-frames.
+	// Merged TCP frames carry CHECKSUM_PARTIAL (tcp_gro_complete): the
+	// checksum field holds only the pseudo-header's sum, to be completed
+	// on transmission. The executor's NAT (in generic mode it runs on
+	// such skbs, after GRO) updates that field as if it were a full
+	// checksum, ports included, so the frames leave with a wrong one and
+	// the client drops them: a NAT download stalls after its first few
+	// hundred kilobytes (DLB_HA_GRO=1 shows it). By the same mechanism a
+	// NIC with GRO on should do the same to an executor in generic mode
+	// (reasoned, not tested: no NIC here); native mode runs before GRO. Not fixed in the executor (it
+	// cannot see the skb's checksum state); README, NAT: generic mode
+	// needs GRO off on the interface for NAT.
+	out, err := l.inNS("sw", "ip", "-o", "link", "show")
+	if err != nil {
+		t.Fatalf("listing the switch's ports: %v\n%s", err, out)
+	}
+	if os.Getenv("DLB_HA_GRO") == "1" { // to see the problem: GRO left on
+		out = ""
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		port, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		if strings.HasPrefix(port, l.prefix+"-") {
+			l.mustNS("sw", "ethtool", "-K", port, "gro", "off")
+		}
+	}
+	if err := os.WriteFile(h.secret, []byte("a secret both dispatchers share\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, d := range h.d {
+			if d == nil {
+				continue
+			}
+			d.stop(syscall.SIGTERM)
+			_ = os.RemoveAll(d.pin)
+			if t.Failed() {
+				logs, _ := filepath.Glob(filepath.Join(d.dir, "dlbd*.log"))
+				for _, f := range logs {
+					b, _ := os.ReadFile(f)
+					lines := strings.Split(string(b), "\n")
+					var warn []string
+					for _, l := range lines[:max(0, len(lines)-40)] {
+						if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+							warn = append(warn, l)
+						}
+					}
+					t.Logf("dispatcher %d %s (warnings, then the last lines):\n%s\n...\n%s", d.i, filepath.Base(f),
+						strings.Join(warn, "\n"), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+				}
+			}
+		}
+	})
+	for i := range 2 {
+		n := i + 1
+		d := &haDispatcher{t: t, i: n, ns: l.env[fmt.Sprintf("LAB_D%d_NS", n)], addr: l.env[fmt.Sprintf("LAB_D%d_ADDR", n)],
+			peer: l.env[fmt.Sprintf("LAB_D%d_PEER", n)], dir: filepath.Join(l.run, fmt.Sprintf("d%d", n)),
+			pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, n)}
+		d.sock = filepath.Join(d.dir, "dlbd.sock")
+		if err := os.MkdirAll(filepath.Join(d.dir, "scripts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		h.d[i] = d
+		d.start()
+		h.configure(d)
+	}
+	h.configureHA(h.d[0], "primary", h.d[1].addr)
+	h.configureHA(h.d[1], "backup", h.d[0].addr)
+	h.waitSteady(t, 15*time.Second)
+	return h
+}
+
+// configure gives a dispatcher the clusters both serve: VIP:80 by MAC
+// over the backends, VIP:81 by NAT over the NAT servers.
+func (h *haLab) configure(d *haDispatcher) {
+	vip, ret, router := h.vip(), h.env["LAB_RETURN_ADDR"], h.env["LAB_ROUTER_ADDR"]
+	d.mustCtl("executor", "start", "--interface", h.env["LAB_IF"], "--xdp-mode", "generic")
+	d.mustCtl("executor", "set", "nfa", d.addr)
+	d.mustCtl("cluster", "add", vip, "--configure")
+	d.mustCtl("port", "add", vip+"@80")
+	d.mustCtl("port", "add", vip+"@81", "--method", "nat")
+	for i := 1; i <= 3; i++ {
+		d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip, h.env[fmt.Sprintf("LAB_B%d_ADDR", i)]))
+		d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip, h.env[fmt.Sprintf("LAB_N%d_ADDR", i)]),
+			"--mapport", "80", "--returnaddress", ret, "--router", router)
+	}
+}
+
+func (h *haLab) configureHA(d *haDispatcher, role, peer string) {
+	d.mustCtl("highavailability", "backup", "add", role, "auto", haPort)
+	d.mustCtl("highavailability", "heartbeat", "add", d.addr, peer, "--secret-file", h.secret)
+	d.mustCtl("highavailability", "reach", "add", h.env["LAB_ROUTER_ADDR"])
+}
+
+// waitSteady waits until the primary serves, the backup stands by with a
+// full copy, and both agree on the configuration.
+func (h *haLab) waitSteady(t *testing.T, limit time.Duration) time.Duration {
+	t.Helper()
+	return poll(t, limit, "d1 active, d2 standby and synced", func() bool {
+		s1, s2 := h.d[0].status(), h.d[1].status()
+		return len(s1.Groups) == 1 && s1.Groups[0].State == "active" && len(s2.Groups) == 1 && s2.Groups[0].State == "standby" &&
+			s2.Replication.Synced && s1.DigestMatch && s2.DigestMatch && s1.Peer.Alive && s2.Peer.Alive
+	})
+}
+
+// haTraffic is what runs across a fault: keep-alive connections, a paced
+// download and new connections, all through the VIP's port.
+type haTraffic struct {
+	wg                    sync.WaitGroup
+	keep, download, fresh loadResult
+	keepErr, dlErr, frErr error
+}
+
+func (h *haLab) startTraffic(port string, d time.Duration) *haTraffic {
+	tr := &haTraffic{}
+	url := "http://" + h.vip() + ":" + port + "/"
+	ctx := context.Background()
+	secs := fmt.Sprintf("%ds", int(d.Seconds()))
+	tr.wg.Add(3)
+	go func() {
+		defer tr.wg.Done()
+		tr.keep, tr.keepErr = h.load(ctx, "-url", url, "-keepalive", "-c", "500", "-interval", "200ms", "-duration", secs, "-timeout", "20s")
+	}()
+	go func() {
+		defer tr.wg.Done()
+		// 100 MB at 12.5 MB/s: 8 s in flight.
+		tr.download, tr.dlErr = h.load(ctx, "-url", url+"bytes?n=104857600&rate=13107200", "-n", "1", "-timeout", "60s")
+	}()
+	go func() {
+		defer tr.wg.Done()
+		tr.fresh, tr.frErr = h.load(ctx, "-url", url, "-c", "2", "-duration", secs, "-timeout", "1s")
+	}()
+	return tr
+}
+
+// faultResult is one fault's figures.
+type faultResult struct {
+	mode, fault        string
+	toForward          time.Duration
+	failback           time.Duration // from the traffic's start to the primary active again
+	newFailed, newSent int
+	broken, conns      int
+	downloadOK         bool
+}
+
+// haFault puts one fault on the active (d1) and repairs it.
+type haFault struct {
+	name    string
+	inject  func(t *testing.T, h *haLab)
+	restore func(t *testing.T, h *haLab)
+}
+
+// runFault runs traffic through port, puts the fault on d1, measures the
+// backup's takeover, repairs the fault, waits for the primary to take
+// its clusters back, and checks that no established connection broke
+// across either change.
+func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult {
+	t.Helper()
+	h.waitSteady(t, 30*time.Second)
+	const traffic = 15 * time.Second
+	began := time.Now()
+	tr := h.startTraffic(port, traffic)
+	time.Sleep(2 * time.Second)
+	base := h.d[1].forwarded()
+	reasons2 := h.d[1].reasons()
+	r1, r2 := h.d[0].status().Replication, h.d[1].status().Replication
+	t.Logf("replication before the fault: the active sent %d records, the standby received %d and imported %d (synced %v, lag %.1f ms)",
+		r1.SentRecords, r2.ReceivedRecords, r2.Imported, r2.Synced, r2.LagMS)
+	f.inject(t, h)
+	res := faultResult{mode: mode, fault: f.name}
+	res.toForward = poll(t, 10*time.Second, "the backup forwarding", func() bool {
+		return h.d[1].state() == "active" && h.d[1].forwarded() > base+100
+	})
+	nb := func() string {
+		out, _ := h.inNS("r", "ip", "-br", "neigh", "show", "dev", h.env["LAB_ROUTER_IF"])
+		var keep []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, h.vip()+" ") || strings.HasPrefix(l, h.env["LAB_RETURN_ADDR"]+" ") {
+				keep = append(keep, strings.Join(strings.Fields(l), " "))
+			}
+		}
+		return strings.Join(keep, "; ")
+	}
+	neighAt := nb()
+	time.Sleep(time.Second)
+	neighAt += " | 1 s later: " + nb()
+	f.restore(t, h)
+	h.waitSteady(t, 30*time.Second)
+	// The failback (recovery auto) must happen under the same traffic,
+	// for "established broken" to cover it too.
+	res.failback = time.Since(began)
+	if res.failback > traffic-time.Second {
+		t.Errorf("%s %s: the primary took its clusters back %v after the traffic began, too late for the traffic (%v) to cover it",
+			mode, f.name, res.failback.Round(time.Millisecond), traffic)
+	}
+	tr.wg.Wait()
+	if tr.keepErr != nil || tr.dlErr != nil || tr.frErr != nil {
+		t.Fatalf("%s %s: traffic: %v / %v / %v", mode, f.name, tr.keepErr, tr.dlErr, tr.frErr)
+	}
+	res.conns, res.broken = tr.keep.Connections, tr.keep.Broken
+	res.newSent, res.newFailed = tr.fresh.Requests, tr.fresh.Failed
+	res.downloadOK = tr.download.OK == 1 && tr.download.HashMismatches == 0
+	t.Logf("%s mode, %s: backup forwarding %v after the fault; the primary back %v into the traffic; new connections failed %d of %d; established broken %d of %d (%d requests, errors %v); 100 MB download ok %v (%v)",
+		mode, f.name, res.toForward.Round(time.Millisecond), res.failback.Round(time.Millisecond), res.newFailed, res.newSent, res.broken, res.conns, tr.keep.Requests,
+		tr.keep.Errors, res.downloadOK, tr.download.Errors)
+	if res.broken != 0 {
+		t.Logf("the backup's executor since the fault: %v", grown(reasons2, h.d[1].reasons()))
+		t.Logf("the router's neighbour entries once the backup forwarded: %s (d1 %s, d2 %s)", neighAt, h.d[0].mac(h.env["LAB_IF"]), h.d[1].mac(h.env["LAB_IF"]))
+		t.Logf("the primary's executor since it came back: %v", h.d[0].reasons())
+		t.Errorf("%s %s: %d of %d established connections broken: %v", mode, f.name, res.broken, res.conns, tr.keep.Errors)
+	}
+	if res.conns < 500 {
+		t.Errorf("%s %s: only %d keep-alive connections", mode, f.name, res.conns)
+	}
+	if !res.downloadOK {
+		t.Errorf("%s %s: the 100 MB download failed: %+v", mode, f.name, tr.download)
+	}
+	if res.toForward > 3*time.Second {
+		t.Errorf("%s %s: the backup forwarded %v after the fault (goal 2 s)", mode, f.name, res.toForward)
+	}
+	return res
+}
+
+// The faults of issue 13, each with its repair.
+var haFaults = []haFault{
+	{
+		name: "dlbd SIGKILL and executor detached",
+		inject: func(t *testing.T, h *haLab) {
+			d := h.d[0]
+			d.stop(syscall.SIGKILL)
+			// The pins go: the link's last reference, so the program
+			// leaves the interface.
+			if err := os.RemoveAll(d.pin); err != nil {
+				t.Fatal(err)
+			}
+		},
+		restore: func(t *testing.T, h *haLab) { h.d[0].start() },
+	},
+	{
+		// Setting a link down deletes the routes through it (here the
+		// client and NAT networks via the router), and setting it up
+		// does not bring them back: the repair puts them back, as a
+		// host's network configuration does when a link comes up.
+		// Without them the primary, once active again, cannot route NAT
+		// replies to the clients (drop_no_route): found by this test.
+		name: "interface down",
+		inject: func(t *testing.T, h *haLab) {
+			h.routes = h.staticRoutes(t)
+			h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "down")
+		},
+		restore: func(t *testing.T, h *haLab) {
+			h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "up")
+			for _, r := range h.routes {
+				h.mustNS("d", append([]string{"ip", "route", "replace"}, strings.Fields(r)...)...)
+			}
+		},
+	},
+	{
+		// The switch port goes down: the dispatcher's only link loses its
+		// carrier, it is cut off from everything.
+		name:    "namespace isolated (its link without carrier)",
+		inject:  func(t *testing.T, h *haLab) { h.mustNS("sw", "ip", "link", "set", h.d[0].peer, "down") },
+		restore: func(t *testing.T, h *haLab) { h.mustNS("sw", "ip", "link", "set", h.d[0].peer, "up") },
+	},
+	{
+		// The router stops answering the primary's pings (a route that
+		// prohibits its address): the backup reaches more targets.
+		name: "reach target lost",
+		inject: func(t *testing.T, h *haLab) {
+			h.mustNS("r", "ip", "route", "add", "prohibit", h.d[0].addr+"/32")
+		},
+		restore: func(t *testing.T, h *haLab) {
+			h.mustNS("r", "ip", "route", "del", "prohibit", h.d[0].addr+"/32")
+		},
+	},
+}
+
+// TestPrivilegedHAFailover puts every fault of issue 13 on the active
+// dispatcher, in MAC mode and in NAT mode (all of them with DLB_HA_ALL=1;
+// see below). DLB_HA_ONLY=regexp runs only the cases whose "mode/fault"
+// name matches.
+func TestPrivilegedHAFailover(t *testing.T) {
+	// make test runs every fault in NAT mode (the mode that needs the
+	// replicated mappings) and the SIGKILL in MAC mode; DLB_HA_ALL=1
+	// (make soak-ha) runs every fault in both modes.
+	only := regexp.MustCompile(`^(nat/|mac/dlbd SIGKILL)`)
+	if os.Getenv("DLB_HA_ALL") == "1" {
+		only = nil
+	}
+	if s := os.Getenv("DLB_HA_ONLY"); s != "" {
+		only = regexp.MustCompile(s)
+	}
+	h := newHALab(t)
+	var results []faultResult
+	for _, m := range []struct{ mode, port string }{{"mac", "80"}, {"nat", "81"}} {
+		for _, f := range haFaults {
+			if only != nil && !only.MatchString(m.mode+"/"+f.name) {
+				continue
+			}
+			ok := t.Run(m.mode+"/"+f.name, func(t *testing.T) {
+				results = append(results, h.runFault(t, m.mode, m.port, f))
+			})
+			if !ok {
+				t.FailNow()
+			}
+		}
+	}
+	t.Log("figures (mode, fault: backup forwarding after the fault, new connections failed, established broken, download):")
+	for _, r := range results {
+		t.Logf("  %s, %s: %v, %d/%d, %d/%d, %v", r.mode, r.fault, r.toForward.Round(time.Millisecond), r.newFailed, r.newSent,
+			r.broken, r.conns, r.downloadOK)
+	}
+}
+
+// watchStates polls both dispatchers' states every 20 ms until stop is
+// closed, and returns the longest time both were active at once and
+// whether the backup was ever active or preempting.
+func (h *haLab) watchStates(stop <-chan struct{}) (both time.Duration, backupServed bool) {
+	var since time.Time
+	for {
+		select {
+		case <-stop:
+			if !since.IsZero() {
+				both = max(both, time.Since(since))
+			}
+			return both, backupServed
+		case <-time.After(20 * time.Millisecond):
+		}
+		s1, s2 := h.d[0].state(), h.d[1].state()
+		if s2 == "active" || s2 == "preempt" {
+			backupServed = true
+		}
+		if s1 == "active" && s2 == "active" {
+			if since.IsZero() {
+				since = time.Now()
+			}
+			both = max(both, time.Since(since))
+		} else {
+			since = time.Time{}
+		}
+	}
+}
+
+// TestPrivilegedHARestartAndPartition: a dlbd restart on the active
+// causes no takeover and breaks nothing; a partition that cuts the
+// active off from its peer and its reach target leaves two actives for
+// less than the detection time, and after healing one stays active.
+func TestPrivilegedHARestartAndPartition(t *testing.T) {
+	h := newHALab(t)
+
+	t.Run("dlbd restart on the active", func(t *testing.T) {
+		h.waitSteady(t, 30*time.Second)
+		tr := h.startTraffic("80", 10*time.Second)
+		stop := make(chan struct{})
+		var both time.Duration
+		var served bool
+		done := make(chan struct{})
+		go func() { both, served = h.watchStates(stop); close(done) }()
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		h.d[0].stop(syscall.SIGTERM)
+		h.d[0].start()
+		t.Logf("dlbd restarted in %v", time.Since(start).Round(time.Millisecond))
+		poll(t, 10*time.Second, "the restarted primary heard and active", func() bool {
+			s := h.d[0].status()
+			return len(s.Groups) == 1 && s.Groups[0].State == "active" && s.Peer.Alive
+		})
+		tr.wg.Wait()
+		close(stop)
+		<-done
+		if served {
+			t.Error("the backup took over during the primary's restart")
+		}
+		if both > 0 {
+			t.Errorf("two actives for %v", both)
+		}
+		if tr.keepErr != nil || tr.keep.Broken != 0 || tr.keep.Connections < 500 {
+			t.Errorf("keep-alive: %v, %d of %d broken: %v", tr.keepErr, tr.keep.Broken, tr.keep.Connections, tr.keep.Errors)
+		}
+		if tr.dlErr != nil || tr.download.OK != 1 {
+			t.Errorf("download: %v %+v", tr.dlErr, tr.download)
+		}
+		t.Logf("restart: no takeover, established broken %d of %d, new connections failed %d of %d, download ok %v",
+			tr.keep.Broken, tr.keep.Connections, tr.fresh.Failed, tr.fresh.Requests, tr.download.OK == 1)
+	})
+
+	t.Run("partition and heal", func(t *testing.T) {
+		h.waitSteady(t, 30*time.Second)
+		// The partition: the primary and one backend on a bridge of their
+		// own, apart from the backup, the router (the reach target) and
+		// the other backends.
+		const island = "dlbbr9"
+		h.mustNS("sw", "ip", "link", "add", island, "type", "bridge", "stp_state", "0", "forward_delay", "0")
+		h.mustNS("sw", "ip", "link", "set", island, "up")
+		stop := make(chan struct{})
+		var both time.Duration
+		done := make(chan struct{})
+		go func() { both, _ = h.watchStates(stop); close(done) }()
+		for _, p := range []string{h.d[0].peer, h.env["LAB_B1_PEER"]} {
+			h.mustNS("sw", "ip", "link", "set", p, "master", island)
+		}
+		took := poll(t, 10*time.Second, "the backup active, the primary not", func() bool {
+			return h.d[1].state() == "active" && h.d[0].state() != "active"
+		})
+		time.Sleep(2 * time.Second)
+		if s := h.d[0].state(); s == "active" {
+			t.Errorf("the cut-off primary is active again: %s", s)
+		}
+		for _, p := range []string{h.d[0].peer, h.env["LAB_B1_PEER"]} {
+			h.mustNS("sw", "ip", "link", "set", p, "master", h.env["LAB_BRIDGE"])
+		}
+		h.mustNS("sw", "ip", "link", "del", island)
+		healed := h.waitSteady(t, 30*time.Second)
+		time.Sleep(time.Second)
+		close(stop)
+		<-done
+		t.Logf("partition: the backup alone active %v after the cut; two actives at most %v (detection %v); after healing, one active (the primary, recovery auto) %v later",
+			took.Round(time.Millisecond), both.Round(time.Millisecond), haDetect, healed.Round(time.Millisecond))
+		if both > haDetect {
+			t.Errorf("two actives for %v, longer than the detection time %v", both, haDetect)
+		}
+		if s1, s2 := h.d[0].state(), h.d[1].state(); s1 != "active" || s2 != "standby" {
+			t.Errorf("after healing: %s and %s", s1, s2)
+		}
+	})
+}
+
+// mac is the dispatcher's interface's MAC address.
+func (d *haDispatcher) mac(ifname string) string {
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+d.ns, "ip", "-br", "link", "show", ifname).Output()
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(out)); len(f) >= 3 {
+		return f[2]
+	}
+	return "?"
+}
+
+// replCounts returns the records the dispatcher sent and imported.
+func (d *haDispatcher) replCounts() (sent, imported uint64) {
+	r := d.status().Replication
+	return r.SentRecords, r.Imported
+}
+
+// firstGrowth polls f every 2 ms until it returns more than base, and
+// returns when it did (the zero time: not within limit).
+func firstGrowth(base uint64, limit time.Duration, f func() uint64) time.Time {
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		if f() > base {
+			return time.Now()
+		}
+	}
+	return time.Time{}
+}
+
+// TestPrivilegedHAReplication measures connection replication: how long
+// a new connection's entries take to reach the standby (goal 200 ms),
+// and a standby that joins late (restarted with an empty executor while
+// 500 keep-alive NAT connections run: NAT, because in MAC mode the same
+// Maglev tables would keep the connections on their servers even
+// without a copy): it gets a full copy, and a takeover right after
+// breaks none of them.
+func TestPrivilegedHAReplication(t *testing.T) {
+	h := newHALab(t)
+	h.waitSteady(t, 30*time.Second)
+
+	t.Run("propagation", func(t *testing.T) {
+		// One new connection at a time, nothing else running: the active
+		// sends its entry with the next scan (every 100 ms), the standby
+		// imports it. Measured from the client's start (an upper bound:
+		// it includes starting labclient and the handshake) and from the
+		// active's sending (the transfer and the import alone).
+		var fromClient, fromSend []time.Duration
+		for i := range 10 {
+			time.Sleep(150 * time.Millisecond)
+			sent, _ := h.d[0].replCounts()
+			_, imported := h.d[1].replCounts()
+			var wg sync.WaitGroup
+			var t1, t2 time.Time
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				t1 = firstGrowth(sent, 5*time.Second, func() uint64 { s, _ := h.d[0].replCounts(); return s })
+			}()
+			go func() {
+				defer wg.Done()
+				t2 = firstGrowth(imported, 5*time.Second, func() uint64 { _, m := h.d[1].replCounts(); return m })
+			}()
+			t0 := time.Now()
+			if _, err := h.load(context.Background(), "-url", "http://"+h.vip()+":81/", "-n", "1"); err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+			wg.Wait()
+			if t1.IsZero() || t2.IsZero() {
+				t.Fatalf("connection %d: sent by the active %v, imported by the standby %v", i, !t1.IsZero(), !t2.IsZero())
+			}
+			fromClient = append(fromClient, t2.Sub(t0))
+			fromSend = append(fromSend, max(t2.Sub(t1), 0))
+		}
+		slices.Sort(fromClient)
+		slices.Sort(fromSend)
+		med := func(v []time.Duration) time.Duration { return v[len(v)/2].Round(time.Millisecond) }
+		t.Logf("propagation of a new NAT connection's entries to the standby (polled every 2 ms through dlbctl): from the client's start median %v, max %v; from the active's sending median %v, max %v; over %d connections",
+			med(fromClient), fromClient[len(fromClient)-1].Round(time.Millisecond), med(fromSend),
+			fromSend[len(fromSend)-1].Round(time.Millisecond), len(fromClient))
+		if fromClient[len(fromClient)/2] > 200*time.Millisecond {
+			t.Errorf("median propagation %v from the client's start, goal 200 ms", fromClient[len(fromClient)/2])
+		}
+	})
+
+	t.Run("late-joining standby", func(t *testing.T) {
+		ctx := context.Background()
+		var keep loadResult
+		var keepErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			keep, keepErr = h.load(ctx, "-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "500", "-interval", "200ms",
+				"-duration", "16s", "-timeout", "20s")
+		}()
+		time.Sleep(2 * time.Second)
+		// The standby loses everything: dlbd killed, its executor's pins
+		// gone (the program leaves the interface, the tables with it).
+		d := h.d[1]
+		d.stop(syscall.SIGKILL)
+		if err := os.RemoveAll(d.pin); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		start := time.Now()
+		d.start()
+		poll(t, 20*time.Second, "the late standby synced", func() bool {
+			s := d.status()
+			return len(s.Groups) == 1 && s.Groups[0].State == "standby" && s.Replication.Synced
+		})
+		synced := time.Since(start)
+		_, got := d.replCounts()
+		t.Logf("late-joining standby: dlbd started, standby and synced %v after its start, %d records imported (500 NAT connections: a flow and a port each)",
+			synced.Round(time.Millisecond), got)
+		if got < 1000 {
+			t.Errorf("the late standby imported %d records, want at least 1000", got)
+		}
+		// Take over at once: the copy is what the connections live on.
+		h.d[0].stop(syscall.SIGKILL)
+		if err := os.RemoveAll(h.d[0].pin); err != nil {
+			t.Fatal(err)
+		}
+		took := poll(t, 10*time.Second, "the late standby active", func() bool { return d.state() == "active" })
+		<-done
+		t.Logf("then the active killed: the late standby active %v later; established broken %d of %d (%d requests, errors %v)",
+			took.Round(time.Millisecond), keep.Broken, keep.Connections, keep.Requests, keep.Errors)
+		if keepErr != nil || keep.Broken != 0 || keep.Connections < 500 {
+			t.Errorf("keep-alive: %v, %d of %d broken: %v", keepErr, keep.Broken, keep.Connections, keep.Errors)
+		}
+		h.d[0].start()
+		h.waitSteady(t, 30*time.Second)
+	})
+}

@@ -1,0 +1,880 @@
+// Package ha is dlb's high-availability function, IBM style: two
+// dispatchers exchange heartbeats (UDP, authenticated with a shared
+// secret, sequence-numbered so that a replay is refused), ping reach
+// targets, decide which of them serves each group of clusters (machine.go
+// says by which rules), and carry the active's connection-table entries
+// to the standby (stream.go).
+//
+// The engine (package dispatcher) drives a Node through an interface: it
+// says whether the executor can forward and what to replicate, and acts
+// on the states the Node decides (addresses on the interface, gratuitous
+// ARP, forwarding of new connections). The Node knows nothing of the
+// executor or of the host's interfaces.
+//
+// What a heartbeat proves: that dlbd runs on the peer, and that the
+// peer's executor is attached to an interface that is up (the flag
+// "healthy"; a peer that is heard but unhealthy is taken over at once).
+// A peer that stops heartbeats for count × interval is dead, unless it
+// said, when it stopped gracefully (SIGTERM: a restart, an upgrade), that
+// it was restarting: its pinned executor keeps forwarding, and it is
+// given the restart grace (30 s by default) to come back before it is
+// taken over. A dlbd killed without warning (SIGKILL, a crash) cannot be
+// told from a dead host and is taken over after count × interval.
+package ha
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// DefaultRestartGrace is how long a peer that said it was restarting is
+// waited for.
+const DefaultRestartGrace = 30 * time.Second
+
+// Options configure a Node.
+type Options struct {
+	// Logger receives the Node's log; slog.Default() when nil.
+	Logger *slog.Logger
+	// Probe pings a reach target from source within timeout; nil uses
+	// package advisors' ping.
+	Probe func(ctx context.Context, target, source netip.Addr, timeout time.Duration) error
+	// RestartGrace is announced when the Node stops for a restart
+	// (default DefaultRestartGrace).
+	RestartGrace time.Duration
+	// ReadSecret reads the secret file (default os.ReadFile).
+	ReadSecret func(path string) ([]byte, error)
+}
+
+// Node runs high availability for one dispatcher.
+type Node struct {
+	opts Options
+	log  *slog.Logger
+	boot uint64
+
+	notify   chan struct{}
+	received chan Batch
+
+	mu      sync.Mutex
+	cfg     lb.HighAvailability
+	key     []byte
+	running bool
+	err     string
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	socks   map[netip.Addr]*net.UDPConn
+	lns     map[netip.Addr]net.Listener
+	seq     uint64
+	lastTx  time.Time
+
+	healthy      bool
+	healthReason string
+	digest       uint64
+	takeover     [lb.NumHAGroups]bool
+	groups       [lb.NumHAGroups]group
+
+	peer      peerState
+	reach     []reachState
+	refused   map[string]uint64
+	pathStats map[lb.Heartbeat]*lb.HAPathStatus
+
+	// replication, sending side
+	outq        chan Batch
+	outConn     *conn
+	session     uint64
+	sentRecords uint64
+	markerBase  uint64
+	markers     uint64
+	markerSent  map[uint64]time.Time
+	lastAckRTT  time.Duration
+	// receiving side
+	inConn       *conn
+	recvRecords  uint64
+	lastFull     uint64 // the marker ending the latest full copy received
+	importedUpTo uint64
+	synced       bool
+}
+
+// peerState is what the peer's heartbeats said.
+type peerState struct {
+	fresh      freshness
+	heard      bool
+	last       message
+	lastHeard  time.Time
+	graceUntil time.Time
+}
+
+// reachState is one reach target's probing.
+type reachState struct {
+	addr  netip.Addr
+	ok    bool
+	fails int
+	err   string
+}
+
+// New returns a Node; it runs once Configure gives it an enabled
+// configuration.
+func New(opts Options) *Node {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.RestartGrace == 0 {
+		opts.RestartGrace = DefaultRestartGrace
+	}
+	if opts.ReadSecret == nil {
+		opts.ReadSecret = os.ReadFile
+	}
+	if opts.Probe == nil {
+		opts.Probe = ping
+	}
+	boot := binary.BigEndian.Uint64(nonce(8)) | 1
+	return &Node{opts: opts, log: opts.Logger.With("component", "ha"), boot: boot,
+		notify: make(chan struct{}, 1), received: make(chan Batch, 16),
+		refused: map[string]uint64{}, pathStats: map[lb.Heartbeat]*lb.HAPathStatus{},
+		markerBase: uint64(time.Now().UnixNano()), markerSent: map[uint64]time.Time{}}
+}
+
+// ping probes a reach target with package advisors' ping.
+func ping(ctx context.Context, target, source netip.Addr, timeout time.Duration) error {
+	a, err := advisors.New("ping")
+	if err != nil {
+		return err
+	}
+	r := a.Probe(ctx, advisors.Target{Address: target, Source: source, ConnectTimeout: timeout, ReceiveTimeout: timeout})
+	if !r.Up {
+		return errors.New(r.Reason)
+	}
+	return nil
+}
+
+// Notify is signalled whenever a group's state or the peer's changes:
+// the engine then reads Status.
+func (n *Node) Notify() <-chan struct{} { return n.notify }
+
+// Received delivers the peer's replication, in order.
+func (n *Node) Received() <-chan Batch { return n.received }
+
+func (n *Node) signal() {
+	select {
+	case n.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Check refuses a configuration this host cannot run: a heartbeat
+// source it does not own (the sockets cannot bind), an unreadable or
+// empty secret file. It changes nothing.
+func (n *Node) Check(h lb.HighAvailability) error {
+	if !h.Enabled() {
+		return nil
+	}
+	if _, err := n.readSecret(h); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, src := range h.Sources() {
+		if n.running && n.cfg.Port == h.Port && n.socks[src] != nil {
+			continue // bound already
+		}
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, h.Port)))
+		if err != nil {
+			return lb.Errorf("source", src.String(), "cannot send heartbeats from %s port %d: %v", src, h.Port, bindReason(err))
+		}
+		c.Close()
+	}
+	return nil
+}
+
+// bindReason shortens a bind error.
+func bindReason(err error) string {
+	s := err.Error()
+	if strings.Contains(s, "assign requested address") {
+		return "the address is not on this host"
+	}
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
+	b, err := n.opts.ReadSecret(h.SecretFile)
+	if err != nil {
+		return nil, lb.Errorf("secretfile", h.SecretFile, "cannot read the shared secret: %v", err)
+	}
+	key := []byte(strings.TrimSpace(string(b)))
+	if len(key) < 8 {
+		return nil, lb.Errorf("secretfile", h.SecretFile, "the shared secret is shorter than 8 bytes")
+	}
+	return key, nil
+}
+
+// Resume starts the groups in the states a previous dlbd left them in,
+// when the executor kept forwarding across its restart: an active stays
+// active instead of listening again (which could hand its clusters to
+// the peer). Call it before the first Configure.
+func (n *Node) Resume(states [lb.NumHAGroups]lb.HAState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for g, st := range states {
+		if st == lb.HAActive || st == lb.HAStandby {
+			n.groups[g] = group{state: st, since: now, reason: "resumed after a restart of dlbd"}
+		}
+	}
+}
+
+// Configure starts, reconfigures or (for a configuration that is not
+// enabled) stops high availability. The digest is this dispatcher's
+// configuration digest, announced to the peer.
+func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
+	if !h.Enabled() {
+		n.Stop(false)
+		n.mu.Lock()
+		n.cfg = h.Clone()
+		n.digest = digest
+		n.groups = [lb.NumHAGroups]group{}
+		n.err = ""
+		n.mu.Unlock()
+		n.signal()
+		return nil
+	}
+	key, err := n.readSecret(h)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	rebind := !n.running || n.cfg.Port != h.Port || !slices.Equal(n.cfg.Sources(), h.Sources())
+	roleChanged := n.cfg.Role != lb.RoleNone && n.cfg.Role != h.Role
+	n.mu.Unlock()
+	if rebind {
+		n.Stop(false)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cfg, n.key, n.digest = h.Clone(), key, digest
+	if roleChanged {
+		for g := range n.groups {
+			if n.groups[g].state != lb.HANoExecutor {
+				n.groups[g] = group{}
+			}
+		}
+	}
+	old := n.reach
+	n.reach = nil
+	for _, a := range h.Reach {
+		rs := reachState{addr: a}
+		for _, o := range old {
+			if o.addr == a {
+				rs = o
+			}
+		}
+		n.reach = append(n.reach, rs)
+	}
+	for hb := range n.pathStats {
+		if !slices.Contains(h.Heartbeats, hb) {
+			delete(n.pathStats, hb)
+		}
+	}
+	for _, hb := range h.Heartbeats {
+		if n.pathStats[hb] == nil {
+			n.pathStats[hb] = &lb.HAPathStatus{Heartbeat: hb}
+		}
+	}
+	if !rebind {
+		return nil
+	}
+	if err := n.startLocked(); err != nil {
+		n.err = err.Error()
+		return err
+	}
+	return nil
+}
+
+// startLocked opens the sockets and starts the goroutines.
+func (n *Node) startLocked() error {
+	h := n.cfg
+	socks := map[netip.Addr]*net.UDPConn{}
+	lns := map[netip.Addr]net.Listener{}
+	closeAll := func() {
+		for _, c := range socks {
+			c.Close()
+		}
+		for _, l := range lns {
+			l.Close()
+		}
+	}
+	for _, src := range h.Sources() {
+		ap := netip.AddrPortFrom(src, h.Port)
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+		if err != nil {
+			closeAll()
+			return lb.Errorf("source", src.String(), "cannot send heartbeats from %s port %d: %v", src, h.Port, bindReason(err))
+		}
+		socks[src] = c
+		l, err := net.Listen("tcp", ap.String())
+		if err != nil {
+			closeAll()
+			return lb.Errorf("source", src.String(), "cannot accept replication on %s: %v", ap, bindReason(err))
+		}
+		lns[src] = l
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.socks, n.lns, n.stop, n.running, n.err = socks, lns, cancel, true, ""
+	n.outq = make(chan Batch, 64)
+	now := time.Now()
+	for g := range n.groups {
+		if n.groups[g].state == lb.HAIdle {
+			n.groups[g] = group{state: lb.HAListen, since: now, reason: "listening for the peer"}
+		}
+	}
+	for src, c := range socks {
+		n.wg.Add(2)
+		go n.receive(ctx, src, c)
+		go n.accept(ctx, src, lns[src])
+	}
+	n.wg.Add(3)
+	go n.loop(ctx)
+	go n.probeReach(ctx)
+	go n.sender(ctx, n.outq)
+	n.log.Info("high availability started", "role", h.Role, "port", h.Port, "heartbeats", len(h.Heartbeats), "boot", strconv.FormatUint(n.boot, 16))
+	return nil
+}
+
+// Stop stops heartbeats and replication. With restart, the last
+// heartbeats tell the peer this dispatcher is restarting (its executor
+// keeps forwarding): the peer waits the restart grace before taking
+// over.
+func (n *Node) Stop(restart bool) {
+	n.mu.Lock()
+	if !n.running {
+		n.mu.Unlock()
+		return
+	}
+	if restart {
+		for range 3 {
+			n.sendLocked(true)
+		}
+	}
+	n.running = false
+	n.stop()
+	for _, c := range n.socks {
+		c.Close()
+	}
+	for _, l := range n.lns {
+		l.Close()
+	}
+	if n.outConn != nil {
+		n.outConn.c.Close()
+	}
+	if n.inConn != nil {
+		n.inConn.c.Close()
+	}
+	n.socks, n.lns = nil, nil
+	n.mu.Unlock()
+	n.wg.Wait()
+	n.mu.Lock()
+	n.peer = peerState{fresh: n.peer.fresh}
+	n.outConn, n.inConn = nil, nil
+	n.synced = false
+	n.mu.Unlock()
+}
+
+// SetHealth says whether this dispatcher's executor can forward (loaded,
+// attached, its interface up), and if not, why.
+func (n *Node) SetHealth(ok bool, reason string) {
+	n.mu.Lock()
+	changed := n.healthy != ok
+	n.healthy, n.healthReason = ok, reason
+	if changed {
+		n.stepLocked(time.Now())
+	}
+	n.mu.Unlock()
+	if changed {
+		n.signal()
+	}
+}
+
+// SetDigest changes the configuration digest announced.
+func (n *Node) SetDigest(d uint64) {
+	n.mu.Lock()
+	n.digest = d
+	n.mu.Unlock()
+}
+
+// Takeover asks this dispatcher to serve the groups (all of them when
+// none is given): a standby preempts its peer, even without a full copy
+// of its tables.
+func (n *Node) Takeover(groups []lb.HAGroup) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running {
+		return errors.New("high availability is not running")
+	}
+	if len(groups) == 0 {
+		groups = n.cfg.Groups()
+	}
+	asked := false
+	for _, g := range groups {
+		if !slices.Contains(n.cfg.Groups(), g) {
+			continue
+		}
+		switch n.groups[g].state {
+		case lb.HAActive:
+			continue
+		case lb.HANoExecutor:
+			return fmt.Errorf("cannot take over: %s", n.healthReason)
+		}
+		n.takeover[g] = true
+		n.groups[g].retryAt = time.Time{}
+		asked = true
+	}
+	if !asked {
+		return errors.New("this dispatcher is already active")
+	}
+	n.stepLocked(time.Now())
+	return nil
+}
+
+// Released confirms that the engine let go of a group the Node decided
+// to release (addresses off, new connections no longer forwarded), and
+// names the replication marker it sent after the group's last entries (0:
+// none).
+func (n *Node) Released(g lb.HAGroup, marker uint64) {
+	n.mu.Lock()
+	if n.groups[g].releasing {
+		n.groups[g].releasing = false
+		n.groups[g].released = marker
+		n.sendLocked(false)
+	}
+	n.mu.Unlock()
+}
+
+// Imported says the engine imported everything the peer sent up to a
+// marker; the peer is told.
+func (n *Node) Imported(marker uint64) {
+	n.mu.Lock()
+	if marker > n.importedUpTo {
+		n.importedUpTo = marker
+	}
+	if n.lastFull != 0 && n.importedUpTo >= n.lastFull && !n.synced {
+		n.synced = true
+		n.log.Info("replication: full copy of the peer's tables imported")
+		n.stepLocked(time.Now())
+	}
+	c := n.inConn
+	n.mu.Unlock()
+	if c != nil {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], marker)
+		n.mu.Lock()
+		if n.inConn == c {
+			_ = c.writeFrame(frameAck, b[:])
+		}
+		n.mu.Unlock()
+	}
+}
+
+// NextMarker returns a new replication marker.
+func (n *Node) NextMarker() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.markers++
+	return n.markerBase + n.markers
+}
+
+// Send queues a batch for the peer; it reports false when no
+// replication connection is up (the next one starts with a full copy)
+// or the queue is full (the connection is then closed, for the same
+// reason).
+func (n *Node) Send(b Batch) bool {
+	n.mu.Lock()
+	c, q := n.outConn, n.outq
+	n.mu.Unlock()
+	if c == nil || q == nil {
+		return false
+	}
+	if b.Sent.IsZero() {
+		b.Sent = time.Now()
+	}
+	select {
+	case q <- b:
+		return true
+	default:
+		n.log.Warn("replication: the queue is full; reconnecting for a full copy")
+		c.c.Close()
+		return false
+	}
+}
+
+// Session numbers the current replication connection to the peer (0:
+// none): a new number asks the engine for a full copy.
+func (n *Node) Session() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.outConn == nil {
+		return 0
+	}
+	return n.session
+}
+
+// deadTime is count × interval.
+func (n *Node) deadTime() time.Duration {
+	return time.Duration(n.cfg.IntervalMS()) * time.Duration(n.cfg.DeadCount()) * time.Millisecond
+}
+
+// peerAliveLocked reports whether the peer counts as alive at now.
+func (n *Node) peerAliveLocked(now time.Time) bool {
+	if !n.peer.heard {
+		return false
+	}
+	return now.Sub(n.peer.lastHeard) < n.deadTime() || now.Before(n.peer.graceUntil)
+}
+
+// reachLocked counts the reachable targets.
+func (n *Node) reachLocked() int {
+	c := 0
+	for _, r := range n.reach {
+		if r.ok {
+			c++
+		}
+	}
+	return c
+}
+
+// preferred reports whether this dispatcher is g's preferred active, and
+// whether a peer of role pr is.
+func preferred(mine, pr lb.HARole, g lb.HAGroup) (bool, bool) {
+	switch mine {
+	case lb.RoleBoth:
+		return g == lb.GroupLocal, g == lb.GroupPeer
+	case lb.RolePrimary:
+		return true, pr == lb.RolePrimary
+	case lb.RoleBackup:
+		return false, pr != lb.RoleBackup
+	}
+	return false, false
+}
+
+// stepLocked makes every group's decision at now, and says so when one
+// changed.
+func (n *Node) stepLocked(now time.Time) {
+	if !n.running {
+		return
+	}
+	changed := false
+	alive := n.peerAliveLocked(now)
+	reach := n.reachLocked()
+	pm := n.peer.last
+	for _, g := range n.cfg.Groups() {
+		pg := pm.Groups[1-g] // the peer's local group is this one's peer group
+		sp, pp := preferred(n.cfg.Role, pm.Role, g)
+		s := self{healthy: n.healthy, reach: reach, targets: len(n.reach), preferred: sp, recovery: n.cfg.Recovery,
+			synced: n.synced || !alive, takeover: n.takeover[g], boot: n.boot}
+		p := peerView{alive: alive, healthy: pm.Healthy, reach: int(pm.Reach), state: pg.State, want: pg.Want,
+			takeover: pm.Takeover && pg.Want, preferred: pp, recovery: pm.Recovery, released: pg.Released, boot: pm.Boot}
+		if !alive {
+			p = peerView{}
+		}
+		gr := &n.groups[g]
+		before, wireBefore := gr.state, gr.wireState()
+		gr.step(now, s, p, n.deadTime(), func(m uint64) bool { return n.importedUpTo >= m })
+		if gr.state != before || gr.wireState() != wireBefore {
+			changed = true
+			n.log.Info("high availability: state", "group", g, "from", before, "to", gr.state, "reason", gr.reason)
+			if gr.state == lb.HAActive {
+				n.takeover[g] = false
+			}
+		}
+	}
+	if changed {
+		n.sendLocked(false)
+		n.signal()
+	}
+}
+
+// sendLocked sends a heartbeat on every path.
+func (n *Node) sendLocked(restarting bool) {
+	if n.socks == nil {
+		return
+	}
+	n.seq++
+	m := message{Healthy: n.healthy, Restarting: restarting, Boot: n.boot, Seq: n.seq, PeerBoot: n.peer.fresh.heard,
+		Role: n.cfg.Role, Recovery: n.cfg.Recovery, Reach: uint8(n.reachLocked()), Targets: uint8(len(n.reach)),
+		Digest: n.digest}
+	for g := range n.groups {
+		gr := &n.groups[g]
+		m.Groups[g] = groupWire{State: gr.wireState(), Want: gr.state == lb.HAPreempt, Released: gr.released}
+		m.Synced[g] = n.synced
+		if gr.state == lb.HAPreempt && n.takeover[g] {
+			m.Takeover = true
+		}
+	}
+	if restarting {
+		m.GraceSeconds = uint16(min(n.opts.RestartGrace/time.Second, 65535))
+	}
+	b := m.encode(n.key)
+	for _, hb := range n.cfg.Heartbeats {
+		c := n.socks[hb.Source]
+		if c == nil {
+			continue
+		}
+		st := n.pathStats[hb]
+		_, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(hb.Destination, n.cfg.Port))
+		if st != nil {
+			if err != nil {
+				st.Error = err.Error()
+			} else {
+				st.Sent++
+				st.Error = ""
+			}
+		}
+	}
+	n.lastTx = time.Now()
+}
+
+// loop sends heartbeats every interval and re-decides four times an
+// interval, so that a dead peer is noticed within a quarter interval of
+// count × interval.
+func (n *Node) loop(ctx context.Context) {
+	defer n.wg.Done()
+	n.mu.Lock()
+	iv := time.Duration(n.cfg.IntervalMS()) * time.Millisecond
+	n.sendLocked(false)
+	n.mu.Unlock()
+	tick := time.NewTicker(max(iv/4, 5*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			n.mu.Lock()
+			iv = time.Duration(n.cfg.IntervalMS()) * time.Millisecond
+			if now.Sub(n.lastTx) >= iv-iv/8 {
+				n.sendLocked(false)
+			}
+			wasAlive := n.peer.heard && n.peerAliveLocked(now.Add(-iv/4))
+			n.stepLocked(now)
+			if wasAlive != n.peerAliveLocked(now) {
+				n.log.Warn("high availability: peer no longer heard", "after", n.deadTime())
+				n.signal()
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// receive reads heartbeats from one socket.
+func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
+	defer n.wg.Done()
+	buf := make([]byte, 2048)
+	for {
+		k, from, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		n.mu.Lock()
+		n.heartbeatLocked(buf[:k], from.Addr().Unmap(), src)
+		n.mu.Unlock()
+	}
+}
+
+// heartbeatLocked handles one datagram from one of the peer's
+// addresses to one of this dispatcher's.
+func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
+	hb := lb.Heartbeat{Source: to, Destination: from}
+	st := n.pathStats[hb]
+	if st == nil {
+		n.refused["unknown sender"]++
+		return
+	}
+	m, err := decode(b, n.key)
+	if err == nil {
+		err = n.peer.fresh.accept(m, n.boot)
+	}
+	if err != nil {
+		n.refused[err.Error()]++
+		return
+	}
+	now := time.Now()
+	st.Received++
+	st.LastHeard = now
+	wasAlive := n.peerAliveLocked(now)
+	restartedPeer := n.peer.heard && n.peer.last.Boot != m.Boot
+	n.peer.heard, n.peer.last, n.peer.lastHeard = true, m, now
+	n.peer.graceUntil = time.Time{}
+	if m.Restarting {
+		n.peer.graceUntil = now.Add(time.Duration(m.GraceSeconds) * time.Second)
+		n.log.Info("high availability: the peer is restarting", "grace", time.Duration(m.GraceSeconds)*time.Second)
+	}
+	if !wasAlive || restartedPeer {
+		n.log.Info("high availability: peer heard", "from", from, "role", m.Role, "boot", strconv.FormatUint(m.Boot, 16))
+		n.signal()
+		// Answer at once: a peer that just started confirms this
+		// dispatcher's boot from it.
+		n.sendLocked(false)
+	}
+	n.stepLocked(now)
+}
+
+// probeReach pings the reach targets twice an interval: a target is
+// unreachable after count pings without a reply (count × interval / 2,
+// 1 s by default), so that an active that lost its targets is replaced
+// within the time a dead one is.
+func (n *Node) probeReach(ctx context.Context) {
+	defer n.wg.Done()
+	for {
+		n.mu.Lock()
+		iv := time.Duration(n.cfg.IntervalMS()) * time.Millisecond / 2
+		count := int(n.cfg.DeadCount())
+		targets := make([]netip.Addr, len(n.reach))
+		for i, r := range n.reach {
+			targets[i] = r.addr
+		}
+		srcs := n.cfg.Sources()
+		n.mu.Unlock()
+		start := time.Now()
+		if len(targets) > 0 {
+			errs := make([]error, len(targets))
+			var wg sync.WaitGroup
+			for i, t := range targets {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pctx, cancel := context.WithTimeout(ctx, iv)
+					defer cancel()
+					errs[i] = n.opts.Probe(pctx, t, sourceFor(srcs, t), iv)
+				}()
+			}
+			wg.Wait()
+			if ctx.Err() != nil {
+				return
+			}
+			n.mu.Lock()
+			changed := false
+			for i, t := range targets {
+				for j := range n.reach {
+					r := &n.reach[j]
+					if r.addr != t {
+						continue
+					}
+					was := r.ok
+					if errs[i] == nil {
+						r.ok, r.fails, r.err = true, 0, ""
+					} else {
+						r.fails++
+						r.err = errs[i].Error()
+						if r.fails >= count {
+							r.ok = false
+						}
+					}
+					if was != r.ok {
+						changed = true
+						n.log.Info("high availability: reach target", "address", t, "reachable", r.ok, "err", r.err)
+					}
+				}
+			}
+			if changed {
+				n.sendLocked(false)
+				n.stepLocked(time.Now())
+				n.signal()
+			}
+			n.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(iv-time.Since(start), 0)):
+		}
+	}
+}
+
+// sourceFor picks the heartbeat source of t's family to ping it from.
+func sourceFor(srcs []netip.Addr, t netip.Addr) netip.Addr {
+	for _, s := range srcs {
+		if s.Is4() == t.Is4() {
+			return s
+		}
+	}
+	return netip.Addr{}
+}
+
+// Status reports the Node's state.
+func (n *Node) Status() lb.HAStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	st := lb.HAStatus{Running: n.running, Error: n.err, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
+		Refused: map[string]uint64{}}
+	for k, v := range n.refused {
+		st.Refused[k] = v
+	}
+	for _, g := range n.cfg.Groups() {
+		gr := n.groups[g]
+		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: gr.state, Since: gr.since, Reason: gr.reason,
+			Takeover: n.takeover[g], Synced: n.synced})
+	}
+	pm := n.peer.last
+	st.Peer = lb.HAPeerStatus{Alive: n.running && n.peerAliveLocked(now), Heard: n.peer.heard, LastHeard: n.peer.lastHeard,
+		Role: pm.Role, Recovery: pm.Recovery, Healthy: pm.Healthy, Restarting: pm.Restarting && now.Before(n.peer.graceUntil),
+		Reach: int(pm.Reach), Targets: int(pm.Targets), Digest: pm.Digest, Boot: pm.Boot}
+	if n.peer.heard {
+		st.Peer.States = [lb.NumHAGroups]lb.HAState{pm.Groups[1].State, pm.Groups[0].State}
+		st.Peer.Conflict = conflict(n.cfg.Role, pm.Role)
+	}
+	for _, hb := range n.cfg.Heartbeats {
+		if ps := n.pathStats[hb]; ps != nil {
+			st.Heartbeats = append(st.Heartbeats, *ps)
+		}
+	}
+	for _, r := range n.reach {
+		st.Reach = append(st.Reach, lb.HAReachStatus{Address: r.addr, Reachable: r.ok, LastError: r.err})
+	}
+	st.Replication = lb.HAReplicationStatus{Sending: n.outConn != nil, Receiving: n.inConn != nil, Session: n.session,
+		SentRecords: n.sentRecords, ReceivedRecords: n.recvRecords, LastAckRTT: n.lastAckRTT, Synced: n.synced}
+	return st
+}
+
+// conflict names an inconsistent pair of roles, or returns "".
+func conflict(mine, peer lb.HARole) string {
+	switch {
+	case mine == lb.RoleBoth && peer != lb.RoleBoth:
+		return fmt.Sprintf("this dispatcher's role is both, the peer's %s: both must be both", peer)
+	case mine != lb.RoleBoth && peer == lb.RoleBoth:
+		return fmt.Sprintf("the peer's role is both, this dispatcher's %s: both must be both", mine)
+	case mine == peer && mine != lb.RoleBoth:
+		return fmt.Sprintf("the peer is %s too", peer)
+	}
+	return ""
+}
+
+// PeerRole returns the role the peer announces, and whether it is alive.
+func (n *Node) PeerRole() (lb.HARole, netip.Addr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var from netip.Addr
+	for hb, ps := range n.pathStats {
+		if !ps.LastHeard.IsZero() {
+			from = hb.Destination
+		}
+	}
+	return n.peer.last.Role, from, n.running && n.peerAliveLocked(time.Now())
+}

@@ -1,0 +1,236 @@
+package ha
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// The decisions, per group of clusters. They are made from what this
+// dispatcher knows of itself (self) and of its peer (peer, from its last
+// accepted heartbeat), by the same rules on both sides, so that the two
+// agree without a third party:
+//
+//   - A dispatcher whose executor cannot forward (stopped, detached, its
+//     interface down) serves nothing (noexecutor), and says so in its
+//     heartbeats: its peer takes over at once.
+//   - A dispatcher that hears no peer (none yet, or none for count ×
+//     interval, or for the restart grace its peer announced when it
+//     stopped) serves the group if it reaches at least one reach target,
+//     or has none configured; otherwise it waits (listen). So an
+//     isolated active drops its clusters once its targets are gone too.
+//   - Of two live dispatchers, the better one serves: the one that
+//     reaches more targets; on a tie, the group's preferred dispatcher
+//     (the primary, or the cluster's primaryhost under role both); if
+//     that cannot decide (two primaries), the higher boot id.
+//     Two actives (after a partition heals) resolve by this rule: the
+//     worse one stands by at once.
+//   - A standby takes over from a live active only by preempting: it
+//     asks (its heartbeats say it wants the group), the active lets go
+//     (takes its addresses off, stops forwarding new connections, sends
+//     its last connection entries and a marker after them), and the
+//     standby serves once it has imported everything up to that marker.
+//     It asks when it reaches more targets and has a full copy of the
+//     tables, when it is the preferred dispatcher with recovery auto, a
+//     full copy, and as many targets, or when an operator asked for a
+//     takeover. The active lets go by the same rules, so a preempt it
+//     does not agree with times out and the standby stays standby.
+
+// self is what a dispatcher knows of itself, for one group.
+type self struct {
+	healthy        bool
+	reach, targets int
+	preferred      bool
+	recovery       lb.HARecovery
+	// synced: this dispatcher has a full copy of the active's tables of
+	// the group's clusters (or replication has nothing to copy).
+	synced bool
+	// takeover: an operator asked this dispatcher to take the group.
+	takeover bool
+	boot     uint64
+}
+
+// peerView is what a dispatcher knows of its peer, for one group.
+type peerView struct {
+	alive          bool
+	healthy        bool
+	reach          int
+	state          lb.HAState
+	want, takeover bool
+	// preferred: the peer's role makes it the group's preferred
+	// dispatcher (with self's, both may claim it: two primaries).
+	preferred bool
+	recovery  lb.HARecovery
+	released  uint64
+	boot      uint64
+}
+
+// group is one group's decision state.
+type group struct {
+	state  lb.HAState
+	since  time.Time
+	reason string
+	// releasing: the group was let go, and the engine has not yet said
+	// it took the addresses off: heartbeats keep saying active.
+	releasing bool
+	// released is the replication marker sent after letting go.
+	released uint64
+	// preemptUntil bounds a preempt; retryAt holds off the next one.
+	preemptUntil, retryAt time.Time
+}
+
+// better reports whether self is the better dispatcher to serve the
+// group than a live, healthy peer, and why.
+func better(s self, p peerView) (bool, string) {
+	switch {
+	case s.reach != p.reach:
+		return s.reach > p.reach, fmt.Sprintf("reaches %d of %d targets, the peer %d", s.reach, s.targets, p.reach)
+	case s.preferred != p.preferred:
+		return s.preferred, "the group's preferred dispatcher"
+	}
+	return s.boot > p.boot, "the higher boot id (both dispatchers claim the same role)"
+}
+
+// canServe reports whether a dispatcher that hears no peer may serve:
+// it reaches a target, or has none.
+func canServe(s self) bool { return s.targets == 0 || s.reach > 0 }
+
+// wantsGroup reports whether a standby should preempt a live active,
+// and why.
+func wantsGroup(s self, p peerView) (bool, string) {
+	switch {
+	case s.takeover:
+		return true, "takeover asked"
+	case !s.synced:
+		return false, ""
+	case s.reach > p.reach:
+		return true, fmt.Sprintf("reaches %d of %d targets, the active %d", s.reach, s.targets, p.reach)
+	case s.preferred && s.recovery == lb.RecoveryAuto && s.reach >= p.reach:
+		return true, "recovery auto: the preferred dispatcher takes its clusters back"
+	}
+	return false, ""
+}
+
+// yields reports whether an active should let go of the group to a
+// preempting peer, by the rules wantsGroup applies on the other side.
+func yields(s self, p peerView) (bool, string) {
+	switch {
+	case p.takeover:
+		return true, "the peer was asked to take over"
+	case p.reach > s.reach:
+		return true, fmt.Sprintf("the peer reaches %d targets, this dispatcher %d", p.reach, s.reach)
+	case p.preferred && !s.preferred && p.recovery == lb.RecoveryAuto && p.reach >= s.reach:
+		return true, "recovery auto: the preferred dispatcher takes its clusters back"
+	}
+	return false, ""
+}
+
+// step decides the group's next state at now. deadTime is count ×
+// interval; imported reports whether replication has imported
+// everything up to a marker.
+func (g *group) step(now time.Time, s self, p peerView, deadTime time.Duration, imported func(uint64) bool) {
+	set := func(st lb.HAState, reason string) {
+		if st != g.state {
+			g.state, g.since = st, now
+		}
+		g.reason = reason
+	}
+	if !s.healthy {
+		g.releasing = false
+		set(lb.HANoExecutor, "the executor cannot forward")
+		return
+	}
+	switch g.state {
+	case lb.HAIdle, lb.HANoExecutor:
+		set(lb.HAListen, "listening for the peer")
+		fallthrough
+	case lb.HAListen:
+		switch {
+		case p.alive && (p.state == lb.HAActive || p.state == lb.HAPreempt):
+			set(lb.HAStandby, "the peer serves the group")
+		case p.alive && !p.healthy:
+			if canServe(s) {
+				set(lb.HAActive, "the peer's executor cannot forward")
+			}
+		case p.alive:
+			if ok, why := better(s, p); ok {
+				set(lb.HAActive, why)
+			} else {
+				set(lb.HAStandby, "the peer is better: "+why)
+			}
+		case now.Sub(g.since) >= deadTime:
+			if canServe(s) {
+				set(lb.HAActive, "no peer heard")
+			} else {
+				g.reason = "no peer heard, and no reach target reachable"
+			}
+		}
+	case lb.HAActive:
+		if g.releasing {
+			return
+		}
+		switch {
+		case !p.alive:
+			if !canServe(s) {
+				set(lb.HAListen, "no peer heard, and no reach target reachable")
+			}
+		case !p.healthy:
+		case p.state == lb.HAActive:
+			if ok, why := better(s, p); !ok {
+				g.release(now, "two actives: the peer is better: "+why)
+			}
+		case p.want:
+			if ok, why := yields(s, p); ok {
+				g.release(now, why)
+			}
+		}
+	case lb.HAStandby:
+		switch {
+		case !p.alive:
+			if canServe(s) {
+				set(lb.HAActive, "the peer is dead")
+			}
+		case !p.healthy:
+			if canServe(s) {
+				set(lb.HAActive, "the peer's executor cannot forward")
+			}
+		case p.state != lb.HAActive && p.state != lb.HAPreempt:
+			// Nobody serves: the better one takes it (the other sees
+			// the same).
+			if ok, why := better(s, p); ok {
+				set(lb.HAActive, "no active: "+why)
+			}
+		case p.state == lb.HAActive && !now.Before(g.retryAt):
+			if ok, why := wantsGroup(s, p); ok {
+				set(lb.HAPreempt, why)
+				g.preemptUntil = now.Add(2 * deadTime)
+			}
+		}
+	case lb.HAPreempt:
+		switch {
+		case !p.alive || !p.healthy:
+			set(lb.HAActive, "the peer went away while preempting")
+		case p.state != lb.HAActive && (p.released == 0 || imported(p.released)):
+			set(lb.HAActive, "the peer let go: "+g.reason)
+		case now.After(g.preemptUntil):
+			set(lb.HAStandby, "the peer did not let go")
+			g.retryAt = now.Add(deadTime)
+		}
+	}
+}
+
+// release lets go of the group: it stands by, and heartbeats say active
+// until the engine confirms (Released).
+func (g *group) release(now time.Time, reason string) {
+	g.state, g.since, g.reason = lb.HAStandby, now, reason
+	g.releasing = true
+}
+
+// wireState is the state heartbeats announce.
+func (g *group) wireState() lb.HAState {
+	if g.releasing {
+		return lb.HAActive
+	}
+	return g.state
+}

@@ -1,0 +1,111 @@
+package ha
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+const dead = 2 * time.Second
+
+func TestStep(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	primary := self{healthy: true, preferred: true, synced: true, boot: 2}
+	backup := self{healthy: true, synced: true, boot: 1}
+	withReach := func(s self, r, n int) self { s.reach, s.targets = r, n; return s }
+	peer := func(st lb.HAState) peerView { return peerView{alive: true, healthy: true, state: st} }
+	prefPeer := func(st lb.HAState) peerView { p := peer(st); p.preferred = true; return p }
+	cases := []struct {
+		name    string
+		from    lb.HAState
+		since   time.Duration // how long it has been in from
+		s       self
+		p       peerView
+		want    lb.HAState
+		release bool // the active lets go (standby, heartbeats still active)
+	}{
+		{"executor down", lb.HAActive, 0, self{healthy: false}, peer(lb.HAStandby), lb.HANoExecutor, false},
+		{"listen: peer active", lb.HAListen, 0, primary, peer(lb.HAActive), lb.HAStandby, false},
+		{"listen: peer standby, primary better", lb.HAListen, 0, primary, peer(lb.HAStandby), lb.HAActive, false},
+		{"listen: peer listens, backup worse", lb.HAListen, 0, backup, prefPeer(lb.HAListen), lb.HAStandby, false},
+		{"listen: backup reaching more wins", lb.HAListen, 0, withReach(backup, 2, 2), withPeerReach(prefPeer(lb.HAListen), 1), lb.HAActive, false},
+		{"listen: no peer yet", lb.HAListen, time.Second, backup, peerView{}, lb.HAListen, false},
+		{"listen: no peer after dead time", lb.HAListen, dead, backup, peerView{}, lb.HAActive, false},
+		{"listen: no peer, no target reachable", lb.HAListen, dead, withReach(backup, 0, 1), peerView{}, lb.HAListen, false},
+		{"listen: peer unhealthy", lb.HAListen, 0, backup, peerView{alive: true, preferred: true}, lb.HAActive, false},
+		{"standby: peer dead", lb.HAStandby, 0, backup, peerView{}, lb.HAActive, false},
+		{"standby: peer dead but we reach nothing", lb.HAStandby, 0, withReach(backup, 0, 2), peerView{}, lb.HAStandby, false},
+		{"standby: peer's executor down", lb.HAStandby, 0, backup, peerView{alive: true, preferred: true, state: lb.HANoExecutor}, lb.HAActive, false},
+		{"standby: backup stays under a live primary", lb.HAStandby, 0, backup, prefPeer(lb.HAActive), lb.HAStandby, false},
+		{"standby: primary auto preempts", lb.HAStandby, 0, primary, peer(lb.HAActive), lb.HAPreempt, false},
+		{"standby: primary manual stays", lb.HAStandby, 0, self{healthy: true, preferred: true, synced: true, recovery: lb.RecoveryManual}, peer(lb.HAActive), lb.HAStandby, false},
+		{"standby: primary not synced waits", lb.HAStandby, 0, self{healthy: true, preferred: true}, peer(lb.HAActive), lb.HAStandby, false},
+		{"standby: more reach preempts", lb.HAStandby, 0, withReach(backup, 1, 1), withPeerReach(prefPeer(lb.HAActive), 0), lb.HAPreempt, false},
+		{"standby: takeover asked", lb.HAStandby, 0, self{healthy: true, takeover: true}, prefPeer(lb.HAActive), lb.HAPreempt, false},
+		{"standby: nobody active, primary takes", lb.HAStandby, 0, primary, peer(lb.HAStandby), lb.HAActive, false},
+		{"active: peer dead", lb.HAActive, 0, backup, peerView{}, lb.HAActive, false},
+		{"active: isolated, no target", lb.HAActive, 0, withReach(primary, 0, 1), peerView{}, lb.HAListen, false},
+		{"active: two actives, the primary stays", lb.HAActive, 0, primary, peer(lb.HAActive), lb.HAActive, false},
+		{"active: two actives, the backup yields", lb.HAActive, 0, backup, prefPeer(lb.HAActive), lb.HAStandby, true},
+		{"active: backup yields to auto primary", lb.HAActive, 0, backup, wantPeer(prefPeer(lb.HAPreempt), lb.RecoveryAuto), lb.HAStandby, true},
+		{"active: backup keeps it from a manual primary", lb.HAActive, 0, backup, wantPeer(prefPeer(lb.HAPreempt), lb.RecoveryManual), lb.HAActive, false},
+		{"active: yields to a takeover", lb.HAActive, 0, primary, takeoverPeer(peer(lb.HAPreempt)), lb.HAStandby, true},
+		{"active: keeps it from a peer reaching less", lb.HAActive, 0, withReach(backup, 2, 2),
+			withPeerReach(wantPeer(prefPeer(lb.HAPreempt), lb.RecoveryAuto), 1), lb.HAActive, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := group{state: c.from, since: t0.Add(-c.since)}
+			g.step(t0, c.s, c.p, dead, func(uint64) bool { return true })
+			if g.state != c.want || g.releasing != c.release {
+				t.Errorf("%s → %s (releasing %v, reason %q), want %s (releasing %v)", c.from, g.state, g.releasing, g.reason, c.want, c.release)
+			}
+			if c.release && g.wireState() != lb.HAActive {
+				t.Error("a releasing group must keep announcing active until the engine confirms")
+			}
+		})
+	}
+}
+
+func withPeerReach(p peerView, r int) peerView { p.reach = r; return p }
+
+func wantPeer(p peerView, r lb.HARecovery) peerView { p.want, p.recovery = true, r; return p }
+
+func takeoverPeer(p peerView) peerView { p.want, p.takeover = true, true; return p }
+
+// TestPreemptHandshake: a preempting standby serves only once the active
+// let go and the marker after its last entries was imported; a peer that
+// does not let go makes it stand by again, and not ask again at once.
+func TestPreemptHandshake(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := self{healthy: true, preferred: true, synced: true}
+	g := group{state: lb.HAPreempt, since: t0, preemptUntil: t0.Add(2 * dead)}
+	imported := uint64(0)
+	imp := func(m uint64) bool { return imported >= m }
+	released := peerView{alive: true, healthy: true, state: lb.HAStandby, released: 42}
+	g.step(t0.Add(time.Millisecond), s, released, dead, imp)
+	if g.state != lb.HAPreempt {
+		t.Fatalf("served before importing the peer's last entries: %s", g.state)
+	}
+	imported = 42
+	g.step(t0.Add(2*time.Millisecond), s, released, dead, imp)
+	if g.state != lb.HAActive {
+		t.Fatalf("did not serve once the marker was imported: %s (%s)", g.state, g.reason)
+	}
+
+	g = group{state: lb.HAPreempt, since: t0, preemptUntil: t0.Add(2 * dead)}
+	stubborn := peerView{alive: true, healthy: true, state: lb.HAActive}
+	g.step(t0.Add(2*dead+time.Millisecond), s, stubborn, dead, imp)
+	if g.state != lb.HAStandby {
+		t.Fatalf("a preempt the peer ignores must time out: %s", g.state)
+	}
+	g.step(t0.Add(2*dead+2*time.Millisecond), s, stubborn, dead, imp)
+	if g.state != lb.HAStandby {
+		t.Errorf("asked again at once: %s", g.state)
+	}
+	g.step(t0.Add(3*dead+3*time.Millisecond), s, stubborn, dead, imp)
+	if g.state != lb.HAPreempt {
+		t.Errorf("did not ask again after the hold-off: %s", g.state)
+	}
+}

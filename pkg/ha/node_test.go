@@ -1,0 +1,314 @@
+package ha
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// A pair of Nodes on loopback addresses, each driven by a small stand-in
+// for the engine: it confirms releases, imports what it receives (into a
+// map), sends a full copy of its own map on every new replication
+// session, and counts the records.
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+var (
+	addrA = netip.MustParseAddr("127.0.0.1")
+	addrB = netip.MustParseAddr("127.0.0.2")
+)
+
+type simEngine struct {
+	t    *testing.T
+	n    *Node
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu       sync.Mutex
+	applied  map[lb.HAGroup]lb.HAState
+	table    map[netip.AddrPort]lb.ConnRecord // what it "forwards" (its own entries)
+	imported map[netip.AddrPort]lb.ConnRecord
+	session  uint64
+}
+
+func testConfig(role lb.HARole, src, dst netip.Addr, port uint16) lb.HighAvailability {
+	return lb.HighAvailability{Role: role, Recovery: lb.RecoveryAuto, Port: port, SecretFile: "/secret",
+		Interval: 50, Count: 4, Heartbeats: []lb.Heartbeat{{Source: src, Destination: dst}}}
+}
+
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	for range 20 {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := uint16(c.LocalAddr().(*net.UDPAddr).Port)
+		c.Close()
+		l1, err1 := net.Listen("tcp", netip.AddrPortFrom(addrA, p).String())
+		l2, err2 := net.Listen("tcp", netip.AddrPortFrom(addrB, p).String())
+		if l1 != nil {
+			l1.Close()
+		}
+		if l2 != nil {
+			l2.Close()
+		}
+		if err1 == nil && err2 == nil {
+			return p
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+func startSim(t *testing.T, h lb.HighAvailability, secret string) *simEngine {
+	t.Helper()
+	n := New(Options{Logger: quiet, ReadSecret: func(string) ([]byte, error) { return []byte(secret), nil },
+		Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
+	n.SetHealth(true, "")
+	if err := n.Configure(h, 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &simEngine{t: t, n: n, stop: cancel, done: make(chan struct{}), applied: map[lb.HAGroup]lb.HAState{},
+		table: map[netip.AddrPort]lb.ConnRecord{}, imported: map[netip.AddrPort]lb.ConnRecord{}}
+	go e.run(ctx)
+	t.Cleanup(e.close)
+	return e
+}
+
+func (e *simEngine) close() {
+	e.stop()
+	<-e.done
+	e.n.Stop(false)
+}
+
+func (e *simEngine) run(ctx context.Context) {
+	defer close(e.done)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-e.n.Received():
+			e.mu.Lock()
+			for _, r := range b.Records {
+				e.imported[r.Client] = r
+			}
+			e.mu.Unlock()
+			if b.Marker != 0 {
+				e.n.Imported(b.Marker)
+			}
+		case <-e.n.Notify():
+			e.react()
+		case <-tick.C:
+			e.react()
+		}
+	}
+}
+
+// react applies the Node's decisions as the engine would.
+func (e *simEngine) react() {
+	st := e.n.Status()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, g := range st.Groups {
+		was := e.applied[g.Group]
+		e.applied[g.Group] = g.State
+		if was == lb.HAActive && g.State == lb.HAStandby {
+			// Let go: send the last entries and a marker after them.
+			m := e.n.NextMarker()
+			e.n.Send(Batch{Records: e.records(), Marker: m})
+			e.n.Released(g.Group, m)
+		}
+	}
+	if s := e.n.Session(); s != 0 && s != e.session {
+		e.session = s
+		e.n.Send(Batch{Records: e.records(), Marker: e.n.NextMarker(), Full: true})
+	}
+}
+
+func (e *simEngine) records() []lb.ConnRecord {
+	var out []lb.ConnRecord
+	for _, r := range e.table {
+		out = append(out, r)
+	}
+	return out
+}
+
+func (e *simEngine) state(g lb.HAGroup) lb.HAState {
+	for _, s := range e.n.Status().Groups {
+		if s.Group == g {
+			return s.State
+		}
+	}
+	return lb.HAIdle
+}
+
+// waitFor polls cond for at most limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not after %v", what, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func TestNodePairFailoverAndFailback(t *testing.T) {
+	port := freePort(t)
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
+		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	// The active's entries reach the standby (full copy on connect).
+	rec := lb.ConnRecord{Kind: lb.ConnMAC, Protocol: 6, Client: netip.MustParseAddrPort("198.18.2.11:40000"),
+		Cluster: netip.MustParseAddrPort("198.18.0.100:80"), Server: netip.MustParseAddr("198.18.0.21"), Age: 3 * time.Second}
+	a.mu.Lock()
+	a.table[rec.Client] = rec
+	a.mu.Unlock()
+	if !a.n.Send(Batch{Records: []lb.ConnRecord{rec}}) {
+		waitFor(t, 2*time.Second, "replication connected", func() bool { return a.n.Session() != 0 })
+		a.n.Send(Batch{Records: []lb.ConnRecord{rec}})
+	}
+	waitFor(t, 2*time.Second, "the record at the standby", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		got, ok := b.imported[rec.Client]
+		return ok && got == rec
+	})
+	waitFor(t, 2*time.Second, "standby synced", func() bool { return b.n.Status().Replication.Synced })
+
+	// The primary dies without a word: the backup takes over after
+	// count × interval (200 ms).
+	a.close()
+	took := waitFor(t, 2*time.Second, "backup active", func() bool { return b.state(lb.GroupPeer) == lb.HAActive })
+	if took < 150*time.Millisecond {
+		t.Errorf("took over after %v, before the dead time", took)
+	}
+	t.Logf("backup active %v after the primary stopped", took)
+
+	// The primary comes back (a new boot): it stands by, gets a full
+	// copy, and, recovery auto, takes its clusters back by preempting.
+	b.mu.Lock()
+	b.table[rec.Client] = rec
+	b.mu.Unlock()
+	a2 := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	waitFor(t, 3*time.Second, "primary active again, backup standby", func() bool {
+		return a2.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	a2.mu.Lock()
+	_, ok := a2.imported[rec.Client]
+	a2.mu.Unlock()
+	if !ok {
+		t.Error("the primary took over without the backup's entries")
+	}
+}
+
+// TestNodeRestartGrace: a peer that says it restarts is waited for.
+func TestNodeRestartGrace(t *testing.T) {
+	port := freePort(t)
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	waitFor(t, 2*time.Second, "primary active", func() bool { return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby })
+	a.stop()
+	<-a.done
+	a.n.Stop(true)
+	time.Sleep(500 * time.Millisecond) // 2.5 × the dead time
+	if st := b.state(lb.GroupPeer); st != lb.HAStandby {
+		t.Fatalf("took over a restarting peer: %s", st)
+	}
+	if p := b.n.Status().Peer; !p.Restarting || !p.Alive {
+		t.Errorf("peer status %+v, want restarting and alive", p)
+	}
+	a2 := New(Options{Logger: quiet, ReadSecret: func(string) ([]byte, error) { return []byte("secret-secret"), nil }})
+	a2.SetHealth(true, "")
+	a2.Resume([lb.NumHAGroups]lb.HAState{lb.HAActive})
+	if err := a2.Configure(testConfig(lb.RolePrimary, addrA, addrB, port), 1); err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Stop(false)
+	if st := a2.Status().Groups[0]; st.State != lb.HAActive || st.Reason != "resumed after a restart of dlbd" {
+		t.Errorf("the restarted primary starts %s (%s), want active as it was", st.State, st.Reason)
+	}
+	waitFor(t, 2*time.Second, "the restarted peer heard again", func() bool {
+		p := b.n.Status().Peer
+		return p.Alive && !p.Restarting && p.Boot == a2.boot
+	})
+	if st := b.state(lb.GroupPeer); st != lb.HAStandby {
+		t.Errorf("the backup is %s after the primary's restart", st)
+	}
+}
+
+// TestNodeRefusesStrangers: heartbeats with another secret, and a
+// recorded heartbeat replayed once the peer is gone, do not keep a peer
+// alive.
+func TestNodeRefusesStrangers(t *testing.T) {
+	port := freePort(t)
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	// A primary with another secret: never heard.
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "another secret")
+	time.Sleep(300 * time.Millisecond)
+	if p := b.n.Status().Peer; p.Heard {
+		t.Fatal("heard a peer with another secret")
+	}
+	if b.n.Status().Refused[errMAC.Error()] == 0 {
+		t.Error("refusals not counted")
+	}
+	a.close()
+
+	// The real primary; record what it sends, then stop it and replay.
+	sniff, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), port)))
+	if err != nil {
+		t.Skipf("no 127.0.0.3: %v", err)
+	}
+	defer sniff.Close()
+	h := testConfig(lb.RolePrimary, addrA, addrB, port)
+	h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrA, Destination: netip.MustParseAddr("127.0.0.3")})
+	a2 := startSim(t, h, "secret-secret")
+	waitFor(t, 2*time.Second, "peer heard", func() bool { return b.n.Status().Peer.Alive })
+	var recorded [][]byte
+	buf := make([]byte, 2048)
+	_ = sniff.SetReadDeadline(time.Now().Add(time.Second))
+	for len(recorded) < 5 {
+		k, err := sniff.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded = append(recorded, append([]byte(nil), buf[:k]...))
+	}
+	a2.close()
+	replayer, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrA, port)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrB, port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replayer.Close()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for _, r := range recorded {
+			_, _ = replayer.Write(r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p := b.n.Status().Peer; p.Alive {
+		t.Error("replayed heartbeats keep a dead peer alive")
+	}
+	if st := b.state(lb.GroupPeer); st != lb.HAActive {
+		t.Errorf("the backup is %s with its peer gone", st)
+	}
+	if b.n.Status().Refused[errReplay.Error()] == 0 {
+		t.Error("replays not counted")
+	}
+}

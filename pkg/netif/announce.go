@@ -1,0 +1,132 @@
+//go:build linux
+
+package netif
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Announce tells the segment of the named interface that the addresses
+// are now reached through it: a gratuitous ARP request and reply for
+// each IPv4 address, an unsolicited neighbour advertisement (override
+// set) for each IPv6 one, sent on a packet socket (CAP_NET_RAW). Hosts
+// and routers that had another MAC for an address (the peer dispatcher's,
+// before a takeover) replace it at once.
+func (*Netif) Announce(ifname string, addrs []netip.Addr) error {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("looking up interface %q: %w", ifname, err)
+	}
+	mac := l.Attrs().HardwareAddr
+	if len(mac) != 6 {
+		return fmt.Errorf("announcing on %s: not an Ethernet interface", ifname)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return fmt.Errorf("announcing on %s: opening a packet socket: %w", ifname, err)
+	}
+	defer unix.Close(fd)
+	var errs []error
+	send := func(frame []byte, dst net.HardwareAddr) {
+		sa := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}
+		copy(sa.Addr[:], dst)
+		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, a := range addrs {
+		if a.Is4() {
+			send(garp(1, mac, a), broadcastMAC)
+			send(garp(2, mac, a), broadcastMAC)
+		} else {
+			dst := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
+			send(unsolicitedNA(mac, dst, a), dst)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("announcing on %s: %w", ifname, err)
+	}
+	return nil
+}
+
+var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// garp is a gratuitous ARP frame (op 1: request, 2: reply) for a, from
+// mac: sender and target address both a.
+func garp(op uint16, mac net.HardwareAddr, a netip.Addr) []byte {
+	b := make([]byte, 0, 42)
+	b = append(b, broadcastMAC...)
+	b = append(b, mac...)
+	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_ARP)
+	b = binary.BigEndian.AppendUint16(b, 1) // Ethernet
+	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_IP)
+	b = append(b, 6, 4)
+	b = binary.BigEndian.AppendUint16(b, op)
+	ip := a.As4()
+	b = append(b, mac...)
+	b = append(b, ip[:]...)
+	if op == 2 {
+		b = append(b, broadcastMAC...)
+	} else {
+		b = append(b, 0, 0, 0, 0, 0, 0)
+	}
+	return append(b, ip[:]...)
+}
+
+// unsolicitedNA is an unsolicited neighbour advertisement of a (override
+// set, a's link-layer address mac) to all nodes.
+func unsolicitedNA(mac, dstMAC net.HardwareAddr, a netip.Addr) []byte {
+	src := a.As16()
+	dst := netip.MustParseAddr("ff02::1").As16()
+	icmp := make([]byte, 32)
+	icmp[0] = 136                                    // neighbour advertisement
+	binary.BigEndian.PutUint32(icmp[4:], 0x20000000) // override
+	copy(icmp[8:], src[:])                           // target
+	icmp[24], icmp[25] = 2, 1                        // target link-layer address, 8 bytes
+	copy(icmp[26:], mac)                             //
+	binary.BigEndian.PutUint16(icmp[2:], icmpv6Checksum(src, dst, icmp))
+	b := make([]byte, 0, 14+40+len(icmp))
+	b = append(b, dstMAC...)
+	b = append(b, mac...)
+	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_IPV6)
+	b = append(b, 0x60, 0, 0, 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(icmp)))
+	b = append(b, unix.IPPROTO_ICMPV6, 255)
+	b = append(b, src[:]...)
+	b = append(b, dst[:]...)
+	return append(b, icmp...)
+}
+
+// icmpv6Checksum is the ICMPv6 checksum of msg (its checksum field 0)
+// from src to dst.
+func icmpv6Checksum(src, dst [16]byte, msg []byte) uint16 {
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(src[:])
+	add(dst[:])
+	var pseudo [8]byte
+	binary.BigEndian.PutUint32(pseudo[:], uint32(len(msg)))
+	pseudo[7] = unix.IPPROTO_ICMPV6
+	add(pseudo[:])
+	add(msg)
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}

@@ -1,0 +1,62 @@
+//go:build linux
+
+package netif
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+func TestAnnounceFrames(t *testing.T) {
+	mac := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 4}
+	a := netip.MustParseAddr("198.18.0.100")
+	for _, op := range []uint16{1, 2} {
+		p := gopacket.NewPacket(garp(op, mac, a), layers.LayerTypeEthernet, gopacket.Default)
+		arp, ok := p.Layer(layers.LayerTypeARP).(*layers.ARP)
+		if !ok {
+			t.Fatalf("op %d: not an ARP frame: %v", op, p)
+		}
+		if arp.Operation != op || !bytes.Equal(arp.SourceHwAddress, mac) || !bytes.Equal(arp.SourceProtAddress, a.AsSlice()) ||
+			!bytes.Equal(arp.DstProtAddress, a.AsSlice()) {
+			t.Errorf("op %d: %+v", op, arp)
+		}
+		if eth := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet); !bytes.Equal(eth.DstMAC, broadcastMAC) {
+			t.Errorf("op %d: sent to %s, want broadcast", op, eth.DstMAC)
+		}
+	}
+
+	a6 := netip.MustParseAddr("2001:2::100")
+	frame := unsolicitedNA(mac, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a6)
+	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.Default)
+	na, ok := p.Layer(layers.LayerTypeICMPv6NeighborAdvertisement).(*layers.ICMPv6NeighborAdvertisement)
+	if !ok {
+		t.Fatalf("not a neighbour advertisement: %v", p)
+	}
+	if !na.Override() || na.Solicited() || !na.TargetAddress.Equal(a6.AsSlice()) || len(na.Options) != 1 ||
+		!bytes.Equal(na.Options[0].Data, mac) {
+		t.Errorf("advertisement %+v", na)
+	}
+	ip := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	if ip.HopLimit != 255 {
+		t.Errorf("hop limit %d: receivers drop advertisements that are not 255", ip.HopLimit)
+	}
+	// The checksum: recompute with gopacket over the same message.
+	icmp := p.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
+	want := icmp.Checksum
+	if err := icmp.SetNetworkLayerForChecksum(ip); err != nil {
+		t.Fatal(err)
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, icmp, gopacket.Payload(icmp.Payload)); err != nil {
+		t.Fatal(err)
+	}
+	got := gopacket.NewPacket(buf.Bytes(), layers.LayerTypeICMPv6, gopacket.Default).Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6).Checksum
+	if got != want {
+		t.Errorf("checksum %#04x, gopacket computes %#04x", want, got)
+	}
+}
