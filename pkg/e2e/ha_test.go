@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,77 +36,10 @@ const (
 	haDetect = haInterval * haCount * time.Millisecond
 )
 
-// haDispatcher is one dlbd of the pair.
+// haDispatcher is one dlbd of the pair: a scale-out lab's dispatcher
+// process, with an event scripts directory.
 type haDispatcher struct {
-	t              *testing.T
-	i              int
-	ns, addr, peer string // namespace, NFA, switch-side port
-	dir, sock, pin string
-	cmd            *exec.Cmd
-	runs           int
-}
-
-func (d *haDispatcher) start() {
-	d.t.Helper()
-	d.runs++
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+d.ns, filepath.Join(binDir, "dlbd"),
-		"--socket", d.sock, "--state-dir", filepath.Join(d.dir, "state"), "--pin-dir", d.pin, "--log-level", "info",
-		"--scripts-dir", filepath.Join(d.dir, "scripts"))
-	logf, err := os.Create(filepath.Join(d.dir, fmt.Sprintf("dlbd%d.log", d.runs)))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		d.t.Fatalf("starting dlbd %d: %v", d.i, err)
-	}
-	d.cmd = cmd
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, _, code := d.ctl("executor", "report", "-o", "json"); code == 0 {
-			return
-		}
-	}
-	d.t.Fatalf("dlbd %d did not answer within 30 s", d.i)
-}
-
-// stop signals dlbd and waits for it to exit.
-func (d *haDispatcher) stop(sig syscall.Signal) {
-	if d.cmd == nil || d.cmd.ProcessState != nil {
-		return
-	}
-	_ = d.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-done
-	}
-}
-
-func (d *haDispatcher) ctl(args ...string) (string, string, int) {
-	cmd := exec.Command(filepath.Join(binDir, "dlbctl"), append([]string{"--socket", d.sock}, args...)...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	code := 0
-	if err := cmd.Run(); err != nil {
-		code = -1
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-	}
-	return o.String(), e.String(), code
-}
-
-func (d *haDispatcher) mustCtl(args ...string) string {
-	d.t.Helper()
-	out, errOut, code := d.ctl(args...)
-	if code != 0 {
-		d.t.Fatalf("dispatcher %d: dlbctl %s: exit %d: %s", d.i, strings.Join(args, " "), code, errOut)
-	}
-	return out
+	dispatcherProc
 }
 
 // status is the dispatcher's high-availability report (the zero report
@@ -255,10 +187,13 @@ func newHALab(t *testing.T) *haLab {
 	})
 	for i := range 2 {
 		n := i + 1
-		d := &haDispatcher{t: t, i: n, ns: l.env[fmt.Sprintf("LAB_D%d_NS", n)], addr: l.env[fmt.Sprintf("LAB_D%d_ADDR", n)],
+		d := &haDispatcher{dispatcherProc{t: t, i: n, ns: l.env[fmt.Sprintf("LAB_D%d_NS", n)], addr: l.env[fmt.Sprintf("LAB_D%d_ADDR", n)],
 			peer: l.env[fmt.Sprintf("LAB_D%d_PEER", n)], dir: filepath.Join(l.run, fmt.Sprintf("d%d", n)),
-			pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, n)}
+			pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, n),
+			// dlbd gets 30 s to restart on a loaded machine.
+			ready: 30 * time.Second}}
 		d.sock = filepath.Join(d.dir, "dlbd.sock")
+		d.args = []string{"--scripts-dir", filepath.Join(d.dir, "scripts")}
 		if err := os.MkdirAll(filepath.Join(d.dir, "scripts"), 0o755); err != nil {
 			t.Fatal(err)
 		}

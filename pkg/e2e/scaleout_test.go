@@ -32,13 +32,17 @@ const (
 	holdTime = 9
 )
 
-// dispatcherProc is one dlbd of a scale-out lab, with its own namespace,
-// socket, state and pin directory.
+// dispatcherProc is one dlbd of a lab of several dispatchers (scale-out,
+// high availability), with its own namespace, socket, state and pin
+// directory; args are extra dlbd flags, ready how long it may take to
+// answer (10 s when 0).
 type dispatcherProc struct {
 	t              *testing.T
 	i              int
 	ns, addr, peer string
 	dir, sock, pin string
+	args           []string
+	ready          time.Duration
 	cmd            *exec.Cmd
 	runs           int
 }
@@ -46,8 +50,8 @@ type dispatcherProc struct {
 func (d *dispatcherProc) start() {
 	d.t.Helper()
 	d.runs++
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+d.ns, filepath.Join(binDir, "dlbd"),
-		"--socket", d.sock, "--state-dir", filepath.Join(d.dir, "state"), "--pin-dir", d.pin, "--log-level", "info")
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + d.ns, filepath.Join(binDir, "dlbd"),
+		"--socket", d.sock, "--state-dir", filepath.Join(d.dir, "state"), "--pin-dir", d.pin, "--log-level", "info"}, d.args...)...)
 	logf, err := os.Create(filepath.Join(d.dir, fmt.Sprintf("dlbd%d.log", d.runs)))
 	if err != nil {
 		d.t.Fatal(err)
@@ -58,12 +62,16 @@ func (d *dispatcherProc) start() {
 		d.t.Fatalf("starting dlbd %d: %v", d.i, err)
 	}
 	d.cmd = cmd
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	ready := d.ready
+	if ready == 0 {
+		ready = 10 * time.Second
+	}
+	for deadline := time.Now().Add(ready); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if _, _, code := d.ctl("executor", "report", "-o", "json"); code == 0 {
 			return
 		}
 	}
-	d.t.Fatalf("dlbd %d did not answer within 10 s", d.i)
+	d.t.Fatalf("dlbd %d did not answer within %v", d.i, ready)
 }
 
 // stop signals dlbd and waits for it to exit.
