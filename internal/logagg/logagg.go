@@ -9,6 +9,8 @@ package logagg
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -131,20 +133,32 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 // that a burst that stopped is still counted.
 func (h *Handler) Flush() {
 	now := h.st.opts.Now()
-	var out []*pending
+	type due struct {
+		start time.Time
+		p     *pending
+	}
+	var out []due
 	h.st.mu.Lock()
 	for k, w := range h.st.kinds {
 		if now.Sub(w.start) < h.st.opts.Interval {
 			continue
 		}
 		if p := w.summary(k, now); p != nil {
-			out = append(out, p)
+			out = append(out, due{w.start, p})
 		}
 		delete(h.st.kinds, k)
 	}
 	h.st.mu.Unlock()
-	for _, p := range out {
-		_ = p.write(context.Background())
+	// In the order the kinds began, then by message: the log reads the
+	// same way every time, whatever the map's order.
+	slices.SortFunc(out, func(a, b due) int {
+		if c := a.start.Compare(b.start); c != 0 {
+			return c
+		}
+		return strings.Compare(a.p.r.Message, b.p.r.Message)
+	})
+	for _, d := range out {
+		_ = d.p.write(context.Background())
 	}
 }
 
