@@ -102,6 +102,11 @@ func (t table) prepare() error {
 // change while it reads), read through memory maps of the arrays. E is
 // the entries' type; live tells an entry in use from one being written.
 func eachEntry[E any](t table, live func(*E) bool, each func(*E)) error {
+	return eachSlot(t, live, func(_ uint32, e *E) { each(e) })
+}
+
+// eachSlot is eachEntry, with each entry's slot in the table.
+func eachSlot[E any](t table, live func(*E) bool, each func(uint32, *E)) error {
 	used, err := t.used.Memory()
 	if err != nil {
 		return fmt.Errorf("%s: mapping the entry bitmap: %w", t.name, err)
@@ -132,7 +137,7 @@ func eachEntry[E any](t table, live func(*E) bool, each func(*E)) error {
 				return fmt.Errorf("%s: reading entry %d: %w", t.name, slot, err)
 			}
 			if live(&e) {
-				each(&e)
+				each(slot, &e)
 			}
 		}
 	}

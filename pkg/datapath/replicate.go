@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math/bits"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -37,46 +36,6 @@ type scanState struct {
 	seed     maphash.Seed
 }
 
-// eachSlot calls each for every entry of t in use, with its slot (as
-// eachEntry).
-func eachSlot[E any](t table, live func(*E) bool, each func(uint32, *E)) error {
-	used, err := t.used.Memory()
-	if err != nil {
-		return fmt.Errorf("%s: mapping the entry bitmap: %w", t.name, err)
-	}
-	entries, err := t.entries.Memory()
-	if err != nil {
-		return fmt.Errorf("%s: mapping the entries: %w", t.name, err)
-	}
-	words := make([]uint64, t.used.MaxEntries())
-	if _, err := used.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8), 0); err != nil {
-		return fmt.Errorf("%s: reading the entry bitmap: %w", t.name, err)
-	}
-	var e E
-	size := unsafe.Sizeof(e)
-	if uint32(size) != t.entries.ValueSize() {
-		return fmt.Errorf("%s: entries of %d bytes, want %d", t.name, t.entries.ValueSize(), size)
-	}
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(&e)), size)
-	capacity := t.entries.MaxEntries()
-	for i, w := range words {
-		for w != 0 {
-			slot := uint32(i)*64 + uint32(bits.TrailingZeros64(w))
-			w &= w - 1
-			if slot >= capacity {
-				break
-			}
-			if _, err := entries.ReadAt(buf, int64(slot)*int64(size)); err != nil {
-				return fmt.Errorf("%s: reading entry %d: %w", t.name, slot, err)
-			}
-			if live(&e) {
-				each(slot, &e)
-			}
-		}
-	}
-	return nil
-}
-
 // fingerprint hashes what an entry says, but its last use.
 func fingerprint(seed maphash.Seed, parts ...[]byte) uint64 {
 	var h maphash.Hash
@@ -91,10 +50,9 @@ func bytesOf[T any](v *T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
 }
 
-// changed reports whether a slot's entry must be reported, and records
-// it as reported.
-func changed(marks []slotMark, slot uint32, fp, seen uint64, full bool, refresh uint64) bool {
-	m := &marks[slot]
+// changed reports whether the entry marked m must be reported (its
+// fingerprint fp, its last use seen), and marks it as reported.
+func changed(m *slotMark, fp, seen uint64, full bool, refresh uint64) bool {
 	report := full || m.fp != fp || (seen > m.seen && seen-m.seen >= refresh)
 	if report {
 		*m = slotMark{fp: fp, seen: seen}
@@ -128,7 +86,7 @@ func (d *Datapath) ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f
 			present[0][slot] = true
 			fl := e.Flow
 			fl.LastSeen = 0
-			if !changed(st.tables[0], slot, fingerprint(st.seed, bytesOf(&e.Key), bytesOf(&fl)), e.Flow.LastSeen, full, ref) {
+			if !changed(&st.tables[0][slot], fingerprint(st.seed, bytesOf(&e.Key), bytesOf(&fl)), e.Flow.LastSeen, full, ref) {
 				return
 			}
 			k := e.Key
@@ -147,7 +105,7 @@ func (d *Datapath) ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f
 			present[1][slot] = true
 			fl := e.Flow
 			fl.LastSeen = 0
-			if !changed(st.tables[1], slot, fingerprint(st.seed, bytesOf(&e.Key), bytesOf(&fl)), e.Flow.LastSeen, full, ref) {
+			if !changed(&st.tables[1][slot], fingerprint(st.seed, bytesOf(&e.Key), bytesOf(&fl)), e.Flow.LastSeen, full, ref) {
 				return
 			}
 			k := e.Key
@@ -167,7 +125,7 @@ func (d *Datapath) ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f
 			present[2][slot] = true
 			r := e.Rev
 			r.LastSeen, r.Flags, r.Hop = 0, 0, dispatcherNextHop{} // the next hop is this host's own
-			if !changed(st.tables[2], slot, fingerprint(st.seed, bytesOf(&e.Key), bytesOf(&r)), e.Rev.LastSeen, full, ref) {
+			if !changed(&st.tables[2][slot], fingerprint(st.seed, bytesOf(&e.Key), bytesOf(&r)), e.Rev.LastSeen, full, ref) {
 				return
 			}
 			k := e.Key
@@ -195,11 +153,12 @@ func (d *Datapath) ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f
 		rr := r
 		rr.LastSeen = 0
 		fp := fingerprint(st.seed, bytesOf(&rr))
-		m, had := st.affinity[k]
-		if !full && had && m.fp == fp && !(r.LastSeen > m.seen && r.LastSeen-m.seen >= ref) {
+		m := st.affinity[k] // a record not seen before: the zero mark, which no fingerprint equals
+		report := changed(&m, fp, r.LastSeen, full, ref)
+		st.affinity[k] = m
+		if !report {
 			return
 		}
-		st.affinity[k] = slotMark{fp: fp, seen: r.LastSeen}
 		f(lb.ConnEntry{Kind: lb.ConnAffinity, Client: netip.AddrPortFrom(addrFrom(k.Client.Addr, k.Family), 0),
 			Backend: r.Backend, Service: r.Service, Age: time.Duration(since(now, r.LastSeen))})
 	})
