@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,35 +24,7 @@ func TestPrivilegedE2EBGPFile(t *testing.T) {
 	l := newLabPrefix(t, "dlbg", "-n", "2", "-c", "1", "-x", "2")
 	router := &frr{}
 	s := &scaleLab{lab: l, router: router}
-	t.Cleanup(func() {
-		for _, d := range s.ds {
-			d.stop(syscall.SIGTERM)
-			_ = os.RemoveAll(d.pin)
-			if t.Failed() {
-				logs, _ := filepath.Glob(filepath.Join(d.dir, "dlbd*.log"))
-				for _, f := range logs {
-					b, _ := os.ReadFile(f)
-					t.Logf("dispatcher %d %s:\n%s", d.i, filepath.Base(f), tail(string(b), 40))
-				}
-			}
-		}
-		if t.Failed() {
-			t.Logf("%s: %s", router.name(), router.state())
-		}
-		router.stop()
-	})
-	var addrs []string
-	for i := 1; i <= 2; i++ {
-		d := &dispatcherProc{t: t, i: i, ns: l.env[fmt.Sprintf("LAB_D%d_NS", i)], addr: l.env[fmt.Sprintf("LAB_D%d_ADDR", i)],
-			dir: filepath.Join(l.run, fmt.Sprintf("d%d", i)), pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, i)}
-		d.sock = filepath.Join(d.dir, "dlbd.sock")
-		if err := os.MkdirAll(d.dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		s.ds = append(s.ds, d)
-		addrs = append(addrs, d.addr)
-		d.start()
-	}
+	addrs := s.startDispatchers(2)
 	routerAddr := l.env["LAB_ROUTER_ADDR"]
 
 	// file is a dispatcher's configuration file: what every dispatcher

@@ -158,6 +158,21 @@ func newScaleLab(t *testing.T, router routerDaemon) *scaleLab {
 	if n != 3 {
 		t.Fatalf("lab has %d dispatchers", n)
 	}
+	addrs := s.startDispatchers(n)
+	for _, d := range s.ds {
+		s.configure(d)
+	}
+	router.start(t, l.env["LAB_ROUTER_NS"], l.env["LAB_ROUTER_ADDR"], addrs)
+	return s
+}
+
+// startDispatchers starts a dlbd in each of the lab's first n dispatcher
+// namespaces and returns their addresses; a cleanup stops them (before
+// the lab goes: cleanups run last first) and the router, and logs their
+// last lines when the test failed.
+func (s *scaleLab) startDispatchers(n int) []string {
+	t, l := s.t, s.lab
+	t.Helper()
 	// Stopped before the lab goes (cleanups run last first).
 	t.Cleanup(func() {
 		for _, d := range s.ds {
@@ -172,9 +187,9 @@ func newScaleLab(t *testing.T, router routerDaemon) *scaleLab {
 			}
 		}
 		if t.Failed() {
-			t.Logf("%s: %s", router.name(), router.state())
+			t.Logf("%s: %s", s.router.name(), s.router.state())
 		}
-		router.stop()
+		s.router.stop()
 	})
 	var addrs []string
 	for i := 1; i <= n; i++ {
@@ -189,11 +204,7 @@ func newScaleLab(t *testing.T, router routerDaemon) *scaleLab {
 		addrs = append(addrs, d.addr)
 		d.start()
 	}
-	for _, d := range s.ds {
-		s.configure(d)
-	}
-	router.start(t, l.env["LAB_ROUTER_NS"], l.env["LAB_ROUTER_ADDR"], addrs)
-	return s
+	return addrs
 }
 
 // configure gives a dispatcher the configuration every dispatcher shares
