@@ -294,7 +294,10 @@ type haFault struct {
 func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult {
 	t.Helper()
 	h.waitSteady(t, 30*time.Second)
-	const traffic = 15 * time.Second
+	// Long enough for the repair and the failback (a dlbd restart and a
+	// full copy) on a machine busy with other tests: 16.3 s were seen once
+	// while the data-path tests ran beside this one.
+	const traffic = 20 * time.Second
 	began := time.Now()
 	tr := h.startTraffic(port, traffic)
 	time.Sleep(2 * time.Second)
