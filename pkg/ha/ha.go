@@ -394,6 +394,20 @@ func (n *Node) Stop(restart bool) {
 	n.mu.Unlock()
 }
 
+// dropConnsLocked closes the replication connections, when the peer is
+// no longer heard. Kept across a partition, a connection would resume
+// only at TCP's next retransmission, which backs off exponentially: as
+// long after the path is back as the path was gone (seconds), while the
+// peer already decides with what it was sent. The next connection
+// starts with a full copy.
+func (n *Node) dropConnsLocked() {
+	for _, c := range []*conn{n.outConn, n.inConn} {
+		if c != nil {
+			c.c.Close()
+		}
+	}
+}
+
 // SetHealth says whether this dispatcher's executor can forward (loaded,
 // attached, its interface up), and if not, why.
 func (n *Node) SetHealth(ok bool, reason string) {
@@ -479,13 +493,12 @@ func (n *Node) Imported(marker uint64) {
 	c := n.inConn
 	n.mu.Unlock()
 	if c != nil {
+		// Not under n.mu: a write to a peer that stopped reading may
+		// block until the connection is closed (dropConnsLocked, which
+		// needs n.mu).
 		var b [8]byte
 		binary.BigEndian.PutUint64(b[:], marker)
-		n.mu.Lock()
-		if n.inConn == c {
-			_ = c.writeFrame(frameAck, b[:])
-		}
-		n.mu.Unlock()
+		_ = c.writeFrame(frameAck, b[:])
 	}
 }
 
@@ -670,8 +683,9 @@ func (n *Node) loop(ctx context.Context) {
 			}
 			wasAlive := n.peer.heard && n.peerAliveLocked(now.Add(-iv/4))
 			n.stepLocked(now)
-			if wasAlive != n.peerAliveLocked(now) {
+			if wasAlive && !n.peerAliveLocked(now) {
 				n.log.Warn("high availability: peer no longer heard", "after", n.deadTime())
+				n.dropConnsLocked()
 				n.signal()
 			}
 			n.mu.Unlock()

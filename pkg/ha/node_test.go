@@ -312,3 +312,32 @@ func TestNodeRefusesStrangers(t *testing.T) {
 		t.Error("replays not counted")
 	}
 }
+
+// TestNodeDropsReplicationOfSilentPeer: when the peer is no longer heard
+// (here: its heartbeats stop while its process and TCP connections live
+// on, as across a partition), both replication connections are closed,
+// so that the next one starts afresh with a full copy instead of resuming
+// at TCP's backed-off retransmission.
+func TestNodeDropsReplicationOfSilentPeer(t *testing.T) {
+	port := freePort(t)
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	both := func(sending, receiving bool) func() bool {
+		return func() bool {
+			ra, rb := a.n.Status().Replication, b.n.Status().Replication
+			return ra.Sending == sending && ra.Receiving == receiving && rb.Sending == sending && rb.Receiving == receiving
+		}
+	}
+	waitFor(t, 2*time.Second, "replication up both ways", both(true, true))
+	// a's heartbeat sockets close: a neither hears b nor is heard; the
+	// TCP connections stay up.
+	a.n.mu.Lock()
+	for _, c := range a.n.socks {
+		c.Close()
+	}
+	a.n.mu.Unlock()
+	took := waitFor(t, 2*time.Second, "both replication connections closed on both sides", both(false, false))
+	if took < 150*time.Millisecond {
+		t.Errorf("closed after %v, before the dead time (200 ms)", took)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -54,9 +55,12 @@ type Batch = lb.ConnBatch
 
 var errHandshake = errors.New("replication handshake refused")
 
-// conn is one authenticated replication connection.
+// conn is one authenticated replication connection. Its frames are
+// written by one goroutine at a time (writeFrame takes wmu); they are
+// read by one.
 type conn struct {
 	c          net.Conn
+	wmu        sync.Mutex
 	r          *bufio.Reader
 	key        []byte
 	dir        byte // this side's direction byte: 'c' or 's'
@@ -157,6 +161,8 @@ func (c *conn) writeFrame(typ byte, payload []byte) error {
 	if len(payload) > maxFrame {
 		return fmt.Errorf("frame of %d bytes is too large", len(payload))
 	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.sent++
 	var ctr [8]byte
 	binary.BigEndian.PutUint64(ctr[:], c.sent)
