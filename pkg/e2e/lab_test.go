@@ -359,10 +359,19 @@ func (l *lab) load(ctx context.Context, args ...string) (loadResult, error) {
 	return l.loadFrom(ctx, 1, args...)
 }
 
-// loadFrom runs labclient in client i's namespace.
+// loadFrom runs labclient in client i's namespace; ctx's end kills it.
 func (l *lab) loadFrom(ctx context.Context, client int, args ...string) (loadResult, error) {
-	a := append([]string{"--net=/run/netns/" + l.env[fmt.Sprintf("LAB_C%d_NS", client)], filepath.Join(binDir, "labclient"), "-json"}, args...)
-	cmd := exec.CommandContext(ctx, "nsenter", a...)
+	return runLoad(exec.CommandContext(ctx, "nsenter", l.labclientArgs(client, args...)...))
+}
+
+// labclientArgs are nsenter's arguments to run labclient (JSON report)
+// with args in client i's namespace.
+func (l *lab) labclientArgs(client int, args ...string) []string {
+	return append([]string{"--net=/run/netns/" + l.env[fmt.Sprintf("LAB_C%d_NS", client)], filepath.Join(binDir, "labclient"), "-json"}, args...)
+}
+
+// runLoad runs a labclient command and decodes its report.
+func runLoad(cmd *exec.Cmd) (loadResult, error) {
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
