@@ -660,17 +660,23 @@ func (n *Node) sendLocked(restarting bool) {
 	n.lastTx = time.Now()
 }
 
-// loop sends heartbeats every interval and re-decides four times an
-// interval, so that a dead peer is noticed within a quarter interval of
-// count × interval.
+// decideEvery is how often loop re-decides (at most; four times an
+// interval when that is shorter): a dead peer is noticed within it of
+// count × interval, which is most of the time from a fault to the
+// takeover.
+const decideEvery = 20 * time.Millisecond
+
+// loop sends heartbeats every interval and re-decides every decideEvery.
 func (n *Node) loop(ctx context.Context) {
 	defer n.wg.Done()
 	n.mu.Lock()
 	iv := time.Duration(n.cfg.IntervalMS()) * time.Millisecond
 	n.sendLocked(false)
 	n.mu.Unlock()
-	tick := time.NewTicker(max(iv/4, 5*time.Millisecond))
+	every := max(min(iv/4, decideEvery), 5*time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	prev := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -678,10 +684,10 @@ func (n *Node) loop(ctx context.Context) {
 		case now := <-tick.C:
 			n.mu.Lock()
 			iv = time.Duration(n.cfg.IntervalMS()) * time.Millisecond
-			if now.Sub(n.lastTx) >= iv-iv/8 {
+			if now.Sub(n.lastTx) >= iv-every/2 {
 				n.sendLocked(false)
 			}
-			wasAlive := n.peer.heard && n.peerAliveLocked(now.Add(-iv/4))
+			wasAlive := n.peer.heard && n.peerAliveLocked(prev)
 			n.stepLocked(now)
 			if wasAlive && !n.peerAliveLocked(now) {
 				n.log.Warn("high availability: peer no longer heard", "after", n.deadTime())
@@ -689,6 +695,7 @@ func (n *Node) loop(ctx context.Context) {
 				n.signal()
 			}
 			n.mu.Unlock()
+			prev = now
 		}
 	}
 }
