@@ -94,7 +94,7 @@ func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 			services[m.Service] = true
 		}
 	}
-	if err := readCounters(d.objs.ServiceStats, keysOf(services), func(id uint32, c lb.Counters) { st.Services[id] = c }); err != nil {
+	if err := readCounters(d.objs.ServiceStats, services, func(id uint32, c lb.Counters) { st.Services[id] = c }); err != nil {
 		return st, fmt.Errorf("reading service counters: %w", err)
 	}
 	backends, err := d.backendCounters()
@@ -186,34 +186,9 @@ func (b bitset) top() uint32 {
 	return 0
 }
 
-// idSet is a set of ids to read from an array: which, how many, the largest.
-type idSet struct {
-	has func(uint32) bool
-	all func(func(uint32))
-	n   int
-	top uint32
-}
-
-// keysOf is the set of m's keys.
-func keysOf[V any](m map[uint32]V) idSet {
-	s := idSet{
-		has: func(id uint32) bool { _, ok := m[id]; return ok },
-		all: func(f func(uint32)) {
-			for id := range m {
-				f(id)
-			}
-		},
-		n: len(m),
-	}
-	for id := range m {
-		s.top = max(s.top, id)
-	}
-	return s
-}
-
-// readCounters calls f with the counters of each id of ids in the per-CPU
-// array m, summed over the CPUs.
-func readCounters(m *ebpf.Map, ids idSet, f func(uint32, lb.Counters)) error {
+// readCounters calls f with the counters of each key of ids in the
+// per-CPU array m, summed over the CPUs.
+func readCounters[K any](m *ebpf.Map, ids map[uint32]K, f func(uint32, lb.Counters)) error {
 	return readIDs(m, ids, func(id uint32, per []dispatcherCounters) {
 		var c lb.Counters
 		for _, p := range per {
@@ -226,13 +201,13 @@ func readCounters(m *ebpf.Map, ids idSet, f func(uint32, lb.Counters)) error {
 	})
 }
 
-// readIDs calls f with the value of each id of ids in the array m: the
+// readIDs calls f with the value of each key of ids in the array m: the
 // CPUs' values of a per-CPU array, or the one value of another. Many ids,
 // densely allocated as they are, are read a batch at a time up to the
 // largest (a report on 4,000 services takes one system call, not 4,000);
 // a few, one lookup each. (Backend counters are read from a memory map
 // instead: backendCounters.)
-func readIDs[V any](m *ebpf.Map, ids idSet, f func(uint32, []V)) error {
+func readIDs[V, K any](m *ebpf.Map, ids map[uint32]K, f func(uint32, []V)) error {
 	cpus := 1
 	if m.Type() == ebpf.PerCPUArray {
 		n, err := ebpf.PossibleCPU()
@@ -241,25 +216,25 @@ func readIDs[V any](m *ebpf.Map, ids idSet, f func(uint32, []V)) error {
 		}
 		cpus = n
 	}
-	if ids.n < 64 || ids.top/uint32(ids.n) > 4 {
-		var err error
-		ids.all(func(id uint32) {
-			if err != nil {
-				return
-			}
+	var top uint32
+	for id := range ids {
+		top = max(top, id)
+	}
+	if len(ids) < 64 || top/uint32(len(ids)) > 4 {
+		for id := range ids {
 			vals := make([]V, 1)
+			var err error
 			if m.Type() == ebpf.PerCPUArray {
 				err = m.Lookup(id, &vals)
 			} else {
 				err = m.Lookup(id, &vals[0])
 			}
 			if err != nil {
-				err = fmt.Errorf("reading entry %d: %w", id, err)
-				return
+				return fmt.Errorf("reading entry %d: %w", id, err)
 			}
 			f(id, vals)
-		})
-		return err
+		}
+		return nil
 	}
 	const chunk = 4096
 	keys := make([]uint32, chunk)
@@ -271,11 +246,11 @@ func readIDs[V any](m *ebpf.Map, ids idSet, f func(uint32, []V)) error {
 			return err
 		}
 		for i := range n {
-			if ids.has(keys[i]) {
+			if _, ok := ids[keys[i]]; ok {
 				f(keys[i], vals[i*cpus:(i+1)*cpus])
 			}
 		}
-		if err != nil || n == 0 || keys[n-1] >= ids.top {
+		if err != nil || n == 0 || keys[n-1] >= top {
 			return nil
 		}
 	}
