@@ -12,27 +12,12 @@
 # Usage: make demo   (or: bash scripts/demo-ha.sh after "make build"), as root.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-bin=${LAB_BIN:-$repo/bin}
 export LAB_PREFIX=${LAB_PREFIX:-dlbdemoh}
-export LAB_BIN=$bin
-lab="$repo/scripts/lab.sh"
-
-if [ "$(id -u)" -ne 0 ]; then
-	echo "demo: needs root (it creates network namespaces and loads XDP programs); run: sudo make demo" >&2
-	exit 1
-fi
-for b in dlbd dlbctl labhttpd labclient labxdp; do
-	if [ ! -x "$bin/$b" ]; then
-		echo "demo: $bin/$b is missing; run: make build" >&2
-		exit 1
-	fi
-done
+# shellcheck source=scripts/demo-lib.sh
+source "$(dirname "$0")/demo-lib.sh"
 
 run=$(mktemp -d /tmp/dlbdemoh.XXXXXX)
 pids=(0 0 0)
-bpffs_was_mounted=0
-if mountpoint -q /sys/fs/bpf; then bpffs_was_mounted=1; fi
 
 cleanup() {
 	set +e
@@ -44,16 +29,11 @@ cleanup() {
 	rm -rf /sys/fs/bpf/"${LAB_PREFIX}"-d1 /sys/fs/bpf/"${LAB_PREFIX}"-d2
 	"$lab" down >/dev/null 2>&1
 	rm -rf "$run"
-	if [ "$bpffs_was_mounted" = 0 ] && mountpoint -q /sys/fs/bpf &&
-		[ -z "$(ls -A /sys/fs/bpf | grep -vx -e maps.debug -e progs.debug)" ]; then
-		umount /sys/fs/bpf
-	fi
+	demo_release_bpffs
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold= plain=; fi
-step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 # ctl N ARGS: dlbctl against dispatcher N, shown as the operator types it.
 ctl() {
 	local n=$1

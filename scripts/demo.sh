@@ -11,35 +11,18 @@
 # Usage: make demo   (or: bash scripts/demo.sh after "make build"), as root.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-bin=${LAB_BIN:-$repo/bin}
 export LAB_PREFIX=${LAB_PREFIX:-dlbdemo}
-export LAB_BIN=$bin
-lab="$repo/scripts/lab.sh"
+# shellcheck source=scripts/demo-lib.sh
+source "$(dirname "$0")/demo-lib.sh"
 requests=${DEMO_REQUESTS:-3000}
 # Where dlbd serves /metrics and the web console: the dispatcher
 # namespace's loopback.
 metrics=127.0.0.1:9917
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "demo: needs root (it creates network namespaces and loads an XDP program); run: sudo make demo" >&2
-	exit 1
-fi
-for b in dlbd dlbctl labhttpd labclient labxdp; do
-	if [ ! -x "$bin/$b" ]; then
-		echo "demo: $bin/$b is missing; run: make build" >&2
-		exit 1
-	fi
-done
-
 run=$(mktemp -d /tmp/dlbdemo.XXXXXX)
 sock=$run/dlbd.sock
 pindir=/sys/fs/bpf/${LAB_PREFIX}
 dlbd_pid=
-# dlbd mounts bpffs on /sys/fs/bpf when nothing is mounted there, as on a
-# fresh machine; the demo then unmounts it again when it is done, if empty.
-bpffs_was_mounted=0
-if mountpoint -q /sys/fs/bpf; then bpffs_was_mounted=1; fi
 
 cleanup() {
 	set +e
@@ -51,17 +34,11 @@ cleanup() {
 	rm -rf "$pindir"
 	"$lab" down >/dev/null 2>&1
 	rm -rf "$run"
-	# (maps.debug and progs.debug are the kernel's own iterators.)
-	if [ "$bpffs_was_mounted" = 0 ] && mountpoint -q /sys/fs/bpf &&
-		[ -z "$(ls -A /sys/fs/bpf | grep -vx -e maps.debug -e progs.debug)" ]; then
-		umount /sys/fs/bpf
-	fi
+	demo_release_bpffs
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold= plain=; fi
-step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 ctl() {
 	printf '$ dlbctl %s\n' "$*"
 	"$bin/dlbctl" --socket "$sock" "$@"
