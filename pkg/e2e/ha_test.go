@@ -203,7 +203,13 @@ func newHALab(t *testing.T) *haLab {
 // over the backends, VIP:81 by NAT over the NAT servers.
 func (h *haLab) configure(d *haDispatcher) {
 	vip, ret, router := h.vip(), h.env["LAB_RETURN_ADDR"], h.env["LAB_ROUTER_ADDR"]
-	d.mustCtl("executor", "start", "--interface", h.env["LAB_IF"], "--xdp-mode", "generic")
+	// Generic XDP unless DLB_HA_XDP_MODE says otherwise (native works on
+	// the lab's veths too).
+	mode := os.Getenv("DLB_HA_XDP_MODE")
+	if mode == "" {
+		mode = "generic"
+	}
+	d.mustCtl("executor", "start", "--interface", h.env["LAB_IF"], "--xdp-mode", mode)
 	d.mustCtl("executor", "set", "nfa", d.addr)
 	d.mustCtl("cluster", "add", vip, "--configure")
 	d.mustCtl("port", "add", vip+"@80")
