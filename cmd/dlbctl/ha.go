@@ -251,6 +251,9 @@ func haTable(w io.Writer, r api.HAReport) {
 		peer := "-"
 		if i < len(r.Peer.States) {
 			peer = r.Peer.States[i]
+			if !r.Peer.Alive { // its last word, not its state now
+				peer = "dead (last heard " + peer + ")"
+			}
 		}
 		fmt.Fprintf(w, "state (%s clusters):\t%s since %s, peer %s — %s\n", g.Group, strings.ToUpper(g.State), g.Since, peer, g.Reason)
 		if len(g.Clusters) > 0 {

@@ -107,6 +107,13 @@ func TestHAStatusAndTakeover(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	// A dead peer's state is only the last it said.
+	eng.mu.Lock()
+	eng.ha.Peer.Alive = false
+	eng.mu.Unlock()
+	if r := dlbctl(sock, "highavailability", "status"); !strings.Contains(r.stdout, "peer dead (last heard active)") {
+		t.Errorf("status of a dead peer:\n%s", r.stdout)
+	}
 	if r := dlbctl(sock, "ha", "takeover", "198.18.0.2"); r.code != exitOK {
 		t.Fatalf("takeover: exit %d: %s", r.code, r.stderr)
 	}
