@@ -255,6 +255,14 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	}
 	key, err := n.readSecret(h)
 	if err != nil {
+		// Refused changes never get here (Check reads it first); a
+		// start whose secret file went away does: status says why the
+		// function does not run.
+		n.mu.Lock()
+		if !n.running {
+			n.err = err.Error()
+		}
+		n.mu.Unlock()
 		return err
 	}
 	n.mu.Lock()

@@ -2,10 +2,12 @@ package ha
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,5 +341,33 @@ func TestNodeDropsReplicationOfSilentPeer(t *testing.T) {
 	took := waitFor(t, 2*time.Second, "both replication connections closed on both sides", both(false, false))
 	if took < 150*time.Millisecond {
 		t.Errorf("closed after %v, before the dead time (200 ms)", took)
+	}
+}
+
+// TestNodeSecretGoneAtStart: a start whose secret file cannot be read
+// (deleted while dlbd was down) leaves the function stopped, and its
+// status says why; once the file is back, a Configure starts it.
+func TestNodeSecretGoneAtStart(t *testing.T) {
+	secret := []byte("")
+	var readErr error
+	n := New(Options{Logger: quiet, ReadSecret: func(string) ([]byte, error) { return secret, readErr },
+		Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
+	defer n.Stop(false)
+	n.SetHealth(true, "")
+	h := testConfig(lb.RolePrimary, addrA, addrB, freePort(t))
+	readErr = fmt.Errorf("open /secret: no such file or directory")
+	if err := n.Configure(h, 1); err == nil {
+		t.Fatal("configured without its secret")
+	}
+	st := n.Status()
+	if st.Running || !strings.Contains(st.Error, "cannot read the shared secret") || !strings.Contains(st.Error, "no such file") {
+		t.Fatalf("status without the secret: running %v, error %q", st.Running, st.Error)
+	}
+	secret, readErr = []byte("secret-secret"), nil
+	if err := n.Configure(h, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := n.Status(); !st.Running || st.Error != "" {
+		t.Fatalf("status with the secret back: running %v, error %q", st.Running, st.Error)
 	}
 }
