@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,11 +21,21 @@ func keepaliveLoad(ctx context.Context, cfg config) Report {
 	start := time.Now()
 	deadline := start.Add(cfg.duration)
 	var issued atomic.Int64
+	var replied atomic.Int64
+	// firstReply counts the connections that had their first reply; the
+	// last one creates the -ready file.
+	firstReply := func() {
+		if replied.Add(1) == int64(cfg.c) && cfg.ready != "" {
+			if f, err := os.Create(cfg.ready); err == nil {
+				_ = f.Close()
+			}
+		}
+	}
 	outs := make([]keepaliveOutcome, cfg.c)
 	var wg sync.WaitGroup
 	for w := range outs {
 		wg.Go(func() {
-			outs[w] = keepaliveWorker(ctx, cfg, start, deadline, &issued)
+			outs[w] = keepaliveWorker(ctx, cfg, start, deadline, &issued, firstReply)
 		})
 	}
 	wg.Wait()
@@ -63,8 +74,9 @@ type keepaliveOutcome struct {
 }
 
 // keepaliveWorker dials once and sends GETs on that connection until
-// deadline, ctx, maxRequests in all workers, or the first failure.
-func keepaliveWorker(ctx context.Context, cfg config, start, deadline time.Time, issued *atomic.Int64) keepaliveOutcome {
+// deadline, ctx, maxRequests in all workers, or the first failure; it
+// calls firstReply after its first successful reply.
+func keepaliveWorker(ctx context.Context, cfg config, start, deadline time.Time, issued *atomic.Int64, firstReply func()) keepaliveOutcome {
 	out := keepaliveOutcome{t: newTally()}
 	u, _ := url.Parse(cfg.url) // validated
 	addr := u.Host
@@ -98,6 +110,9 @@ func keepaliveWorker(ctx context.Context, cfg config, start, deadline time.Time,
 		if err != nil {
 			out.broken = true
 			return out
+		}
+		if first {
+			firstReply()
 		}
 		if last != "" && rp.backend != last {
 			out.changed = true

@@ -13,14 +13,16 @@
 // Usage:
 //
 //	labclient [-url URL] [-n N | -duration D] [-c C] [-timeout T] [-json] [-max-failures-shown K]
-//	labclient -keepalive -duration D [-url URL] [-c C] [-interval I] [-timeout T] [-json]
+//	labclient -keepalive -duration D [-url URL] [-c C] [-interval I] [-timeout T] [-ready FILE] [-json]
 //	labclient -udp HOST:PORT [-flows F] [-packets P] [-c C] [-timeout T] [-json]
 //
 // With -keepalive it holds -c persistent connections instead, each one TCP
 // connection for its whole life (never re-dialled), sending GETs one after
 // another with -interval between them until -duration has passed (-n is
 // ignored). A connection stops at its first failure, which it records.
-// Only http:// URLs are supported in this mode.
+// Only http:// URLs are supported in this mode. -ready FILE creates FILE
+// once every connection has had its first reply: a test waits for it
+// before it puts a fault on established connections.
 //
 // With -udp it sends datagrams to labhttpd's UDP responder instead of HTTP
 // requests: -flows flows (-c of them at a time), each a connected UDP socket
@@ -116,6 +118,7 @@ type config struct {
 	// -keepalive mode
 	keepalive bool
 	interval  time.Duration
+	ready     string // file created once every connection had a reply
 	// -udp mode
 	udp     string
 	flows   int
@@ -168,7 +171,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 const usageLine = "usage: labclient [-url URL] [-n N | -duration D] [-c C] [-timeout T] [-json] [-max-failures-shown K]\n" +
-	"       labclient -keepalive -duration D [-url URL] [-c C] [-interval I] [-timeout T] [-json]\n" +
+	"       labclient -keepalive -duration D [-url URL] [-c C] [-interval I] [-timeout T] [-ready FILE] [-json]\n" +
 	"       labclient -udp HOST:PORT [-flows F] [-packets P] [-c C] [-timeout T] [-json]"
 
 // parseFlags parses and validates args; on error it has already printed a
@@ -197,6 +200,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.maxFailures, "max-failures-shown", 5, "distinct errors listed in the table output")
 	fs.BoolVar(&cfg.keepalive, "keepalive", false, "keep-alive mode: -c persistent connections for -duration (required)")
 	fs.DurationVar(&cfg.interval, "interval", 50*time.Millisecond, "with -keepalive, pause between two requests on a connection")
+	fs.StringVar(&cfg.ready, "ready", "", "with -keepalive, create this file once every connection has had its first reply")
 	fs.StringVar(&cfg.udp, "udp", "", "UDP mode: send datagrams to HOST:PORT (IPv6 in brackets) instead of HTTP requests")
 	fs.IntVar(&cfg.flows, "flows", 100, fmt.Sprintf("with -udp, flows (UDP sockets), 1..%d", maxFlows))
 	fs.IntVar(&cfg.packets, "packets", 1, fmt.Sprintf("with -udp, datagrams per flow, 1..%d", maxPackets))
@@ -228,6 +232,8 @@ func (c config) validate(rest []string) error {
 		return errors.New("-keepalive and -udp exclude each other")
 	case c.keepalive && c.duration == 0:
 		return errors.New("-keepalive needs -duration")
+	case c.ready != "" && !c.keepalive:
+		return errors.New("-ready needs -keepalive")
 	case c.interval < 0 || c.interval > maxDuration:
 		return fmt.Errorf("-interval %v: must be in 0..%v", c.interval, maxDuration)
 	case c.flows < 1 || c.flows > maxFlows:

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -300,6 +301,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-keepalive", "-duration", "1s", "-interval", "-1ms"}, true},
 		{[]string{"-keepalive", "-duration", "1s", "-url", "https://198.18.0.100/"}, true},
 		{[]string{"-keepalive", "-duration", "1s", "-udp", "198.18.0.100:53"}, true},
+		{[]string{"-keepalive", "-duration", "1s", "-ready", "/tmp/x"}, false},
+		{[]string{"-ready", "/tmp/x"}, true}, // needs -keepalive
 		{[]string{"-udp", "198.18.0.100:53"}, false},
 		{[]string{"-udp", "[2001:2::100]:53", "-flows", "10", "-packets", "5", "-c", "3"}, false},
 		{[]string{"-udp", "2001:2::100:53"}, true},
@@ -536,8 +539,13 @@ func TestKeepaliveLoopback(t *testing.T) {
 			srv, conns := keepaliveServer(t, tt.backend, tt.closeAfter)
 			cfg := config{url: srv.URL + "/", c: c, keepalive: true, duration: 300 * time.Millisecond,
 				interval: 10 * time.Millisecond, timeout: time.Second}
+			// -ready: the file appears once every connection had a reply.
+			cfg.ready = filepath.Join(t.TempDir(), "ready")
 			start := time.Now()
 			rep := keepaliveLoad(context.Background(), cfg)
+			if _, err := os.Stat(cfg.ready); err != nil {
+				t.Errorf("-ready file not created: %v", err)
+			}
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("run took %v", d)
 			}
@@ -571,7 +579,11 @@ func TestKeepaliveRefused(t *testing.T) {
 	ln.Close()
 	cfg := config{url: "http://" + addr + "/", c: 2, keepalive: true, duration: 200 * time.Millisecond,
 		interval: 10 * time.Millisecond, timeout: time.Second}
+	cfg.ready = filepath.Join(t.TempDir(), "ready")
 	rep := keepaliveLoad(context.Background(), cfg)
+	if _, err := os.Stat(cfg.ready); err == nil {
+		t.Error("-ready file created though no connection had a reply")
+	}
 	if rep.Requests != 2 || rep.Failed != 2 || deref(rep.Broken) != 2 ||
 		rep.Errors["dial tcp: connect: connection refused"] != 2 {
 		t.Errorf("report %+v", rep)
