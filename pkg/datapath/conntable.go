@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -278,4 +279,51 @@ func (d *Datapath) eachNATFlow(each func(dispatcherFlowKey, dispatcherNatFlow)) 
 func (d *Datapath) eachNATPort(each func(dispatcherNatKey, dispatcherNatRev)) error {
 	return eachEntry(d.tables()[2], func(e *dispatcherNatPortEntry) bool { return liveState(e.Rev.State) },
 		func(e *dispatcherNatPortEntry) { each(e.Key, e.Rev) })
+}
+
+// ForgetStaleHops clears the next hop that NAT entries cached towards
+// their clients (looked up in the routing table, when no client gateway
+// is set) where its interface no longer exists: an interface deleted and
+// created again gets a new index, and replies sent to the old one would
+// be lost for as long as the connection lives. The next reply looks the
+// hop up again. It returns how many entries it cleared.
+func (d *Datapath) ForgetStaleHops() (int, error) {
+	return d.forgetStaleHops(func(ifindex uint32) bool {
+		_, err := net.InterfaceByIndex(int(ifindex))
+		return err == nil
+	})
+}
+
+// forgetStaleHops is ForgetStaleHops with the test of an interface's
+// existence given.
+func (d *Datapath) forgetStaleHops(live func(ifindex uint32) bool) (int, error) {
+	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+	var stale []dispatcherNatKey
+	err := eachEntry(d.tables()[2], func(e *dispatcherNatPortEntry) bool { return liveState(e.Rev.State) },
+		func(e *dispatcherNatPortEntry) {
+			if e.Rev.Flags&cached != 0 && !live(e.Rev.Hop.Ifindex) {
+				stale = append(stale, e.Key)
+			}
+		})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range stale {
+		// Read again: the entry may have changed since the scan.
+		r, ok, err := d.getNATPort(k)
+		if err != nil {
+			return n, err
+		}
+		if !ok || r.Flags&cached == 0 || live(r.Hop.Ifindex) {
+			continue
+		}
+		r.Flags &^= cached
+		r.Hop = dispatcherNextHop{}
+		if err := d.putNATPort(k, r); err != nil {
+			return n, fmt.Errorf("clearing a stale next hop: %w", err)
+		}
+		n++
+	}
+	return n, nil
 }

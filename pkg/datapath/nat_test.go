@@ -410,3 +410,53 @@ func (t *namedT) Errorf(format string, args ...any) {
 	t.T.Helper()
 	t.T.Errorf("%s: "+format, append([]any{t.name}, args...)...)
 }
+
+// TestPrivilegedForgetStaleHops: a NAT entry's cached next hop towards
+// its client is cleared when its interface is gone (a recreated
+// interface has a new index), and kept when it still exists; entries
+// without a cached hop are left alone.
+func TestPrivilegedForgetStaleHops(t *testing.T) {
+	e := newTestEnv(t)
+	const gone, here = 4242, 7
+	portKey := func(port uint16) dispatcherNatKey {
+		rk := dispatcherNatKey{Port: htons(port), Proto: 6, Family: 4}
+		rk.Addr.Addr, _ = addrBytes(retAddr)
+		return rk
+	}
+	cached := uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+	for sport, ifindex := range map[uint16]uint32{1: gone, 2: here, 3: 0} {
+		port := 40000 + sport
+		e.putNAT(t, natConn{key: key(vipNAT, 80, sport, 6), backend: 60, service: 6, ret: retAddr, port: port})
+		r, ok, err := e.dp.getNATPort(portKey(port))
+		if err != nil || !ok {
+			t.Fatalf("reading the nat_ports entry: %v (present %v)", err, ok)
+		}
+		if ifindex != 0 {
+			r.Flags |= cached
+			r.Hop = dispatcherNextHop{Mac: [6]uint8{2, 0, 0, 0, 0, 1}, Ifindex: ifindex}
+		}
+		if err := e.dp.putNATPort(portKey(port), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := e.dp.forgetStaleHops(func(ifindex uint32) bool { return ifindex != gone })
+	if err != nil || n != 1 {
+		t.Fatalf("forgot %d hops (%v), want 1", n, err)
+	}
+	for port, want := range map[uint16]dispatcherNextHop{40001: {}, 40002: {Mac: [6]uint8{2, 0, 0, 0, 0, 1}, Ifindex: here}, 40003: {}} {
+		r, ok, err := e.dp.getNATPort(portKey(port))
+		if err != nil || !ok {
+			t.Fatalf("port %d: %v (present %v)", port, err, ok)
+		}
+		if r.Hop != want || (r.Flags&cached != 0) != (want.Ifindex != 0) {
+			t.Errorf("port %d: flags %#x hop %+v, want hop %+v", port, r.Flags, r.Hop, want)
+		}
+		if r.Backend != 60 || r.Service != 6 {
+			t.Errorf("port %d: the rest of the entry changed: %+v", port, r)
+		}
+	}
+	// Nothing stale left: a second pass clears nothing.
+	if n, err := e.dp.forgetStaleHops(func(ifindex uint32) bool { return ifindex != gone }); err != nil || n != 0 {
+		t.Errorf("second pass forgot %d (%v)", n, err)
+	}
+}

@@ -243,6 +243,7 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.log.Error("re-attaching the executor", "err", err)
 		return
 	}
+	e.forgetStaleHops()
 	all := map[netip.Addr]string{}
 	for a := range e.host.configured {
 		all[a] = "its interface was created again"
@@ -250,6 +251,27 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	e.restoreAddresses(all)
 	e.attached(cfg, link, "executor re-attached")
 	e.checkAlerts(cfg, nil)
+}
+
+// hopForgetter is a Datapath whose NAT entries cache next hops towards
+// clients, with their interface index (package datapath's does).
+type hopForgetter interface {
+	ForgetStaleHops() (int, error)
+}
+
+// forgetStaleHops clears the next hops NAT entries cached through an
+// interface that is gone, once the executor is on the interface created
+// in its place: their replies would go to the old index.
+func (e *Engine) forgetStaleHops() {
+	hf, ok := e.exec.dp.(hopForgetter)
+	if !ok {
+		return
+	}
+	if n, err := hf.ForgetStaleHops(); err != nil {
+		e.log.Warn("forgetting the NAT next hops cached through the old interface", "err", err)
+	} else if n > 0 {
+		e.log.Info("forgot the NAT next hops cached through the old interface; the next replies look them up again", "entries", n)
+	}
 }
 
 // attached records that the executor is attached to link again.
