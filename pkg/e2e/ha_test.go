@@ -392,6 +392,7 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	t.Logf("replication before the fault: the active sent %d records, the standby received %d and imported %d (synced %v, lag %.1f ms)",
 		r1.SentRecords, r2.ReceivedRecords, r2.Imported, r2.Synced, r2.LagMS)
 	sessions := r1.Sessions
+	redirects := h.d[0].reasons()["fwd_redirect"]
 	faultAt := time.Since(began)
 	f.inject(t, h)
 	res := faultResult{mode: mode, fault: f.name}
@@ -414,6 +415,11 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	f.restore(t, h)
 	h.waitSteady(t, 30*time.Second)
 	res.failback = time.Since(began)
+	// The lab's dispatchers have one interface: a redirect is a frame
+	// sent towards an interface that is not this one (a stale next hop).
+	if now := h.d[0].reasons()["fwd_redirect"]; now > redirects && f.name != haFaults[0].name {
+		t.Errorf("%s %s: d1 redirected %d frames to another interface (a stale next hop)", mode, f.name, now-redirects)
+	}
 	if r1 := h.d[0].status().Replication; f.cuts && r1.Sessions == sessions {
 		t.Errorf("%s %s: d1 still replicates on the connection it had before it was cut off (session %d)", mode, f.name, sessions)
 	}
