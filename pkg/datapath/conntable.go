@@ -299,12 +299,11 @@ func (d *Datapath) ForgetStaleHops() (int, error) {
 func (d *Datapath) forgetStaleHops(live func(ifindex uint32) bool) (int, error) {
 	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
 	var stale []dispatcherNatKey
-	err := eachEntry(d.tables()[2], func(e *dispatcherNatPortEntry) bool { return liveState(e.Rev.State) },
-		func(e *dispatcherNatPortEntry) {
-			if e.Rev.Flags&cached != 0 && !live(e.Rev.Hop.Ifindex) {
-				stale = append(stale, e.Key)
-			}
-		})
+	err := d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) {
+		if r.Flags&cached != 0 && !live(r.Hop.Ifindex) {
+			stale = append(stale, k)
+		}
+	})
 	if err != nil {
 		return 0, err
 	}

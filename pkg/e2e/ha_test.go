@@ -111,6 +111,14 @@ type haLab struct {
 	routes []string
 }
 
+// restoreRoutes puts back the routes a fault saved (staticRoutes) and
+// took away with the primary's interface.
+func (h *haLab) restoreRoutes() {
+	for _, r := range h.routes {
+		h.mustNS("d", append([]string{"ip", "route", "replace"}, strings.Fields(r)...)...)
+	}
+}
+
 // staticRoutes lists the primary's IPv4 routes via a gateway.
 func (h *haLab) staticRoutes(t *testing.T) []string {
 	t.Helper()
@@ -492,9 +500,7 @@ var haFaults = []haFault{
 		},
 		restore: func(t *testing.T, h *haLab) {
 			h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "up")
-			for _, r := range h.routes {
-				h.mustNS("d", append([]string{"ip", "route", "replace"}, strings.Fields(r)...)...)
-			}
+			h.restoreRoutes()
 		},
 	},
 	{
@@ -521,9 +527,7 @@ var haFaults = []haFault{
 				t.Fatalf("lab.sh relink d: %v\n%s", err, out)
 			}
 			h.mustNS("sw", "ethtool", "-K", h.d[0].peer, "gro", "off")
-			for _, r := range h.routes {
-				h.mustNS("d", append([]string{"ip", "route", "replace"}, strings.Fields(r)...)...)
-			}
+			h.restoreRoutes()
 		},
 	},
 	{

@@ -386,12 +386,7 @@ func (n *Node) Stop(restart bool) {
 	for _, l := range n.lns {
 		l.Close()
 	}
-	if n.outConn != nil {
-		n.outConn.c.Close()
-	}
-	if n.inConn != nil {
-		n.inConn.c.Close()
-	}
+	n.dropConnsLocked()
 	n.socks, n.lns = nil, nil
 	n.mu.Unlock()
 	n.wg.Wait()
@@ -402,8 +397,8 @@ func (n *Node) Stop(restart bool) {
 	n.mu.Unlock()
 }
 
-// dropConnsLocked closes the replication connections, when the peer is
-// no longer heard. Kept across a partition, a connection would resume
+// dropConnsLocked closes the replication connections: when the function
+// stops, and when the peer is no longer heard. Kept across a partition, a connection would resume
 // only at TCP's next retransmission, which backs off exponentially: as
 // long after the path is back as the path was gone (seconds), while the
 // peer already decides with what it was sent. The next connection
