@@ -267,7 +267,7 @@ func (e *Engine) refreshCounters(cfg lb.Config) {
 }
 
 // advisorSample returns the load the advisors covering a port measured for
-// the server — the median of each advisor's last few up results, the
+// the server — the lowest of each advisor's last few up results, the
 // highest over advisors — and when the last result came.
 func (e *Engine) advisorSample(cfg lb.Config, cluster netip.Addr, port uint16, server netip.Addr) (float64, time.Time) {
 	var load float64

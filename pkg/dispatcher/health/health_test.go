@@ -10,7 +10,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-func TestLoadMedian(t *testing.T) {
+func TestLoadLowest(t *testing.T) {
 	up := func(ms int) advisors.Result {
 		return advisors.Result{Up: true, Load: time.Duration(ms) * time.Millisecond}
 	}
@@ -25,8 +25,10 @@ func TestLoadMedian(t *testing.T) {
 		{"one", []advisors.Result{up(7)}, 7, true},
 		{"two takes the lower", []advisors.Result{up(7), up(3)}, 3, true},
 		{"one outlier ignored", []advisors.Result{up(1), up(40), up(1)}, 1, true},
-		{"two slow in a row count", []advisors.Result{up(1), up(200), up(210)}, 200, true},
-		{"window slides", []advisors.Result{up(200), up(200), up(200), up(1), up(1)}, 1, true},
+		{"two slow in a row ignored", []advisors.Result{up(1), up(19), up(12)}, 1, true},
+		{"three slow in a row count", []advisors.Result{up(1), up(200), up(210), up(205)}, 200, true},
+		{"window slides", []advisors.Result{up(200), up(200), up(200), up(1)}, 1, true},
+		{"a fast one among slow ones", []advisors.Result{up(200), up(3), up(210)}, 3, true},
 		{"down forgets", []advisors.Result{up(200), up(200), down}, 0, false},
 		{"after down starts afresh", []advisors.Result{up(200), up(200), down, up(2)}, 2, true},
 	}
