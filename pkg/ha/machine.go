@@ -134,6 +134,13 @@ func (g *group) step(now time.Time, s self, p peerView, deadTime time.Duration, 
 		if st != g.state {
 			g.state, g.since = st, now
 		}
+		// A group let go of and taken again before the engine confirmed
+		// the release serves: it is no longer releasing (else the active
+		// case would wait for a confirmation that never comes, and ignore
+		// its peer for good).
+		if st != lb.HAStandby {
+			g.releasing = false
+		}
 		g.reason = reason
 	}
 	if !s.healthy {

@@ -109,3 +109,33 @@ func TestPreemptHandshake(t *testing.T) {
 		t.Errorf("did not ask again after the hold-off: %s", g.state)
 	}
 }
+
+// TestReleaseThenTakeBack: heartbeats an isolated active sent while its
+// link had no carrier arrive at once when the link comes back, in order:
+// "active, healthy" (sent before it noticed), then "noexecutor". The
+// backup, active meanwhile, lets go on the first and takes the group back
+// on the second before the engine confirmed the release. It must then be
+// an active like any other: yield to the primary's preempt once the
+// primary is healthy again (it stayed active for good, ignoring every
+// preempt, in an end-to-end run).
+func TestReleaseThenTakeBack(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	backup := self{healthy: true, synced: true, boot: 1}
+	g := group{state: lb.HAActive, since: t0}
+	imp := func(uint64) bool { return true }
+	stale := peerView{alive: true, healthy: true, preferred: true, state: lb.HAActive}
+	g.step(t0, backup, stale, dead, imp)
+	if g.state != lb.HAStandby || !g.releasing {
+		t.Fatalf("two actives: the backup did not let go: %s (releasing %v)", g.state, g.releasing)
+	}
+	down := peerView{alive: true, preferred: true, state: lb.HANoExecutor}
+	g.step(t0, backup, down, dead, imp)
+	if g.state != lb.HAActive || g.releasing {
+		t.Fatalf("the peer cannot forward: %s (releasing %v), want active, not releasing", g.state, g.releasing)
+	}
+	preempt := peerView{alive: true, healthy: true, preferred: true, state: lb.HAPreempt, want: true, recovery: lb.RecoveryAuto}
+	g.step(t0.Add(time.Second), backup, preempt, dead, imp)
+	if g.state != lb.HAStandby || !g.releasing {
+		t.Errorf("the primary preempts: %s (releasing %v, %q), want standby, releasing", g.state, g.releasing, g.reason)
+	}
+}
