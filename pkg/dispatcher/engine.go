@@ -385,6 +385,15 @@ func (e *Engine) Run(ctx context.Context) {
 		reprobe = t.C
 	}
 	for {
+		// A high-availability decision goes before whatever else is
+		// waiting (a sweep, a replication scan, probe results): a
+		// takeover's clients wait for it.
+		select {
+		case <-haNotify:
+			e.haSync()
+			continue
+		default:
+		}
 		select {
 		case ev, ok := <-e.netEvents:
 			if !ok {

@@ -206,7 +206,12 @@ func (e *Engine) haSync() {
 		return
 	}
 	st := e.opts.HA.Status()
-	changed := false
+	type change struct {
+		g        lb.HAGroup
+		was, now lb.HAState
+		reason   string
+	}
+	var changes []change
 	var became []lb.HAGroup
 	for _, gs := range st.Groups {
 		g := gs.Group
@@ -214,7 +219,7 @@ func (e *Engine) haSync() {
 		if gs.State == was {
 			continue
 		}
-		changed = true
+		changes = append(changes, change{g, was, gs.State, gs.Reason})
 		e.ha.applied[g], e.ha.since[g] = gs.State, time.Now()
 		if gs.State == lb.HAActive {
 			became = append(became, g)
@@ -229,16 +234,10 @@ func (e *Engine) haSync() {
 			marker := e.haFlush(cfg, g)
 			e.opts.HA.Released(g, marker)
 		}
-		name := map[lb.HAState]string{lb.HAActive: events.GoActive, lb.HAStandby: events.GoStandby,
-			lb.HANoExecutor: events.GoInOp}[gs.State]
-		env := map[string]string{"DLB_HA_GROUP": g.String(), "DLB_HA_STATE": gs.State.String(),
-			"DLB_HA_PREVIOUS": was.String(), "DLB_HA_REASON": gs.Reason, "DLB_HA_ROLE": cfg.HA.Role.String(),
-			"DLB_HA_CLUSTERS": strings.Join(groupClusters(cfg, g), " ")}
-		if name != "" {
-			e.events.Emit(name, env)
-		}
-		e.events.Emit(events.HighAvailChange, env)
 	}
+	// A takeover's addresses go on and are announced before anything
+	// else (events, the journal): every millisecond here is one the
+	// clients wait.
 	if len(became) > 0 {
 		if err := e.configureAddresses(cfg); err != nil {
 			e.log.Error("high availability: putting the addresses on", "err", err)
@@ -246,6 +245,18 @@ func (e *Engine) haSync() {
 		for _, g := range became {
 			e.haAnnounce(cfg, g, 0)
 		}
+	}
+	changed := len(changes) > 0
+	for _, c := range changes {
+		name := map[lb.HAState]string{lb.HAActive: events.GoActive, lb.HAStandby: events.GoStandby,
+			lb.HANoExecutor: events.GoInOp}[c.now]
+		env := map[string]string{"DLB_HA_GROUP": c.g.String(), "DLB_HA_STATE": c.now.String(),
+			"DLB_HA_PREVIOUS": c.was.String(), "DLB_HA_REASON": c.reason, "DLB_HA_ROLE": cfg.HA.Role.String(),
+			"DLB_HA_CLUSTERS": strings.Join(groupClusters(cfg, c.g), " ")}
+		if name != "" {
+			e.events.Emit(name, env)
+		}
+		e.events.Emit(events.HighAvailChange, env)
 	}
 	if changed {
 		e.persistHAStates()
