@@ -24,6 +24,11 @@ type Query struct {
 	Target string
 	// Counters asks for the executor's traffic counters.
 	Counters bool
+	// Tables asks for the executor's tables' memory and its warnings:
+	// the costly part of a snapshot (tens of milliseconds on a busy
+	// host, during which the engine does nothing else), which reports
+	// that do not show them leave out.
+	Tables bool
 	// HA asks for high availability's state.
 	HA bool
 	// BGP asks for the BGP speaker's sessions and announcements.
@@ -94,10 +99,10 @@ type ExecutorStatus struct {
 	Detached      string
 	DetachedSince time.Time
 	// Warnings name conditions that keep the configuration from working
-	// as meant, while they last, with their remedy.
+	// as meant, while they last, with their remedy (with Query.Tables).
 	Warnings []string
 	// Info describes its tables, and Memory what each holds in kernel
-	// memory.
+	// memory (with Query.Tables).
 	Info   lb.DataplaneInfo
 	Memory []lb.TableMemory
 	// The latest sweep (SweptAt; zero: none yet): connection entries
@@ -223,7 +228,7 @@ func (e *Engine) status(q Query) (*Status, error) {
 			return nil, err
 		}
 	}
-	e.executorStatus(&st.Executor, stats)
+	e.executorStatus(&st.Executor, stats, q.Tables)
 	if q.Depth > 0 {
 		e.objectStatus(st, q, stats)
 	}
@@ -247,12 +252,14 @@ func (e *Engine) status(q Query) (*Status, error) {
 	return st, nil
 }
 
-func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats) {
+func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, detail bool) {
 	if e.exec.err != nil {
 		x.Err = e.exec.err.Error()
 	}
 	x.Detached, x.DetachedSince = e.exec.attach.detached, e.exec.attach.since
-	x.Warnings = e.natRouteProblems(e.ed.Config())
+	if detail {
+		x.Warnings = e.natRouteProblems(e.ed.Config())
+	}
 	if e.exec.dp == nil {
 		return
 	}
@@ -262,7 +269,9 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats) {
 		x.Attached, x.Attachment = true, a
 	}
 	x.AttachedMode = e.host.attachedMode
-	x.Memory = dp.Memory()
+	if detail {
+		x.Memory = dp.Memory()
+	}
 	sw := e.exec.sweep
 	x.SweptAt, x.Connections, x.ReturnPools = e.facts.sweptAt, sw.Entries, sw.ReturnPools
 	for _, n := range sw.AffinityServices {
