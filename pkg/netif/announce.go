@@ -28,14 +28,20 @@ func (*Netif) Announce(ifname string, addrs []netip.Addr) error {
 	if len(mac) != 6 {
 		return fmt.Errorf("announcing on %s: not an Ethernet interface", ifname)
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	// Protocol 0: the socket only sends, and receives nothing while it
+	// is open (ETH_P_ALL would copy it every frame of the host). Its
+	// close waits for an RCU grace period in the kernel (10-20 ms on a
+	// busy host), which the takeover need not wait for: it is closed
+	// aside.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("announcing on %s: opening a packet socket: %w", ifname, err)
 	}
-	defer unix.Close(fd)
+	defer func() { go unix.Close(fd) }()
 	var errs []error
 	send := func(frame []byte, dst net.HardwareAddr) {
-		sa := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}
+		sa := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6,
+			Protocol: htons(binary.BigEndian.Uint16(frame[12:14]))}
 		copy(sa.Addr[:], dst)
 		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
 			errs = append(errs, err)
