@@ -39,6 +39,7 @@ import (
 
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultRestartGrace is how long a peer that said it was restarting is
@@ -717,12 +718,54 @@ func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 		}
 		n.mu.Lock()
 		n.heartbeatLocked(buf[:k], from.Addr().Unmap(), src)
+		// Heartbeats that waited in a queue (the neighbour's, while
+		// the path was down) arrive in a burst, the oldest first, and
+		// the first may say what the peer no longer is ("active,
+		// healthy", sent just before it lost its link). All are
+		// recorded, under one hold of the lock (the reads do not
+		// block), and the decision is taken once, on the newest.
+		for range maxBurst {
+			k, from, ok := readQueued(c, buf)
+			if !ok {
+				break
+			}
+			n.heartbeatLocked(buf[:k], from.Addr().Unmap(), src)
+		}
+		n.stepLocked(time.Now())
 		n.mu.Unlock()
 	}
 }
 
-// heartbeatLocked handles one datagram from one of the peer's
-// addresses to one of this dispatcher's.
+// maxBurst bounds the heartbeats read before a decision.
+const maxBurst = 64
+
+// readQueued reads a datagram already queued on c without waiting for
+// one (a read deadline in the past would not even look); ok is false
+// when none is.
+func readQueued(c *net.UDPConn, buf []byte) (k int, from netip.AddrPort, ok bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, netip.AddrPort{}, false
+	}
+	var sa unix.Sockaddr
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		k, sa, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		return true
+	}); err != nil || rerr != nil {
+		return 0, netip.AddrPort{}, false
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return k, netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)), true
+	case *unix.SockaddrInet6:
+		return k, netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)), true
+	}
+	return 0, netip.AddrPort{}, false
+}
+
+// heartbeatLocked records one datagram from one of the peer's addresses
+// to one of this dispatcher's; the caller decides after it.
 func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 	hb := lb.Heartbeat{Source: to, Destination: from}
 	st := n.pathStats[hb]
@@ -756,7 +799,6 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 		// dispatcher's boot from it.
 		n.sendLocked(false)
 	}
-	n.stepLocked(now)
 }
 
 // probeReach pings the reach targets twice an interval: a target is

@@ -371,3 +371,58 @@ func TestNodeSecretGoneAtStart(t *testing.T) {
 		t.Fatalf("status with the secret back: running %v, error %q", st.Running, st.Error)
 	}
 }
+
+// TestNodeDecidesOnNewestOfBurst: heartbeats a primary sent while its link
+// was down arrive together when it comes back, the first still saying
+// "active, healthy", the last "noexecutor". The backup, active meanwhile,
+// decides on the newest only: it neither lets go nor takes back (on the
+// old code it did both in the same instant).
+func TestNodeDecidesOnNewestOfBurst(t *testing.T) {
+	port := freePort(t)
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	waitFor(t, 5*time.Second, "the lone backup active", func() bool { return b.state(lb.GroupPeer) == lb.HAActive })
+	st := b.n.Status()
+	var since time.Time
+	for _, g := range st.Groups {
+		if g.Group == lb.GroupPeer {
+			since = g.Since
+		}
+	}
+	b.n.mu.Lock()
+	key := b.n.key
+	b.n.mu.Unlock()
+	heartbeat := func(seq uint64, healthy bool, state lb.HAState) []byte {
+		m := message{Healthy: healthy, Boot: 77, Seq: seq, PeerBoot: st.Boot, Role: lb.RolePrimary, Recovery: lb.RecoveryAuto}
+		m.Groups[0].State = state // the sender's local group: the backup's peer group
+		return m.encode(key)
+	}
+	peer, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrA, port)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrB, port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	// Both are queued before the backup handles the first: it waits for
+	// its lock, which the test holds meanwhile.
+	b.n.mu.Lock()
+	for i, hb := range [][]byte{heartbeat(1, true, lb.HAActive), heartbeat(2, false, lb.HANoExecutor)} {
+		if _, err := peer.Write(hb); err != nil {
+			b.n.mu.Unlock()
+			t.Fatalf("heartbeat %d: %v", i+1, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	b.n.mu.Unlock()
+	waitFor(t, 2*time.Second, "the peer heard", func() bool { return b.n.Status().Peer.Heard })
+	time.Sleep(100 * time.Millisecond)
+	for _, g := range b.n.Status().Groups {
+		if g.Group != lb.GroupPeer {
+			continue
+		}
+		if g.State != lb.HAActive || !g.Since.Equal(since) {
+			t.Errorf("after the burst: %s since %v (%q), want active since %v, never left", g.State, g.Since, g.Reason, since)
+		}
+	}
+	if p := b.n.Status().Peer; p.Healthy || p.States[lb.GroupPeer] != lb.HANoExecutor {
+		t.Errorf("the peer as last heard: healthy %v, state %s; want the newest heartbeat's", p.Healthy, p.States[lb.GroupPeer])
+	}
+}
