@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
@@ -708,6 +709,7 @@ func (n *Node) loop(ctx context.Context) {
 func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 	defer n.wg.Done()
 	buf := make([]byte, 2048)
+	rc, rcErr := c.SyscallConn()
 	for {
 		k, from, err := c.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -725,7 +727,10 @@ func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 		// recorded, under one hold of the lock (the reads do not
 		// block), and the decision is taken once, on the newest.
 		for range maxBurst {
-			k, from, ok := readQueued(c, buf)
+			if rcErr != nil {
+				break
+			}
+			k, from, ok := readQueued(rc, buf)
 			if !ok {
 				break
 			}
@@ -739,14 +744,10 @@ func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 // maxBurst bounds the heartbeats read before a decision.
 const maxBurst = 64
 
-// readQueued reads a datagram already queued on c without waiting for
-// one (a read deadline in the past would not even look); ok is false
-// when none is.
-func readQueued(c *net.UDPConn, buf []byte) (k int, from netip.AddrPort, ok bool) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, netip.AddrPort{}, false
-	}
+// readQueued reads a datagram already queued on a socket without
+// waiting for one (a read deadline in the past would not even look); ok
+// is false when none is.
+func readQueued(rc syscall.RawConn, buf []byte) (k int, from netip.AddrPort, ok bool) {
 	var sa unix.Sockaddr
 	var rerr error
 	if err := rc.Read(func(fd uintptr) bool {
