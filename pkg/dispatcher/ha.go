@@ -246,7 +246,6 @@ func (e *Engine) haSync() {
 			e.haAnnounce(cfg, g, 0)
 		}
 	}
-	changed := len(changes) > 0
 	for _, c := range changes {
 		name := map[lb.HAState]string{lb.HAActive: events.GoActive, lb.HAStandby: events.GoStandby,
 			lb.HANoExecutor: events.GoInOp}[c.now]
@@ -258,7 +257,7 @@ func (e *Engine) haSync() {
 		}
 		e.events.Emit(events.HighAvailChange, env)
 	}
-	if changed {
+	if len(changes) > 0 {
 		e.persistHAStates()
 	}
 	mismatch := st.Peer.Alive && st.Peer.Digest != e.ha.digest.sum
