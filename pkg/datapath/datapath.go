@@ -117,6 +117,9 @@ type Datapath struct {
 	statsBuf []dispatcherCounters
 	// trace is the running packet trace (trace.go), nil when none.
 	trace *Trace
+	// natOrphans are the orphaned NAT halves the last sweep found, and
+	// since when (see natOrphanGrace); only sweeps touch it.
+	natOrphans map[natHalf]uint64
 }
 
 // The maps sized by the number of services and of backends, with their

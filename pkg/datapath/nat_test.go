@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -62,7 +63,9 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 	if res.Active[60] != 2 {
 		t.Errorf("backend 60: %d active, want 2 (%v)", res.Active[60], res.Active)
 	}
-	for port, taken := range map[uint16]bool{40001: true, 40002: false, 40003: false, 40004: true, 40005: true, 40006: false, 40007: false} {
+	// The orphaned port is kept for the grace (its client side could be
+	// on its way from the active, see TestPrivilegedSweepNATHalvesApart).
+	for port, taken := range map[uint16]bool{40001: true, 40002: false, 40003: false, 40004: true, 40005: true, 40006: false, 40007: true} {
 		if got := e.natPortTaken(t, retAddr, port, 6); got != taken {
 			t.Errorf("port %d taken %v, want %v", port, got, taken)
 		}
@@ -72,6 +75,69 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 	}
 	if u := res.ReturnPools[retAddr]; u.Established != 3 || u.Size != 65535-1024+1 {
 		t.Errorf("pool use of %s: %+v", retAddr, u)
+	}
+	// A sweep just short of the grace later keeps it; one the grace after
+	// the first frees it, and nothing else.
+	for _, step := range []struct {
+		after uint64
+		taken bool
+	}{{natOrphanGrace - 1e9, true}, {natOrphanGrace, false}} {
+		res, err := e.dp.sweep(e.clock + step.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.natPortTaken(t, retAddr, 40007, 6); got != step.taken || res.Expired != 0 || res.Entries != 3 {
+			t.Errorf("%.0f s after: orphaned port taken %v, want %v (expired %d, left %d)", float64(step.after)/1e9, got, step.taken,
+				res.Expired, res.Entries)
+		}
+	}
+}
+
+// TestPrivilegedSweepNATHalvesApart: replication can bring a NAT
+// connection's two halves in successive batches (the active's scan read
+// nat_flows before the data path inserted the flow, and nat_ports after it
+// inserted the port). A sweep between them must keep the first half, in
+// either order: freed, it would not be sent again, and the connection
+// would be lost on takeover (the second half freed in turn, as an orphan).
+// The likely cause of a NAT connection the HA suite lost once (SIGKILL).
+func TestPrivilegedSweepNATHalvesApart(t *testing.T) {
+	e := newTestEnv(t)
+	for i, portFirst := range []bool{true, false} {
+		key := key(vipNAT, 80, uint16(7000+i), 6)
+		e.putNAT(t, natConn{key: key, backend: 60, service: 6, ret: retAddr, port: uint16(41000 + i), idle: 1})
+		halves := scan(t, e, &lb.ConnScan{}, true, time.Hour)
+		e.clearTables(t)
+		var first, second []lb.ConnEntry
+		for _, h := range halves {
+			if (h.Kind == lb.ConnNATPort) == portFirst {
+				first = append(first, h)
+			} else {
+				second = append(second, h)
+			}
+		}
+		if len(first) != 1 || len(second) != 1 {
+			t.Fatalf("scanned %+v, want one NAT flow and one NAT port", halves)
+		}
+		now := monotonicNow()
+		if n, err := e.dp.PutConns(first); err != nil || n != 1 {
+			t.Fatalf("writing the first half: %d, %v", n, err)
+		}
+		if _, err := e.dp.sweep(now); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := e.dp.PutConns(second); err != nil || n != 1 {
+			t.Fatalf("writing the second half: %d, %v", n, err)
+		}
+		// Two sweeps later, the grace long past: the connection is whole.
+		for _, at := range []uint64{now + 2e9, now + 2*natOrphanGrace} {
+			if _, err := e.dp.sweep(at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f, r, ok := e.getNAT(t, key); !ok || f.Backend != 60 || htons(r.ClientPort) != key.SrcPort {
+			t.Errorf("port first %v: the connection after the sweeps: %+v %+v (present %v)", portFirst, f, r, ok)
+		}
+		e.clearTables(t)
 	}
 }
 

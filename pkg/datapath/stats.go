@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -350,6 +351,9 @@ type sweeper struct {
 	// seen is the latest activity of established connections per affinity
 	// key, for refreshing records.
 	seen map[dispatcherAffinityKey]uint64
+	// orphans are the NAT halves found orphaned, with the time of the
+	// first sweep that found each (Datapath.natOrphans after the sweep).
+	orphans map[natHalf]uint64
 }
 
 func (d *Datapath) sweep(now uint64) (lb.SweepResult, error) {
@@ -364,8 +368,9 @@ func (d *Datapath) sweep(now uint64) (lb.SweepResult, error) {
 			AffinityBackends: map[uint32]uint64{},
 			ReturnPools:      map[netip.Addr]lb.DataplanePoolUse{},
 		},
-		swept: map[uint32]uint64{},
-		seen:  map[dispatcherAffinityKey]uint64{},
+		swept:   map[uint32]uint64{},
+		seen:    map[dispatcherAffinityKey]uint64{},
+		orphans: map[natHalf]uint64{},
 	}
 	for _, step := range []func() error{s.conns, s.nat, s.halfOpen, s.handshakes, s.affinity} {
 		if err := step(); err != nil {
@@ -519,6 +524,9 @@ func (s *sweeper) nat() error {
 				lookupErr = err
 			}
 		}
+		if !ok && !s.orphanDue(natHalf{flow: fk, port: rk}) {
+			return // its port may still be on its way
+		}
 		if !ok || revOwner(rk, r) != fk {
 			doomed = append(doomed, pair{fk: fk, fseen: f.LastSeen, backend: f.Backend})
 			return
@@ -586,7 +594,9 @@ func (s *sweeper) nat() error {
 
 	// Ports whose client side is gone (a table insert that failed half
 	// way, or a client side removed above): free them unless a client
-	// side appeared since.
+	// side appeared since or they have not been orphans for the grace
+	// yet (the ports of connections removed above are owned: freed with
+	// them).
 	for rk, r := range revs {
 		if owned[rk] {
 			continue
@@ -597,11 +607,44 @@ func (s *sweeper) nat() error {
 		} else if ok {
 			continue
 		}
+		if !s.orphanDue(natHalf{flow: fk, port: rk, isPort: true}) {
+			continue
+		}
 		if err := s.deleteRev(rk, fk); err != nil {
 			return err
 		}
 	}
+	s.d.natOrphans = s.orphans
 	return nil
+}
+
+// natOrphanGrace is how long a NAT connection's half whose other half is
+// missing is kept before the sweeper frees it. Replication can deliver a
+// connection's two halves to the standby in successive batches, 100 ms
+// apart (the active's scan reads nat_flows and then nat_ports while the
+// data path inserts the port and then the flow): freeing the first half
+// before the second arrives would lose the connection on takeover, as the
+// second half, freed in turn, is not sent again.
+const natOrphanGrace = uint64(3 * time.Second)
+
+// natHalf names an orphaned half of a NAT connection: its client side
+// (flow, naming port) or its port (isPort, owned by flow).
+type natHalf struct {
+	flow   dispatcherFlowKey
+	port   dispatcherNatKey
+	isPort bool
+}
+
+// orphanDue records that h is an orphan at this sweep and reports
+// whether it has been one for natOrphanGrace, since the first sweep that
+// found it.
+func (s *sweeper) orphanDue(h natHalf) bool {
+	first, ok := s.d.natOrphans[h]
+	if !ok {
+		first = s.now
+	}
+	s.orphans[h] = first
+	return since(s.now, first) >= natOrphanGrace
 }
 
 // deleteRev deletes a nat_ports entry if it still belongs to fk.
