@@ -35,8 +35,35 @@ type ConnTables interface {
 const replicateInterval = 100 * time.Millisecond
 
 // replicateRefresh is how much newer an unchanged entry's last use must
-// be to be sent again.
+// be to be sent again, unless a port's timeouts are shorter (see
+// refreshFor).
 const replicateRefresh = 10 * time.Second
+
+// refreshFor is how much newer an unchanged entry's last use must be to
+// be sent again under cfg: replicateRefresh, or a third of the shortest
+// time a standby keeps an idle entry (a port's staletimeout or
+// stickytime, the fintimeout) if that is less, so that the standby does
+// not expire an entry the active still uses; never less than
+// replicateInterval.
+func refreshFor(cfg lb.Config) time.Duration {
+	refresh := replicateRefresh
+	limit := func(seconds uint32) {
+		if seconds == 0 {
+			return
+		}
+		if d := time.Duration(seconds) * time.Second / 3; d < refresh {
+			refresh = d
+		}
+	}
+	limit(cfg.Executor.FinTimeout)
+	for i := range cfg.Clusters {
+		for _, p := range cfg.Clusters[i].Ports {
+			limit(p.StaleTimeout)
+			limit(p.StickyTime)
+		}
+	}
+	return max(refresh, replicateInterval)
+}
 
 // replState is the engine's side of replication.
 type replState struct {
@@ -89,7 +116,7 @@ func (e *Engine) scanRecords(cfg lb.Config, full bool, send [lb.NumHAGroups]bool
 	for i := range cfg.Clusters {
 		groupOf[cfg.Clusters[i].Address] = cfg.HA.GroupOf(&cfg.Clusters[i])
 	}
-	err := ct.ScanConns(&e.repl.scan, full, replicateRefresh, func(c lb.ConnEntry) {
+	err := ct.ScanConns(&e.repl.scan, full, refreshFor(cfg), func(c lb.ConnEntry) {
 		svc, ok := e.repl.byService[c.Service]
 		if !ok {
 			return

@@ -901,6 +901,49 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		}
 	})
 
+	// A port whose staletimeout is shorter than the replication's 10 s
+	// refresh: the active must send its live entries again often enough
+	// that the standby's sweeper does not expire them (it did: a
+	// takeover then found no entry).
+	t.Run("short staletimeout", func(t *testing.T) {
+		port := h.vip() + "@81"
+		for _, d := range h.d {
+			d.mustCtl("port", "set", port, "--staletimeout", "2")
+		}
+		defer func() {
+			for _, d := range h.d {
+				d.mustCtl("port", "set", port, "--staletimeout", "300")
+			}
+		}()
+		h.waitSteady(t, 30*time.Second)
+		var keep loadResult
+		var keepErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			keep, keepErr = h.load(context.Background(), "-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100",
+				"-interval", "200ms", "-duration", "9s", "-timeout", "5s")
+		}()
+		// Past 3 × the staletimeout, and the standby's sweeps (every 2 s)
+		// in between: the standby must still hold every connection.
+		time.Sleep(8 * time.Second)
+		var ports []api.PortReport
+		h.d[1].report(&ports, "port", "report", port)
+		var held uint64
+		for _, p := range ports {
+			held += p.ActiveConnections
+		}
+		<-done
+		t.Logf("staletimeout 2 s: the standby holds %d established NAT connections 8 s into 100 keep-alive connections (%d broken, %d requests)",
+			held, keep.Broken, keep.Requests)
+		if keepErr != nil || keep.Connections < 100 {
+			t.Fatalf("keep-alive: %v, %d connections", keepErr, keep.Connections)
+		}
+		if held < 100 {
+			t.Errorf("the standby holds %d of the 100 live NAT connections (staletimeout 2 s): it expired what the active still uses", held)
+		}
+	})
+
 	t.Run("late-joining standby", func(t *testing.T) {
 		ctx := context.Background()
 		var keep loadResult
