@@ -97,45 +97,67 @@ func TestPrivilegedSweepNAT(t *testing.T) {
 // connection's two halves in successive batches (the active's scan read
 // nat_flows before the data path inserted the flow, and nat_ports after it
 // inserted the port). A sweep between them must keep the first half, in
-// either order: freed, it would not be sent again, and the connection
-// would be lost on takeover (the second half freed in turn, as an orphan).
-// The likely cause of a NAT connection the HA suite lost once (SIGKILL).
+// either order, and also when the port still belongs to an older
+// connection the active has since freed it from: freed, the first half
+// would not be sent again, and the connection would be lost on takeover
+// (the second half freed in turn, as an orphan). The likely cause of a NAT
+// connection the HA suite lost once (SIGKILL).
 func TestPrivilegedSweepNATHalvesApart(t *testing.T) {
 	e := newTestEnv(t)
-	for i, portFirst := range []bool{true, false} {
+	for i, tc := range []struct {
+		name      string
+		portFirst bool
+		// reused: the standby still holds an older connection on the
+		// same port when the new client side arrives.
+		reused bool
+	}{
+		{name: "port first", portFirst: true},
+		{name: "client side first"},
+		{name: "client side first, its port still an older connection's", reused: true},
+	} {
 		key := key(vipNAT, 80, uint16(7000+i), 6)
-		e.putNAT(t, natConn{key: key, backend: 60, service: 6, ret: retAddr, port: uint16(41000 + i), idle: 1})
+		port := uint16(41000 + i)
+		e.putNAT(t, natConn{key: key, backend: 60, service: 6, ret: retAddr, port: port, idle: 1})
 		halves := scan(t, e, &lb.ConnScan{}, true, time.Hour)
 		e.clearTables(t)
 		var first, second []lb.ConnEntry
 		for _, h := range halves {
-			if (h.Kind == lb.ConnNATPort) == portFirst {
+			if (h.Kind == lb.ConnNATPort) == tc.portFirst {
 				first = append(first, h)
 			} else {
 				second = append(second, h)
 			}
 		}
 		if len(first) != 1 || len(second) != 1 {
-			t.Fatalf("scanned %+v, want one NAT flow and one NAT port", halves)
+			t.Fatalf("%s: scanned %+v, want one NAT flow and one NAT port", tc.name, halves)
+		}
+		old := key
+		old.SrcPort += 100
+		if tc.reused {
+			e.putNAT(t, natConn{key: old, backend: 60, service: 6, ret: retAddr, port: port, idle: 50, closing: true})
 		}
 		now := monotonicNow()
 		if n, err := e.dp.PutConns(first); err != nil || n != 1 {
-			t.Fatalf("writing the first half: %d, %v", n, err)
+			t.Fatalf("%s: writing the first half: %d, %v", tc.name, n, err)
 		}
 		if _, err := e.dp.sweep(now); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := e.dp.PutConns(second); err != nil || n != 1 {
-			t.Fatalf("writing the second half: %d, %v", n, err)
+			t.Fatalf("%s: writing the second half: %d, %v", tc.name, n, err)
 		}
-		// Two sweeps later, the grace long past: the connection is whole.
+		// Two sweeps later, the grace long past: the connection is whole,
+		// and the older connection's client side is gone.
 		for _, at := range []uint64{now + 2e9, now + 2*natOrphanGrace} {
 			if _, err := e.dp.sweep(at); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if f, r, ok := e.getNAT(t, key); !ok || f.Backend != 60 || htons(r.ClientPort) != key.SrcPort {
-			t.Errorf("port first %v: the connection after the sweeps: %+v %+v (present %v)", portFirst, f, r, ok)
+			t.Errorf("%s: the connection after the sweeps: %+v %+v (present %v)", tc.name, f, r, ok)
+		}
+		if _, ok, err := e.dp.getNATFlow(old.raw()); err != nil || ok {
+			t.Errorf("%s: the older connection's client side still there (%v)", tc.name, err)
 		}
 		e.clearTables(t)
 	}

@@ -524,10 +524,14 @@ func (s *sweeper) nat() error {
 				lookupErr = err
 			}
 		}
-		if !ok && !s.orphanDue(natHalf{flow: fk, port: rk}) {
-			return // its port may still be on its way
+		// No port, or a port that another connection took: on a
+		// standby, the port's record (or its new owner's) may still be
+		// on its way (see natOrphanGrace).
+		orphan := !ok || revOwner(rk, r) != fk
+		if orphan && !s.orphanDue(natHalf{flow: fk, port: rk}) {
+			return
 		}
-		if !ok || revOwner(rk, r) != fk {
+		if orphan {
 			doomed = append(doomed, pair{fk: fk, fseen: f.LastSeen, backend: f.Backend})
 			return
 		}
