@@ -792,8 +792,10 @@ func (f *frr) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "frr defaults datacenter\nhostname dlbsr\nlog file %s/bgpd.log\n", f.dir)
-	b.WriteString("bfd\n profile dlb\n  transmit-interval 200\n  receive-interval 200\n !\n!\n")
+	// Each daemon reads its own file: the BFD profile the neighbours
+	// name is bfdd's (in bgpd.conf bgpd refused it, and the sessions ran
+	// on bfdd's defaults); the log file is the daemons' --log.
+	b.WriteString("frr defaults datacenter\nhostname dlbsr\n")
 	fmt.Fprintf(&b, "router bgp %s\n bgp router-id %s\n no bgp ebgp-requires-policy\n", routerAS, routerAddr)
 	fmt.Fprintf(&b, " neighbor dlb peer-group\n neighbor dlb remote-as %s\n neighbor dlb timers %d %d\n neighbor dlb bfd profile dlb\n",
 		dispatchAS, holdTime/3, holdTime)
@@ -801,7 +803,8 @@ func (f *frr) start(t *testing.T, ns, routerAddr string, neighbors []string) {
 		fmt.Fprintf(&b, " neighbor %s peer-group dlb\n", n)
 	}
 	b.WriteString(" address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\n")
-	files := map[string]string{"zebra.conf": "hostname dlbsr\n", "bfdd.conf": "hostname dlbsr\n", "bgpd.conf": b.String()}
+	bfdd := "hostname dlbsr\nbfd\n profile dlb\n  transmit-interval 200\n  receive-interval 200\n !\n!\n"
+	files := map[string]string{"zebra.conf": "hostname dlbsr\n", "bfdd.conf": bfdd, "bgpd.conf": b.String()}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
