@@ -389,6 +389,22 @@ func TestPrivilegedE2EFault6IPv6AdvisorsMACMode(t *testing.T) {
 	if r := l.mustLoad("-url", "http://["+vip6+"]/", "-n", "200", "-c", "10"); r.OK != 200 {
 		t.Errorf("IPv6 clients: %d of 200 answered: %v", r.OK, r.Errors)
 	}
+
+	// b1's MAC changes without an announcement: dlbd's own solicitation
+	// finds it (its reprobe keeps the entry's MAC meanwhile) and the
+	// executor uses the new one within a second.
+	target := vip6 + "@80@" + l.env["LAB_B1_ADDR6"]
+	const mac = "02:d1:b0:00:aa:16"
+	l.mustNS("b1", "ip", "link", "set", l.env["LAB_IF"], "address", mac)
+	took := poll(t, 10*time.Second, "dlbd to use b1's new MAC", func() bool { return l.serverMAC(target) == mac })
+	t.Logf("b1's IPv6 MAC -> %s: used %v after the change", mac, took.Round(time.Millisecond))
+	if took > time.Second {
+		t.Errorf("b1's new MAC was used %v after the change, want within 1 s", took)
+	}
+	l.waitServersUp()
+	if r := l.mustLoad("-url", "http://["+vip6+"]/", "-n", "200", "-c", "10"); r.OK != 200 {
+		t.Errorf("IPv6 clients after b1's MAC changed: %d of 200 answered: %v", r.OK, r.Errors)
+	}
 }
 
 // TestPrivilegedE2EFault7NATWithoutRoute: NAT replies need a client

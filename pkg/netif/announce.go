@@ -112,6 +112,31 @@ func unsolicitedNA(mac, dstMAC net.HardwareAddr, a netip.Addr) []byte {
 	return append(b, icmp...)
 }
 
+// solicitation is a neighbour solicitation for target, from the address
+// src and link-layer address mac (given as the source link-layer option,
+// so that the target answers at once, by unicast), to target's
+// solicited-node group.
+func solicitation(mac net.HardwareAddr, src, target netip.Addr) []byte {
+	s, t := src.As16(), target.As16()
+	dst := [16]byte{0: 0xff, 1: 0x02, 11: 0x01, 12: 0xff, 13: t[13], 14: t[14], 15: t[15]}
+	icmp := make([]byte, 32)
+	icmp[0] = 135             // neighbour solicitation
+	copy(icmp[8:], t[:])      // target
+	icmp[24], icmp[25] = 1, 1 // source link-layer address, 8 bytes
+	copy(icmp[26:], mac)
+	binary.BigEndian.PutUint16(icmp[2:], icmpv6Checksum(s, dst, icmp))
+	b := make([]byte, 0, 14+40+len(icmp))
+	b = append(b, 0x33, 0x33, dst[12], dst[13], dst[14], dst[15])
+	b = append(b, mac...)
+	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_IPV6)
+	b = append(b, 0x60, 0, 0, 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(icmp)))
+	b = append(b, unix.IPPROTO_ICMPV6, 255)
+	b = append(b, s[:]...)
+	b = append(b, dst[:]...)
+	return append(b, icmp...)
+}
+
 // icmpv6Checksum is the ICMPv6 checksum of msg (its checksum field 0)
 // from src to dst.
 func icmpv6Checksum(src, dst [16]byte, msg []byte) uint16 {

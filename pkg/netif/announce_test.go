@@ -60,3 +60,36 @@ func TestAnnounceFrames(t *testing.T) {
 		t.Errorf("checksum %#04x, gopacket computes %#04x", want, got)
 	}
 }
+
+func TestSolicitationFrame(t *testing.T) {
+	mac := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 4}
+	src, target := netip.MustParseAddr("fe80::d1:b0ff:fe00:4"), netip.MustParseAddr("2001:2::21:3344")
+	p := gopacket.NewPacket(solicitation(mac, src, target), layers.LayerTypeEthernet, gopacket.Default)
+	ns, ok := p.Layer(layers.LayerTypeICMPv6NeighborSolicitation).(*layers.ICMPv6NeighborSolicitation)
+	if !ok {
+		t.Fatalf("not a neighbour solicitation: %v", p)
+	}
+	if !ns.TargetAddress.Equal(target.AsSlice()) || len(ns.Options) != 1 ||
+		ns.Options[0].Type != layers.ICMPv6OptSourceAddress || !bytes.Equal(ns.Options[0].Data, mac) {
+		t.Errorf("solicitation %+v", ns)
+	}
+	ip := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+	if ip.HopLimit != 255 || !ip.SrcIP.Equal(src.AsSlice()) || ip.DstIP.String() != "ff02::1:ff21:3344" {
+		t.Errorf("IPv6 header %v -> %v hop limit %d, want %v -> ff02::1:ff21:3344 hop limit 255", ip.SrcIP, ip.DstIP, ip.HopLimit, src)
+	}
+	if eth := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet); eth.DstMAC.String() != "33:33:ff:21:33:44" || !bytes.Equal(eth.SrcMAC, mac) {
+		t.Errorf("Ethernet %v -> %v", eth.SrcMAC, eth.DstMAC)
+	}
+	icmp := p.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
+	want := icmp.Checksum
+	if err := icmp.SetNetworkLayerForChecksum(ip); err != nil {
+		t.Fatal(err)
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, icmp, gopacket.Payload(icmp.Payload)); err != nil {
+		t.Fatal(err)
+	}
+	if got := gopacket.NewPacket(buf.Bytes(), layers.LayerTypeICMPv6, gopacket.Default).Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6).Checksum; got != want {
+		t.Errorf("checksum %#04x, gopacket computes %#04x", want, got)
+	}
+}

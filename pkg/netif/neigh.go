@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Reprobe has the kernel verify, by broadcast, the MAC of each of addrs on
-// the interface with the given index: an ARP request (IPv4) or a neighbour
+// Reprobe verifies, by broadcast, the MAC of each of addrs on the
+// interface with the given index: an ARP request (IPv4) or a neighbour
 // solicitation to the solicited-node group (IPv6), answered within
 // milliseconds by whoever holds the address now. A host whose MAC changed
 // without announcing it (a replaced NIC, a VM restored elsewhere) is found
@@ -24,15 +24,36 @@ import (
 // unicast for seconds. The answer updates the neighbour table, which Watch
 // reports.
 //
+// An IPv6 neighbour with a MAC keeps it while it is verified: Reprobe
+// sends the solicitation itself, from the interface's link-local address,
+// and the advertisement that answers it (solicited, override set) replaces
+// the MAC in the kernel's entry. The host's own packets go on meanwhile,
+// and an unanswered solicitation holds nothing back. An IPv4 neighbour is
+// verified by the kernel: its entry is set failed and resolved again by
+// broadcast, which holds the host's packets to it until the answer (the
+// kernel applies an ARP reply that changes a MAC only when the entry did
+// not change in the last second, net.ipv4.neigh.*.locktime, so an answer
+// to a request of dlbd's own could be ignored).
+//
 // An entry the kernel is resolving already is left alone, and so are
 // static ones (permanent, noarp: the operator's) and reachable ones that
 // the host's own traffic confirmed within the last fresh (a TCP peer's
-// acknowledgements, an advisor's probe: the MAC works, and the host's
-// packets are not held back for a reprobe). An address without an entry
-// is resolved afresh. Reprobe returns without waiting for answers.
+// acknowledgements, an advisor's probe: the MAC works). An address without
+// an entry is resolved afresh. Reprobe returns without waiting for answers.
 func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
 	var errs []error
-	for family, list := range byFamily(addrs) {
+	groups := byFamily(addrs)
+	if list := groups[netlink.FAMILY_V6]; len(list) > 0 {
+		rest, err := solicit(ifindex, list, fresh)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		groups[netlink.FAMILY_V6] = rest
+	}
+	for family, list := range groups {
+		if len(list) == 0 {
+			continue
+		}
 		neighs, err := netlink.NeighList(ifindex, family)
 		if err != nil {
 			return fmt.Errorf("reading the neighbour table: %w", err)
@@ -68,6 +89,92 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// solicit verifies the MACs of the IPv6 neighbours among addrs that have
+// one, by neighbour solicitations sent on a packet socket (CAP_NET_RAW)
+// from the interface's link-local address, and returns the addresses it
+// left to the kernel: those without a usable entry, and all of them when
+// the interface has no link-local address to send from or dlbd may not
+// open a packet socket.
+func solicit(ifindex int, addrs []netip.Addr, fresh time.Duration) ([]netip.Addr, error) {
+	neighs, err := netlink.NeighList(ifindex, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, fmt.Errorf("reading the neighbour table: %w", err)
+	}
+	table := map[netip.Addr]netlink.Neigh{}
+	for _, e := range neighs {
+		if a, ok := netip.AddrFromSlice(e.IP); ok {
+			table[a] = e
+		}
+	}
+	var ask, rest []netip.Addr
+	for _, a := range addrs {
+		e, found := table[a]
+		switch {
+		case !found || len(e.HardwareAddr) != 6 ||
+			e.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE) == 0:
+			rest = append(rest, a) // missing, failed, incomplete or static: as for IPv4
+		case e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh:
+			// Confirmed just now.
+		default:
+			ask = append(ask, a)
+			if e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+				// Made managed again (an administrative update without
+				// the flag clears it), as the kernel path does; on a
+				// valid entry this holds nothing back.
+				if err := resolve(ifindex, netlink.FAMILY_V6, a.AsSlice()); err != nil {
+					return rest, fmt.Errorf("reprobing %s: %w", a, err)
+				}
+			}
+		}
+	}
+	if len(ask) == 0 {
+		return rest, nil
+	}
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return rest, fmt.Errorf("looking up interface %d: %w", ifindex, err)
+	}
+	mac := l.Attrs().HardwareAddr
+	src, ok := linkLocal(l)
+	if !ok || len(mac) != 6 {
+		return append(rest, ask...), nil
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return append(rest, ask...), nil // without CAP_NET_RAW: the kernel's way
+	}
+	if err != nil {
+		return rest, fmt.Errorf("reprobing on %s: opening a packet socket: %w", l.Attrs().Name, err)
+	}
+	// Closed aside, as Announce's: the close waits for an RCU grace period.
+	defer func() { go unix.Close(fd) }()
+	var errs []error
+	for _, a := range ask {
+		frame := solicitation(mac, src, a)
+		sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(unix.ETH_P_IPV6)}
+		copy(sa.Addr[:], frame[:6])
+		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+			errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
+		}
+	}
+	return rest, errors.Join(errs...)
+}
+
+// linkLocal returns a link-local IPv6 address of l that is not tentative.
+func linkLocal(l netlink.Link) (netip.Addr, bool) {
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if ok && ip.IsLinkLocalUnicast() && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // ticks converts the kernel's neighbour times (USER_HZ ticks ago, 100 a
