@@ -99,17 +99,7 @@ func unsolicitedNA(mac, dstMAC net.HardwareAddr, a netip.Addr) []byte {
 	copy(icmp[8:], src[:])                           // target
 	icmp[24], icmp[25] = 2, 1                        // target link-layer address, 8 bytes
 	copy(icmp[26:], mac)                             //
-	binary.BigEndian.PutUint16(icmp[2:], icmpv6Checksum(src, dst, icmp))
-	b := make([]byte, 0, 14+40+len(icmp))
-	b = append(b, dstMAC...)
-	b = append(b, mac...)
-	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_IPV6)
-	b = append(b, 0x60, 0, 0, 0)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(icmp)))
-	b = append(b, unix.IPPROTO_ICMPV6, 255)
-	b = append(b, src[:]...)
-	b = append(b, dst[:]...)
-	return append(b, icmp...)
+	return ndFrame(dstMAC, mac, src, dst, icmp)
 }
 
 // solicitation is a neighbour solicitation for target, from the address
@@ -124,15 +114,22 @@ func solicitation(mac net.HardwareAddr, src, target netip.Addr) []byte {
 	copy(icmp[8:], t[:])      // target
 	icmp[24], icmp[25] = 1, 1 // source link-layer address, 8 bytes
 	copy(icmp[26:], mac)
-	binary.BigEndian.PutUint16(icmp[2:], icmpv6Checksum(s, dst, icmp))
+	return ndFrame(net.HardwareAddr{0x33, 0x33, dst[12], dst[13], dst[14], dst[15]}, mac, s, dst, icmp)
+}
+
+// ndFrame is the Ethernet frame of neighbour discovery message icmp (its
+// checksum field 0, filled in here) from src and srcMAC to dst and
+// dstMAC, with the hop limit 255 that receivers require.
+func ndFrame(dstMAC, srcMAC net.HardwareAddr, src, dst [16]byte, icmp []byte) []byte {
+	binary.BigEndian.PutUint16(icmp[2:], icmpv6Checksum(src, dst, icmp))
 	b := make([]byte, 0, 14+40+len(icmp))
-	b = append(b, 0x33, 0x33, dst[12], dst[13], dst[14], dst[15])
-	b = append(b, mac...)
+	b = append(b, dstMAC...)
+	b = append(b, srcMAC...)
 	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_IPV6)
 	b = append(b, 0x60, 0, 0, 0)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(icmp)))
 	b = append(b, unix.IPPROTO_ICMPV6, 255)
-	b = append(b, s[:]...)
+	b = append(b, src[:]...)
 	b = append(b, dst[:]...)
 	return append(b, icmp...)
 }
