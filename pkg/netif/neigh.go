@@ -42,37 +42,43 @@ import (
 // an entry is resolved afresh. Reprobe returns without waiting for answers.
 func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
 	var errs []error
-	groups := byFamily(addrs)
-	if list := groups[netlink.FAMILY_V6]; len(list) > 0 {
-		rest, err := solicit(ifindex, list, fresh)
+	for family, list := range byFamily(addrs) {
+		table, err := neighTable(ifindex, family)
 		if err != nil {
-			errs = append(errs, err)
+			return err
 		}
-		groups[netlink.FAMILY_V6] = rest
-	}
-	for family, list := range groups {
-		if len(list) == 0 {
-			continue
-		}
-		neighs, err := netlink.NeighList(ifindex, family)
-		if err != nil {
-			return fmt.Errorf("reading the neighbour table: %w", err)
-		}
-		table := map[netip.Addr]netlink.Neigh{}
-		for _, e := range neighs {
-			if a, ok := netip.AddrFromSlice(e.IP); ok {
-				table[a.Unmap()] = e
-			}
-		}
+		var kernel, ask []netip.Addr
 		for _, a := range list {
 			e, found := table[a]
-			if found && e.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP|netlink.NUD_INCOMPLETE) != 0 {
-				continue
+			switch {
+			case found && e.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP|netlink.NUD_INCOMPLETE) != 0:
+				// Static, or being resolved already.
+			case found && e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh:
+				// Confirmed just now.
+			case found && family == netlink.FAMILY_V6 && len(e.HardwareAddr) == 6 &&
+				e.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE) != 0:
+				ask = append(ask, a)
+				if e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+					// Made managed again (an administrative update
+					// without the flag clears it), as the kernel's way
+					// does; on a valid entry this holds nothing back.
+					if err := resolve(ifindex, family, a.AsSlice()); err != nil {
+						errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
+					}
+				}
+			default:
+				kernel = append(kernel, a)
 			}
-			if found && e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh {
-				continue
+		}
+		if len(ask) > 0 {
+			unsent, err := solicit(ifindex, ask)
+			if err != nil {
+				errs = append(errs, err)
 			}
-			if found {
+			kernel = append(kernel, unsent...)
+		}
+		for _, a := range kernel {
+			if _, found := table[a]; found {
 				// From a valid state the kernel confirms the MAC it has,
 				// by unicast; from a failed one it asks everyone. The
 				// update must not carry the managed flag: with it, the
@@ -91,67 +97,48 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 	return errors.Join(errs...)
 }
 
-// solicit verifies the MACs of the IPv6 neighbours among addrs that have
-// one, by neighbour solicitations sent on a packet socket (CAP_NET_RAW)
-// from the interface's link-local address, and returns the addresses it
-// left to the kernel: those without a usable entry, and all of them when
-// the interface has no link-local address to send from or dlbd may not
-// open a packet socket.
-func solicit(ifindex int, addrs []netip.Addr, fresh time.Duration) ([]netip.Addr, error) {
-	neighs, err := netlink.NeighList(ifindex, netlink.FAMILY_V6)
+// neighTable reads the neighbour table of one family on an interface (0:
+// every interface), by address.
+func neighTable(ifindex, family int) (map[netip.Addr]netlink.Neigh, error) {
+	neighs, err := netlink.NeighList(ifindex, family)
 	if err != nil {
 		return nil, fmt.Errorf("reading the neighbour table: %w", err)
 	}
-	table := map[netip.Addr]netlink.Neigh{}
+	table := make(map[netip.Addr]netlink.Neigh, len(neighs))
 	for _, e := range neighs {
 		if a, ok := netip.AddrFromSlice(e.IP); ok {
-			table[a] = e
+			table[a.Unmap()] = e
 		}
 	}
-	var ask, rest []netip.Addr
-	for _, a := range addrs {
-		e, found := table[a]
-		switch {
-		case !found || len(e.HardwareAddr) != 6 ||
-			e.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE) == 0:
-			rest = append(rest, a) // missing, failed, incomplete or static: as for IPv4
-		case e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh:
-			// Confirmed just now.
-		default:
-			ask = append(ask, a)
-			if e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
-				// Made managed again (an administrative update without
-				// the flag clears it), as the kernel path does; on a
-				// valid entry this holds nothing back.
-				if err := resolve(ifindex, netlink.FAMILY_V6, a.AsSlice()); err != nil {
-					return rest, fmt.Errorf("reprobing %s: %w", a, err)
-				}
-			}
-		}
-	}
-	if len(ask) == 0 {
-		return rest, nil
-	}
+	return table, nil
+}
+
+// solicit sends a neighbour solicitation for each of the IPv6 addresses
+// addrs on a packet socket (CAP_NET_RAW), from the interface's link-local
+// address, and returns those it could not send for the kernel to verify:
+// all of them when the interface has no link-local address to send from
+// or dlbd may not open a packet socket.
+func solicit(ifindex int, addrs []netip.Addr) ([]netip.Addr, error) {
 	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
-		return rest, fmt.Errorf("looking up interface %d: %w", ifindex, err)
+		return nil, fmt.Errorf("looking up interface %d: %w", ifindex, err)
 	}
 	mac := l.Attrs().HardwareAddr
 	src, ok := linkLocal(l)
 	if !ok || len(mac) != 6 {
-		return append(rest, ask...), nil
+		return addrs, nil
 	}
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return append(rest, ask...), nil // without CAP_NET_RAW: the kernel's way
+		return addrs, nil // without CAP_NET_RAW: the kernel's way
 	}
 	if err != nil {
-		return rest, fmt.Errorf("reprobing on %s: opening a packet socket: %w", l.Attrs().Name, err)
+		return nil, fmt.Errorf("reprobing on %s: opening a packet socket: %w", l.Attrs().Name, err)
 	}
 	// Closed aside, as Announce's: the close waits for an RCU grace period.
 	defer func() { go unix.Close(fd) }()
 	var errs []error
-	for _, a := range ask {
+	for _, a := range addrs {
 		frame := solicitation(mac, src, a)
 		sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(unix.ETH_P_IPV6)}
 		copy(sa.Addr[:], frame[:6])
@@ -159,7 +146,7 @@ func solicit(ifindex int, addrs []netip.Addr, fresh time.Duration) ([]netip.Addr
 			errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 		}
 	}
-	return rest, errors.Join(errs...)
+	return nil, errors.Join(errs...)
 }
 
 // linkLocal returns a link-local IPv6 address of l that is not tentative.

@@ -89,19 +89,13 @@ func (n *Netif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[n
 		byIf[famIf{nb.Ifindex, family}] = append(byIf[famIf{nb.Ifindex, family}], addr)
 	}
 	for fi, list := range byIf {
-		neighs, err := netlink.NeighList(fi.ifindex, fi.family)
+		table, err := neighTable(fi.ifindex, fi.family)
 		if err != nil {
 			for _, a := range list {
-				errs[a] = fmt.Errorf("reading the neighbour table: %w", err)
+				errs[a] = err
 				delete(out, a)
 			}
 			continue
-		}
-		table := map[netip.Addr]netlink.Neigh{}
-		for _, e := range neighs {
-			if a, ok := netip.AddrFromSlice(e.IP); ok {
-				table[a.Unmap()] = e
-			}
 		}
 		for _, a := range list {
 			nb := out[a]
