@@ -34,8 +34,16 @@ enum dlb_consts {
 	 * half-open entries older than this. */
 	DLB_HALF_OPEN_SECONDS = 30,
 	/* How many hash-derived candidate ports a new NAT mapping tries
-	 * before the pool counts as exhausted. */
+	 * first. When established connections hold all of them (a pool in
+	 * heavy use), it goes on to DLB_NAT_CANDIDATES_MAX before the pool
+	 * counts as exhausted; when half-open reservations of other ports
+	 * share their slots (a SYN flood), it displaces the oldest instead. */
 	DLB_NAT_CANDIDATES = 8,
+	/* How many candidate ports a new NAT mapping tries at most: with 8,
+	 * a pool half held refused one new connection in 256 (and its
+	 * retransmissions, which try the same ports); with 64, one in 10^19,
+	 * and one in 10^3 at 90 % held. */
+	DLB_NAT_CANDIDATES_MAX = 64,
 	/* Default NAT port pool of a return address (inclusive). */
 	DLB_NAT_PORT_MIN = 1024,
 	DLB_NAT_PORT_MAX = 65535,

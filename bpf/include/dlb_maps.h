@@ -292,7 +292,11 @@ struct nat_args {
 	__u32 slot;          /* out: the reservation's nat_halfopen slot */
 	__u32 retx;          /* out (reserve): 1 when the flow had reserved the port already */
 	__u32 thash;         /* in (find): the flow's table hash (tab_hash_flow) */
-	__u32 pad2;
+	__u32 more;          /* out: 1 when the reservation may lie past the first candidates */
+	__u32 nh;            /* the flow's candidate sequence (nat_candidate): hash, */
+	__u32 pmin;          /* first port of the pool, */
+	__u32 psize;         /* ports in the pool */
+	__u32 pad3;
 };
 
 /* The arguments of dlb_conn_insert (table.h). */

@@ -35,15 +35,20 @@
  * of a known or half-open connection is dropped (STAT_DROP_NAT_NO_FLOW):
  * it could not be translated for a server that never saw its SYN.
  *
- * Port allocation. The candidates are DLB_NAT_CANDIDATES ports derived
- * from the client flow's hash (nat_candidate), tried in order: a port is
- * free when its half-open slot holds no live reservation of it and
- * nat_ports does not hold it; it is taken by claiming the slot. Promotion
- * inserts into nat_ports (with BPF_NOEXIST) before freeing the slot, and a
- * SYN reads the slot before nat_ports, so a port is never handed out
- * twice. A retransmitted SYN finds its own reservation among its
- * candidates. UDP has no handshake: its first packet claims a port in
- * nat_ports directly. No candidate free: STAT_DROP_NAT_EXHAUSTED.
+ * Port allocation. The candidates are ports derived from the client
+ * flow's hash (nat_candidate), tried in order: a port is free when its
+ * half-open slot holds no live reservation of it and nat_ports does not
+ * hold it; it is taken by claiming the slot. Promotion inserts into
+ * nat_ports (with BPF_NOEXIST) before freeing the slot, and a SYN reads
+ * the slot before nat_ports, so a port is never handed out twice. A
+ * retransmitted SYN finds its own reservation among its candidates. The
+ * first DLB_NAT_CANDIDATES are tried as above, with the flood rule; when
+ * connections or reservations of their own ports hold all of them (a pool
+ * in heavy use), the search goes on, without displacing anything, up to
+ * DLB_NAT_CANDIDATES_MAX (dlb_nat_reserve_more; the ACK's search follows
+ * it, dlb_nat_find_more). UDP has no handshake: its first packet claims a
+ * port in nat_ports directly, from the same candidates. No candidate
+ * free: STAT_DROP_NAT_EXHAUSTED.
  *
  * Replies go to the client gateway of the family when one is configured
  * (config.gw4/gw6), else to the next hop the routing table gives
@@ -532,6 +537,7 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 	__u32 victim = 0;
 	__be16 victim_port = 0;
 	a->retx = 0;
+	a->more = 0;
 	nat_key_of(&a->nk, &b->nat_addr, 0, a->fk.proto, a->fk.family);
 
 	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
@@ -588,8 +594,126 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 			a->owner = h->owner;
 			return victim_port;
 		}
+		return 0;
+	}
+	/* Every candidate is held by a connection or by a reservation of its
+	 * own port: the pool is in heavy use, not flooded. */
+	a->more = 1;
+	return 0;
+}
+
+/* dlb_nat_free_port sets k->port to the first of candidates
+ * DLB_NAT_CANDIDATES up to DLB_NAT_CANDIDATES_MAX (of hash nh on the pool
+ * [min, min+size)) that no connection holds, and returns 1, or returns 0
+ * when every one is held. For UDP, which claims ports in nat_ports
+ * directly. A global function. */
+__noinline int dlb_nat_free_port(struct nat_key *k, __u32 nh, __u32 min, __u32 size)
+{
+	if (!k || size == 0)
+		return 0;
+	for (int i = DLB_NAT_CANDIDATES; i < DLB_NAT_CANDIDATES_MAX; i++) {
+		k->port = bpf_htons(nat_candidate(nh, i, min, size));
+		if (!dlb_natp_taken(k))
+			return 1;
+		event(EV_NAT_PORT_COLLISION);
 	}
 	return 0;
+}
+
+/* nat_candidates_of sets a->nh, a->pmin and a->psize to the candidate
+ * sequence of a->fk on backend b's pool; it returns 0 when b has no pool. */
+static __always_inline int nat_candidates_of(struct nat_args *a, const struct backend *b, __u32 seed)
+{
+	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
+
+	if (lo == 0 || hi < lo)
+		return 0;
+	a->pmin = lo;
+	a->psize = hi - lo + 1;
+	a->nh = flow_hash(&a->fk, seed ^ NAT_HASH_SALT);
+	return 1;
+}
+
+/* What dlb_nat_candidate found. */
+enum {
+	NAT_CAND_FREE,     /* no reservation in its slot, no connection holds it */
+	NAT_CAND_MINE,     /* a live reservation of it by flow a->fk */
+	NAT_CAND_RESERVED, /* a live reservation of it by another flow */
+	NAT_CAND_HELD,     /* an established connection holds it */
+	NAT_CAND_OTHER,    /* its slot holds a live reservation of another port */
+};
+
+/* dlb_nat_candidate examines candidate i of a->fk's sequence (a->nh,
+ * a->pmin, a->psize) on a->nk's return address: it sets a->nk.port, and
+ * a->slot and a->owner to the port's half-open slot and its owner word,
+ * and returns a NAT_CAND_* value. With held 0 it does not look the port up
+ * in nat_ports (for a search that wants only NAT_CAND_MINE): then a port
+ * it calls free or other may be held. A global function, so that the
+ * later candidates' loops verify as small loops of calls. */
+__noinline int dlb_nat_candidate(struct nat_args *a, __u32 i, __u32 held)
+{
+	__u32 key0 = 0;
+
+	if (!a)
+		return NAT_CAND_HELD;
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	if (!cfg || a->psize == 0)
+		return NAT_CAND_HELD;
+	a->nk.port = bpf_htons(nat_candidate(a->nh, i, a->pmin, a->psize));
+	__u32 idx = halfopen_index(&a->nk, cfg->halfopen_mask);
+	struct halfopen *h = bpf_map_lookup_elem(&nat_halfopen, &idx);
+	if (!h)
+		return NAT_CAND_HELD;
+	__u64 o = h->owner;
+	a->slot = idx;
+	a->owner = o;
+	if (halfopen_live(o, halfopen_stamp(a->now)) && nat_key_eq(&h->key, &a->nk)) {
+		if (owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk) && (__u32)o == halfopen_tag(h, cfg->hash_seed))
+			return NAT_CAND_MINE;
+		return NAT_CAND_RESERVED;
+	}
+	if (held && dlb_natp_taken(&a->nk))
+		return NAT_CAND_HELD;
+	return halfopen_live(o, halfopen_stamp(a->now)) ? NAT_CAND_OTHER : NAT_CAND_FREE;
+}
+
+/* dlb_nat_reserve_more goes on where dlb_nat_reserve stopped with a->more
+ * set: it reserves the first of candidates DLB_NAT_CANDIDATES up to
+ * DLB_NAT_CANDIDATES_MAX that is free (it displaces no reservation: only
+ * the first candidates do, so that a flood costs each SYN at most those).
+ * A retransmitted SYN finds its reservation here too. It returns the port
+ * (network order) or 0, as dlb_nat_reserve. A global function. */
+__noinline int dlb_nat_reserve_more(struct nat_args *a)
+{
+	__u32 key0 = 0;
+
+	if (!a)
+		return 0;
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
+	if (!cfg || !b || !nat_candidates_of(a, b, cfg->hash_seed))
+		return 0;
+	int st = NAT_CAND_HELD;
+	for (int i = DLB_NAT_CANDIDATES; i < DLB_NAT_CANDIDATES_MAX; i++) {
+		st = dlb_nat_candidate(a, i, 1);
+		if (st == NAT_CAND_FREE || st == NAT_CAND_MINE)
+			break;
+		event(EV_NAT_PORT_COLLISION);
+	}
+	struct halfopen *h = bpf_map_lookup_elem(&nat_halfopen, &a->slot);
+	if (!h)
+		return 0;
+	if (st == NAT_CAND_MINE) {
+		a->retx = 1;
+		a->backend = h->backend;
+		return a->nk.port;
+	}
+	__u64 now_s = halfopen_stamp(a->now);
+	if (st != NAT_CAND_FREE || !halfopen_claim(h, a->owner, now_s))
+		return 0;
+	halfopen_fill(h, &a->nk, &a->fk, a->backend, a->service, now_s, cfg->hash_seed);
+	a->owner = h->owner;
+	return a->nk.port;
 }
 
 /* dlb_nat_find finds the half-open connection of client flow a->fk (table
@@ -605,6 +729,7 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 
 	if (!a || !vm)
 		return 0;
+	a->more = 0;
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 	if (!cfg)
 		return 0;
@@ -640,6 +765,37 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 			return 1;
 		}
 	}
+	a->more = 1;
+	return 0;
+}
+
+/* dlb_nat_find_more goes on where dlb_nat_find stopped with a->more set
+ * (a->backend the server the SYN would have picked): if every one of the
+ * first candidates is held, by a connection or a reservation of its own
+ * port, the SYN went on to the later ones (dlb_nat_reserve_more), and so
+ * does this search. It returns 1 and fills a->nk, a->slot and a->owner, or
+ * returns 0. A global function. */
+__noinline int dlb_nat_find_more(struct nat_args *a)
+{
+	__u32 key0 = 0;
+
+	if (!a)
+		return 0;
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
+	if (!cfg || !b || !nat_candidates_of(a, b, cfg->hash_seed))
+		return 0;
+	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
+		int st = dlb_nat_candidate(a, i, 1);
+		if (st == NAT_CAND_MINE)
+			return 1;
+		if (st != NAT_CAND_RESERVED && st != NAT_CAND_HELD)
+			return 0;
+	}
+	for (int i = DLB_NAT_CANDIDATES; i < DLB_NAT_CANDIDATES_MAX; i++) {
+		if (dlb_nat_candidate(a, i, 0) == NAT_CAND_MINE)
+			return 1;
+	}
 	return 0;
 }
 
@@ -673,6 +829,8 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 	a->backend = id;
 	a->service = vm->service;
 	__be16 port = dlb_nat_reserve(a);
+	if (!port && a->more)
+		port = dlb_nat_reserve_more(a);
 	if (!port)
 		return verdict(ctx, STAT_DROP_NAT_EXHAUSTED, XDP_DROP);
 	if (a->retx) {
@@ -746,7 +904,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	a->now = now;
 	a->thash = pk->thash;
 	struct halfopen *h = NULL;
-	if (dlb_nat_find(a, vm))
+	if (dlb_nat_find(a, vm) || (a->more && dlb_nat_find_more(a)))
 		h = bpf_map_lookup_elem(&nat_halfopen, &a->slot);
 	if (!h) {
 		event(EV_HALFOPEN_LOST);
@@ -863,8 +1021,12 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 	ip_copy(&fv->nat_addr, &b->nat_addr);
 
 	int err = -DLB_EEXIST;
-	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
-		nk->port = bpf_htons(nat_candidate(h, i, min, size));
+	for (int i = 0; i <= DLB_NAT_CANDIDATES; i++) {
+		/* After the first candidates, the first free one of the rest. */
+		if (i < DLB_NAT_CANDIDATES)
+			nk->port = bpf_htons(nat_candidate(h, i, min, size));
+		else if (!dlb_nat_free_port(nk, h, min, size))
+			break;
 		fv->nat_port = nk->port;
 		err = nat_establish(pk->cfg, sc);
 		if (err != -DLB_EEXIST)

@@ -125,15 +125,16 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION       dispatcherDlbConsts = 4
-	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS dispatcherDlbConsts = 30
-	dispatcherDlbConstsDLB_NAT_CANDIDATES    dispatcherDlbConsts = 8
-	dispatcherDlbConstsDLB_NAT_PORT_MIN      dispatcherDlbConsts = 1024
-	dispatcherDlbConstsDLB_NAT_PORT_MAX      dispatcherDlbConsts = 65535
-	dispatcherDlbConstsDLB_IPV6MAX_EXT       dispatcherDlbConsts = 4
-	dispatcherDlbConstsDLB_TAB_WAYS          dispatcherDlbConsts = 14
-	dispatcherDlbConstsDLB_TAB_BUSY          dispatcherDlbConsts = 1
-	dispatcherDlbConstsDLB_TAB_MAX_ENTRIES   dispatcherDlbConsts = 16777216
+	dispatcherDlbConstsDLB_ABI_VERSION        dispatcherDlbConsts = 4
+	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS  dispatcherDlbConsts = 30
+	dispatcherDlbConstsDLB_NAT_CANDIDATES     dispatcherDlbConsts = 8
+	dispatcherDlbConstsDLB_NAT_CANDIDATES_MAX dispatcherDlbConsts = 64
+	dispatcherDlbConstsDLB_NAT_PORT_MIN       dispatcherDlbConsts = 1024
+	dispatcherDlbConstsDLB_NAT_PORT_MAX       dispatcherDlbConsts = 65535
+	dispatcherDlbConstsDLB_IPV6MAX_EXT        dispatcherDlbConsts = 4
+	dispatcherDlbConstsDLB_TAB_WAYS           dispatcherDlbConsts = 14
+	dispatcherDlbConstsDLB_TAB_BUSY           dispatcherDlbConsts = 1
+	dispatcherDlbConstsDLB_TAB_MAX_ENTRIES    dispatcherDlbConsts = 16777216
 )
 
 type dispatcherDlbEvent uint32
@@ -379,7 +380,11 @@ type dispatcherNatScratch struct {
 		Slot    uint32
 		Retx    uint32
 		Thash   uint32
-		Pad2    uint32
+		More    uint32
+		Nh      uint32
+		Pmin    uint32
+		Psize   uint32
+		Pad3    uint32
 	}
 	Conn struct {
 		_    structs.HostLayout

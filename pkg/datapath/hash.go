@@ -95,11 +95,14 @@ const natHashSalt = 0x6e617470
 
 // NATCandidates returns the NAT ports the executor tries, in order, for a
 // new connection of flow k on a return address with pool [min, max]
-// (nat_candidate in bpf/include/hash.h): the first one free is taken.
+// (nat_candidate in bpf/include/hash.h): the first one free is taken. The
+// first DLB_NAT_CANDIDATES are tried with the SYN-flood rule (the oldest
+// reservation among them is displaced); the rest only when connections
+// hold all of those.
 func NATCandidates(k FlowKey, seed uint32, min, max uint16) []uint16 {
 	h := rawHash(k.raw(), seed^natHashSalt)
 	size := uint32(max) - uint32(min) + 1
-	out := make([]uint16, dispatcherDlbConstsDLB_NAT_CANDIDATES)
+	out := make([]uint16, dispatcherDlbConstsDLB_NAT_CANDIDATES_MAX)
 	for i := range out {
 		out[i] = uint16(uint32(min) + fmix32(h+uint32(i)*0x9e3779b9)%size)
 	}

@@ -117,6 +117,48 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 	collide := natConnOf(key(vipNAT, 80, 9999, 6), 60, 6, p0(kc))
 	collide.key.Src = netip.MustParseAddr("198.18.1.99")
 
+	// A pool in heavy use: connections of other clients hold the first
+	// DLB_NAT_CANDIDATES candidates of a flow; the flow takes the first
+	// later one that is free (n: its index, to count the collisions).
+	heldFirst := func(kf FlowKey, backend, service uint32) (func(t *testing.T), uint16, uint64) {
+		cands := NATCandidates(kf, DefaultHashSeed, 1024, 65535)
+		held := map[uint16]bool{}
+		var cs []natConn
+		for i, p := range cands[:dispatcherDlbConstsDLB_NAT_CANDIDATES] {
+			if held[p] {
+				continue
+			}
+			held[p] = true
+			c := natConnOf(key(vipNAT, kf.DstPort, uint16(9000+i), kf.Proto), backend, service, p)
+			c.key.Src = netip.MustParseAddr("198.18.1.98")
+			cs = append(cs, c)
+		}
+		for n, p := range cands[dispatcherDlbConstsDLB_NAT_CANDIDATES:] {
+			if !held[p] {
+				return put(cs...), p, uint64(dispatcherDlbConstsDLB_NAT_CANDIDATES) + uint64(n)
+			}
+		}
+		t.Fatal("no free later candidate")
+		return nil, 0, 0
+	}
+	forgetHandshakes := func(t *testing.T) {
+		slots := make([]uint32, 16384)
+		for i := range slots {
+			slots[i] = uint32(i)
+		}
+		if _, err := e.dp.objs.NatHandshakes.BatchUpdate(slots, make([]dispatcherNatHandshake, len(slots)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kh := k(5016)
+	heldH, portH, collH := heldFirst(kh, 60, 6)
+	kh2 := k(5017)
+	heldH2, portH2, _ := heldFirst(kh2, 60, 6)
+	kh3 := k(5018)
+	heldH3, portH3, _ := heldFirst(kh3, 60, 6)
+	kuh := ku(5105)
+	heldU, portU, collU := heldFirst(kuh, 61, 7)
+
 	// The two-port pool of retSmall, both ports held.
 	small := func(proto uint8, port uint16, sport uint16) natConn {
 		backend, service := uint32(62), uint32(8)
@@ -219,7 +261,23 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 			events: map[string]uint64{"nat_port_collision": 1}, check: halfOpenOn(kc, natPort(kc, 1, 1024, 65535))},
 		{name: "NAT pool exhaustion is counted and refused", frame: build(tcpTo(vipNATSmall, 80, 5020, "S")),
 			setup: put(small(6, 40000, 1), small(6, 40001, 2)),
-			want:  xdpDrop, reason: "drop_nat_exhausted", events: map[string]uint64{"nat_port_collision": uint64(dispatcherDlbConstsDLB_NAT_CANDIDATES)}},
+			want:  xdpDrop, reason: "drop_nat_exhausted", events: map[string]uint64{"nat_port_collision": uint64(dispatcherDlbConstsDLB_NAT_CANDIDATES_MAX)}},
+		{name: "NAT SYN whose first candidates connections hold takes a later one", frame: build(tcp(kh.SrcPort, "S")), setup: heldH,
+			want: xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(kh.SrcPort, "S"), portH),
+			events: map[string]uint64{"nat_port_collision": collH, "halfopen_created": 1}, check: halfOpenOn(kh, portH)},
+		{name: "NAT retransmitted SYN keeps a later candidate", frame: build(tcp(kh2.SrcPort, "S")),
+			setup: func(t *testing.T) { heldH2(t); run(tcp(kh2.SrcPort, "S"))(t) },
+			want:  xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(kh2.SrcPort, "S"), portH2),
+			events: map[string]uint64{"halfopen_retransmit": 1, "halfopen_created": 0}, check: halfOpenOn(kh2, portH2)},
+		{name: "NAT handshake ACK finds a later candidate without the handshake cache", frame: build(tcp(kh3.SrcPort, "A")),
+			setup: func(t *testing.T) { heldH3(t); run(tcp(kh3.SrcPort, "S"))(t); forgetHandshakes(t) },
+			want:  xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(kh3.SrcPort, "A"), portH3),
+			newConn: map[uint32]uint64{60: 1}, events: map[string]uint64{"halfopen_promoted": 1},
+			check: established(kh3, retAddr, portH3, false)},
+		{name: "NAT UDP flow whose first candidates connections hold takes a later one", frame: build(udpTo(vipNAT, 53, kuh.SrcPort)),
+			setup: heldU, want: xdpTX, reason: "fwd_tx", countAs: 61, wantFrame: udpOut(udpTo(vipNAT, 53, kuh.SrcPort), portU),
+			newConn: map[uint32]uint64{61: 1}, events: map[string]uint64{"nat_port_collision": collU},
+			check: established(kuh, retAddr, portU, false)},
 		{name: "NAT UDP pool exhaustion is counted and refused", frame: build(udpTo(vipNATSmall, 53, 5021)),
 			setup: put(small(17, 40000, 1), small(17, 40001, 2)),
 			want:  xdpDrop, reason: "drop_nat_exhausted"},

@@ -548,3 +548,68 @@ func TestPrivilegedForgetStaleHops(t *testing.T) {
 		t.Errorf("second pass forgot %d (%v)", n, err)
 	}
 }
+
+// TestPrivilegedNATPoolInHeavyUse: a return address's pool half held by
+// established connections, then filled to 80 % by new ones, refuses none
+// of them. The first DLB_NAT_CANDIDATES candidates alone would have
+// refused every flow whose candidates were all held (one in 256 at half,
+// one in 6 at 80 %; a retransmitted SYN tries the same ports): the test
+// counts those flows with the Go twin of the candidate sequence and
+// requires some, so that it shows the later candidates at work.
+func TestPrivilegedNATPoolInHeavyUse(t *testing.T) {
+	e := newTestEnv(t)
+	const min, max = 40000, 40000 + 1023
+	st := e.fixtureState()
+	st.ReturnPools = []lb.DataplaneReturnPool{{Address: retSmall, PortMin: min, PortMax: max}}
+	if err := e.dp.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+	held := map[uint16]bool{}
+	for p := uint16(min); p <= max; p += 2 {
+		c := natConn{key: key(vipNATSmall, 80, p, 6), backend: 62, service: 8, ret: retSmall, port: p}
+		c.key.Src = netip.MustParseAddr("198.18.1.97")
+		e.putNAT(t, c)
+		held[p] = true
+	}
+	const conns = 307 // from 512 held of 1024 to 819 (80 %)
+	beyond := 0
+	for i := 0; i < conns; i++ {
+		sport := uint16(20000 + i)
+		k := key(vipNATSmall, 80, sport, 6)
+		cands := NATCandidates(k, DefaultHashSeed, min, max)
+		all := true
+		for _, p := range cands[:dispatcherDlbConstsDLB_NAT_CANDIDATES] {
+			all = all && held[p]
+		}
+		if all {
+			beyond++
+		}
+		v, out := e.run(t, tcpTo(vipNATSmall, 80, sport, "S").Build(t))
+		if v != xdpTX {
+			t.Fatalf("connection %d (%d of %d ports held): SYN verdict %d, want XDP_TX", i, len(held), max-min+1, v)
+		}
+		port := uint16(out[34])<<8 | uint16(out[35]) // the TCP source port, after 14 + 20 bytes
+		if held[port] {
+			t.Fatalf("connection %d: port %d handed out twice", i, port)
+		}
+		if v, _ := e.run(t, tcpTo(vipNATSmall, 80, sport, "A").Build(t)); v != xdpTX {
+			t.Fatalf("connection %d: ACK verdict %d, want XDP_TX", i, v)
+		}
+		if f, _, ok := e.getNAT(t, k); !ok || htons(f.NatPort) != port {
+			t.Fatalf("connection %d: established %v on port %d, want port %d", i, ok, htons(f.NatPort), port)
+		}
+		held[port] = true
+	}
+	t.Logf("%d connections, %d of them with all of their first %d candidates held; the pool ends %d of %d held",
+		conns, beyond, dispatcherDlbConstsDLB_NAT_CANDIDATES, len(held), max-min+1)
+	if beyond == 0 {
+		t.Error("no connection needed a later candidate: the test shows nothing")
+	}
+	res, err := e.dp.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := res.ReturnPools[retSmall]; int(u.Established) != len(held) || u.Size != max-min+1 {
+		t.Errorf("pool use %+v, want %d established of %d", u, len(held), max-min+1)
+	}
+}
