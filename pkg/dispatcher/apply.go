@@ -239,6 +239,9 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		for _, p := range e.natRouteProblems(next) {
 			e.warn(p)
 		}
+		for _, p := range e.natGROProblems(next) {
+			e.warn(p)
+		}
 	}
 	e.haConfigure(old, next, ch)
 	if e.store.NeedsSnapshot() {

@@ -106,6 +106,9 @@ type Netif interface {
 	// Forwarding reports whether an interface forwards IPv4 (ipv6: IPv6)
 	// packets.
 	Forwarding(ifname string, ipv6 bool) (bool, error)
+	// GRO reports whether generic receive offload is on for an
+	// interface, and the interface's name.
+	GRO(ifindex int) (string, bool, error)
 }
 
 // MetricSource fetches one server's load report: metric name → 0..100,

@@ -195,6 +195,8 @@ type fakeNetif struct {
 	forgotten, reprobed []netip.Addr
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
+	// gro is what GRO reports, by interface index.
+	gro map[int]bool
 	// events feeds Watch.
 	events    chan lb.NetEvent
 	linkDown  bool
@@ -250,6 +252,12 @@ func (n *fakeNetif) ForgetNeighbors(addrs []netip.Addr) error {
 		delete(n.entries, a)
 	}
 	return nil
+}
+
+func (n *fakeNetif) GRO(ifindex int) (string, bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return fmt.Sprintf("if%d", ifindex), n.gro[ifindex], nil
 }
 
 func (n *fakeNetif) Forwarding(ifname string, ipv6 bool) (bool, error) {

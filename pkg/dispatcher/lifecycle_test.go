@@ -435,3 +435,53 @@ type advisorFunc func(context.Context, advisors.Target) advisors.Result
 func (f advisorFunc) Probe(ctx context.Context, t advisors.Target) advisors.Result { return f(ctx, t) }
 func (advisorFunc) Name() string                                                   { return "connect" }
 func (advisorFunc) DefaultPort() uint16                                            { return 0 }
+
+// NAT through an executor in generic XDP mode on an interface with GRO on
+// is warned about when configured, and reported while it lasts; MAC
+// forwarding and native mode are not.
+func TestNATGROWarning(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	h.nif.mu.Lock()
+	h.nif.forwarding[false] = true
+	h.nif.gro = map[int]bool{2: true}
+	h.nif.mu.Unlock()
+	base(h)
+	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 0 {
+		t.Errorf("MAC forwarding only: report warnings %q", w)
+	}
+	nat := op("port", "add", vip+"@8080")
+	nat.Params = append(nat.Params, config.P("method", "nat"))
+	srv := op("server", "add", vip+"@8080@198.18.0.23")
+	srv.Params = append(srv.Params, config.P("returnaddress", "198.18.0.3"))
+	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{nat, srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Warnings) != 1 || !strings.Contains(a.Warnings[0], "GRO is on for if2") ||
+		!strings.Contains(a.Warnings[0], "ethtool -K if2 gro off") || !strings.Contains(a.Warnings[0], vip+"@8080") {
+		t.Errorf("warnings %q", a.Warnings)
+	}
+	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 1 || w[0] != a.Warnings[0] {
+		t.Errorf("report warnings %q", w)
+	}
+	// GRO off: the condition is gone.
+	h.nif.mu.Lock()
+	h.nif.gro[2] = false
+	h.nif.mu.Unlock()
+	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 0 {
+		t.Errorf("report warnings with GRO off: %q", w)
+	}
+	// GRO on, native mode: nothing to warn about.
+	h.nif.mu.Lock()
+	h.nif.gro[2] = true
+	h.nif.mu.Unlock()
+	start := op("executor", "start", "")
+	start.Params = append(start.Params, config.P("interface", "eth0"), config.P("xdp-mode", "native"))
+	a, err = h.e.ApplyWithNotes(context.Background(), []config.Op{op("executor", "stop", ""), start})
+	if err != nil || len(a.Warnings) != 0 {
+		t.Errorf("native mode: %v, warnings %q", err, a.Warnings)
+	}
+	if x := h.status(Query{Tables: true}).Executor; len(x.Warnings) != 0 || !x.Attached || x.AttachedMode != lb.XDPNative {
+		t.Errorf("native mode: report warnings %q, attached %v in mode %v", x.Warnings, x.Attached, x.AttachedMode)
+	}
+}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/dlbproject/dlb/pkg/config"
@@ -73,6 +74,60 @@ func (e *Engine) natRouteProblems(cfg lb.Config) []string {
 			"so the connections of %s will hang; set one with \"dlbctl executor set clientgateway ADDRESS\" or enable forwarding "+
 			"(sysctl -w net.%s.conf.%s.forwarding=1)",
 			fam.name, fam.name, ex.Interface, strings.Join(ports, ", "), fv, ex.Interface))
+	}
+	return out
+}
+
+// natGROProblems says why NAT transfers of cfg stall: the executor runs in
+// generic mode, which sees frames after GRO merged them, on an interface
+// NAT traffic arrives on (its own, or a NAT server's next hop's) with GRO
+// on. A merged frame carries a partial checksum, the pseudo-header's sum,
+// which the NAT rewrite updates as if it were complete: the frames it is
+// cut into leave with wrong checksums and the receiver drops them. Native
+// mode runs before GRO. A warning, like natRouteProblems: GRO is the
+// operator's to turn off, and may be turned off after dlbd starts.
+func (e *Engine) natGROProblems(cfg lb.Config) []string {
+	ex := cfg.Executor
+	if !ex.Started || e.host.attachedMode != lb.XDPGeneric || e.exec.dp == nil {
+		return nil
+	}
+	a, ok := e.exec.dp.Attached()
+	if !ok {
+		return nil
+	}
+	var ports []string
+	ifindexes := []int{a.Ifindex}
+	for _, cl := range cfg.Clusters {
+		for _, p := range cl.Ports {
+			if p.Method != lb.NAT {
+				continue
+			}
+			ports = append(ports, lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String())
+			for _, s := range p.Servers {
+				if nb, ok := e.net.neigh[s.NextHop()]; ok && nb.Ifindex != 0 && !slices.Contains(ifindexes, nb.Ifindex) {
+					ifindexes = append(ifindexes, nb.Ifindex)
+				}
+			}
+		}
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	if len(ports) > 3 {
+		ports = append(ports[:3], fmt.Sprintf("and %d more", len(ports)-3))
+	}
+	var out []string
+	for _, ifindex := range ifindexes {
+		name, on, err := e.opts.Netif.GRO(ifindex)
+		if err != nil {
+			e.log.Warn("checking whether GRO merges NAT traffic", "err", err)
+			continue
+		}
+		if on {
+			out = append(out, fmt.Sprintf("the executor runs in generic XDP mode and GRO is on for %s: merged frames of %s "+
+				"leave with wrong TCP checksums and large transfers stall; turn GRO off (ethtool -K %s gro off) "+
+				"or attach in native mode (dlbctl executor start --xdp-mode native)", name, strings.Join(ports, ", "), name))
+		}
 	}
 	return out
 }

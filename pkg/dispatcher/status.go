@@ -258,7 +258,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 	}
 	x.Detached, x.DetachedSince = e.exec.attach.detached, e.exec.attach.since
 	if detail {
-		x.Warnings = e.natRouteProblems(e.ed.Config())
+		x.Warnings = append(e.natRouteProblems(e.ed.Config()), e.natGROProblems(e.ed.Config())...)
 	}
 	if e.exec.dp == nil {
 		return

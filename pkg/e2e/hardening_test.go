@@ -411,7 +411,8 @@ func TestPrivilegedE2EFault6IPv6AdvisorsMACMode(t *testing.T) {
 // gateway or forwarding on the interface they arrive on. Without either,
 // dlbctl warns when the NAT port is configured (naming both remedies),
 // the executor's report shows the condition while it lasts, and either
-// remedy clears it and lets clients through.
+// remedy clears it and lets clients through. GRO on the interface of this
+// generic-mode executor is reported too.
 func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 	parallel(t)
 	l := newLabArgs(t, "-n", "1", "-r", "1", "-c", "1")
@@ -472,6 +473,18 @@ func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 	}
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "200", "-c", "10"); r.OK != 200 {
 		t.Errorf("with a client gateway: %d of 200 answered: %v", r.OK, r.Errors)
+	}
+
+	// GRO on the interface of a generic-mode executor: merged frames would
+	// leave with wrong checksums. The report says so while it lasts.
+	l.mustNS("d", "ethtool", "-K", ifname, "gro", "on")
+	if ex := l.executor(); len(ex.Warnings) != 1 || !strings.Contains(ex.Warnings[0], "GRO is on for "+ifname) ||
+		!strings.Contains(ex.Warnings[0], "ethtool -K "+ifname+" gro off") {
+		t.Errorf("warnings with GRO on: %q", ex.Warnings)
+	}
+	l.mustNS("d", "ethtool", "-K", ifname, "gro", "off")
+	if ex := l.executor(); len(ex.Warnings) != 0 {
+		t.Errorf("warnings with GRO off: %q", ex.Warnings)
 	}
 }
 
