@@ -69,23 +69,30 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // garp is a gratuitous ARP frame (op 1: request, 2: reply) for a, from
 // mac: sender and target address both a.
 func garp(op uint16, mac net.HardwareAddr, a netip.Addr) []byte {
+	target := net.HardwareAddr{0, 0, 0, 0, 0, 0}
+	if op == 2 {
+		target = broadcastMAC
+	}
+	return arpFrame(op, broadcastMAC, mac, a, target, a)
+}
+
+// arpFrame is an IPv4-over-Ethernet ARP frame (op 1: request, 2: reply)
+// from senderMAC (also the frame's source) and sender, about target and
+// targetMAC, sent to dstMAC.
+func arpFrame(op uint16, dstMAC, senderMAC net.HardwareAddr, sender netip.Addr, targetMAC net.HardwareAddr, target netip.Addr) []byte {
 	b := make([]byte, 0, 42)
-	b = append(b, broadcastMAC...)
-	b = append(b, mac...)
+	b = append(b, dstMAC...)
+	b = append(b, senderMAC...)
 	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_ARP)
 	b = binary.BigEndian.AppendUint16(b, 1) // Ethernet
 	b = binary.BigEndian.AppendUint16(b, unix.ETH_P_IP)
 	b = append(b, 6, 4)
 	b = binary.BigEndian.AppendUint16(b, op)
-	ip := a.As4()
-	b = append(b, mac...)
-	b = append(b, ip[:]...)
-	if op == 2 {
-		b = append(b, broadcastMAC...)
-	} else {
-		b = append(b, 0, 0, 0, 0, 0, 0)
-	}
-	return append(b, ip[:]...)
+	s, t := sender.As4(), target.As4()
+	b = append(b, senderMAC...)
+	b = append(b, s[:]...)
+	b = append(b, targetMAC...)
+	return append(b, t[:]...)
 }
 
 // unsolicitedNA is an unsolicited neighbour advertisement of a (override

@@ -24,16 +24,18 @@ import (
 // unicast for seconds. The answer updates the neighbour table, which Watch
 // reports.
 //
-// An IPv6 neighbour with a MAC keeps it while it is verified: Reprobe
-// sends the solicitation itself, from the interface's link-local address,
-// and the advertisement that answers it (solicited, override set) replaces
-// the MAC in the kernel's entry. The host's own packets go on meanwhile,
-// and an unanswered solicitation holds nothing back. An IPv4 neighbour is
-// verified by the kernel: its entry is set failed and resolved again by
-// broadcast, which holds the host's packets to it until the answer (the
-// kernel applies an ARP reply that changes a MAC only when the entry did
-// not change in the last second, net.ipv4.neigh.*.locktime, so an answer
-// to a request of dlbd's own could be ignored).
+// A neighbour with a MAC keeps it while it is verified: Reprobe sends the
+// question itself, on a packet socket. IPv6: a solicitation from the
+// interface's link-local address; the advertisement that answers it
+// (solicited, override set) replaces the MAC in the kernel's entry. IPv4:
+// an ARP request from an address of the interface; Reprobe listens for
+// the replies for arpListen and puts a MAC that differs from the entry's
+// into it itself (the kernel applies an ARP reply that changes a MAC only
+// when the entry did not change in the last second, locktime). The host's
+// own packets go on meanwhile, and an unanswered question holds nothing
+// back. Without an address to ask from, or without CAP_NET_RAW, the
+// kernel verifies: the entry is set failed and resolved again by
+// broadcast, which holds the host's packets to it until the answer.
 //
 // An entry the kernel is resolving already is left alone, and so are
 // static ones (permanent, noarp: the operator's) and reachable ones that
@@ -47,7 +49,7 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 		if err != nil {
 			return err
 		}
-		var kernel, ask []netip.Addr
+		var kernel, ask, ask4 []netip.Addr
 		for _, a := range list {
 			e, found := table[a]
 			switch {
@@ -55,9 +57,13 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 				// Static, or being resolved already.
 			case found && e.State&netlink.NUD_REACHABLE != 0 && ticks(e.Confirmed) < fresh:
 				// Confirmed just now.
-			case found && family == netlink.FAMILY_V6 && len(e.HardwareAddr) == 6 &&
+			case found && len(e.HardwareAddr) == 6 &&
 				e.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE) != 0:
-				ask = append(ask, a)
+				if family == netlink.FAMILY_V6 {
+					ask = append(ask, a)
+				} else {
+					ask4 = append(ask4, a)
+				}
 				if e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
 					// Made managed again (an administrative update
 					// without the flag clears it), as the kernel's way
@@ -72,6 +78,13 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 		}
 		if len(ask) > 0 {
 			unsent, err := solicit(ifindex, ask)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			kernel = append(kernel, unsent...)
+		}
+		if len(ask4) > 0 {
+			unsent, err := requestARP(ifindex, ask4, table)
 			if err != nil {
 				errs = append(errs, err)
 			}

@@ -179,14 +179,13 @@ func TestPrivilegedReprobe(t *testing.T) {
 	}
 }
 
-// An IPv6 reprobe nobody answers leaves the entry as it was: the host's
-// packets to the neighbour keep going out to the MAC it had, rather than
-// waiting in the kernel's queue for an answer (up to a second per
-// unanswered solicitation, as when the kernel re-resolves a failed entry).
+// A reprobe nobody answers leaves the entry as it was: the host's packets
+// to the neighbour keep going out to the MAC it had, rather than waiting
+// in the kernel's queue for an answer (up to a second per unanswered
+// question, as when the kernel re-resolves a failed entry).
 func TestPrivilegedReprobeHoldsNothing(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	a, _ := pair(t, testutil.InNewNetNS(t))
-	ip := netip.MustParseAddr("2001:2::77") // on the link, nobody's
 	mac := net.HardwareAddr{0x02, 0, 0, 0, 0x77, 0x77}
 	// Solicitations leave from the link-local address, which is usable
 	// once the kernel's duplicate address detection is done with it
@@ -199,21 +198,28 @@ func TestPrivilegedReprobeHoldsNothing(t *testing.T) {
 			t.Fatal("no usable link-local address on dlbhn0 after 5 s")
 		}
 	}
-	for _, state := range []int{netlink.NUD_REACHABLE, netlink.NUD_STALE} {
-		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: a.Attrs().Index, Family: netlink.FAMILY_V6, State: state,
-			IP: ip.AsSlice(), HardwareAddr: mac}); err != nil {
-			t.Fatal(err)
+	for _, s := range []string{"198.18.0.77", "2001:2::77"} { // on the link, nobody's
+		ip := netip.MustParseAddr(s)
+		fam := netlink.FAMILY_V4
+		if ip.Is6() {
+			fam = netlink.FAMILY_V6
 		}
-		if err := New().Reprobe(a.Attrs().Index, []netip.Addr{ip}, 0); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-		n, ok := entry(t, a, ip)
-		if !ok || n.HardwareAddr.String() != mac.String() || n.State&usable == 0 {
-			t.Errorf("from state %#x: entry %+v after an unanswered reprobe, want MAC %v in a usable state", state, n, mac)
-		}
-		if n.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
-			t.Errorf("from state %#x: the entry is not managed", state)
+		for _, state := range []int{netlink.NUD_REACHABLE, netlink.NUD_STALE} {
+			if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: a.Attrs().Index, Family: fam, State: state,
+				IP: ip.AsSlice(), HardwareAddr: mac}); err != nil {
+				t.Fatal(err)
+			}
+			if err := New().Reprobe(a.Attrs().Index, []netip.Addr{ip}, 0); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			n, ok := entry(t, a, ip)
+			if !ok || n.HardwareAddr.String() != mac.String() || n.State&usable == 0 {
+				t.Errorf("%s from state %#x: entry %+v after an unanswered reprobe, want MAC %v in a usable state", s, state, n, mac)
+			}
+			if n.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+				t.Errorf("%s from state %#x: the entry is not managed", s, state)
+			}
 		}
 	}
 }
