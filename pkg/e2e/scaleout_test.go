@@ -726,11 +726,13 @@ type holdExpiry interface {
 // checkHoldExpiry checks that the router dropped dispatcher i, whose link
 // went down at down, after the hold time: conv is when its route was gone.
 // A router that logs its hold timer is held to that (the hold time, 0.5 s
-// for scheduling) and its route to 2 s after it: BIRD took 0.08-1.03 s from
-// the expiry to the route's removal on a quiet machine, and more under
-// load, which dlb does not control (the first bound, hold time + 1 s for
-// the route, failed once in CI by 25 ms). Others: the route within the
-// hold time + 1 s.
+// for scheduling) and its route to 5 s after it: the time from the expiry
+// to the route's removal is the router's own work, which dlb does not
+// control; BIRD took 0.08-1.03 s on a quiet machine and up to 2.07 s in
+// CI runs beside other tests (the bounds before, hold time + 1 s and then
+// 2 s after the expiry, each failed once in CI, by 25 and 69 ms). The
+// bound still catches a route that is never withdrawn. Others: the route
+// within the hold time + 1 s.
 func (s *scaleLab) checkHoldExpiry(t *testing.T, i int, down time.Time, conv time.Duration) {
 	t.Helper()
 	he, ok := s.router.(holdExpiry)
@@ -750,8 +752,8 @@ func (s *scaleLab) checkHoldExpiry(t *testing.T, i int, down time.Time, conv tim
 	gone := down.Add(conv).Sub(at)
 	t.Logf("%s: the hold timer of dispatcher %d expired %v after its link went down, its route was gone %v after that",
 		s.router.name(), i, expiry.Round(time.Millisecond), gone.Round(time.Millisecond))
-	if expiry > holdTime*time.Second+500*time.Millisecond || gone > 2*time.Second {
-		t.Errorf("%s dropped dispatcher %d %v after its link went down (hold timer %v, then the route %v), want the hold timer within the hold time (+0.5 s) and the route 2 s after it: %s",
+	if expiry > holdTime*time.Second+500*time.Millisecond || gone > 5*time.Second {
+		t.Errorf("%s dropped dispatcher %d %v after its link went down (hold timer %v, then the route %v), want the hold timer within the hold time (+0.5 s) and the route 5 s after it: %s",
 			s.router.name(), i, conv, expiry, gone, s.router.state())
 	}
 }
