@@ -620,18 +620,24 @@ __noinline int dlb_nat_free_port(struct nat_key *k, __u32 nh, __u32 min, __u32 s
 	return 0;
 }
 
-/* nat_candidates_of sets a->nh, a->pmin and a->psize to the candidate
- * sequence of a->fk on backend b's pool; it returns 0 when b has no pool. */
-static __always_inline int nat_candidates_of(struct nat_args *a, const struct backend *b, __u32 seed)
+/* nat_sequence sets a->nh, a->pmin and a->psize to the candidate sequence
+ * of a->fk on backend a->backend's pool and returns the config, or returns
+ * NULL when the backend has no pool (or a lookup fails). */
+static __always_inline struct dlb_config *nat_sequence(struct nat_args *a)
 {
-	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
+	__u32 key0 = 0;
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
 
+	if (!cfg || !b)
+		return NULL;
+	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
 	if (lo == 0 || hi < lo)
-		return 0;
+		return NULL;
 	a->pmin = lo;
 	a->psize = hi - lo + 1;
-	a->nh = flow_hash(&a->fk, seed ^ NAT_HASH_SALT);
-	return 1;
+	a->nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
+	return cfg;
 }
 
 /* What dlb_nat_candidate found. */
@@ -685,13 +691,10 @@ __noinline int dlb_nat_candidate(struct nat_args *a, __u32 i, __u32 held)
  * (network order) or 0, as dlb_nat_reserve. A global function. */
 __noinline int dlb_nat_reserve_more(struct nat_args *a)
 {
-	__u32 key0 = 0;
-
 	if (!a)
 		return 0;
-	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
-	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
-	if (!cfg || !b || !nat_candidates_of(a, b, cfg->hash_seed))
+	struct dlb_config *cfg = nat_sequence(a);
+	if (!cfg)
 		return 0;
 	int st = NAT_CAND_HELD;
 	for (int i = DLB_NAT_CANDIDATES; i < DLB_NAT_CANDIDATES_MAX; i++) {
@@ -777,13 +780,7 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
  * returns 0. A global function. */
 __noinline int dlb_nat_find_more(struct nat_args *a)
 {
-	__u32 key0 = 0;
-
-	if (!a)
-		return 0;
-	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
-	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
-	if (!cfg || !b || !nat_candidates_of(a, b, cfg->hash_seed))
+	if (!a || !nat_sequence(a))
 		return 0;
 	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
 		int st = dlb_nat_candidate(a, i, 1);

@@ -323,16 +323,21 @@ func TestRefusedChangeLeavesNoNeighbours(t *testing.T) {
 	}
 }
 
+// natPortOps add NAT port vip@8080 and a server of it.
+func natPortOps() []config.Op {
+	nat := op("port", "add", vip+"@8080")
+	nat.Params = append(nat.Params, config.P("method", "nat"))
+	srv := op("server", "add", vip+"@8080@198.18.0.23")
+	srv.Params = append(srv.Params, config.P("returnaddress", "198.18.0.3"))
+	return []config.Op{nat, srv}
+}
+
 // NAT without a client gateway and with forwarding off is warned about
 // when configured, and reported while it lasts.
 func TestNATRouteWarning(t *testing.T) {
 	h := newHarness(t, t.TempDir())
 	base(h)
-	nat := op("port", "add", vip+"@8080")
-	nat.Params = append(nat.Params, config.P("method", "nat"))
-	srv := op("server", "add", vip+"@8080@198.18.0.23")
-	srv.Params = append(srv.Params, config.P("returnaddress", "198.18.0.3"))
-	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{nat, srv})
+	a, err := h.e.ApplyWithNotes(context.Background(), natPortOps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,11 +454,7 @@ func TestNATGROWarning(t *testing.T) {
 	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 0 {
 		t.Errorf("MAC forwarding only: report warnings %q", w)
 	}
-	nat := op("port", "add", vip+"@8080")
-	nat.Params = append(nat.Params, config.P("method", "nat"))
-	srv := op("server", "add", vip+"@8080@198.18.0.23")
-	srv.Params = append(srv.Params, config.P("returnaddress", "198.18.0.3"))
-	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{nat, srv})
+	a, err := h.e.ApplyWithNotes(context.Background(), natPortOps())
 	if err != nil {
 		t.Fatal(err)
 	}
