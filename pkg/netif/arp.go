@@ -20,12 +20,13 @@ import (
 // every 500 ms by default (a later answer is the kernel's to apply).
 const arpListen = 250 * time.Millisecond
 
-// requestARP asks, by broadcast from an IPv4 address of the interface, for
-// the MAC of each of addrs, on a packet socket (CAP_NET_RAW), and listens
-// for the replies for arpListen in the background: a reply naming another
-// MAC than the entry in table replaces it. It returns the addresses it
-// could not ask for, for the kernel to verify: all of them when the
-// interface has no IPv4 address to ask from or dlbd may not open a packet
+// requestARP asks, by broadcast from an IPv4 address of the interface on
+// the target's subnet, for the MAC of each of addrs, on a packet socket
+// (CAP_NET_RAW), and listens for the replies for arpListen in the
+// background: a reply naming another MAC than the entry in table replaces
+// it. It returns the addresses it could not ask for, for the kernel to
+// verify: those on none of the interface's subnets (the kernel picks the
+// source address then), and all of them when dlbd may not open a packet
 // socket.
 func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Neigh) ([]netip.Addr, error) {
 	l, err := netlink.LinkByIndex(ifindex)
@@ -34,7 +35,19 @@ func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Ne
 	}
 	mac := l.Attrs().HardwareAddr
 	own, err := netlink.AddrList(l, netlink.FAMILY_V4)
-	if err != nil || len(own) == 0 || len(mac) != 6 {
+	if err != nil || len(mac) != 6 {
+		return addrs, nil
+	}
+	var unsent []netip.Addr
+	srcs := map[netip.Addr]netip.Addr{}
+	for _, a := range addrs {
+		if src, ok := arpSource(own, a); ok {
+			srcs[a] = src
+		} else {
+			unsent = append(unsent, a)
+		}
+	}
+	if len(srcs) == 0 {
 		return addrs, nil
 	}
 	// The netlink handle is made here, in the caller's network namespace,
@@ -60,8 +73,7 @@ func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Ne
 	}
 	asked := map[netip.Addr]arpQuestion{}
 	var errs []error
-	for _, a := range addrs {
-		src := arpSource(own, a)
+	for a, src := range srcs {
 		frame := arpFrame(1, broadcastMAC, mac, src, net.HardwareAddr{0, 0, 0, 0, 0, 0}, a)
 		sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(unix.ETH_P_ARP)}
 		copy(sa.Addr[:], broadcastMAC)
@@ -72,7 +84,7 @@ func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Ne
 		asked[a] = arpQuestion{src: src, had: table[a].HardwareAddr}
 	}
 	go listenARP(fd, h, ifindex, mac, asked, time.Now().Add(arpListen))
-	return nil, errors.Join(errs...)
+	return unsent, errors.Join(errs...)
 }
 
 // arpQuestion is an ARP request Reprobe sent: from src, about an entry
@@ -83,23 +95,24 @@ type arpQuestion struct {
 }
 
 // arpSource is the address of own to ask about a from: one whose subnet
-// holds a, else the first.
-func arpSource(own []netlink.Addr, a netip.Addr) netip.Addr {
-	var first netip.Addr
+// holds a. Not any other: a cluster address (a /32 of the interface) as
+// the sender would announce it on the segment, as a gratuitous ARP does,
+// from a dispatcher that may not be the one serving it.
+func arpSource(own []netlink.Addr, a netip.Addr) (netip.Addr, bool) {
 	for _, o := range own {
+		if o.IPNet == nil {
+			continue
+		}
 		ip, ok := netip.AddrFromSlice(o.IP)
 		if !ok {
 			continue
 		}
 		ip = ip.Unmap()
-		if !first.IsValid() {
-			first = ip
-		}
-		if ones, _ := o.Mask.Size(); netip.PrefixFrom(ip, ones).Masked().Contains(a) {
-			return ip
+		if ones, _ := o.Mask.Size(); ip != a && netip.PrefixFrom(ip, ones).Masked().Contains(a) {
+			return ip, true
 		}
 	}
-	return first
+	return netip.Addr{}, false
 }
 
 // listenARP reads the ARP replies to the questions asked until deadline

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/vishvananda/netlink"
 )
 
 // An ARP request of Reprobe is what gopacket reads as one: broadcast,
@@ -70,6 +71,30 @@ func TestParseARPReply(t *testing.T) {
 	} {
 		if r, ok := parseARPReply(tc.frame); ok {
 			t.Errorf("%s: read as %+v", tc.name, r)
+		}
+	}
+}
+
+// arpSource asks from the interface's address on the target's subnet, and
+// from nothing else (a cluster address on the interface is no sender).
+func TestARPSource(t *testing.T) {
+	addr := func(s string) netlink.Addr {
+		p := netip.MustParsePrefix(s)
+		return netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}}
+	}
+	own := []netlink.Addr{addr("198.18.0.100/32"), addr("198.18.0.2/24"), addr("198.18.5.1/30"), {}}
+	for _, tc := range []struct {
+		target, want string // want "": none
+	}{
+		{"198.18.0.21", "198.18.0.2"},
+		{"198.18.5.2", "198.18.5.1"},
+		{"198.18.5.9", ""},
+		{"198.19.0.1", ""},
+		{"198.18.0.2", ""},
+	} {
+		got, ok := arpSource(own, netip.MustParseAddr(tc.target))
+		if want := tc.want != ""; ok != want || (ok && got.String() != tc.want) {
+			t.Errorf("arpSource(%s) = %v, %v; want %q", tc.target, got, ok, tc.want)
 		}
 	}
 }
