@@ -510,6 +510,25 @@ __noinline int dlb_natp_taken(const struct nat_key *k)
 	return b && natp_probe_loop(b, n2, tab_tag_pattern(h), k) >= 0;
 }
 
+/* nat_sequence returns backend a->backend, with a->nh, a->pmin and
+ * a->psize set to the candidate sequence of a->fk on its pool, or NULL
+ * when it has no pool. dlb_nat_reserve and dlb_nat_find compute it; their
+ * "more" searches, which run only after them, use it as they left it. */
+static __always_inline struct backend *nat_sequence(struct nat_args *a, const struct dlb_config *cfg)
+{
+	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
+
+	if (!b)
+		return NULL;
+	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
+	if (lo == 0 || hi < lo)
+		return NULL;
+	a->pmin = lo;
+	a->psize = hi - lo + 1;
+	a->nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
+	return b;
+}
+
 /* dlb_nat_reserve reserves a port of the return address of backend
  * a->backend for a new TCP connection a->fk, claiming the port's half-open
  * slot. It returns the port (network order), or 0 when every candidate is
@@ -523,21 +542,19 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 
 	if (!a)
 		return 0;
+	a->retx = 0;
+	a->more = 0;
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
-	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
-	if (!cfg || !b)
+	if (!cfg)
 		return 0;
-	__u32 min = b->nat_port_min, max = b->nat_port_max;
-	if (min == 0 || max < min)
+	struct backend *b = nat_sequence(a, cfg);
+	if (!b)
 		return 0;
-	__u32 size = max - min + 1;
-	__u32 nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
+	__u32 nh = a->nh, min = a->pmin, size = a->psize;
 	__u64 now_s = halfopen_stamp(a->now);
 	__u64 oldest = ~0ULL, victim_owner = 0;
 	__u32 victim = 0;
 	__be16 victim_port = 0;
-	a->retx = 0;
-	a->more = 0;
 	nat_key_of(&a->nk, &b->nat_addr, 0, a->fk.proto, a->fk.family);
 
 	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
@@ -620,26 +637,6 @@ __noinline int dlb_nat_free_port(struct nat_key *k, __u32 nh, __u32 min, __u32 s
 	return 0;
 }
 
-/* nat_sequence sets a->nh, a->pmin and a->psize to the candidate sequence
- * of a->fk on backend a->backend's pool and returns the config, or returns
- * NULL when the backend has no pool (or a lookup fails). */
-static __always_inline struct dlb_config *nat_sequence(struct nat_args *a)
-{
-	__u32 key0 = 0;
-	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
-	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
-
-	if (!cfg || !b)
-		return NULL;
-	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
-	if (lo == 0 || hi < lo)
-		return NULL;
-	a->pmin = lo;
-	a->psize = hi - lo + 1;
-	a->nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
-	return cfg;
-}
-
 /* What dlb_nat_candidate found. */
 enum {
 	NAT_CAND_FREE,     /* no reservation in its slot, no connection holds it */
@@ -671,29 +668,32 @@ __noinline int dlb_nat_candidate(struct nat_args *a, __u32 i, __u32 held)
 	if (!h)
 		return NAT_CAND_HELD;
 	__u64 o = h->owner;
+	int live = halfopen_live(o, halfopen_stamp(a->now));
 	a->slot = idx;
 	a->owner = o;
-	if (halfopen_live(o, halfopen_stamp(a->now)) && nat_key_eq(&h->key, &a->nk)) {
+	if (live && nat_key_eq(&h->key, &a->nk)) {
 		if (owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk) && (__u32)o == halfopen_tag(h, cfg->hash_seed))
 			return NAT_CAND_MINE;
 		return NAT_CAND_RESERVED;
 	}
 	if (held && dlb_natp_taken(&a->nk))
 		return NAT_CAND_HELD;
-	return halfopen_live(o, halfopen_stamp(a->now)) ? NAT_CAND_OTHER : NAT_CAND_FREE;
+	return live ? NAT_CAND_OTHER : NAT_CAND_FREE;
 }
 
 /* dlb_nat_reserve_more goes on where dlb_nat_reserve stopped with a->more
- * set: it reserves the first of candidates DLB_NAT_CANDIDATES up to
+ * set (and the candidate sequence, nat_sequence): it reserves the first of candidates DLB_NAT_CANDIDATES up to
  * DLB_NAT_CANDIDATES_MAX that is free (it displaces no reservation: only
  * the first candidates do, so that a flood costs each SYN at most those).
  * A retransmitted SYN finds its reservation here too. It returns the port
  * (network order) or 0, as dlb_nat_reserve. A global function. */
 __noinline int dlb_nat_reserve_more(struct nat_args *a)
 {
+	__u32 key0 = 0;
+
 	if (!a)
 		return 0;
-	struct dlb_config *cfg = nat_sequence(a);
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 	if (!cfg)
 		return 0;
 	int st = NAT_CAND_HELD;
@@ -754,11 +754,10 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 	if (pid < 0)
 		return 0;
 	a->backend = pid;
-	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
-	if (!b || b->nat_port_min == 0 || b->nat_port_max < b->nat_port_min)
+	struct backend *b = nat_sequence(a, cfg);
+	if (!b)
 		return 0;
-	__u32 min = b->nat_port_min, size = b->nat_port_max - b->nat_port_min + 1;
-	__u32 nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
+	__u32 nh = a->nh, min = a->pmin, size = a->psize;
 	nat_key_of(&a->nk, &b->nat_addr, 0, a->fk.proto, a->fk.family);
 	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
 		a->nk.port = bpf_htons(nat_candidate(nh, i, min, size));
@@ -773,14 +772,15 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 }
 
 /* dlb_nat_find_more goes on where dlb_nat_find stopped with a->more set
- * (a->backend the server the SYN would have picked): if every one of the
+ * (a->backend the server the SYN would have picked, and its candidate
+ * sequence, nat_sequence): if every one of the
  * first candidates is held, by a connection or a reservation of its own
  * port, the SYN went on to the later ones (dlb_nat_reserve_more), and so
  * does this search. It returns 1 and fills a->nk, a->slot and a->owner, or
  * returns 0. A global function. */
 __noinline int dlb_nat_find_more(struct nat_args *a)
 {
-	if (!a || !nat_sequence(a))
+	if (!a)
 		return 0;
 	for (int i = 0; i < DLB_NAT_CANDIDATES; i++) {
 		int st = dlb_nat_candidate(a, i, 1);
