@@ -141,15 +141,6 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 		t.Fatal("no free later candidate")
 		return nil, 0, 0
 	}
-	forgetHandshakes := func(t *testing.T) {
-		slots := make([]uint32, 16384)
-		for i := range slots {
-			slots[i] = uint32(i)
-		}
-		if _, err := e.dp.objs.NatHandshakes.BatchUpdate(slots, make([]dispatcherNatHandshake, len(slots)), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
 	kh := k(5016)
 	heldH, portH, collH := heldFirst(kh, 60, 6)
 	kh2 := k(5017)
@@ -270,7 +261,7 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 			want:  xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(kh2.SrcPort, "S"), portH2),
 			events: map[string]uint64{"halfopen_retransmit": 1, "halfopen_created": 0}, check: halfOpenOn(kh2, portH2)},
 		{name: "NAT handshake ACK finds a later candidate without the handshake cache", frame: build(tcp(kh3.SrcPort, "A")),
-			setup: func(t *testing.T) { heldH3(t); run(tcp(kh3.SrcPort, "S"))(t); forgetHandshakes(t) },
+			setup: func(t *testing.T) { heldH3(t); run(tcp(kh3.SrcPort, "S"))(t); e.forgetNATHandshakes(t) },
 			want:  xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(kh3.SrcPort, "A"), portH3),
 			newConn: map[uint32]uint64{60: 1}, events: map[string]uint64{"halfopen_promoted": 1},
 			check: established(kh3, retAddr, portH3, false)},
