@@ -39,21 +39,17 @@ func (*Netif) Announce(ifname string, addrs []netip.Addr) error {
 	}
 	defer func() { go unix.Close(fd) }()
 	var errs []error
-	send := func(frame []byte, dst net.HardwareAddr) {
-		sa := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6,
-			Protocol: htons(binary.BigEndian.Uint16(frame[12:14]))}
-		copy(sa.Addr[:], dst)
-		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+	send := func(frame []byte) {
+		if err := sendFrame(fd, l.Attrs().Index, frame); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, a := range addrs {
 		if a.Is4() {
-			send(garp(1, mac, a), broadcastMAC)
-			send(garp(2, mac, a), broadcastMAC)
+			send(garp(1, mac, a))
+			send(garp(2, mac, a))
 		} else {
-			dst := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
-			send(unsolicitedNA(mac, dst, a), dst)
+			send(unsolicitedNA(mac, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -63,6 +59,14 @@ func (*Netif) Announce(ifname string, addrs []netip.Addr) error {
 }
 
 var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// sendFrame sends an Ethernet frame out of an interface on packet socket
+// fd, to the frame's own destination MAC, as the frame's own protocol.
+func sendFrame(fd, ifindex int, frame []byte) error {
+	sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(binary.BigEndian.Uint16(frame[12:14]))}
+	copy(sa.Addr[:], frame[:6])
+	return unix.Sendto(fd, frame, 0, sa)
+}
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 

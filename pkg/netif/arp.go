@@ -74,10 +74,7 @@ func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Ne
 	asked := map[netip.Addr]arpQuestion{}
 	var errs []error
 	for a, src := range srcs {
-		frame := arpFrame(1, broadcastMAC, mac, src, net.HardwareAddr{0, 0, 0, 0, 0, 0}, a)
-		sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(unix.ETH_P_ARP)}
-		copy(sa.Addr[:], broadcastMAC)
-		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+		if err := sendFrame(fd, ifindex, arpFrame(1, broadcastMAC, mac, src, net.HardwareAddr{0, 0, 0, 0, 0, 0}, a)); err != nil {
 			errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 			continue
 		}
@@ -117,8 +114,8 @@ func arpSource(own []netlink.Addr, a netip.Addr) (netip.Addr, bool) {
 
 // listenARP reads the ARP replies to the questions asked until deadline
 // (or all are answered), puts each MAC that differs from the one the
-// entry had into the neighbour table (made managed again, as resolve
-// does), then closes fd and h. The first reply for an address counts.
+// entry had into the neighbour table (then made managed again by
+// resolve), then closes fd and h. The first reply for an address counts.
 func listenARP(fd int, h *netlink.Handle, ifindex int, mac net.HardwareAddr, asked map[netip.Addr]arpQuestion, deadline time.Time) {
 	defer h.Close()
 	defer unix.Close(fd)
@@ -154,15 +151,9 @@ func listenARP(fd int, h *netlink.Handle, ifindex int, mac net.HardwareAddr, ask
 		if bytes.Equal(r.senderMAC, q.had) {
 			continue
 		}
-		n4 := &netlink.Neigh{LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_REACHABLE,
-			IP: r.sender.AsSlice(), HardwareAddr: r.senderMAC}
-		if h.NeighSet(n4) == nil {
-			n4.State, n4.HardwareAddr, n4.Flags, n4.FlagsExt = 0, nil, netlink.NTF_USE, netlink.NTF_EXT_MANAGED
-			if h.NeighSet(n4) != nil {
-				// Kernels before 5.16 have no managed entries.
-				n4.FlagsExt = 0
-				_ = h.NeighSet(n4)
-			}
+		if h.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_REACHABLE,
+			IP: r.sender.AsSlice(), HardwareAddr: r.senderMAC}) == nil {
+			_ = resolve(h, ifindex, netlink.FAMILY_V4, r.sender.AsSlice())
 		}
 	}
 }

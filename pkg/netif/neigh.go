@@ -49,7 +49,7 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 		if err != nil {
 			return err
 		}
-		var kernel, ask, ask4 []netip.Addr
+		var kernel, ask []netip.Addr
 		for _, a := range list {
 			e, found := table[a]
 			switch {
@@ -59,16 +59,12 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 				// Confirmed just now.
 			case found && len(e.HardwareAddr) == 6 &&
 				e.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE) != 0:
-				if family == netlink.FAMILY_V6 {
-					ask = append(ask, a)
-				} else {
-					ask4 = append(ask4, a)
-				}
+				ask = append(ask, a)
 				if e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
 					// Made managed again (an administrative update
 					// without the flag clears it), as the kernel's way
 					// does; on a valid entry this holds nothing back.
-					if err := resolve(ifindex, family, a.AsSlice()); err != nil {
+					if err := resolve(here, ifindex, family, a.AsSlice()); err != nil {
 						errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 					}
 				}
@@ -77,14 +73,12 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 			}
 		}
 		if len(ask) > 0 {
-			unsent, err := solicit(ifindex, ask)
-			if err != nil {
-				errs = append(errs, err)
+			var unsent []netip.Addr
+			if family == netlink.FAMILY_V6 {
+				unsent, err = solicit(ifindex, ask)
+			} else {
+				unsent, err = requestARP(ifindex, ask, table)
 			}
-			kernel = append(kernel, unsent...)
-		}
-		if len(ask4) > 0 {
-			unsent, err := requestARP(ifindex, ask4, table)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -102,7 +96,7 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 					continue
 				}
 			}
-			if err := resolve(ifindex, family, a.AsSlice()); err != nil {
+			if err := resolve(here, ifindex, family, a.AsSlice()); err != nil {
 				errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 			}
 		}
@@ -152,10 +146,7 @@ func solicit(ifindex int, addrs []netip.Addr) ([]netip.Addr, error) {
 	defer func() { go unix.Close(fd) }()
 	var errs []error
 	for _, a := range addrs {
-		frame := solicitation(mac, src, a)
-		sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(unix.ETH_P_IPV6)}
-		copy(sa.Addr[:], frame[:6])
-		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+		if err := sendFrame(fd, ifindex, solicitation(mac, src, a)); err != nil {
 			errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 		}
 	}

@@ -109,7 +109,7 @@ func (n *Netif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[n
 			}
 			// Missing, incomplete, failed or stale: have the kernel
 			// (re)resolve it.
-			if err := resolve(fi.ifindex, fi.family, a.AsSlice()); err != nil {
+			if err := resolve(here, fi.ifindex, fi.family, a.AsSlice()); err != nil {
 				errs[a] = fmt.Errorf("resolving %s: %w", a, err)
 				delete(out, a)
 			}
@@ -143,17 +143,21 @@ func (n *Netif) route(addr netip.Addr) (lb.Neighbor, error) {
 	return nb, nil
 }
 
-// resolve asks the kernel to resolve ip now (NTF_USE), as a managed
-// entry, so that the kernel keeps it resolved. The managed flag is given
-// every time: an administrative update without it clears it.
-func resolve(ifindex, family int, ip net.IP) error {
+// here is a netlink handle in the calling thread's network namespace, as
+// the netlink package's own functions use.
+var here = &netlink.Handle{}
+
+// resolve asks the kernel, through h, to resolve ip now (NTF_USE), as a
+// managed entry, so that the kernel keeps it resolved. The managed flag is
+// given every time: an administrative update without it clears it.
+func resolve(h *netlink.Handle, ifindex, family int, ip net.IP) error {
 	n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: ip, Flags: netlink.NTF_USE,
 		FlagsExt: netlink.NTF_EXT_MANAGED}
-	err := netlink.NeighSet(n)
+	err := h.NeighSet(n)
 	if err != nil && n.FlagsExt != 0 {
 		// Kernels before 5.16 have no managed entries.
 		n.FlagsExt = 0
-		err = netlink.NeighSet(n)
+		err = h.NeighSet(n)
 	}
 	return err
 }
