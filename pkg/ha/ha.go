@@ -666,12 +666,15 @@ func (n *Node) sendLocked(restarting bool) {
 }
 
 // decideEvery is how often loop re-decides (at most; four times an
-// interval when that is shorter): a dead peer is noticed within it of
-// count × interval, which is most of the time from a fault to the
-// takeover.
+// interval when that is shorter), for what changes without a message:
+// reach targets, the dispatcher's health, heartbeats to send. The peer's
+// death is not waited for here: a timer of its own wakes loop at the
+// moment it falls due, count × interval after the last heartbeat, since
+// that wait is most of the time from a fault to the takeover.
 const decideEvery = 20 * time.Millisecond
 
-// loop sends heartbeats every interval and re-decides every decideEvery.
+// loop sends heartbeats every interval, re-decides every decideEvery, and
+// decides again the moment the peer's silence reaches the dead time.
 func (n *Node) loop(ctx context.Context) {
 	defer n.wg.Done()
 	n.mu.Lock()
@@ -681,28 +684,53 @@ func (n *Node) loop(ctx context.Context) {
 	every := max(min(iv/4, decideEvery), 5*time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	dead := time.NewTimer(time.Hour)
+	dead.Stop()
+	defer dead.Stop()
 	prev := time.Now()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			n.mu.Lock()
-			iv = time.Duration(n.cfg.IntervalMS()) * time.Millisecond
-			if now.Sub(n.lastTx) >= iv-every/2 {
-				n.sendLocked(false)
-			}
-			wasAlive := n.peer.heard && n.peerAliveLocked(prev)
-			n.stepLocked(now)
-			if wasAlive && !n.peerAliveLocked(now) {
-				n.log.Warn("high availability: peer no longer heard", "after", n.deadTime())
-				n.dropConnsLocked()
-				n.signal()
-			}
-			n.mu.Unlock()
-			prev = now
+		case now = <-tick.C:
+		case now = <-dead.C:
 		}
+		n.mu.Lock()
+		iv = time.Duration(n.cfg.IntervalMS()) * time.Millisecond
+		if now.Sub(n.lastTx) >= iv-every/2 {
+			n.sendLocked(false)
+		}
+		wasAlive := n.peer.heard && n.peerAliveLocked(prev)
+		n.stepLocked(now)
+		if wasAlive && !n.peerAliveLocked(now) {
+			n.log.Warn("high availability: peer no longer heard", "after", n.deadTime())
+			n.dropConnsLocked()
+			n.signal()
+		}
+		// A heartbeat heard since the last wake moved the deadline on.
+		if at, ok := n.deadlineLocked(now); ok {
+			dead.Reset(at.Sub(now))
+		} else {
+			dead.Stop()
+		}
+		n.mu.Unlock()
+		prev = now
 	}
+}
+
+// deadlineLocked returns the moment at which the peer, alive at now,
+// stops counting as alive unless it is heard again (peerAliveLocked turns
+// false there), and false when it is not alive at now.
+func (n *Node) deadlineLocked(now time.Time) (time.Time, bool) {
+	if !n.running || !n.peerAliveLocked(now) {
+		return time.Time{}, false
+	}
+	at := n.peer.lastHeard.Add(n.deadTime())
+	if n.peer.graceUntil.After(at) {
+		at = n.peer.graceUntil
+	}
+	return at, true
 }
 
 // receive reads heartbeats from one socket.

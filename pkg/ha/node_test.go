@@ -219,6 +219,54 @@ func TestNodePairFailoverAndFailback(t *testing.T) {
 	}
 }
 
+// TestNodeDeadline: loop's timer falls due at the moment the peer stops
+// counting as alive: count × interval after the last heartbeat, or at the
+// end of a restart's grace when that is later; none when the peer is not
+// alive.
+func TestNodeDeadline(t *testing.T) {
+	heard := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name    string
+		running bool
+		heard   bool
+		grace   time.Duration // after heard; 0: none
+		now     time.Duration // after heard
+		want    time.Duration // after heard; -1: no deadline
+	}{
+		{name: "alive", running: true, heard: true, now: 100 * time.Millisecond, want: 2 * time.Second},
+		{name: "alive, just heard", running: true, heard: true, now: 0, want: 2 * time.Second},
+		{name: "dead at the deadline", running: true, heard: true, now: 2 * time.Second, want: -1},
+		{name: "dead since", running: true, heard: true, now: 3 * time.Second, want: -1},
+		{name: "restarting", running: true, heard: true, grace: 30 * time.Second, now: 5 * time.Second, want: 30 * time.Second},
+		{name: "grace shorter than the dead time", running: true, heard: true, grace: time.Second, now: 0, want: 2 * time.Second},
+		{name: "never heard", running: true, heard: false, now: 0, want: -1},
+		{name: "stopped", running: false, heard: true, now: 0, want: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := New(Options{Logger: quiet})
+			n.cfg = lb.HighAvailability{Interval: 500, Count: 4}
+			n.running = tc.running
+			n.peer.heard, n.peer.lastHeard = tc.heard, heard
+			if tc.grace > 0 {
+				n.peer.graceUntil = heard.Add(tc.grace)
+			}
+			at, ok := n.deadlineLocked(heard.Add(tc.now))
+			if tc.want < 0 {
+				if ok {
+					t.Fatalf("deadline %v after the last heartbeat, want none", at.Sub(heard))
+				}
+				return
+			}
+			if !ok || !at.Equal(heard.Add(tc.want)) {
+				t.Fatalf("deadline %v after the last heartbeat (%v), want %v", at.Sub(heard), ok, tc.want)
+			}
+			if n.peerAliveLocked(at) || !n.peerAliveLocked(at.Add(-time.Nanosecond)) {
+				t.Fatalf("the peer's aliveness does not change at the deadline")
+			}
+		})
+	}
+}
+
 // TestNodeRestartGrace: a peer that says it restarts is waited for.
 func TestNodeRestartGrace(t *testing.T) {
 	port := freePort(t)
