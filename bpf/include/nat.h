@@ -510,6 +510,22 @@ __noinline int dlb_natp_taken(const struct nat_key *k)
 	return b && natp_probe_loop(b, n2, tab_tag_pattern(h), k) >= 0;
 }
 
+/* nat_pool sets *nh, *pmin and *psize to the candidate sequence
+ * (nat_candidate) of flow fk on backend b's pool of return ports, and
+ * returns 0 when b has no pool. */
+static __always_inline int nat_pool(const struct backend *b, const struct flow_key *fk, const struct dlb_config *cfg,
+				    __u32 *nh, __u32 *pmin, __u32 *psize)
+{
+	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
+
+	if (lo == 0 || hi < lo)
+		return 0;
+	*pmin = lo;
+	*psize = hi - lo + 1;
+	*nh = flow_hash(fk, cfg->hash_seed ^ NAT_HASH_SALT);
+	return 1;
+}
+
 /* nat_sequence returns backend a->backend, with a->nh, a->pmin and
  * a->psize set to the candidate sequence of a->fk on its pool, or NULL
  * when it has no pool. dlb_nat_reserve and dlb_nat_find compute it; their
@@ -518,14 +534,8 @@ static __always_inline struct backend *nat_sequence(struct nat_args *a, const st
 {
 	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
 
-	if (!b)
+	if (!b || !nat_pool(b, &a->fk, cfg, &a->nh, &a->pmin, &a->psize))
 		return NULL;
-	__u32 lo = b->nat_port_min, hi = b->nat_port_max;
-	if (lo == 0 || hi < lo)
-		return NULL;
-	a->pmin = lo;
-	a->psize = hi - lo + 1;
-	a->nh = flow_hash(&a->fk, cfg->hash_seed ^ NAT_HASH_SALT);
 	return b;
 }
 
@@ -987,11 +997,9 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 	struct backend *b = pick_new(vm, pk->cfg, fk, pk->thash, now, family, &id);
 	if (!b)
 		return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
-	__u32 min = b->nat_port_min, max = b->nat_port_max;
-	if (min == 0 || max < min)
+	__u32 h, min, size;
+	if (!nat_pool(b, fk, pk->cfg, &h, &min, &size))
 		return verdict(ctx, STAT_DROP_NAT_EXHAUSTED, XDP_DROP);
-	__u32 size = max - min + 1;
-	__u32 h = flow_hash(fk, pk->cfg->hash_seed ^ NAT_HASH_SALT);
 
 	struct nat_key *nk = &sc->natp.e.key;
 	__builtin_memset(nk, 0, sizeof(*nk));
