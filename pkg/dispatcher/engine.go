@@ -366,6 +366,8 @@ func (e *Engine) Run(ctx context.Context) {
 	defer haTick.Stop()
 	if e.opts.HA != nil {
 		haNotify, haReceived = e.opts.HA.Notify(), e.opts.HA.Received()
+		e.publishTakeoverPlan(cfg)
+		go e.runFastTakeover(ctx, e.opts.HA.Activated())
 		if cfg.HA.Enabled() {
 			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.sum); err != nil {
 				e.log.Error("high availability: starting", "err", err)

@@ -52,7 +52,10 @@ type HighAvailability interface {
 	Received() <-chan lb.ConnBatch
 	Imported(marker uint64)
 	// Notify is signalled when a state changes; Status reports.
+	// Activated delivers, besides, each group the function decides to
+	// serve, at the moment it decides (the takeover's fast path).
 	Notify() <-chan struct{}
+	Activated() <-chan lb.HAGroup
 	Status() lb.HAStatus
 	// PeerRole returns the role the peer announces, its address, and
 	// whether it is alive.
@@ -85,6 +88,8 @@ type haEngine struct {
 	// digest is the configuration's digest, kept up to date change by
 	// change (digestOf).
 	digest digestState
+	// fast is the takeover's fast path (takeover.go).
+	fast fastTakeover
 	// Replication counts: records imported, refused (no such server
 	// here), batches.
 	imported, unknown uint64
@@ -205,6 +210,17 @@ func (e *Engine) haSync() {
 	if !e.haOn(cfg) {
 		return
 	}
+	// The fast path adds no address between this look at the states and
+	// the settling below.
+	e.ha.fast.mu.Lock()
+	locked := true
+	unlock := func() {
+		if locked {
+			e.ha.fast.mu.Unlock()
+			locked = false
+		}
+	}
+	defer unlock()
 	st := e.opts.HA.Status()
 	type change struct {
 		g        lb.HAGroup
@@ -242,9 +258,11 @@ func (e *Engine) haSync() {
 		if err := e.configureAddresses(cfg); err != nil {
 			e.log.Error("high availability: putting the addresses on", "err", err)
 		}
-		for _, g := range became {
-			e.haAnnounce(cfg, g, 0)
-		}
+	}
+	e.settleFastTakeover()
+	unlock()
+	for _, g := range became {
+		e.haAnnounce(cfg, g, 0)
 	}
 	for _, c := range changes {
 		name := map[lb.HAState]string{lb.HAActive: events.GoActive, lb.HAStandby: events.GoStandby,
@@ -339,6 +357,7 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 		return
 	}
 	if !ch.HA && e.haOn(next) {
+		e.publishTakeoverPlan(next)
 		e.opts.HA.SetDigest(e.ha.digest.sum)
 		if ch.Executor {
 			e.haHealth()
@@ -351,12 +370,16 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 	if err := e.opts.HA.Configure(next.HA, e.ha.digest.sum); err != nil {
 		e.log.Error("high availability: configuring", "err", err)
 	}
+	e.publishTakeoverPlan(next)
 	if !next.HA.Enabled() {
 		e.ha.applied = [lb.NumHAGroups]lb.HAState{}
 		e.persistHAStates()
+		e.ha.fast.mu.Lock()
 		if err := e.configureAddresses(next); err != nil {
 			e.log.Error("high availability: restoring the addresses", "err", err)
 		}
+		e.settleFastTakeover()
+		e.ha.fast.mu.Unlock()
 		return
 	}
 	// Until the function decides, the addresses of groups not active

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
@@ -29,13 +30,15 @@ type fakeHA struct {
 	peerAlive  bool
 	stopped    []bool
 	notify     chan struct{}
+	activated  chan lb.HAGroup
 	recv       chan lb.ConnBatch
 	digest     uint64
 	configured int
 }
 
 func newFakeHA() *fakeHA {
-	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, notify: make(chan struct{}, 1), recv: make(chan lb.ConnBatch)}
+	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, notify: make(chan struct{}, 1),
+		activated: make(chan lb.HAGroup, 2*lb.NumHAGroups), recv: make(chan lb.ConnBatch)}
 }
 
 func (f *fakeHA) Check(lb.HighAvailability) error {
@@ -88,6 +91,7 @@ func (f *fakeHA) Session() uint64               { return 0 }
 func (f *fakeHA) Received() <-chan lb.ConnBatch { return f.recv }
 func (f *fakeHA) Imported(uint64)               {}
 func (f *fakeHA) Notify() <-chan struct{}       { return f.notify }
+func (f *fakeHA) Activated() <-chan lb.HAGroup  { return f.activated }
 func (f *fakeHA) PeerRole() (lb.HARole, netip.Addr, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -108,11 +112,19 @@ func (f *fakeHA) Status() lb.HAStatus {
 	return st
 }
 
-// set makes the function decide state for g.
+// set decides group g's state as the function would: Activated on
+// becoming active, then Notify.
 func (f *fakeHA) set(g lb.HAGroup, st lb.HAState) {
 	f.mu.Lock()
+	was := f.states[g]
 	f.states[g] = st
 	f.mu.Unlock()
+	if st == lb.HAActive && was != lb.HAActive {
+		select {
+		case f.activated <- g:
+		default:
+		}
+	}
 	select {
 	case f.notify <- struct{}{}:
 	default:
@@ -336,4 +348,75 @@ func TestHADigest(t *testing.T) {
 	if db3 := b.status(Query{HA: true}).HA.Digest; db3 != da {
 		t.Errorf("undoing the change: %x, want %x", db3, da)
 	}
+}
+
+// blockEngine keeps the engine's goroutine busy until the returned
+// function is called, as a long sweep or report would.
+func blockEngine(t *testing.T, h *harness) func() {
+	t.Helper()
+	busy, release := make(chan struct{}), make(chan struct{})
+	go func() { _ = h.e.do(context.Background(), func() { close(busy); <-release }) }()
+	<-busy
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(done)
+	return done
+}
+
+// haNATSetup is a primary with a NAT port whose server has a return
+// address, standing by for the function's decision.
+func haNATSetup(t *testing.T) (*harness, *fakeHA) {
+	t.Helper()
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(op("port", "add", vip+"@81", "method", "nat"),
+		op("server", "add", vip+"@81@198.18.0.23", "returnaddress", "198.18.0.3"))
+	h.mustApply(haOps("primary")...)
+	eventually(t, "addresses off while listening", func() bool { return !h.nif.has(vip) && !h.nif.has("198.18.0.3") })
+	return h, f
+}
+
+// TestHATakeoverDoesNotWaitForTheEngine: a group decided active has its
+// addresses on and announced while the engine's goroutine is busy with
+// something else; the engine then takes them over, and a later release
+// takes them off as it would its own.
+func TestHATakeoverDoesNotWaitForTheEngine(t *testing.T) {
+	h, f := haNATSetup(t)
+	unblock := blockEngine(t, h)
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "addresses on and announced while the engine is busy", func() bool {
+		return h.nif.has(vip) && h.nif.has("198.18.0.3") && h.nif.announcedCount(vip) >= 1 && h.nif.announcedCount("198.18.0.3") >= 1
+	})
+	unblock()
+	eventually(t, "the engine's own announcement", func() bool { return h.nif.announcedCount(vip) >= 2 })
+	if names := eventNames(h); !slices.Contains(names, events.GoActive) {
+		t.Errorf("goActive not raised once the engine got to the decision: %v", names)
+	}
+	f.set(lb.GroupLocal, lb.HAStandby)
+	eventually(t, "addresses off once standing by", func() bool { return !h.nif.has(vip) && !h.nif.has("198.18.0.3") })
+}
+
+// TestHAFastTakeoverUndone: a group let go again before the engine saw
+// it active loses the addresses the fast path put on; a stale decision
+// (the group no longer active when the fast path looks) puts none on.
+func TestHAFastTakeoverUndone(t *testing.T) {
+	h, f := haNATSetup(t)
+	unblock := blockEngine(t, h)
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "addresses on while the engine is busy", func() bool { return h.nif.has(vip) && h.nif.has("198.18.0.3") })
+	f.set(lb.GroupLocal, lb.HAStandby)
+	unblock()
+	eventually(t, "addresses off once the engine looked", func() bool { return !h.nif.has(vip) && !h.nif.has("198.18.0.3") })
+	if names := eventNames(h); slices.Contains(names, events.GoActive) {
+		t.Errorf("goActive raised for a state the engine never acted on: %v", names)
+	}
+
+	unblock = blockEngine(t, h)
+	f.activated <- lb.GroupLocal // decided, then let go before the fast path looked
+	time.Sleep(200 * time.Millisecond)
+	if h.nif.has(vip) || h.nif.has("198.18.0.3") {
+		t.Error("the fast path put on the addresses of a group no longer active")
+	}
+	unblock()
 }

@@ -67,8 +67,10 @@ type Node struct {
 	log  *slog.Logger
 	boot uint64
 
-	notify   chan struct{}
-	received chan Batch
+	notify chan struct{}
+	// activated carries each group decided active (Activated).
+	activated chan lb.HAGroup
+	received  chan Batch
 
 	mu      sync.Mutex
 	cfg     lb.HighAvailability
@@ -144,7 +146,7 @@ func New(opts Options) *Node {
 	}
 	boot := binary.BigEndian.Uint64(nonce(8)) | 1
 	return &Node{opts: opts, log: opts.Logger.With("component", "ha"), boot: boot,
-		notify: make(chan struct{}, 1), received: make(chan Batch, 16),
+		notify: make(chan struct{}, 1), activated: make(chan lb.HAGroup, 2*lb.NumHAGroups), received: make(chan Batch, 16),
 		refused: map[string]uint64{}, pathStats: map[lb.Heartbeat]*lb.HAPathStatus{},
 		markerBase: uint64(time.Now().UnixNano()), markerSent: map[uint64]time.Time{}}
 }
@@ -165,6 +167,12 @@ func ping(ctx context.Context, target, source netip.Addr, timeout time.Duration)
 // Notify is signalled whenever a group's state or the peer's changes:
 // the engine then reads Status.
 func (n *Node) Notify() <-chan struct{} { return n.notify }
+
+// Activated delivers each group the moment this node decides to serve
+// it, for the takeover's fast path (its addresses on at once); Notify and
+// Status tell the rest. A receiver that falls behind misses decisions
+// rather than holding the node up.
+func (n *Node) Activated() <-chan lb.HAGroup { return n.activated }
 
 // Received delivers the peer's replication, in order.
 func (n *Node) Received() <-chan Batch { return n.received }
@@ -616,6 +624,12 @@ func (n *Node) stepLocked(now time.Time) {
 			n.log.Info("high availability: state", "group", g, "from", before, "to", gr.state, "reason", gr.reason)
 			if gr.state == lb.HAActive {
 				n.takeover[g] = false
+				if before != lb.HAActive {
+					select {
+					case n.activated <- g:
+					default:
+					}
+				}
 			}
 		}
 	}
