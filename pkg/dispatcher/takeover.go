@@ -98,7 +98,17 @@ func (e *Engine) fastTakeover(g lb.HAGroup) {
 		f.mu.Unlock()
 		return
 	}
-	var on []netip.Addr
+	// Announced first: the executor forwards for the addresses whether
+	// the host has them or not, and putting an address on waits for the
+	// kernel's routing lock, which a fault's own link changes can hold
+	// for tens of milliseconds.
+	if an, ok := e.opts.Netif.(Announcer); ok {
+		if err := an.Announce(p.ifname, p.addrs[g]); err != nil {
+			e.log.Warn("high availability: announcing the addresses", "err", err)
+		}
+	}
+	announced := time.Since(start)
+	on := 0
 	for _, a := range p.addrs[g] {
 		if err := e.opts.Netif.AddAddress(p.ifname, a); err != nil {
 			e.log.Warn("high availability: putting an address on at once (the engine tries again)", "address", a, "err", err)
@@ -108,18 +118,11 @@ func (e *Engine) fastTakeover(g lb.HAGroup) {
 			f.added = map[netip.Addr]string{}
 		}
 		f.added[a] = p.ifname
-		on = append(on, a)
+		on++
 	}
 	f.mu.Unlock()
-	if an, ok := e.opts.Netif.(Announcer); ok && len(on) > 0 {
-		if err := an.Announce(p.ifname, on); err != nil {
-			e.log.Warn("high availability: announcing the addresses", "err", err)
-		}
-	}
-	if len(on) > 0 {
-		e.log.Info("high availability: addresses on and announced at once", "group", g, "addresses", len(on),
-			"took", time.Since(start).Round(time.Microsecond))
-	}
+	e.log.Info("high availability: addresses announced and put on at once", "group", g, "addresses", len(p.addrs[g]),
+		"announced_after", announced.Round(time.Microsecond), "took", time.Since(start).Round(time.Microsecond), "on", on)
 }
 
 // haActive reports whether the function has group g active now.
