@@ -35,25 +35,12 @@ func TestBenchCompare(t *testing.T) {
 	}
 	e := newBenchEnv(t)
 	cpu := pinToOneCPU(t)
-	var objs benchObjects
-	if err := loadBenchObjects(&objs, nil); err != nil {
-		t.Fatalf("loading bench programs: %v", err)
-	}
-	t.Cleanup(func() { objs.Close() })
-	b := &benchRunner{t: t, objs: &objs}
+	objs := openBenchObjects(t)
+	b := &benchRunner{t: t, objs: objs}
 
-	frame := func(flags string, sport uint16) []byte {
-		f := tcpTo(vipTCP, 80, sport, flags)
-		f.Payload = []byte("dlb-bench!")
-		fr := f.Build(t)
-		if len(fr) != benchFrameLen {
-			t.Fatalf("benchmark frame has %d bytes, want %d", len(fr), benchFrameLen)
-		}
-		return fr
-	}
 	const estPort = 40000
 	estKey := key(vipTCP, 80, estPort, 6)
-	estFrame, synFrame, ackFrame := frame("A", estPort), frame("S", 1), frame("A", 1)
+	estFrame, synFrame, ackFrame := benchTCPFrame(t, estPort, "A"), benchTCPFrame(t, 1, "S"), benchTCPFrame(t, 1, "A")
 	half := int(e.dp.Info().ConnTable) / 2
 	fillConns(t, e, half)
 	reset := func() { resetConns(t, e, half, estKey) }

@@ -3,7 +3,6 @@
 package datapath
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -44,30 +42,13 @@ func TestBenchReplication(t *testing.T) {
 		t.Skip("the replication benchmark needs two CPUs it may pin to (and DLB_BENCH_NOPIN unset)")
 	}
 
-	var objs benchObjects
-	if err := loadBenchObjects(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			t.Fatalf("loading bench programs: %+v", ve)
-		}
-		t.Fatalf("loading bench programs: %v", err)
-	}
-	t.Cleanup(func() { objs.Close() })
+	objs := openBenchObjects(t)
 	dispatcher := e.dp.objs.DlbXdp
-	b := &benchRunner{t: t, objs: &objs}
+	b := &benchRunner{t: t, objs: objs}
 
-	build := func(sport uint16, flags string) []byte {
-		f := tcpTo(vipTCP, 80, sport, flags)
-		f.Payload = []byte("dlb-bench!")
-		fr := f.Build(t)
-		if len(fr) != benchFrameLen {
-			t.Fatalf("benchmark frame has %d bytes, want %d", len(fr), benchFrameLen)
-		}
-		return fr
-	}
 	const estPort = 40000
 	estKey := key(vipTCP, 80, estPort, 6)
-	estFrame, synFrame := build(estPort, "A"), build(1, "S")
+	estFrame, synFrame := benchTCPFrame(t, estPort, "A"), benchTCPFrame(t, 1, "S")
 	capacity := int(e.dp.Info().ConnTable)
 	half := capacity / 2
 	fillConns(t, e, half)

@@ -117,15 +117,7 @@ func TestBenchReport(t *testing.T) {
 	e := newBenchEnv(t)
 	cpu := pinToOneCPU(t)
 
-	var objs benchObjects
-	if err := loadBenchObjects(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			t.Fatalf("loading bench programs: %+v", ve)
-		}
-		t.Fatalf("loading bench programs: %v", err)
-	}
-	t.Cleanup(func() { objs.Close() })
+	objs := openBenchObjects(t)
 
 	dispatcher := e.dp.objs.DlbXdp
 	object := "pkg/datapath/dispatcher_bpfel.o (committed)"
@@ -148,7 +140,7 @@ func TestBenchReport(t *testing.T) {
 		object += ", a trace running that matches nothing (DLB_BENCH_TRACE=nothing)"
 	}
 
-	b := &benchRunner{t: t, objs: &objs}
+	b := &benchRunner{t: t, objs: objs}
 
 	// 64-byte IPv4 frames (14 Ethernet + 20 IPv4 + 20 TCP + 10 payload)
 	// and 88-byte IPv6 frames (14 + 40 IPv6 + 20 TCP + 14 payload).
@@ -197,7 +189,7 @@ func TestBenchReport(t *testing.T) {
 	// 10's MAC, among as many other flows as the connection table holds.
 	capacity := int(e.dp.Info().ConnTable)
 	half := capacity / 2
-	fillRefFlows(t, &objs, estKey, half)
+	fillRefFlows(t, objs, estKey, half)
 	// Phase 1 runs with the connection table half full.
 	fillConns(t, e, half)
 	keep := []FlowKey{estKey, est6Key}
@@ -461,6 +453,35 @@ func rawName(c *benchCase) string {
 		return "wrapper(conn)→" + c.name
 	}
 	return "wrapper→" + c.name
+}
+
+// openBenchObjects loads the benchmark's wrapper, reference and pass
+// programs (bench.c), closed when the test ends.
+func openBenchObjects(t *testing.T) *benchObjects {
+	t.Helper()
+	var objs benchObjects
+	if err := loadBenchObjects(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("loading bench programs: %+v", ve)
+		}
+		t.Fatalf("loading bench programs: %v", err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	return &objs
+}
+
+// benchTCPFrame is a 64-byte frame of a TCP segment from the benchmark
+// client's port sport to the TCP cluster's port 80, with flags.
+func benchTCPFrame(t *testing.T, sport uint16, flags string) []byte {
+	t.Helper()
+	f := tcpTo(vipTCP, 80, sport, flags)
+	f.Payload = []byte("dlb-bench!")
+	fr := f.Build(t)
+	if len(fr) != benchFrameLen {
+		t.Fatalf("benchmark frame has %d bytes, want %d", len(fr), benchFrameLen)
+	}
+	return fr
 }
 
 // newBenchEnv is newTestEnv with the default connection-table size
