@@ -179,10 +179,16 @@ func (l *lab) teardown() {
 	}
 }
 
+// dlbdAnswerWait is how long a test waits for a started dlbd's API. A
+// dlbd that starts on a saved configuration loads its executor through
+// the kernel's verifier before it answers: 1.5-2 s alone, and over 10 s
+// was seen on a slow machine with pkg/datapath's tests beside it.
+const dlbdAnswerWait = 30 * time.Second
+
 // startDlbd starts dlbd in the dispatcher namespace and waits for its API.
 func (l *lab) startDlbd(extra ...string) {
 	l.t.Helper()
-	l.startDlbdWait(10*time.Second, extra...)
+	l.startDlbdWait(dlbdAnswerWait, extra...)
 }
 
 // startDlbdWait starts dlbd and waits up to wait for its API.

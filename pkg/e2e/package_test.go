@@ -513,7 +513,7 @@ exec nsenter --net="/run/netns/$NS" setpriv --reuid dlb --regid dlb --init-group
 			l.waitDlbd()
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(dlbdAnswerWait)
 	for time.Now().Before(deadline) {
 		if _, _, code := l.ctl("executor", "report", "-o", "json"); code == 0 {
 			return
@@ -521,5 +521,5 @@ exec nsenter --net="/run/netns/$NS" setpriv --reuid dlb --regid dlb --init-group
 		time.Sleep(50 * time.Millisecond)
 	}
 	b, _ := os.ReadFile(logf.Name())
-	l.t.Fatalf("dlbd did not answer within 10 s:\n%s", b)
+	l.t.Fatalf("dlbd did not answer within %s:\n%s", dlbdAnswerWait, b)
 }

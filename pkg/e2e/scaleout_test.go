@@ -64,7 +64,7 @@ func (d *dispatcherProc) start() {
 	d.cmd = cmd
 	ready := d.ready
 	if ready == 0 {
-		ready = 10 * time.Second
+		ready = dlbdAnswerWait
 	}
 	for deadline := time.Now().Add(ready); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if _, _, code := d.ctl("executor", "report", "-o", "json"); code == 0 {
