@@ -104,15 +104,6 @@ func (e *Engine) haOn(cfg lb.Config) bool {
 	return e.opts.HA != nil && cfg.HA.Enabled()
 }
 
-// serves reports whether this dispatcher serves cluster cl: always
-// without high availability, else while cl's group is active.
-func (e *Engine) serves(cfg lb.Config, cl *lb.Cluster) bool {
-	if !e.haOn(cfg) {
-		return true
-	}
-	return e.ha.applied[cfg.HA.GroupOf(cl)] == lb.HAActive
-}
-
 // returnGroups maps each NAT return address of cfg to the group of a
 // cluster that uses it (validation keeps it to one group).
 func returnGroups(cfg lb.Config) map[netip.Addr]lb.HAGroup {
@@ -213,14 +204,6 @@ func (e *Engine) haSync() {
 	// The fast path adds no address between this look at the states and
 	// the settling below.
 	e.ha.fast.mu.Lock()
-	locked := true
-	unlock := func() {
-		if locked {
-			e.ha.fast.mu.Unlock()
-			locked = false
-		}
-	}
-	defer unlock()
 	st := e.opts.HA.Status()
 	type change struct {
 		g        lb.HAGroup
@@ -260,7 +243,7 @@ func (e *Engine) haSync() {
 		}
 	}
 	e.settleFastTakeover()
-	unlock()
+	e.ha.fast.mu.Unlock()
 	for _, g := range became {
 		e.haAnnounce(cfg, g, 0)
 	}
@@ -356,8 +339,8 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 	if e.opts.HA == nil {
 		return
 	}
+	e.publishTakeoverPlan(next)
 	if !ch.HA && e.haOn(next) {
-		e.publishTakeoverPlan(next)
 		e.opts.HA.SetDigest(e.ha.digest.sum)
 		if ch.Executor {
 			e.haHealth()
@@ -370,7 +353,6 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 	if err := e.opts.HA.Configure(next.HA, e.ha.digest.sum); err != nil {
 		e.log.Error("high availability: configuring", "err", err)
 	}
-	e.publishTakeoverPlan(next)
 	if !next.HA.Enabled() {
 		e.ha.applied = [lb.NumHAGroups]lb.HAState{}
 		e.persistHAStates()

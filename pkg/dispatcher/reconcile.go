@@ -363,20 +363,25 @@ func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
 // put there that are no longer wanted.
 func (e *Engine) configureAddresses(cfg lb.Config) error {
 	want := map[netip.Addr]string{}
-	if cfg.Executor.Started {
+	switch {
+	case !cfg.Executor.Started:
+	case e.haOn(cfg):
+		// Those of the groups active here.
+		for g, addrs := range e.haAddresses(cfg) {
+			if e.ha.applied[g] == lb.HAActive {
+				for _, a := range addrs {
+					want[a] = cfg.Executor.Interface
+				}
+			}
+		}
+	default:
 		for i := range cfg.Clusters {
-			if cl := &cfg.Clusters[i]; cl.Configure && e.serves(cfg, cl) {
+			if cl := &cfg.Clusters[i]; cl.Configure {
 				want[cl.Address] = cfg.Executor.Interface
 			}
 		}
-		var groups map[netip.Addr]lb.HAGroup
-		if e.haOn(cfg) {
-			groups = returnGroups(cfg)
-		}
 		for a := range e.host.returns {
-			if g, ok := groups[a]; groups == nil || (ok && e.ha.applied[g] == lb.HAActive) {
-				want[a] = cfg.Executor.Interface
-			}
+			want[a] = cfg.Executor.Interface
 		}
 	}
 	if e.exec.attach.detached != "" {

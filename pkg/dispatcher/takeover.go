@@ -41,9 +41,10 @@ type fastTakeover struct {
 	added map[netip.Addr]string
 }
 
-// haAddresses lists, per group, the addresses configureAddresses puts on
-// the interface while the group is active: its clusters marked configure
-// and the NAT return addresses of its servers.
+// haAddresses lists, per group, the addresses this dispatcher has on its
+// interface while the group is active (configureAddresses, and the fast
+// path's plan): its clusters marked configure and the NAT return
+// addresses of its servers.
 func (e *Engine) haAddresses(cfg lb.Config) [lb.NumHAGroups][]netip.Addr {
 	var out [lb.NumHAGroups][]netip.Addr
 	for i := range cfg.Clusters {
