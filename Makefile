@@ -4,6 +4,13 @@ GO       ?= go
 BIN      ?= bin
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
+# One build configuration for every build and test and for the package: static
+# (no cgo) and without this machine's paths. The package is built that way, and
+# "make test" builds it (TestPrivilegedPackage): with one configuration it
+# finds everything compiled already instead of compiling it all again (131 s
+# -> 45 s after "make build" on a cold cache).
+export CGO_ENABLED := 0
+export GOFLAGS := -trimpath $(filter-out -trimpath,$(GOFLAGS))
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
