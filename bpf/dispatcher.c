@@ -427,7 +427,7 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 
 	if (iph->version != 4 || iph->ihl < 5)
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-	__u16 tot_len = bpf_ntohs(iph->tot_len);
+	__u32 tot_len = ntohs_len(iph->tot_len);
 	if (tot_len < iph->ihl * 4 || (void *)iph + tot_len > data_end)
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 
@@ -484,7 +484,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 
 	if (ip6h->version != 6)
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-	void *end = (void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len);
+	void *end = (void *)(ip6h + 1) + ntohs_len(ip6h->payload_len);
 	if (end > data_end)
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 

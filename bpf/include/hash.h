@@ -56,7 +56,13 @@ static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 seed)
  * pkg/datapath twin is FilterBit. */
 static __always_inline __u32 vip_filter_bit(__u32 addr)
 {
-	return (addr ^ (addr >> 16)) & (VIP_FILTER_BITS - 1);
+	__u32 b = addr ^ (addr >> 16);
+
+	/* clang knows the XOR of two 16-bit halves needs no mask and drops it;
+	 * Linux 6.1's verifier does not bound such an XOR, and refuses the
+	 * filter's index without the mask. The empty asm keeps it. */
+	asm volatile("" : "+r"(b));
+	return b & (VIP_FILTER_BITS - 1);
 }
 
 /* ip6_fold XORs the four words of an IPv6 address. */

@@ -532,7 +532,10 @@ static __always_inline int nat_pool(const struct backend *b, const struct flow_k
  * "more" searches, which run only after them, use it as they left it. */
 static __always_inline struct backend *nat_sequence(struct nat_args *a, const struct dlb_config *cfg)
 {
-	struct backend *b = bpf_map_lookup_elem(&backends, &a->backend);
+	/* Helpers take keys on the stack or in a map value: a is a global
+	 * function's argument (memory of unknown kind to Linux 6.1's verifier). */
+	__u32 id = a->backend;
+	struct backend *b = bpf_map_lookup_elem(&backends, &id);
 
 	if (!b || !nat_pool(b, &a->fk, cfg, &a->nh, &a->pmin, &a->psize))
 		return NULL;
@@ -713,7 +716,8 @@ __noinline int dlb_nat_reserve_more(struct nat_args *a)
 			break;
 		event(EV_NAT_PORT_COLLISION);
 	}
-	struct halfopen *h = bpf_map_lookup_elem(&nat_halfopen, &a->slot);
+	__u32 slot = a->slot; /* a key on the stack: see nat_sequence */
+	struct halfopen *h = bpf_map_lookup_elem(&nat_halfopen, &slot);
 	if (!h)
 		return 0;
 	if (st == NAT_CAND_MINE) {

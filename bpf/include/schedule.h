@@ -33,7 +33,8 @@ static __always_inline struct backend *pick(const struct vip_meta *vm, const str
 					    __u32 *backend_id)
 {
 	__u32 size = vm->table_size;
-	void *table = bpf_map_lookup_elem(&maglev_tables, &vm->service);
+	__u32 service = vm->service; /* a key on the stack: vm may be a global function's argument */
+	void *table = bpf_map_lookup_elem(&maglev_tables, &service);
 	if (!table || size == 0)
 		return NULL;
 
