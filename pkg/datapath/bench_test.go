@@ -333,7 +333,7 @@ func TestBenchReport(t *testing.T) {
 	w("\n== dlb executor benchmark (BPF_PROG_TEST_RUN, 64-byte IPv4 and 88-byte IPv6 frames) ==\n")
 	w("date      %s\n", started.UTC().Format("2006-01-02 15:04 MST"))
 	w("program   %s\n", object)
-	w("machine   %s, %d CPUs, %s\n", kernelRelease(), runtime.NumCPU(), cpuModel())
+	w("machine   Linux %s, %d CPUs, %s\n", kernelRelease(), runtime.NumCPU(), cpuModel())
 	if cpu >= 0 {
 		w("pinned    test thread pinned to CPU %d\n", cpu)
 	} else {
@@ -991,14 +991,6 @@ func median(v []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "?"
-	}
-	return "Linux " + unix.ByteSliceToString(u.Release[:])
 }
 
 func cpuModel() string {
