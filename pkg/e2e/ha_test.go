@@ -104,7 +104,7 @@ func (h *haLab) netlinkIn(t *testing.T, ns string) *netlink.Handle {
 		t.Fatal(err)
 	}
 	defer nsh.Close()
-	nl, err := netlink.NewHandleAt(nsh)
+	nl, err := netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatalf("netlink in %s: %v", ns, err)
 	}

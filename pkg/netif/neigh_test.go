@@ -30,7 +30,7 @@ func pair(t *testing.T, ns netns.NsHandle) (netlink.Link, net.HardwareAddr) {
 	if err := netns.Set(ns); err != nil {
 		t.Fatal(err)
 	}
-	ph, err := netlink.NewHandleAt(peer)
+	ph, err := netlink.NewHandleAt(peer, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func pair(t *testing.T, ns netns.NsHandle) (netlink.Link, net.HardwareAddr) {
 		PeerNamespace: netlink.NsFd(int(peer))}); err != nil {
 		t.Fatal(err)
 	}
-	here, err := netlink.NewHandleAt(ns)
+	here, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,10 @@ func (n *Netif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
 		return nil, fmt.Errorf("getting the network namespace: %w", err)
 	}
 	w := &watcher{ns: ns, out: make(chan lb.NetEvent, watchBuffer)}
-	if w.h, err = netlink.NewHandleAt(ns); err != nil {
+	// Routing netlink only: a handle of every family would open an XFRM
+	// socket too, which loads xfrm_user or fails where modules are not
+	// loaded on demand.
+	if w.h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE); err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}

@@ -52,7 +52,7 @@ func NewNetNS(tb testing.TB, name string) *NetNS {
 		h.Close()
 		tb.Fatalf("returning from netns %s: %v", name, err)
 	}
-	nl, err := netlink.NewHandleAt(h)
+	nl, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
 	if err != nil {
 		h.Close()
 		tb.Fatalf("netlink handle in %s: %v", name, err)
