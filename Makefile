@@ -14,7 +14,7 @@ export GOFLAGS := -trimpath $(filter-out -trimpath,$(GOFLAGS))
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-unit fuzz soak soak-ha bench demo package clean
+.PHONY: all build deps test-deps generate check-generated lint test test-kernels test-unit fuzz soak soak-ha bench demo package clean
 
 all: build
 
@@ -96,6 +96,12 @@ soak:
 ## about 3 min; DLB_HA_ONLY=regexp picks cases by "mode/fault"
 soak-ha:
 	DLB_REQUIRE_PRIVILEGED=1 $(GO) test -count=1 -v -timeout 20m -run '^TestPrivilegedHAFailover$$' ./pkg/e2e/
+
+## test-kernels: the data-path tests under Debian 12's own kernels (its default 6.1, and 6.12),
+## each booted in qemu without KVM, to check which releases' verifiers accept the executor
+## (needs root; installs qemu-system-x86, busybox-static and cpio; about 6 minutes)
+test-kernels:
+	bash scripts/kernels.sh
 
 ## test-unit: only what needs no root
 test-unit:
