@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MinKernel is the oldest Linux release whose verifier accepts the
-// executor, as tested (make test-kernels boots Debian's 6.1 and 6.12 in
-// qemu). Linux 6.1, Debian 12's default kernel, refuses it: its verifier
-// explores more than its limit of a million instructions.
+// MinKernel is the oldest Linux release known to accept the executor:
+// make test-kernels boots Debian's 6.1 and 6.12 in qemu; releases between
+// them were not tried. Linux 6.1, Debian 12's default kernel, refuses it:
+// its verifier explores more than its limit of a million instructions.
 const MinKernel = "6.12"
 
 // refusedTail is how many of the verifier's last lines an error keeps: the
