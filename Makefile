@@ -99,7 +99,7 @@ soak-ha:
 
 ## test-kernels: the data-path tests under Debian 12's own kernels (its default 6.1, and 6.12),
 ## each booted in qemu without KVM, to check which releases' verifiers accept the executor
-## (needs root; installs qemu-system-x86, busybox-static and cpio; about 6 minutes)
+## (needs root; installs qemu-system-x86, busybox-static, cpio and the lab's tools; 4-6 minutes)
 test-kernels:
 	bash scripts/kernels.sh
 

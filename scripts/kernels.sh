@@ -12,12 +12,13 @@
 # apt offers. Each is downloaded (apt-get download, not installed) into
 # bin/kernels; the test binary, busybox, the host's ip, ethtool and
 # nsenter and the kernel's veth, tc and bridge modules make the initramfs;
-# the guest runs the tests as init and powers off. DLB_KERNEL_TESTS is the -test.run pattern (default: the
-# executor's case table, a few hundred packets of every kind, and its real
-# traffic through veth pairs); DLB_KERNEL_TIMEOUT the seconds a guest may
-# take (default 1800).
+# the guest runs the tests as init and powers off. DLB_KERNEL_TESTS is the
+# -test.run pattern (default: the executor's case table, a few hundred
+# packets of every kind, the guard, and its real traffic through veth
+# pairs); DLB_KERNEL_TIMEOUT the seconds a guest may take (default 1800).
 #
-# Installs qemu-system-x86, busybox-static and cpio when missing (needs
+# Runs apt-get update, then installs the lab's tools (deps.sh lab),
+# qemu-system-x86, busybox-static, cpio and xz-utils when missing (needs
 # root, as the tests do). Exit status: 0 when every kernel at or above the
 # executor's minimum (datapath.MinKernel) passes, 1 otherwise; a kernel
 # below it is reported, pass or fail, and does not fail the run.
@@ -29,6 +30,9 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "kernels.sh: needs root (apt-get, and the tests run privileged)" >&2
 	exit 1
 fi
+# The kernel packages are looked up in apt's lists: a fresh machine has none.
+apt-get update -qq
+bash scripts/deps.sh lab # ip, nsenter and ethtool, copied into the guest
 missing=()
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 [ -x /bin/busybox ] || missing+=(busybox-static)
