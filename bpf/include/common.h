@@ -64,14 +64,10 @@ static __always_inline __u32 launder(__u32 v)
 
 /* ntohs_len returns the 16-bit length field v in host order, bounded for
  * the verifier: Linux 6.1's does not know a byte swap's result is below
- * 65536 and refuses it in packet pointer arithmetic, and clang drops a mask
- * it knows is redundant unless the empty asm hides the value first. */
+ * 65536 and refuses it in packet pointer arithmetic (see kept_mask). */
 static __always_inline __u32 ntohs_len(__be16 v)
 {
-	__u32 n = bpf_ntohs(v);
-
-	asm volatile("" : "+r"(n));
-	return n & 0xffff;
+	return kept_mask(bpf_ntohs(v), 0xffff);
 }
 
 /* count_verdict counts the packet under reason and returns action. */

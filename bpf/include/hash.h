@@ -50,19 +50,26 @@ static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 seed)
 	return dlb_fmix32(h);
 }
 
+/* kept_mask returns v & mask with the AND left in the program: clang drops a
+ * mask it knows is redundant, but older verifiers (Linux 6.1's) lose the
+ * bounds clang relies on (through an XOR, a byte swap) and refuse an
+ * unmasked value as an index or a packet offset. The empty asm hides v from
+ * clang, so the AND stays. */
+static __always_inline __u32 kept_mask(__u32 v, __u32 mask)
+{
+	asm volatile("" : "+r"(v));
+	return v & mask;
+}
+
 /* vip_filter_bit folds an address into a bit index of the VIP pre-filter.
  * addr is an IPv4 address (network byte order, read as a host u32), or the
  * XOR of an IPv6 address's four words read the same way (ip6_fold). The
  * pkg/datapath twin is FilterBit. */
 static __always_inline __u32 vip_filter_bit(__u32 addr)
 {
-	__u32 b = addr ^ (addr >> 16);
-
-	/* clang knows the XOR of two 16-bit halves needs no mask and drops it;
-	 * Linux 6.1's verifier does not bound such an XOR, and refuses the
-	 * filter's index without the mask. The empty asm keeps it. */
-	asm volatile("" : "+r"(b));
-	return b & (VIP_FILTER_BITS - 1);
+	/* The XOR of two 16-bit halves needs no mask to clang, but Linux 6.1's
+	 * verifier does not bound it. */
+	return kept_mask(addr ^ (addr >> 16), VIP_FILTER_BITS - 1);
 }
 
 /* ip6_fold XORs the four words of an IPv6 address. */
