@@ -207,7 +207,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("loading executor: %w", refused(ve))
+			return nil, fmt.Errorf("loading executor: %w", &RefusedError{Kernel: kernelRelease(), Err: ve})
 		}
 		return nil, fmt.Errorf("loading executor: %w", err)
 	}

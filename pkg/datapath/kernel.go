@@ -15,38 +15,29 @@ import (
 // its verifier explores more than its limit of a million instructions.
 const MinKernel = "6.12"
 
-// refusedTail is how many of the verifier's last lines an error keeps: the
-// whole log runs to megabytes.
+// refusedTail is how many of the verifier's last lines a RefusedError shows.
 const refusedTail = 12
-
-// refused describes the verifier's refusal of the executor: the kernel
-// release, the release the executor needs, the verifier's reason and the
-// last lines of its log. It wraps ve (and so the errno it carries).
-func refused(ve *ebpf.VerifierError) error {
-	log := ve.Log
-	if len(log) > refusedTail {
-		log = log[len(log)-refusedTail:]
-	}
-	what := "refused the program"
-	if errors.Is(ve, unix.E2BIG) {
-		what = "found the program too complex (above its limit of instructions to explore)"
-	}
-	return &RefusedError{Kernel: kernelRelease(), Reason: what, Tail: strings.Join(log, "\n"), Err: ve}
-}
 
 // RefusedError is the kernel verifier's refusal of the executor's program.
 type RefusedError struct {
 	Kernel string // the running kernel's release (uname -r)
-	Reason string // what the verifier found, in words
-	Tail   string // the verifier log's last lines
 	Err    *ebpf.VerifierError
 }
 
-// Error names the kernel, the release dlb needs and the verifier's reason,
-// with the last lines of its log.
+// Error names the kernel, the release the executor needs and the
+// verifier's reason, with the last refusedTail lines of its log (the whole
+// log runs to megabytes).
 func (e *RefusedError) Error() string {
+	what := "refused the program"
+	if errors.Is(e.Err, unix.E2BIG) {
+		what = "found the program too complex (above its limit of instructions to explore)"
+	}
+	log := e.Err.Log
+	if len(log) > refusedTail {
+		log = log[len(log)-refusedTail:]
+	}
 	return fmt.Sprintf("the verifier of Linux %s %s; the executor needs Linux %s or newer (the verifier's last lines follow)\n%s",
-		e.Kernel, e.Reason, MinKernel, e.Tail)
+		e.Kernel, what, MinKernel, strings.Join(log, "\n"))
 }
 
 // Unwrap returns the verifier error.

@@ -35,7 +35,7 @@ func TestRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ve := &ebpf.VerifierError{Cause: c.cause, Log: c.log}
-			err := fmt.Errorf("loading executor: %w", refused(ve))
+			err := fmt.Errorf("loading executor: %w", &RefusedError{Kernel: kernelRelease(), Err: ve})
 			msg := err.Error()
 			if !strings.Contains(msg, "Linux "+kernelRelease()) {
 				t.Errorf("%q does not name the kernel %s", msg, kernelRelease())
