@@ -60,40 +60,21 @@ CGO_ENABLED=0 go test -trimpath -c -o "$work/dp.test" ./pkg/datapath/ # static: 
 # below A B: release A is older than release B.
 below() { [ "$1" != "$2" ] && [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }
 
-status=0
-for pkg in "${pkgs[@]}"; do
-	[ -n "$pkg" ] || { echo "kernels.sh: apt offers no such kernel" >&2; status=1; continue; }
-	kv=${pkg#linux-image-}
-	dir=$work/$kv
-	if [ ! -f "$dir/boot/vmlinuz-$kv" ]; then
-		rm -rf "$dir" && mkdir -p "$dir"
-		(cd "$dir" && apt-get download -q "$pkg" 2>/dev/null && dpkg-deb -x ./*.deb . && rm -f ./*.deb)
-	fi
-	root=$(mktemp -d)
-	trap 'rm -rf "$root"' EXIT
-	mkdir -p "$root"/{bin,proc,sys,dev,tmp,run,mod,work}
-	cp /bin/busybox "$root/bin/"
-	for c in sh mount insmod poweroff sed tr uname ls sort; do ln -s busybox "$root/bin/$c"; done
-	# The real-traffic tests run ip, ethtool and nsenter: the host's, with
-	# the libraries they link.
-	for c in ip ethtool nsenter; do
-		b=$(PATH=$PATH:/usr/sbin:/sbin command -v $c)
-		cp "$b" "$root/bin/"
-		ldd "$b" | grep -o '/[^ ]*' | xargs -r cp --parents -L -t "$root"
-	done
-	# Modules in load order (what they need first); none when built in.
-	n=0
-	for m in drivers/net/veth net/sched/sch_ingress net/sched/cls_bpf net/llc/llc net/802/stp net/bridge/bridge; do
-		f=$(ls "$dir/lib/modules/$kv/kernel/$m".ko* 2>/dev/null | head -1)
-		[ -n "$f" ] || continue
-		n=$((n + 1))
-		case $f in
-		*.xz) xz -dc "$f" >"$root/mod/$n.ko" ;;
-		*) cp "$f" "$root/mod/$n.ko" ;;
-		esac
-	done
-	cp "$work/dp.test" "$root/work/"
-	cat >"$root/init" <<'EOF'
+# The guest's files but each kernel's modules: busybox, the test binary,
+# and the host's ip, ethtool and nsenter (the real-traffic tests run them)
+# with the libraries they link.
+base=$(mktemp -d)
+trap 'rm -rf "$base" "${root:-}"' EXIT
+mkdir -p "$base"/{bin,proc,sys,dev,tmp,run,mod,work}
+cp /bin/busybox "$base/bin/"
+for c in sh mount insmod poweroff sed tr uname ls sort; do ln -s busybox "$base/bin/$c"; done
+for c in ip ethtool nsenter; do
+	b=$(PATH=$PATH:/usr/sbin:/sbin command -v $c)
+	cp "$b" "$base/bin/"
+	ldd "$b" | grep -o '/[^ ]*' | xargs -r cp --parents -L -t "$base"
+done
+cp "$work/dp.test" "$base/work/"
+cat >"$base/init" <<'EOF'
 #!/bin/sh
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -105,10 +86,32 @@ DLB_REQUIRE_PRIVILEGED=1 ./dp.test -test.count=1 -test.v -test.failfast -test.ti
 echo "== exit $?"
 poweroff -f
 EOF
-	chmod +x "$root/init"
+chmod +x "$base/init"
+
+status=0
+for pkg in "${pkgs[@]}"; do
+	[ -n "$pkg" ] || { echo "kernels.sh: apt offers no such kernel" >&2; status=1; continue; }
+	kv=${pkg#linux-image-}
+	dir=$work/$kv
+	if [ ! -f "$dir/boot/vmlinuz-$kv" ]; then
+		rm -rf "$dir" && mkdir -p "$dir"
+		(cd "$dir" && apt-get download -q "$pkg" 2>/dev/null && dpkg-deb -x ./*.deb . && rm -f ./*.deb)
+	fi
+	root=$(mktemp -d)
+	cp -a "$base/." "$root/"
+	# Modules in load order (what they need first); none when built in.
+	n=0
+	for m in drivers/net/veth net/sched/sch_ingress net/sched/cls_bpf net/llc/llc net/802/stp net/bridge/bridge; do
+		f=$(ls "$dir/lib/modules/$kv/kernel/$m".ko* 2>/dev/null | head -1)
+		[ -n "$f" ] || continue
+		n=$((n + 1))
+		case $f in
+		*.xz) xz -dc "$f" >"$root/mod/$n.ko" ;;
+		*) cp "$f" "$root/mod/$n.ko" ;;
+		esac
+	done
 	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd-$kv.gz"
 	rm -rf "$root"
-	trap - EXIT
 	log=$work/$kv.log
 	start=$SECONDS
 	timeout "$limit" qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 4096 -nographic -no-reboot \
