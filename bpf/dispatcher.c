@@ -269,11 +269,15 @@ static __always_inline __u32 other_reason(__u32 mf)
  * stay out of the fast path. Each exists once per family (the family a
  * constant in it), which keeps every frame small enough for the fast
  * path's frame plus the deepest chain of calls to fit the 512-byte BPF
- * stack (frames are rounded up to 32 bytes: today dlb_xdp 176 +
- * slow_nat_promote 176 + dlb_nat_find 112 = 192 + 192 + 128 = 512, the
- * limit). The verifier refuses the program when a change overflows it: the
- * data-path tests load it. Large temporaries live in the per-CPU scratch
- * map instead. */
+ * stack. Linux 6.1 rounds every frame of a chain up to 32 bytes (later
+ * releases to 16 when the program is compiled); three chains sit at its
+ * limit today: dlb_xdp 192 + dlb_reply6 248 + dlb_natf_lookup 48 = 192 +
+ * 256 + 64 = 512, dlb_xdp + slow_icmp6 56 + icmp_from_server6 168 +
+ * dlb_natp_lookup 48 = 192 + 64 + 192 + 64 = 512, and the NAT SYN's and
+ * promotion's. The verifier refuses the program when a change overflows
+ * it: the data-path tests load it on the machine's kernel, make
+ * test-kernels on 6.1. Large temporaries live in the per-CPU scratch map
+ * instead. */
 #define DLB_SLOW(name, body, ...)                                                        \
 	static __noinline int name##4(struct xdp_md *ctx, struct pkt *pk, ##__VA_ARGS__) \
 	{                                                                                \
@@ -291,8 +295,85 @@ DLB_SLOW(slow_nat_existing, nat_existing(ctx, pk, vm, nf, family), struct vip_me
 DLB_SLOW(slow_nat_syn, nat_syn(ctx, pk, vm, family), struct vip_meta *vm)
 DLB_SLOW(slow_nat_promote, nat_promote(ctx, pk, vm, family), struct vip_meta *vm)
 DLB_SLOW(slow_nat_udp, nat_udp_new(ctx, pk, vm, family), struct vip_meta *vm)
-DLB_SLOW(slow_reply, nat_reply(ctx, pk, family))
 DLB_SLOW(slow_icmp, handle_icmp(ctx, pk, family))
+
+/* parse_l4 reads the ports and TCP flags of a TCP or UDP header at l4 into
+ * fk. It returns -1 when the header is truncated or invalid. */
+static __always_inline int parse_l4(void *l4, void *data_end, __u8 proto, struct flow_key *fk, __u8 *tcp_flags)
+{
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+		if ((void *)(th + 1) > data_end || th->doff < 5)
+			return -1;
+		fk->sport = th->source;
+		fk->dport = th->dest;
+		*tcp_flags = ((__u8 *)th)[13];
+		return 0;
+	}
+	struct udphdr *uh = l4;
+	if ((void *)(uh + 1) > data_end)
+		return -1;
+	fk->sport = uh->source;
+	fk->dport = uh->dest;
+	return 0;
+}
+
+/* The NAT reply path (nat_reply) is a global function per family, so
+ * that the verifier checks it once rather than once for every state the
+ * main program reaches it in (it was the largest part of the program's
+ * verification, and Linux 6.1's verifier, which tracks precision less
+ * well across calls, explored twice as much of it again). A global
+ * function sees the packet only through ctx: it parses the addresses and
+ * ports again from the headers' offsets (l3off, l4off) and the final
+ * protocol (proto, after any IPv6 extension headers). It returns -1 when
+ * the packet is no reply, for the caller to go on. */
+#define DLB_L3_MAX_OFF (sizeof(struct ethhdr) + 2 * 4)
+#define DLB_REPLY(fam, iphdr_t)                                                             \
+	__noinline int dlb_reply##fam(struct xdp_md *ctx, __u32 l3off, __u32 l4off, __u32 proto) \
+	{                                                                                   \
+		void *data = (void *)(long)ctx->data;                                       \
+		void *data_end = (void *)(long)ctx->data_end;                               \
+		const int family = fam == 4 ? DLB_FAMILY_IPV4 : DLB_FAMILY_IPV6;            \
+		__u32 key0 = 0;                                                             \
+		struct pkt pk = {};                                                         \
+                                                                                            \
+		if (l3off > DLB_L3_MAX_OFF || l4off > DLB_L4_MAX_OFF)                       \
+			return -1;                                                          \
+		pk.eth = data;                                                              \
+		iphdr_t *ip = data + l3off;                                                 \
+		if ((void *)(pk.eth + 1) > data_end || (void *)(ip + 1) > data_end)         \
+			return -1;                                                          \
+		pk.l3 = ip;                                                                 \
+		pk.l4 = data + l4off;                                                       \
+		pk.end = data_end;                                                          \
+		pk.fk.proto = proto;                                                        \
+		pk.fk.family = family;                                                      \
+		reply_addrs(ip, &pk.fk);                                                    \
+		if (parse_l4(pk.l4, data_end, proto, &pk.fk, &pk.tcp_flags))                \
+			return -1;                                                          \
+		pk.cfg = bpf_map_lookup_elem(&config, &key0);                               \
+		if (!pk.cfg)                                                                \
+			return -1;                                                          \
+		return nat_reply(ctx, &pk, family);                                         \
+	}
+
+static __always_inline void reply_addrs4(struct iphdr *iph, struct flow_key *fk)
+{
+	*(__u32 *)fk->src.addr = iph->saddr;
+	*(__u32 *)fk->dst.addr = iph->daddr;
+}
+
+static __always_inline void reply_addrs6(struct ipv6hdr *ip6h, struct flow_key *fk)
+{
+	__builtin_memcpy(fk->src.addr, &ip6h->saddr, 16);
+	__builtin_memcpy(fk->dst.addr, &ip6h->daddr, 16);
+}
+
+#define reply_addrs(ip, fk)                                               \
+	_Generic((ip), struct iphdr *: reply_addrs4, struct ipv6hdr *: reply_addrs6)(ip, fk)
+
+DLB_REPLY(4, struct iphdr)
+DLB_REPLY(6, struct ipv6hdr)
 
 /* SLOW calls the slow path name for family (a constant). */
 #define SLOW(name, family, ...) \
@@ -319,7 +400,10 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	int is_nat = nb && (nb->nat_vips[bit / 64] & mask);
 
 	if (is_ret) {
-		int v = SLOW(slow_reply, family);
+		void *data = (void *)(long)ctx->data;
+		__u32 l3off = pk->l3 - data, l4off = pk->l4 - data;
+		int v = family == DLB_FAMILY_IPV4 ? dlb_reply4(ctx, l3off, l4off, fk->proto) :
+						     dlb_reply6(ctx, l3off, l4off, fk->proto);
 		if (v >= 0)
 			return v;
 	}
@@ -397,27 +481,6 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	if (is_nat)
 		pk->looked = 0;
 	return SLOW(slow_mac, family, vm, f);
-}
-
-/* parse_l4 reads the ports and TCP flags of a TCP or UDP header at l4 into
- * fk. It returns -1 when the header is truncated or invalid. */
-static __always_inline int parse_l4(void *l4, void *data_end, __u8 proto, struct flow_key *fk, __u8 *tcp_flags)
-{
-	if (proto == IPPROTO_TCP) {
-		struct tcphdr *th = l4;
-		if ((void *)(th + 1) > data_end || th->doff < 5)
-			return -1;
-		fk->sport = th->source;
-		fk->dport = th->dest;
-		*tcp_flags = ((__u8 *)th)[13];
-		return 0;
-	}
-	struct udphdr *uh = l4;
-	if ((void *)(uh + 1) > data_end)
-		return -1;
-	fk->sport = uh->source;
-	fk->dport = uh->dest;
-	return 0;
 }
 
 static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph)

@@ -99,12 +99,20 @@ static __always_inline int icmp_translate(int family, void *l3, __u8 *icmp, void
 
 /* A quoted packet, as parsed. */
 struct quote {
-	void *in3; /* the quoted IP header */
-	void *in4; /* the quoted TCP/UDP header */
+	void *in3; /* the quoted IP header (no options, no extension headers), then its TCP/UDP header */
 	struct dlb_ip src, dst;
 	__be16 sport, dport;
 	__u8 proto;
 };
+
+/* quote_l4 is the quoted TCP/UDP header: it follows a header of fixed
+ * length (handle_icmp refuses other quotes). Not kept in the quote: the
+ * frame that holds it is one of four nested ones, and Linux 6.1 counts
+ * each in 32-byte steps against the 512-byte stack. */
+static __always_inline void *quote_l4(const struct quote *q, int family)
+{
+	return q->in3 + (family == DLB_FAMILY_IPV4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+}
 
 /* icmp_from_client handles an error to a cluster address, quoting the
  * reply VIP:vp -> C:cp. */
@@ -158,7 +166,7 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 	/* As the server would have received it: outer R -> S, quoted
 	 * S:sp -> R:np. */
-	if (icmp_translate(family, pk->l3, pk->l4, q->in3, q->in4, q->proto, pk->end, data_end, &nf->nat_addr, &b->addr,
+	if (icmp_translate(family, pk->l3, pk->l4, q->in3, quote_l4(q, family), q->proto, pk->end, data_end, &nf->nat_addr, &b->addr,
 			   &b->addr, &nf->nat_addr, server_port(b, q->sport), nf->nat_port))
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	event(EV_ICMP_TO_BACKEND);
@@ -215,7 +223,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 		return verdict(ctx, STAT_DROP_NO_ROUTE, XDP_DROP);
 	/* As the client would have received it: outer VIP -> C, quoted
 	 * C:cp -> VIP:vp. */
-	if (icmp_translate(family, pk->l3, pk->l4, q->in3, q->in4, q->proto, pk->end, data_end, vip, client, client, vip,
+	if (icmp_translate(family, pk->l3, pk->l4, q->in3, quote_l4(q, family), q->proto, pk->end, data_end, vip, client, client, vip,
 			   client_port, vip_port))
 		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	__u64 bytes = ctx->data_end - ctx->data;
@@ -288,26 +296,28 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct pkt *pk, int f
 		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 	/* The quoted packet must have come from the address the error is
 	 * sent to. */
-	struct dlb_ip odst = {};
+	/* Compared in place, not copied: this frame is one of four nested
+	 * ones (with icmp_from_server's and the NAT port lookup's), and Linux
+	 * 6.1 counts each in 32-byte steps against the 512-byte stack. */
 	if (family == DLB_FAMILY_IPV4) {
 		struct iphdr *o = l3;
 		if ((void *)(o + 1) > data_end)
 			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-		*(__u32 *)odst.addr = o->daddr;
+		if (o->daddr != *(__u32 *)q.src.addr)
+			return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 	} else {
 		struct ipv6hdr *o = l3;
 		if ((void *)(o + 1) > data_end)
 			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
-		__builtin_memcpy(odst.addr, &o->daddr, 16);
+		const __u32 *d = o->daddr.in6_u.u6_addr32, *a = (const __u32 *)q.src.addr;
+		if ((d[0] ^ a[0]) | (d[1] ^ a[1]) | (d[2] ^ a[2]) | (d[3] ^ a[3]))
+			return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 	}
-	if (!ip_eq(&odst, &q.src))
-		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 	__be16 *ports = in4;
 	q.sport = ports[0];
 	q.dport = ports[1];
 
 	q.in3 = in3;
-	q.in4 = in4;
 	if (mflags & VIP_F_RETURN)
 		return family == DLB_FAMILY_IPV4 ? icmp_from_server4(ctx, pk, &q) : icmp_from_server6(ctx, pk, &q);
 	return family == DLB_FAMILY_IPV4 ? icmp_from_client4(ctx, pk, &q) : icmp_from_client6(ctx, pk, &q);

@@ -734,17 +734,17 @@ __noinline int dlb_nat_reserve_more(struct nat_args *a)
 }
 
 /* dlb_nat_find finds the half-open connection of client flow a->fk (table
- * hash a->thash) of service vm: the reservation its SYN remembered in the
- * NAT handshake cache, else the one among the candidate ports of the
- * server the SYN would have picked (Maglev, only then). It returns 1 and
- * fills a->nk, a->slot and a->owner, or returns 0. A global function,
- * like dlb_nat_reserve. */
-__noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
+ * hash a->thash) by the reservation its SYN remembered in the NAT handshake
+ * cache. It returns 1 and fills a->nk, a->slot and a->owner, or returns 0
+ * (the slot was overwritten: a flood, or a hash collision), and the caller
+ * then looks among the candidate ports of the server the SYN would have
+ * picked (dlb_nat_find_server). A global function, like dlb_nat_reserve. */
+__noinline int dlb_nat_find(struct nat_args *a)
 {
 	__u32 key0 = 0;
 	struct halfopen *h;
 
-	if (!a || !vm)
+	if (!a)
 		return 0;
 	a->more = 0;
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
@@ -761,13 +761,28 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 			return 1;
 		}
 	}
+	return 0;
+}
 
-	/* The cache slot was overwritten (a flood, or a hash collision): the
-	 * server the SYN would have picked, and its candidate ports. */
-	int pid = dlb_pick(vm, cfg, &a->fk, a->thash, a->now);
-	if (pid < 0)
+/* dlb_nat_find_server looks for the half-open connection of a->fk among
+ * the first candidate ports of server a->backend, the one the SYN would
+ * have picked (Maglev: the caller picks it, so that the pick's frames do
+ * not stack on this one's; Linux 6.1 counts every frame of the deepest
+ * chain of calls against the 512-byte stack, in 32-byte steps). It
+ * returns 1 and fills a->nk, a->slot and a->owner, or returns 0, with
+ * a->more set when the search should go on (dlb_nat_find_more). A global
+ * function. */
+__noinline int dlb_nat_find_server(struct nat_args *a)
+{
+	__u32 key0 = 0;
+	struct halfopen *h;
+
+	if (!a)
 		return 0;
-	a->backend = pid;
+	a->more = 0;
+	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+	if (!cfg)
+		return 0;
 	struct backend *b = nat_sequence(a, cfg);
 	if (!b)
 		return 0;
@@ -785,7 +800,7 @@ __noinline int dlb_nat_find(struct nat_args *a, const struct vip_meta *vm)
 	return 0;
 }
 
-/* dlb_nat_find_more goes on where dlb_nat_find stopped with a->more set
+/* dlb_nat_find_more goes on where dlb_nat_find_server stopped with a->more set
  * (a->backend the server the SYN would have picked, and its candidate
  * sequence, nat_sequence): if every one of the
  * first candidates is held, by a connection or a reservation of its own
@@ -899,6 +914,21 @@ static __always_inline int nat_table_full(struct xdp_md *ctx)
 }
 
 
+/* nat_find finds the half-open connection of a->fk of service vm: the
+ * reservation its SYN remembered, else the one among the candidate ports
+ * of the server the SYN would have picked. It returns 1 with a->nk,
+ * a->slot and a->owner filled, or 0. */
+static __always_inline int nat_find(struct nat_args *a, const struct vip_meta *vm, const struct dlb_config *cfg)
+{
+	if (dlb_nat_find(a))
+		return 1;
+	int pid = dlb_pick(vm, cfg, &a->fk, a->thash, a->now);
+	if (pid < 0)
+		return 0;
+	a->backend = pid;
+	return dlb_nat_find_server(a) || (a->more && dlb_nat_find_more(a));
+}
+
 /* nat_promote handles a client's TCP segment (no SYN) of a connection
  * without a nat_flows entry: the handshake's ACK promotes its half-open
  * connection; a RST aborts it; anything else is dropped. */
@@ -915,7 +945,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	a->now = now;
 	a->thash = pk->thash;
 	struct halfopen *h = NULL;
-	if (dlb_nat_find(a, vm) || (a->more && dlb_nat_find_more(a)))
+	if (nat_find(a, vm, pk->cfg))
 		h = bpf_map_lookup_elem(&nat_halfopen, &a->slot);
 	if (!h) {
 		event(EV_HALFOPEN_LOST);
