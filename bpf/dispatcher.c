@@ -318,6 +318,19 @@ static __always_inline int parse_l4(void *l4, void *data_end, __u8 proto, struct
 	return 0;
 }
 
+/* flow_addrs4 and flow_addrs6 copy an IP header's addresses into fk. */
+static __always_inline void flow_addrs4(struct iphdr *iph, struct flow_key *fk)
+{
+	*(__u32 *)fk->src.addr = iph->saddr;
+	*(__u32 *)fk->dst.addr = iph->daddr;
+}
+
+static __always_inline void flow_addrs6(struct ipv6hdr *ip6h, struct flow_key *fk)
+{
+	__builtin_memcpy(fk->src.addr, &ip6h->saddr, 16);
+	__builtin_memcpy(fk->dst.addr, &ip6h->daddr, 16);
+}
+
 /* The NAT reply path (nat_reply) is a global function per family, so
  * that the verifier checks it once rather than once for every state the
  * main program reaches it in (it was the largest part of the program's
@@ -348,7 +361,7 @@ static __always_inline int parse_l4(void *l4, void *data_end, __u8 proto, struct
 		pk.end = data_end;                                                          \
 		pk.fk.proto = proto;                                                        \
 		pk.fk.family = family;                                                      \
-		reply_addrs(ip, &pk.fk);                                                    \
+		flow_addrs##fam(ip, &pk.fk);                                                \
 		if (parse_l4(pk.l4, data_end, proto, &pk.fk, &pk.tcp_flags))                \
 			return -1;                                                          \
 		pk.cfg = bpf_map_lookup_elem(&config, &key0);                               \
@@ -356,21 +369,6 @@ static __always_inline int parse_l4(void *l4, void *data_end, __u8 proto, struct
 			return -1;                                                          \
 		return nat_reply(ctx, &pk, family);                                         \
 	}
-
-static __always_inline void reply_addrs4(struct iphdr *iph, struct flow_key *fk)
-{
-	*(__u32 *)fk->src.addr = iph->saddr;
-	*(__u32 *)fk->dst.addr = iph->daddr;
-}
-
-static __always_inline void reply_addrs6(struct ipv6hdr *ip6h, struct flow_key *fk)
-{
-	__builtin_memcpy(fk->src.addr, &ip6h->saddr, 16);
-	__builtin_memcpy(fk->dst.addr, &ip6h->daddr, 16);
-}
-
-#define reply_addrs(ip, fk)                                               \
-	_Generic((ip), struct iphdr *: reply_addrs4, struct ipv6hdr *: reply_addrs6)(ip, fk)
 
 DLB_REPLY(4, struct iphdr)
 DLB_REPLY(6, struct ipv6hdr)
@@ -516,8 +514,7 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 		.cfg = cfg,
 		.fk = { .proto = iph->protocol, .family = DLB_FAMILY_IPV4 },
 	};
-	*(__u32 *)pk.fk.src.addr = iph->saddr;
-	*(__u32 *)pk.fk.dst.addr = daddr;
+	flow_addrs4(iph, &pk.fk);
 
 	int frag = iph->frag_off & IP_MF_OFFSET;
 	if (frag || iph->ihl != 5 || (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)) {
@@ -573,8 +570,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 		.cfg = cfg,
 		.fk = { .family = DLB_FAMILY_IPV6 },
 	};
-	__builtin_memcpy(pk.fk.src.addr, &ip6h->saddr, 16);
-	__builtin_memcpy(pk.fk.dst.addr, &ip6h->daddr, 16);
+	flow_addrs6(ip6h, &pk.fk);
 
 	/* Walk the extension headers the executor understands. */
 	__u8 nh = ip6h->nexthdr;

@@ -746,7 +746,6 @@ __noinline int dlb_nat_find(struct nat_args *a)
 
 	if (!a)
 		return 0;
-	a->more = 0;
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 	if (!cfg)
 		return 0;
