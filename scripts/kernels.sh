@@ -14,8 +14,8 @@
 # nsenter and the kernel's veth, tc and bridge modules make the initramfs;
 # the guest runs the tests as init and powers off. DLB_KERNEL_TESTS is the
 # -test.run pattern (default: the executor's case table, a few hundred
-# packets of every kind, the guard, and its real traffic through veth
-# pairs); DLB_KERNEL_TIMEOUT the seconds a guest may take (default 1800).
+# packets of every kind, the guard, its real traffic through veth pairs,
+# and the stack model checked against the kernel's own count); DLB_KERNEL_TIMEOUT the seconds a guest may take (default 1800).
 #
 # Runs apt-get update, then installs the lab's tools (deps.sh lab),
 # qemu-system-x86, busybox-static, cpio and xz-utils when missing (needs
@@ -44,7 +44,7 @@ fi
 
 min=$(sed -n 's/^const MinKernel = "\(.*\)"$/\1/p' pkg/datapath/kernel.go)
 [ -n "$min" ] || { echo "kernels.sh: no MinKernel in pkg/datapath/kernel.go" >&2; exit 1; }
-tests=${DLB_KERNEL_TESTS:-'^TestPrivileged(DatapathTable|NATRealTraffic|IPv6MACRealTraffic|Guard)$'}
+tests=${DLB_KERNEL_TESTS:-'^TestPrivileged(DatapathTable|NATRealTraffic|IPv6MACRealTraffic|Guard|StackModel)$'}
 limit=${DLB_KERNEL_TIMEOUT:-1800}
 work=$PWD/bin/kernels
 mkdir -p "$work"
