@@ -70,15 +70,15 @@ lint: $(GOLANGCI_LINT)
 ## Privileged tests skip when not root; DLB_REQUIRE_PRIVILEGED=1 makes that a failure.
 ## On a fresh machine the linter's build (about 3 minutes on 2 cores) runs
 ## beside the test packages' installation (mostly downloads and unpacking).
-## The lab tests (pkg/e2e) run after the other packages, not beside them:
-## they mostly wait and measure timings, while the data-path tests keep both
-## CPUs busy in the verifier; beside each other both took longer than one
-## after the other (the lab tests run even when another package failed).
+## The lab tests that measure timings under load or load the machine (alone(t)
+## in pkg/e2e) run first with nothing beside them (DLB_E2E_PHASE=alone); then
+## every other package's tests run beside the lab tests that mostly wait
+## (DLB_E2E_PHASE=shared). Both phases run even when the first failed.
 test:
 	$(MAKE) -j2 --output-sync=target test-deps $(GOLANGCI_LINT)
 	$(MAKE) lint build
-	rc=0; $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/pkg/e2e$$') || rc=1; \
-	$(GO) test -count=1 -timeout 20m ./pkg/e2e/ || rc=1; exit $$rc
+	rc=0; DLB_E2E_PHASE=alone $(GO) test -count=1 -timeout 20m ./pkg/e2e/ || rc=1; \
+	DLB_E2E_PHASE=shared $(GO) test -count=1 -timeout 20m ./... || rc=1; exit $$rc
 	$(MAKE) fuzz
 
 ## fuzz: the executor's fuzz target, coverage-guided (needs root; skips without

@@ -323,6 +323,7 @@ func TestPrivilegedE2ENeighborRefresh(t *testing.T) {
 // TestPrivilegedE2ENativeMode runs the executor in native (driver) XDP
 // mode on the veth.
 func TestPrivilegedE2ENativeMode(t *testing.T) {
+	alone(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("native", 10, 10, 10)

@@ -97,6 +97,7 @@ func (l *lab) floodPhase(name, port string, count int) {
 // tables never overflow, and maxhalfopen raises halfOpenAlert and, once
 // the flood is over, halfOpenAlertDone.
 func TestPrivilegedE2ESYNFlood(t *testing.T) {
+	alone(t)
 	l := newLabArgs(t, "-n", "3", "-r", "2", "-c", "2")
 	scripts := t.TempDir()
 	events := filepath.Join(t.TempDir(), "events")

@@ -672,6 +672,7 @@ var haFaults = []haFault{
 // recreated (NAT mode; both with DLB_HA_ALL_MODES=1). DLB_HA_ONLY=regexp
 // runs only the cases whose "mode/fault" name matches.
 func TestPrivilegedHAFailover(t *testing.T) {
+	alone(t)
 	// Every fault in both modes (make test); DLB_HA_ONLY narrows it.
 	var only *regexp.Regexp
 	if s := os.Getenv("DLB_HA_ONLY"); s != "" {
@@ -734,6 +735,7 @@ func (h *haLab) watchStates(stop <-chan struct{}) (both time.Duration, backupSer
 // active off from its peer and its reach target leaves two actives for
 // less than the detection time, and after healing one stays active.
 func TestPrivilegedHARestartAndPartition(t *testing.T) {
+	alone(t)
 	h := newHALab(t)
 
 	t.Run("dlbd restart on the active", func(t *testing.T) {
@@ -854,6 +856,7 @@ func firstGrowth(base uint64, limit time.Duration, f func() uint64) time.Time {
 // without a copy): it gets a full copy, and a takeover right after
 // breaks none of them.
 func TestPrivilegedHAReplication(t *testing.T) {
+	alone(t)
 	h := newHALab(t)
 	h.waitSteady(t, 30*time.Second)
 

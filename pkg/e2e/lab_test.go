@@ -405,14 +405,33 @@ func (l *lab) inNS(role string, args ...string) (string, error) {
 	return string(out), err
 }
 
+// The phases of make test (DLB_E2E_PHASE): "alone" runs only the tests that
+// call alone, with no other package's tests beside them; "shared" runs the
+// others, two at a time and beside the other packages' tests. Unset, every
+// test runs, those that call alone first, one at a time.
+const (
+	phaseAlone  = "alone"
+	phaseShared = "shared"
+)
+
 // parallel lets a test run beside other such tests (go test's -parallel,
 // GOMAXPROCS by default): each builds its own lab under its own prefix, and
 // most of an end-to-end test's time is waiting (probe intervals, timeouts,
-// routers' timers), not CPU. Tests that measure timings under load, load the
-// machine or touch the host itself (the package test) do not call it and
-// run first, one at a time. DLB_E2E_SERIAL=1 runs every test alone.
+// routers' timers), not CPU. DLB_E2E_SERIAL=1 runs every test alone.
 func parallel(t *testing.T) {
+	if os.Getenv("DLB_E2E_PHASE") == phaseAlone {
+		t.Skip("runs in make test's shared phase (DLB_E2E_PHASE=shared)")
+	}
 	if os.Getenv("DLB_E2E_SERIAL") == "" {
 		t.Parallel()
+	}
+}
+
+// alone marks a test that measures timings under load or loads the machine
+// itself: it runs one at a time, and in make test in a phase of its own,
+// with no other package's tests beside it.
+func alone(t *testing.T) {
+	if os.Getenv("DLB_E2E_PHASE") == phaseShared {
+		t.Skip("runs in make test's phase of its own (DLB_E2E_PHASE=alone)")
 	}
 }

@@ -134,6 +134,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) t
 // manager interval. dlb's weights bound every backend's share; a greedy
 // least-loaded chooser fed the same figures sends the whole burst to one.
 func TestPrivilegedE2EHerd(t *testing.T) {
+	alone(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
@@ -192,6 +193,7 @@ func TestPrivilegedE2EHerd(t *testing.T) {
 // cycles, and recover once the delay is gone; settled, no weight change
 // passes the sensitivity threshold for 10 cycles.
 func TestPrivilegedE2ESlowBackend(t *testing.T) {
+	alone(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
@@ -319,6 +321,7 @@ func sum(a, b map[int]uint64) uint64 {
 // load, and its share falls as the proportions say; when its agent stops,
 // the figure goes stale and is ignored, not read as zero load.
 func TestPrivilegedE2EBusyBackend(t *testing.T) {
+	alone(t)
 	l := newLab(t, 3)
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)

@@ -442,6 +442,7 @@ func (b *browserErrors) listen(ev any) {
 // its row shows it failed (its advisor's verdict: down) within the
 // advisor's detection time plus 2 s. Screenshots are left as artefacts.
 func TestPrivilegedE2EConsole(t *testing.T) {
+	alone(t)
 	chromium := needTool(t, "chromium", "chromium")
 	l := newLabPrefix(t, "dlbm", "-n", "3", "-c", "1")
 	l.startDlbd("--metrics-address", metricsAddr)
@@ -606,6 +607,7 @@ func scrapeOnce(t *testing.T, c *http.Client, u string, gzipped bool) (time.Dura
 // response's size, the number of series; promtool checks the exposition.
 // The goal is a scrape under 1 s at 100,000 servers.
 func TestPrivilegedMetricsScaleReport(t *testing.T) {
+	alone(t)
 	if os.Getenv("DLB_BENCH") == "" {
 		t.Skip("a benchmark: set DLB_BENCH=1 (make bench)")
 	}

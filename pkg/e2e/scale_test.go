@@ -346,6 +346,7 @@ func envInt(name string, def int) int {
 // TestPrivilegedScaleReport prints the control plane's figures at scale and, for
 // comparison, the same changes on a one-port configuration (make bench).
 func TestPrivilegedScaleReport(t *testing.T) {
+	alone(t)
 	if os.Getenv("DLB_BENCH") == "" {
 		t.Skip("a benchmark: set DLB_BENCH=1 (make bench)")
 	}
@@ -367,6 +368,7 @@ func TestPrivilegedScaleReport(t *testing.T) {
 // new connections all succeed, and the executor holds one table per port
 // (sized for 50 servers), then only its own again.
 func TestPrivilegedE2EScaled(t *testing.T) {
+	alone(t)
 	const ports, servers = 200, 50
 	l := newLabArgs(t, "-n", "3", "-c", "1", "-r", "1")
 	l.startDlbd()
