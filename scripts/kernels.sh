@@ -15,7 +15,8 @@
 # the guest runs the tests as init and powers off. DLB_KERNEL_TESTS is the
 # -test.run pattern (default: the executor's case table, a few hundred
 # packets of every kind, the guard, its real traffic through veth pairs,
-# and the stack model checked against the kernel's own count); DLB_KERNEL_TIMEOUT the seconds a guest may take (default 1800).
+# and the stack model checked against the kernel's own count);
+# DLB_KERNEL_TIMEOUT the seconds a guest may take (default 1800).
 #
 # Runs apt-get update, then installs the lab's tools (deps.sh lab),
 # qemu-system-x86, busybox-static, cpio and xz-utils when missing (needs

@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -225,15 +224,8 @@ func TestBPFFuncsStack(t *testing.T) {
 // without this check a change can pass every test here and be refused only
 // by Debian 12's default kernel (it happened: 544 bytes).
 func TestExecutorStackFitsOldKernels(t *testing.T) {
-	spec, err := loadDispatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, p := range spec.Programs {
-		funcs, err := bpfFuncs(p.Instructions)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	_, progs := executorFuncs(t)
+	for name, funcs := range progs {
 		n, chain, err := deepestChain(funcs, oldFrameRound)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -246,6 +238,25 @@ func TestExecutorStackFitsOldKernels(t *testing.T) {
 	}
 }
 
+// executorFuncs returns the committed executor's specification and the
+// functions of each of its programs.
+func executorFuncs(t *testing.T) (*ebpf.CollectionSpec, map[string][]bpfFunc) {
+	t.Helper()
+	spec, err := loadDispatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs := make(map[string][]bpfFunc, len(spec.Programs))
+	for name, p := range spec.Programs {
+		funcs, err := bpfFuncs(p.Instructions)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		progs[name] = funcs
+	}
+	return spec, progs
+}
+
 var stackDepthLine = regexp.MustCompile(`(?m)^stack depth ([0-9+]+)`)
 
 // TestPrivilegedStackModel: the stack depth the model finds for each
@@ -254,12 +265,9 @@ var stackDepthLine = regexp.MustCompile(`(?m)^stack depth ([0-9+]+)`)
 // above cannot pass a program the verifier would count deeper.
 func TestPrivilegedStackModel(t *testing.T) {
 	testutil.RequirePrivileged(t)
-	spec, err := loadDispatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, progs := executorFuncs(t)
 	pins := newPinDir(t)
-	if err := os.MkdirAll(pins, 0o700); err != nil {
+	if err := PreparePinDir(pins); err != nil {
 		t.Fatal(err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
@@ -270,11 +278,7 @@ func TestPrivilegedStackModel(t *testing.T) {
 		t.Fatalf("loading the executor: %v", err)
 	}
 	defer coll.Close()
-	for name, p := range spec.Programs {
-		funcs, err := bpfFuncs(p.Instructions)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for name, funcs := range progs {
 		m := stackDepthLine.FindStringSubmatch(coll.Programs[name].VerifierLog)
 		if m == nil {
 			t.Fatalf("%s: no stack depth line in the verifier's statistics:\n%s", name, coll.Programs[name].VerifierLog)
