@@ -431,7 +431,7 @@ enum stat_reason {
 	STAT_DROP_NO_BACKEND = 11,  /* balanced port with no server taking connections */
 	STAT_DROP_NO_TX_PORT = 12,  /* server's interface missing from tx_ports */
 	STAT_DROP_NAT_EXHAUSTED = 13,/* NAT: no free port among the candidates of the return address */
-	STAT_DROP_TABLE_FULL = 14,  /* NAT: nat_flows or nat_ports refused an insert (full) */
+	STAT_DROP_TABLE_FULL = 14,  /* NAT: nat_flows or nat_ports refused an insert (full; or, for a new UDP flow, locked) */
 	STAT_DROP_NAT_NO_FLOW = 15, /* NAT: TCP segment that is no SYN, of no known or half-open connection */
 	STAT_DROP_NO_ROUTE = 16,    /* NAT: no usable route towards the client */
 	/* Forwarded. */
@@ -449,7 +449,11 @@ struct reason_counters {
 /* Things that happened, counted beside the reasons (per CPU). A packet may
  * count several events or none. */
 enum dlb_event {
-	EV_CONN_INSERT_FAILED = 0,  /* MAC: the connection table refused an insert (the packet was still forwarded) */
+	/* A connection table insert gave up on a bucket another CPU kept
+	 * locked: a MAC connection's packet and a NAT handshake's ACK were
+	 * still forwarded (the next packet inserts), a new NAT UDP flow's
+	 * datagram was dropped (drop_table_full). */
+	EV_CONN_INSERT_FAILED = 0,
 	EV_AFFINITY_HIT = 1,        /* a new connection followed an affinity record */
 	EV_AFFINITY_WRITTEN = 2,    /* an affinity record was created or replaced */
 	EV_HALFOPEN_CREATED = 3,    /* NAT: a SYN reserved a port (a new half-open connection) */

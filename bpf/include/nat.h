@@ -126,6 +126,7 @@ static __always_inline int nat_rewrite(int family, void *l3, void *l4, __u8 prot
 }
 
 #define DLB_EEXIST 17
+#define DLB_EBUSY 16
 
 /* Results of client_hop besides 0 (resolved). */
 #define HOP_NO_NEIGH 1
@@ -882,28 +883,42 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 	return nat_to_server(ctx, pk, family, &a->nk.addr, port, b, id, vm->service, 0, 0);
 }
 
-/* nat_establish inserts an established mapping: sc->natp (the port) and
- * sc->natf (the client flow), keys and values filled in. It returns 0,
- * -EEXIST when the port or the flow is taken, or -1 when a table is full. */
-static __always_inline int nat_establish(const struct dlb_config *cfg, struct nat_scratch *sc)
+/* dlb_nat_establish inserts an established mapping: sc->natp (the port)
+ * and sc->natf (the client flow), keys and values filled in. It returns 0,
+ * -EEXIST when the port or the flow is taken, -EBUSY when another CPU kept
+ * a bucket locked TAB_INSERT_TRIES times, or -1 when a table is full. A
+ * global function: the verifier checks its retry loops once, not in each
+ * of the slow paths (and each of their loops) that call it. */
+__noinline int dlb_nat_establish(struct nat_scratch *sc)
 {
+	__u32 key0 = 0;
+	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
+
+	if (!sc || !cfg)
+		return -1;
 	sc->natp.hash = tab_hash_natkey(&sc->natp.e.key, cfg->hash_seed);
-	int res = dlb_natp_insert(&sc->natp);
+	int res = TAB_LOCKED;
+	for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
+		res = dlb_natp_insert(&sc->natp);
 	if (res == TAB_EXISTS)
 		return -DLB_EEXIST;
 	if (res != TAB_INSERTED)
-		return -1;
+		return res == TAB_LOCKED ? -DLB_EBUSY : -1;
 	sc->natf.hash = tab_hash_flow(&sc->natf.e.key, cfg->hash_seed);
-	res = dlb_natf_insert(&sc->natf);
+	res = TAB_LOCKED;
+	for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
+		res = dlb_natf_insert(&sc->natf);
 	if (res == TAB_INSERTED)
 		return 0;
-	/* Undo the port: the flow is taken, or its table is full. */
+	/* Undo the port: the flow is taken, its table is full, or its bucket
+	 * stayed locked. */
 	__u32 pos, slot;
 	if (natp_find_call(&sc->natp.e.key, sc->natp.hash, cfg->natp_buckets, &pos, &slot) && slot == sc->natp.slot)
 		natp_delete(pos, slot);
-	return res == TAB_EXISTS ? -DLB_EEXIST : -1;
+	if (res == TAB_EXISTS)
+		return -DLB_EEXIST;
+	return res == TAB_LOCKED ? -DLB_EBUSY : -1;
 }
-
 
 /* nat_table_full counts a refused insert. */
 static __always_inline int nat_table_full(struct xdp_md *ctx)
@@ -947,6 +962,15 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	if (nat_find(a, vm, pk->cfg))
 		h = bpf_map_lookup_elem(&nat_halfopen, &a->slot);
 	if (!h) {
+		/* Another CPU may have promoted the connection since this
+		 * packet missed nat_flows (the handshake's ACK and the first
+		 * data segment raced): follow its mapping. */
+		__u32 pos, slot;
+		struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+		struct backend *ob = ne ? backend_ok(ne->flow.backend, vm->service) : NULL;
+		if (ob)
+			return nat_to_server(ctx, pk, family, &ne->flow.nat_addr, ne->flow.nat_port, ob, ne->flow.backend,
+					     vm->service, 0, 1);
 		event(EV_HALFOPEN_LOST);
 		return verdict(ctx, STAT_DROP_NAT_NO_FLOW, XDP_DROP);
 	}
@@ -990,7 +1014,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	fv->nat_port = nk->port;
 	ip_copy(&fv->nat_addr, &nk->addr);
 
-	int err = nat_establish(pk->cfg, sc);
+	int err = dlb_nat_establish(sc);
 	if (err == -DLB_EEXIST) {
 		/* Another CPU promoted this connection (a duplicate ACK), or
 		 * the port was taken after an eviction. */
@@ -1003,6 +1027,13 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 		halfopen_release(h, owner);
 		event(EV_HALFOPEN_LOST);
 		return verdict(ctx, STAT_DROP_NAT_NO_FLOW, XDP_DROP);
+	}
+	if (err == -DLB_EBUSY) {
+		/* Another CPU kept a bucket locked: forward by the port the
+		 * SYN reserved, which stays reserved; the connection's next
+		 * packet promotes it. */
+		event(EV_CONN_INSERT_FAILED);
+		return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 0, 0);
 	}
 	halfopen_release(h, owner);
 	if (err)
@@ -1066,10 +1097,11 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 		else if (!dlb_nat_free_port(nk, h, min, size))
 			break;
 		fv->nat_port = nk->port;
-		err = nat_establish(pk->cfg, sc);
-		if (err != -DLB_EEXIST)
+		err = dlb_nat_establish(sc);
+		if (err != -DLB_EEXIST && err != -DLB_EBUSY)
 			break;
-		/* The port is taken, or another CPU just created this flow. */
+		/* The port is taken, or another CPU just created this flow (or
+		 * kept a bucket locked while it did). */
 		__u32 pos, slot;
 		struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
 		if (ne) {
@@ -1080,10 +1112,19 @@ static __always_inline int nat_udp_new(struct xdp_md *ctx, struct pkt *pk, const
 			return nat_to_server(ctx, pk, family, &nf->nat_addr, nf->nat_port, ob, nf->backend, vm->service,
 					     0, 1);
 		}
+		if (err == -DLB_EBUSY)
+			break;
 		event(EV_NAT_PORT_COLLISION);
 	}
 	if (err == -DLB_EEXIST)
 		return verdict(ctx, STAT_DROP_NAT_EXHAUSTED, XDP_DROP);
+	if (err == -DLB_EBUSY) {
+		/* Another CPU kept a bucket locked: the datagram is dropped
+		 * (without a mapping its answer could not come back); the
+		 * flow's next one tries again. */
+		event(EV_CONN_INSERT_FAILED);
+		return verdict(ctx, STAT_DROP_TABLE_FULL, XDP_DROP);
+	}
 	if (err)
 		return nat_table_full(ctx);
 	affinity_record(vm, fk, b, id, now, family);

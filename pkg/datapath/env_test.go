@@ -435,6 +435,49 @@ func (e *testEnv) halfOpen(t testing.TB, k FlowKey) (h dispatcherHalfopen, port 
 	return h, 0, false
 }
 
+// lockBuckets sets the lock flag (TAB_F_LOCK of bpf/include/dlb_abi.h) of
+// every bucket of a table's index, as another CPU inserting into each
+// would, until the returned function or the test's end clears them.
+func (e *testEnv) lockBuckets(t testing.TB, index *ebpf.Map) (unlock func()) {
+	t.Helper()
+	const tabFLock = 1
+	set := func(lock bool) error {
+		n := index.MaxEntries()
+		keys := make([]uint32, n)
+		vals := make([]dispatcherTabBucket, n)
+		for i := range keys {
+			keys[i] = uint32(i)
+			if err := index.Lookup(keys[i], &vals[i]); err != nil {
+				return fmt.Errorf("reading bucket %d: %w", i, err)
+			}
+			if lock {
+				vals[i].Meta |= tabFLock
+			} else {
+				vals[i].Meta &^= tabFLock
+			}
+		}
+		if _, err := index.BatchUpdate(keys, vals, nil); err != nil {
+			return fmt.Errorf("writing buckets: %w", err)
+		}
+		return nil
+	}
+	if err := set(true); err != nil {
+		t.Fatal(err)
+	}
+	locked := true
+	unlock = func() {
+		if !locked {
+			return
+		}
+		locked = false
+		if err := set(false); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
 // forgetNATHandshakes empties the NAT handshake cache, as a flood that
 // overwrote every slot would.
 func (e *testEnv) forgetNATHandshakes(t testing.TB) {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -189,6 +191,33 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 	k6u := FlowKey{Src: client6, Dst: vip6NAT, SrcPort: 5400, DstPort: 53, Proto: 17}
 	udp6 := testutil.Frame{Src: client6, Dst: vip6NAT, Proto: "udp", SrcPort: 5400, DstPort: 53, Payload: []byte("query")}
 
+	// Another CPU keeps the buckets of a NAT table locked: a handshake
+	// ACK goes on by its reservation, which stays; once the lock is gone,
+	// the connection's next segment promotes it.
+	lockedACK := func(sport uint16, index func() *ebpf.Map) func(t *testing.T) {
+		return func(t *testing.T) {
+			run(tcp(sport, "S"))(t)
+			e.lockBuckets(t, index())
+		}
+	}
+	reservationKept := func(sport uint16) func(t *testing.T) {
+		return func(t *testing.T) {
+			kl := k(sport)
+			halfOpenOn(kl, p0(kl))(t)
+			if e.natPortTaken(t, retAddr, p0(kl), 6) {
+				t.Error("the port's nat_ports entry was left behind")
+			}
+		}
+	}
+	lockGone := func(sport uint16) func(t *testing.T) {
+		return func(t *testing.T) {
+			run(tcp(sport, "S"))(t)
+			unlock := e.lockBuckets(t, e.dp.objs.NatPortIndex)
+			run(tcp(sport, "A"))(t)
+			unlock()
+		}
+	}
+
 	return []dpCase{
 		// IPv4 TCP.
 		{name: "NAT SYN reserves a port and is translated", frame: build(tcp(5000, "S")),
@@ -205,6 +234,20 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 			want: xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(5003, "A"), p0(k(5003))),
 			newConn: map[uint32]uint64{60: 1}, events: map[string]uint64{"halfopen_promoted": 1},
 			check: established(k(5003), retAddr, p0(k(5003)), false)},
+		{name: "NAT handshake ACK whose port bucket stays locked goes on by its reservation", frame: build(tcp(5030, "A")),
+			setup: lockedACK(5030, func() *ebpf.Map { return e.dp.objs.NatPortIndex }),
+			want:  xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(5030, "A"), p0(k(5030))),
+			events: map[string]uint64{"conn_insert_failed": 1, "halfopen_promoted": 0, "nat_table_full": 0},
+			check:  reservationKept(5030)},
+		{name: "NAT handshake ACK whose flow bucket stays locked goes on by its reservation", frame: build(tcp(5031, "A")),
+			setup: lockedACK(5031, func() *ebpf.Map { return e.dp.objs.NatFlowIndex }),
+			want:  xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(5031, "A"), p0(k(5031))),
+			events: map[string]uint64{"conn_insert_failed": 1, "halfopen_promoted": 0, "nat_table_full": 0},
+			check:  reservationKept(5031)},
+		{name: "NAT segment after a locked bucket's ACK promotes the connection", frame: build(tcp(5032, "PA")), setup: lockGone(5032),
+			want: xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(5032, "PA"), p0(k(5032))),
+			newConn: map[uint32]uint64{60: 1}, events: map[string]uint64{"halfopen_promoted": 1, "conn_insert_failed": 0},
+			check: established(k(5032), retAddr, p0(k(5032)), false)},
 		{name: "NAT established client data is translated", frame: build(tcp(5004, "PA")), setup: put(natConnOf(k(5004), 60, 6, 30000)),
 			want: xdpTX, reason: "fwd_tx", countAs: 60, wantFrame: toServer(tcp(5004, "PA"), 30000),
 			check: established(k(5004), retAddr, 30000, false)},
@@ -285,6 +328,17 @@ func natCases(t testing.TB, e *testEnv) []dpCase {
 		{name: "NAT UDP first packet creates a mapping", frame: build(udpTo(vipNAT, 53, 5100)),
 			want: xdpTX, reason: "fwd_tx", countAs: 61, wantFrame: udpOut(udpTo(vipNAT, 53, 5100), p0(ku(5100))),
 			newConn: map[uint32]uint64{61: 1}, check: established(ku(5100), retAddr, p0(ku(5100)), false)},
+		{name: "NAT UDP first packet whose port bucket stays locked drops", frame: build(udpTo(vipNAT, 53, 5110)),
+			setup: func(t *testing.T) { e.lockBuckets(t, e.dp.objs.NatPortIndex) },
+			want:  xdpDrop, reason: "drop_table_full", events: map[string]uint64{"conn_insert_failed": 1, "nat_table_full": 0},
+			check: func(t *testing.T) {
+				if _, _, ok := e.getNAT(t, ku(5110)); ok {
+					t.Error("a mapping was created")
+				}
+				if e.natPortTaken(t, retAddr, p0(ku(5110)), 17) {
+					t.Error("the port is taken")
+				}
+			}},
 		{name: "NAT UDP flow keeps its mapping while active", frame: build(udpTo(vipNAT, 53, 5101)), setup: put(natConnOf(ku(5101), 61, 7, 31000)),
 			want: xdpTX, reason: "fwd_tx", countAs: 61, wantFrame: udpOut(udpTo(vipNAT, 53, 5101), 31000)},
 		{name: "NAT UDP reply is translated back", frame: build(udpFrom(31001, false)), setup: put(natConnOf(ku(5102), 61, 7, 31001)),
