@@ -257,7 +257,10 @@ func executorFuncs(t *testing.T) (*ebpf.CollectionSpec, map[string][]bpfFunc) {
 	return spec, progs
 }
 
-var stackDepthLine = regexp.MustCompile(`(?m)^stack depth ([0-9+]+)`)
+var (
+	stackDepthLine = regexp.MustCompile(`(?m)^stack depth ([0-9+]+)`)
+	processedLine  = regexp.MustCompile(`processed \d+ insns.*`)
+)
 
 // TestPrivilegedStackModel: the stack depth the model finds for each
 // function of the executor is never below what this kernel's verifier
@@ -280,6 +283,11 @@ func TestPrivilegedStackModel(t *testing.T) {
 	defer coll.Close()
 	for name, funcs := range progs {
 		m := stackDepthLine.FindStringSubmatch(coll.Programs[name].VerifierLog)
+		// How much of its budget the verifier spent (kernels.sh shows it
+		// for each kernel).
+		if pl := processedLine.FindString(coll.Programs[name].VerifierLog); pl != "" {
+			t.Logf("%s: %s", name, pl)
+		}
 		if m == nil {
 			t.Fatalf("%s: no stack depth line in the verifier's statistics:\n%s", name, coll.Programs[name].VerifierLog)
 		}
