@@ -506,9 +506,13 @@ func (l *lab) neighbourCount(prefix string) int {
 // IPv6 servers on the lab's subnet (none of which exists) leaves no
 // neighbour entry in the kernel and does not flood the log: the
 // warnings about servers that cannot be reached come as a few lines and a
-// count. Servers removed later leave nothing either.
+// count. Servers removed later leave nothing either. It runs alone: it
+// fills the kernel's IPv6 neighbour table, which every network namespace
+// shares (gc_thresh3, 1,024 entries here), and beside it another test's
+// neighbour was refused ("no buffer space available": netif's
+// TestPrivilegedWatch, 2026-12-03).
 func TestPrivilegedE2EFault8RefusedLeavesNothing(t *testing.T) {
-	parallel(t)
+	alone(t)
 	l := newLabArgs(t, "-n", "1", "-c", "1", "-6")
 	l.startDlbd()
 	l.mustCtl("executor", "start", "--interface", l.env["LAB_IF"], "--xdp-mode", "generic")

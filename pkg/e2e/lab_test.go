@@ -428,8 +428,9 @@ func parallel(t *testing.T) {
 }
 
 // alone marks a test that measures timings under load or loads the machine
-// itself: it runs one at a time, and in make test in a phase of its own,
-// with no other package's tests beside it.
+// itself (its CPUs, or a table the kernel shares between network
+// namespaces): it runs one at a time, and in make test in a phase of its
+// own, with no other package's tests beside it.
 func alone(t *testing.T) {
 	if os.Getenv("DLB_E2E_PHASE") == phaseShared {
 		t.Skip("runs in make test's phase of its own (DLB_E2E_PHASE=alone)")
