@@ -742,9 +742,7 @@ int dlb_conn_put(struct conn_ctl *c)
 	sc->conn.e.key = k;
 	sc->conn.e.flow = v;
 	sc->conn.hash = h;
-	int res = TAB_LOCKED;
-	for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
-		res = dlb_conn_insert(&sc->conn);
+	int res = TAB_INSERT_RETRY(dlb_conn_insert(&sc->conn));
 	if (res != TAB_INSERTED && res != TAB_EXISTS) {
 		c->result = 2;
 		return 0;
@@ -805,10 +803,7 @@ int dlb_nat_ctl(struct nat_ctl *c)
 				__builtin_memcpy(&e->flow, &in->e.flow, sizeof(e->flow));
 				c->result = 0;
 			} else {
-				int res = TAB_LOCKED;
-				for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
-					res = dlb_natf_insert(in);
-				c->result = res == TAB_INSERTED ? 0 : 2;
+				c->result = TAB_INSERT_RETRY(dlb_natf_insert(in)) == TAB_INSERTED ? 0 : 2;
 			}
 		} else if (e && (!c->expect_seen || e->flow.last_seen == c->expect_seen) && natf_delete(pos, slot)) {
 			c->result = 0;
@@ -829,10 +824,7 @@ int dlb_nat_ctl(struct nat_ctl *c)
 			__builtin_memcpy(&e->rev, &in->e.rev, sizeof(e->rev));
 			c->result = 0;
 		} else {
-			int res = TAB_LOCKED;
-			for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
-				res = dlb_natp_insert(in);
-			c->result = res == TAB_INSERTED ? 0 : 2;
+			c->result = TAB_INSERT_RETRY(dlb_natp_insert(in)) == TAB_INSERTED ? 0 : 2;
 		}
 	} else if (op == NAT_CTL_DEL_PORT && e && (!c->expect_seen || e->rev.last_seen == c->expect_seen) &&
 		   natp_delete(pos, slot)) {

@@ -883,6 +883,16 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 	return nat_to_server(ctx, pk, family, &a->nk.addr, port, b, id, vm->service, 0, 0);
 }
 
+/* nat_insert_err is the error of an insert's result other than
+ * TAB_INSERTED: -EEXIST (the key is taken), -EBUSY (its bucket stayed
+ * locked) or -1 (the table is full). */
+static __always_inline int nat_insert_err(int res)
+{
+	if (res == TAB_EXISTS)
+		return -DLB_EEXIST;
+	return res == TAB_LOCKED ? -DLB_EBUSY : -1;
+}
+
 /* dlb_nat_establish inserts an established mapping: sc->natp (the port)
  * and sc->natf (the client flow), keys and values filled in. It returns 0,
  * -EEXIST when the port or the flow is taken, -EBUSY when another CPU kept
@@ -897,17 +907,11 @@ __noinline int dlb_nat_establish(struct nat_scratch *sc)
 	if (!sc || !cfg)
 		return -1;
 	sc->natp.hash = tab_hash_natkey(&sc->natp.e.key, cfg->hash_seed);
-	int res = TAB_LOCKED;
-	for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
-		res = dlb_natp_insert(&sc->natp);
-	if (res == TAB_EXISTS)
-		return -DLB_EEXIST;
+	int res = TAB_INSERT_RETRY(dlb_natp_insert(&sc->natp));
 	if (res != TAB_INSERTED)
-		return res == TAB_LOCKED ? -DLB_EBUSY : -1;
+		return nat_insert_err(res);
 	sc->natf.hash = tab_hash_flow(&sc->natf.e.key, cfg->hash_seed);
-	res = TAB_LOCKED;
-	for (int i = 0; i < TAB_INSERT_TRIES && res == TAB_LOCKED; i++)
-		res = dlb_natf_insert(&sc->natf);
+	res = TAB_INSERT_RETRY(dlb_natf_insert(&sc->natf));
 	if (res == TAB_INSERTED)
 		return 0;
 	/* Undo the port: the flow is taken, its table is full, or its bucket
@@ -915,9 +919,7 @@ __noinline int dlb_nat_establish(struct nat_scratch *sc)
 	__u32 pos, slot;
 	if (natp_find_call(&sc->natp.e.key, sc->natp.hash, cfg->natp_buckets, &pos, &slot) && slot == sc->natp.slot)
 		natp_delete(pos, slot);
-	if (res == TAB_EXISTS)
-		return -DLB_EEXIST;
-	return res == TAB_LOCKED ? -DLB_EBUSY : -1;
+	return nat_insert_err(res);
 }
 
 /* nat_table_full counts a refused insert. */

@@ -495,6 +495,16 @@ enum tab_insert_result {
 	TAB_LOCKED = 3,   /* no entry: another CPU kept the key's first bucket locked (TAB_LOCK_SPINS) */
 };
 
+/* TAB_INSERT_RETRY runs call, an insert, again while it says TAB_LOCKED,
+ * TAB_INSERT_TRIES times at most; its value is the last result. */
+#define TAB_INSERT_RETRY(call)                                                    \
+	({                                                                        \
+		int r_ = TAB_LOCKED;                                              \
+		for (int i_ = 0; i_ < TAB_INSERT_TRIES && r_ == TAB_LOCKED; i_++) \
+			r_ = (call);                                              \
+		r_;                                                               \
+	})
+
 /* TAB_INSERT defines dlb_name_insert for table name (of TAB_DEFINE), which
  * never evicts: it inserts a->e (table hash a->hash) into a free way of
  * its key's first bucket, else of its second, and a free entry at this

@@ -173,20 +173,6 @@ func TestPrivilegedConcurrentFirstPackets(t *testing.T) {
 			}
 			after := e.stats(t)
 			delta := func(ev string) uint64 { return after.Events[ev] - st.Events[ev] }
-			reason := func(name string) uint64 {
-				var n uint64
-				for _, r := range after.Reasons {
-					if r.Reason == name {
-						n += r.Packets
-					}
-				}
-				for _, r := range st.Reasons {
-					if r.Reason == name {
-						n -= r.Packets
-					}
-				}
-				return n
-			}
 			t.Logf("%d flows: conn_insert_failed counted %d times, %d datagrams dropped", flows, delta("conn_insert_failed"), dropped)
 			if got := after.Services[tc.service].NewConns - before; got != uint64(flows-lost) {
 				t.Errorf("%d flows (%d of them dropped on both CPUs), each run on two CPUs at once, counted as %d new connections", flows, lost, got)
@@ -196,7 +182,7 @@ func TestPrivilegedConcurrentFirstPackets(t *testing.T) {
 					t.Errorf("%s counted %d times", ev, d)
 				}
 			}
-			if d := reason("drop_table_full"); d != uint64(dropped) || (dropped > 0 && delta("conn_insert_failed") < uint64(dropped)) {
+			if d := reasonDelta(st, after, "drop_table_full"); d != uint64(dropped) || (dropped > 0 && delta("conn_insert_failed") < uint64(dropped)) {
 				t.Errorf("%d datagrams dropped, drop_table_full counted %d, conn_insert_failed %d", dropped, d, delta("conn_insert_failed"))
 			}
 			if dropped > flows/100 {
