@@ -106,6 +106,19 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	__u64 now = clock_now();
 	__u32 id;
 	struct backend *b;
+	/* Every way out to a server goes through one forward (at out): one
+	 * copy of it (and of its counters' inlined map lookups, each a rewrite
+	 * of the whole program when the kernel loads it) instead of nine. */
+	struct backend *fb;
+	__u32 fid, fnew, fhit;
+#define GO_FORWARD(b_, id_, new_, hit_) \
+	do {                            \
+		fb = (b_);              \
+		fid = (id_);            \
+		fnew = (new_);          \
+		fhit = (hit_);          \
+		goto out;               \
+	} while (0)
 
 	if (!pk->looked) {
 		struct conn_entry *ce = conn_find(fk, pk->thash, cfg->conn_buckets, &pos, &slot);
@@ -134,7 +147,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 			} else if (idle > FLOW_TOUCH_NS) {
 				f->last_seen = now;
 			}
-			return forward(ctx, pk, b, id, vm->service, 0, 1);
+			GO_FORWARD(b, id, 0, 1);
 		}
 
 		/* Reschedule: the old server is gone, or this SYN starts a new
@@ -154,7 +167,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		f->last_seen = now;
 		if (!syn)
 			affinity_record(vm, fk, b, id, now, family);
-		return forward(ctx, pk, b, id, vm->service, 1, 0);
+		GO_FORWARD(b, id, 1, 0);
 	}
 
 	if (syn) {
@@ -164,7 +177,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
 		remember_handshake(fk, pk->thash, id, vm->service, now);
-		return forward(ctx, pk, b, id, vm->service, 0, 0);
+		GO_FORWARD(b, id, 0, 0);
 	}
 
 	b = NULL;
@@ -177,12 +190,12 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 	/* A FIN or RST of a flow the table does not know is forwarded but
 	 * creates no entry: there is no connection left to track. */
 	if (closing)
-		return forward(ctx, pk, b, id, vm->service, 0, 0);
+		GO_FORWARD(b, id, 0, 0);
 
 	__u32 key0 = 0;
 	struct nat_scratch *sc = bpf_map_lookup_elem(&scratch, &key0);
 	if (!sc)
-		return forward(ctx, pk, b, id, vm->service, 0, 0);
+		GO_FORWARD(b, id, 0, 0);
 	struct conn_ins *ins = &sc->conn;
 	__builtin_memcpy(&ins->e.key, fk, sizeof(*fk));
 	ins->e.flow.last_seen = now;
@@ -200,17 +213,21 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		struct conn_entry *ce = bpf_map_lookup_elem(&conns, &slot);
 		struct backend *ob = ce ? backend_ok(ce->flow.backend, vm->service) : NULL;
 		if (ob)
-			return forward(ctx, pk, ob, ce->flow.backend, vm->service, 0, 1);
-		return forward(ctx, pk, b, id, vm->service, 0, 0);
+			GO_FORWARD(ob, ce->flow.backend, 0, 1);
+		GO_FORWARD(b, id, 0, 0);
 	}
 	if (res != TAB_INSERTED) {
 		/* Another CPU held the bucket: the flow's next packet inserts
 		 * it (and counts it). */
 		event(EV_CONN_INSERT_FAILED);
-		return forward(ctx, pk, b, id, vm->service, 0, 0);
+		GO_FORWARD(b, id, 0, 0);
 	}
 	affinity_record(vm, fk, b, id, now, family);
-	return forward(ctx, pk, b, id, vm->service, 1, 0);
+	GO_FORWARD(b, id, 1, 0);
+out:
+	asm volatile("" : "+r"(fid), "+r"(fnew), "+r"(fhit));
+	return forward(ctx, pk, fb, fid, vm->service, fnew, fhit);
+#undef GO_FORWARD
 }
 
 /* vip_lookup returns the vips entry of vk, through this CPU's vip_cache:
@@ -456,7 +473,7 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	ip_copy(&vk.addr, &fk->dst);
 	struct vip_meta *vm = vip_lookup(pk->cfg, &vk);
 	if (!vm || (vm->flags & (VIP_F_MARKER | VIP_F_RETURN)))
-		return verdict(ctx, other_reason(addr_marker(&fk->dst, family)), XDP_PASS);
+		return verdict_inline(ctx, other_reason(addr_marker(&fk->dst, family)), XDP_PASS);
 	if (vm->method == DLB_METHOD_NAT) {
 		if (!(pk->looked && is_nat)) {
 			struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
@@ -487,24 +504,24 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 	__u32 key0 = 0;
 
 	if (iph->version != 4 || iph->ihl < 5)
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	__u32 tot_len = ntohs_len(iph->tot_len);
 	if (tot_len < iph->ihl * 4 || (void *)iph + tot_len > data_end)
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 	if (!cfg)
-		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 	__u32 daddr = iph->daddr;
 	if (cfg->nfa_family == DLB_FAMILY_IPV4 && daddr == *(__u32 *)cfg->nfa.addr)
-		return verdict(ctx, STAT_PASS_NFA, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_NFA, XDP_PASS);
 
 	/* Most traffic that is not for a cluster or return address leaves
 	 * here after one memory read. */
 	struct vip_bloom *vf = bpf_map_lookup_elem(&vip_filter, &key0);
 	__u32 bit = vip_filter_bit(daddr);
 	if (!vf || !(vf->bits[bit / 64] & (1ULL << (bit % 64))))
-		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 
 	struct pkt pk = {
 		.eth = eth,
@@ -520,20 +537,20 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, struct ethhdr *eth, s
 	if (frag || iph->ihl != 5 || (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)) {
 		__u32 mf = addr_marker(&pk.fk.dst, DLB_FAMILY_IPV4);
 		if (!mf)
-			return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 		if (frag)
-			return verdict(ctx, STAT_DROP_FRAGMENT, XDP_DROP);
+			return verdict_inline(ctx, STAT_DROP_FRAGMENT, XDP_DROP);
 		if (iph->ihl != 5)
-			return verdict(ctx, STAT_DROP_IP_OPTIONS, XDP_DROP);
+			return verdict_inline(ctx, STAT_DROP_IP_OPTIONS, XDP_DROP);
 		if (iph->protocol == IPPROTO_ICMP) {
 			pk.mflags = mf;
 			return slow_icmp4(ctx, &pk);
 		}
-		return verdict(ctx, other_reason(mf), XDP_PASS);
+		return verdict_inline(ctx, other_reason(mf), XDP_PASS);
 	}
 
 	if (parse_l4(pk.l4, data_end, iph->protocol, &pk.fk, &pk.tcp_flags))
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	return process(ctx, &pk, bit, DLB_FAMILY_IPV4);
 }
 
@@ -543,25 +560,25 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 	__u32 key0 = 0;
 
 	if (ip6h->version != 6)
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	void *end = (void *)(ip6h + 1) + ntohs_len(ip6h->payload_len);
 	if (end > data_end)
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 
 	struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 	if (!cfg)
-		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 	const __u32 *d = ip6h->daddr.in6_u.u6_addr32;
 	if (cfg->nfa6_family == DLB_FAMILY_IPV6) {
 		const __u32 *n = (const __u32 *)cfg->nfa6.addr;
 		if (((d[0] ^ n[0]) | (d[1] ^ n[1]) | (d[2] ^ n[2]) | (d[3] ^ n[3])) == 0)
-			return verdict(ctx, STAT_PASS_NFA, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_NFA, XDP_PASS);
 	}
 
 	struct vip_bloom *vf = bpf_map_lookup_elem(&vip_filter, &key0);
 	__u32 bit = vip_filter_bit(ip6_fold(d));
 	if (!vf || !(vf->bits[bit / 64] & (1ULL << (bit % 64))))
-		return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 
 	struct pkt pk = {
 		.eth = eth,
@@ -586,7 +603,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 			break;
 		__u8 *oh = p;
 		if ((void *)(oh + 8) > data_end)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		if (nh == NEXTHDR_ROUTING && oh[3] != 0) {
 			/* Segments left: this is a waypoint, not the destination. */
 			bad = 1;
@@ -607,7 +624,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 		void *data = (void *)(long)ctx->data;
 		__u32 l4off = launder(p - data);
 		if (l4off > DLB_L4_MAX_OFF)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		p = data + l4off;
 	}
 	pk.fk.proto = nh;
@@ -616,20 +633,20 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, struct ethhdr *eth, s
 	if (frag || bad || (nh != IPPROTO_TCP && nh != IPPROTO_UDP)) {
 		__u32 mf = addr_marker(&pk.fk.dst, DLB_FAMILY_IPV6);
 		if (!mf)
-			return verdict(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_NOT_VIP, XDP_PASS);
 		if (frag)
-			return verdict(ctx, STAT_DROP_FRAGMENT, XDP_DROP);
+			return verdict_inline(ctx, STAT_DROP_FRAGMENT, XDP_DROP);
 		if (bad)
-			return verdict(ctx, STAT_DROP_IPV6_EXT, XDP_DROP);
+			return verdict_inline(ctx, STAT_DROP_IPV6_EXT, XDP_DROP);
 		if (nh == IPPROTO_ICMPV6) {
 			pk.mflags = mf;
 			return slow_icmp6(ctx, &pk);
 		}
-		return verdict(ctx, other_reason(mf), XDP_PASS);
+		return verdict_inline(ctx, other_reason(mf), XDP_PASS);
 	}
 
 	if (parse_l4(p, data_end, nh, &pk.fk, &pk.tcp_flags))
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	return process(ctx, &pk, bit, DLB_FAMILY_IPV6);
 }
 
@@ -642,7 +659,7 @@ int dlb_xdp(struct xdp_md *ctx)
 	__u32 off = sizeof(*eth);
 
 	if (data + off > data_end)
-		return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+		return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 
 	__be16 proto = eth->h_proto;
 #pragma unroll
@@ -651,7 +668,7 @@ int dlb_xdp(struct xdp_md *ctx)
 			break;
 		struct vlan_hdr *vh = data + off;
 		if ((void *)(vh + 1) > data_end)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		proto = vh->encap_proto;
 		off += sizeof(*vh);
 	}
@@ -660,22 +677,22 @@ int dlb_xdp(struct xdp_md *ctx)
 	if (off != sizeof(*eth)) {
 		off = launder(off);
 		if (off > sizeof(*eth) + 2 * sizeof(struct vlan_hdr))
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 	}
 
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *iph = data + off;
 		if ((void *)(iph + 1) > data_end)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		return handle_ipv4(ctx, eth, iph);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6h = data + off;
 		if ((void *)(ip6h + 1) > data_end)
-			return verdict(ctx, STAT_PASS_MALFORMED, XDP_PASS);
+			return verdict_inline(ctx, STAT_PASS_MALFORMED, XDP_PASS);
 		return handle_ipv6(ctx, eth, ip6h);
 	}
-	return verdict(ctx, STAT_PASS_NON_IP, XDP_PASS);
+	return verdict_inline(ctx, STAT_PASS_NON_IP, XDP_PASS);
 }
 
 /* The connection table's control programs (BPF_PROG_TYPE_SYSCALL, run by

@@ -82,25 +82,59 @@ static __always_inline int count_verdict(struct xdp_md *ctx, __u32 reason, int a
 	return action;
 }
 
+/* dlb_verdict counts a packet (vf: reason | action << 8), or hands it to
+ * the trace while one runs, and returns its action. A global function:
+ * the executor has some 250 places where a packet leaves it through
+ * verdict, and each inlined map lookup is one more rewrite of the whole
+ * program when the kernel loads it (their count times the program's size
+ * was most of the executor's load time). */
+__noinline int dlb_verdict(struct xdp_md *ctx, __u32 vf)
+{
+	if (!ctx)
+		return XDP_ABORTED;
+	if (dlb_trace_on)
+		return dlb_trace_packet(ctx, vf);
+	return count_verdict(ctx, vf & 0xff, (vf >> 8) & 0xff);
+}
+
 /* verdict counts the packet under reason and returns action: every packet
- * leaves the executor through it or through forward's (or to_client's)
- * transmit, once. While a trace runs, both hand the packet to the trace
- * instead (trace.h), which counts it too: the one load of dlb_trace_on on
- * either way is all a packet pays when no trace runs. */
+ * leaves the executor through it (or verdict_inline) or through forward's
+ * (or to_client's) transmit, once. While a trace runs, all hand the packet
+ * to the trace instead (trace.h), which counts it too. A call of
+ * dlb_verdict. */
 static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
+{
+	return dlb_verdict(ctx, reason | action << 8);
+}
+
+/* verdict_inline is verdict without the call, in dlb_xdp's own body: the
+ * packets not for a cluster (most of a host's traffic) pay only the one
+ * load of dlb_trace_on for the trace while none runs, and a call there
+ * would grow dlb_xdp's frame, the first of its deepest call chains (whose
+ * frames nearly fill the 512 bytes of stack Linux 6.1 allows). */
+static __always_inline int verdict_inline(struct xdp_md *ctx, __u32 reason, int action)
 {
 	if (dlb_trace_on)
 		return dlb_trace_packet(ctx, reason | action << 8);
 	return count_verdict(ctx, reason, action);
 }
 
-/* event counts one enum dlb_event. */
-static __always_inline void event(__u32 ev)
+/* dlb_event counts one enum dlb_event. A global function, as dlb_verdict
+ * (events are counted at some 40 places, none on an established flow's
+ * path). It returns 0. */
+__noinline int dlb_event(__u32 ev)
 {
 	__u64 *c = bpf_map_lookup_elem(&events, &ev);
 
 	if (c)
 		(*c)++;
+	return 0;
+}
+
+/* event counts one enum dlb_event. */
+static __always_inline void event(__u32 ev)
+{
+	dlb_event(ev);
 }
 
 static __always_inline void count(void *map, __u32 id, __u64 bytes, __u32 new_conns, __u32 fin_conns)
@@ -229,15 +263,24 @@ static __always_inline __be16 server_port(const struct backend *b, __be16 vip_po
  * trace runs. */
 static __always_inline int transmit(struct xdp_md *ctx, __u32 ifindex, int any_port)
 {
-	if (ifindex == ctx->ingress_ifindex)
-		return count_verdict(ctx, STAT_FWD_TX, XDP_TX);
+	__u32 reason = STAT_FWD_TX;
+	int action = XDP_TX;
 
-	int action = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
-	if (action != XDP_REDIRECT && any_port)
-		action = bpf_redirect(ifindex, 0);
-	if (action != XDP_REDIRECT)
-		return count_verdict(ctx, STAT_DROP_NO_TX_PORT, XDP_DROP);
-	return count_verdict(ctx, STAT_FWD_REDIRECT, action);
+	if (ifindex != ctx->ingress_ifindex) {
+		action = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
+		if (action != XDP_REDIRECT && any_port)
+			action = bpf_redirect(ifindex, 0);
+		reason = STAT_FWD_REDIRECT;
+		if (action != XDP_REDIRECT) {
+			reason = STAT_DROP_NO_TX_PORT;
+			action = XDP_DROP;
+		}
+	}
+	/* One count for the three ways out (an inlined map lookup more is a
+	 * rewrite of the whole program at load time, at each of transmit's
+	 * callers): the empty asm keeps clang from copying it into each. */
+	asm volatile("" : "+r"(reason), "+r"(action));
+	return count_verdict(ctx, reason, action);
 }
 
 /* forward rewrites the MAC addresses towards b (the server, or the router

@@ -142,7 +142,7 @@ static __always_inline int icmp_from_client(struct xdp_md *ctx, struct pkt *pk, 
 	if (vm->method != DLB_METHOD_NAT) {
 		__u32 pos, slot;
 		struct conn_entry *ce =
-			conn_find(fkp, tab_hash_flow(fkp, pk->cfg->hash_seed), pk->cfg->conn_buckets, &pos, &slot);
+			conn_find_call(fkp, tab_hash_flow(fkp, pk->cfg->hash_seed), pk->cfg->conn_buckets, &pos, &slot);
 		if (!ce)
 			return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 		struct flow *f = &ce->flow;

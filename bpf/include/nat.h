@@ -953,6 +953,22 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	const struct flow_key *fk = &pk->fk;
 	struct nat_scratch *sc = nat_scratch();
 	__u64 now = clock_now();
+	/* Every way out to a server but the RST's goes through one
+	 * nat_to_server (at out), as in balance: one copy of it. */
+	const struct dlb_ip *fa;
+	__be16 fport;
+	const struct backend *fb;
+	__u32 fid, fnew, fhit;
+#define GO_NAT_FORWARD(a_, port_, b_, id_, new_, hit_) \
+	do {                                           \
+		fa = (a_);                             \
+		fport = (port_);                       \
+		fb = (b_);                             \
+		fid = (id_);                           \
+		fnew = (new_);                         \
+		fhit = (hit_);                         \
+		goto out;                              \
+	} while (0)
 
 	if (!sc)
 		return verdict(ctx, STAT_DROP_TABLE_FULL, XDP_DROP);
@@ -971,8 +987,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 		struct nat_flow_entry *ne = natf_find_call(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
 		struct backend *ob = ne ? backend_ok(ne->flow.backend, vm->service) : NULL;
 		if (ob)
-			return nat_to_server(ctx, pk, family, &ne->flow.nat_addr, ne->flow.nat_port, ob, ne->flow.backend,
-					     vm->service, 0, 1);
+			GO_NAT_FORWARD(&ne->flow.nat_addr, ne->flow.nat_port, ob, ne->flow.backend, 0, 1);
 		event(EV_HALFOPEN_LOST);
 		return verdict(ctx, STAT_DROP_NAT_NO_FLOW, XDP_DROP);
 	}
@@ -1025,7 +1040,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 							   pk->cfg->natp_buckets, &pos, &slot);
 		struct nat_rev *r = pe ? &pe->rev : NULL;
 		if (r && owns(&r->client, &r->vip, r->client_port, r->vip_port, fk))
-			return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 0, 1);
+			GO_NAT_FORWARD(&fv->nat_addr, fv->nat_port, b, id, 0, 1);
 		halfopen_release(h, owner);
 		event(EV_HALFOPEN_LOST);
 		return verdict(ctx, STAT_DROP_NAT_NO_FLOW, XDP_DROP);
@@ -1035,7 +1050,7 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 		 * SYN reserved, which stays reserved; the connection's next
 		 * packet promotes it. */
 		event(EV_CONN_INSERT_FAILED);
-		return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 0, 0);
+		GO_NAT_FORWARD(&fv->nat_addr, fv->nat_port, b, id, 0, 0);
 	}
 	halfopen_release(h, owner);
 	if (err)
@@ -1046,7 +1061,11 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 		count_fin(id, vm->service);
 		affinity_touch(vm, fk, id, now, family);
 	}
-	return nat_to_server(ctx, pk, family, &fv->nat_addr, fv->nat_port, b, id, vm->service, 1, 0);
+	GO_NAT_FORWARD(&fv->nat_addr, fv->nat_port, b, id, 1, 0);
+out:
+	asm volatile("" : "+r"(fid), "+r"(fnew), "+r"(fhit));
+	return nat_to_server(ctx, pk, family, fa, fport, fb, fid, vm->service, fnew, fhit);
+#undef GO_NAT_FORWARD
 }
 
 /* nat_udp_new handles the first packet of a UDP flow to a NAT service:

@@ -212,19 +212,56 @@ static __always_inline void tab_unlock(struct tab_bucket *b)
 	__sync_fetch_and_and(&b->meta, ~TAB_F_LOCK);
 }
 
-/* tab_claim claims a free way of bucket b: it returns the way, now busy,
- * or -1. */
+/* tab_ctz returns the index of the only bit set in bit. */
+static __always_inline __u32 tab_ctz(__u64 bit)
+{
+	__u64 x = bit - 1;
+
+	x = x - ((x >> 1) & 0x5555555555555555ULL);
+	x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	return (x * 0x0101010101010101ULL) >> 56;
+}
+
+/* tab_free_ways returns a bit for each free way of bucket b (bit i: way
+ * i), computed without a branch: a way's bit is 1 when its 32 bits are 0
+ * (v - 1 borrows into bit 63 only for v == 0). */
+static __always_inline __u32 tab_free_ways(const struct tab_bucket *b)
+{
+	__u32 m = 0;
+
+#pragma unroll
+	for (int w = 0; w < TAB_WORDS; w++) {
+		__u64 v = b->ways[w];
+		m |= (__u32)(((v & 0xffffffffULL) - 1) >> 63) << (2 * w);
+		m |= (__u32)(((v >> 32) - 1) >> 63) << (2 * w + 1);
+	}
+	return m;
+}
+
+/* How many times tab_claim looks for a free way again after another CPU
+ * took the one it chose. */
+#define TAB_CLAIM_TRIES 8
+
+/* tab_claim claims a free way of bucket b, the first: it returns the way,
+ * now busy, or -1. The way is computed from the bucket's words, not
+ * returned by a loop over them, so the verifier sees the same unknown way
+ * on every path after it (a constant per way would make it check what
+ * follows once per way). */
 static __always_inline int tab_claim(struct tab_bucket *b)
 {
-	for (int w = 0; w < TAB_WORDS; w++) {
-		for (int lane = 0; lane < 2; lane++) {
-			__u64 old = b->ways[w];
-			if ((__u32)(old >> (32 * lane)) != 0)
-				continue;
-			__u64 busy = ((__u64)DLB_TAB_BUSY << 24) << (32 * lane);
-			if (__sync_val_compare_and_swap(&b->ways[w], old, old | busy) == old)
-				return w * 2 + lane;
-		}
+	for (int n = 0; n < TAB_CLAIM_TRIES; n++) {
+		__u32 m = tab_free_ways(b);
+		if (!m)
+			break;
+		__u32 i = tab_ctz(m & -m);
+		__u64 *wp = tab_wordp(b, i);
+		__u32 sh = 32 * (i % 2);
+		__u64 old = *wp;
+		if ((__u32)(old >> sh) != 0)
+			continue;
+		if (__sync_val_compare_and_swap(wp, old, old | ((__u64)DLB_TAB_BUSY << 24) << sh) == old)
+			return i;
 	}
 	return -1;
 }
@@ -291,17 +328,6 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		}
 	}
 	return done;
-}
-
-/* tab_ctz returns the index of the only bit set in bit. */
-static __always_inline __u32 tab_ctz(__u64 bit)
-{
-	__u64 x = bit - 1;
-
-	x = x - ((x >> 1) & 0x5555555555555555ULL);
-	x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
-	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
-	return (x * 0x0101010101010101ULL) >> 56;
 }
 
 /* TAB_DEFINE defines the functions of table name: its entries map (of
