@@ -82,31 +82,6 @@ static __always_inline int count_verdict(struct xdp_md *ctx, __u32 reason, int a
 	return action;
 }
 
-/* dlb_verdict counts a packet (vf: reason | action << 8), or hands it to
- * the trace while one runs, and returns its action. A global function:
- * the executor has some 250 places where a packet leaves it through
- * verdict, and each inlined map lookup is one more rewrite of the whole
- * program when the kernel loads it (their count times the program's size
- * was most of the executor's load time). */
-__noinline int dlb_verdict(struct xdp_md *ctx, __u32 vf)
-{
-	if (!ctx)
-		return XDP_ABORTED;
-	if (dlb_trace_on)
-		return dlb_trace_packet(ctx, vf);
-	return count_verdict(ctx, vf & 0xff, (vf >> 8) & 0xff);
-}
-
-/* verdict counts the packet under reason and returns action: every packet
- * leaves the executor through it (or verdict_inline) or through forward's
- * (or to_client's) transmit, once. While a trace runs, all hand the packet
- * to the trace instead (trace.h), which counts it too. A call of
- * dlb_verdict. */
-static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
-{
-	return dlb_verdict(ctx, reason | action << 8);
-}
-
 /* verdict_inline is verdict without the call, in dlb_xdp's own body: the
  * packets not for a cluster (most of a host's traffic) pay only the one
  * load of dlb_trace_on for the trace while none runs, and a call there
@@ -119,9 +94,33 @@ static __always_inline int verdict_inline(struct xdp_md *ctx, __u32 reason, int 
 	return count_verdict(ctx, reason, action);
 }
 
+/* dlb_verdict counts a packet (vf: reason | action << 8), or hands it to
+ * the trace while one runs, and returns its action: verdict_inline as a
+ * global function. The executor has some 250 places where a packet leaves
+ * it through verdict, and each inlined map lookup is one more rewrite of
+ * the whole program when the kernel loads it (their count times the
+ * program's size was most of the executor's load time). */
+__noinline int dlb_verdict(struct xdp_md *ctx, __u32 vf)
+{
+	if (!ctx)
+		return XDP_ABORTED;
+	return verdict_inline(ctx, vf & 0xff, (vf >> 8) & 0xff);
+}
+
+/* verdict counts the packet under reason and returns action: every packet
+ * leaves the executor through it (or verdict_inline) or through forward's
+ * (or to_client's) transmit, once. While a trace runs, all hand the packet
+ * to the trace instead (trace.h), which counts it too. A call of
+ * dlb_verdict. */
+static __always_inline int verdict(struct xdp_md *ctx, __u32 reason, int action)
+{
+	return dlb_verdict(ctx, reason | action << 8);
+}
+
 /* dlb_event counts one enum dlb_event. A global function, as dlb_verdict
  * (events are counted at some 40 places, none on an established flow's
- * path). It returns 0. */
+ * path). It returns 0: Linux 6.1 takes no global function without a
+ * return value. */
 __noinline int dlb_event(__u32 ev)
 {
 	__u64 *c = bpf_map_lookup_elem(&events, &ev);
