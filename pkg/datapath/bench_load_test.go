@@ -27,9 +27,9 @@ var (
 // time its verifier reports for each program (most of dlbd's start, and
 // of every test that opens an executor) and the instructions it
 // processed, for the committed object and any others DLB_BENCH_LOAD names
-// (comma-separated .o files; "-" is the committed one), loaded in turn,
-// benchLoadRounds times each. Opt-in: DLB_BENCH_LOAD=- for the committed
-// object alone.
+// (comma-separated .o files; "-" is the committed one), each sized as Open
+// sizes it (benchSpec) and loaded in turn, benchLoadRounds times. Opt-in:
+// DLB_BENCH_LOAD=- for the committed object alone.
 func TestBenchLoad(t *testing.T) {
 	list := os.Getenv("DLB_BENCH_LOAD")
 	if list == "" {
@@ -46,13 +46,7 @@ func TestBenchLoad(t *testing.T) {
 	got := make([][]sample, len(names))
 	for round := 0; round < benchLoadRounds; round++ {
 		for i, name := range names {
-			spec, err := loadDispatcher()
-			if name != "-" {
-				spec, err = ebpf.LoadCollectionSpec(name)
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
+			spec := benchSpec(t, name)
 			for _, m := range spec.Maps {
 				m.Pinning = ebpf.PinNone
 			}

@@ -524,25 +524,37 @@ func pinToOneCPU(t *testing.T) int {
 	return cpu
 }
 
+// benchSpec returns the executor object at path ("-": the committed one),
+// sized as Open sizes it: an object with per-CPU rows of backend counters
+// gets its rows and its stats_stride (which the verifier reads: at 0 it
+// would find the counting code dead and skip it). Older objects have no
+// such rows.
+func benchSpec(t *testing.T, path string) *ebpf.CollectionSpec {
+	t.Helper()
+	spec, err := loadDispatcher()
+	if path != "-" {
+		spec, err = ebpf.LoadCollectionSpec(path)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if _, ok := spec.Variables[dispatcherVarStatsStride]; ok {
+		if err := sizeBackendStats(spec); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	return spec
+}
+
 // loadVariant loads dlb_xdp from another build of bpf/dispatcher.c, on the
 // maps the environment pinned.
 func loadVariant(t *testing.T, path, pinDir string) *ebpf.Program {
 	t.Helper()
-	spec, err := ebpf.LoadCollectionSpec(path)
-	if err != nil {
-		t.Fatalf("DLB_BENCH_OBJECT: %v", err)
-	}
-	// An object with per-CPU rows of backend counters is sized as Open
-	// sizes the committed one (older objects have no such rows).
-	if _, ok := spec.Variables[dispatcherVarStatsStride]; ok {
-		if err := sizeBackendStats(spec); err != nil {
-			t.Fatalf("DLB_BENCH_OBJECT: %v", err)
-		}
-	}
+	spec := benchSpec(t, path)
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"dlb_xdp"`
 	}
-	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}})
+	err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}})
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
