@@ -432,9 +432,12 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 	__u32 pos, slot;
 	pk->thash = tab_hash_flow(fk, pk->cfg->hash_seed);
 	if (!(pk->tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))) {
+		/* A tag that matched another key's (the lookup not sure)
+		 * leaves the lookup to the full path's, which reads every
+		 * matching way. */
 		pk->looked = 1;
 		if (is_nat) {
-			struct nat_flow_entry *ne = natf_find(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot);
+			struct nat_flow_entry *ne = natf_find_first(fk, pk->thash, pk->cfg->natf_buckets, &pos, &slot, &pk->looked);
 			if (ne) {
 				/* Keep clang from computing &ne->flow before the check. */
 				asm volatile("" : "+r"(ne));
@@ -451,7 +454,7 @@ static __always_inline int process(struct xdp_md *ctx, struct pkt *pk, __u32 bit
 				}
 			}
 		} else {
-			struct conn_entry *ce = conn_find(fk, pk->thash, pk->cfg->conn_buckets, &pos, &slot);
+			struct conn_entry *ce = conn_find_first(fk, pk->thash, pk->cfg->conn_buckets, &pos, &slot, &pk->looked);
 			if (ce) {
 				f = &ce->flow;
 				struct backend *b = bpf_map_lookup_elem(&backends, &f->backend);
@@ -723,7 +726,7 @@ int dlb_conn_get(struct conn_ctl *c)
 {
 	const struct dlb_config *cfg;
 	struct flow_key k;
-	__u32 h, pos, slot;
+	__u32 h, pos = 0, slot = 0;
 	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
 
 	if (e) {
@@ -741,10 +744,13 @@ int dlb_conn_put(struct conn_ctl *c)
 	const struct dlb_config *cfg;
 	struct flow_key k;
 	struct flow v;
-	__u32 h, pos, slot;
+	__u32 h, pos = 0, slot = 0;
 	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
 
 	__builtin_memcpy(&v, &c->entry.flow, sizeof(v));
+	/* Keep clang from copying c->entry.flow again through a pointer into
+	 * the context, which the verifier refuses. */
+	asm volatile("" ::: "memory");
 	if (e) {
 		e->flow = v;
 		c->result = 0;
@@ -781,7 +787,7 @@ int dlb_conn_del(struct conn_ctl *c)
 {
 	const struct dlb_config *cfg;
 	struct flow_key k;
-	__u32 h, pos, slot;
+	__u32 h, pos = 0, slot = 0;
 	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
 
 	if (!e || (c->expect_seen && e->flow.last_seen != c->expect_seen))

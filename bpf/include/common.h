@@ -41,7 +41,7 @@ struct pkt {
 	struct flow_key fk;
 	__u32 mflags;    /* ICMP: marker flags of the destination (VIP_F_*) */
 	__u8 tcp_flags;
-	__u8 looked;     /* the fast path looked the flow up in conns (a miss if NULL) */
+	__u8 looked;     /* the fast path looked the flow up, surely (a miss if NULL; 0 after another key's tag) */
 	__u8 pad[2];
 	__u32 thash;     /* tab_hash_flow(fk, cfg->hash_seed): the connection table's hash */
 };

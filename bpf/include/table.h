@@ -24,7 +24,8 @@
  * other, so an insert writes a cache line the previous ones brought in
  * (a random one costs 150-250 ns on these machines, a TLB miss and a
  * memory read). No kernel function is called: everything is inlined, but
- * the insert, a call of its own.
+ * the insert, a call of its own, and a lookup that met another key's tag
+ * (one way in 254), which is done again by a call (name_find).
  *
  * Keys. A key with hash h (tab_hash_*) has two candidate buckets, b1 and
  * b2 (tab_buckets), and a tag (tab_tag_pattern: 2-255). It is in one of
@@ -347,31 +348,41 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		return e && key_eq(&e->key, k) ? e : NULL;                                                     \
 	}                                                                                                      \
                                                                                                                \
-	/* name_probe looks k up in bucket b (number n; pat: its tag pattern),   \
-	 * unrolled (the lookups); name_probe_loop is the same as a loop (for      \
-	 * the global functions, where it costs less stack).                        */ \
-	static __always_inline entry_t *name##_probe(struct tab_bucket *b, __u32 n, __u64 pat, const key_t *k, \
-						     __u32 *pos, __u32 *slot)                                  \
+	/* name_first reads the entry of the first way of bucket b (number n;    \
+	 * pat: its tag pattern) whose tag is k's: the scan of the bucket is      \
+	 * unrolled, but reads one entry at one place (every entry read is a      \
+	 * helper call the kernel rewrites at load, copying the whole program).  \
+	 * It returns the entry if its key is k; else NULL, and clears *sure     \
+	 * when a tag matched another key's (one way in 254), so that later ways \
+	 * may hold k.                                                            */ \
+	static __always_inline entry_t *name##_first(struct tab_bucket *b, __u32 n, __u64 pat, const key_t *k, \
+						     __u32 *pos, __u32 *slot, __u8 *sure)                     \
 	{                                                                                                      \
-		entry_t *e;                                                                                    \
+		__u64 x = 0, m = 0;                                                                            \
+		__u32 wf = 0;                                                                                  \
 		_Pragma("unroll") for (int w = 0; w < TAB_WORDS; w++)                                          \
 		{                                                                                              \
-			__u64 v = b->ways[w];                                                                  \
-			__u64 m = tab_match(v, pat);                                                           \
-			if (!m)                                                                                \
-				continue;                                                                      \
-			if ((m & 0x80000000ULL) && (e = name##_cand(v, k, slot))) {                            \
-				*pos = n * DLB_TAB_WAYS + w * 2;                                               \
-				return e;                                                                      \
-			}                                                                                      \
-			if ((m >> 63) && (e = name##_cand(v >> 32, k, slot))) {                                \
-				*pos = n * DLB_TAB_WAYS + w * 2 + 1;                                           \
-				return e;                                                                      \
-			}                                                                                      \
+			x = b->ways[w];                                                                        \
+			m = tab_match(x, pat);                                                                 \
+			wf = w;                                                                                \
+			if (m)                                                                                 \
+				break;                                                                         \
 		}                                                                                              \
-		return NULL;                                                                                   \
+		if (!m)                                                                                        \
+			return NULL;                                                                           \
+		__u32 hi = !(m & 0x80000000ULL);                                                               \
+		__u32 i = wf * 2 + hi;                                                                         \
+		entry_t *e = name##_cand(x >> (32 * hi), k, slot);                                             \
+		if (!e) {                                                                                      \
+			*sure = 0;                                                                             \
+			return NULL;                                                                           \
+		}                                                                                              \
+		*pos = n * DLB_TAB_WAYS + i;                                                                   \
+		return e;                                                                                      \
 	}                                                                                                      \
                                                                                                                \
+	/* name_probe_loop and name_probe_pos look k up in bucket b as loops    \
+	 * (for the global functions, where they cost less stack).               */ \
 	static __always_inline int name##_probe_loop(struct tab_bucket *b, __u32 n, __u64 pat, const key_t *k)  \
 	{                                                                                                      \
 		_Pragma("clang loop unroll(disable)") for (int w = 0; w < TAB_WORDS; w++)                      \
@@ -404,23 +415,6 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 				return (long)(n * DLB_TAB_WAYS + w * 2 + 1) << 32 | slot;                      \
 		}                                                                                              \
 		return -1;                                                                                     \
-	}                                                                                                      \
-                                                                                                               \
-	static __always_inline entry_t *name##_find(const key_t *k, __u32 h, __u32 nb, __u32 *pos, __u32 *slot) \
-	{                                                                                                      \
-		__u32 n1, n2;                                                                                  \
-		tab_buckets(h, nb, &n1, &n2);                                                                  \
-		struct tab_bucket *b = bpf_map_lookup_elem(&index_map, &n1);                                   \
-		if (!b)                                                                                        \
-			return NULL;                                                                           \
-		__u64 pat = tab_tag_pattern(h);                                                                \
-		entry_t *e = name##_probe(b, n1, pat, k, pos, slot);                                           \
-		if (e || !(b->meta & TAB_F_OVERFLOW))                                                          \
-			return e;                                                                              \
-		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
-		if (!b)                                                                                        \
-			return NULL;                                                                           \
-		return name##_probe(b, n2, pat, k, pos, slot);                                                 \
 	}                                                                                                      \
                                                                                                                \
 	/* The bitmap word's index is read from the cursor's memory, never     \
@@ -511,6 +505,38 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		*pos = r >> 32;                                                                                \
 		*slot = (__u32)r;                                                                              \
 		return bpf_map_lookup_elem(&entries_map, slot);                                                \
+	}                                                                                                      \
+                                                                                                               \
+	/* name_find_first: the first way of k's first bucket whose tag        \
+	 * matches, then of its second if the first ever overflowed. It returns \
+	 * NULL and clears *sure (1 on entry) when a tag matched another key's: \
+	 * then only a lookup of every matching way (name_find, name_find_call) \
+	 * can tell.                                                             */ \
+	static __always_inline entry_t *name##_find_first(const key_t *k, __u32 h, __u32 nb, __u32 *pos,        \
+							  __u32 *slot, __u8 *sure)                             \
+	{                                                                                                      \
+		__u32 n1, n2;                                                                                  \
+		tab_buckets(h, nb, &n1, &n2);                                                                  \
+		struct tab_bucket *b = bpf_map_lookup_elem(&index_map, &n1);                                   \
+		if (!b)                                                                                        \
+			return NULL;                                                                           \
+		__u64 pat = tab_tag_pattern(h);                                                                \
+		entry_t *e = name##_first(b, n1, pat, k, pos, slot, sure);                                     \
+		if (e || !*sure || !(b->meta & TAB_F_OVERFLOW))                                                \
+			return e;                                                                              \
+		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
+		if (!b)                                                                                        \
+			return NULL;                                                                           \
+		return name##_first(b, n2, pat, k, pos, slot, sure);                                           \
+	}                                                                                                      \
+                                                                                                               \
+	/* name_find(k, h, nb, &pos, &slot): name_find_first, and the whole     \
+	 * lookup as a call when a tag matched another key's.                   */ \
+	static __always_inline entry_t *name##_find(const key_t *k, __u32 h, __u32 nb, __u32 *pos, __u32 *slot) \
+	{                                                                                                      \
+		__u8 sure = 1;                                                                                 \
+		entry_t *e = name##_find_first(k, h, nb, pos, slot, &sure);                                    \
+		return sure ? e : name##_find_call(k, h, nb, pos, slot);                                       \
 	}
 
 /* Results of the inserts. */

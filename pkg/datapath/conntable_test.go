@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
@@ -238,6 +241,118 @@ func TestPrivilegedNATTableCapacity(t *testing.T) {
 			if _, _, ok := e.getNAT(t, k); !ok {
 				t.Errorf("NAT table of %d: mapping %d lost", capacity, i)
 			}
+		}
+	}
+}
+
+// tagTwins returns two keys keyOf(i) that share their first bucket (in an
+// index of nb buckets) and their tag (bpf/include/table.h: tab_buckets,
+// tab_tag_pattern), so that a lookup of the second meets the first's way
+// before its own.
+func tagTwins(t *testing.T, nb uint32, keyOf func(i int) FlowKey) (FlowKey, FlowKey) {
+	t.Helper()
+	seen := map[uint64]FlowKey{}
+	for i := 0; i < 1<<16; i++ {
+		k := keyOf(i)
+		h := tableHash(k.raw(), DefaultHashSeed)
+		tag := h & 0xff
+		if tag < 2 {
+			tag += 2
+		}
+		id := uint64(uint64(h)*uint64(nb)>>32)<<8 | uint64(tag)
+		if first, ok := seen[id]; ok {
+			return first, k
+		}
+		seen[id] = k
+	}
+	t.Fatal("no two keys share a bucket and a tag")
+	return FlowKey{}, FlowKey{}
+}
+
+// TestPrivilegedTagCollision: a flow whose bucket holds, in an earlier
+// way, another key with the same tag is found (the fast path's lookup
+// reads only the first matching way and leaves the rest to the full
+// path's), for the MAC connection table and the NAT flows.
+func TestPrivilegedTagCollision(t *testing.T) {
+	e := newTestEnv(t)
+	// The entries are put as last seen at boot, and a packet refreshes an
+	// entry idle for over a second (FLOW_TOUCH_NS): the clock must be past
+	// it (a guest of scripts/kernels.sh runs its tests seconds after boot).
+	if now := e.now(); now < 2e9 {
+		time.Sleep(time.Duration(2e9 - now))
+	}
+	t.Run("MAC", func(t *testing.T) {
+		a, b := tagTwins(t, e.dp.objs.ConnIndex.MaxEntries(), func(i int) FlowKey {
+			return FlowKey{Src: tableClient(i), Dst: vipTCP, SrcPort: 3000, DstPort: 80, Proto: 6}
+		})
+		e.putConn(t, conn{key: a, backend: 10, service: 1, bootSeen: true})
+		e.putConn(t, conn{key: b, backend: 11, service: 1, bootSeen: true})
+		before := e.stats(t).Services[1].NewConns
+		for _, c := range []struct {
+			k   FlowKey
+			mac byte
+		}{{a, 0x21}, {b, 0x22}} {
+			f := testutil.Frame{Src: c.k.Src, Dst: vipTCP, Proto: "tcp", SrcPort: 3000, DstPort: 80, Flags: "PA", Payload: []byte("dlb")}
+			if v, out := e.run(t, f.Build(t)); v != xdpTX || !bytes.Equal(out[0:6], mac(c.mac)) {
+				t.Errorf("flow from %s: verdict %d to %x, want %x", c.k.Src, v, out[0:6], mac(c.mac))
+			}
+			// The packet refreshed its own entry (found, not raced).
+			if f, ok := e.getConn(t, c.k); !ok || f.LastSeen == 0 {
+				t.Errorf("flow from %s: entry %+v (present %v) not refreshed", c.k.Src, f, ok)
+			}
+		}
+		if d := e.stats(t).Services[1].NewConns - before; d != 0 {
+			t.Errorf("%d new connections: a flow in the table was taken for a new one", d)
+		}
+	})
+	t.Run("NAT", func(t *testing.T) {
+		a, b := tagTwins(t, e.dp.objs.NatFlowIndex.MaxEntries(), func(i int) FlowKey {
+			return key(vipNAT, 80, uint16(10000+i), 6)
+		})
+		e.putNAT(t, natConn{key: a, backend: 60, service: 6, ret: retAddr, port: 41000, bootSeen: true})
+		e.putNAT(t, natConn{key: b, backend: 60, service: 6, ret: retAddr, port: 41001, bootSeen: true})
+		for _, c := range []struct {
+			k    FlowKey
+			port uint16
+		}{{a, 41000}, {b, 41001}} {
+			f := tcpTo(vipNAT, 80, c.k.SrcPort, "PA")
+			want := rewrite(f, retAddr, c.port, natServer, 8080, ifaceMAC, routerMAC).Build(t)
+			if v, out := e.run(t, f.Build(t)); v != xdpTX || !bytes.Equal(out[:len(want)], want) {
+				t.Errorf("flow from port %d: verdict %d, frame\n%x\nwant\n%x", c.k.SrcPort, v, out[:len(want)], want)
+			}
+			if f, _, ok := e.getNAT(t, c.k); !ok || f.LastSeen == 0 {
+				t.Errorf("flow from port %d: entry %+v (present %v) not refreshed", c.k.SrcPort, f, ok)
+			}
+		}
+	})
+	// Both keys of each pair are in one bucket with the same tag (the
+	// first inserted in the earlier way: an insert takes the first free
+	// one), which is what the lookups above had to get past.
+	for _, idx := range []*ebpf.Map{e.dp.objs.ConnIndex, e.dp.objs.NatFlowIndex} {
+		n := 0
+		it := idx.Iterate()
+		var k uint32
+		var bk dispatcherTabBucket
+		for it.Next(&k, &bk) {
+			tags := map[uint32]int{}
+			for _, w := range bk.Ways {
+				for _, v := range []uint32{uint32(w), uint32(w >> 32)} {
+					if v>>24 > 1 {
+						tags[v>>24]++
+					}
+				}
+			}
+			for _, c := range tags {
+				if c >= 2 {
+					n++
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("%s: %d buckets with two ways of one tag, want 1", idx, n)
 		}
 	}
 }

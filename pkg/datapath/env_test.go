@@ -359,6 +359,8 @@ type natConn struct {
 	port    uint16
 	closing bool
 	idle    uint64 // seconds since both halves were last seen
+	// bootSeen: last seen at time 0 of the clock instead (at boot).
+	bootSeen bool
 }
 
 // putNAT inserts both halves of an established NAT connection.
@@ -369,7 +371,10 @@ func (e *testEnv) putNAT(t testing.TB, c natConn) {
 	if c.closing {
 		state = uint8(dispatcherFlowStateFLOW_CLOSING)
 	}
-	seen := e.ago(t, c.idle)
+	seen := uint64(0)
+	if !c.bootSeen {
+		seen = e.ago(t, c.idle)
+	}
 	f := dispatcherNatFlow{LastSeen: seen, Backend: c.backend, Service: c.service, State: state, NatPort: htons(c.port)}
 	f.NatAddr.Addr, _ = addrBytes(c.ret)
 	rk := dispatcherNatKey{Port: htons(c.port), Proto: c.key.Proto, Family: k.Family}
