@@ -397,6 +397,10 @@ func TestBenchReport(t *testing.T) {
 		w("one core: the pinned CPU sends and receives; packets per second of the kernel's test-run time),\n")
 		w("medians of %d rounds of %d frames (new connections: %d); %d of %d frames arrived at the far end\n",
 			benchRounds, live.frames, liveConnFrames, live.arrived, live.sent)
+		if live.interrupted > 0 {
+			w("(%d runs were cut short by a signal and run again: up to %d frames more were sent)\n",
+				live.interrupted, live.resent)
+		}
 		w("%-36s %9s  %-24s %7s  %s\n", "case", "Mpps", "ratio", "goal", "met")
 		liveRow := func(label string, pps, goal float64, note string) {
 			r := pps / live.ref
