@@ -350,8 +350,9 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
                                                                                                                \
 	/* name_first reads the entry of the first way of bucket b (number n;    \
 	 * pat: its tag pattern) whose tag is k's: the scan of the bucket is      \
-	 * unrolled, but reads one entry at one place (every entry read is a      \
-	 * helper call the kernel rewrites at load, copying the whole program).  \
+	 * unrolled, but reads one entry, at one of two places (every entry read \
+	 * is a helper call the kernel rewrites at load, copying the whole       \
+	 * program).                                                             \
 	 * It returns the entry if its key is k; else NULL, and clears *sure     \
 	 * when a tag matched another key's (one way in 254), so that later ways \
 	 * may hold k.                                                            */ \
@@ -370,9 +371,19 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		}                                                                                              \
 		if (!m)                                                                                        \
 			return NULL;                                                                           \
-		__u32 hi = !(m & 0x80000000ULL);                                                               \
-		__u32 i = wf * 2 + hi;                                                                         \
-		entry_t *e = name##_cand(x >> (32 * hi), k, slot);                                             \
+		__u32 i = wf * 2;                                                                              \
+		entry_t *e;                                                                                    \
+		if (m & 0x80000000ULL) {                                                                       \
+			e = name##_cand(x, k, slot);                                                           \
+		} else {                                                                                       \
+			/* Two reads, a branch between them: the entry's address   \
+			 * then waits for the bucket's word only, not for the match \
+			 * as well (one read of a computed half: 1 ns more on an    \
+			 * established flow).                                       */ \
+			asm volatile("" : "+r"(x));                                                            \
+			e = name##_cand(x >> 32, k, slot);                                                     \
+			i++;                                                                                   \
+		}                                                                                              \
 		if (!e) {                                                                                      \
 			*sure = 0;                                                                             \
 			return NULL;                                                                           \
