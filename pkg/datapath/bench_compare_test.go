@@ -21,10 +21,14 @@ const benchCompareRounds = 21
 // other: DLB_BENCH_COMPARE names their objects, comma-separated ("-" is
 // the committed one). Each round measures every object's established
 // flow, SYN from a new source, new connection and ACK of an unknown flow,
-// one object after the other, so that the machine's drift touches all of
-// them alike; whole report runs alternated by hand differ by more than
-// the variants do. Costs are computed as the report's (connection table
-// half full, cost = T(wrapper→X) − T(wrapper→pass) + T(bare XDP_PASS)).
+// and its NAT SYN from a new source and NAT new connection (each with the
+// half-open table emptied first), one object after the other, so that
+// the machine's drift touches all of them alike; whole report runs
+// alternated by hand differ by more than the variants do. Costs are
+// computed as the report's (connection table half full, cost =
+// T(wrapper→X) − T(wrapper→pass) + T(bare XDP_PASS)).
+// DLB_BENCH_COMPARE_NOCHECK=1 measures variants cut short for scale (a
+// path returning early): their paths and verdicts are not checked.
 func TestBenchCompare(t *testing.T) {
 	list := os.Getenv("DLB_BENCH_COMPARE")
 	if list == "" {
@@ -41,9 +45,13 @@ func TestBenchCompare(t *testing.T) {
 	const estPort = 40000
 	estKey := key(vipTCP, 80, estPort, 6)
 	estFrame, synFrame, ackFrame := benchTCPFrame(t, estPort, "A"), benchTCPFrame(t, 1, "S"), benchTCPFrame(t, 1, "A")
+	natSyn := tcpTo(vipNAT, 80, 1, "S")
+	natSyn.Payload = []byte("dlb-bench!")
+	natSynFrame := natSyn.Build(t)
 	half := int(e.dp.Info().ConnTable) / 2
 	fillConns(t, e, half)
 	reset := func() { resetConns(t, e, half, estKey) }
+	natReset := func() { resetNAT(t, e, FlowKey{}) }
 
 	bases := []*benchCase{
 		{name: "bare XDP_PASS", frame: estFrame, repeat: 1_000_000, want: xdpPass},
@@ -61,9 +69,19 @@ func TestBenchCompare(t *testing.T) {
 		if path != "-" {
 			prog, name = loadVariant(t, path, e.pinDir), path
 		}
-		builds = append(builds, build{name: name, cases: compareCases(prog, estFrame, synFrame, ackFrame, reset)})
+		cases := compareCases(prog, estFrame, synFrame, ackFrame, reset)
+		cases = append(cases, compareNATCases(t, e, prog, natSynFrame, natReset)...)
+		builds = append(builds, build{name: name, cases: cases})
 	}
 	for _, bl := range builds {
+		if os.Getenv("DLB_BENCH_COMPARE_NOCHECK") == "1" {
+			// Variants that cut a path short, measured for scale:
+			// neither their paths nor their verdicts are checked.
+			for _, c := range bl.cases {
+				c.anyRet = true
+			}
+			continue
+		}
 		// Every build takes the paths the cases are named after.
 		b.checkEstablished(e, bl.cases[0], estKey)
 		b.checkSYN(e, bl.cases[1])
@@ -72,6 +90,10 @@ func TestBenchCompare(t *testing.T) {
 		reset()
 		b.checkNew(e, bl.cases[3])
 		reset()
+		natReset()
+		clearHalfOpen(t, e)
+		b.checkNATConn(e, bl.cases[5])
+		natReset()
 	}
 
 	for round := -1; round < benchCompareRounds; round++ {
@@ -97,11 +119,14 @@ func TestBenchCompare(t *testing.T) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n== comparing builds: %d rounds (+1 warm-up), interleaved; table half full; pinned CPU %d ==\n",
 		benchCompareRounds, cpu)
-	fmt.Fprintf(&out, "%-24s %10s %10s %10s %10s %12s\n", "object", "est ns", "SYN ns", "conn ns", "ACK ns", "conn/est")
+	fmt.Fprintf(&out, "%-24s %8s %8s %8s %8s %9s %9s %9s %10s\n", "object", "est ns", "SYN ns", "conn ns", "ACK ns",
+		"conn/est", "NAT SYN", "NAT conn", "NAT/MAC")
 	for _, bl := range builds {
 		est, syn := cost(bl.cases[0]), cost(bl.cases[1])
 		conn, ack := 2*cost(bl.cases[2]), cost(bl.cases[3])
-		fmt.Fprintf(&out, "%-24s %10.1f %10.1f %10.1f %10.1f %11.2f×\n", bl.name, est, syn, conn, ack, conn/est)
+		natSyn, natConn := cost(bl.cases[4]), 2*cost(bl.cases[5])
+		fmt.Fprintf(&out, "%-24s %8.1f %8.1f %8.1f %8.1f %8.2f× %9.1f %9.1f %9.2f×\n", bl.name, est, syn, conn, ack,
+			conn/est, natSyn, natConn, natConn/conn)
 	}
 	fmt.Fprintf(&out, "\nraw kernel ns/run: median (min–max)\n")
 	for _, c := range bases {
@@ -127,5 +152,17 @@ func compareCases(prog *ebpf.Program, est, syn, ack []byte, reset func()) []*ben
 			base: "wrapper(conn)→pass", prepare: reset},
 		{name: "ACK of an unknown flow", target: prog, frame: ack, vary: benchNewFlow, repeat: benchConns, want: xdpTX,
 			base: "wrapper(vary)→pass", prepare: reset},
+	}
+}
+
+// compareNATCases returns TestBenchCompare's NAT cases for one build of
+// dlb_xdp, as the report measures them: a NAT SYN from a new source and a
+// NAT new connection (per packet), each after reset (the benchmark's NAT
+// connections removed) and with the half-open table emptied.
+func compareNATCases(t *testing.T, e *testEnv, prog *ebpf.Program, syn []byte, reset func()) []*benchCase {
+	return []*benchCase{
+		{name: "NAT SYN, new source", target: prog, frame: syn, vary: benchNewFlow, repeat: benchConns, want: xdpTX,
+			base: "wrapper(vary)→pass", prepare: func() { reset(); clearHalfOpen(t, e) }},
+		natConnCase(t, e, prog, syn, reset),
 	}
 }
