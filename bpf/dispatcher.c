@@ -704,13 +704,16 @@ int dlb_xdp(struct xdp_md *ctx)
  * entries as the executor does. The context is a struct conn_ctl. */
 
 /* conn_ctl_find returns the entry of c->entry.key, and its table hash,
- * way position and slot. */
+ * way position and slot. *pos and *slot are set on every path, found or
+ * not: the verifier refuses the callers' reads of the stack otherwise. */
 static __always_inline struct conn_entry *conn_ctl_find(struct conn_ctl *c, struct flow_key *k, const struct dlb_config **cfgp,
 							__u32 *h, __u32 *pos, __u32 *slot)
 {
 	__u32 key0 = 0;
 	const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);
 
+	*pos = 0;
+	*slot = 0;
 	c->result = 1;
 	*cfgp = cfg;
 	if (!cfg)
@@ -726,7 +729,7 @@ int dlb_conn_get(struct conn_ctl *c)
 {
 	const struct dlb_config *cfg;
 	struct flow_key k;
-	__u32 h, pos = 0, slot = 0;
+	__u32 h, pos, slot;
 	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
 
 	if (e) {
@@ -744,7 +747,7 @@ int dlb_conn_put(struct conn_ctl *c)
 	const struct dlb_config *cfg;
 	struct flow_key k;
 	struct flow v;
-	__u32 h, pos = 0, slot = 0;
+	__u32 h, pos, slot;
 	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
 
 	__builtin_memcpy(&v, &c->entry.flow, sizeof(v));
@@ -787,7 +790,7 @@ int dlb_conn_del(struct conn_ctl *c)
 {
 	const struct dlb_config *cfg;
 	struct flow_key k;
-	__u32 h, pos = 0, slot = 0;
+	__u32 h, pos, slot;
 	struct conn_entry *e = conn_ctl_find(c, &k, &cfg, &h, &pos, &slot);
 
 	if (!e || (c->expect_seen && e->flow.last_seen != c->expect_seen))
