@@ -70,6 +70,7 @@ enum nat_ctl_op dlb_btf_nat_ctl_op __attribute__((unused));
 enum trace_consts dlb_btf_trace_consts __attribute__((unused));
 enum trace_flags dlb_btf_trace_flags __attribute__((unused));
 enum trace_stat dlb_btf_trace_stat __attribute__((unused));
+enum tab_flags dlb_btf_tab_flags __attribute__((unused));
 
 /* IPv4 "more fragments" flag and fragment offset, in network byte order. */
 #define IP_MF_OFFSET bpf_htons(0x3fff)

@@ -15,7 +15,7 @@
 # the guest runs the tests as init and powers off. DLB_KERNEL_TESTS is the
 # -test.run pattern (default: the executor's case table, a few hundred
 # packets of every kind, the guard, its real traffic through veth pairs,
-# lookups past another key's tag,
+# lookups past another key's tag and into second buckets,
 # and the stack model checked against the kernel's own count);
 # DLB_KERNEL_TIMEOUT the seconds a guest may take (default 1800).
 #
@@ -46,7 +46,7 @@ fi
 
 min=$(sed -n 's/^const MinKernel = "\(.*\)"$/\1/p' pkg/datapath/kernel.go)
 [ -n "$min" ] || { echo "kernels.sh: no MinKernel in pkg/datapath/kernel.go" >&2; exit 1; }
-tests=${DLB_KERNEL_TESTS:-'^TestPrivileged(DatapathTable|NATRealTraffic|IPv6MACRealTraffic|Guard|StackModel|TagCollision)$'}
+tests=${DLB_KERNEL_TESTS:-'^TestPrivileged(DatapathTable|NATRealTraffic|IPv6MACRealTraffic|Guard|StackModel|TagCollision|OverflowClasses)$'}
 limit=${DLB_KERNEL_TIMEOUT:-1800}
 work=$PWD/bin/kernels
 mkdir -p "$work"

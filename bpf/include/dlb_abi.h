@@ -28,7 +28,7 @@ enum dlb_consts {
 	/* DLB_ABI_VERSION is written into the config map. A loader refuses
 	 * pinned maps that another ABI version wrote: layouts can differ
 	 * where sizes agree. Bump it on every layout or meaning change. */
-	DLB_ABI_VERSION = 4,
+	DLB_ABI_VERSION = 5,
 	/* A half-open connection (a SYN without its handshake-completing
 	 * ACK) counts as half-open for this long; the sweeper frees NAT
 	 * half-open entries older than this. */
@@ -184,9 +184,17 @@ enum tab_flags {
 	 * this is runs, so that one key is never inserted twice. */
 	TAB_F_LOCK = 1 << 0,
 	/* TAB_F_OVERFLOW: a key whose first bucket this is was put in its
-	 * second bucket (this one was full). Until then a lookup that misses
-	 * here need not look in the second. */
+	 * second bucket (this one was full). */
 	TAB_F_OVERFLOW = 1 << 1,
+	/* TAB_F_OVERFLOW_CLASSES: bit TAB_OVERFLOW_SHIFT + c is set with
+	 * TAB_F_OVERFLOW when the key put in its second bucket is of class c
+	 * (tab_overflow_bit: 16 classes of key hash). A lookup that misses
+	 * here looks in the second bucket only when its key's class bit is
+	 * set: in a full table nearly every bucket has overflowed, but a few
+	 * of its keys' classes only, so most misses read one index line, not
+	 * two. The bits, like the flag, are never cleared. */
+	TAB_F_OVERFLOW_CLASSES = 0xffff0000,
+	TAB_OVERFLOW_SHIFT = 16,
 };
 
 /* State of a connection-table entry. */

@@ -32,10 +32,11 @@
  * the ways of b1, or of b2 when b1 was nearly full at its insert and b2
  * emptier ("two choices": the index has about 1.4 ways per entry, and a
  * key's two buckets are full only when the table is; see TAB_SPARE). A
- * bucket that ever sent a key to its second bucket has TAB_F_OVERFLOW,
- * and a lookup that misses in b1 reads b2 only then. A tag matches a
- * key's by chance once in 254 ways: the key of every way whose tag
- * matches is compared.
+ * bucket that ever sent a key to its second bucket has TAB_F_OVERFLOW and
+ * the bit of that key's class (tab_overflow_bit, one of 16), and a lookup
+ * that misses in b1 reads b2 only when its key's class bit is set. A tag
+ * matches a key's by chance once in 254 ways: the key of every way whose
+ * tag matches is compared.
  *
  * Concurrency. A way is claimed by compare-and-exchange of its 64-bit word
  * (free, 0, to DLB_TAB_BUSY), and published when its entry is written by
@@ -144,6 +145,14 @@ static __always_inline __u64 tab_tag_pattern(__u32 h)
 
 	t = t < 2 ? t + 2 : t;
 	return (t << 24) | (t << 56);
+}
+
+/* tab_overflow_bit returns the TAB_F_OVERFLOW_CLASSES bit of the class of
+ * a key with hash h: hash bits that neither its buckets (the high bits)
+ * nor its tag (the low byte) come from. */
+static __always_inline __u32 tab_overflow_bit(__u32 h)
+{
+	return 1U << (TAB_OVERFLOW_SHIFT + ((h >> 12) & 15));
 }
 
 /* tab_range maps a hash onto [0, n) by multiplication (no division). */
@@ -499,7 +508,7 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		if (!b)                                                                                        \
 			return -1;                                                                             \
 		long r = name##_probe_pos(b, n1, pat, k);                                                      \
-		if (r >= 0 || !(b->meta & TAB_F_OVERFLOW))                                                     \
+		if (r >= 0 || !(b->meta & tab_overflow_bit(h)))                                                \
 			return r;                                                                              \
 		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
 		if (!b)                                                                                        \
@@ -533,7 +542,7 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 			return NULL;                                                                           \
 		__u64 pat = tab_tag_pattern(h);                                                                \
 		entry_t *e = name##_first(b, n1, pat, k, pos, slot, sure);                                     \
-		if (e || !*sure || !(b->meta & TAB_F_OVERFLOW))                                                \
+		if (e || !*sure || !(b->meta & tab_overflow_bit(h)))                                           \
 			return e;                                                                              \
 		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
 		if (!b)                                                                                        \
@@ -592,7 +601,7 @@ enum tab_insert_result {
 		int res = TAB_FAILED;                                                                          \
 		__u64 pat = tab_tag_pattern(h);                                                                \
 		int s = name##_probe_loop(b1, n1, pat, &a->e.key);                                             \
-		if (s < 0 && (b1->meta & TAB_F_OVERFLOW))                                                      \
+		if (s < 0 && (b1->meta & tab_overflow_bit(h)))                                                 \
 			s = name##_probe_loop(b2, n2, pat, &a->e.key);                                         \
 		if (s >= 0) {                                                                                  \
 			a->slot = s;                                                                           \
@@ -609,7 +618,7 @@ enum tab_insert_result {
 		if (way < 0)                                                                                   \
 			goto out;                                                                              \
 		if (b != b1)                                                                                   \
-			__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW);                                        \
+			__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW | tab_overflow_bit(h));                  \
 		s = name##_alloc(cfg->words_field);                                                            \
 		__u32 slot = s;                                                                                \
 		void *e = s < 0 ? NULL : bpf_map_lookup_elem(&entries_map, &slot);                             \
@@ -711,7 +720,7 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 	__u64 pat = tab_tag_pattern(h);
 	__u64 now = a->e.flow.last_seen;
 	int found = conn_probe_loop(b1, n1, pat, &a->e.key);
-	if (found < 0 && (b1->meta & TAB_F_OVERFLOW))
+	if (found < 0 && (b1->meta & tab_overflow_bit(h)))
 		found = conn_probe_loop(b2, n2, pat, &a->e.key);
 	if (found >= 0) {
 		a->slot = found;
@@ -758,7 +767,7 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 		slot = v & TAB_SLOT_MASK;
 	}
 	if (b != b1)
-		__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW);
+		__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW | tab_overflow_bit(h));
 	if (slot < 0)
 		slot = conn_alloc(cfg->conn_words);
 	if (slot < 0) {

@@ -22,7 +22,8 @@ const benchCompareRounds = 21
 // the committed one). Each round measures every object's established
 // flow, SYN from a new source, new connection and ACK of an unknown flow,
 // and its NAT SYN from a new source and NAT new connection (each with the
-// half-open table emptied first), one object after the other, so that
+// half-open table emptied first), then, the table filled, its SYN from a
+// new source into a full table (a flood), one object after the other, so that
 // the machine's drift touches all of them alike; whole report runs
 // alternated by hand differ by more than the variants do. Costs are
 // computed as the report's (connection table half full, cost =
@@ -112,31 +113,63 @@ func TestBenchCompare(t *testing.T) {
 		}
 	}
 
-	baseNS := map[string]float64{}
+	// Then the table full, as the report fills it (ACKs of unknown flows
+	// through the committed object, which set what variants read): every
+	// build's SYN from a new source, a flood.
+	fill := &benchCase{name: "filling", target: e.dp.objs.DlbXdp, frame: ackFrame, vary: benchNewFlow, want: xdpTX}
+	b.run(fill, uint32(e.dp.Info().ConnTable))
+	if n, capacity := countConns(t, e), int(e.dp.Info().ConnTable); n < capacity*9/10 {
+		t.Fatalf("filling the table: %d entries of %d", n, capacity)
+	}
+	fullBases := []*benchCase{
+		{name: "bare XDP_PASS", frame: estFrame, repeat: 1_000_000, want: xdpPass},
+		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: 1_000_000, want: xdpPass},
+	}
+	floods := make([]*benchCase, len(builds))
+	for i, bl := range builds {
+		floods[i] = &benchCase{name: "SYN, full table", target: bl.cases[0].target, frame: synFrame, vary: benchNewFlow,
+			repeat: 1_000_000, want: xdpTX, base: "wrapper(vary)→pass", anyRet: noCheck}
+	}
+	for round := -1; round < benchCompareRounds; round++ {
+		for _, c := range append(fullBases, floods...) {
+			if ns := b.measure(c); round >= 0 {
+				c.ns = append(c.ns, ns)
+			}
+		}
+	}
+
+	baseNS, fullNS := map[string]float64{}, map[string]float64{}
 	for _, c := range bases {
 		baseNS[c.name] = median(c.ns)
+	}
+	for _, c := range fullBases {
+		fullNS[c.name] = median(c.ns)
 	}
 	cost := func(c *benchCase) float64 { return median(c.ns) - baseNS[c.base] + baseNS["bare XDP_PASS"] }
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n== comparing builds: %d rounds (+1 warm-up), interleaved; table half full; pinned CPU %d ==\n",
 		benchCompareRounds, cpu)
-	fmt.Fprintf(&out, "%-24s %8s %8s %8s %8s %9s %9s %9s %10s\n", "object", "est ns", "SYN ns", "conn ns", "ACK ns",
-		"conn/est", "NAT SYN", "NAT conn", "NAT/MAC")
-	for _, bl := range builds {
+	fmt.Fprintf(&out, "%-24s %8s %8s %8s %8s %9s %9s %9s %10s %9s %9s\n", "object", "est ns", "SYN ns", "conn ns", "ACK ns",
+		"conn/est", "NAT SYN", "NAT conn", "NAT/MAC", "flood ns", "flood/est")
+	for i, bl := range builds {
 		est, syn := cost(bl.cases[0]), cost(bl.cases[1])
 		conn, ack := 2*cost(bl.cases[2]), cost(bl.cases[3])
 		natSyn, natConn := cost(bl.cases[4]), 2*cost(bl.cases[5])
-		fmt.Fprintf(&out, "%-24s %8.1f %8.1f %8.1f %8.1f %8.2f× %9.1f %9.1f %9.2f×\n", bl.name, est, syn, conn, ack,
-			conn/est, natSyn, natConn, natConn/conn)
+		flood := median(floods[i].ns) - fullNS[floods[i].base] + fullNS["bare XDP_PASS"]
+		fmt.Fprintf(&out, "%-24s %8.1f %8.1f %8.1f %8.1f %8.2f× %9.1f %9.1f %9.2f× %9.1f %8.2f×\n", bl.name, est, syn, conn, ack,
+			conn/est, natSyn, natConn, natConn/conn, flood, flood/est)
 	}
 	fmt.Fprintf(&out, "\nraw kernel ns/run: median (min–max)\n")
 	for _, c := range bases {
 		fmt.Fprintf(&out, "  %-44s %7.1f  (%.0f–%.0f)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 	}
-	for _, bl := range builds {
-		for _, c := range bl.cases {
+	for i, bl := range builds {
+		for _, c := range append(bl.cases, floods[i]) {
 			fmt.Fprintf(&out, "  %-24s %-19s %7.1f  (%.0f–%.0f)\n", bl.name, c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 		}
+	}
+	for _, c := range fullBases {
+		fmt.Fprintf(&out, "  %-44s %7.1f  (%.0f–%.0f)  (table full)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 	}
 	fmt.Print(out.String())
 }

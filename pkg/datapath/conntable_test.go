@@ -4,6 +4,7 @@ package datapath
 
 import (
 	"bytes"
+	"math/bits"
 	"net/netip"
 	"strings"
 	"testing"
@@ -92,6 +93,77 @@ func TestPrivilegedConnTableCapacity(t *testing.T) {
 				t.Errorf("%d inserts failed", ev)
 			}
 		})
+	}
+}
+
+// TestPrivilegedOverflowClasses: a table filled to its capacity puts some
+// keys in their second bucket, and each such key's first bucket records
+// the key's class (TAB_F_OVERFLOW_CLASSES), which is what a lookup that
+// misses there reads to decide whether to read the second bucket: a
+// first bucket's class bits are exactly the classes of the keys in their
+// second bucket (nothing was removed, so no bit is stale), and a bucket
+// that overflowed has fewer than all 16 set, so that a miss there usually
+// reads one index line. The capacity test finds every key again.
+func TestPrivilegedOverflowClasses(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const n = 2000
+	e := openTestEnv(t, Options{ConnTableSize: n})
+	for i := 0; i < n; i++ {
+		if v, _ := e.run(t, tableFlow(i, "A").Build(t)); v != xdpTX {
+			t.Fatalf("flow %d: verdict %d", i, v)
+		}
+	}
+	idx := e.dp.objs.ConnIndex
+	nb := idx.MaxEntries()
+	want := make([]uint32, nb)
+	buckets := make([]dispatcherTabBucket, nb)
+	inSecond, entries := 0, 0
+	for b := uint32(0); b < nb; b++ {
+		if err := idx.Lookup(b, &buckets[b]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := uint32(0); b < nb; b++ {
+		for _, w := range buckets[b].Ways {
+			for _, v := range []uint32{uint32(w), uint32(w >> 32)} {
+				if v>>24 <= uint32(dispatcherDlbConstsDLB_TAB_BUSY) {
+					continue
+				}
+				var ce dispatcherConnEntry
+				if err := e.dp.objs.Conns.Lookup(v&0xffffff, &ce); err != nil {
+					t.Fatal(err)
+				}
+				entries++
+				h := tableHash(ce.Key, DefaultHashSeed)
+				if first := uint32(uint64(h) * uint64(nb) >> 32); first != b {
+					inSecond++
+					want[first] |= uint32(dispatcherTabFlagsTAB_F_OVERFLOW) | 1<<(uint32(dispatcherTabFlagsTAB_OVERFLOW_SHIFT)+(h>>12)&15)
+				}
+			}
+		}
+	}
+	if entries != n {
+		t.Fatalf("%d entries in the index, want %d", entries, n)
+	}
+	if inSecond == 0 {
+		t.Fatal("no key in its second bucket: the test shows nothing")
+	}
+	overflowed, classes := 0, 0
+	mask := uint32(dispatcherTabFlagsTAB_F_OVERFLOW) | uint32(dispatcherTabFlagsTAB_F_OVERFLOW_CLASSES)
+	for b := range buckets {
+		got := buckets[b].Meta & mask
+		if got != want[b] {
+			t.Errorf("bucket %d: overflow flags %#x, want %#x", b, got, want[b])
+		}
+		if got != 0 {
+			overflowed++
+			classes += bits.OnesCount32(got & uint32(dispatcherTabFlagsTAB_F_OVERFLOW_CLASSES))
+		}
+	}
+	t.Logf("%d entries, %d in their second bucket; %d of %d buckets overflowed, %.1f classes of 16 set in each",
+		entries, inSecond, overflowed, nb, float64(classes)/float64(overflowed))
+	if classes >= 16*overflowed/2 {
+		t.Errorf("%d class bits in %d overflowed buckets: a miss would read the second bucket half the time or more", classes, overflowed)
 	}
 }
 

@@ -125,7 +125,7 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION        dispatcherDlbConsts = 4
+	dispatcherDlbConstsDLB_ABI_VERSION        dispatcherDlbConsts = 5
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS  dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_NAT_CANDIDATES     dispatcherDlbConsts = 8
 	dispatcherDlbConstsDLB_NAT_CANDIDATES_MAX dispatcherDlbConsts = 64
@@ -450,6 +450,15 @@ type dispatcherTabBucket struct {
 	Pad  uint32
 }
 
+type dispatcherTabFlags uint32
+
+const (
+	dispatcherTabFlagsTAB_F_LOCK             dispatcherTabFlags = 1
+	dispatcherTabFlagsTAB_F_OVERFLOW         dispatcherTabFlags = 2
+	dispatcherTabFlagsTAB_F_OVERFLOW_CLASSES dispatcherTabFlags = 4294901760
+	dispatcherTabFlagsTAB_OVERFLOW_SHIFT     dispatcherTabFlags = 16
+)
+
 type dispatcherTableInfo struct {
 	_     structs.HostLayout
 	Sum   uint64
@@ -627,6 +636,7 @@ const (
 	dispatcherVarDlbBtfNatFlags     = "dlb_btf_nat_flags"
 	dispatcherVarDlbBtfSelection    = "dlb_btf_selection"
 	dispatcherVarDlbBtfStatReason   = "dlb_btf_stat_reason"
+	dispatcherVarDlbBtfTabFlags     = "dlb_btf_tab_flags"
 	dispatcherVarDlbBtfTraceConsts  = "dlb_btf_trace_consts"
 	dispatcherVarDlbBtfTraceFlags   = "dlb_btf_trace_flags"
 	dispatcherVarDlbBtfTraceStat    = "dlb_btf_trace_stat"
@@ -744,6 +754,7 @@ type dispatcherVariableSpecs struct {
 	DlbBtfNatFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.VariableSpec `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.VariableSpec `ebpf:"dlb_btf_stat_reason"`
+	DlbBtfTabFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_tab_flags"`
 	DlbBtfTraceConsts  *ebpf.VariableSpec `ebpf:"dlb_btf_trace_consts"`
 	DlbBtfTraceFlags   *ebpf.VariableSpec `ebpf:"dlb_btf_trace_flags"`
 	DlbBtfTraceStat    *ebpf.VariableSpec `ebpf:"dlb_btf_trace_stat"`
@@ -871,6 +882,7 @@ type dispatcherVariables struct {
 	DlbBtfNatFlags     *ebpf.Variable `ebpf:"dlb_btf_nat_flags"`
 	DlbBtfSelection    *ebpf.Variable `ebpf:"dlb_btf_selection"`
 	DlbBtfStatReason   *ebpf.Variable `ebpf:"dlb_btf_stat_reason"`
+	DlbBtfTabFlags     *ebpf.Variable `ebpf:"dlb_btf_tab_flags"`
 	DlbBtfTraceConsts  *ebpf.Variable `ebpf:"dlb_btf_trace_consts"`
 	DlbBtfTraceFlags   *ebpf.Variable `ebpf:"dlb_btf_trace_flags"`
 	DlbBtfTraceStat    *ebpf.Variable `ebpf:"dlb_btf_trace_stat"`
