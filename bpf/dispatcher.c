@@ -177,13 +177,13 @@ static __always_inline int balance(struct xdp_md *ctx, struct pkt *pk, const str
 		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 		if (!b)
 			return verdict(ctx, STAT_DROP_NO_BACKEND, XDP_DROP);
-		remember_handshake(fk, pk->thash, id, vm->service, now);
+		remember_handshake(pk->thash, id, vm->service, now);
 		GO_FORWARD(b, id, 0, 0);
 	}
 
 	b = NULL;
 	if (tcp)
-		b = handshake_backend(fk, pk->thash, vm->service, &id);
+		b = handshake_backend(pk->thash, vm->service, &id);
 	if (!b)
 		b = pick_mac(vm, cfg, fk, pk->thash, now, &id);
 	if (!b)

@@ -33,6 +33,8 @@ enum dlb_consts {
 	 * ACK) counts as half-open for this long; the sweeper frees NAT
 	 * half-open entries older than this. */
 	DLB_HALF_OPEN_SECONDS = 30,
+	/* struct handshake's seen counts the clock in units of 2^this ns. */
+	DLB_HANDSHAKE_SEEN_SHIFT = 20,
 	/* How many hash-derived candidate ports a new NAT mapping tries
 	 * first. When established connections hold all of them (a pool in
 	 * heavy use), it goes on to DLB_NAT_CANDIDATES_MAX before the pool
@@ -237,17 +239,25 @@ struct conn_ctl {
  * table changed in between, and clears the slot. Slots are overwritten
  * freely: a lost entry only means the ACK is scheduled by Maglev again.
  * Slots with a recent "seen" are the half-open connections the sweeper
- * counts per service. */
+ * counts per service.
+ *
+ * 16 bytes, four to a cache line, without the flow's key: a stream of new
+ * connections writes and reads a quarter of the memory that a 64-byte
+ * entry holding the key took (BENCHMARKS.md). The slot is the flow's
+ * table hash (tab_hash_flow) modulo the slots, and check holds the whole
+ * hash: an ACK takes the entry of another flow only if that flow's hash is
+ * its own, all 32 bits, and then gets the server its own SYN would have
+ * been given, since a new flow's Maglev slot comes from that same hash. */
 struct handshake {
-	struct flow_key key;
+	/* check = the flow's table hash ^ backend ^ service: also detects an
+	 * entry torn by two CPUs writing the same slot at once. */
+	__u32 check;
 	__u32 backend;
 	__u32 service;
-	/* check = table hash (tab_hash_flow) ^ backend ^ service: detects an
-	 * entry torn by two CPUs writing the same slot at once. The slot is
-	 * the table hash modulo the slots. */
-	__u32 check;
-	__u32 pad;
-	__u64 seen; /* coarse ns of the SYN; 0 once the handshake completed */
+	/* seen: the coarse clock of the SYN in units of 2^20 ns (about a
+	 * millisecond, DLB_HANDSHAKE_SEEN_SHIFT), modulo 2^32, never 0 (1
+	 * stands for 0); 0 once the handshake completed. */
+	__u32 seen;
 };
 
 /* Where to send a frame: a neighbour's MAC, the MAC of the interface it
@@ -365,14 +375,16 @@ struct halfopen {
 /* An entry of the NAT handshake cache: which port a recent NAT SYN
  * reserved, so that its ACK finds the half-open connection directly. Slots
  * are overwritten freely: a lost slot only means the ACK looks the
- * reservation up by recomputing the SYN's server and candidate ports. */
+ * reservation up by recomputing the SYN's server and candidate ports. The
+ * entry names the reservation's nat_halfopen slot, which holds the return
+ * address and port and the client flow they are for (the ACK checks it
+ * owns them): 8 bytes, eight to a cache line, not the 64 of an entry
+ * holding the flow's key and the return address (BENCHMARKS.md). The slot
+ * is the client flow's table hash modulo the slots. */
 struct nat_handshake {
-	struct flow_key key;
-	struct dlb_ip nat_addr;
-	__be16 nat_port;
-	__u16 pad;
-	/* check = table hash (tab_hash_flow) ^ nat_port: detects a slot torn
-	 * by two CPUs. The slot is the table hash modulo the slots. */
+	__u32 slot;  /* the reservation's slot of nat_halfopen */
+	/* check = table hash (tab_hash_flow) ^ slot: detects an entry torn by
+	 * two CPUs, and most other flows' entries. */
 	__u32 check;
 };
 

@@ -753,10 +753,18 @@ __noinline int dlb_nat_find(struct nat_args *a)
 	__u32 hash = a->thash;
 	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
 	struct nat_handshake *hs = bpf_map_lookup_elem(&nat_handshakes, &slot);
-	if (hs && hs->check == (hash ^ hs->nat_port) && flow_key_eq(&hs->key, &a->fk)) {
-		nat_key_of(&a->nk, &hs->nat_addr, hs->nat_port, a->fk.proto, a->fk.family);
+	if (!hs || hs->check != (hash ^ hs->slot))
+		return 0;
+	__u32 idx = hs->slot;
+	h = bpf_map_lookup_elem(&nat_halfopen, &idx);
+	if (h) {
+		/* The slot's key, then the whole reservation read again and
+		 * checked under it (halfopen_get: live, contents whole, the
+		 * same key), as another CPU may be rewriting the slot. */
+		__builtin_memcpy(&a->nk, &h->key, sizeof(a->nk));
 		h = halfopen_get(&a->nk, cfg, a->now, &a->owner);
-		if (h && owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk)) {
+		if (h && a->nk.proto == a->fk.proto && a->nk.family == a->fk.family &&
+		    owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk)) {
 			a->slot = halfopen_index(&a->nk, cfg->halfopen_mask);
 			return 1;
 		}
@@ -875,10 +883,8 @@ static __always_inline int nat_syn(struct xdp_md *ctx, struct pkt *pk, const str
 	__u32 slot = pk->thash & (HANDSHAKE_SLOTS - 1);
 	struct nat_handshake *hs = bpf_map_lookup_elem(&nat_handshakes, &slot);
 	if (hs) {
-		__builtin_memcpy(&hs->key, fk, sizeof(*fk));
-		ip_copy(&hs->nat_addr, &a->nk.addr);
-		hs->nat_port = port;
-		hs->check = pk->thash ^ port;
+		hs->slot = a->slot;
+		hs->check = pk->thash ^ a->slot;
 	}
 	return nat_to_server(ctx, pk, family, &a->nk.addr, port, b, id, vm->service, 0, 0);
 }

@@ -255,37 +255,42 @@ static __always_inline void affinity_touch(const struct vip_meta *vm, const stru
 		affinity_refresh(vm, fk, backend_id, now);
 }
 
+/* handshake_seen is the clock now as struct handshake's seen. */
+static __always_inline __u32 handshake_seen(__u64 now)
+{
+	__u32 s = now >> DLB_HANDSHAKE_SEEN_SHIFT;
+
+	return s ? s : 1;
+}
+
 /* remember_handshake records which server a SYN went to. hash is the
  * flow's table hash (tab_hash_flow). */
-static __always_inline void remember_handshake(const struct flow_key *fk, __u32 hash, __u32 backend_id, __u32 service,
-					       __u64 now)
+static __always_inline void remember_handshake(__u32 hash, __u32 backend_id, __u32 service, __u64 now)
 {
 	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
 	struct handshake *hs = bpf_map_lookup_elem(&handshakes, &slot);
 
 	if (!hs)
 		return;
-	__builtin_memcpy(&hs->key, fk, sizeof(*fk));
+	hs->check = hash ^ backend_id ^ service;
 	hs->backend = backend_id;
 	hs->service = service;
-	hs->check = hash ^ backend_id ^ service;
-	hs->seen = now;
+	hs->seen = handshake_seen(now);
 }
 
-/* handshake_backend returns the server the flow's SYN went to, if the
- * handshake cache still holds it and that server is still configured, and
- * marks the handshake completed. */
-static __always_inline struct backend *handshake_backend(const struct flow_key *fk, __u32 hash, __u32 service,
-							 __u32 *backend_id)
+/* handshake_backend returns the server the SYN of the flow with table hash
+ * hash went to, if the handshake cache still holds it and that server is
+ * still configured, and marks the handshake completed. */
+static __always_inline struct backend *handshake_backend(__u32 hash, __u32 service, __u32 *backend_id)
 {
 	__u32 slot = hash & (HANDSHAKE_SLOTS - 1);
 	struct handshake *hs = bpf_map_lookup_elem(&handshakes, &slot);
 
-	if (!hs || hs->service != service || hs->check != (hash ^ hs->backend ^ hs->service))
-		return NULL;
-	if (!flow_key_eq(&hs->key, fk))
+	if (!hs || hs->service != service)
 		return NULL;
 	__u32 id = hs->backend;
+	if (hs->check != (hash ^ id ^ service))
+		return NULL;
 	struct backend *b = backend_ok(id, service);
 	if (!b)
 		return NULL;

@@ -775,6 +775,7 @@ func (b *benchRunner) checkNew(e *testEnv, c *benchCase) {
 func (b *benchRunner) checkConn(e *testEnv, c *benchCase) {
 	t := b.t
 	t.Helper()
+	e.forgetHandshakes(t)
 	b.setup(c)
 	b.prime(c)
 	entries := countConns(t, e)
@@ -989,13 +990,13 @@ func clearHalfOpen(t *testing.T, e *testEnv) {
 	}
 }
 
-// completedHandshakes counts the handshake-cache slots of benchmark
-// connections (BENCH_CONN_MARK) whose ACK came.
+// completedHandshakes counts the handshake-cache slots whose ACK came
+// (written, and seen cleared) of connections to backend 10.
 func completedHandshakes(t *testing.T, e *testEnv) int {
 	t.Helper()
 	n := 0
 	err := batchRead(e.dp.objs.Handshakes, func(_ uint32, h dispatcherHandshake) {
-		if h.Seen == 0 && h.Key.Src.Addr[3]&0x80 != 0 && h.Backend == 10 {
+		if h.Seen == 0 && h.Check != 0 && h.Backend == 10 {
 			n++
 		}
 	})

@@ -125,16 +125,17 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION        dispatcherDlbConsts = 5
-	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS  dispatcherDlbConsts = 30
-	dispatcherDlbConstsDLB_NAT_CANDIDATES     dispatcherDlbConsts = 8
-	dispatcherDlbConstsDLB_NAT_CANDIDATES_MAX dispatcherDlbConsts = 64
-	dispatcherDlbConstsDLB_NAT_PORT_MIN       dispatcherDlbConsts = 1024
-	dispatcherDlbConstsDLB_NAT_PORT_MAX       dispatcherDlbConsts = 65535
-	dispatcherDlbConstsDLB_IPV6MAX_EXT        dispatcherDlbConsts = 4
-	dispatcherDlbConstsDLB_TAB_WAYS           dispatcherDlbConsts = 14
-	dispatcherDlbConstsDLB_TAB_BUSY           dispatcherDlbConsts = 1
-	dispatcherDlbConstsDLB_TAB_MAX_ENTRIES    dispatcherDlbConsts = 16777216
+	dispatcherDlbConstsDLB_ABI_VERSION          dispatcherDlbConsts = 5
+	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS    dispatcherDlbConsts = 30
+	dispatcherDlbConstsDLB_HANDSHAKE_SEEN_SHIFT dispatcherDlbConsts = 20
+	dispatcherDlbConstsDLB_NAT_CANDIDATES       dispatcherDlbConsts = 8
+	dispatcherDlbConstsDLB_NAT_CANDIDATES_MAX   dispatcherDlbConsts = 64
+	dispatcherDlbConstsDLB_NAT_PORT_MIN         dispatcherDlbConsts = 1024
+	dispatcherDlbConstsDLB_NAT_PORT_MAX         dispatcherDlbConsts = 65535
+	dispatcherDlbConstsDLB_IPV6MAX_EXT          dispatcherDlbConsts = 4
+	dispatcherDlbConstsDLB_TAB_WAYS             dispatcherDlbConsts = 14
+	dispatcherDlbConstsDLB_TAB_BUSY             dispatcherDlbConsts = 1
+	dispatcherDlbConstsDLB_TAB_MAX_ENTRIES      dispatcherDlbConsts = 16777216
 )
 
 type dispatcherDlbEvent uint32
@@ -242,12 +243,10 @@ type dispatcherHalfopen struct {
 
 type dispatcherHandshake struct {
 	_       structs.HostLayout
-	Key     dispatcherFlowKey
+	Check   uint32
 	Backend uint32
 	Service uint32
-	Check   uint32
-	Pad     uint32
-	Seen    uint64
+	Seen    uint32
 }
 
 type dispatcherNatBloom struct {
@@ -304,15 +303,9 @@ type dispatcherNatFlowEntry struct {
 }
 
 type dispatcherNatHandshake struct {
-	_       structs.HostLayout
-	Key     dispatcherFlowKey
-	NatAddr struct {
-		_    structs.HostLayout
-		Addr [16]uint8
-	}
-	NatPort uint16
-	Pad     uint16
-	Check   uint32
+	_     structs.HostLayout
+	Slot  uint32
+	Check uint32
 }
 
 type dispatcherNatKey struct {

@@ -483,6 +483,18 @@ func (e *testEnv) lockBuckets(t testing.TB, index *ebpf.Map) (unlock func()) {
 	return unlock
 }
 
+// forgetHandshakes empties the MAC handshake cache (one batch).
+func (e *testEnv) forgetHandshakes(t testing.TB) {
+	t.Helper()
+	slots := make([]uint32, e.dp.objs.Handshakes.MaxEntries())
+	for i := range slots {
+		slots[i] = uint32(i)
+	}
+	if _, err := e.dp.objs.Handshakes.BatchUpdate(slots, make([]dispatcherHandshake, len(slots)), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // forgetNATHandshakes empties the NAT handshake cache, as a flood that
 // overwrote every slot would.
 func (e *testEnv) forgetNATHandshakes(t testing.TB) {
@@ -521,15 +533,9 @@ func (e *testEnv) clearTables(t testing.TB) {
 	}
 	clearMap(t, e.dp.objs.Affinity, dispatcherAffinityKey{}, dispatcherAffinityRecord{})
 	// The handshake caches: rewritten whole (one batch per cache).
-	slots := make([]uint32, 16384)
-	for i := range slots {
-		slots[i] = uint32(i)
-	}
-	if _, err := e.dp.objs.Handshakes.BatchUpdate(slots, make([]dispatcherHandshake, len(slots)), nil); err != nil {
-		t.Fatal(err)
-	}
+	e.forgetHandshakes(t)
 	e.forgetNATHandshakes(t)
-	slots = make([]uint32, e.dp.objs.NatHalfopen.MaxEntries())
+	slots := make([]uint32, e.dp.objs.NatHalfopen.MaxEntries())
 	for i := range slots {
 		slots[i] = uint32(i)
 	}

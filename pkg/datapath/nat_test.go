@@ -613,3 +613,79 @@ func TestPrivilegedNATPoolInHeavyUse(t *testing.T) {
 		t.Errorf("pool use %+v, want %d established of %d", u, len(held), max-min+1)
 	}
 }
+
+// TestPrivilegedNATHandshakeSurvivesTableSwap: a NAT SYN's reservation is
+// remembered in the NAT handshake cache, whose entry names the
+// reservation's half-open slot, and the handshake's ACK promotes it on the
+// SYN's server through that entry even when the Maglev table moved the
+// flow to another server in between (one with another return address).
+// Without the entry the ACK searches the new server's candidate ports,
+// finds nothing and is dropped: a second connection, whose entry is
+// forgotten, shows it.
+func TestPrivilegedNATHandshakeSurvivesTableSwap(t *testing.T) {
+	e := newTestEnv(t)
+	flow := func(sport uint16) (FlowKey, uint16) {
+		k := key(vipNAT, 80, sport, 6)
+		return k, natPort(k, 0, 1024, 65535)
+	}
+	toServer := func(f testutil.Frame, port uint16) []byte {
+		return rewrite(f, retAddr, port, natServer, 8080, ifaceMAC, routerMAC).Build(t)
+	}
+	k1, port1 := flow(3100)
+	_, port2 := flow(3101)
+	for _, c := range []struct {
+		sport, port uint16
+	}{{3100, port1}, {3101, port2}} {
+		syn := tcpTo(vipNAT, 80, c.sport, "S")
+		if v, out := e.run(t, syn.Build(t)); v != xdpTX || !bytes.Equal(out[:len(toServer(syn, c.port))], toServer(syn, c.port)) {
+			t.Fatalf("SYN from port %d: verdict %d, frame %x", c.sport, v, out)
+		}
+	}
+	// The first SYN's entry names the half-open slot of its reservation.
+	h := tableHash(k1.raw(), DefaultHashSeed)
+	var hs dispatcherNatHandshake
+	if err := e.dp.objs.NatHandshakes.Lookup(h&(e.dp.objs.NatHandshakes.MaxEntries()-1), &hs); err != nil {
+		t.Fatal(err)
+	}
+	var ho dispatcherHalfopen
+	if err := e.dp.objs.NatHalfopen.Lookup(hs.Slot, &ho); err != nil {
+		t.Fatalf("handshake entry %+v: %v", hs, err)
+	}
+	if hs.Check != h^hs.Slot || ho.Key.Port != htons(port1) || ho.Backend != 60 {
+		t.Fatalf("handshake entry %+v names half-open slot %+v, want port %d of server 60", hs, ho, port1)
+	}
+
+	// Every slot of the service now belongs to a new server.
+	st := e.fixtureState()
+	st.Backends = append(st.Backends, lb.DataplaneBackend{ID: 64, Service: 6, Address: netip.MustParseAddr("198.18.2.14"),
+		MAC: routerMAC, SrcMAC: ifaceMAC, Ifindex: 1, AcceptNew: true, Port: 8080, ReturnAddress: retSmall})
+	for i := range st.Services {
+		if st.Services[i].ID == 6 {
+			st.Services[i].Table = fill(e.tableM, func(uint32) uint32 { return 64 })
+		}
+	}
+	if err := e.dp.Apply(st); err != nil {
+		t.Fatal(err)
+	}
+
+	before := e.stats(t)
+	ack := tcpTo(vipNAT, 80, 3100, "A")
+	if v, out := e.run(t, ack.Build(t)); v != xdpTX || !bytes.Equal(out[:len(toServer(ack, port1))], toServer(ack, port1)) {
+		t.Fatalf("handshake ACK: verdict %d, frame %x, want the SYN's server and port %d", v, out, port1)
+	}
+	if f, _, ok := e.getNAT(t, k1); !ok || f.Backend != 60 {
+		t.Fatalf("mapping %+v (present %v), want server 60", f, ok)
+	}
+	if d := e.stats(t).Events["halfopen_promoted"] - before.Events["halfopen_promoted"]; d != 1 {
+		t.Errorf("%d half-open connections promoted, want 1", d)
+	}
+
+	e.forgetNATHandshakes(t)
+	before = e.stats(t)
+	if v, _ := e.run(t, tcpTo(vipNAT, 80, 3101, "A").Build(t)); v != xdpDrop {
+		t.Errorf("ACK whose handshake entry was forgotten after the table moved: verdict %d, want a drop", v)
+	}
+	if d := e.stats(t).Events["halfopen_lost"] - before.Events["halfopen_lost"]; d != 1 {
+		t.Errorf("%d half-open connections lost, want 1", d)
+	}
+}

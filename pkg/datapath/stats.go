@@ -670,6 +670,21 @@ func (s *sweeper) deleteRev(rk dispatcherNatKey, fk dispatcherFlowKey) error {
 // cache; NAT: its reservation).
 const halfOpenNs = uint64(dispatcherDlbConstsDLB_HALF_OPEN_SECONDS) * 1e9
 
+// handshakeSeenShift is the unit of struct handshake's seen: 2^this ns
+// (handshake_seen in bpf/include/schedule.h).
+const handshakeSeenShift = uint32(dispatcherDlbConstsDLB_HANDSHAKE_SEEN_SHIFT)
+
+// handshakeAge returns how long ago, in ns, a handshake-cache entry's seen
+// was at now (both in its units, modulo 2^32: so is their difference). An
+// entry stamped after the sweep read its clock (up to 2^31 units, about
+// 26 days, ahead) is 0 old, as since counts it.
+func handshakeAge(now, seen uint32) uint64 {
+	if d := int32(now - seen); d > 0 {
+		return uint64(d) << handshakeSeenShift
+	}
+	return 0
+}
+
 // halfOpen counts the live reservations of the NAT half-open table (its
 // slots expire by themselves: nothing to remove).
 func (s *sweeper) halfOpen() error {
@@ -691,11 +706,9 @@ func (s *sweeper) halfOpen() error {
 // handshakes counts the MAC half-open connections: handshake-cache slots
 // with a recent SYN whose ACK has not come.
 func (s *sweeper) handshakes() error {
+	now := uint32(s.now >> handshakeSeenShift)
 	err := batchRead(s.d.objs.Handshakes, func(_ uint32, h dispatcherHandshake) {
-		if h.Seen == 0 || since(s.now, h.Seen) > halfOpenNs {
-			return
-		}
-		if h.Check != tableHash(h.Key, s.d.applied.cfg.HashSeed)^h.Backend^h.Service {
+		if h.Seen == 0 || handshakeAge(now, h.Seen) > halfOpenNs {
 			return
 		}
 		s.res.HalfOpen[h.Service]++

@@ -59,3 +59,28 @@ func TestPrivilegedReadCounters(t *testing.T) {
 		})
 	}
 }
+
+// TestHandshakeAge: the age of a handshake-cache entry, whose time is the
+// clock in 2^20 ns units modulo 2^32, across the wrap of those units and
+// for entries stamped after the sweep read the clock.
+func TestHandshakeAge(t *testing.T) {
+	const unit = 1 << handshakeSeenShift
+	for _, tc := range []struct {
+		name      string
+		now, seen uint32
+		want      uint64
+	}{
+		{"just now", 7, 7, 0},
+		{"a thousand units ago", 5000, 4000, 1000 * unit},
+		{"across the wrap", 3, 0xfffffffe, 5 * unit},
+		{"stamped after the clock was read", 100, 105, 0},
+		{"at boot (1 stands for 0)", 0, 1, 0},
+		{"half the range ago", 1 << 31, 1, (1<<31 - 1) * unit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := handshakeAge(tc.now, tc.seen); got != tc.want {
+				t.Errorf("handshakeAge(%d, %d) = %d, want %d", tc.now, tc.seen, got, tc.want)
+			}
+		})
+	}
+}
