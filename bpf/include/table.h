@@ -528,10 +528,10 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 	}                                                                                                      \
                                                                                                                \
 	/* name_find_first: the first way of k's first bucket whose tag        \
-	 * matches, then of its second if the first ever overflowed. It returns \
-	 * NULL and clears *sure (1 on entry) when a tag matched another key's: \
-	 * then only a lookup of every matching way (name_find, name_find_call) \
-	 * can tell.                                                             */ \
+	 * matches, then of its second if the first ever sent a key of k's      \
+	 * class there (tab_overflow_bit). It returns NULL and clears *sure (1  \
+	 * on entry) when a tag matched another key's: then only a lookup of    \
+	 * every matching way (name_find, name_find_call) can tell.              */ \
 	static __always_inline entry_t *name##_find_first(const key_t *k, __u32 h, __u32 nb, __u32 *pos,        \
 							  __u32 *slot, __u8 *sure)                             \
 	{                                                                                                      \

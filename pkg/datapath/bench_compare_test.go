@@ -23,8 +23,8 @@ const benchCompareRounds = 21
 // flow, SYN from a new source, new connection and ACK of an unknown flow,
 // and its NAT SYN from a new source and NAT new connection (each with the
 // half-open table emptied first), then, the table filled, its SYN from a
-// new source into a full table (a flood), one object after the other, so that
-// the machine's drift touches all of them alike; whole report runs
+// new source into a full table (a flood), one object after the other, so
+// that the machine's drift touches all of them alike; whole report runs
 // alternated by hand differ by more than the variants do. Costs are
 // computed as the report's (connection table half full, cost =
 // T(wrapper→X) − T(wrapper→pass) + T(bare XDP_PASS)).
@@ -145,17 +145,20 @@ func TestBenchCompare(t *testing.T) {
 	for _, c := range fullBases {
 		fullNS[c.name] = median(c.ns)
 	}
-	cost := func(c *benchCase) float64 { return median(c.ns) - baseNS[c.base] + baseNS["bare XDP_PASS"] }
+	// cost is a case's cost against the base cases measured beside it.
+	cost := func(base map[string]float64, c *benchCase) float64 {
+		return median(c.ns) - base[c.base] + base["bare XDP_PASS"]
+	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\n== comparing builds: %d rounds (+1 warm-up), interleaved; table half full; pinned CPU %d ==\n",
 		benchCompareRounds, cpu)
 	fmt.Fprintf(&out, "%-24s %8s %8s %8s %8s %9s %9s %9s %10s %9s %9s\n", "object", "est ns", "SYN ns", "conn ns", "ACK ns",
 		"conn/est", "NAT SYN", "NAT conn", "NAT/MAC", "flood ns", "flood/est")
 	for i, bl := range builds {
-		est, syn := cost(bl.cases[0]), cost(bl.cases[1])
-		conn, ack := 2*cost(bl.cases[2]), cost(bl.cases[3])
-		natSyn, natConn := cost(bl.cases[4]), 2*cost(bl.cases[5])
-		flood := median(floods[i].ns) - fullNS[floods[i].base] + fullNS["bare XDP_PASS"]
+		est, syn := cost(baseNS, bl.cases[0]), cost(baseNS, bl.cases[1])
+		conn, ack := 2*cost(baseNS, bl.cases[2]), cost(baseNS, bl.cases[3])
+		natSyn, natConn := cost(baseNS, bl.cases[4]), 2*cost(baseNS, bl.cases[5])
+		flood := cost(fullNS, floods[i])
 		fmt.Fprintf(&out, "%-24s %8.1f %8.1f %8.1f %8.1f %8.2f× %9.1f %9.1f %9.2f× %9.1f %8.2f×\n", bl.name, est, syn, conn, ack,
 			conn/est, natSyn, natConn, natConn/conn, flood, flood/est)
 	}

@@ -979,15 +979,9 @@ func natConnCase(t *testing.T, e *testEnv, prog *ebpf.Program, syn []byte, reset
 
 // clearHalfOpen frees every NAT half-open slot, so that the next SYNs
 // find room (the NAT SYN case with room).
-func clearHalfOpen(t *testing.T, e *testEnv) {
+func clearHalfOpen(t testing.TB, e *testEnv) {
 	t.Helper()
-	slots := make([]uint32, e.dp.objs.NatHalfopen.MaxEntries())
-	for i := range slots {
-		slots[i] = uint32(i)
-	}
-	if _, err := e.dp.objs.NatHalfopen.BatchUpdate(slots, make([]dispatcherHalfopen, len(slots)), nil); err != nil {
-		t.Fatal(err)
-	}
+	zeroArray[dispatcherHalfopen](t, e.dp.objs.NatHalfopen)
 }
 
 // completedHandshakes counts the handshake-cache slots whose ACK came

@@ -483,29 +483,30 @@ func (e *testEnv) lockBuckets(t testing.TB, index *ebpf.Map) (unlock func()) {
 	return unlock
 }
 
-// forgetHandshakes empties the MAC handshake cache (one batch).
-func (e *testEnv) forgetHandshakes(t testing.TB) {
+// zeroArray writes the zero value of V into every slot of array map m, in
+// one batch.
+func zeroArray[V any](t testing.TB, m *ebpf.Map) {
 	t.Helper()
-	slots := make([]uint32, e.dp.objs.Handshakes.MaxEntries())
+	slots := make([]uint32, m.MaxEntries())
 	for i := range slots {
 		slots[i] = uint32(i)
 	}
-	if _, err := e.dp.objs.Handshakes.BatchUpdate(slots, make([]dispatcherHandshake, len(slots)), nil); err != nil {
+	if _, err := m.BatchUpdate(slots, make([]V, len(slots)), nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// forgetHandshakes empties the MAC handshake cache.
+func (e *testEnv) forgetHandshakes(t testing.TB) {
+	t.Helper()
+	zeroArray[dispatcherHandshake](t, e.dp.objs.Handshakes)
 }
 
 // forgetNATHandshakes empties the NAT handshake cache, as a flood that
 // overwrote every slot would.
 func (e *testEnv) forgetNATHandshakes(t testing.TB) {
 	t.Helper()
-	slots := make([]uint32, 16384)
-	for i := range slots {
-		slots[i] = uint32(i)
-	}
-	if _, err := e.dp.objs.NatHandshakes.BatchUpdate(slots, make([]dispatcherNatHandshake, len(slots)), nil); err != nil {
-		t.Fatal(err)
-	}
+	zeroArray[dispatcherNatHandshake](t, e.dp.objs.NatHandshakes)
 }
 
 // clearTables empties every connection, NAT, half-open, affinity and
@@ -532,16 +533,11 @@ func (e *testEnv) clearTables(t testing.TB) {
 		}
 	}
 	clearMap(t, e.dp.objs.Affinity, dispatcherAffinityKey{}, dispatcherAffinityRecord{})
-	// The handshake caches: rewritten whole (one batch per cache).
+	// The handshake caches and the half-open table: rewritten whole (one
+	// batch each).
 	e.forgetHandshakes(t)
 	e.forgetNATHandshakes(t)
-	slots := make([]uint32, e.dp.objs.NatHalfopen.MaxEntries())
-	for i := range slots {
-		slots[i] = uint32(i)
-	}
-	if _, err := e.dp.objs.NatHalfopen.BatchUpdate(slots, make([]dispatcherHalfopen, len(slots)), nil); err != nil {
-		t.Fatal(err)
-	}
+	clearHalfOpen(t, e)
 }
 
 func clearMap[K comparable, V any](t testing.TB, m *ebpf.Map, k K, v V) {
