@@ -28,7 +28,7 @@ enum dlb_consts {
 	/* DLB_ABI_VERSION is written into the config map. A loader refuses
 	 * pinned maps that another ABI version wrote: layouts can differ
 	 * where sizes agree. Bump it on every layout or meaning change. */
-	DLB_ABI_VERSION = 5,
+	DLB_ABI_VERSION = 6,
 	/* A half-open connection (a SYN without its handshake-completing
 	 * ACK) counts as half-open for this long; the sweeper frees NAT
 	 * half-open entries older than this. */
@@ -506,7 +506,7 @@ struct dlb_config {
 	 * clients go. ifindex 0: look the next hop up in the routing table. */
 	struct next_hop gw4;
 	struct next_hop gw6;
-	__u32 conn_words;   /* words of conn_used (conns entries / 64, rounded up) */
+	__u32 conn_words;   /* words of conn_used's bitmap (conns entries / 64, rounded up; its summary follows) */
 	/* Changes whenever the vips map does: entries of the per-CPU vips
 	 * cache (vip_cache) read under another generation are stale. */
 	__u32 vips_gen;

@@ -124,7 +124,8 @@ struct {
 } maglev_info SEC(".maps");
 
 /* TAB_MAPS declares the maps of a connection table (table.h): entries
- * (its size the capacity), a bitmap of those in use, per-CPU allocation
+ * (its size the capacity), a bitmap of those in use (followed by its
+ * summary: a bit per bitmap word, set when the word is full), per-CPU allocation
  * cursors and an index of buckets. The arrays are memory-mappable, so that
  * every bucket and entry is page-aligned (and pkg/datapath reads them
  * without a system call per entry). */
@@ -141,7 +142,7 @@ struct {
 		__uint(type, BPF_MAP_TYPE_ARRAY);                                                  \
 		__type(key, __u32);                                                                \
 		__type(value, __u64);                                                              \
-		__uint(max_entries, ((capacity) + 63) / 64);                                       \
+		__uint(max_entries, ((capacity) + 63) / 64 + ((capacity) + 4095) / 4096);          \
 		__uint(map_flags, BPF_F_MMAPABLE);                                                 \
 		__uint(pinning, LIBBPF_PIN_BY_NAME);                                               \
 	} used SEC(".maps");                                                                       \

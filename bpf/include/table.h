@@ -4,7 +4,8 @@
  *
  *   - its entries (an array of entry_t, a key and a value each; the
  *     array's size is the table's capacity),
- *   - a bitmap of the entries in use, and a per-CPU cursor into it,
+ *   - a bitmap of the entries in use (with a summary: a bit per bitmap
+ *     word, set when the word is full), and a per-CPU cursor into it,
  *   - an index: buckets of DLB_TAB_WAYS ways (struct tab_bucket, one
  *     cache line), each way an 8-bit tag of a key's hash and the slot of
  *     that key's entry.
@@ -23,9 +24,13 @@
  * entries of connections made one after the other lie one after the
  * other, so an insert writes a cache line the previous ones brought in
  * (a random one costs 150-250 ns on these machines, a TLB miss and a
- * memory read). No kernel function is called: everything is inlined, but
- * the insert, a call of its own, and a lookup that met another key's tag
- * (one way in 254), which is done again by a call (name_find).
+ * memory read). When the words at the cursor are full (connections made
+ * one after the other and still open), the summary shows where there is
+ * room: a table counts as full only when the 131072 entries from the
+ * cursor on are in use (TAB_SUMMARY_WORDS), not merely 1024. No kernel
+ * function is called: everything is inlined, but the insert, a call of
+ * its own, and a lookup that met another key's tag (one way in 254),
+ * which is done again by a call (name_find).
  *
  * Keys. A key with hash h (tab_hash_*) has two candidate buckets, b1 and
  * b2 (tab_buckets), and a tag (tab_tag_pattern: 2-255). It is in one of
@@ -77,8 +82,15 @@
  * UDP flows in that test, each losing a datagram. */
 #define TAB_INSERT_TRIES 32
 /* How many words of the bitmap (64 entries each) an allocation reads
- * before it counts the table as full. */
+ * from its cursor before it looks for room through the bitmap's summary. */
 #define TAB_ALLOC_WORDS 16
+/* How many words of the bitmap's summary (one bit per bitmap word, set
+ * when the word is full) an allocation reads before it counts the table
+ * as full: 32 cover 131072 entries, half of a table of the default size
+ * (64 would cover it all, but cost 7 % more of the verifier's work at
+ * every load of the executor). The summary follows the bitmap in its map
+ * (pkg/datapath: tabUsedWords). */
+#define TAB_SUMMARY_WORDS 32
 /* Salt of the second bucket's hash. */
 #define TAB_SALT 0x7461622bU /* "tab+" */
 
@@ -349,7 +361,7 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
  * DLB_TAB_WAYS + way) in pos and its slot in slot. name_alloc(nw) allocates an entry (nw:
  * words of the bitmap) and returns its slot, or -1; name_free frees one;
  * name_unlink removes the way at pos if it still names slot. */
-#define TAB_DEFINE(name, key_t, entry_t, entries_map, used_map, cursor_map, index_map, key_eq)              \
+#define TAB_DEFINE(name, key_t, entry_t, entries_map, used_map, cursor_map, index_map, key_eq, words_field) \
 	static __always_inline entry_t *name##_cand(__u32 v, const key_t *k, __u32 *slot)                      \
 	{                                                                                                      \
 		*slot = v & TAB_SLOT_MASK;                                                                     \
@@ -437,39 +449,131 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		return -1;                                                                                     \
 	}                                                                                                      \
                                                                                                                \
-	/* The bitmap word's index is read from the cursor's memory, never     \
-	 * from the stack: the verifier would track its value through the       \
-	 * loop, and check the loop once per value.                              */ \
+	__noinline int dlb_##name##_emptied(__u32 word);                                                       \
+                                                                                                               \
+	/* name_summary marks bitmap word word full (or not) in the summary: \
+	 * bit word % 64 of word nw + word / 64 of the bitmap map (nw: words   \
+	 * of the bitmap itself). The summary is a hint: racing CPUs can leave \
+	 * a bit wrong until the word next fills or empties, and name_alloc    \
+	 * mends a full word it finds marked with room.                         */ \
+	static __always_inline void name##_summary(__u32 nw, __u32 word, int full)                              \
+	{                                                                                                      \
+		__u32 i = nw + word / 64;                                                                      \
+		__u64 *s = bpf_map_lookup_elem(&used_map, &i);                                                 \
+		if (!s)                                                                                        \
+			return;                                                                                \
+		__u64 bit = 1ULL << (word % 64);                                                               \
+		if (full && !(*s & bit))                                                                       \
+			__sync_fetch_and_or(s, bit);                                                           \
+		else if (!full && (*s & bit))                                                                  \
+			__sync_fetch_and_and(s, ~bit);                                                         \
+	}                                                                                                      \
+                                                                                                               \
+	/* name_take allocates an entry of bitmap word w (number word), or     \
+	 * returns -1 when it is full or another CPU changed it meanwhile.     */ \
+	static __always_inline int name##_take(__u32 nw, __u64 *w, __u32 word)                                 \
+	{                                                                                                      \
+		__u64 old = *w;                                                                                \
+		if (old == ~0ULL)                                                                              \
+			return -1;                                                                             \
+		__u64 bit = ~old & (old + 1);                                                                  \
+		if (__sync_val_compare_and_swap(w, old, old | bit) != old)                                     \
+			return -1;                                                                             \
+		if ((old | bit) == ~0ULL)                                                                      \
+			name##_summary(nw, word, 1);                                                           \
+		return word * 64 + tab_ctz(bit);                                                               \
+	}                                                                                                      \
+                                                                                                               \
+	/* name_alloc takes a free entry at this CPU's cursor: in the first of \
+	 * TAB_ALLOC_WORDS words from it that has one, else in a word the      \
+	 * summary shows with room (TAB_SUMMARY_WORDS summary words read from  \
+	 * the cursor's, at most), where the cursor then goes. It returns -1   \
+	 * when every word it read is full (or another CPU took the entry it   \
+	 * found): not merely because the connections made one after the      \
+	 * other, whose entries follow the cursor, are still open. The bitmap  \
+	 * word's index is read from the cursor's memory, never from the stack: \
+	 * the verifier would track its value through the loops, and check     \
+	 * them once per value.                                                 */ \
 	static __always_inline int name##_alloc(__u32 nw)                                                      \
 	{                                                                                                      \
 		__u32 key0 = 0;                                                                                \
 		__u32 *cur = bpf_map_lookup_elem(&cursor_map, &key0);                                          \
 		if (!cur || !nw)                                                                               \
 			return -1;                                                                             \
+		/* Loops that only look, and a take after each: the verifier     \
+		 * checks a take twice, not once per word read.                    */ \
+		__u32 found = 0;                                                                               \
 		for (int n = 0; n < TAB_ALLOC_WORDS; n++) {                                                    \
 			if (*cur >= nw)                                                                        \
 				*cur = 0;                                                                      \
 			__u64 *w = bpf_map_lookup_elem(&used_map, cur);                                        \
 			if (!w)                                                                                \
+				return -1;                                                                     \
+			if (*w != ~0ULL) {                                                                     \
+				found = 1;                                                                     \
 				break;                                                                         \
-			__u64 old = *w;                                                                        \
-			if (old == ~0ULL) {                                                                    \
-				*cur += 1;                                                                     \
-				continue;                                                                      \
 			}                                                                                      \
-			__u64 bit = ~old & (old + 1);                                                          \
-			if (__sync_val_compare_and_swap(w, old, old | bit) == old)                             \
-				return *cur * 64 + tab_ctz(bit);                                               \
+			*cur += 1;                                                                             \
 		}                                                                                              \
-		return -1;                                                                                     \
+		if (found) {                                                                                   \
+			__u64 *w = bpf_map_lookup_elem(&used_map, cur);                                        \
+			int s = w ? name##_take(nw, w, *cur) : -1;                                             \
+			if (s >= 0)                                                                            \
+				return s;                                                                      \
+		}                                                                                              \
+		/* The words at the cursor are full (or another CPU took the    \
+		 * free entry): find a word with room in the summary.              */ \
+		__u32 ns = (nw + 63) / 64;                                                                     \
+		found = 0;                                                                                     \
+		__u64 last = nw % 64 ? (1ULL << (nw % 64)) - 1 : ~0ULL;                                        \
+		for (int n = 0; n < TAB_SUMMARY_WORDS; n++) {                                                  \
+			if (*cur >= nw)                                                                        \
+				*cur = 0;                                                                      \
+			__u32 si = nw + *cur / 64;                                                             \
+			__u64 *sw = bpf_map_lookup_elem(&used_map, &si);                                       \
+			if (!sw)                                                                               \
+				return -1;                                                                     \
+			__u64 room = ~*sw;                                                                     \
+			if (si - nw == ns - 1)                                                                 \
+				room &= last;                                                                  \
+			if (room) {                                                                            \
+				*cur = (si - nw) * 64 + tab_ctz(room & -room);                                 \
+				found = 1;                                                                     \
+				break;                                                                         \
+			}                                                                                      \
+			*cur = (si - nw + 1) * 64;                                                             \
+		}                                                                                              \
+		if (!found)                                                                                    \
+			return -1;                                                                             \
+		__u64 *w = bpf_map_lookup_elem(&used_map, cur);                                                \
+		if (!w)                                                                                        \
+			return -1;                                                                             \
+		int s = name##_take(nw, w, *cur);                                                              \
+		if (s < 0 && *w == ~0ULL)                                                                      \
+			name##_summary(nw, *cur, 1); /* mend it */                                             \
+		return s;                                                                                      \
 	}                                                                                                      \
                                                                                                                \
 	static __always_inline void name##_free(__u32 slot)                                                    \
 	{                                                                                                      \
 		__u32 i = slot / 64;                                                                           \
 		__u64 *w = bpf_map_lookup_elem(&used_map, &i);                                                 \
-		if (w)                                                                                         \
-			__sync_fetch_and_and(w, ~(1ULL << (slot % 64)));                                       \
+		if (!w)                                                                                        \
+			return;                                                                                \
+		if (__sync_fetch_and_and(w, ~(1ULL << (slot % 64))) == ~0ULL)                                  \
+			dlb_##name##_emptied(i);                                                               \
+	}                                                                                                      \
+                                                                                                               \
+	/* dlb_name_emptied clears the summary bit of bitmap word word, which \
+	 * was full and is no longer. A global function: name_free is inlined \
+	 * in every path that removes an entry, and this is seldom needed.     */ \
+	__noinline int dlb_##name##_emptied(__u32 word)                                                        \
+	{                                                                                                      \
+		__u32 key0 = 0;                                                                                \
+		const struct dlb_config *cfg = bpf_map_lookup_elem(&config, &key0);                            \
+		if (cfg)                                                                                       \
+			name##_summary(cfg->words_field, word, 0);                                             \
+		return 0;                                                                                      \
 	}                                                                                                      \
                                                                                                                \
 	static __always_inline int name##_unlink(__u32 pos, __u32 slot)                                        \
@@ -636,14 +740,15 @@ enum tab_insert_result {
 	}
 
 /* The MAC connection table. */
-TAB_DEFINE(conn, struct flow_key, struct conn_entry, conns, conn_used, conn_cursor, conn_index, flow_key_eq)
+TAB_DEFINE(conn, struct flow_key, struct conn_entry, conns, conn_used, conn_cursor, conn_index, flow_key_eq,
+	   conn_words)
 
 /* The NAT tables: client flows and return-address ports. */
 TAB_DEFINE(natf, struct flow_key, struct nat_flow_entry, nat_flows, nat_flow_used, nat_flow_cursor, nat_flow_index,
-	   flow_key_eq)
+	   flow_key_eq, natf_words)
 TAB_INSERT(natf, struct natf_ins, nat_flows, nat_flow_index, natf_buckets, natf_words)
 TAB_DEFINE(natp, struct nat_key, struct nat_port_entry, nat_ports, nat_port_used, nat_port_cursor, nat_port_index,
-	   nat_key_eq)
+	   nat_key_eq, natp_words)
 TAB_INSERT(natp, struct natp_ins, nat_ports, nat_port_index, natp_buckets, natp_words)
 
 /* CONN_NOT_LIVE is conn_idle's answer for an entry no connection holds. */
@@ -782,9 +887,14 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 		n = n < 64 ? n : 64;
 		__u32 step = n / CONN_EVICT_SAMPLES ? n / CONN_EVICT_SAMPLES : 1;
 		__u64 best = 0;
+		/* Only entries in use: a freed entry keeps its contents. */
+		__u64 *uw = bpf_map_lookup_elem(&conn_used, &cur);
+		__u64 inuse = uw ? *uw : 0;
 #pragma unroll
 		for (int i = 0; i < CONN_EVICT_SAMPLES; i++) {
 			__u32 s = cur * 64 + ((h >> 8) + i * step) % n;
+			if (!(inuse >> (s % 64) & 1))
+				continue;
 			__u64 d = conn_idle(s, now);
 			if (d != CONN_NOT_LIVE && (slot < 0 || d > best)) {
 				best = d;

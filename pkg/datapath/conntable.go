@@ -43,10 +43,18 @@ func tabIndexBuckets(capacity uint32) uint32 {
 	return max(1, (capacity+9)/10)
 }
 
-// tabUsedWords returns how many 64-bit words the bitmap of a table of
-// capacity entries has.
-func tabUsedWords(capacity uint32) uint32 {
+// tabBitmapWords returns how many 64-bit words the bitmap of a table of
+// capacity entries has (a bit per entry).
+func tabBitmapWords(capacity uint32) uint32 {
 	return (capacity + 63) / 64
+}
+
+// tabUsedWords returns how many 64-bit words the bitmap map of a table of
+// capacity entries has: the bitmap, then its summary (a bit per bitmap
+// word, set when the word is full; bpf/include/table.h, name_alloc).
+func tabUsedWords(capacity uint32) uint32 {
+	words := tabBitmapWords(capacity)
+	return words + (words+63)/64
 }
 
 // sizeTable sizes the bitmap and index of the table whose entries map is
@@ -66,7 +74,11 @@ func sizeTable(spec *ebpf.CollectionSpec, entries, used, index string) error {
 // starts at its own share of the table, so that CPUs do not allocate the
 // same entries. A table adopted from pins is left as it is.
 func (t table) prepare() error {
-	capacity, words := t.entries.MaxEntries(), t.used.MaxEntries()
+	capacity := t.entries.MaxEntries()
+	words := tabBitmapWords(capacity)
+	if t.used.MaxEntries() != tabUsedWords(capacity) {
+		return fmt.Errorf("%s: entry bitmap of %d words, want %d", t.name, t.used.MaxEntries(), tabUsedWords(capacity))
+	}
 	if tail := capacity % 64; tail != 0 {
 		var w uint64
 		if err := t.used.Lookup(words-1, &w); err != nil {
@@ -116,7 +128,7 @@ func eachSlot[E any](t table, live func(*E) bool, each func(uint32, *E)) error {
 	if err != nil {
 		return fmt.Errorf("%s: mapping the entries: %w", t.name, err)
 	}
-	words := make([]uint64, t.used.MaxEntries())
+	words := make([]uint64, tabBitmapWords(t.entries.MaxEntries()))
 	if _, err := used.ReadAt(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8), 0); err != nil {
 		return fmt.Errorf("%s: reading the entry bitmap: %w", t.name, err)
 	}

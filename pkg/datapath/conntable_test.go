@@ -193,6 +193,88 @@ func TestPrivilegedConnTableEvictsClosingFirst(t *testing.T) {
 	}
 }
 
+// setCursors puts every CPU's allocation cursor of a table at bitmap word w.
+func setCursors(t *testing.T, m *ebpf.Map, w uint32) {
+	t.Helper()
+	cur := make([]uint32, ebpf.MustPossibleCPU())
+	for i := range cur {
+		cur[i] = w
+	}
+	if err := m.Update(uint32(0), cur, ebpf.UpdateExist); err != nil {
+		t.Fatalf("setting the allocation cursors: %v", err)
+	}
+}
+
+// TestPrivilegedAllocPastFullRun: an insert whose CPU's cursor stands at
+// the start of a run of full bitmap words longer than an allocation reads
+// (TAB_ALLOC_WORDS, 16: the entries of connections made one after the
+// other and still open) finds the free entries past it through the
+// bitmap's summary. It used to count the table as full there: the MAC
+// table evicted one of those open connections though three quarters of
+// the table's room was elsewhere, and the NAT tables refused the new
+// connection (drop_table_full). A table really full still evicts (MAC)
+// or refuses (NAT): TestPrivilegedConnTableCapacity, TestPrivilegedNATTableCapacity.
+func TestPrivilegedAllocPastFullRun(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const capacity, run = 4096, 3072 // 64 bitmap words, the first 48 full
+	e := openTestEnv(t, Options{ConnTableSize: capacity, NATTableSize: capacity})
+
+	t.Run("MAC", func(t *testing.T) {
+		setCursors(t, e.dp.objs.ConnCursor, 0)
+		for i := 0; i < run; i++ {
+			e.putConn(t, conn{key: tableKey(i), backend: 10, service: 1})
+		}
+		setCursors(t, e.dp.objs.ConnCursor, 0)
+		if v, _ := e.run(t, tableFlow(run, "A").Build(t)); v != xdpTX {
+			t.Fatalf("new flow: verdict %d", v)
+		}
+		if _, ok := e.getConn(t, tableKey(run)); !ok {
+			t.Error("the new flow has no entry")
+		}
+		if got := countConns(t, e); got != run+1 {
+			t.Errorf("%d entries, want %d: an open connection was evicted", got, run+1)
+		}
+		for i := 0; i < run; i++ {
+			if _, ok := e.getConn(t, tableKey(i)); !ok {
+				t.Errorf("connection %d was evicted", i)
+			}
+		}
+		if ev := e.stats(t).Events["conn_insert_failed"]; ev != 0 {
+			t.Errorf("%d inserts failed", ev)
+		}
+	})
+
+	t.Run("NAT", func(t *testing.T) {
+		setCursors(t, e.dp.objs.NatFlowCursor, 0)
+		now := coarseNow()
+		for i := 0; i < run; i++ {
+			k := FlowKey{Src: tableClient(i), Dst: vipNAT, SrcPort: 4000, DstPort: 53, Proto: 17}
+			f := dispatcherNatFlow{LastSeen: now, Backend: 61, Service: 7, State: uint8(dispatcherFlowStateFLOW_ESTABLISHED),
+				NatPort: htons(uint16(10000 + i))}
+			if err := e.dp.putNATFlow(k.raw(), f); err != nil {
+				t.Fatalf("NAT flow %d: %v", i, err)
+			}
+		}
+		setCursors(t, e.dp.objs.NatFlowCursor, 0)
+		before := e.stats(t)
+		nf := testutil.Frame{Src: tableClient(run), Dst: vipNAT, Proto: "udp", SrcPort: 3000, DstPort: 53, Payload: []byte("dlb")}
+		if v, _ := e.run(t, nf.Build(t)); v != xdpTX {
+			t.Errorf("new NAT flow: verdict %d, want XDP_TX (drop_table_full +%d)", v,
+				reasonDelta(before, e.stats(t), "drop_table_full"))
+		}
+		if _, _, ok := e.getNAT(t, FlowKey{Src: tableClient(run), Dst: vipNAT, SrcPort: 3000, DstPort: 53, Proto: 17}); !ok {
+			t.Error("the new NAT flow has no mapping")
+		}
+		n := 0
+		if err := e.dp.eachNATFlow(func(dispatcherFlowKey, dispatcherNatFlow) { n++ }); err != nil {
+			t.Fatal(err)
+		}
+		if n != run+1 {
+			t.Errorf("%d NAT flows, want %d", n, run+1)
+		}
+	})
+}
+
 // TestPrivilegedConnTableRemoveAndReuse: entries removed (by the sweeper's
 // program) free their room: a full table takes as many new flows again
 // without evicting any, and put/get/del through the control programs

@@ -255,10 +255,10 @@ func (d *Datapath) checkConfig() error {
 	cfg.HashSeed = DefaultHashSeed
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1
-	cfg.ConnBuckets, cfg.ConnWords = d.objs.ConnIndex.MaxEntries(), d.objs.ConnUsed.MaxEntries()
+	cfg.ConnBuckets, cfg.ConnWords = d.objs.ConnIndex.MaxEntries(), tabBitmapWords(d.objs.Conns.MaxEntries())
 	cfg.ConnEntries = d.objs.Conns.MaxEntries()
-	cfg.NatfBuckets, cfg.NatfWords = d.objs.NatFlowIndex.MaxEntries(), d.objs.NatFlowUsed.MaxEntries()
-	cfg.NatpBuckets, cfg.NatpWords = d.objs.NatPortIndex.MaxEntries(), d.objs.NatPortUsed.MaxEntries()
+	cfg.NatfBuckets, cfg.NatfWords = d.objs.NatFlowIndex.MaxEntries(), tabBitmapWords(d.objs.NatFlows.MaxEntries())
+	cfg.NatpBuckets, cfg.NatpWords = d.objs.NatPortIndex.MaxEntries(), tabBitmapWords(d.objs.NatPorts.MaxEntries())
 	if err := d.objs.Config.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("writing config map: %w", err)
 	}
