@@ -487,13 +487,13 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 	/* name_alloc takes a free entry at this CPU's cursor: in the first of \
 	 * TAB_ALLOC_WORDS words from it that has one, else in a word the      \
 	 * summary shows with room (TAB_SUMMARY_WORDS summary words read from  \
-	 * the cursor's, at most), where the cursor then goes. It returns -1   \
-	 * when every word it read is full (or another CPU took the entry it   \
-	 * found): not merely because the connections made one after the      \
-	 * other, whose entries follow the cursor, are still open. The bitmap  \
-	 * word's index is read from the cursor's memory, never from the stack: \
-	 * the verifier would track its value through the loops, and check     \
-	 * them once per value.                                                 */ \
+	 * the cursor's, at most) or the first word past those, where the      \
+	 * cursor then goes. It returns -1 when every word it read is full (or \
+	 * another CPU took the entry it found): not merely because the        \
+	 * connections made one after the other, whose entries follow the      \
+	 * cursor, are still open. The bitmap word's index is read from the    \
+	 * cursor's memory, never from the stack: the verifier would track its \
+	 * value through the loops, and check them once per value.             */ \
 	static __always_inline int name##_alloc(__u32 nw)                                                      \
 	{                                                                                                      \
 		__u32 key0 = 0;                                                                                \
@@ -543,13 +543,14 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 			}                                                                                      \
 			*cur = (si - nw + 1) * 64;                                                             \
 		}                                                                                              \
-		if (!found)                                                                                    \
-			return -1;                                                                             \
+		/* The word found, or (none found) the first past those read. */ \
+		if (*cur >= nw)                                                                                \
+			*cur = 0;                                                                              \
 		__u64 *w = bpf_map_lookup_elem(&used_map, cur);                                                \
 		if (!w)                                                                                        \
 			return -1;                                                                             \
 		int s = name##_take(nw, w, *cur);                                                              \
-		if (s < 0 && *w == ~0ULL)                                                                      \
+		if (s < 0 && found && *w == ~0ULL)                                                             \
 			name##_summary(nw, *cur, 1); /* mend it */                                             \
 		return s;                                                                                      \
 	}                                                                                                      \

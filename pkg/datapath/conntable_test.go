@@ -45,6 +45,9 @@ func TestPrivilegedConnTableCapacity(t *testing.T) {
 		{"neither a multiple of 64 nor of 14", 100},
 		{"two bitmap words", 128},
 		{"many buckets", 1000},
+		// 64 bitmap words and their one summary word: a full table's
+		// search through the summary ends past the last bitmap word.
+		{"a whole summary word", 4096},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := openTestEnv(t, Options{ConnTableSize: tc.capacity})
@@ -273,6 +276,36 @@ func TestPrivilegedAllocPastFullRun(t *testing.T) {
 			t.Errorf("%d NAT flows, want %d", n, run+1)
 		}
 	})
+}
+
+// TestPrivilegedAllocPastFullHalf: a table of the default size whose
+// second half is full, every CPU's cursor at its start: the search
+// through the summary reads those 32 summary words (TAB_SUMMARY_WORDS), all
+// full, and the insert takes an entry at the start of the table, past the
+// last word read (a search that ended there once took a bit of the
+// summary itself for an entry, and the insert failed).
+func TestPrivilegedAllocPastFullHalf(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	e := openTestEnv(t, Options{})
+	capacity := int(e.dp.Info().ConnTable)
+	half := uint32(tabBitmapWords(uint32(capacity)) / 2)
+	setCursors(t, e.dp.objs.ConnCursor, half)
+	for i := 0; i < capacity/2; i++ {
+		e.putConn(t, conn{key: prefillKey(i), backend: 10, service: 1})
+	}
+	setCursors(t, e.dp.objs.ConnCursor, half)
+	if v, _ := e.run(t, tableFlow(capacity/2, "A").Build(t)); v != xdpTX {
+		t.Fatalf("new flow: verdict %d", v)
+	}
+	if _, ok := e.getConn(t, tableKey(capacity/2)); !ok {
+		t.Error("the new flow has no entry")
+	}
+	if got := countConns(t, e); got != capacity/2+1 {
+		t.Errorf("%d entries, want %d", got, capacity/2+1)
+	}
+	if ev := e.stats(t).Events["conn_insert_failed"]; ev != 0 {
+		t.Errorf("%d inserts failed", ev)
+	}
 }
 
 // TestPrivilegedConnTableRemoveAndReuse: entries removed (by the sweeper's
