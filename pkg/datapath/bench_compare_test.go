@@ -53,6 +53,7 @@ func TestBenchCompare(t *testing.T) {
 	fillConns(t, e, half)
 	reset := func() { resetConns(t, e, half, estKey) }
 	natReset := func() { resetNAT(t, e, FlowKey{}) }
+	cycleTables(t, e, b, e.dp.objs.DlbXdp, ackFrame, natSynFrame, reset, natReset)
 
 	bases := []*benchCase{
 		{name: "bare XDP_PASS", frame: estFrame, repeat: 1_000_000, want: xdpPass},
