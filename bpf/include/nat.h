@@ -505,7 +505,7 @@ __noinline int dlb_natp_taken(const struct nat_key *k)
 		return 0;
 	if (natp_probe_loop(b, n1, tab_tag_pattern(h), k) >= 0)
 		return 1;
-	if (!(b->meta & TAB_F_OVERFLOW))
+	if (!(b->meta & tab_overflow_bit(h)))
 		return 0;
 	b = bpf_map_lookup_elem(&nat_port_index, &n2);
 	return b && natp_probe_loop(b, n2, tab_tag_pattern(h), k) >= 0;
