@@ -45,9 +45,9 @@ func touchTables(t testing.TB, e *testEnv) {
 			}
 		}
 	}
-	zeroArray[dispatcherHalfopen](t, e.dp.objs.NatHalfopen)
-	zeroArray[dispatcherHandshake](t, e.dp.objs.Handshakes)
-	zeroArray[dispatcherNatHandshake](t, e.dp.objs.NatHandshakes)
+	clearHalfOpen(t, e)
+	e.forgetHandshakes(t)
+	e.forgetNATHandshakes(t)
 }
 
 // benchCyclePool is how many NAT connections cycleTables makes at a time:

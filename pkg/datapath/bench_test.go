@@ -288,8 +288,9 @@ func TestBenchReport(t *testing.T) {
 	rounds(cases)
 	// Every connection and every unknown ACK scheduled one connection.
 	wantNew := uint64((benchRounds + 1) * (benchConns + benchConns))
-	if st := e.stats(t); st.Services[1].NewConns-newBefore < wantNew || float64(st.Services[1].NewConns-newBefore) > 1.1*float64(wantNew) {
-		t.Errorf("phase 1: %d connections scheduled, want %d (inserts failed: %d)", st.Services[1].NewConns-newBefore, wantNew,
+	st := e.stats(t)
+	if got := st.Services[1].NewConns - newBefore; got < wantNew || float64(got) > 1.1*float64(wantNew) {
+		t.Errorf("phase 1: %d connections scheduled, want %d (inserts failed: %d)", got, wantNew,
 			st.Events["conn_insert_failed"]-statsBefore.Events["conn_insert_failed"])
 	}
 	reset()
