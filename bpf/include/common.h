@@ -236,6 +236,30 @@ static __always_inline int flow_key_eq(const struct flow_key *a, const struct fl
 	return d == 0;
 }
 
+/* set_macs writes a frame's destination and source MAC addresses from
+ * macs, the two addresses back to back (a backend's or a next hop's mac
+ * and src_mac, 4-byte aligned): three 32-bit moves instead of the twelve
+ * single-byte loads and stores __builtin_memcpy compiles to. The packet
+ * store may be unaligned: the verifier allows that wherever the kernel
+ * does not ask for strict alignment (every 64-bit architecture XDP runs
+ * on in practice). */
+static __always_inline void set_macs(struct ethhdr *eth, const __u8 *macs)
+{
+	__u32 *d = (__u32 *)eth;
+	const __u32 *s = (const __u32 *)macs;
+
+	d[0] = s[0];
+	d[1] = s[1];
+	d[2] = s[2];
+}
+
+_Static_assert(__builtin_offsetof(struct backend, src_mac) == __builtin_offsetof(struct backend, mac) + 6 &&
+		       __builtin_offsetof(struct backend, mac) % 4 == 0,
+	       "set_macs reads a backend's mac and src_mac as one aligned run");
+_Static_assert(__builtin_offsetof(struct next_hop, src_mac) == __builtin_offsetof(struct next_hop, mac) + 6 &&
+		       __builtin_offsetof(struct next_hop, mac) % 4 == 0,
+	       "set_macs reads a next hop's mac and src_mac as one aligned run");
+
 static __always_inline void ip_copy(struct dlb_ip *dst, const struct dlb_ip *src)
 {
 	__u32 *d = (__u32 *)dst->addr;
@@ -291,8 +315,7 @@ static __always_inline int forward(struct xdp_md *ctx, const struct pkt *pk, con
 	struct ethhdr *eth = pk->eth;
 	__u64 bytes = ctx->data_end - ctx->data;
 
-	__builtin_memcpy(eth->h_dest, b->mac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, b->src_mac, ETH_ALEN);
+	set_macs(eth, b->mac);
 	count(&service_stats, service_id, bytes, new_conns, 0);
 	count_backend(backend_id, bytes, new_conns);
 	if (dlb_trace_on)

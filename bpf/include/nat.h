@@ -212,8 +212,7 @@ static __always_inline int to_client(struct xdp_md *ctx, struct ethhdr *eth, int
 {
 	if (rc == HOP_NO_NEIGH)
 		return verdict(ctx, STAT_PASS_NO_NEIGH, XDP_PASS);
-	__builtin_memcpy(eth->h_dest, hop->mac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, hop->src_mac, ETH_ALEN);
+	set_macs(eth, hop->mac);
 	if (dlb_trace_on)
 		return dlb_trace_tx(ctx, TRACE_F_HIT << 16 | TRACE_TX_REPLY, b, hop->ifindex);
 	return transmit(ctx, hop->ifindex, 1);
