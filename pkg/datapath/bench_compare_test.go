@@ -56,10 +56,10 @@ func TestBenchCompare(t *testing.T) {
 	cycleTables(t, e, b, e.dp.objs.DlbXdp, ackFrame, natSynFrame, reset, natReset)
 
 	bases := []*benchCase{
-		{name: "bare XDP_PASS", frame: estFrame, repeat: 1_000_000, want: xdpPass},
-		{name: "wrapper→pass", target: objs.BenchPass, frame: estFrame, repeat: 1_000_000, want: xdpPass},
-		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: 1_000_000, want: xdpPass},
-		{name: "wrapper(conn)→pass", target: objs.BenchPass, frame: synFrame, vary: benchConnection, repeat: 1_000_000, want: xdpPass},
+		{name: "bare XDP_PASS", frame: estFrame, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper→pass", target: objs.BenchPass, frame: estFrame, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper(conn)→pass", target: objs.BenchPass, frame: synFrame, vary: benchConnection, repeat: benchFineRuns, want: xdpPass},
 	}
 	type build struct {
 		name  string
@@ -123,13 +123,13 @@ func TestBenchCompare(t *testing.T) {
 		t.Fatalf("filling the table: %d entries of %d", n, capacity)
 	}
 	fullBases := []*benchCase{
-		{name: "bare XDP_PASS", frame: estFrame, repeat: 1_000_000, want: xdpPass},
-		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: 1_000_000, want: xdpPass},
+		{name: "bare XDP_PASS", frame: estFrame, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: benchFineRuns, want: xdpPass},
 	}
 	floods := make([]*benchCase, len(builds))
 	for i, bl := range builds {
 		floods[i] = &benchCase{name: "SYN, full table", target: bl.cases[0].target, frame: synFrame, vary: benchNewFlow,
-			repeat: 1_000_000, want: xdpTX, base: "wrapper(vary)→pass", anyRet: noCheck}
+			repeat: benchFineRuns, want: xdpTX, base: "wrapper(vary)→pass", anyRet: noCheck}
 	}
 	for round := -1; round < benchCompareRounds; round++ {
 		for _, c := range append(fullBases, floods...) {
@@ -163,17 +163,17 @@ func TestBenchCompare(t *testing.T) {
 		fmt.Fprintf(&out, "%-24s %8.1f %8.1f %8.1f %8.1f %8.2f× %9.1f %9.1f %9.2f× %9.1f %8.2f×\n", bl.name, est, syn, conn, ack,
 			conn/est, natSyn, natConn, natConn/conn, flood, flood/est)
 	}
-	fmt.Fprintf(&out, "\nraw kernel ns/run: median (min–max)\n")
+	fmt.Fprintf(&out, "\nraw ns/run (refined below a nanosecond: measure): median (min–max)\n")
 	for _, c := range bases {
-		fmt.Fprintf(&out, "  %-44s %7.1f  (%.0f–%.0f)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
+		fmt.Fprintf(&out, "  %-44s %7.2f  (%.1f–%.1f)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 	}
 	for i, bl := range builds {
 		for _, c := range append(bl.cases, floods[i]) {
-			fmt.Fprintf(&out, "  %-24s %-19s %7.1f  (%.0f–%.0f)\n", bl.name, c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
+			fmt.Fprintf(&out, "  %-24s %-19s %7.2f  (%.1f–%.1f)\n", bl.name, c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 		}
 	}
 	for _, c := range fullBases {
-		fmt.Fprintf(&out, "  %-44s %7.1f  (%.0f–%.0f)  (table full)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
+		fmt.Fprintf(&out, "  %-44s %7.2f  (%.1f–%.1f)  (table full)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 	}
 	fmt.Print(out.String())
 }
@@ -183,8 +183,8 @@ func TestBenchCompare(t *testing.T) {
 // packet) and an ACK of an unknown flow.
 func compareCases(prog *ebpf.Program, est, syn, ack []byte, reset func()) []*benchCase {
 	return []*benchCase{
-		{name: "established flow", target: prog, frame: est, repeat: 1_000_000, want: xdpTX, base: "wrapper→pass"},
-		{name: "SYN, new source", target: prog, frame: syn, vary: benchNewFlow, repeat: 1_000_000, want: xdpTX,
+		{name: "established flow", target: prog, frame: est, repeat: benchFineRuns, want: xdpTX, base: "wrapper→pass"},
+		{name: "SYN, new source", target: prog, frame: syn, vary: benchNewFlow, repeat: benchFineRuns, want: xdpTX,
 			base: "wrapper(vary)→pass"},
 		{name: "new connection", target: prog, frame: syn, vary: benchConnection, repeat: 2 * benchConns, want: xdpTX,
 			base: "wrapper(conn)→pass", prepare: reset},

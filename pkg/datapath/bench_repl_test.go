@@ -114,7 +114,7 @@ func TestBenchReplication(t *testing.T) {
 	w := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	w("== connection replication on the active's data path (BPF_PROG_TEST_RUN, 64-byte IPv4 frames) ==")
 	w("machine   Linux %s, %d CPUs, %s; measured thread on CPU %d, scanner on CPU %d", kernelRelease(), runtime.NumCPU(), cpuModel(), cpu, other)
-	w("method    %d measured rounds (+1 warm-up), modes interleaved per round; medians of the kernel's ns/run;", benchRounds)
+	w("method    %d measured rounds (+1 warm-up), modes interleaved per round; medians of ns/run (measure);", benchRounds)
 	w("          connection table %d of %d entries; new connection = SYN + its ACK (ns per connection)", half, capacity)
 	w("%-30s %10s %10s %10s %10s", "case", "off", "100 ms", "continuous", "off again")
 	var goals []string
