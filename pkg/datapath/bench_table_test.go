@@ -59,11 +59,11 @@ const benchCyclePool = 48000
 // of the connection table and of the NAT tables has gone round each table
 // once (over the connection table's free entries: the allocation skips
 // full bitmap words), then puts the tables back as they were (reset,
-// natReset). A table
-// in use has had each of its slots used and freed; a table just created
-// has not, and an insert into a slot never used costs more: measured
-// here, 130-150 ns more per NAT connection packet on pages already
-// written (BENCHMARKS.md, "Seventeenth session"), a cause not found. The
+// natReset). A table in use has had each of its slots used and freed; a
+// table just created has not, and an insert into a slot never used costs
+// more: measured here, 130-150 ns more per NAT connection packet on pages
+// already written (BENCHMARKS.md, "Seventeenth session"), a cause not
+// found. The
 // benchmarks measure a table in use. ack is an ACK (of a flow the table
 // lacks) and natSyn a NAT SYN: the connection table is filled to 1024
 // short of full twice; the NAT tables are filled benchCyclePool
