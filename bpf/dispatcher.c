@@ -796,7 +796,7 @@ int dlb_conn_del(struct conn_ctl *c)
 
 	if (!e || (c->expect_seen && e->flow.last_seen != c->expect_seen))
 		return 0;
-	if (conn_delete(pos, slot))
+	if (conn_delete(pos, slot, h, cfg->conn_buckets))
 		c->result = 0;
 	return 0;
 }
@@ -832,7 +832,7 @@ int dlb_nat_ctl(struct nat_ctl *c)
 			} else {
 				c->result = TAB_INSERT_RETRY(dlb_natf_insert(in)) == TAB_INSERTED ? 0 : 2;
 			}
-		} else if (e && (!c->expect_seen || e->flow.last_seen == c->expect_seen) && natf_delete(pos, slot)) {
+		} else if (e && (!c->expect_seen || e->flow.last_seen == c->expect_seen) && natf_delete(pos, slot, in->hash, cfg->natf_buckets)) {
 			c->result = 0;
 		}
 		return 0;
@@ -854,7 +854,7 @@ int dlb_nat_ctl(struct nat_ctl *c)
 			c->result = TAB_INSERT_RETRY(dlb_natp_insert(in)) == TAB_INSERTED ? 0 : 2;
 		}
 	} else if (op == NAT_CTL_DEL_PORT && e && (!c->expect_seen || e->rev.last_seen == c->expect_seen) &&
-		   natp_delete(pos, slot)) {
+		   natp_delete(pos, slot, in->hash, cfg->natp_buckets)) {
 		c->result = 0;
 	}
 	return 0;

@@ -46,7 +46,7 @@ fi
 
 min=$(sed -n 's/^const MinKernel = "\(.*\)"$/\1/p' pkg/datapath/kernel.go)
 [ -n "$min" ] || { echo "kernels.sh: no MinKernel in pkg/datapath/kernel.go" >&2; exit 1; }
-tests=${DLB_KERNEL_TESTS:-'^TestPrivileged(DatapathTable|NATRealTraffic|IPv6MACRealTraffic|Guard|StackModel|TagCollision|OverflowClasses|AllocPastFullRun|AllocPastFullHalf)$'}
+tests=${DLB_KERNEL_TESTS:-'^TestPrivileged(DatapathTable|NATRealTraffic|IPv6MACRealTraffic|Guard|StackModel|TagCollision|SpillCounts|SpillCountsPairEviction|SpillCountsNAT|AllocPastFullRun|AllocPastFullHalf)$'}
 limit=${DLB_KERNEL_TIMEOUT:-1800}
 work=$PWD/bin/kernels
 mkdir -p "$work"

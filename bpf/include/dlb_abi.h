@@ -28,7 +28,7 @@ enum dlb_consts {
 	/* DLB_ABI_VERSION is written into the config map. A loader refuses
 	 * pinned maps that another ABI version wrote: layouts can differ
 	 * where sizes agree. Bump it on every layout or meaning change. */
-	DLB_ABI_VERSION = 6,
+	DLB_ABI_VERSION = 7,
 	/* A half-open connection (a SYN without its handshake-completing
 	 * ACK) counts as half-open for this long; the sweeper frees NAT
 	 * half-open entries older than this. */
@@ -176,8 +176,7 @@ struct flow_key {
  * 24 bits. */
 struct tab_bucket {
 	__u64 ways[DLB_TAB_WAYS / 2];
-	__u32 meta; /* TAB_F_* */
-	__u32 pad;
+	__u64 meta; /* TAB_F_* and the spill counts (TAB_SPILL_SHIFT) */
 };
 
 /* Flags of a tab_bucket's meta word. */
@@ -188,15 +187,20 @@ enum tab_flags {
 	/* TAB_F_OVERFLOW: a key whose first bucket this is was put in its
 	 * second bucket (this one was full). */
 	TAB_F_OVERFLOW = 1 << 1,
-	/* TAB_F_OVERFLOW_CLASSES: bit TAB_OVERFLOW_SHIFT + c is set with
-	 * TAB_F_OVERFLOW when the key put in its second bucket is of class c
-	 * (tab_overflow_bit: 16 classes of key hash). A lookup that misses
-	 * here looks in the second bucket only when its key's class bit is
-	 * set: in a full table nearly every bucket has overflowed, but a few
-	 * of its keys' classes only, so most misses read one index line, not
-	 * two. The bits, like the flag, are never cleared. */
-	TAB_F_OVERFLOW_CLASSES = 0xffff0000,
-	TAB_OVERFLOW_SHIFT = 16,
+	/* The spill counts: TAB_SPILL_BITS bits from bit TAB_SPILL_SHIFT +
+	 * TAB_SPILL_BITS * c count the keys of class c (table.h,
+	 * tab_spill_shift: 16 classes of key hash) whose first bucket this
+	 * is and which sit in their second bucket. A lookup that misses here
+	 * reads the second bucket only when its key's class count is not 0:
+	 * in a full table most buckets have sent keys there, but of a few
+	 * classes only, so most misses read one index line, not two. A key
+	 * leaving its second bucket takes its count down again, so that a
+	 * table in use (keys coming and going) does not drift towards two
+	 * reads for every miss, as one-way flags did. A count that reached
+	 * TAB_SPILL_MAX stays there (it no longer says how many). */
+	TAB_SPILL_SHIFT = 16,
+	TAB_SPILL_BITS = 3,
+	TAB_SPILL_MAX = 7,
 };
 
 /* State of a connection-table entry. */

@@ -432,15 +432,16 @@ static __always_inline void nat_release(const struct dlb_config *cfg, const stru
 					const struct dlb_ip *nat_addr, __be16 nat_port, int family)
 {
 	struct nat_key nk = { .port = nat_port, .proto = fk->proto, .family = family };
-	__u32 pos, slot;
+	__u32 pos, slot, h;
 
 	ip_copy(&nk.addr, nat_addr);
-	struct nat_port_entry *pe =
-		natp_find_call(&nk, tab_hash_natkey(&nk, cfg->hash_seed), cfg->natp_buckets, &pos, &slot);
+	h = tab_hash_natkey(&nk, cfg->hash_seed);
+	struct nat_port_entry *pe = natp_find_call(&nk, h, cfg->natp_buckets, &pos, &slot);
 	if (pe && owns(&pe->rev.client, &pe->rev.vip, pe->rev.client_port, pe->rev.vip_port, fk))
-		natp_delete(pos, slot);
-	if (natf_find_call(fk, tab_hash_flow(fk, cfg->hash_seed), cfg->natf_buckets, &pos, &slot))
-		natf_delete(pos, slot);
+		natp_delete(pos, slot, h, cfg->natp_buckets);
+	h = tab_hash_flow(fk, cfg->hash_seed);
+	if (natf_find_call(fk, h, cfg->natf_buckets, &pos, &slot))
+		natf_delete(pos, slot, h, cfg->natf_buckets);
 	event(EV_NAT_FLOW_RELEASED);
 }
 
@@ -504,7 +505,7 @@ __noinline int dlb_natp_taken(const struct nat_key *k)
 		return 0;
 	if (natp_probe_loop(b, n1, tab_tag_pattern(h), k) >= 0)
 		return 1;
-	if (!(b->meta & tab_overflow_bit(h)))
+	if (!tab_spilled(b, h))
 		return 0;
 	b = bpf_map_lookup_elem(&nat_port_index, &n2);
 	return b && natp_probe_loop(b, n2, tab_tag_pattern(h), k) >= 0;
@@ -923,7 +924,7 @@ __noinline int dlb_nat_establish(struct nat_scratch *sc)
 	 * stayed locked. */
 	__u32 pos, slot;
 	if (natp_find_call(&sc->natp.e.key, sc->natp.hash, cfg->natp_buckets, &pos, &slot) && slot == sc->natp.slot)
-		natp_delete(pos, slot);
+		natp_delete(pos, slot, sc->natp.hash, cfg->natp_buckets);
 	return nat_insert_err(res);
 }
 

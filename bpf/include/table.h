@@ -38,8 +38,9 @@
  * emptier ("two choices": the index has about 1.4 ways per entry, and a
  * key's two buckets are full only when the table is; see TAB_SPARE). A
  * bucket that ever sent a key to its second bucket has TAB_F_OVERFLOW and
- * the bit of that key's class (tab_overflow_bit, one of 16), and a lookup
- * that misses in b1 reads b2 only when its key's class bit is set. A tag
+ * counts the key under its class (tab_spill_shift, one of 16) until it
+ * leaves, and a lookup that misses in b1 reads b2 only when its key's
+ * class count is not 0. A tag
  * matches a key's by chance once in 254 ways: the key of every way whose
  * tag matches is compared.
  *
@@ -159,12 +160,51 @@ static __always_inline __u64 tab_tag_pattern(__u32 h)
 	return (t << 24) | (t << 56);
 }
 
-/* tab_overflow_bit returns the TAB_F_OVERFLOW_CLASSES bit of the class of
- * a key with hash h: hash bits that neither its buckets (the high bits)
- * nor its tag (the low byte) come from. */
-static __always_inline __u32 tab_overflow_bit(__u32 h)
+/* tab_spill_shift returns where a bucket's meta word counts the keys of
+ * the class of hash h that sit in their second bucket (TAB_SPILL_SHIFT):
+ * the class comes from hash bits that neither the buckets (the high bits)
+ * nor the tag (the low byte) come from. */
+static __always_inline __u32 tab_spill_shift(__u32 h)
 {
-	return 1U << (TAB_OVERFLOW_SHIFT + ((h >> 12) & 15));
+	return TAB_SPILL_SHIFT + TAB_SPILL_BITS * ((h >> 12) & 15);
+}
+
+/* tab_spilled returns the count of keys of h's class whose first bucket
+ * is b and which sit in their second: 0 when a key of hash h missing
+ * from b is missing from the table. */
+static __always_inline __u64 tab_spilled(const struct tab_bucket *b, __u32 h)
+{
+	return (b->meta >> tab_spill_shift(h)) & TAB_SPILL_MAX;
+}
+
+/* How many times a spill count's update tries again after another CPU
+ * changed the bucket's meta word. */
+#define TAB_SPILL_TRIES 8
+
+/* tab_spill counts a key of hash h into (add 1) or out of (add 0) its
+ * second bucket, in the spill count of its class in its first bucket, b1
+ * (TAB_SPILL_SHIFT). A count at TAB_SPILL_MAX stays. A count that cannot
+ * be raised (other CPUs kept changing the word) is set to TAB_SPILL_MAX,
+ * one that cannot be lowered stays as it is: a count too high costs a
+ * needless read of the second bucket, one too low would lose keys. Raised
+ * before the key's way is published, lowered after it is removed. It
+ * returns 1 when it changed the count. */
+static __always_inline int tab_spill(struct tab_bucket *b1, __u32 h, __u32 add)
+{
+	__u32 sh = tab_spill_shift(h);
+
+	for (int i = 0; i < TAB_SPILL_TRIES; i++) {
+		__u64 m = *(volatile __u64 *)&b1->meta;
+		__u64 c = (m >> sh) & TAB_SPILL_MAX;
+		if (c == TAB_SPILL_MAX || (!add && c == 0))
+			return 0;
+		__u64 nm = add ? (m + (1ULL << sh)) | TAB_F_OVERFLOW : m - (1ULL << sh);
+		if (__sync_val_compare_and_swap(&b1->meta, m, nm) == m)
+			return 1;
+	}
+	if (add)
+		__sync_fetch_and_or(&b1->meta, (__u64)TAB_SPILL_MAX << sh | TAB_F_OVERFLOW);
+	return 0;
 }
 
 /* tab_range maps a hash onto [0, n) by multiplication (no division). */
@@ -219,7 +259,7 @@ static __always_inline int tab_lock(struct tab_bucket *b)
 	int locked = 0;
 
 	for (int i = 0; i < TAB_LOCK_SPINS; i++) {
-		__u32 m = *(volatile __u32 *)&b->meta;
+		__u64 m = *(volatile __u64 *)&b->meta;
 		if (!(m & TAB_F_LOCK) && __sync_val_compare_and_swap(&b->meta, m, m | TAB_F_LOCK) == m) {
 			locked = 1;
 			break;
@@ -451,6 +491,15 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
                                                                                                                \
 	__noinline int dlb_##name##_emptied(__u32 word);                                                       \
                                                                                                                \
+	/* dlb_name_unspill counts a key of hash h out of its second bucket    \
+	 * (tab_spill) in its first, number n1. A global function: keys leave  \
+	 * second buckets seldom.                                              */ \
+	__noinline int dlb_##name##_unspill(__u32 n1, __u32 h)                                                 \
+	{                                                                                                      \
+		struct tab_bucket *b = bpf_map_lookup_elem(&index_map, &n1);                                   \
+		return b ? tab_spill(b, h, 0) : 0;                                                             \
+	}                                                                                                      \
+                                                                                                               \
 	/* name_summary marks bitmap word word full (or not) in the summary: \
 	 * bit word % 64 of word nw + word / 64 of the bitmap map (nw: words   \
 	 * of the bitmap itself). The summary is a hint: racing CPUs can leave \
@@ -590,11 +639,15 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 	}                                                                                                      \
                                                                                                                \
 	/* name_delete removes the entry in slot, whose way is at pos (found by \
-	 * its key), unless another CPU took it meanwhile. */                   \
-	static __always_inline int name##_delete(__u32 pos, __u32 slot)                                        \
+	 * its key, of table hash h; nb index buckets), unless another CPU took \
+	 * it meanwhile. */                                                     \
+	static __always_inline int name##_delete(__u32 pos, __u32 slot, __u32 h, __u32 nb)                     \
 	{                                                                                                      \
 		if (!name##_unlink(pos, slot))                                                                 \
 			return 0;                                                                              \
+		__u32 n1 = tab_range(h, nb);                                                                   \
+		if (pos / DLB_TAB_WAYS != n1)                                                                  \
+			dlb_##name##_unspill(n1, h);                                                             \
 		name##_free(slot);                                                                             \
 		return 1;                                                                                      \
 	}                                                                                                      \
@@ -613,7 +666,7 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		if (!b)                                                                                        \
 			return -1;                                                                             \
 		long r = name##_probe_pos(b, n1, pat, k);                                                      \
-		if (r >= 0 || !(b->meta & tab_overflow_bit(h)))                                                \
+		if (r >= 0 || !tab_spilled(b, h))                                                        \
 			return r;                                                                              \
 		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
 		if (!b)                                                                                        \
@@ -633,8 +686,8 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 	}                                                                                                      \
                                                                                                                \
 	/* name_find_first: the first way of k's first bucket whose tag        \
-	 * matches, then of its second if the first ever sent a key of k's      \
-	 * class there (tab_overflow_bit). It returns NULL and clears *sure (1  \
+	 * matches, then of its second if the first counts keys of k's class    \
+	 * there (tab_spilled). It returns NULL and clears *sure (1             \
 	 * on entry) when a tag matched another key's: then only a lookup of    \
 	 * every matching way (name_find, name_find_call) can tell.              */ \
 	static __always_inline entry_t *name##_find_first(const key_t *k, __u32 h, __u32 nb, __u32 *pos,        \
@@ -647,7 +700,7 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 			return NULL;                                                                           \
 		__u64 pat = tab_tag_pattern(h);                                                                \
 		entry_t *e = name##_first(b, n1, pat, k, pos, slot, sure);                                     \
-		if (e || !*sure || !(b->meta & tab_overflow_bit(h)))                                           \
+		if (e || !*sure || !tab_spilled(b, h))                                                   \
 			return e;                                                                              \
 		b = bpf_map_lookup_elem(&index_map, &n2);                                                      \
 		if (!b)                                                                                        \
@@ -706,7 +759,7 @@ enum tab_insert_result {
 		int res = TAB_FAILED;                                                                          \
 		__u64 pat = tab_tag_pattern(h);                                                                \
 		int s = name##_probe_loop(b1, n1, pat, &a->e.key);                                             \
-		if (s < 0 && (b1->meta & tab_overflow_bit(h)))                                                 \
+		if (s < 0 && tab_spilled(b1, h))                                                               \
 			s = name##_probe_loop(b2, n2, pat, &a->e.key);                                         \
 		if (s >= 0) {                                                                                  \
 			a->slot = s;                                                                           \
@@ -722,8 +775,6 @@ enum tab_insert_result {
 		}                                                                                              \
 		if (way < 0)                                                                                   \
 			goto out;                                                                              \
-		if (b != b1)                                                                                   \
-			__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW | tab_overflow_bit(h));                  \
 		s = name##_alloc(cfg->words_field);                                                            \
 		__u32 slot = s;                                                                                \
 		void *e = s < 0 ? NULL : bpf_map_lookup_elem(&entries_map, &slot);                             \
@@ -734,6 +785,8 @@ enum tab_insert_result {
 		/* Typed, so that clang copies in 8-byte words: through the void                               \
 		 * pointer it copied a byte at a time (160-192 instructions). */                               \
 		__builtin_memcpy((typeof(a->e) *)e, &a->e, sizeof(a->e));                                      \
+		if (b != b1)                                                                                   \
+			tab_spill(b1, h, 1);                                                                   \
 		tab_publish(b, way, pat, slot);                                                                \
 		a->slot = slot;                                                                                \
 		res = TAB_INSERTED;                                                                            \
@@ -793,8 +846,13 @@ static __always_inline int conn_unlink_entry(const struct dlb_config *cfg, __u32
 			continue;
 		for (int i = 0; i < DLB_TAB_WAYS; i++) {
 			__u32 v = tab_way(b, i);
-			if ((v & TAB_SLOT_MASK) == slot && (v >> 24) > DLB_TAB_BUSY)
-				return tab_set(b, i, v, 0);
+			if ((v & TAB_SLOT_MASK) != slot || (v >> 24) <= DLB_TAB_BUSY)
+				continue;
+			int done = tab_set(b, i, v, 0);
+			/* The key leaves its second bucket. */
+			if (done && j == 1 && n[0] != n[1])
+				dlb_conn_unspill(n[0], h);
+			return done;
 		}
 	}
 	return 0;
@@ -828,7 +886,7 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 	__u64 pat = tab_tag_pattern(h);
 	__u64 now = a->e.flow.last_seen;
 	int found = conn_probe_loop(b1, n1, pat, &a->e.key);
-	if (found < 0 && (b1->meta & tab_overflow_bit(h)))
+	if (found < 0 && tab_spilled(b1, h))
 		found = conn_probe_loop(b2, n2, pat, &a->e.key);
 	if (found >= 0) {
 		a->slot = found;
@@ -873,9 +931,16 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 		b = vb;
 		way = vw;
 		slot = v & TAB_SLOT_MASK;
+		/* Its key leaves its second bucket if vb was that. */
+		__u32 vs = slot;
+		struct conn_entry *ve = bpf_map_lookup_elem(&conns, &vs);
+		if (ve) {
+			__u32 vh = tab_hash_flow(&ve->key, cfg->hash_seed);
+			__u32 vn1 = tab_range(vh, cfg->conn_buckets);
+			if (vn1 != (vb == b1 ? n1 : n2))
+				dlb_conn_unspill(vn1, vh);
+		}
 	}
-	if (b != b1)
-		__sync_fetch_and_or(&b1->meta, TAB_F_OVERFLOW | tab_overflow_bit(h));
 	if (slot < 0)
 		slot = conn_alloc(cfg->conn_words);
 	if (slot < 0) {
@@ -917,6 +982,8 @@ __noinline int dlb_conn_insert(struct conn_ins *a)
 		goto out;
 	}
 	__builtin_memcpy(e, &a->e, sizeof(*e));
+	if (b != b1)
+		tab_spill(b1, h, 1);
 	tab_publish(b, way, pat, s);
 	a->slot = s;
 	res = TAB_INSERTED;

@@ -125,7 +125,7 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION          dispatcherDlbConsts = 6
+	dispatcherDlbConstsDLB_ABI_VERSION          dispatcherDlbConsts = 7
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS    dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_HANDSHAKE_SEEN_SHIFT dispatcherDlbConsts = 20
 	dispatcherDlbConstsDLB_NAT_CANDIDATES       dispatcherDlbConsts = 8
@@ -439,17 +439,17 @@ const (
 type dispatcherTabBucket struct {
 	_    structs.HostLayout
 	Ways [7]uint64
-	Meta uint32
-	Pad  uint32
+	Meta uint64
 }
 
 type dispatcherTabFlags uint32
 
 const (
-	dispatcherTabFlagsTAB_F_LOCK             dispatcherTabFlags = 1
-	dispatcherTabFlagsTAB_F_OVERFLOW         dispatcherTabFlags = 2
-	dispatcherTabFlagsTAB_F_OVERFLOW_CLASSES dispatcherTabFlags = 4294901760
-	dispatcherTabFlagsTAB_OVERFLOW_SHIFT     dispatcherTabFlags = 16
+	dispatcherTabFlagsTAB_F_LOCK      dispatcherTabFlags = 1
+	dispatcherTabFlagsTAB_F_OVERFLOW  dispatcherTabFlags = 2
+	dispatcherTabFlagsTAB_SPILL_SHIFT dispatcherTabFlags = 16
+	dispatcherTabFlagsTAB_SPILL_BITS  dispatcherTabFlags = 3
+	dispatcherTabFlagsTAB_SPILL_MAX   dispatcherTabFlags = 7
 )
 
 type dispatcherTableInfo struct {
