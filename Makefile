@@ -117,11 +117,13 @@ test-unit:
 ## then the control plane: manager cycles, loads and changes at 100,000 servers, Maglev
 ## rebuilds, dlbd itself at 1,000 ports x 100 servers through dlbctl (pkg/e2e/scale_test.go)
 ## and a /metrics scrape at that size (needs root: a lab); TestBenchReplication: the established flow
-## and new connection with the active's replication scanner running beside them, as ratios to without
+## and new connection with the active's replication scanner running beside them, as ratios to without;
+## TestBenchChurn: a full connection table while connections come and go (misses reading two index lines)
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReplication$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH_LOAD=- $(GO) test -run '^TestBenchLoad$$' -count=1 -v ./pkg/datapath/
+	DLB_BENCH_CHURN=- $(GO) test -run '^TestBenchChurn$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH=1 $(GO) test -run '^TestPrivilegedMetricsScaleReport$$' -count=1 -v ./pkg/e2e/
 	$(GO) test -run '^$$' -bench 'Write100k' -benchtime 5x ./pkg/metrics/
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
