@@ -638,18 +638,26 @@ static __always_inline int tab_set(struct tab_bucket *b, __u32 i, __u32 old, __u
 		return tab_set(b, i, v, 0);                                                                    \
 	}                                                                                                      \
                                                                                                                \
-	/* name_delete removes the entry in slot, whose way is at pos (found by \
-	 * its key, of table hash h; nb index buckets), unless another CPU took \
-	 * it meanwhile. */                                                     \
-	static __always_inline int name##_delete(__u32 pos, __u32 slot, __u32 h, __u32 nb)                     \
+	/* dlb_name_delete removes the entry in slot, whose way is at pos       \
+	 * (found by its key, of table hash h; nb index buckets), unless another \
+	 * CPU took it meanwhile; it returns 1 when it did. A global function:  \
+	 * every inlined map lookup is a rewrite of the whole program when the  \
+	 * kernel loads it, and removals are not on a packet's fast path.       */ \
+	__noinline int dlb_##name##_delete(__u32 pos, __u32 slot, __u32 h, __u32 nb)                           \
 	{                                                                                                      \
 		if (!name##_unlink(pos, slot))                                                                 \
 			return 0;                                                                              \
 		__u32 n1 = tab_range(h, nb);                                                                   \
 		if (pos / DLB_TAB_WAYS != n1)                                                                  \
-			dlb_##name##_unspill(n1, h);                                                             \
+			dlb_##name##_unspill(n1, h);                                                           \
 		name##_free(slot);                                                                             \
 		return 1;                                                                                      \
+	}                                                                                                      \
+                                                                                                               \
+	/* name_delete is dlb_name_delete. */                                   \
+	static __always_inline int name##_delete(__u32 pos, __u32 slot, __u32 h, __u32 nb)                     \
+	{                                                                                                      \
+		return dlb_##name##_delete(pos, slot, h, nb);                                                  \
 	}                                                                                                      \
                                                                                                                \
 	/* dlb_name_lookup is name_find as a global function (verified once; a \
