@@ -38,22 +38,10 @@ func TestBenchCompare(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the comparison needs root (BPF_PROG_TEST_RUN of XDP programs, network namespaces)")
 	}
-	e := newBenchEnv(t)
-	cpu := pinToOneCPU(t)
-	objs := openBenchObjects(t)
-	b := &benchRunner{t: t, objs: objs}
-
-	const estPort = 40000
-	estKey := key(vipTCP, 80, estPort, 6)
-	estFrame, synFrame, ackFrame := benchTCPFrame(t, estPort, "A"), benchTCPFrame(t, 1, "S"), benchTCPFrame(t, 1, "A")
-	natSyn := tcpTo(vipNAT, 80, 1, "S")
-	natSyn.Payload = []byte("dlb-bench!")
-	natSynFrame := natSyn.Build(t)
-	half := int(e.dp.Info().ConnTable) / 2
-	fillConns(t, e, half)
-	reset := func() { resetConns(t, e, half, estKey) }
-	natReset := func() { resetNAT(t, e, FlowKey{}) }
-	cycleTables(t, e, b, e.dp.objs.DlbXdp, ackFrame, natSynFrame, reset, natReset)
+	ce := newCompareEnv(t)
+	e, cpu, objs, b, estKey := ce.e, ce.cpu, ce.b.objs, ce.b, ce.estKey
+	estFrame, synFrame, ackFrame, natSynFrame := ce.estFrame, ce.synFrame, ce.ackFrame, ce.natSynFrame
+	reset, natReset := ce.reset, ce.natReset
 
 	bases := []*benchCase{
 		{name: "bare XDP_PASS", frame: estFrame, repeat: benchFineRuns, want: xdpPass},
@@ -176,6 +164,39 @@ func TestBenchCompare(t *testing.T) {
 		fmt.Fprintf(&out, "  %-44s %7.2f  (%.1f–%.1f)  (table full)\n", c.name, median(c.ns), slices.Min(c.ns), slices.Max(c.ns))
 	}
 	fmt.Print(out.String())
+}
+
+// compareEnv is the set-up TestBenchCompare and TestBenchProfile measure
+// in: a test namespace with the benchmark's configuration, the
+// connection table half full and every table cycled once, the test
+// pinned to one CPU.
+type compareEnv struct {
+	e                                         *testEnv
+	b                                         *benchRunner
+	cpu                                       int
+	estKey                                    FlowKey
+	estFrame, synFrame, ackFrame, natSynFrame []byte
+	reset, natReset                           func()
+}
+
+// newCompareEnv builds the compareEnv.
+func newCompareEnv(t *testing.T) *compareEnv {
+	t.Helper()
+	e := newBenchEnv(t)
+	cpu := pinToOneCPU(t)
+	b := &benchRunner{t: t, objs: openBenchObjects(t)}
+	const estPort = 40000
+	ce := &compareEnv{e: e, b: b, cpu: cpu, estKey: key(vipTCP, 80, estPort, 6),
+		estFrame: benchTCPFrame(t, estPort, "A"), synFrame: benchTCPFrame(t, 1, "S"), ackFrame: benchTCPFrame(t, 1, "A")}
+	natSyn := tcpTo(vipNAT, 80, 1, "S")
+	natSyn.Payload = []byte("dlb-bench!")
+	ce.natSynFrame = natSyn.Build(t)
+	half := int(e.dp.Info().ConnTable) / 2
+	fillConns(t, e, half)
+	ce.reset = func() { resetConns(t, e, half, ce.estKey) }
+	ce.natReset = func() { resetNAT(t, e, FlowKey{}) }
+	cycleTables(t, e, b, e.dp.objs.DlbXdp, ce.ackFrame, ce.natSynFrame, ce.reset, ce.natReset)
+	return ce
 }
 
 // compareCases returns TestBenchCompare's cases for one build of dlb_xdp:
