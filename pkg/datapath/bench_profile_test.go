@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // benchProfileSeconds is how long TestBenchProfile samples one case.
@@ -100,7 +102,99 @@ func TestBenchProfile(t *testing.T) {
 	if p.inProg < 100 {
 		t.Fatalf("%d of %d samples inside dlb_xdp: too few to tell (no call graphs through BPF programs?)", p.inProg, p.total)
 	}
-	fmt.Print(p.report(name, cost, runs))
+	src, err := newSourceLines(prog)
+	if err != nil {
+		t.Logf("instructions not named by source line: %v", err)
+	}
+	fmt.Print(p.report(name, cost, runs, src.line))
+}
+
+// sourceLines names the source line of a JITed instruction of a loaded
+// program, from the kernel's line information: each line record's
+// instruction offset and the address its first JITed instruction got.
+// Each function is JITed into memory of its own.
+type sourceLines struct {
+	funcs map[string]*jitedFunc // by function name
+}
+
+// jitedFunc is where a function's JITed code lies, and its line records.
+type jitedFunc struct {
+	start, size uint64
+	addrs       []uint64 // JITed address of each line record, ascending
+	lines       []string // "file:line: source" of each line record
+}
+
+// newSourceLines reads prog's JITed functions and line records.
+func newSourceLines(prog *ebpf.Program) (*sourceLines, error) {
+	info, err := prog.Info()
+	if err != nil {
+		return nil, fmt.Errorf("reading the program's info: %w", err)
+	}
+	ksyms, ok1 := info.JitedKsymAddrs()
+	lens, ok2 := info.JitedFuncLens()
+	addrs, ok3 := info.JitedLineInfos()
+	if !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("the kernel gave no JITed symbols, lengths or line addresses")
+	}
+	funcs, err := info.FuncInfos()
+	if err != nil {
+		return nil, fmt.Errorf("reading function infos: %w", err)
+	}
+	lines, err := info.LineInfos()
+	if err != nil {
+		return nil, fmt.Errorf("reading line infos: %w", err)
+	}
+	if len(funcs) != len(ksyms) || len(lens) != len(ksyms) || len(lines) != len(addrs) {
+		return nil, fmt.Errorf("%d functions, %d symbols, %d lengths; %d line records, %d addresses: not one to one",
+			len(funcs), len(ksyms), len(lens), len(lines), len(addrs))
+	}
+	sl := &sourceLines{funcs: map[string]*jitedFunc{}}
+	byIndex := make([]*jitedFunc, len(funcs))
+	for i, f := range funcs {
+		byIndex[i] = &jitedFunc{start: uint64(ksyms[i]), size: uint64(lens[i])}
+		sl.funcs[f.Func.Name] = byIndex[i]
+	}
+	for i, l := range lines {
+		// The function whose instructions hold the record's.
+		k := 0
+		for k+1 < len(funcs) && funcs[k+1].Offset <= l.Offset {
+			k++
+		}
+		f := byIndex[k]
+		f.addrs = append(f.addrs, addrs[i])
+		f.lines = append(f.lines, fmt.Sprintf("%s:%d: %s", filepath.Base(l.Line.FileName()), l.Line.LineNumber(),
+			strings.Join(strings.Fields(l.Line.Line()), " ")))
+	}
+	for i, f := range byIndex {
+		if !slices.IsSorted(f.addrs) {
+			return nil, fmt.Errorf("function %s: line addresses out of order", funcs[i].Func.Name)
+		}
+	}
+	return sl, nil
+}
+
+// line returns the source line of insn ("function+0xoffset"), or "" when
+// it is not known.
+func (sl *sourceLines) line(insn string) string {
+	if sl == nil {
+		return ""
+	}
+	name, hex, ok := strings.Cut(insn, "+0x")
+	f := sl.funcs[name]
+	off, err := strconv.ParseUint(hex, 16, 64)
+	if !ok || f == nil || err != nil || off >= f.size {
+		return ""
+	}
+	a := f.start + off
+	// The last line record at or before a, if it lies in the function.
+	i, found := slices.BinarySearch(f.addrs, a)
+	if !found {
+		i--
+	}
+	if i < 0 || f.addrs[i] < f.start {
+		return ""
+	}
+	return f.lines[i]
 }
 
 // profile is what readProfile found: of total samples, inProg were taken
@@ -180,8 +274,9 @@ func shortSymbol(sym string) string {
 }
 
 // report prints the profile of case name, whose cost was costNS per
-// packet, measured runs times while sampled.
-func (p *profile) report(name string, costNS float64, runs int) string {
+// packet, measured runs times while sampled; line names an instruction's
+// source line ("" when unknown).
+func (p *profile) report(name string, costNS float64, runs int, line func(string) string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n== where %q spends its time: %.0f ns a packet; %d measurements sampled, %d of %d samples inside dlb_xdp ==\n",
 		name, costNS, runs, p.inProg, p.total)
@@ -205,7 +300,11 @@ func (p *profile) report(name string, costNS float64, runs int) string {
 	}
 	fmt.Fprintf(&b, "instructions holding the most samples\n")
 	for _, k := range top(p.insns, 10) {
-		fmt.Fprintf(&b, "  %-40s %5.1f %%  %6.1f\n", k, 100*share(p.insns[k]), share(p.insns[k])*costNS)
+		fmt.Fprintf(&b, "  %-40s %5.1f %%  %6.1f", k, 100*share(p.insns[k]), share(p.insns[k])*costNS)
+		if l := line(k); l != "" {
+			fmt.Fprintf(&b, "  %s", l)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -262,11 +361,50 @@ func TestReadProfile(t *testing.T) {
 func TestProfileReport(t *testing.T) {
 	p := &profile{total: 10, inProg: 4, funcs: map[string]int{"dlb_natp_taken": 3, "dlb_xdp": 1},
 		insns: map[string]int{"dlb_natp_taken+0x1a4": 3, "dlb_xdp+0x10": 1}}
-	r := p.report("NAT SYN, new source", 400, 7)
+	line := func(insn string) string {
+		if insn == "dlb_natp_taken+0x1a4" {
+			return "table.h:1: a line"
+		}
+		return ""
+	}
+	r := p.report("NAT SYN, new source", 400, 7, line)
 	for _, want := range []string{"400 ns a packet", "7 measurements", "4 of 10 samples", "dlb_natp_taken                            75.0 %   300.0",
+		"dlb_natp_taken+0x1a4                      75.0 %   300.0  table.h:1: a line\n",
 		"dlb_xdp+0x10                              25.0 %   100.0"} {
 		if !strings.Contains(r, want) {
 			t.Errorf("report lacks %q:\n%s", want, r)
 		}
+	}
+}
+
+func TestSourceLine(t *testing.T) {
+	sl := &sourceLines{funcs: map[string]*jitedFunc{
+		"dlb_xdp": {start: 0x1000, size: 0x100, addrs: []uint64{0x1000, 0x1010, 0x1080},
+			lines: []string{"a.c:1: x", "a.c:2: y", "a.c:3: z"}},
+		// JITed below the main function: each function has memory of its own.
+		"dlb_pick": {start: 0x800, size: 0x80, addrs: []uint64{0x800, 0x820}, lines: []string{"b.h:7: p", "b.h:8: q"}},
+		"dlb_late": {start: 0x2000, size: 0x40, addrs: []uint64{0x2008}, lines: []string{"c.h:9: r"}},
+	}}
+	tests := []struct{ insn, want string }{
+		{"dlb_xdp+0x0", "a.c:1: x"},
+		{"dlb_xdp+0xf", "a.c:1: x"},
+		{"dlb_xdp+0x10", "a.c:2: y"},
+		{"dlb_xdp+0xff", "a.c:3: z"},
+		{"dlb_xdp+0x100", ""}, // past the function
+		{"dlb_pick+0x1f", "b.h:7: p"},
+		{"dlb_pick+0x20", "b.h:8: q"},
+		{"dlb_late+0x4", ""}, // before its first record
+		{"dlb_late+0x8", "c.h:9: r"},
+		{"dlb_other+0x10", ""},
+		{"dlb_xdp", ""},
+		{"dlb_xdp+0xzz", ""},
+	}
+	for _, tc := range tests {
+		if got := sl.line(tc.insn); got != tc.want {
+			t.Errorf("line(%q) = %q, want %q", tc.insn, got, tc.want)
+		}
+	}
+	if got := (*sourceLines)(nil).line("dlb_xdp+0x10"); got != "" {
+		t.Errorf("nil sourceLines gave %q", got)
 	}
 }
