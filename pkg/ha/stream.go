@@ -221,6 +221,16 @@ func getAddr(b []byte, v4 bool) netip.Addr {
 	return a
 }
 
+// mapped4 reports whether the 16 bytes at b are an IPv4-mapped address.
+func mapped4(b []byte) bool {
+	return netip.AddrFrom16([16]byte(b[:16])).Is4In6()
+}
+
+// zero16 reports whether the 16 bytes at b are all zero.
+func zero16(b []byte) bool {
+	return [16]byte(b[:16]) == [16]byte{}
+}
+
 func encodeRecord(b []byte, r lb.ConnRecord) {
 	b[0], b[1] = byte(r.Kind), r.Protocol
 	b[2] = 0
@@ -255,6 +265,12 @@ func decodeRecord(b []byte) (lb.ConnRecord, error) {
 		return r, errMalformed
 	}
 	v4 := b[3] == 4
+	// An IPv4 record's addresses are IPv4-mapped (the NAT address may be
+	// absent: all zero); anything else would decode as IPv6 addresses in
+	// an IPv4 record.
+	if v4 && (!mapped4(b[4:]) || !mapped4(b[22:]) || !mapped4(b[40:]) || !(mapped4(b[56:]) || zero16(b[56:]))) {
+		return r, errMalformed
+	}
 	r.Kind, r.Protocol, r.Closing = lb.ConnKind(b[0]), b[1], b[2]&1 != 0
 	r.Client = netip.AddrPortFrom(getAddr(b[4:], v4), binary.BigEndian.Uint16(b[20:]))
 	r.Cluster = netip.AddrPortFrom(getAddr(b[22:], v4), binary.BigEndian.Uint16(b[38:]))
