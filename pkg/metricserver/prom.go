@@ -84,7 +84,7 @@ func parsePromQuery(s string) (PromQuery, error) {
 	}
 	if strings.HasPrefix(rest, "/") {
 		m, err := strconv.ParseFloat(rest[1:], 64)
-		if err != nil || m <= 0 || math.IsInf(m, 0) {
+		if err != nil || !(m > 0) || math.IsInf(m, 0) { // NaN is not > 0
 			return q, fmt.Errorf("max %q is not a positive number", rest[1:])
 		}
 		q.Max, rest = m, ""

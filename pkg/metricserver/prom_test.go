@@ -39,6 +39,8 @@ func TestParsePromQuery(t *testing.T) {
 		{in: "cpuload/2", wantErr: true},
 		{in: `memload{a="b"}`, wantErr: true},
 		{in: "x/0", wantErr: true},
+		{in: "x/NaN", wantErr: true},
+		{in: "x/-Inf", wantErr: true},
 		{in: "x/-3", wantErr: true},
 		{in: "x/abc", wantErr: true},
 		{in: "x/Inf", wantErr: true},
