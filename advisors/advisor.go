@@ -158,6 +158,30 @@ func New(name string) (Advisor, error) {
 	return f(), nil
 }
 
+// RequestChecker is implemented by the advisors that interpret a
+// server's advisorrequest and advisorresponse (Target.Request and
+// Target.Response).
+type RequestChecker interface {
+	// CheckRequest returns why a probe could not use request and
+	// response, or nil: what Probe would report as the server's down
+	// reason at every probe.
+	CheckRequest(request, response string) error
+}
+
+// CheckRequest checks a server's request and response for the named
+// advisor, so that a configuration can refuse what the advisor could not
+// use; nil for an advisor that does not interpret them or is unknown.
+func CheckRequest(name, request, response string) error {
+	f, ok := registry[name]
+	if !ok {
+		return nil
+	}
+	if c, ok := f().(RequestChecker); ok {
+		return c.CheckRequest(request, response)
+	}
+	return nil
+}
+
 // Names lists the known advisors, sorted.
 func Names() []string {
 	out := make([]string, 0, len(registry))

@@ -82,6 +82,14 @@ func parseDNSRequest(s string) (dnsQuery, error) {
 	return q, nil
 }
 
+// CheckRequest implements RequestChecker: "NAME [TYPE]".
+func (dnsAdvisor) CheckRequest(request, _ string) error {
+	if _, err := parseDNSRequest(request); err != nil {
+		return fmt.Errorf("advisorrequest: %w", err)
+	}
+	return nil
+}
+
 // rcodeName returns the rcode's mnemonic ("SERVFAIL").
 func rcodeName(rc int) string {
 	if s, ok := dns.RcodeToString[rc]; ok {

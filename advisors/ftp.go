@@ -37,6 +37,9 @@ func (ftpAdvisor) Name() string { return "ftp" }
 // DefaultPort implements Advisor: 21.
 func (ftpAdvisor) DefaultPort() uint16 { return 21 }
 
+// CheckRequest implements RequestChecker (checkCommand).
+func (ftpAdvisor) CheckRequest(request, _ string) error { return checkCommand(request) }
+
 // Probe implements Advisor.
 func (a ftpAdvisor) Probe(ctx context.Context, t Target) Result {
 	cmd, err := requestCommand(t, "SYST")

@@ -216,6 +216,18 @@ func hostHeader(t Target, defPort uint16) string {
 	return netip.AddrPortFrom(t.Address, t.Port).String()
 }
 
+// CheckRequest implements RequestChecker: the request line and headers,
+// and the expected status ranges.
+func (httpAdvisor) CheckRequest(request, response string) error {
+	if _, err := parseHTTPRequest(request); err != nil {
+		return fmt.Errorf("advisorrequest: %w", err)
+	}
+	if _, err := parseHTTPExpect(response); err != nil {
+		return fmt.Errorf("advisorresponse: %w", err)
+	}
+	return nil
+}
+
 // Probe implements Advisor.
 func (a httpAdvisor) Probe(ctx context.Context, t Target) Result {
 	t = withDefaultPort(t, a.DefaultPort())

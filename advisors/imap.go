@@ -37,6 +37,9 @@ func (imapAdvisor) Name() string { return "imap" }
 // DefaultPort implements Advisor: 143.
 func (imapAdvisor) DefaultPort() uint16 { return 143 }
 
+// CheckRequest implements RequestChecker (checkCommand).
+func (imapAdvisor) CheckRequest(request, _ string) error { return checkCommand(request) }
+
 // Probe implements Advisor.
 func (a imapAdvisor) Probe(ctx context.Context, t Target) Result {
 	cmd, err := requestCommand(t, "")

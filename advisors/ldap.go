@@ -102,6 +102,15 @@ func (a ldapAdvisor) Probe(ctx context.Context, t Target) (res Result) {
 	return res
 }
 
+// CheckRequest implements RequestChecker: "bind-dn password", or
+// nothing for an anonymous bind.
+func (ldapAdvisor) CheckRequest(request, _ string) error {
+	if _, _, err := parseLDAPBind(request); err != nil {
+		return fmt.Errorf("advisorrequest: %w", err)
+	}
+	return nil
+}
+
 // parseLDAPBind splits Target.Request into a bind DN and password; both
 // are empty for an anonymous bind.
 func parseLDAPBind(req string) (dn, password string, err error) {

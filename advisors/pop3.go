@@ -37,6 +37,9 @@ func (pop3Advisor) Name() string { return "pop3" }
 // DefaultPort implements Advisor: 110.
 func (pop3Advisor) DefaultPort() uint16 { return 110 }
 
+// CheckRequest implements RequestChecker (checkCommand).
+func (pop3Advisor) CheckRequest(request, _ string) error { return checkCommand(request) }
+
 // Probe implements Advisor.
 func (a pop3Advisor) Probe(ctx context.Context, t Target) Result {
 	cmd, err := requestCommand(t, "")

@@ -36,6 +36,9 @@ func (smtpAdvisor) Name() string { return "smtp" }
 // DefaultPort implements Advisor: 25.
 func (smtpAdvisor) DefaultPort() uint16 { return 25 }
 
+// CheckRequest implements RequestChecker (checkCommand).
+func (smtpAdvisor) CheckRequest(request, _ string) error { return checkCommand(request) }
+
 // Probe implements Advisor.
 func (a smtpAdvisor) Probe(ctx context.Context, t Target) Result {
 	custom, err := requestCommand(t, "")

@@ -141,6 +141,18 @@ func requestCommand(t Target, def string) (string, error) {
 	return commandLine(t.Request)
 }
 
+// checkCommand is CheckRequest of the line-oriented advisors: a request,
+// when set, is one line of printable text.
+func checkCommand(request string) error {
+	if request == "" {
+		return nil
+	}
+	if _, err := commandLine(request); err != nil {
+		return fmt.Errorf("advisorrequest: %w", err)
+	}
+	return nil
+}
+
 // commandVerb returns the command's first word, upper-cased ("SYST",
 // "EHLO"), for reasons and for choosing how to read its reply.
 func commandVerb(cmd string) string {

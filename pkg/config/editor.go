@@ -9,6 +9,13 @@ type Options struct {
 	// KnownAdvisor refuses an advisor name no advisor implements (the
 	// exec advisor is always known); nil accepts every name.
 	KnownAdvisor func(name string) error
+	// CheckRequest refuses a server's advisorrequest and advisorresponse
+	// that the named advisor could not use (nil: not interpreted by it,
+	// or usable); an error starting "advisorresponse: " is about the
+	// response. Checked for servers a change adds or whose request or
+	// response it changes, and for advisors it adds. nil accepts
+	// everything.
+	CheckRequest func(advisor, request, response string) error
 }
 
 // Editor applies batches of operations to a configuration, all or none,
@@ -71,6 +78,13 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 	}
 	ch := Diff(ed.cfg, d.cfg)
 	if err := validate(d.cfg, ch, ed.uses.with(ed.cfg, d.cfg, ch)); err != nil {
+		last := -1
+		if len(ops) == 1 {
+			last = 0
+		}
+		return nil, &OpError{Index: last, Err: err}
+	}
+	if err := ed.checkRequests(d.cfg, ch); err != nil {
 		last := -1
 		if len(ops) == 1 {
 			last = 0

@@ -7,7 +7,9 @@ import (
 // PrepareConfig prepares the change that makes the committed
 // configuration equal to next, a whole configuration (as a configuration
 // file gives it): next is validated whole, the names of its new and
-// changed advisors are checked (Options.KnownAdvisor), and the edit lists
+// changed advisors are checked (Options.KnownAdvisor), so are the
+// advisor requests of new and changed servers and advisors
+// (Options.CheckRequest), and the edit lists
 // what differs from the committed configuration. Nothing is committed
 // until Commit. A refused configuration returns an *OpError with Index
 // -1; next is not changed.
@@ -26,6 +28,9 @@ func (ed *Editor) PrepareConfig(next lb.Config) (*Edit, error) {
 				}
 			}
 		}
+	}
+	if err := ed.checkRequests(next, ch); err != nil {
+		return nil, &OpError{Index: -1, Err: err}
 	}
 	return &Edit{Next: next, Change: ch, base: ed.cfg}, nil
 }

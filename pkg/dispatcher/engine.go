@@ -250,7 +250,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	ed, err := config.NewEditor(state.Config, config.Options{KnownAdvisor: knownAdvisor})
+	ed, err := config.NewEditor(state.Config, config.Options{KnownAdvisor: knownAdvisor, CheckRequest: advisors.CheckRequest})
 	if err != nil {
 		st.Close()
 		return nil, err

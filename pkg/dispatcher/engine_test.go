@@ -223,6 +223,10 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"unknown action", []config.Op{op("cluster", "down", vip)}, "action"},
 		{"second op bad: first not applied", []config.Op{op("cluster", "add", vip2), op("port", "add", vip2+"@0")}, "port"},
 		{"empty batch", nil, "ops"},
+		{"an advisorrequest the http advisor could not use", []config.Op{withP(op("advisor", "start", vip+"@80"), config.P("advisor", "http")),
+			withP(op("server", "set", vip+"@80@198.18.0.21"), config.P("advisorrequest", "GET health"))}, "advisorrequest"},
+		{"an advisorresponse the http advisor could not use", []config.Op{withP(op("advisor", "start", vip+"@80"), config.P("advisor", "http")),
+			withP(op("server", "set", vip+"@80@198.18.0.21"), config.P("advisorresponse", "status=99"))}, "advisorresponse"},
 	}
 	if len(cases) < 20 {
 		t.Fatal("too few cases")
