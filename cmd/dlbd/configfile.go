@@ -54,14 +54,20 @@ func readConfigFile(path string) (*config.File, error) {
 }
 
 // checkConfig is "dlbd --check-config FILE": it reads and checks the
-// file, says so on w, and touches nothing (no lock, no state, no
-// executor, no socket). What depends on the host (an interface, a
+// file, with every server's advisor request and response, says so on w,
+// and touches nothing (no lock, no state, no executor, no socket). What
+// depends on the host (an interface, a
 // server's MAC address, the executor's capacity) is checked when the file
 // is applied.
 func checkConfig(path string, w io.Writer) error {
 	f, err := readConfigFile(path)
 	if err != nil {
 		return err
+	}
+	// What an apply would refuse for a new server: a request or response
+	// an advisor of its port could not use.
+	if err := config.CheckRequests(f.Config, advisors.CheckRequest); err != nil {
+		return fmt.Errorf("%s: %w", path, f.Place(err))
 	}
 	ports, servers := 0, 0
 	for _, cl := range f.Config.Clusters {

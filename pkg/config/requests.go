@@ -17,7 +17,19 @@ import (
 // returns the first by server, then advisor, so that the error does not
 // depend on map order.
 func (ed *Editor) checkRequests(next lb.Config, ch Change) error {
-	check := ed.opts.CheckRequest
+	return checkRequests(ed.cfg, next, ch, ed.opts.CheckRequest)
+}
+
+// CheckRequests checks every server of cfg against every advisor that
+// probes its port, as a change adding them all would be checked (for
+// "dlbd --check-config"); check is Options.CheckRequest.
+func CheckRequests(cfg lb.Config, check func(advisor, request, response string) error) error {
+	return checkRequests(lb.Config{}, cfg, Diff(lb.Config{}, cfg), check)
+}
+
+// checkRequests is Editor.checkRequests of the change ch from base to
+// next.
+func checkRequests(base, next lb.Config, ch Change, check func(advisor, request, response string) error) error {
 	if check == nil {
 		return nil
 	}
@@ -52,7 +64,7 @@ func (ed *Editor) checkRequests(next lb.Config, ch Change) error {
 		if !ok {
 			continue
 		}
-		if old, ok := serverOf(ed.cfg, k); ok && kind == Changed &&
+		if old, ok := serverOf(base, k); ok && kind == Changed &&
 			old.AdvisorRequest == s.AdvisorRequest && old.AdvisorResponse == s.AdvisorResponse {
 			continue
 		}

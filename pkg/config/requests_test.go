@@ -104,3 +104,19 @@ func TestCheckRequestsOfAWholeConfiguration(t *testing.T) {
 		t.Fatalf("the same file with .21 fixed: %v", err)
 	}
 }
+
+func TestCheckRequestsWhole(t *testing.T) {
+	ed := requestEditor(t)
+	// The editor's configuration holds .22@80's old "bad" under http:
+	// checked whole, it is refused; .21@443's is under connect only.
+	var fe *lb.FieldError
+	if err := CheckRequests(ed.Config(), fakeCheck); !errors.As(err, &fe) || fe.Object != vip+"@80@198.18.0.22" {
+		t.Fatalf("got %v, want .22@80's advisorrequest refused", err)
+	}
+	if err := CheckRequests(ed.Config(), nil); err != nil {
+		t.Fatalf("no check: %v", err)
+	}
+	if err := CheckRequests(base(t).Config(), fakeCheck); err != nil {
+		t.Fatalf("no advisor: %v", err)
+	}
+}
