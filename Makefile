@@ -14,7 +14,7 @@ export GOFLAGS := -trimpath $(filter-out -trimpath,$(GOFLAGS))
 GENERATED := pkg/datapath/dispatcher_bpfel.go pkg/datapath/dispatcher_bpfel.o \
              pkg/datapath/bench_bpfel_test.go pkg/datapath/bench_bpfel_test.o
 
-.PHONY: all build deps test-deps generate check-generated lint test test-kernels test-unit fuzz soak soak-ha bench demo package clean
+.PHONY: all build deps test-deps generate check-generated lint test test-kernels test-unit fuzz fuzz-inputs soak soak-ha bench demo package clean
 
 all: build
 
@@ -87,6 +87,19 @@ test:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzExecutor$$' -fuzztime $(FUZZTIME) ./pkg/datapath/
+
+## fuzz-inputs: the decoders of what reaches dlb from outside, each for FUZZTIME: heartbeats,
+## replication frames and records (pkg/ha), metric agents' reports, exporters' scrapes and
+## Prometheus queries (pkg/metricserver), the configuration file (pkg/config); make test runs
+## their seed inputs only. New failing inputs land in each package's testdata/fuzz.
+fuzz-inputs:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/ha/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeData$$' -fuzztime $(FUZZTIME) ./pkg/ha/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./pkg/ha/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseReport$$' -fuzztime $(FUZZTIME) ./pkg/metricserver/
+	$(GO) test -run '^$$' -fuzz '^FuzzPromScrapes$$' -fuzztime $(FUZZTIME) ./pkg/metricserver/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePromQuery$$' -fuzztime $(FUZZTIME) ./pkg/metricserver/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadFile$$' -fuzztime $(FUZZTIME) ./pkg/config/
 
 ## soak: the chaos soak at length (needs root): 3 minutes of random faults (dlbd killed, interface
 ## down/up, backends restarted or given a new MAC, config churn, a second dlbd, the socket deleted)
