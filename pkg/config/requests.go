@@ -61,7 +61,7 @@ func checkRequests(base, next lb.Config, ch Change, check func(advisor, request,
 			continue
 		}
 		s, ok := serverOf(next, k)
-		if !ok {
+		if !ok || (s.AdvisorRequest == "" && s.AdvisorResponse == "") {
 			continue
 		}
 		if old, ok := serverOf(base, k); ok && kind == Changed &&
