@@ -19,7 +19,8 @@ import (
 // Request is "NAME [TYPE]": the name to query and its type (A when
 // omitted), for example "www.example.test", "example.test MX" or ". NS";
 // NAME is made fully qualified. A Request that does not parse (a bad name,
-// an unknown type, more fields) is down with reason "bad advisorrequest".
+// an unknown type, more fields) is down with reason "bad advisorrequest: "
+// and why; a configuration refuses it (CheckRequest).
 //
 // Up rules:
 //   - Empty Request: the query is ". NS" and any well-formed reply to it
@@ -82,12 +83,29 @@ func parseDNSRequest(s string) (dnsQuery, error) {
 	return q, nil
 }
 
-// CheckRequest implements RequestChecker: "NAME [TYPE]".
+// CheckRequest implements RequestChecker: "NAME [TYPE]", as a query that
+// packs.
 func (dnsAdvisor) CheckRequest(request, _ string) error {
-	if _, err := parseDNSRequest(request); err != nil {
+	if _, _, _, err := dnsQueryOf(request); err != nil {
 		return fmt.Errorf("advisorrequest: %w", err)
 	}
 	return nil
+}
+
+// dnsQueryOf parses a request and builds its query message, packed.
+func dnsQueryOf(request string) (dnsQuery, *dns.Msg, []byte, error) {
+	q, err := parseDNSRequest(request)
+	if err != nil {
+		return q, nil, nil, err
+	}
+	msg := new(dns.Msg)
+	msg.SetQuestion(q.name, q.qtype)
+	msg.RecursionDesired = true
+	query, err := msg.Pack()
+	if err != nil {
+		return q, nil, nil, fmt.Errorf("packing the query: %w", err)
+	}
+	return q, msg, query, nil
 }
 
 // rcodeName returns the rcode's mnemonic ("SERVFAIL").
@@ -101,19 +119,12 @@ func rcodeName(rc int) string {
 // Probe implements Advisor.
 func (a dnsAdvisor) Probe(ctx context.Context, t Target) Result {
 	t = withDefaultPort(t, a.DefaultPort())
-	q, err := parseDNSRequest(t.Request)
+	q, msg, query, err := dnsQueryOf(t.Request)
 	if err != nil {
-		return Down("bad advisorrequest")
+		return Down("bad advisorrequest: %v", err)
 	}
 	if !t.Address.IsValid() {
 		return Down("no address")
-	}
-	msg := new(dns.Msg)
-	msg.SetQuestion(q.name, q.qtype)
-	msg.RecursionDesired = true
-	query, err := msg.Pack()
-	if err != nil {
-		return Down("bad advisorrequest")
 	}
 
 	start := time.Now()

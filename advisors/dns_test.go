@@ -104,7 +104,7 @@ func TestDNSDnsmasq(t *testing.T) {
 		{"nx.test", "198.18.5.5", false, `answer does not contain "198.18.5.5"`},
 		{"other.example", "", false, "DNS rcode REFUSED"},
 		{". SOA", "", false, "DNS rcode REFUSED"},
-		{"dlb.test BOGUS", "", false, "bad advisorrequest"},
+		{"dlb.test BOGUS", "", false, `bad advisorrequest: unknown type "BOGUS"`},
 	}
 	for _, tc := range tests {
 		tg := loTarget(port)

@@ -28,8 +28,9 @@ import (
 // the port when it is not the scheme's default). The method must be an
 // HTTP token, the path must start with "/" (or be "*") and contain no
 // spaces or control characters, the version must be HTTP/1.0 or HTTP/1.1;
-// anything else is down with reason "bad advisorrequest" (and a Target.Host
-// with spaces or control characters "bad host name").
+// anything else is down with reason "bad advisorrequest: " and why, and a
+// Target.Host with spaces or control characters "bad host name" (a
+// configuration refuses such a request: CheckRequest).
 //
 // Response (IBM's advisorresponse) is either empty, a substring, or a
 // status specification optionally followed by a space and a substring:
@@ -233,11 +234,11 @@ func (a httpAdvisor) Probe(ctx context.Context, t Target) Result {
 	t = withDefaultPort(t, a.DefaultPort())
 	req, err := parseHTTPRequest(t.Request)
 	if err != nil {
-		return Down("bad advisorrequest")
+		return Down("bad advisorrequest: %v", err)
 	}
 	exp, err := parseHTTPExpect(t.Response)
 	if err != nil {
-		return Down("bad advisorresponse")
+		return Down("bad advisorresponse: %v", err)
 	}
 	if hasCtl(t.Host) || strings.ContainsAny(t.Host, " \t") {
 		return Down("bad host name")

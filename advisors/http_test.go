@@ -161,8 +161,8 @@ var httpCases = []struct {
 	{"slow", "GET /slow HTTP/1.1", "", "", false, "no reply within 1s"},
 	{"chunked split match", "GET /chunked", "ready", "", true, ""},
 	{"match beyond the read cap", "GET /big", "needle", "", false, `body does not contain "needle"`},
-	{"bad request", "FETCH", "", "", false, "bad advisorrequest"},
-	{"bad response", "", "status=9", "", false, "bad advisorresponse"},
+	{"bad request", "FETCH", "", "", false, `bad advisorrequest: want "METHOD PATH [HTTP/1.x]"`},
+	{"bad response", "", "status=9", "", false, `bad advisorresponse: bad status range "9"`},
 	{"host header", "GET /", "", "www.dlb.test", true, ""},
 	{"header injection through Host", "", "", "a\r\nX-Evil: 1", false, "bad host name"},
 }
