@@ -77,14 +77,11 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 		}
 	}
 	ch := Diff(ed.cfg, d.cfg)
-	if err := validate(d.cfg, ch, ed.uses.with(ed.cfg, d.cfg, ch)); err != nil {
-		last := -1
-		if len(ops) == 1 {
-			last = 0
-		}
-		return nil, &OpError{Index: last, Err: err}
+	err := validate(d.cfg, ch, ed.uses.with(ed.cfg, d.cfg, ch))
+	if err == nil {
+		err = ed.checkRequests(d.cfg, ch)
 	}
-	if err := ed.checkRequests(d.cfg, ch); err != nil {
+	if err != nil {
 		last := -1
 		if len(ops) == 1 {
 			last = 0

@@ -39,16 +39,11 @@ func TestBenchCompare(t *testing.T) {
 		t.Fatal("the comparison needs root (BPF_PROG_TEST_RUN of XDP programs, network namespaces)")
 	}
 	ce := newCompareEnv(t)
-	e, cpu, objs, b, estKey := ce.e, ce.cpu, ce.b.objs, ce.b, ce.estKey
+	e, cpu, b, estKey := ce.e, ce.cpu, ce.b, ce.estKey
 	estFrame, synFrame, ackFrame, natSynFrame := ce.estFrame, ce.synFrame, ce.ackFrame, ce.natSynFrame
 	reset, natReset := ce.reset, ce.natReset
 
-	bases := []*benchCase{
-		{name: "bare XDP_PASS", frame: estFrame, repeat: benchFineRuns, want: xdpPass},
-		{name: "wrapper→pass", target: objs.BenchPass, frame: estFrame, repeat: benchFineRuns, want: xdpPass},
-		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: benchFineRuns, want: xdpPass},
-		{name: "wrapper(conn)→pass", target: objs.BenchPass, frame: synFrame, vary: benchConnection, repeat: benchFineRuns, want: xdpPass},
-	}
+	bases := ce.bases()
 	type build struct {
 		name  string
 		cases []*benchCase
@@ -110,10 +105,8 @@ func TestBenchCompare(t *testing.T) {
 	if n, capacity := countConns(t, e), int(e.dp.Info().ConnTable); n < capacity*9/10 {
 		t.Fatalf("filling the table: %d entries of %d", n, capacity)
 	}
-	fullBases := []*benchCase{
-		{name: "bare XDP_PASS", frame: estFrame, repeat: benchFineRuns, want: xdpPass},
-		{name: "wrapper(vary)→pass", target: objs.BenchPass, frame: synFrame, vary: benchNewFlow, repeat: benchFineRuns, want: xdpPass},
-	}
+	fresh := ce.bases()
+	fullBases := []*benchCase{caseNamed(fresh, "bare XDP_PASS"), caseNamed(fresh, "wrapper(vary)→pass")}
 	floods := make([]*benchCase, len(builds))
 	for i, bl := range builds {
 		floods[i] = &benchCase{name: "SYN, full table", target: bl.cases[0].target, frame: synFrame, vary: benchNewFlow,
@@ -197,6 +190,28 @@ func newCompareEnv(t *testing.T) *compareEnv {
 	ce.natReset = func() { resetNAT(t, e, FlowKey{}) }
 	cycleTables(t, e, b, e.dp.objs.DlbXdp, ce.ackFrame, ce.natSynFrame, ce.reset, ce.natReset)
 	return ce
+}
+
+// bases returns new base cases (their measurements their own): a bare
+// XDP_PASS, and the wrapper passing a fixed frame, a frame varied as a new
+// flow, and one varied as a connection's packets, which a case's cost
+// subtracts (benchCase.base).
+func (ce *compareEnv) bases() []*benchCase {
+	pass := ce.b.objs.BenchPass
+	return []*benchCase{
+		{name: "bare XDP_PASS", frame: ce.estFrame, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper→pass", target: pass, frame: ce.estFrame, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper(vary)→pass", target: pass, frame: ce.synFrame, vary: benchNewFlow, repeat: benchFineRuns, want: xdpPass},
+		{name: "wrapper(conn)→pass", target: pass, frame: ce.synFrame, vary: benchConnection, repeat: benchFineRuns, want: xdpPass},
+	}
+}
+
+// caseNamed returns the case of cs named name, or nil.
+func caseNamed(cs []*benchCase, name string) *benchCase {
+	if i := slices.IndexFunc(cs, func(c *benchCase) bool { return c.name == name }); i >= 0 {
+		return cs[i]
+	}
+	return nil
 }
 
 // compareCases returns TestBenchCompare's cases for one build of dlb_xdp:

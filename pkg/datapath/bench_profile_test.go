@@ -49,23 +49,16 @@ func TestBenchProfile(t *testing.T) {
 	prog := ce.e.dp.objs.DlbXdp
 	cases := append(compareCases(prog, ce.estFrame, ce.synFrame, ce.ackFrame, ce.reset),
 		compareNATCases(t, ce.e, prog, ce.natSynFrame, ce.natReset)...)
-	i := slices.IndexFunc(cases, func(c *benchCase) bool { return c.name == name })
-	if i < 0 {
+	c := caseNamed(cases, name)
+	if c == nil {
 		names := make([]string, len(cases))
 		for k, c := range cases {
 			names[k] = strconv.Quote(c.name)
 		}
 		t.Fatalf("DLB_BENCH_PROFILE=%q: no such case; the cases are %s", name, strings.Join(names, ", "))
 	}
-	c := cases[i]
-	objs := ce.b.objs
-	bases := map[string]*benchCase{
-		"bare XDP_PASS":      {name: "bare XDP_PASS", frame: ce.estFrame, repeat: benchFineRuns, want: xdpPass},
-		"wrapper→pass":       {name: "wrapper→pass", target: objs.BenchPass, frame: ce.estFrame, repeat: benchFineRuns, want: xdpPass},
-		"wrapper(vary)→pass": {name: "wrapper(vary)→pass", target: objs.BenchPass, frame: ce.synFrame, vary: benchNewFlow, repeat: benchFineRuns, want: xdpPass},
-		"wrapper(conn)→pass": {name: "wrapper(conn)→pass", target: objs.BenchPass, frame: ce.synFrame, vary: benchConnection, repeat: benchFineRuns, want: xdpPass},
-	}
-	bare, base := bases["bare XDP_PASS"], bases[c.base]
+	bases := ce.bases()
+	bare, base := caseNamed(bases, "bare XDP_PASS"), caseNamed(bases, c.base)
 	var bareNS, baseNS, caseNS []float64
 	for round := -1; round < 5; round++ {
 		b, p, x := ce.b.measure(bare), ce.b.measure(base), ce.b.measure(c)
@@ -154,9 +147,8 @@ func newSourceLines(prog *ebpf.Program) (*sourceLines, error) {
 		byIndex[i] = &jitedFunc{start: uint64(ksyms[i]), size: uint64(lens[i])}
 		sl.funcs[f.Func.Name] = byIndex[i]
 	}
+	k := 0 // the function whose instructions hold the record's (records come in order)
 	for i, l := range lines {
-		// The function whose instructions hold the record's.
-		k := 0
 		for k+1 < len(funcs) && funcs[k+1].Offset <= l.Offset {
 			k++
 		}
