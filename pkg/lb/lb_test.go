@@ -164,3 +164,23 @@ func TestKeyStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldErrorOneLine: a field or object holding what a client sent is
+// quoted when it would not print as plain text; plain ones are not.
+func TestFieldErrorOneLine(t *testing.T) {
+	tests := []struct {
+		field, object, want string
+	}{
+		{"weight", "198.18.0.100@80@198.18.0.21", "weight: bad (198.18.0.100@80@198.18.0.21)"},
+		{"weight", "", "weight: bad"},
+		{"advisor", "\x00@@1", `advisor: bad ("\x00@@1")`},
+		{"a\nb", "x\ry", `"a\nb": bad ("x\ry")`},
+		{"name", "caf\xe9", `name: bad ("caf\xe9")`},
+		{"name", "café", "name: bad (café)"},
+	}
+	for _, tt := range tests {
+		if got := Errorf(tt.field, tt.object, "bad").Error(); got != tt.want {
+			t.Errorf("Errorf(%q, %q): %q, want %q", tt.field, tt.object, got, tt.want)
+		}
+	}
+}

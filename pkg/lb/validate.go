@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FieldError is a refusal that names the field that was wrong.
@@ -20,12 +23,22 @@ type FieldError struct {
 	Msg string
 }
 
-// Error formats the refusal as "field: message (object)".
+// Error formats the refusal as "field: message (object)". A field or
+// object made of what a client sent is quoted when it holds a control
+// character or is not UTF-8, so that the refusal stays one readable line.
 func (e *FieldError) Error() string {
 	if e.Object != "" {
-		return fmt.Sprintf("%s: %s (%s)", e.Field, e.Msg, e.Object)
+		return fmt.Sprintf("%s: %s (%s)", shown(e.Field), e.Msg, shown(e.Object))
 	}
-	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+	return fmt.Sprintf("%s: %s", shown(e.Field), e.Msg)
+}
+
+// shown returns s, or s quoted when it is not plain printable text.
+func shown(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // Errorf returns a *FieldError for field about object.
