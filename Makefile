@@ -90,9 +90,11 @@ fuzz:
 
 ## fuzz-inputs: the decoders of what reaches dlb from outside, each for FUZZTIME: heartbeats,
 ## replication frames and records (pkg/ha), metric agents' reports, exporters' scrapes and
-## Prometheus queries (pkg/metricserver), the configuration file (pkg/config); make test runs
+## Prometheus queries (pkg/metricserver), the configuration file and operations as dlbctl and
+## the API send them (pkg/config), servers' replies to the advisors (advisors); make test runs
 ## their seed inputs only. New failing inputs land in each package's testdata/fuzz.
 fuzz-inputs:
+	$(GO) test -run '^$$' -fuzz '^FuzzAdvisorReplies$$' -fuzztime $(FUZZTIME) ./advisors/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./pkg/ha/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeData$$' -fuzztime $(FUZZTIME) ./pkg/ha/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./pkg/ha/
@@ -100,6 +102,7 @@ fuzz-inputs:
 	$(GO) test -run '^$$' -fuzz '^FuzzPromScrapes$$' -fuzztime $(FUZZTIME) ./pkg/metricserver/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePromQuery$$' -fuzztime $(FUZZTIME) ./pkg/metricserver/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFile$$' -fuzztime $(FUZZTIME) ./pkg/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzEditorOps$$' -fuzztime $(FUZZTIME) ./pkg/config/
 
 ## soak: the chaos soak at length (needs root): 3 minutes of random faults (dlbd killed, interface
 ## down/up, backends restarted or given a new MAC, config churn, a second dlbd, the socket deleted)

@@ -334,8 +334,11 @@ func (a *app) clusterCmd() *cobra.Command {
 	set.MarkFlagsOneRequired("configure", "proportions", "primaryhost", "announce", "community", "med")
 
 	remove := a.opCmd(&cobra.Command{
-		Use:     "remove VIP",
-		Short:   "Remove clusters with their ports and servers",
+		Use:   "remove VIP",
+		Short: "Remove clusters with their ports and servers",
+		Long: `Remove clusters with their ports and servers. The advisors of a removed
+cluster stop with it, and so does an advisor of every cluster's port (advisor
+start NAME @PORT) when no cluster is left with that port.`,
 		Example: `  dlbctl cluster remove 10.0.0.100`,
 		Args:    a.targetArgs(1, targetOpts{}),
 	}, func(*cobra.Command, []string) api.Op {
@@ -405,8 +408,11 @@ func (a *app) portCmd() *cobra.Command {
 		"maxhalfopen", "staletimeout", "weightbound", "alldown", "tablesize")
 
 	remove := a.opCmd(&cobra.Command{
-		Use:     "remove VIP@PORT",
-		Short:   "Remove ports with their servers",
+		Use:   "remove VIP@PORT",
+		Short: "Remove ports with their servers",
+		Long: `Remove ports with their servers. An advisor left with no port to probe
+stops: one of the removed port (advisor start NAME VIP@PORT), or one of every
+cluster's port (@PORT) when no cluster is left with that port.`,
 		Example: `  dlbctl port remove 10.0.0.100@80`,
 		Args:    a.targetArgs(2, targetOpts{}),
 	}, func(*cobra.Command, []string) api.Op {

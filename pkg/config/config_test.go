@@ -125,6 +125,10 @@ func TestPrepareRefusesAndChangesNothing(t *testing.T) {
 		{"advisor interval 0", []Op{op(Advisor, Start, "@80", "advisor", "http", "interval", "0")}, "interval", 0},
 		{"advisor on a cluster without the port", []Op{op(Advisor, Start, vip+"@8080", "advisor", "http")}, "port", 0},
 		{"empty batch", nil, "ops", -1},
+		{"target with a control character", []Op{op(Server, Down, vip+"@80@198.18.0.21\n")}, "target", 0},
+		{"target not ASCII", []Op{op(Cluster, Add, "198.18.0.１")}, "target", 0},
+		{"parameter name with a newline", []Op{op(Port, Set, vip+"@80", "stickytime\nweight", "1")}, "params", 0},
+		{"empty parameter name", []Op{{Object: Port, Action: Set, Target: vip + "@80", Params: []Param{P("", "1")}}}, "params", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -179,13 +183,62 @@ func TestEditsShareWhatTheyDoNotTouch(t *testing.T) {
 
 func TestClusterRemoveStopsItsAdvisors(t *testing.T) {
 	ed := base(t)
-	mustApply(t, ed, op(Advisor, Start, vip+"@80", "advisor", "http"), op(Advisor, Start, "@443", "advisor", "connect"))
+	mustApply(t, ed, op(Cluster, Add, vip2), op(Port, Add, vip2+"@443"),
+		op(Advisor, Start, vip+"@80", "advisor", "http"), op(Advisor, Start, "@443", "advisor", "connect"),
+		op(Advisor, Start, "@81", "advisor", "ping"))
 	ch := mustApply(t, ed, op(Cluster, Remove, vip))
+	// The advisor of all clusters' port 443 still has vip2's to probe;
+	// the one of port 81 has none left.
 	if n := len(ed.Config().Advisors); n != 1 || ed.Config().Advisors[0].Name != "connect" {
 		t.Errorf("advisors after removing the cluster: %+v", ed.Config().Advisors)
 	}
-	if ch.Advisors["http@"+vip+"@80"] != Removed || len(ch.Servers) != 5 || len(ch.Ports) != 3 {
+	if ch.Advisors["http@"+vip+"@80"] != Removed || ch.Advisors["ping@@81"] != Removed || len(ch.Servers) != 5 || len(ch.Ports) != 3 {
 		t.Errorf("change %+v", ch)
+	}
+	assertFileLoads(t, ed.Config())
+}
+
+// TestPortRemoveStopsIdleAdvisors: removing a port stops the advisors left
+// with no port to probe (as "advisor start" and a configuration file
+// refuse them), and only those.
+func TestPortRemoveStopsIdleAdvisors(t *testing.T) {
+	ed := base(t)
+	mustApply(t, ed, op(Cluster, Add, vip2), op(Port, Add, vip2+"@443"),
+		op(Advisor, Start, vip+"@80", "advisor", "http"), op(Advisor, Start, "@443", "advisor", "connect"),
+		op(Advisor, Start, vip+"@443", "advisor", "ssl"))
+	ch := mustApply(t, ed, op(Port, Remove, vip+"@80+443"))
+	var names []string
+	for _, a := range ed.Config().Advisors {
+		names = append(names, a.Key())
+	}
+	if want := []string{"connect@@443"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("advisors after removing %s's ports 80 and 443: %v, want %v", vip, names, want)
+	}
+	if ch.Advisors["http@"+vip+"@80"] != Removed || ch.Advisors["ssl@"+vip+"@443"] != Removed {
+		t.Errorf("change %+v", ch)
+	}
+	assertFileLoads(t, ed.Config())
+	mustApply(t, ed, op(Port, Remove, "@443"))
+	if len(ed.Config().Advisors) != 0 {
+		t.Errorf("advisors with no port 443 left: %+v", ed.Config().Advisors)
+	}
+	assertFileLoads(t, ed.Config())
+}
+
+// assertFileLoads checks that cfg, written as a configuration file ("file
+// save"), reads back as cfg.
+func assertFileLoads(t *testing.T, cfg lb.Config) {
+	t.Helper()
+	data, err := MarshalFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadFile(data, Options{})
+	if err != nil {
+		t.Fatalf("the saved configuration does not load: %v\n%s", err, data)
+	}
+	if !sameConfig(back.Config, cfg) {
+		t.Fatalf("the saved configuration loads differently: %+v", Diff(cfg, back.Config))
 	}
 }
 

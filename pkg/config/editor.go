@@ -71,10 +71,15 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 		return nil, &OpError{Index: -1, Err: lb.Errorf("ops", "", "the request has no operations")}
 	}
 	d := newDraft(ed.cfg)
+	removes := false
 	for i := range ops {
 		if err := ed.apply(d, &ops[i]); err != nil {
 			return nil, &OpError{Index: i, Err: err}
 		}
+		removes = removes || ops[i].Action == Remove && (ops[i].Object == Cluster || ops[i].Object == Port)
+	}
+	if removes {
+		stopIdleAdvisors(d)
 	}
 	ch := Diff(ed.cfg, d.cfg)
 	err := validate(d.cfg, ch, ed.uses.with(ed.cfg, d.cfg, ch))

@@ -11,6 +11,16 @@ import (
 
 // apply applies one operation to the draft.
 func (ed *Editor) apply(d *draft, op *Op) error {
+	// Refusals name the target and a parameter as given: not ones that
+	// could break the line of a log or a terminal.
+	if op.Target != "" && !printableASCII(op.Target, 4096) {
+		return lb.Errorf("target", "", "%q is not a target: addresses, ports and names are printable ASCII", op.Target)
+	}
+	for _, x := range op.Params {
+		if x.Name == "" || !printableASCII(x.Name, 64) {
+			return lb.Errorf("params", "", "parameter name %q is not a keyword", x.Name)
+		}
+	}
 	p := newParams(op)
 	var err error
 	switch op.Object {
@@ -45,6 +55,20 @@ func (ed *Editor) apply(d *draft, op *Op) error {
 		return err
 	}
 	return p.unused()
+}
+
+// printableASCII reports whether s is at most max bytes of printable
+// ASCII other than the space.
+func printableASCII(s string, max int) bool {
+	if len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 func badAction(op *Op) error {
@@ -246,7 +270,9 @@ func applyCluster(d *draft, op *Op, p *params) error {
 			gone[d.cfg.Clusters[c.ci].Address] = true
 		}
 		d.cfg.Clusters = slices.DeleteFunc(d.clusters(), func(c lb.Cluster) bool { return gone[c.Address] })
-		// The advisors of a removed cluster stop with it.
+		// The advisors of a removed cluster stop with it (an advisor of
+		// every cluster's port stops at the end of the batch when no
+		// cluster balances its port then: stopIdleAdvisors).
 		if slices.ContainsFunc(d.cfg.Advisors, func(a lb.Advisor) bool { return gone[a.Cluster] }) {
 			d.cfg.Advisors = slices.DeleteFunc(d.advisors(), func(a lb.Advisor) bool { return gone[a.Cluster] })
 		}
@@ -254,6 +280,19 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		return badAction(op)
 	}
 	return nil
+}
+
+// stopIdleAdvisors stops the advisors left with no port to probe at the
+// end of a batch that removed clusters or ports: "advisor start" refuses
+// such an advisor, and so does a configuration file that holds one (what
+// "file save" writes must load). At the end, not at the removal: a batch
+// may give the port back (Plan's steps, a cluster moving to a new
+// address), and its later steps may name the advisor.
+func stopIdleAdvisors(d *draft) {
+	idle := func(a lb.Advisor) bool { return !probes(d.cfg, a) }
+	if slices.ContainsFunc(d.cfg.Advisors, idle) {
+		d.cfg.Advisors = slices.DeleteFunc(d.advisors(), idle)
+	}
 }
 
 // portParams reads the parameters port add and set take, and returns a
