@@ -82,16 +82,19 @@ func maxSizeBody(n int) ([]byte, int) {
 	return b.Bytes(), ops
 }
 
-// TestRequestMemory: 50 concurrent change requests of the maximum size
-// (8 MiB) keep the server's resident memory under 300 MB. Each is
-// accepted and applied whole. The figure is the server process's peak
-// RSS (VmHWM); the server runs alone in a child process.
+// TestRequestMemory: 16 concurrent change requests of the maximum size
+// (8 MiB) keep the server's resident memory under 300 MB; DLBH_CLIENTS=50
+// (make bench) sends 50. Each is accepted and applied whole. The figure is
+// the server process's peak RSS (VmHWM); the server runs alone in a child
+// process. Decoding them side by side instead of one at a time, the
+// server passes 600 MB with 10 clients already (checked), and the peak
+// with 16 is the peak with 50 (206 and 207 MB), in 14 s instead of 34.
 func TestRequestMemory(t *testing.T) {
 	if testing.Short() {
-		t.Skip("sends 400 MiB of requests")
+		t.Skip("sends 128 MiB of requests")
 	}
 	const limitMB = 300
-	clients := 50
+	clients := 16
 	if n, err := strconv.Atoi(os.Getenv("DLBH_CLIENTS")); err == nil {
 		clients = n
 	}
