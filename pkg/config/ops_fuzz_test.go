@@ -13,8 +13,8 @@ var (
 )
 
 // FuzzEditorOps applies two operations of any object, action, target and
-// parameters (what dlbctl and the API can send) to a configuration with a
-// MAC and a NAT port. Whatever they are: no panic; Prepare leaves the
+// parameters (what dlbctl and the API can send) to fuzzBase's
+// configuration. Whatever they are: no panic; Prepare leaves the
 // committed configuration as it was; a refusal is an *OpError whose
 // message names what was wrong on one line; and an accepted batch makes a
 // configuration that the whole validation accepts too (the editor
@@ -56,7 +56,7 @@ func FuzzEditorOps(f *testing.F) {
 		for _, x := range []*string{&target, &n1, &v1, &n2, &v2, &target2} {
 			*x = strings.ToValidUTF8(*x, "\uFFFD")
 		}
-		ed := base(t)
+		ed := fuzzBase(t)
 		before := ed.Config().Clone()
 		first := Op{Object: fuzzObjects[int(obj)%len(fuzzObjects)], Action: fuzzActions[int(act)%len(fuzzActions)], Target: target}
 		for _, p := range [][2]string{{n1, v1}, {n2, v2}} {
@@ -98,4 +98,21 @@ func FuzzEditorOps(f *testing.F) {
 		}
 		ed.Commit(e)
 	})
+}
+
+// fuzzBase is base (a MAC and a NAT port) with a primary's high
+// availability (haBase), a BGP speaker with a neighbour, an advisor of
+// every cluster's port 80 and one of the NAT port, so that operations on
+// each kind of object find something to change.
+func fuzzBase(t testing.TB) *Editor {
+	t.Helper()
+	ed := haBase(t)
+	mustApply(t, ed,
+		op(BGP, Set, "", "asn", "65001", "routerid", "198.18.0.2"),
+		op(Neighbor, Add, "198.18.0.254", "remoteas", "65000"),
+		op(Cluster, Set, vip, "announce", "yes"),
+		op(Advisor, Start, "@80", "advisor", "http", "interval", "2"),
+		op(Advisor, Start, vip+"@81", "advisor", "connect"),
+	)
+	return ed
 }
