@@ -61,6 +61,8 @@ func FuzzAdvisorReplies(f *testing.F) {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
+		// Not drain: its goroutine per connection waits for the end of
+		// the fuzzing, and a run makes a million connections.
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		buf := make([]byte, 4096)
 		for {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,18 +23,7 @@ var (
 // is equal to itself after a round trip through the configuration file.
 func FuzzEditorOps(f *testing.F) {
 	idx := func(o Object, a Action) (uint8, uint8) {
-		var oi, ai int
-		for i, x := range fuzzObjects {
-			if x == o {
-				oi = i
-			}
-		}
-		for i, x := range fuzzActions {
-			if x == a {
-				ai = i
-			}
-		}
-		return uint8(oi), uint8(ai)
+		return uint8(slices.Index(fuzzObjects, o)), uint8(slices.Index(fuzzActions, a))
 	}
 	add := func(o Object, a Action, target, n1, v1, n2, v2 string, o2 Object, a2 Action, target2 string) {
 		oi, ai := idx(o, a)
