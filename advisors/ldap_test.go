@@ -101,7 +101,7 @@ func TestLDAPDialogue(t *testing.T) {
 				if op == ldapBindRequest {
 					bind := req.Children[1]
 					dn, _ := bind.Children[1].Value.(string)
-					pw := string(bind.Children[2].Data.Bytes())
+					pw := bind.Children[2].Data.String()
 					if dn != "cn=Probe User,o=fake" || pw != "p@ss" {
 						return [][]byte{ldapResponse(id, ldapBindResponse, 49, fmt.Sprintf("got %q %q", dn, pw))}
 					}
@@ -214,7 +214,7 @@ const (
 // readLDAPPacket reads one LDAP message (within 3 s).
 func readLDAPPacket(c net.Conn, r *bufio.Reader) (*ber.Packet, bool) {
 	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-	defer c.SetReadDeadline(time.Time{})
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
 	p, err := ber.ReadPacket(r)
 	return p, err == nil
 }

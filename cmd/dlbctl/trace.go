@@ -192,10 +192,9 @@ func traceLine(p api.TracePacket) string {
 		ts = t.Local().Format("15:04:05.000000")
 	}
 	fmt.Fprintf(&b, "%s if%d ", ts, p.Interface)
-	switch {
-	case p.Src == "":
+	if p.Src == "" {
 		b.WriteString("non-IP")
-	default:
+	} else {
 		fmt.Fprintf(&b, "%s > %s %s", p.Src, p.Dst, p.Proto)
 		if p.TCPFlags != "" {
 			b.WriteString(" " + p.TCPFlags)

@@ -37,12 +37,12 @@ func own(stateDir, pinDir string) (*ownership, error) {
 		return nil, ownerError("state directory", stateDir, "--state-dir", err)
 	}
 	if err := datapath.PreparePinDir(pinDir); err != nil {
-		st.Release()
+		_ = st.Release()
 		return nil, err
 	}
 	pins, err := lock.Dir(pinDir)
 	if err != nil {
-		st.Release()
+		_ = st.Release()
 		return nil, ownerError("pin directory", pinDir, "--pin-dir", err)
 	}
 	return &ownership{state: st, pins: pins}, nil
@@ -62,6 +62,6 @@ func ownerError(what, dir, flag string, err error) error {
 
 // release drops both locks (the process's exit would too).
 func (o *ownership) release() {
-	o.pins.Release()
-	o.state.Release()
+	_ = o.pins.Release()
+	_ = o.state.Release()
 }

@@ -357,7 +357,7 @@ func (d *Datapath) prepare(u lb.DataplaneUpdate, whole bool) (*prepared, error) 
 			return nil, fmt.Errorf("service %s@%d: unknown selection %d", s.Cluster, s.Port, s.Selection)
 		}
 		if n := uint32(len(s.Table)); n > d.maxTable {
-			return nil, fmt.Errorf("Maglev table of %s@%d has %d slots, the executor holds at most %d", s.Cluster, s.Port, n, d.maxTable)
+			return nil, fmt.Errorf("the Maglev table of %s@%d has %d slots, the executor holds at most %d", s.Cluster, s.Port, n, d.maxTable)
 		}
 		if a := s.Cluster.Unmap(); a == nfa4 || a == nfa6 {
 			return nil, fmt.Errorf("cluster address %s is a non-forwarding address", a)

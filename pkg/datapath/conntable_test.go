@@ -537,7 +537,7 @@ func TestPrivilegedTableSizeLimit(t *testing.T) {
 		opts.PinDir = newPinDir(t)
 		dp, err := Open(opts)
 		if err == nil {
-			dp.Remove()
+			_ = dp.Remove()
 			t.Fatalf("Open(%+v) succeeded", opts)
 		}
 		if !strings.Contains(err.Error(), "is larger than") {

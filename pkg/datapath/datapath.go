@@ -191,7 +191,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	outer := spec.Maps[dispatcherMapMaglevTables]
 	if opts.MaxTableSize != 0 {
 		if opts.MaxTableSize > lb.MaxTableSize {
-			return nil, fmt.Errorf("Maglev table size %d is above %d", opts.MaxTableSize, lb.MaxTableSize)
+			return nil, fmt.Errorf("the Maglev table size %d is above %d", opts.MaxTableSize, lb.MaxTableSize)
 		}
 		outer.InnerMap.MaxEntries = opts.MaxTableSize
 	}

@@ -62,13 +62,13 @@ func TestPrivilegedExecutorRandomFrames(t *testing.T) {
 	}
 	for i := 0; i < n; i++ {
 		var fr []byte
-		switch r := rng.IntN(10); {
-		case r == 0: // random bytes
+		switch r := rng.IntN(10); r {
+		case 0: // random bytes
 			fr = make([]byte, rng.IntN(200))
 			for j := range fr {
 				fr[j] = byte(rng.Uint32())
 			}
-		case r == 1: // a truncated seed
+		case 1: // a truncated seed
 			s := seeds[rng.IntN(len(seeds))]
 			fr = append([]byte(nil), s[:rng.IntN(len(s)+1)]...)
 		default: // a seed with a few bytes changed
@@ -243,8 +243,8 @@ func (o *oracle) mayChange(frame []byte) string {
 	if !ok {
 		return "no IP header"
 	}
-	switch {
-	case proto == 1 || proto == 58:
+	switch proto {
+	case 1, 58:
 		if len(l4) < 1 {
 			return "truncated ICMP"
 		}
@@ -257,7 +257,7 @@ func (o *oracle) mayChange(frame []byte) string {
 			return ""
 		}
 		return fmt.Sprintf("ICMP type %d to %s", typ, dst)
-	case proto == 6 || proto == 17:
+	case 6, 17:
 		if len(l4) < 4 {
 			return "truncated transport header"
 		}

@@ -495,7 +495,7 @@ type namedT struct {
 }
 
 func (t *namedT) Errorf(format string, args ...any) {
-	t.T.Helper()
+	t.Helper()
 	t.T.Errorf("%s: "+format, append([]any{t.name}, args...)...)
 }
 

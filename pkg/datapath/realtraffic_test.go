@@ -80,7 +80,7 @@ func (s *echoServer) handle(c net.Conn) {
 		}
 		fmt.Fprintf(c, "%x\n", h.Sum(nil))
 	} else if _, err := fmt.Sscanf(line, "download %d", &n); err == nil {
-		c.Write(stream(n))
+		_, _ = c.Write(stream(n)) // the client sees a short download
 	}
 }
 
@@ -93,7 +93,7 @@ func udpEcho(pc net.PacketConn) {
 			return
 		}
 		host, _, _ := net.SplitHostPort(from.String())
-		pc.WriteTo([]byte("echo "+host+" "+string(buf[:n])), from)
+		_, _ = pc.WriteTo([]byte("echo "+host+" "+string(buf[:n])), from) // the client sees no echo
 	}
 }
 
@@ -231,7 +231,7 @@ func TestPrivilegedNATRealTraffic(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("connection %d: %w", i, err)
 			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			fmt.Fprintf(c, "hello\n")
 			line, err := bufio.NewReader(c).ReadString('\n')
 			c.Close()
@@ -251,7 +251,7 @@ func TestPrivilegedNATRealTraffic(t *testing.T) {
 		buf := make([]byte, 2048)
 		for i := 0; i < datagrams; i++ {
 			msg := fmt.Sprintf("datagram %d", i)
-			u.SetDeadline(time.Now().Add(2 * time.Second))
+			_ = u.SetDeadline(time.Now().Add(2 * time.Second))
 			if _, err := u.Write([]byte(msg)); err != nil {
 				return err
 			}
@@ -276,7 +276,7 @@ func TestPrivilegedNATRealTraffic(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("connection %d without a neighbour: %w", i, err)
 			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			fmt.Fprintf(c, "hello\n")
 			line, err := bufio.NewReader(c).ReadString('\n')
 			c.Close()
@@ -293,7 +293,7 @@ func TestPrivilegedNATRealTraffic(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c.SetDeadline(time.Now().Add(60 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 		fmt.Fprintf(c, "upload %d\n", size)
 		if _, err := c.Write(data); err != nil {
 			return err
@@ -313,7 +313,7 @@ func TestPrivilegedNATRealTraffic(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c.SetDeadline(time.Now().Add(60 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 		fmt.Fprintf(c, "download %d\n", size)
 		h := sha256.New()
 		n, err := io.Copy(h, c)
@@ -480,7 +480,7 @@ func TestPrivilegedIPv6MACRealTraffic(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("connection %d: %w", i, err)
 			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			fmt.Fprintf(c, "hello\n")
 			line, err := bufio.NewReader(c).ReadString('\n')
 			c.Close()
@@ -499,7 +499,7 @@ func TestPrivilegedIPv6MACRealTraffic(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c.SetDeadline(time.Now().Add(60 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 		fmt.Fprintf(c, "upload %d\n", len(data))
 		if _, err := c.Write(data); err != nil {
 			return err

@@ -219,8 +219,7 @@ func (e *Engine) groupChanges(cfg lb.Config, touched []lb.ServiceKey) []lb.Servi
 func affinityGroups(cl *lb.Cluster, ids map[lb.ServiceKey]uint32) map[lb.ServiceKey]uint32 {
 	out := map[lb.ServiceKey]uint32{}
 	parent := map[uint16]uint16{}
-	var find func(uint16) uint16
-	find = func(n uint16) uint16 {
+	find := func(n uint16) uint16 {
 		for parent[n] != n {
 			n = parent[n]
 		}
@@ -284,7 +283,7 @@ func fingerprint(members []maglev.Backend, m uint32) [sha256.Size]byte {
 	for _, b := range members {
 		binary.LittleEndian.PutUint32(buf[:4], uint32(len(b.Key)))
 		h.Write(buf[:4])
-		io.WriteString(h, b.Key)
+		_, _ = io.WriteString(h, b.Key) // a hash.Hash never fails
 		binary.LittleEndian.PutUint32(buf[:4], b.ID)
 		binary.LittleEndian.PutUint32(buf[4:], b.Weight)
 		h.Write(buf[:])

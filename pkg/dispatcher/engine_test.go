@@ -139,10 +139,7 @@ func TestDownWeightZeroAndUnresolvedLeaveTheTable(t *testing.T) {
 	// Once the neighbour resolves, the tick brings the server in.
 	h.nif.setMAC(s3, []byte{2, 0, 0, 0, 0, 0x23})
 	deadline := time.Now().Add(2 * time.Second)
-	for {
-		if h.serverState(vip+"@80@198.18.0.23") == lb.ServerUp {
-			break
-		}
+	for h.serverState(vip+"@80@198.18.0.23") != lb.ServerUp {
 		if time.Now().After(deadline) {
 			t.Fatal("server never resolved")
 		}

@@ -304,7 +304,7 @@ func (e *Engine) haAnnounce(cfg lb.Config, g lb.HAGroup, step int) {
 		since := e.ha.since[g]
 		time.AfterFunc(announceAfter[step+1], func() {
 			e.post(func() {
-				if e.ha.since[g] == since { // still the same takeover
+				if e.ha.since[g].Equal(since) { // still the same takeover
 					e.haAnnounce(e.ed.Config(), g, step+1)
 				}
 			})

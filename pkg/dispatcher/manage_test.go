@@ -266,7 +266,9 @@ func TestAllDownPolicies(t *testing.T) {
 	base(h)
 	log := filepath.Join(t.TempDir(), "alerts")
 	for _, ev := range []string{"managerAlert", "managerClear"} {
-		os.WriteFile(filepath.Join(scripts, ev), []byte("#!/bin/sh\necho \"$DLB_EVENT $DLB_CLUSTER $DLB_PORT $DLB_POLICY\" >> "+log+"\n"), 0o755)
+		if err := os.WriteFile(filepath.Join(scripts, ev), []byte("#!/bin/sh\necho \"$DLB_EVENT $DLB_CLUSTER $DLB_PORT $DLB_POLICY\" >> "+log+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	start := op("advisor", "start", "@80")
 	start.Params = append(start.Params, config.P("advisor", "connect"))
@@ -305,7 +307,9 @@ func TestSlowScriptNeverBlocks(t *testing.T) {
 	h, _, scripts := newManagedHarness(t)
 	base(h)
 	marker := filepath.Join(t.TempDir(), "finished")
-	os.WriteFile(filepath.Join(scripts, "managerAlert"), []byte("#!/bin/sh\nsleep 5\ntouch "+marker+"\n"), 0o755)
+	if err := os.WriteFile(filepath.Join(scripts, "managerAlert"), []byte("#!/bin/sh\nsleep 5\ntouch "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// Every server of port 443 down: an alert whose script hangs.
 	h.mustApply(op("server", "down", vip+"@443@"))
 	begin := time.Now()

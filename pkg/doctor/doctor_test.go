@@ -24,7 +24,7 @@ func TestTCPFrameRoundTrip(t *testing.T) {
 		t.Error("IPv4 header checksum does not verify")
 	}
 	// TCP checksum over the pseudo-header verifies to zero.
-	var ph uint32 = 6 + uint32(len(f)-34)
+	ph := 6 + uint32(len(f)-34)
 	for _, a := range []netip.Addr{nfa, vip} {
 		b := a.As4()
 		ph += uint32(b[0])<<8 | uint32(b[1])

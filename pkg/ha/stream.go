@@ -108,7 +108,7 @@ func deriveKey(secret, cn, sn []byte) []byte {
 // clientHandshake authenticates a dialed connection.
 func clientHandshake(c net.Conn, secret []byte, boot uint64) (*conn, error) {
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	defer c.SetDeadline(time.Time{})
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
 	cn := nonce(16)
 	ch := hello(boot, cn)
 	if _, err := c.Write(ch); err != nil {
@@ -135,7 +135,7 @@ func clientHandshake(c net.Conn, secret []byte, boot uint64) (*conn, error) {
 // serverHandshake authenticates an accepted connection.
 func serverHandshake(c net.Conn, secret []byte, boot uint64) (*conn, error) {
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	defer c.SetDeadline(time.Time{})
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
 	r := bufio.NewReader(c)
 	ch, cboot, err := readHello(r)
 	if err != nil {

@@ -62,11 +62,11 @@ func File(path string) (*Lock, error) {
 		return nil, err
 	}
 	if err := f.Truncate(0); err != nil {
-		l.Release()
+		_ = l.Release()
 		return nil, fmt.Errorf("writing lock file %s: %w", path, err)
 	}
 	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
-		l.Release()
+		_ = l.Release()
 		return nil, fmt.Errorf("writing lock file %s: %w", path, err)
 	}
 	return l, nil

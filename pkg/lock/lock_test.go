@@ -67,7 +67,9 @@ func testConflict(t *testing.T, take func() (*Lock, error), path string) {
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
-	l2.Release()
+	if err := l2.Release(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // The lock file carries the holder's PID for people reading it.
@@ -80,7 +82,7 @@ func TestFileWritesPID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release()
+	defer func() { _ = l.Release() }()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func TestStillHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release()
+	defer func() { _ = l.Release() }()
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -232,7 +232,7 @@ func TestTimeouts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 || resp.Close {
 			t.Fatalf("status %d, close %v: want a kept-alive 200", resp.StatusCode, resp.Close)
@@ -259,7 +259,7 @@ func TestWaitingRequestKeepsItsBody(t *testing.T) {
 			return 0, err
 		}
 		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
+		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, nil
 	}
 	type result struct {

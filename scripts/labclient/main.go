@@ -351,7 +351,7 @@ func readReply(resp *http.Response) (reply, error) {
 		first = string(line)
 	}
 	wantSum := strings.TrimSpace(resp.Header.Get("X-Content-SHA256"))
-	var sink io.Writer = io.Discard
+	sink := io.Discard
 	h := sha256.New()
 	if wantSum != "" {
 		sink = h

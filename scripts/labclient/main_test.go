@@ -347,7 +347,7 @@ func TestLoadgenLoopback(t *testing.T) {
 		case n%2 == 0:
 			w.Header().Set("X-Backend", "b2")
 		default:
-			io.WriteString(w, "b1\n") // name from the body only
+			_, _ = io.WriteString(w, "b1\n") // name from the body only
 		}
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -476,7 +476,7 @@ func TestLoadgenHashLoopback(t *testing.T) {
 		} else {
 			w.Header().Set("X-Content-SHA256", hex.EncodeToString(sum[:]))
 		}
-		io.WriteString(w, body)
+		_, _ = io.WriteString(w, body)
 	}))
 	defer srv.Close()
 	cfg := config{url: srv.URL + "/good", n: 10, c: 2, timeout: 2 * time.Second}
@@ -506,7 +506,7 @@ func keepaliveServer(t *testing.T, backend func(n int) string, closeAfter int) (
 		if closeAfter > 0 && n >= int64(closeAfter) {
 			w.Header().Set("Connection", "close")
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	}))
 	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
 		return context.WithValue(ctx, ctxKey{}, new(atomic.Int64))

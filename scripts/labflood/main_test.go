@@ -61,7 +61,9 @@ func decodeSYN(t *testing.T, f []byte, src netip.Prefix, dst netip.Addr, dport u
 		if inetsum.Fold(inetsum.Add(f[ethLen:ethLen+ipv4Len], 0)) != 0 {
 			t.Errorf("IPv4 header checksum %#04x does not verify", ip.Checksum)
 		}
-		tcp.SetNetworkLayerForChecksum(ip)
+		if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
 		netLayer, srcIP, dstIP = ip, ip.SrcIP, ip.DstIP
 	} else {
 		ip, _ := pkt.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
@@ -75,7 +77,9 @@ func decodeSYN(t *testing.T, f []byte, src netip.Prefix, dst netip.Addr, dport u
 		if len(f) != 78 {
 			t.Errorf("IPv6 frame is %d bytes, want 78", len(f))
 		}
-		tcp.SetNetworkLayerForChecksum(ip)
+		if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+			t.Fatal(err)
+		}
 		netLayer, srcIP, dstIP = ip, ip.SrcIP, ip.DstIP
 	}
 

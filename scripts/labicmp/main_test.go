@@ -278,7 +278,7 @@ func labServer(t *testing.T, network, addr string) (*httptest.Server, *atomic.In
 			http.Error(w, "bad host "+r.Host, http.StatusBadRequest)
 			return
 		}
-		io.WriteString(w, name+"\n")
+		_, _ = io.WriteString(w, name+"\n")
 	}))
 	srv.Listener.Close()
 	srv.Listener = ln

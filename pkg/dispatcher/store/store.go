@@ -495,7 +495,7 @@ func (s *Store) writeSnapshot(st State, journal int) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("writing state snapshot: %w", err)
 	}
-	defer pf.Cleanup()
+	defer func() { _ = pf.Cleanup() }() // removes the temporary file unless it replaced the snapshot
 	w := bufio.NewWriterSize(pf, 1<<20)
 	cw := &countWriter{w: w}
 	if err := json.NewEncoder(cw).Encode(snap); err != nil {
