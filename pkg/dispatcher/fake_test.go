@@ -37,6 +37,12 @@ type fakeDatapath struct {
 	updated  []lb.DataplaneUpdate
 	// droppedPins is what Dropped returns.
 	droppedPins []string
+	// staleAtAttach lists the backends that, when Attach was called, were
+	// reached through another interface than the one attached to: the
+	// executor's first frames would be redirected there. forgets counts
+	// ForgetStaleHops calls, forgotAttached those made while attached.
+	staleAtAttach           []uint32
+	forgets, forgotAttached int
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
@@ -46,10 +52,27 @@ func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 		return 0, errors.New("attached elsewhere")
 	}
 	f.attached, f.ifindex = true, ifindex
+	for _, b := range f.backends {
+		if b.MAC != nil && b.Ifindex != ifindex {
+			f.staleAtAttach = append(f.staleAtAttach, b.ID)
+		}
+	}
 	if mode == lb.XDPAuto {
 		mode = lb.XDPGeneric
 	}
 	return mode, nil
+}
+
+// ForgetStaleHops is the real datapath's clearing of the client hops NAT
+// entries cached through an interface that is gone.
+func (f *fakeDatapath) ForgetStaleHops() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgets++
+	if f.attached {
+		f.forgotAttached++
+	}
+	return 0, nil
 }
 
 func (f *fakeDatapath) Attached() (lb.Attachment, bool) {
@@ -201,6 +224,9 @@ type fakeNetif struct {
 	events    chan lb.NetEvent
 	linkDown  bool
 	announced []netip.Addr // every address Announce was called for, in order
+	// noRoutes makes Neighbors find no route to anything (an interface
+	// whose address is not back yet).
+	noRoutes bool
 }
 
 func newFakeNetif() *fakeNetif {
@@ -287,7 +313,7 @@ func (n *fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, m
 			errs[a] = fmt.Errorf("%s is not on a directly connected network", a)
 			continue
 		}
-		if n.ifindex == 0 {
+		if n.ifindex == 0 || n.noRoutes {
 			errs[a] = fmt.Errorf("no route to %s", a)
 			continue
 		}

@@ -56,6 +56,12 @@ func (n *fakeNetif) setIfindex(i int) {
 	n.ifindex = i
 }
 
+func (n *fakeNetif) setNoRoutes(b bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.noRoutes = b
+}
+
 func (n *fakeNetif) address(a netip.Addr) (string, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -72,7 +78,9 @@ func (n *fakeNetif) dropAddress(a netip.Addr) {
 // The executor's interface deleted: the report says detached, the event
 // runs; an interface of that name created: the executor attaches to it,
 // keeps its maps, reaches its servers through it and puts its addresses
-// back on it.
+// back on it. The maps name the new interface before the executor is
+// attached to it, even while the routing table does not know it yet (its
+// address is not back): a frame sent to the old index is lost.
 func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	var logs syncBuffer
 	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
@@ -98,8 +106,21 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	h.mustApply(cl2)
 
 	h.nif.setIfindex(7)
+	h.nif.setNoRoutes(true)
 	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 7, Ifname: "eth0"}
 	eventually(t, "re-attached", func() bool { return h.status(Query{}).Executor.Detached == "" })
+	h.dp.mu.Lock()
+	stale, forgets, forgotAttached := h.dp.staleAtAttach, h.dp.forgets, h.dp.forgotAttached
+	h.dp.mu.Unlock()
+	if len(stale) > 0 {
+		t.Errorf("backends %v still reached through the old interface when the executor was attached to the new one", stale)
+	}
+	if forgets == 0 || forgotAttached > 0 {
+		t.Errorf("NAT entries forgot their old hops %d times, %d of them with the executor attached; want before it", forgets, forgotAttached)
+	}
+	// The address comes back: the routing table confirms the guess.
+	h.nif.setNoRoutes(false)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetAddressAdded, Ifindex: 7, Ifname: "eth0", Prefix: netip.MustParsePrefix("198.18.0.1/24")}
 	st = h.status(Query{}).Executor
 	if !st.Attached || st.Attachment.Ifindex != 7 || st.Err != "" {
 		t.Errorf("executor status after the interface returned %+v", st)

@@ -171,6 +171,23 @@ func (n *neighbors) allHops(cfg lb.Config) []netip.Addr {
 	return out
 }
 
+// moved points the next hops reached through the interface of index
+// old, which is gone, at link, created in its place under the same name.
+// The servers' MACs do not change with it; link's own MAC may. The
+// routing table corrects the guess at the next refresh that finds a
+// route (the new interface may not have its address yet).
+func (n *neighbors) moved(old int, link lb.Link) {
+	if old == 0 || old == link.Index {
+		return
+	}
+	for a, nb := range n.neigh {
+		if nb.Ifindex == old {
+			nb.Ifindex, nb.IfMAC = link.Index, slices.Clone(link.MAC)
+			n.neigh[a] = nb
+		}
+	}
+}
+
 // hop returns how the executor reaches a next hop: its MAC and interface,
 // or the zero value (not configured, or not resolved yet).
 func (n *neighbors) hop(a netip.Addr) lb.DataplaneNextHop {

@@ -219,11 +219,28 @@ func (e *Engine) detach(why string) {
 // appeared, keeping its maps (and connections): the next hops are
 // reached through the new interface, the addresses dlbd configured are
 // put on it again.
+//
+// The maps are rewritten before the executor is attached: the first
+// frame it sees on the new interface must not be sent to the old one's
+// index (a redirect to an interface that is gone loses the frame). So
+// the next hops reached through the old interface move to the new one
+// at once (their MACs stay; the routing table, which may not know the
+// new interface yet, corrects them when it does), and the NAT entries
+// forget the client hops they cached through the old one.
 func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	ex := cfg.Executor
 	if e.exec.attach.detached == "" {
 		e.detach(fmt.Sprintf("interface %s was replaced", ex.Interface))
 	}
+	e.net.moved(e.exec.attach.ifindex, link)
+	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
+	e.net.asked = nil
+	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
+		e.exec.err = fmt.Errorf("applying to the executor: %w", err)
+		e.log.Error("re-attaching the executor", "err", err)
+		return
+	}
+	e.forgetStaleHops()
 	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
 	e.logDropped(e.exec.dp)
 	if err != nil {
@@ -236,14 +253,6 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.persistHost()
 	}
 	e.exec.attach.ifindex = link.Index
-	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
-	e.net.asked = nil
-	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
-		e.exec.err = fmt.Errorf("applying to the executor: %w", err)
-		e.log.Error("re-attaching the executor", "err", err)
-		return
-	}
-	e.forgetStaleHops()
 	all := map[netip.Addr]string{}
 	for a := range e.host.configured {
 		all[a] = "its interface was created again"
