@@ -166,6 +166,12 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		undo()
 		return fmt.Errorf("applying to the executor: %w", err)
 	}
+	if adopted {
+		// Its NAT entries may have cached client hops through an
+		// interface deleted while no dlbd ran (and created again: the
+		// executor is attached to the new one).
+		e.forgetStaleHops()
+	}
 	if err := e.configureAddresses(cfg); err != nil {
 		undo()
 		return lb.Errorf("configure", "", "%v", err)
