@@ -3,6 +3,7 @@ package ha
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -204,7 +205,7 @@ func (n *Node) readStream(ctx context.Context, c *conn) {
 	for {
 		typ, p, err := c.readFrame()
 		if err != nil {
-			if err == errMAC {
+			if errors.Is(err, errMAC) {
 				n.mu.Lock()
 				n.refused[errMAC.Error()]++
 				n.mu.Unlock()
