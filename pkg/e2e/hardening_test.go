@@ -208,6 +208,13 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	if r.Connections != 8 || r.Broken != 0 {
 		t.Errorf("established connections: %d of 8 held, %d broken (the executor keeps its connection table)", r.Connections, r.Broken)
 	}
+	// The lab's dispatcher has one interface: a frame redirected went
+	// to the deleted interface's index (maps written after the attach).
+	for _, rc := range l.executor().Reasons {
+		if rc.Reason == "fwd_redirect" && rc.Packets > 0 {
+			t.Errorf("%d frames redirected to another interface (the old one's index) after re-attaching", rc.Packets)
+		}
+	}
 	poll(t, 3*time.Second, "both event scripts", func() bool {
 		b, _ := os.ReadFile(events)
 		return strings.Contains(string(b), "executorDetached "+ifname) && strings.Contains(string(b), "executorAttached "+ifname)
