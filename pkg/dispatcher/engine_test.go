@@ -348,26 +348,6 @@ func TestRestartReportsAdoptedConnections(t *testing.T) {
 	}
 }
 
-// TestRestartForgetsStaleHops: a dlbd that adopts a running executor has
-// its NAT entries forget the client hops cached through interfaces that
-// no longer exist (its interface may have been created again while no
-// dlbd ran); one that loads a new executor has nothing to forget.
-func TestRestartForgetsStaleHops(t *testing.T) {
-	h := newHarness(t, t.TempDir())
-	base(h)
-	h.dp.mu.Lock()
-	before := h.dp.forgets
-	h.dp.mu.Unlock()
-	h.restart()
-	h.status(Query{}) // the start has run
-	h.dp.mu.Lock()
-	after := h.dp.forgets
-	h.dp.mu.Unlock()
-	if after != before+1 {
-		t.Errorf("ForgetStaleHops called %d times by a start that adopted the executor, want 1", after-before)
-	}
-}
-
 // stateFiles returns the contents of every file in the state directory.
 func stateFiles(t *testing.T, dir string) string {
 	t.Helper()

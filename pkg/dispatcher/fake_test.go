@@ -185,6 +185,7 @@ func (f *fakeDatapath) RemovePins() ([]string, error) {
 	f.removed = true
 	f.attached = false
 	f.loaded = false
+	f.services, f.backends = nil, nil // the maps go with their pins
 	return []string{"conns", "link", "prog"}, nil
 }
 func (f *fakeDatapath) Dropped() []string {

@@ -156,6 +156,39 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	}
 }
 
+// A dlbd started after its interface was deleted and created again while
+// no dlbd ran: the pinned maps name the old interface's index, and the
+// program's link went with the old interface (the executor is not
+// adopted). The maps are rewritten, and the NAT entries forget their hops
+// through the old interface, before the program is attached to the new
+// one.
+func TestStartAfterInterfaceRecreated(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), logTo(io.Discard, true))
+	base(h)
+	h.stop()
+	h.dp.sever()
+	h.nif.setIfindex(9)
+	h.dp.mu.Lock()
+	forgets := h.dp.forgets
+	h.dp.mu.Unlock()
+	h.start()
+	eventually(t, "attached", func() bool { return h.status(Query{}).Executor.Attached })
+	for _, b := range h.dp.state().Backends {
+		if b.Ifindex != 9 || b.MAC == nil {
+			t.Errorf("backend %d after the start: %+v, want reached through ifindex 9", b.ID, b)
+		}
+	}
+	h.dp.mu.Lock()
+	defer h.dp.mu.Unlock()
+	if len(h.dp.staleAtAttach) > 0 {
+		t.Errorf("backends %v still reached through the old interface when the executor was attached", h.dp.staleAtAttach)
+	}
+	if h.dp.forgets == forgets || h.dp.forgotAttached > 0 {
+		t.Errorf("NAT entries forgot their old hops %d times, %d of them with the executor attached; want before it",
+			h.dp.forgets-forgets, h.dp.forgotAttached)
+	}
+}
+
 // A dlbd that starts while the interface is missing reports the executor
 // detached and brings it up when the interface appears.
 func TestStartWithoutInterface(t *testing.T) {

@@ -110,8 +110,8 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	return true, nil
 }
 
-// startExecutor loads (or adopts) the executor, attaches it, resolves
-// every next hop and writes the whole state of cfg.
+// startExecutor loads (or adopts) the executor, resolves every next hop,
+// writes the whole state of cfg and attaches it.
 func (e *Engine) startExecutor(cfg lb.Config) error {
 	ex := cfg.Executor
 	link, err := e.opts.Netif.LinkByName(ex.Interface)
@@ -141,37 +141,31 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		e.exec.dp = nil
 		e.exec.tables = map[uint32]table{}
 	}
+	e.exec.dp = dp
+	e.exec.tables = map[uint32]table{}
+
+	// The maps are written before the program is attached (an adopted
+	// one is attached already): pinned maps whose interface was deleted
+	// and created again while no dlbd ran name the old one's index. Every
+	// next hop is read again (a route lookup each), the known ones too.
+	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
+	if err := dp.Apply(e.dataplane(cfg)); err != nil {
+		undo()
+		return fmt.Errorf("applying to the executor: %w", err)
+	}
+	// Pinned NAT entries may have cached client hops through such an
+	// interface (the executor was then not adopted: its link went with the
+	// interface). A fresh executor has none to forget.
+	e.forgetStaleHops()
 	mode, err := dp.Attach(link.Index, e.attachMode(ex, link))
 	if err != nil {
-		e.exec.dp = dp
 		undo()
 		return lb.Errorf("interface", ex.Interface, "%v", err)
 	}
 	if mode != lb.XDPAuto { // Auto: an existing attachment, mode unchanged
 		e.host.attachedMode = mode
 	}
-	e.exec.dp = dp
-	e.exec.tables = map[uint32]table{}
 	e.exec.attach = attachState{ifindex: link.Index, dropped: e.exec.attach.dropped}
-
-	hops := e.net.allHops(cfg)
-	var unknown []netip.Addr
-	for _, a := range hops {
-		if e.net.neigh[a].MAC == nil {
-			unknown = append(unknown, a)
-		}
-	}
-	e.net.wait(e.opts.Netif, e.log, unknown, e.opts.ResolveWait)
-	if err := dp.Apply(e.dataplane(cfg)); err != nil {
-		undo()
-		return fmt.Errorf("applying to the executor: %w", err)
-	}
-	if adopted {
-		// Its NAT entries may have cached client hops through an
-		// interface deleted while no dlbd ran (and created again: the
-		// executor is attached to the new one).
-		e.forgetStaleHops()
-	}
 	if err := e.configureAddresses(cfg); err != nil {
 		undo()
 		return lb.Errorf("configure", "", "%v", err)
