@@ -203,6 +203,43 @@ func (f *fakeDatapath) sever() {
 	f.droppedPins = append(f.droppedPins, "link")
 }
 
+// fakeGuard records what the engine asked the guard to do, with the index
+// the interface of that name had then (nif, once set; -1 before).
+type fakeGuard struct {
+	mu    sync.Mutex
+	nif   *fakeNetif
+	calls []guardCall
+}
+
+type guardCall struct {
+	ifname  string
+	ifindex int
+	addrs   []netip.Addr
+}
+
+func (g *fakeGuard) Guard(ifname string, addrs []netip.Addr) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	idx := -1
+	if g.nif != nil {
+		g.nif.mu.Lock()
+		idx = g.nif.ifindex
+		g.nif.mu.Unlock()
+	}
+	g.calls = append(g.calls, guardCall{ifname, idx, slices.Clone(addrs)})
+	return nil
+}
+
+// last returns the latest call, and whether there was one.
+func (g *fakeGuard) last() (guardCall, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.calls) == 0 {
+		return guardCall{}, false
+	}
+	return g.calls[len(g.calls)-1], true
+}
+
 // fakeNetif resolves servers from a table and records addresses. Its one
 // interface, eth0, has index ifindex (0: it does not exist).
 type fakeNetif struct {

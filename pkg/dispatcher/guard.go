@@ -22,7 +22,9 @@ type Guard interface {
 }
 
 // guardAddresses tells the guard what the engine configured on the
-// executor's interface, when that changed.
+// executor's interface, when that changed: the addresses, or the
+// interface itself (one deleted and created again under the same name
+// took the guard with it).
 func (e *Engine) guardAddresses(cfg lb.Config) error {
 	if e.opts.Guard == nil {
 		return nil
@@ -36,7 +38,7 @@ func (e *Engine) guardAddresses(cfg lb.Config) error {
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	var b strings.Builder
-	b.WriteString(ifname)
+	fmt.Fprintf(&b, "%s#%d", ifname, e.exec.attach.ifindex)
 	for _, a := range addrs {
 		b.WriteString(" " + a.String())
 	}

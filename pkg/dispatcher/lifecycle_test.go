@@ -80,11 +80,19 @@ func (n *fakeNetif) dropAddress(a netip.Addr) {
 // keeps its maps, reaches its servers through it and puts its addresses
 // back on it. The maps name the new interface before the executor is
 // attached to it, even while the routing table does not know it yet (its
-// address is not back): a frame sent to the old index is lost.
+// address is not back): a frame sent to the old index is lost. The guard,
+// which went with the old interface, is put on the new one.
 func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	var logs syncBuffer
-	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
+	guard := &fakeGuard{}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) { logTo(&logs, true)(o); o.Guard = guard })
+	guard.mu.Lock()
+	guard.nif = h.nif
+	guard.mu.Unlock()
 	base(h)
+	if g, ok := guard.last(); !ok || g.ifindex != 2 || !slices.Contains(g.addrs, netip.MustParseAddr(vip)) {
+		t.Fatalf("guard before the fault: %+v (called: %v)", g, ok)
+	}
 	v := netip.MustParseAddr(vip)
 	applies := h.dp.applies
 
@@ -114,6 +122,9 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	h.dp.mu.Unlock()
 	if len(stale) > 0 {
 		t.Errorf("backends %v still reached through the old interface when the executor was attached to the new one", stale)
+	}
+	if g, ok := guard.last(); !ok || g.ifindex != 7 || !slices.Contains(g.addrs, netip.MustParseAddr(vip)) {
+		t.Errorf("guard after re-attaching: last told %+v, want the cluster address on the new interface (7)", g)
 	}
 	if forgets == 0 || forgotAttached > 0 {
 		t.Errorf("NAT entries forgot their old hops %d times, %d of them with the executor attached; want before it", forgets, forgotAttached)

@@ -258,6 +258,9 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		all[a] = "its interface was created again"
 	}
 	e.restoreAddresses(all)
+	if err := e.guardAddresses(cfg); err != nil {
+		e.log.Warn("guarding the addresses on the new interface", "interface", ex.Interface, "err", err)
+	}
 	e.attached(cfg, link, "executor re-attached")
 	e.checkAlerts(cfg, nil)
 }

@@ -162,6 +162,16 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	l.configure("generic", 10, 10)
 	ifname, vip := l.env["LAB_IF"], l.vip()
 	before := l.executor()
+	// The guard (a tc filter that keeps the host from resetting
+	// connections to the cluster address while no executor takes them)
+	// is on the interface, and must be on the new one.
+	guarded := func() bool {
+		out, _ := l.inNS("d", "tc", "filter", "show", "dev", ifname, "ingress")
+		return strings.Contains(out, "dlb_guard")
+	}
+	if !guarded() {
+		t.Fatal("no guard on the executor's interface before the fault; the check below proves nothing")
+	}
 
 	// Established connections, held through the whole episode.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,6 +209,9 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 		ex.Ifindex, before.Ifindex, took.Round(time.Millisecond), time.Since(deleted).Round(time.Millisecond))
 	if ex.Ifindex == before.Ifindex || !ex.Attached {
 		t.Errorf("executor after the interface returned: attached %v to ifindex %d (was %d)", ex.Attached, ex.Ifindex, before.Ifindex)
+	}
+	if !guarded() {
+		t.Error("no guard on the new interface: the host would reset connections to the cluster address while the executor is detached")
 	}
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
 		t.Errorf("new connections after re-attaching: %d of 300 answered: %v", r.OK, r.Errors)
