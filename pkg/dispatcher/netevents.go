@@ -257,10 +257,11 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	for a := range e.host.configured {
 		all[a] = "its interface was created again"
 	}
-	e.restoreAddresses(all)
+	// The guard first: it went with the old interface.
 	if err := e.guardAddresses(cfg); err != nil {
 		e.log.Warn("guarding the addresses on the new interface", "interface", ex.Interface, "err", err)
 	}
+	e.restoreAddresses(all)
 	e.attached(cfg, link, "executor re-attached")
 	e.checkAlerts(cfg, nil)
 }
