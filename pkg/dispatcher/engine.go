@@ -91,7 +91,7 @@ type Netif interface {
 	// the MACs it does not know yet.
 	Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error)
 	// AddAddress and DelAddress put a cluster address on an interface and
-	// take it off.
+	// take it off (off an interface that is gone: done, not an error).
 	AddAddress(ifname string, addr netip.Addr) error
 	DelAddress(ifname string, addr netip.Addr) error
 	// Watch reports changes of interfaces, addresses and neighbours until

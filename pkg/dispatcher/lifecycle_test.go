@@ -167,6 +167,38 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	}
 }
 
+// A cluster removed while its interface is gone, before dlbd heard of it:
+// its address went with the interface, and the interface created again
+// does not get it back (the other cluster's does).
+func TestClusterRemovedWhileInterfaceGone(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), logTo(io.Discard, true))
+	base(h)
+	cl2 := op("cluster", "add", vip2)
+	cl2.Params = append(cl2.Params, config.P("configure", "yes"))
+	h.mustApply(cl2)
+	v, v2 := netip.MustParseAddr(vip), netip.MustParseAddr(vip2)
+	if _, ok := h.nif.address(v2); !ok {
+		t.Fatal("the second cluster's address was never put on")
+	}
+
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.dropAddress(v)
+	h.nif.dropAddress(v2)
+	h.mustApply(op("cluster", "remove", vip2))
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	h.nif.setIfindex(7)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 7, Ifname: "eth0"}
+	eventually(t, "re-attached", func() bool { return h.status(Query{}).Executor.Detached == "" })
+	if _, ok := h.nif.address(v); !ok {
+		t.Errorf("%s not back on the new interface", v)
+	}
+	if _, ok := h.nif.address(v2); ok {
+		t.Errorf("%s, whose cluster was removed, put on the new interface", v2)
+	}
+}
+
 // A dlbd started after its interface was deleted and created again while
 // no dlbd ran: the pinned maps name the old interface's index, and the
 // program's link went with the old interface (the executor is not

@@ -257,6 +257,50 @@ func TestPrivilegedForgetNeighbors(t *testing.T) {
 	}
 }
 
+// DelAddress takes an address off; one that is not there, or on an
+// interface that is gone, is already off.
+func TestPrivilegedDelAddress(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	n := New()
+	vip := netip.MustParseAddr("198.18.0.100")
+	if err := n.AddAddress("dlbhn0", vip); err != nil {
+		t.Fatal(err)
+	}
+	has := func() bool {
+		addrs, err := netlink.AddrList(a, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ad := range addrs {
+			if ad.IP.Equal(vip.AsSlice()) {
+				return true
+			}
+		}
+		return false
+	}
+	if !has() {
+		t.Fatal("AddAddress put nothing on")
+	}
+	for i, name := range []string{"dlbhn0", "dlbhn0"} {
+		if err := n.DelAddress(name, vip); err != nil {
+			t.Errorf("DelAddress #%d: %v", i+1, err)
+		}
+	}
+	if has() {
+		t.Error("the address is still on after DelAddress")
+	}
+	if err := netlink.LinkDel(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DelAddress("dlbhn0", vip); err != nil {
+		t.Errorf("DelAddress on an interface that is gone: %v", err)
+	}
+	if err := n.DelAddress("dlbhn0", vip); err != nil {
+		t.Errorf("DelAddress again: %v", err)
+	}
+}
+
 func TestPrivilegedForwarding(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	pair(t, testutil.InNewNetNS(t))

@@ -177,9 +177,14 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) error {
 }
 
 // DelAddress removes addr from the named interface; an address that is not
-// there is not an error.
+// there is not an error, nor is an interface that is gone (it took its
+// addresses with it).
 func (*Netif) DelAddress(ifname string, addr netip.Addr) error {
 	l, err := netlink.LinkByName(ifname)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("looking up interface %q: %w", ifname, err)
 	}
