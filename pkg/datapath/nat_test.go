@@ -5,6 +5,7 @@ package datapath
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -546,6 +547,21 @@ func TestPrivilegedForgetStaleHops(t *testing.T) {
 	// Nothing stale left: a second pass clears nothing.
 	if n, err := e.dp.forgetStaleHops(func(ifindex uint32) bool { return ifindex != gone }); err != nil || n != 0 {
 		t.Errorf("second pass forgot %d (%v)", n, err)
+	}
+}
+
+// TestOnceEach: ForgetStaleHops asks the host about each interface once,
+// however many NAT entries cached a hop through it.
+func TestOnceEach(t *testing.T) {
+	asked := map[uint32]int{}
+	live := onceEach(func(ifindex uint32) bool { asked[ifindex]++; return ifindex != 3 })
+	for _, i := range []uint32{2, 3, 2, 2, 3, 5} {
+		if got := live(i); got != (i != 3) {
+			t.Errorf("live(%d) = %v", i, got)
+		}
+	}
+	if want := map[uint32]int{2: 1, 3: 1, 5: 1}; !maps.Equal(asked, want) {
+		t.Errorf("asked %v, want %v", asked, want)
 	}
 }
 
