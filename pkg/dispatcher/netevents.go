@@ -233,14 +233,13 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.detach(fmt.Sprintf("interface %s was replaced", ex.Interface))
 	}
 	e.net.moved(e.exec.attach.ifindex, link)
-	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
+	err := e.writeBeforeAttach(cfg)
 	e.net.asked = nil
-	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
-		e.exec.err = fmt.Errorf("applying to the executor: %w", err)
+	if err != nil {
+		e.exec.err = err
 		e.log.Error("re-attaching the executor", "err", err)
 		return
 	}
-	e.forgetStaleHops()
 	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
 	e.logDropped(e.exec.dp)
 	if err != nil {

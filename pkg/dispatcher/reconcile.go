@@ -143,20 +143,13 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	}
 	e.exec.dp = dp
 	e.exec.tables = map[uint32]table{}
-
-	// The maps are written before the program is attached (an adopted
-	// one is attached already): pinned maps whose interface was deleted
-	// and created again while no dlbd ran name the old one's index. Every
-	// next hop is read again (a route lookup each), the known ones too.
-	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
-	if err := dp.Apply(e.dataplane(cfg)); err != nil {
+	// Pinned maps whose interface was deleted and created again while no
+	// dlbd ran name the old one's index (the executor is then not
+	// adopted: its link went with the interface).
+	if err := e.writeBeforeAttach(cfg); err != nil {
 		undo()
-		return fmt.Errorf("applying to the executor: %w", err)
+		return err
 	}
-	// Pinned NAT entries may have cached client hops through such an
-	// interface (the executor was then not adopted: its link went with the
-	// interface). A fresh executor has none to forget.
-	e.forgetStaleHops()
 	mode, err := dp.Attach(link.Index, e.attachMode(ex, link))
 	if err != nil {
 		undo()
@@ -171,6 +164,20 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		return lb.Errorf("configure", "", "%v", err)
 	}
 	e.exec.err = nil
+	return nil
+}
+
+// writeBeforeAttach reads every next hop of cfg again (a route lookup
+// each, the known ones too), writes the whole state into the executor and
+// has its NAT entries forget the client hops cached through interfaces
+// that are gone: what must hold before the program is attached, for the
+// first frame it sees must not be sent to an index that no longer exists.
+func (e *Engine) writeBeforeAttach(cfg lb.Config) error {
+	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
+	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
+		return fmt.Errorf("applying to the executor: %w", err)
+	}
+	e.forgetStaleHops()
 	return nil
 }
 
