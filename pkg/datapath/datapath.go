@@ -433,6 +433,39 @@ func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Li
 	return nil, 0, fmt.Errorf("attaching XDP program: %w", errors.Join(errs...))
 }
 
+// executorProgName is the kernel's name of the executor's XDP program
+// (its function's name, at most 15 characters).
+const executorProgName = "dlb_xdp"
+
+// DescribeXDP fills in what the BPF API tells of the XDP program p the
+// host reports attached to interface ifindex: its name, whether it is a
+// dlb executor's program, and the BPF link that holds it there (none when
+// it was attached through netlink). What cannot be read stays empty: this
+// only explains a refusal.
+func (d *Datapath) DescribeXDP(ifindex int, p *lb.XDPProgram) {
+	if p.ID != 0 {
+		if prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(p.ID)); err == nil {
+			if info, err := prog.Info(); err == nil {
+				p.Name = info.Name
+			}
+			_ = prog.Close()
+		}
+	}
+	p.Executor = p.Name == executorProgName
+	var it link.Iterator
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil || info.Type != link.XDPType || info.XDP() == nil || int(info.XDP().Ifindex) != ifindex {
+			continue
+		}
+		if p.ID == 0 || uint32(info.Program) == p.ID {
+			p.LinkID = uint32(info.ID)
+			return
+		}
+	}
+}
+
 // attachInterface attaches the program to one more interface, beside the
 // one Attach attached it to: a NAT dispatcher whose clients and servers
 // are behind different interfaces needs it on both (replies arrive on the

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,6 +331,99 @@ func TestExecutorStopRemovesAndStartRestores(t *testing.T) {
 	}
 	if h.nif.addresses[netip.MustParseAddr(vip)] != "eth0" {
 		t.Error("cluster address not restored")
+	}
+}
+
+// TestExecutorStartOnAnotherProgram: the executor's interface runs an XDP
+// program dlbd did not attach. The start is refused with an error that
+// says whose program it is and how to free the interface (the kernel's
+// own words kept at the end), and nothing of it is applied: the loaded
+// executor is removed again, no address is configured. Once the interface
+// is free, the same start succeeds. An attach that fails for another
+// reason keeps its error as it is.
+func TestExecutorStartOnAnotherProgram(t *testing.T) {
+	busy := fmt.Errorf("attaching XDP program: generic mode: create link: %w", syscall.EBUSY)
+	cases := []struct {
+		name      string
+		xdp       lb.XDPProgram // what the interface reports
+		described lb.XDPProgram // what the executor adds to it
+		want      []string
+		not       []string
+	}{
+		{name: "another tool's, generic, through netlink",
+			xdp:       lb.XDPProgram{Attached: true, ID: 41, Mode: lb.XDPGeneric},
+			described: lb.XDPProgram{Name: "xdp_fw"},
+			want: []string{`eth0 already runs XDP program 41 ("xdp_fw") in generic mode, attached by another tool`,
+				"dlbd does not replace a program it did not attach", `detach it with "ip link set dev eth0 xdpgeneric off"`,
+				"or start the executor on another interface", "device or resource busy"}},
+		{name: "another tool's, native, name unreadable",
+			xdp:  lb.XDPProgram{Attached: true, ID: 42, Mode: lb.XDPNative},
+			want: []string{"eth0 already runs XDP program 42 in native mode, attached by another tool", `"ip link set dev eth0 xdpdrv off"`}},
+		{name: "held by a BPF link",
+			xdp:       lb.XDPProgram{Attached: true, ID: 43, Mode: lb.XDPGeneric},
+			described: lb.XDPProgram{Name: "fw", LinkID: 9},
+			want:      []string{"it is held by BPF link 9: the program that made the link must release it", "bpftool link show id 9"},
+			not:       []string{"ip link set"}},
+		{name: "another dlb executor",
+			xdp:       lb.XDPProgram{Attached: true, ID: 44, Mode: lb.XDPGeneric},
+			described: lb.XDPProgram{Name: "dlb_xdp", LinkID: 12, Executor: true},
+			want:      []string{`XDP program 44 ("dlb_xdp")`, "another dlb executor's, not the one pinned in this dlbd's --pin-dir", "BPF link 12"},
+			not:       []string{"another tool"}},
+		{name: "several programs",
+			xdp:  lb.XDPProgram{Attached: true, Mode: lb.XDPAuto},
+			want: []string{"eth0 already runs an XDP program, attached by another tool", `"ip link set dev eth0 xdp off"`}},
+		{name: "no program: another failure",
+			want: []string{"interface: attaching XDP program: generic mode: create link: device or resource busy"},
+			not:  []string{"already runs", "does not replace"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, t.TempDir())
+			cl := op("cluster", "add", vip, "configure", "yes")
+			h.mustApply(cl, op("port", "add", vip+"@80"), op("server", "add", vip+"@80@198.18.0.21"))
+			h.nif.mu.Lock()
+			h.nif.xdp = c.xdp
+			h.nif.mu.Unlock()
+			h.dp.mu.Lock()
+			h.dp.occupied, h.dp.described = busy, c.described
+			h.dp.mu.Unlock()
+			start := op("executor", "start", "", "interface", "eth0")
+			err := h.apply(start)
+			if err == nil {
+				t.Fatal("executor start succeeded on an interface running another program")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\nlacks %q", err, w)
+				}
+			}
+			for _, n := range c.not {
+				if strings.Contains(err.Error(), n) {
+					t.Errorf("error %q\nsays %q", err, n)
+				}
+			}
+			if st := h.status(Query{}); st.Config.Executor.Started || st.Executor.Attached || st.Executor.Loaded {
+				t.Errorf("after the refused start: started %v, executor %+v", st.Config.Executor.Started, st.Executor)
+			}
+			h.dp.mu.Lock()
+			removed := h.dp.removed
+			h.dp.occupied, h.dp.removed = nil, false
+			h.dp.mu.Unlock()
+			if !removed {
+				t.Error("the executor loaded for the refused start was not removed")
+			}
+			h.nif.mu.Lock()
+			addrs := len(h.nif.addresses)
+			h.nif.xdp = lb.XDPProgram{}
+			h.nif.mu.Unlock()
+			if addrs != 0 {
+				t.Errorf("addresses configured by the refused start: %v", h.nif.addresses)
+			}
+			h.mustApply(start)
+			if h.nif.addresses[netip.MustParseAddr(vip)] != "eth0" {
+				t.Error("cluster address not configured once the interface was free")
+			}
+		})
 	}
 }
 

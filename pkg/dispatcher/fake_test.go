@@ -29,6 +29,7 @@ type fakeDatapath struct {
 	backends map[uint32]lb.DataplaneBackend
 	loaded   bool  // the state was applied at least once
 	applies  int   // Apply and Update calls that changed something
+	wholes   int   // Apply calls (the whole state written)
 	failNext error // returned by the next Apply or Update
 	removed  bool
 	closed   bool
@@ -43,6 +44,11 @@ type fakeDatapath struct {
 	// ForgetStaleHops calls, forgotAttached those made while attached.
 	staleAtAttach           []uint32
 	forgets, forgotAttached int
+	// occupied refuses Attach as the kernel does when the interface
+	// runs another XDP program; described is what DescribeXDP adds to
+	// it (name, link, executor).
+	occupied  error
+	described lb.XDPProgram
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
@@ -50,6 +56,9 @@ func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 	defer f.mu.Unlock()
 	if f.attached && f.ifindex != ifindex {
 		return 0, errors.New("attached elsewhere")
+	}
+	if f.occupied != nil {
+		return 0, f.occupied
 	}
 	f.attached, f.ifindex = true, ifindex
 	for _, b := range f.backends {
@@ -61,6 +70,13 @@ func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 		mode = lb.XDPGeneric
 	}
 	return mode, nil
+}
+
+// DescribeXDP is the real datapath's reading of a program's name and link.
+func (f *fakeDatapath) DescribeXDP(_ int, p *lb.XDPProgram) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p.Name, p.LinkID, p.Executor = f.described.Name, f.described.LinkID, f.described.Executor
 }
 
 // ForgetStaleHops is the real datapath's clearing of the client hops NAT
@@ -98,6 +114,7 @@ func (f *fakeDatapath) Apply(dp lb.Dataplane) error {
 	}
 	f.loaded = true
 	f.applies++
+	f.wholes++
 	return nil
 }
 
@@ -265,6 +282,8 @@ type fakeNetif struct {
 	// noRoutes makes Neighbors find no route to anything (an interface
 	// whose address is not back yet).
 	noRoutes bool
+	// xdp is the XDP program eth0 reports.
+	xdp lb.XDPProgram
 }
 
 func newFakeNetif() *fakeNetif {
@@ -278,7 +297,7 @@ func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 	if name != "eth0" || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
 	}
-	return lb.Link{Index: n.ifindex, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, Up: !n.linkDown}, nil
+	return lb.Link{Index: n.ifindex, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, Up: !n.linkDown, XDP: n.xdp}, nil
 }
 
 func (n *fakeNetif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,69 @@ func (n *fakeNetif) dropAddress(a netip.Addr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.addresses, a)
+}
+
+// TestInterfaceRecreatedTakenByAnotherProgram: the executor's interface
+// is deleted and created again, and another tool attaches its XDP program
+// to it first. The executor stays detached; its report says whose program
+// is there and how to free the interface; the engine retries every tick
+// without rewriting the maps each time or logging the same error again;
+// once the program is gone, the executor attaches.
+func TestInterfaceRecreatedTakenByAnotherProgram(t *testing.T) {
+	var logs syncBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, false))
+	base(h)
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	h.dp.mu.Lock()
+	wholes := h.dp.wholes
+	h.dp.mu.Unlock()
+
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 41, Mode: lb.XDPGeneric}
+	h.nif.mu.Unlock()
+	h.dp.mu.Lock()
+	h.dp.described = lb.XDPProgram{Name: "xdp_fw"}
+	h.dp.occupied = fmt.Errorf("create link: %w", syscall.EBUSY) // as the kernel refuses
+	h.dp.mu.Unlock()
+	h.nif.setIfindex(7)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 7, Ifname: "eth0"}
+	eventually(t, "the refusal reported", func() bool { return h.status(Query{}).Executor.Err != "" })
+	time.Sleep(300 * time.Millisecond) // 15 ticks, each a retry
+	st := h.status(Query{}).Executor
+	for _, w := range []string{`eth0 already runs XDP program 41 ("xdp_fw") in generic mode, attached by another tool`,
+		`"ip link set dev eth0 xdpgeneric off"`} {
+		if !strings.Contains(st.Err, w) {
+			t.Errorf("executor error %q\nlacks %q", st.Err, w)
+		}
+	}
+	if st.Attached || st.Detached == "" {
+		t.Errorf("executor status with another program on its interface: %+v", st)
+	}
+	h.dp.mu.Lock()
+	again, ifindex := h.dp.wholes-wholes, h.dp.ifindex
+	h.dp.mu.Unlock()
+	if again != 0 || ifindex == 7 {
+		t.Errorf("while the interface ran another program: %d writes of the whole state, attached to %d", again, ifindex)
+	}
+	errors, retries := strings.Count(logs.String(), `level=ERROR msg="re-attaching the executor"`),
+		strings.Count(logs.String(), `level=DEBUG msg="re-attaching the executor"`)
+	if errors != 1 || retries < 2 {
+		t.Errorf("the refusal logged %d times as an error and %d as a retry; want once, then retries quietly", errors, retries)
+	}
+
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{}
+	h.nif.mu.Unlock()
+	h.dp.mu.Lock()
+	h.dp.occupied = nil
+	h.dp.mu.Unlock()
+	eventually(t, "re-attached once the program was gone", func() bool { return h.status(Query{}).Executor.Attached })
+	if st := h.status(Query{}).Executor; st.Err != "" || st.Detached != "" || st.Attachment.Ifindex != 7 {
+		t.Errorf("executor status after the other program went: %+v", st)
+	}
 }
 
 // The executor's interface deleted: the report says detached, the event

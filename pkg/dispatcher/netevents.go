@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -232,19 +234,26 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	if e.exec.attach.detached == "" {
 		e.detach(fmt.Sprintf("interface %s was replaced", ex.Interface))
 	}
+	if link.XDP.Attached {
+		// Another program took the new interface (the executor's own
+		// cannot be on it: that would be adopted, not re-attached).
+		// Retried every tick until it is gone, without rewriting the
+		// maps each time.
+		e.reattachFailed(link, lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", occupied(e.exec.dp, link)))
+		return
+	}
 	e.net.moved(e.exec.attach.ifindex, link)
 	err := e.writeBeforeAttach(cfg)
 	e.net.asked = nil
 	if err != nil {
-		e.exec.err = err
-		e.log.Error("re-attaching the executor", "err", err)
+		e.reattachFailed(link, err)
 		return
 	}
 	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
 	e.logDropped(e.exec.dp)
 	if err != nil {
-		e.exec.err = lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", err)
-		e.log.Error("re-attaching the executor", "interface", ex.Interface, "ifindex", link.Index, "err", err)
+		err = e.attachRefused(e.exec.dp, link, err)
+		e.reattachFailed(link, lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", err))
 		return
 	}
 	if mode != lb.XDPAuto && mode != e.host.attachedMode {
@@ -263,6 +272,17 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	e.restoreAddresses(all)
 	e.attached(cfg, link, "executor re-attached")
 	e.checkAlerts(cfg, nil)
+}
+
+// reattachFailed records why the executor could not be attached to link;
+// it is logged when it first happens or changes, not at every retry.
+func (e *Engine) reattachFailed(link lb.Link, err error) {
+	lvl := slog.LevelError
+	if e.exec.err != nil && e.exec.err.Error() == err.Error() {
+		lvl = slog.LevelDebug
+	}
+	e.exec.err = err
+	e.log.Log(context.Background(), lvl, "re-attaching the executor", "interface", link.Name, "ifindex", link.Index, "err", err)
 }
 
 // hopForgetter is a Datapath whose NAT entries cache next hops towards

@@ -152,6 +152,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	}
 	mode, err := dp.Attach(link.Index, e.attachMode(ex, link))
 	if err != nil {
+		err = e.attachRefused(dp, link, err)
 		undo()
 		return lb.Errorf("interface", ex.Interface, "%v", err)
 	}
@@ -165,6 +166,61 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	}
 	e.exec.err = nil
 	return nil
+}
+
+// xdpDescriber is a Datapath that can tell what an XDP program is
+// (package datapath's can).
+type xdpDescriber interface {
+	DescribeXDP(ifindex int, p *lb.XDPProgram)
+}
+
+// attachRefused explains err, dp's failure to attach to link, when the
+// interface holds an XDP program dlbd did not attach: dlbd never replaces
+// another tool's program, and the kernel's own words for it ("device or
+// resource busy", "file exists") do not say what to do. They are kept at
+// the end.
+func (e *Engine) attachRefused(dp Datapath, link lb.Link, err error) error {
+	now, lerr := e.opts.Netif.LinkByName(link.Name)
+	if lerr != nil || now.Index != link.Index || !now.XDP.Attached {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", occupied(dp, now), err)
+}
+
+// occupied says which XDP program link runs instead of the executor, and
+// how to free the interface. link.XDP is one dlbd did not attach.
+func occupied(dp Datapath, link lb.Link) error {
+	p := link.XDP
+	if d, ok := dp.(xdpDescriber); ok {
+		d.DescribeXDP(link.Index, &p)
+	}
+	what := "an XDP program"
+	if p.ID != 0 {
+		what = fmt.Sprintf("XDP program %d", p.ID)
+		if p.Name != "" {
+			what += fmt.Sprintf(" (%q)", p.Name)
+		}
+	}
+	if p.Mode != lb.XDPAuto {
+		what += " in " + p.Mode.String() + " mode"
+	}
+	who := "attached by another tool"
+	if p.Executor {
+		who = "another dlb executor's, not the one pinned in this dlbd's --pin-dir (a second dlbd?)"
+	}
+	var fix string
+	switch {
+	case p.LinkID != 0:
+		fix = fmt.Sprintf("it is held by BPF link %d: the program that made the link must release it (bpftool link show id %d names it)", p.LinkID, p.LinkID)
+	case p.Mode == lb.XDPGeneric:
+		fix = fmt.Sprintf(`detach it with "ip link set dev %s xdpgeneric off"`, link.Name)
+	case p.Mode == lb.XDPNative:
+		fix = fmt.Sprintf(`detach it with "ip link set dev %s xdpdrv off"`, link.Name)
+	default:
+		fix = fmt.Sprintf(`detach them with "ip link set dev %s xdp off" (with xdpgeneric, xdpdrv, xdpoffload as needed)`, link.Name)
+	}
+	return fmt.Errorf("%s already runs %s, %s: dlbd does not replace a program it did not attach; %s, or start the executor on another interface",
+		link.Name, what, who, fix)
 }
 
 // writeBeforeAttach reads every next hop of cfg again (a route lookup

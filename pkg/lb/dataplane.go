@@ -275,6 +275,27 @@ type Link struct {
 	// Up says the interface is administratively up and its carrier is
 	// not down (it can carry frames).
 	Up bool
+	// XDP is the XDP program attached to it, if any.
+	XDP XDPProgram
+}
+
+// XDPProgram is an XDP program attached to an interface, as the host
+// reports it: the executor's or another tool's.
+type XDPProgram struct {
+	// Attached says a program is attached; ID is its kernel id (0 when
+	// the host reports several).
+	Attached bool
+	ID       uint32
+	// Mode is the mode it runs in; XDPAuto when the host reports
+	// several programs or one offloaded to the NIC.
+	Mode XDPMode
+	// Name is the program's name, LinkID the BPF link that holds it on
+	// the interface (0: attached through netlink, as "ip link" does),
+	// and Executor says it is a dlb executor's program; the executor
+	// fills them in (Datapath.DescribeXDP).
+	Name     string
+	LinkID   uint32
+	Executor bool
 }
 
 // Neighbor says how to reach a server on a directly connected segment.

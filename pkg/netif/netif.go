@@ -14,6 +14,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -56,7 +57,24 @@ func toLink(l netlink.Link) lb.Link {
 	a := l.Attrs()
 	up := a.Flags&net.FlagUp != 0 && a.OperState != netlink.OperDown && a.OperState != netlink.OperLowerLayerDown &&
 		a.OperState != netlink.OperNotPresent
-	return lb.Link{Index: a.Index, Name: a.Name, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...), Kind: l.Type(), Up: up}
+	return lb.Link{Index: a.Index, Name: a.Name, MAC: append(net.HardwareAddr(nil), a.HardwareAddr...), Kind: l.Type(), Up: up,
+		XDP: xdpProgram(a.Xdp)}
+}
+
+// xdpProgram reads the XDP program the kernel reports on an interface
+// (IFLA_XDP).
+func xdpProgram(x *netlink.LinkXdp) lb.XDPProgram {
+	if x == nil || !x.Attached {
+		return lb.XDPProgram{}
+	}
+	p := lb.XDPProgram{Attached: true, ID: x.ProgId, Mode: lb.XDPAuto}
+	switch x.AttachMode {
+	case nl.XDP_ATTACHED_DRV:
+		p.Mode = lb.XDPNative
+	case nl.XDP_ATTACHED_SKB:
+		p.Mode = lb.XDPGeneric
+	}
+	return p
 }
 
 // usable are the neighbour states whose link-layer address can be used.
