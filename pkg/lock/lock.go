@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -42,6 +43,7 @@ func (e *HeldError) Error() string {
 type Lock struct {
 	f    *os.File
 	path string
+	file bool // a lock file (File), not a directory (Dir)
 }
 
 // Path returns what is locked.
@@ -61,6 +63,7 @@ func File(path string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.file = true
 	if err := f.Truncate(0); err != nil {
 		_ = l.Release()
 		return nil, fmt.Errorf("writing lock file %s: %w", path, err)
@@ -122,6 +125,31 @@ func (l *Lock) StillHeld() bool {
 		return false
 	}
 	return held.Dev == now.Dev && held.Ino == now.Ino
+}
+
+// Renew makes a lock file the process holds protect its path again once
+// StillHeld is false (the file was removed under it, with its directory
+// perhaps): it locks a new file at the path, creating the directory if it
+// is gone, then drops the old lock. A *HeldError says another process
+// took the path meanwhile; the old lock is kept. A lock that still holds
+// its path is left as it is. Directory locks (Dir) cannot be renewed.
+func (l *Lock) Renew() error {
+	if l == nil || l.f == nil || !l.file {
+		return errors.New("renewing a lock: only a held lock file can be renewed")
+	}
+	if l.StillHeld() {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+		return fmt.Errorf("renewing the lock on %s: %w", l.path, err)
+	}
+	nl, err := File(l.path)
+	if err != nil {
+		return err
+	}
+	_ = l.f.Close()
+	l.f = nl.f
+	return nil
 }
 
 // holder finds the PID holding a flock on f's file in /proc/locks; 0 if

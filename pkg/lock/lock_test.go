@@ -118,6 +118,77 @@ func TestStillHeld(t *testing.T) {
 	}
 }
 
+// A lock file removed under its holder (with its directory, or alone) is
+// taken again by Renew, which says so when another process got the path
+// first. A directory lock is not renewed.
+func TestRenew(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		remove func(dir, path string) error
+		taken  bool // another lock takes the path before Renew
+	}{
+		{name: "nothing removed", remove: func(string, string) error { return nil }},
+		{name: "file removed", remove: func(_, path string) error { return os.Remove(path) }},
+		{name: "directory removed", remove: func(dir, _ string) error { return os.RemoveAll(dir) }},
+		{name: "directory removed, path taken meanwhile", remove: func(dir, _ string) error { return os.RemoveAll(dir) }, taken: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "dlbd.lock")
+			l, err := File(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Release() }()
+			if err := c.remove(dir, path); err != nil {
+				t.Fatal(err)
+			}
+			if c.taken {
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				other, err := File(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = other.Release() }()
+				var he *HeldError
+				if err := l.Renew(); !errors.As(err, &he) {
+					t.Fatalf("Renew with the path taken: %v, want a HeldError", err)
+				}
+				if l.StillHeld() {
+					t.Error("StillHeld though another lock holds the path")
+				}
+				return
+			}
+			if err := l.Renew(); err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+			if !l.StillHeld() {
+				t.Error("not StillHeld after Renew")
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n" {
+				t.Errorf("lock file after Renew: %q, %v", b, err)
+			}
+			var he *HeldError
+			if _, err := File(path); !errors.As(err, &he) {
+				t.Errorf("a second lock after Renew: %v, want a HeldError", err)
+			}
+		})
+	}
+	d, err := Dir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = d.Release() }()
+	if err := d.Renew(); err == nil {
+		t.Error("a directory lock was renewed")
+	}
+}
+
 func TestLockErrors(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Dir(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "opening directory to lock") {

@@ -525,6 +525,73 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Lost reports whether the state directory no longer holds what the
+// store wrote: the journal being written is not the file at its path (it
+// was deleted, or the directory with it) or the snapshot it follows is
+// gone. What is appended then would be read by no one: the engine writes
+// the whole state again (Rewrite).
+func (s *Store) Lost() bool {
+	s.mu.Lock()
+	busy := s.busy
+	s.mu.Unlock()
+	if busy {
+		// A snapshot being written: the journal's predecessors go
+		// when it is in place; asked again later.
+		return false
+	}
+	at, err := os.Stat(s.journalPath(s.n))
+	if err != nil {
+		return true
+	}
+	open, err := s.journal.Stat()
+	if err != nil || !os.SameFile(at, open) {
+		return true
+	}
+	if s.n > 1 {
+		// Journals after the first follow a snapshot.
+		if _, err := os.Stat(filepath.Join(s.dir, StateFile)); err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Rewrite writes st, the whole state, as a new snapshot followed by a new,
+// empty journal, creating the directory again if it is gone, and waits
+// until it is durable; st must be the state after the last record
+// appended. It is how the store recovers when Lost. The old journal's
+// file is closed (it was read by no one).
+func (s *Store) Rewrite(st State) error {
+	s.wg.Wait() // no snapshot being written
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("creating state directory again: %w", err)
+	}
+	next := s.n + 1
+	f, err := os.OpenFile(s.journalPath(next), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("starting a new journal: %w", err)
+	}
+	size, err := s.writeSnapshot(st, next)
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(s.journalPath(next))
+		return err
+	}
+	_ = s.journal.Close()
+	s.mu.Lock()
+	s.journal, s.n, s.size, s.last, s.bgErr = f, next, 0, size, nil
+	s.mu.Unlock()
+	// Journals the snapshot holds, if any are left.
+	if ns, err := s.journals(); err == nil {
+		for _, n := range ns {
+			if n < next {
+				_ = os.Remove(s.journalPath(n))
+			}
+		}
+	}
+	return nil
+}
+
 // Close waits for a snapshot being written and closes the journal.
 func (s *Store) Close() error {
 	s.wg.Wait()

@@ -127,6 +127,82 @@ func TestSnapshotThenJournal(t *testing.T) {
 	sameState(t, y.st, want)
 }
 
+// TestFilesDeletedUnderTheStore: the state directory, or one of its files,
+// is deleted while the store is open. Lost says so (and not otherwise);
+// Rewrite writes the whole state again; what is appended after it, and
+// everything before, is there when the directory is opened again.
+func TestFilesDeletedUnderTheStore(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		snapshot bool // a snapshot was written before the deletion
+		remove   func(dir string) error
+		lost     bool
+	}{
+		{name: "nothing deleted", lost: false, remove: func(string) error { return nil }},
+		{name: "nothing deleted, after a snapshot", snapshot: true, lost: false, remove: func(string) error { return nil }},
+		{name: "directory", lost: true, remove: os.RemoveAll},
+		{name: "directory, after a snapshot", snapshot: true, lost: true, remove: os.RemoveAll},
+		{name: "journal", lost: true, remove: func(dir string) error { return os.Remove(filepath.Join(dir, "journal.1")) }},
+		{name: "journal replaced by another file", lost: true, remove: func(dir string) error {
+			p := filepath.Join(dir, "journal.1")
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+			return os.WriteFile(p, nil, 0o600)
+		}},
+		{name: "snapshot", snapshot: true, lost: true, remove: func(dir string) error { return os.Remove(filepath.Join(dir, StateFile)) }},
+		{name: "the lock file, not the store's", lost: false, remove: func(dir string) error {
+			return os.Remove(filepath.Join(dir, "dlbd.lock")) // not the store's
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "dlbd.lock"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			x := openSession(t, dir)
+			populate(x)
+			if c.snapshot {
+				if err := x.s.Snapshot(x.state()); err != nil {
+					t.Fatal(err)
+				}
+				x.s.wg.Wait()
+				x.apply(op(config.Server, config.Down, "198.18.0.100@80@198.18.0.22"))
+			}
+			if lost := x.s.Lost(); lost {
+				t.Fatal("Lost before anything was deleted")
+			}
+			if err := c.remove(dir); err != nil {
+				t.Fatal(err)
+			}
+			if got := x.s.Lost(); got != c.lost {
+				t.Fatalf("Lost: %v, want %v", got, c.lost)
+			}
+			if c.lost {
+				if err := x.s.Rewrite(x.state()); err != nil {
+					t.Fatalf("Rewrite: %v", err)
+				}
+				if x.s.Lost() {
+					t.Error("still Lost after Rewrite")
+				}
+			}
+			x.apply(op(config.Server, config.Set, "198.18.0.100@443@198.18.0.21", "weight", "3"))
+			want := x.state()
+			if err := x.s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			y := openSession(t, dir)
+			sameState(t, y.st, want)
+			if err := y.s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestTornLastRecordIsDropped(t *testing.T) {
 	dir := t.TempDir()
 	x := openSession(t, dir)
