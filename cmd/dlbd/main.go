@@ -241,7 +241,8 @@ func run(ctx context.Context, o options) error {
 		guard = &hostGuard{g: g, nif: nif}
 	}
 	engine, err := dispatcher.New(dispatcher.Options{
-		StateDir: o.stateDir,
+		StateDir:  o.stateDir,
+		StateLock: owned.state,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
 			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize,
 				NATTableSize: o.natTableSize, HalfOpenTableSize: o.halfOpenTableSize, AffinityTableSize: o.affinityTableSize,
@@ -252,6 +253,7 @@ func run(ctx context.Context, o options) error {
 			return dp, nil
 		},
 		RemovePins:       func() ([]string, error) { return datapath.RemovePins(o.pinDir) },
+		Pins:             func() ([]string, error) { return datapath.Pins(o.pinDir) },
 		Netif:            nif,
 		Guard:            guard,
 		Logger:           log,

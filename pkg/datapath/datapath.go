@@ -623,6 +623,33 @@ func (d *Datapath) RemovePins() ([]string, error) {
 	return slices.Compact(removed), errors.Join(errs...)
 }
 
+// Pins names the executor's pins under pinDir, sorted, without loading
+// anything: what RemovePins would remove. A missing directory holds none.
+func Pins(pinDir string) ([]string, error) {
+	if pinDir == "" {
+		pinDir = DefaultPinDir
+	}
+	entries, err := os.ReadDir(pinDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading pin directory: %w", err)
+	}
+	names, err := pinNames()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if isExecutorPin(e.Name(), names) && !e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // RemovePins removes every pin of the executor under pinDir without
 // loading it: the XDP links (which detaches the program, unless a running
 // dlbd still holds them), the program and the maps. Pins of other names

@@ -139,6 +139,10 @@ func TestPrivilegedRemoveLeavesNoPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := pins(t, e.pinDir)
+	slices.Sort(before)
+	if listed, err := Pins(e.pinDir); err != nil || !slices.Equal(listed, before) {
+		t.Errorf("Pins: %v (%v), want every pin that is there: %v", listed, err, before)
+	}
 	removed, err := e.dp.RemovePins()
 	if err != nil {
 		t.Fatalf("RemovePins: %v", err)
@@ -146,9 +150,11 @@ func TestPrivilegedRemoveLeavesNoPins(t *testing.T) {
 	if left := pins(t, e.pinDir); len(left) != 0 {
 		t.Errorf("pins left: %v", left)
 	}
-	slices.Sort(before)
 	if !slices.Equal(before, removed) {
 		t.Errorf("removed %v, want every pin that was there: %v", removed, before)
+	}
+	if listed, err := Pins(e.pinDir); err != nil || len(listed) != 0 {
+		t.Errorf("Pins after RemovePins: %v (%v), want none", listed, err)
 	}
 	e.dp = reopen(t, e.pinDir)
 }

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"runtime"
@@ -102,6 +103,9 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 // change asks for the executor to stop (see reconcile).
 func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	refuse := func(err error) error { return &config.OpError{Index: index, Err: err} }
+	if err := e.checkStore(); err != nil {
+		return refuse(fmt.Errorf("saving the state: %w", err))
+	}
 	old, next, ch := e.ed.Config(), edit.Next, edit.Change
 	if err := e.haCheck(next, ch); err != nil {
 		return refuse(err)
@@ -272,6 +276,30 @@ func (e *Engine) stateCopy() store.State {
 		AttachedMode: e.host.attachedMode, HAStates: e.ha.applied}
 }
 
+// checkStore makes the state directory hold the state again when its
+// files, or the directory itself, were deleted under dlbd (a clean-up
+// script, an operator's mistake): otherwise every change from then on
+// would be journaled into a file no one can read, and the next dlbd would
+// start with an empty configuration. The lock file is taken again first:
+// if another dlbd took the directory meanwhile, nothing is written and
+// the error says so.
+func (e *Engine) checkStore() error {
+	if l := e.opts.StateLock; l != nil && !l.StillHeld() {
+		if err := l.Renew(); err != nil {
+			return fmt.Errorf("the lock file of the state directory %s was deleted, and locking it again failed: %w", e.opts.StateDir, err)
+		}
+		e.log.Warn("the lock file of the state directory was deleted under dlbd; locked again", "dir", e.opts.StateDir)
+	}
+	if !e.store.Lost() {
+		return nil
+	}
+	if err := e.store.Rewrite(e.stateCopy()); err != nil {
+		return fmt.Errorf("writing the state again into %s, whose files were deleted: %w", e.opts.StateDir, err)
+	}
+	e.log.Warn("the state directory's files were deleted under dlbd; the whole state was written again", "dir", e.opts.StateDir)
+	return nil
+}
+
 // persistHost journals the host facts (after the executor was brought up
 // outside a change: at start).
 func (e *Engine) persistHost() {
@@ -280,6 +308,9 @@ func (e *Engine) persistHost() {
 	rec.Configured = &conf
 	mode := e.host.attachedMode
 	rec.AttachedMode = &mode
+	if err := e.checkStore(); err != nil {
+		e.log.Error("saving the host's state", "err", err)
+	}
 	if err := e.store.Append(rec); err != nil {
 		e.log.Error("saving the host's state", "err", err)
 	}

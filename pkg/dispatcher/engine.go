@@ -111,19 +111,32 @@ type Netif interface {
 	GRO(ifindex int) (string, bool, error)
 }
 
+// StateLock is the lock on the state directory (package lock's).
+type StateLock interface {
+	// StillHeld reports whether the lock file is still the one locked.
+	StillHeld() bool
+	// Renew locks a new file at its path when it is not.
+	Renew() error
+}
+
 // MetricSource fetches one server's load report: metric name → 0..100,
 // and the report's timestamp.
 type MetricSource func(ctx context.Context) (map[string]float64, time.Time, error)
 
 // Options configure an Engine.
 type Options struct {
-	// StateDir is where the state is kept (package store).
-	StateDir string
+	// StateDir is where the state is kept (package store); StateLock,
+	// if set, is the lock that makes this dlbd its only owner, taken
+	// again when its file is deleted under dlbd.
+	StateDir  string
+	StateLock StateLock
 	// OpenDatapath loads (or adopts) the executor.
 	OpenDatapath func() (Datapath, error)
 	// RemovePins removes the executor's pins without loading it (when it
-	// cannot be loaded) and names them; nil removes nothing.
+	// cannot be loaded) and names them; nil removes nothing. Pins names
+	// them without removing them; nil: none.
 	RemovePins func() ([]string, error)
+	Pins       func() ([]string, error)
 	// Netif is the host's networking.
 	Netif Netif
 	// Logger receives the engine's log; slog.Default() when nil.
@@ -294,6 +307,16 @@ func New(opts Options) (*Engine, error) {
 		}
 		e.persistHost()
 	}
+	if !cfg.Executor.Started && opts.Pins != nil {
+		// A state directory that is new, or was lost, beside an
+		// executor still forwarding: say so rather than leave it
+		// unseen (it is not removed: that would stop the traffic).
+		if pins, err := opts.Pins(); err == nil && len(pins) > 0 {
+			e.log.Warn("an executor is pinned that the saved configuration does not start (a new or lost state directory?): "+
+				"it is left forwarding with what it was last given; \"dlbctl executor start\" takes it over with this configuration "+
+				"(load a saved one first), \"dlbctl executor stop\" removes it", "pins", len(pins))
+		}
+	}
 	if e.haOn(cfg) {
 		if e.exec.adopted {
 			opts.HA.Resume(e.ha.applied)
@@ -445,6 +468,9 @@ func (e *Engine) Run(ctx context.Context) {
 		case f := <-e.mgmt:
 			f()
 		case <-tick.C:
+			if err := e.checkStore(); err != nil {
+				e.log.Error("saving the state", "err", err)
+			}
 			e.checkAttachment(e.ed.Config())
 			e.refreshNeighbors()
 			e.agg.Flush()

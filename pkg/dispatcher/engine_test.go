@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/lock"
 )
 
 var (
@@ -422,6 +423,84 @@ func TestExecutorStartOnAnotherProgram(t *testing.T) {
 			h.mustApply(start)
 			if h.nif.addresses[netip.MustParseAddr(vip)] != "eth0" {
 				t.Error("cluster address not configured once the interface was free")
+			}
+		})
+	}
+}
+
+// TestStateDeletedUnderDlbd: the state directory is deleted while dlbd
+// runs. Its lock and its whole state are written again (within a tick, or
+// at the next change, whichever comes first), so that a restart finds the
+// configuration, the change included. If another dlbd took the directory
+// meanwhile, changes are refused rather than saved where no one reads
+// them.
+func TestStateDeletedUnderDlbd(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		tick  bool // wait for a tick before the change
+		taken bool // another process locks the directory first
+	}{
+		{name: "found by a tick", tick: true},
+		{name: "found by the next change"},
+		{name: "taken by another dlbd", taken: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lock.File(filepath.Join(dir, "dlbd.lock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Release() }()
+			tick := time.Hour
+			if c.tick {
+				tick = 20 * time.Millisecond
+			}
+			h := newHarnessWith(t, dir, func(o *Options) { o.StateLock, o.TickInterval = l, tick })
+			base(h)
+			before := h.config()
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			if c.tick {
+				eventually(t, "the state written again", func() bool {
+					_, err := os.Stat(filepath.Join(dir, "state.json"))
+					return err == nil && l.StillHeld()
+				})
+			}
+			if c.taken {
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				other, err := lock.File(filepath.Join(dir, "dlbd.lock"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = other.Release() }()
+			}
+			change := op("server", "add", vip+"@80@198.18.0.23")
+			err = h.apply(change)
+			if c.taken {
+				if err == nil || !strings.Contains(err.Error(), "saving the state") || !strings.Contains(err.Error(), "locked by another process") {
+					t.Fatalf("change with the state directory taken: %v, want it refused", err)
+				}
+				if !reflect.DeepEqual(h.config(), before) {
+					t.Error("the refused change was applied")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("change after the state directory was deleted: %v", err)
+			}
+			if !l.StillHeld() {
+				t.Error("the state directory's lock was not taken again")
+			}
+			want := h.config()
+			h.restart()
+			if got := h.config(); !reflect.DeepEqual(got, want) {
+				t.Errorf("after a restart:\n%+v\nwant\n%+v", got, want)
 			}
 		})
 	}

@@ -328,6 +328,9 @@ func (e *Engine) persistHAStates() {
 	var rec store.Record
 	s := e.ha.applied
 	rec.HAStates = &s
+	if err := e.checkStore(); err != nil {
+		e.log.Error("saving the high-availability states", "err", err)
+	}
 	if err := e.store.Append(rec); err != nil {
 		e.log.Error("saving the high-availability states", "err", err)
 	}

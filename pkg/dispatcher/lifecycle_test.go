@@ -76,6 +76,46 @@ func (n *fakeNetif) dropAddress(a netip.Addr) {
 	delete(n.addresses, a)
 }
 
+// TestPinnedExecutorWithoutState: dlbd starts with a state that does not
+// start the executor (a new or lost state directory) beside a pinned one:
+// it says so, and leaves it; with a state that starts it, nothing is said.
+func TestPinnedExecutorWithoutState(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		started bool
+		pins    []string
+		warned  bool
+	}{
+		{name: "pins, no state", pins: []string{"conns", "link", "prog"}, warned: true},
+		{name: "no pins, no state"},
+		{name: "pins, a state that starts it", started: true, pins: []string{"conns", "link", "prog"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs syncBuffer
+			h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+				logTo(&logs, true)(o)
+				o.Pins = func() ([]string, error) { return c.pins, nil }
+			})
+			from := 0
+			if c.started {
+				base(h)
+				from = len(logs.String())
+				h.restart()
+			}
+			warned := strings.Contains(logs.String()[from:], "an executor is pinned that the saved configuration does not start")
+			if warned != c.warned {
+				t.Errorf("warned %v, want %v:\n%s", warned, c.warned, logs.String())
+			}
+			h.dp.mu.Lock()
+			removed := h.dp.removed
+			h.dp.mu.Unlock()
+			if removed {
+				t.Error("the pinned executor was removed")
+			}
+		})
+	}
+}
+
 // TestInterfaceRecreatedTakenByAnotherProgram: the executor's interface
 // is deleted and created again, and another tool attaches its XDP program
 // to it first. The executor stays detached; its report says whose program
