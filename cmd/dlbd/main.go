@@ -243,6 +243,7 @@ func run(ctx context.Context, o options) error {
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir:  o.stateDir,
 		StateLock: owned.state,
+		PinLock:   owned.pins,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
 			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize,
 				NATTableSize: o.natTableSize, HalfOpenTableSize: o.halfOpenTableSize, AffinityTableSize: o.affinityTableSize,

@@ -120,6 +120,8 @@ type Datapath struct {
 	// natOrphans are the orphaned NAT halves the last sweep found, and
 	// since when (see natOrphanGrace); only sweeps touch it.
 	natOrphans map[natHalf]uint64
+	// pinnedMaps names the maps pinned by name (see Repin).
+	pinnedMaps []string
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -219,6 +221,11 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	if err := d.checkConfig(); err != nil {
 		return nil, err
+	}
+	for name, m := range d.mapsByName() {
+		if m.IsPinned() {
+			d.pinnedMaps = append(d.pinnedMaps, name)
+		}
 	}
 	for _, t := range d.tables() {
 		if err := t.prepare(); err != nil {
@@ -355,6 +362,61 @@ func (d *Datapath) pinProgram() error {
 		return fmt.Errorf("pinning program: %w", err)
 	}
 	return nil
+}
+
+// Repin pins again every object of the open executor whose pin is gone
+// (the pin directory emptied or deleted under dlbd), creating the
+// directory again if need be, and returns the names it pinned. Without
+// its pins the executor could not be adopted: the next dlbd would load a
+// new one with empty tables, and the XDP link, whose last reference would
+// then be this dlbd's, would take the program off the interface when
+// dlbd exits. A path that holds something else is left alone.
+func (d *Datapath) Repin() ([]string, error) {
+	type pinnable interface {
+		Pin(string) error
+		Unpin() error
+	}
+	want := map[string]pinnable{progPin: d.objs.DlbXdp}
+	if d.xdp != nil {
+		want[linkPin] = d.xdp
+	}
+	for ifindex, l := range d.extra {
+		want[extraLinkPin+strconv.Itoa(ifindex)] = l
+	}
+	byName := d.mapsByName()
+	for _, name := range d.pinnedMaps {
+		want[name] = byName[name]
+	}
+	var missing []string
+	for name := range want {
+		if _, err := os.Lstat(filepath.Join(d.pinDir, name)); errors.Is(err, os.ErrNotExist) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	sort.Strings(missing)
+	if err := os.MkdirAll(d.pinDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the pin directory again: %w", err)
+	}
+	var done []string
+	var errs []error
+	for _, name := range missing {
+		// Unpin forgets the old path (removing nothing: it is gone),
+		// for Pin does nothing when asked for the path it remembers.
+		p := want[name]
+		if err := p.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("pinning %s again: %w", name, err))
+			continue
+		}
+		if err := p.Pin(filepath.Join(d.pinDir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("pinning %s again: %w", name, err))
+			continue
+		}
+		done = append(done, name)
+	}
+	return done, errors.Join(errs...)
 }
 
 // Attached returns the current attachment, or false when the program is

@@ -215,3 +215,66 @@ func reopen(t *testing.T, dir string) *Datapath {
 	}
 	return dp
 }
+
+// TestPrivilegedRepin: the pins of an open executor are deleted under it
+// (all of them with their directory, or only the link's). Repin pins
+// again exactly what went, and only that; a dlbd started after this one
+// exits then adopts the executor still attached, with its connections.
+func TestPrivilegedRepin(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		remove func(dir string) error
+		want   []string // nil: every pin
+	}{
+		{name: "the whole directory", remove: os.RemoveAll},
+		{name: "the link's pin", remove: func(dir string) error { return os.Remove(filepath.Join(dir, linkPin)) }, want: []string{linkPin}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+				t.Fatalf("Attach: %v", err)
+			}
+			k := key(vipTCP, 80, 7, 6)
+			e.putConn(t, conn{key: k, backend: 10, service: 1})
+			before := pins(t, e.pinDir)
+			slices.Sort(before)
+			if again, err := e.dp.Repin(); err != nil || len(again) != 0 {
+				t.Fatalf("Repin with every pin there: %v, %v; want nothing done", again, err)
+			}
+			if err := c.remove(e.pinDir); err != nil {
+				t.Fatal(err)
+			}
+			want := c.want
+			if want == nil {
+				want = before
+			}
+			again, err := e.dp.Repin()
+			if err != nil {
+				t.Fatalf("Repin: %v", err)
+			}
+			if !slices.Equal(again, want) {
+				t.Errorf("pinned again %v, want %v", again, want)
+			}
+			if now := pins(t, e.pinDir); !slices.Equal(sorted(now), before) {
+				t.Errorf("pins after Repin %v, want %v", now, before)
+			}
+			// dlbd exits (its descriptors close) and another starts.
+			if err := e.dp.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e.dp = reopen(t, e.pinDir)
+			if a, ok := e.dp.Attached(); !ok || a.Ifindex != e.dummy {
+				t.Errorf("after a restart: attached %+v %v, want the adopted link on %d", a, ok, e.dummy)
+			}
+			if _, ok := e.getConn(t, k); !ok {
+				t.Error("after a restart: the connection table lost its entry")
+			}
+		})
+	}
+}
+
+// sorted returns s sorted.
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}

@@ -111,11 +111,12 @@ type Netif interface {
 	GRO(ifindex int) (string, bool, error)
 }
 
-// StateLock is the lock on the state directory (package lock's).
-type StateLock interface {
-	// StillHeld reports whether the lock file is still the one locked.
+// OwnerLock is a lock that makes this dlbd the only owner of a directory
+// (package lock's).
+type OwnerLock interface {
+	// StillHeld reports whether the path is still the one locked.
 	StillHeld() bool
-	// Renew locks a new file at its path when it is not.
+	// Renew locks what is at the path when it is not.
 	Renew() error
 }
 
@@ -127,9 +128,11 @@ type MetricSource func(ctx context.Context) (map[string]float64, time.Time, erro
 type Options struct {
 	// StateDir is where the state is kept (package store); StateLock,
 	// if set, is the lock that makes this dlbd its only owner, taken
-	// again when its file is deleted under dlbd.
+	// again when its file is deleted under dlbd. PinLock is the pin
+	// directory's, taken again when the executor is pinned again.
 	StateDir  string
-	StateLock StateLock
+	StateLock OwnerLock
+	PinLock   OwnerLock
 	// OpenDatapath loads (or adopts) the executor.
 	OpenDatapath func() (Datapath, error)
 	// RemovePins removes the executor's pins without loading it (when it
@@ -471,6 +474,7 @@ func (e *Engine) Run(ctx context.Context) {
 			if err := e.checkStore(); err != nil {
 				e.log.Error("saving the state", "err", err)
 			}
+			e.checkPins()
 			e.checkAttachment(e.ed.Config())
 			e.refreshNeighbors()
 			e.agg.Flush()

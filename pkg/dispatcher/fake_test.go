@@ -49,6 +49,40 @@ type fakeDatapath struct {
 	// it (name, link, executor).
 	occupied  error
 	described lb.XDPProgram
+	// repin is what the next Repin pins again (its pins deleted).
+	repin []string
+}
+
+// Repin is the real datapath's pinning again of what lost its pin.
+func (f *fakeDatapath) Repin() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.repin
+	f.repin = nil
+	return out, nil
+}
+
+// fakeLock is an OwnerLock whose path is lost when held is false.
+type fakeLock struct {
+	mu      sync.Mutex
+	held    bool
+	renewed int
+}
+
+func (l *fakeLock) StillHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+func (l *fakeLock) Renew() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.held {
+		l.held = true
+		l.renewed++
+	}
+	return nil
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {

@@ -116,6 +116,40 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 	}
 }
 
+// TestPinsDeletedUnderDlbd: the executor's pins are deleted while dlbd
+// runs: within a tick it is pinned again, the pin directory locked again,
+// and the log says so; with nothing deleted, nothing is said.
+func TestPinsDeletedUnderDlbd(t *testing.T) {
+	var logs syncBuffer
+	pinLock := &fakeLock{held: true}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		o.PinLock = pinLock
+	})
+	base(h)
+	time.Sleep(100 * time.Millisecond) // ticks with nothing deleted
+	if strings.Contains(logs.String(), "pins were deleted") || pinLock.renewed != 0 {
+		t.Fatalf("pinned again with nothing deleted:\n%s", logs.String())
+	}
+	h.dp.mu.Lock()
+	h.dp.repin = []string{"conns", "link", "prog"}
+	h.dp.mu.Unlock()
+	pinLock.mu.Lock()
+	pinLock.held = false
+	pinLock.mu.Unlock()
+	eventually(t, "pinned again", func() bool {
+		return strings.Contains(logs.String(), `msg="the executor's pins were deleted under dlbd; pinned again, so that a restart adopts it"`)
+	})
+	eventually(t, "the pin directory locked again", func() bool {
+		pinLock.mu.Lock()
+		defer pinLock.mu.Unlock()
+		return pinLock.renewed == 1
+	})
+	if !strings.Contains(logs.String(), "pins=3") {
+		t.Errorf("the warning does not count the pins:\n%s", logs.String())
+	}
+}
+
 // TestInterfaceRecreatedTakenByAnotherProgram: the executor's interface
 // is deleted and created again, and another tool attaches its XDP program
 // to it first. The executor stays detached; its report says whose program

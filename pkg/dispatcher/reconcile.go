@@ -168,6 +168,38 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	return nil
 }
 
+// repinner is a Datapath that can pin itself again (package datapath's
+// can).
+type repinner interface {
+	Repin() ([]string, error)
+}
+
+// checkPins pins the executor again when its pins were deleted under dlbd
+// (rm -rf of the pin directory): without them the next dlbd would load a
+// new executor with empty tables, and the program would leave the
+// interface when this dlbd exits. The pin directory's lock is taken again
+// with it.
+func (e *Engine) checkPins() {
+	rp, ok := e.exec.dp.(repinner)
+	if !ok {
+		return
+	}
+	names, err := rp.Repin()
+	if len(names) > 0 {
+		e.log.Warn("the executor's pins were deleted under dlbd; pinned again, so that a restart adopts it",
+			"dir", e.exec.dp.Info().PinDir, "pins", len(names))
+	}
+	if err != nil {
+		e.log.Error("pinning the executor again", "err", err)
+		return
+	}
+	if l := e.opts.PinLock; l != nil && !l.StillHeld() {
+		if err := l.Renew(); err != nil {
+			e.log.Error("locking the pin directory again", "dir", e.exec.dp.Info().PinDir, "err", err)
+		}
+	}
+}
+
 // xdpDescriber is a Datapath that can tell what an XDP program is
 // (package datapath's can).
 type xdpDescriber interface {

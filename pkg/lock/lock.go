@@ -127,23 +127,30 @@ func (l *Lock) StillHeld() bool {
 	return held.Dev == now.Dev && held.Ino == now.Ino
 }
 
-// Renew makes a lock file the process holds protect its path again once
-// StillHeld is false (the file was removed under it, with its directory
-// perhaps): it locks a new file at the path, creating the directory if it
-// is gone, then drops the old lock. A *HeldError says another process
-// took the path meanwhile; the old lock is kept. A lock that still holds
-// its path is left as it is. Directory locks (Dir) cannot be renewed.
+// Renew makes a lock the process holds protect its path again once
+// StillHeld is false (removed under it, and perhaps created again): it
+// locks what is at the path now, then drops the old lock. A lock file is
+// created again (with its directory, if that is gone); a locked directory
+// must exist again (its owner creates it). A *HeldError says another
+// process took the path meanwhile; the old lock is kept. A lock that
+// still holds its path is left as it is.
 func (l *Lock) Renew() error {
-	if l == nil || l.f == nil || !l.file {
-		return errors.New("renewing a lock: only a held lock file can be renewed")
+	if l == nil || l.f == nil {
+		return errors.New("renewing a lock that is not held")
 	}
 	if l.StillHeld() {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
-		return fmt.Errorf("renewing the lock on %s: %w", l.path, err)
+	var nl *Lock
+	var err error
+	if l.file {
+		if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+			return fmt.Errorf("renewing the lock on %s: %w", l.path, err)
+		}
+		nl, err = File(l.path)
+	} else {
+		nl, err = Dir(l.path)
 	}
-	nl, err := File(l.path)
 	if err != nil {
 		return err
 	}

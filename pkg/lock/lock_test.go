@@ -120,7 +120,7 @@ func TestStillHeld(t *testing.T) {
 
 // A lock file removed under its holder (with its directory, or alone) is
 // taken again by Renew, which says so when another process got the path
-// first. A directory lock is not renewed.
+// first; a locked directory once it exists again.
 func TestRenew(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -179,13 +179,31 @@ func TestRenew(t *testing.T) {
 			}
 		})
 	}
-	d, err := Dir(t.TempDir())
+	// A locked directory removed: not renewed until it exists again.
+	dir := filepath.Join(t.TempDir(), "pins")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Dir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = d.Release() }()
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Renew(); err == nil {
-		t.Error("a directory lock was renewed")
+		t.Error("a directory lock was renewed with no directory")
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Renew(); err != nil || !d.StillHeld() {
+		t.Errorf("Renew of the directory created again: %v (held: %v)", err, d.StillHeld())
+	}
+	var he *HeldError
+	if _, err := Dir(dir); !errors.As(err, &he) {
+		t.Errorf("a second lock on the directory after Renew: %v, want a HeldError", err)
 	}
 }
 
