@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/lock"
@@ -18,6 +19,8 @@ const lockFile = "dlbd.lock"
 // its pin directory.
 type ownership struct {
 	state, pins *lock.Lock
+	// mountedBPFFS says this dlbd mounted the bpffs the pins are on.
+	mountedBPFFS bool
 }
 
 // own locks the state directory and the pin directory, in that order,
@@ -36,7 +39,8 @@ func own(stateDir, pinDir string) (*ownership, error) {
 	if err != nil {
 		return nil, ownerError("state directory", stateDir, "--state-dir", err)
 	}
-	if err := datapath.PreparePinDir(pinDir); err != nil {
+	mounted, err := datapath.PreparePinDir(pinDir)
+	if err != nil {
 		_ = st.Release()
 		return nil, err
 	}
@@ -45,7 +49,7 @@ func own(stateDir, pinDir string) (*ownership, error) {
 		_ = st.Release()
 		return nil, ownerError("pin directory", pinDir, "--pin-dir", err)
 	}
-	return &ownership{state: st, pins: pins}, nil
+	return &ownership{state: st, pins: pins, mountedBPFFS: mounted}, nil
 }
 
 func ownerError(what, dir, flag string, err error) error {
@@ -64,4 +68,35 @@ func ownerError(what, dir, flag string, err error) error {
 func (o *ownership) release() {
 	_ = o.pins.Release()
 	_ = o.state.Release()
+}
+
+// privatePins reports whether the bpffs this dlbd mounted (mounted) lives
+// in a mount namespace no other process shares: "ip netns exec" makes
+// one, with a fresh /sys that hides the host's /sys/fs/bpf, and a
+// service's private mounts are another. Such a bpffs, and every pin on
+// it, goes when dlbd exits, and the executor with it: a restart cannot
+// adopt it. (A bpffs dlbd found mounted is someone else's too.)
+func privatePins(mounted bool) bool {
+	if !mounted {
+		return false
+	}
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	me := os.Getpid()
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == me {
+			continue
+		}
+		if ns, err := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "mnt")); err == nil && ns == self {
+			return false
+		}
+	}
+	return true
 }

@@ -231,6 +231,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer owned.release()
+	if privatePins(owned.mountedBPFFS) {
+		log.Warn("the pin directory is on a bpffs only this dlbd's mount namespace sees (\"ip netns exec\" makes one, with its own /sys): "+
+			"the executor goes with it when dlbd exits, and a restart cannot adopt it; run dlbd with \"nsenter --net=/run/netns/NAME\" instead",
+			"pin_dir", o.pinDir)
+	}
 
 	nif := netif.New()
 	var guard dispatcher.Guard

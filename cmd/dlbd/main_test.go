@@ -65,8 +65,15 @@ type dlbd struct {
 // startDlbd starts dlbd on d; it is killed when the test ends.
 func startDlbd(t *testing.T, d dirs) *dlbd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
+	return startDlbdWith(t, d)
+}
+
+// startDlbdWith starts dlbd on d under the command wrap (none: directly).
+func startDlbdWith(t *testing.T, d dirs, wrap ...string) *dlbd {
+	t.Helper()
+	args := append(wrap, os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
 		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runEnv+"=1")
 	p := &dlbd{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
@@ -259,5 +266,34 @@ func TestPrivilegedSocketLifecycle(t *testing.T) {
 	}
 	if exists(d.socket) {
 		t.Error("dlbd left its own socket behind")
+	}
+}
+
+// TestPrivilegedPrivatePinsWarned: dlbd started with "ip netns exec" runs
+// in a mount namespace with its own /sys, where it mounts its own bpffs:
+// its pins would go with it. It says so; started in the host's mount
+// namespace, it does not.
+func TestPrivilegedPrivatePinsWarned(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const warning = "the pin directory is on a bpffs only this dlbd's mount namespace sees"
+	ns := fmt.Sprintf("dlbhpp%d", rand.Uint32()%100000)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	base := t.TempDir()
+
+	host := newDirs(t, base, "host")
+	p := startDlbd(t, host)
+	waitServing(t, host.socket, 30*time.Second, p)
+	if strings.Contains(p.stderr.String(), warning) {
+		t.Errorf("warned in the host's mount namespace:\n%s", p.stderr)
+	}
+
+	private := newDirs(t, base, "private")
+	q := startDlbdWith(t, private, "ip", "netns", "exec", ns)
+	waitServing(t, private.socket, 30*time.Second, q)
+	if !strings.Contains(q.stderr.String(), warning) {
+		t.Errorf("no warning under ip netns exec:\n%s", q.stderr)
 	}
 }

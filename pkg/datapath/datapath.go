@@ -144,7 +144,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing the memlock limit: %w", err)
 	}
-	if err := PreparePinDir(opts.PinDir); err != nil {
+	if _, err := PreparePinDir(opts.PinDir); err != nil {
 		return nil, err
 	}
 
@@ -824,21 +824,22 @@ const bpffsMagic = 0xcafe4a11
 
 // PreparePinDir makes dir ready to hold pins without loading anything:
 // it mounts bpffs on /sys/fs/bpf if dir is below it and nothing is
-// mounted there, and creates dir. dlbd calls it to lock the directory
-// before it opens the executor.
-func PreparePinDir(dir string) error {
-	if err := ensureBPFFS(dir); err != nil {
-		return err
+// mounted there (and says so), and creates dir. dlbd calls it to lock the
+// directory before it opens the executor.
+func PreparePinDir(dir string) (mounted bool, err error) {
+	mounted, err = ensureBPFFS(dir)
+	if err != nil {
+		return false, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating pin directory: %w", err)
+		return mounted, fmt.Errorf("creating pin directory: %w", err)
 	}
-	return nil
+	return mounted, nil
 }
 
 // ensureBPFFS checks that dir is (or will be) on a bpf filesystem, and mounts
 // one on /sys/fs/bpf when dir is below it and nothing is mounted there.
-func ensureBPFFS(dir string) error {
+func ensureBPFFS(dir string) (mounted bool, err error) {
 	probe := dir
 	for {
 		if _, err := os.Stat(probe); err == nil {
@@ -852,19 +853,19 @@ func ensureBPFFS(dir string) error {
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(probe, &st); err != nil {
-		return fmt.Errorf("checking %s: %w", probe, err)
+		return false, fmt.Errorf("checking %s: %w", probe, err)
 	}
 	if st.Type == bpffsMagic {
-		return nil
+		return false, nil
 	}
 	const root = "/sys/fs/bpf"
 	if probe != root {
-		return fmt.Errorf("pin directory %s is not on a bpf filesystem", dir)
+		return false, fmt.Errorf("pin directory %s is not on a bpf filesystem", dir)
 	}
 	if err := unix.Mount("bpf", root, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mounting bpffs on %s: %w", root, err)
+		return false, fmt.Errorf("mounting bpffs on %s: %w", root, err)
 	}
-	return nil
+	return true, nil
 }
 
 // Defaults returns the sizes of the executor's tables that Open uses when

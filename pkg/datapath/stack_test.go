@@ -270,7 +270,7 @@ func TestPrivilegedStackModel(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	spec, progs := executorFuncs(t)
 	pins := newPinDir(t)
-	if err := PreparePinDir(pins); err != nil {
+	if _, err := PreparePinDir(pins); err != nil {
 		t.Fatal(err)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
