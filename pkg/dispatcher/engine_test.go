@@ -335,6 +335,27 @@ func TestExecutorStopRemovesAndStartRestores(t *testing.T) {
 	}
 }
 
+// TestExecutorStartWithoutEthernet: an interface with no Ethernet address
+// (lo's is all zero, a tunnel has none) cannot carry the executor: the
+// start is refused, naming it, before the executor is loaded.
+func TestExecutorStartWithoutEthernet(t *testing.T) {
+	for _, mac := range []string{"00:00:00:00:00:00", "none"} {
+		t.Run(mac, func(t *testing.T) {
+			h := newHarness(t, t.TempDir())
+			h.nif.mu.Lock()
+			h.nif.mac = mac
+			h.nif.mu.Unlock()
+			err := h.apply(op("executor", "start", "", "interface", "eth0"))
+			if err == nil || !strings.Contains(err.Error(), "eth0 has no Ethernet address") {
+				t.Fatalf("executor start: %v, want it refused", err)
+			}
+			if h.opens != 0 || h.status(Query{}).Config.Executor.Started {
+				t.Errorf("refused start: executor loaded %d times, started %v", h.opens, h.status(Query{}).Config.Executor.Started)
+			}
+		})
+	}
+}
+
 // TestExecutorStartOnAnotherProgram: the executor's interface runs an XDP
 // program dlbd did not attach. The start is refused with an error that
 // says whose program it is and how to free the interface (the kernel's

@@ -318,6 +318,8 @@ type fakeNetif struct {
 	noRoutes bool
 	// xdp is the XDP program eth0 reports.
 	xdp lb.XDPProgram
+	// mac, when set, is eth0's hardware address ("none": no address).
+	mac string
 }
 
 func newFakeNetif() *fakeNetif {
@@ -331,7 +333,15 @@ func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 	if name != "eth0" || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
 	}
-	return lb.Link{Index: n.ifindex, Name: name, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, Up: !n.linkDown, XDP: n.xdp}, nil
+	mac := net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}
+	switch n.mac {
+	case "":
+	case "none":
+		mac = nil
+	default:
+		mac, _ = net.ParseMAC(n.mac)
+	}
+	return lb.Link{Index: n.ifindex, Name: name, MAC: mac, Up: !n.linkDown, XDP: n.xdp}, nil
 }
 
 func (n *fakeNetif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 
@@ -53,8 +54,8 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	case old.Executor.Interface != ex.Interface || old.Executor.XDPMode != ex.XDPMode:
 		// Stopped and started again elsewhere in one batch: refused
 		// before anything is touched if the new interface is not there.
-		if _, err := e.opts.Netif.LinkByName(ex.Interface); err != nil {
-			return false, lb.Errorf("interface", "", "%v", err)
+		if _, err := e.executorLink(ex); err != nil {
+			return false, err
 		}
 		if err := e.stopExecutor(next); err != nil {
 			return true, err
@@ -114,9 +115,9 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 // writes the whole state of cfg and attaches it.
 func (e *Engine) startExecutor(cfg lb.Config) error {
 	ex := cfg.Executor
-	link, err := e.opts.Netif.LinkByName(ex.Interface)
+	link, err := e.executorLink(ex)
 	if err != nil {
-		return lb.Errorf("interface", "", "%v", err)
+		return err
 	}
 	dp, err := e.opts.OpenDatapath()
 	if err != nil {
@@ -253,6 +254,40 @@ func occupied(dp Datapath, link lb.Link) error {
 	}
 	return fmt.Errorf("%s already runs %s, %s: dlbd does not replace a program it did not attach; %s, or start the executor on another interface",
 		link.Name, what, who, fix)
+}
+
+// executorLink finds the interface ex names and checks that the executor
+// can work there.
+func (e *Engine) executorLink(ex lb.Executor) (lb.Link, error) {
+	link, err := e.opts.Netif.LinkByName(ex.Interface)
+	if err != nil {
+		return lb.Link{}, lb.Errorf("interface", "", "%v", err)
+	}
+	if !ethernet(link.MAC) {
+		// lo, a tunnel, WireGuard: nothing arrives there from clients
+		// as Ethernet frames, and nothing can be sent to a server's MAC.
+		addr := link.MAC.String()
+		if addr == "" {
+			addr = "none"
+		}
+		return lb.Link{}, lb.Errorf("interface", ex.Interface, "%s has no Ethernet address (%s): the executor forwards Ethernet frames; "+
+			"start it on the interface clients and servers are reached through", ex.Interface, addr)
+	}
+	return link, nil
+}
+
+// ethernet reports whether mac is an Ethernet address an interface can
+// send from: six bytes, not all zero (lo's).
+func ethernet(mac net.HardwareAddr) bool {
+	if len(mac) != 6 {
+		return false
+	}
+	for _, b := range mac {
+		if b != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // writeBeforeAttach reads every next hop of cfg again (a route lookup
