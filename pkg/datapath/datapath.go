@@ -723,40 +723,30 @@ func RemovePins(pinDir string) ([]string, error) {
 	if pinDir == "" {
 		pinDir = DefaultPinDir
 	}
-	entries, err := os.ReadDir(pinDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading pin directory: %w", err)
-	}
-	names, err := pinNames()
+	pins, err := Pins(pinDir)
 	if err != nil {
 		return nil, err
 	}
 	var removed []string
 	var errs []error
-	for _, e := range entries {
-		if !isExecutorPin(e.Name(), names) || e.IsDir() {
-			continue
-		}
-		if e.Name() == linkPin || strings.HasPrefix(e.Name(), extraLinkPin) {
+	for _, name := range pins {
+		if name == linkPin || strings.HasPrefix(name, extraLinkPin) {
 			// Detached now, not when the kernel gets round to freeing the
 			// link once its last reference (the pin) is gone. A link whose
 			// interface is gone has nothing to detach from: removing its
 			// pin is all there is to do.
-			if l, err := link.LoadPinnedLink(filepath.Join(pinDir, e.Name()), nil); err == nil {
+			if l, err := link.LoadPinnedLink(filepath.Join(pinDir, name), nil); err == nil {
 				_ = l.Detach()
 				l.Close()
 			}
 		}
-		if err := os.Remove(filepath.Join(pinDir, e.Name())); err != nil {
+		if err := os.Remove(filepath.Join(pinDir, name)); err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("removing pin %s: %w", e.Name(), err))
+				errs = append(errs, fmt.Errorf("removing pin %s: %w", name, err))
 			}
 			continue
 		}
-		removed = append(removed, e.Name())
+		removed = append(removed, name)
 	}
 	slices.Sort(removed)
 	return removed, errors.Join(errs...)
