@@ -44,6 +44,14 @@ func pair(t *testing.T, ns netns.NsHandle) (netlink.Link, net.HardwareAddr) {
 		t.Fatal(err)
 	}
 	t.Cleanup(here.Close)
+	// No duplicate address detection on dlbhn0: its link-local address,
+	// which neighbour solicitations leave from, is usable at once. (The
+	// kernel sends none while it is tentative: an IPv6 resolution
+	// started in the first second or two could run out of retries, as
+	// it did once in CI.)
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/dlbhn0/accept_dad", []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, side := range []struct {
 		h     *netlink.Handle
 		name  string
