@@ -643,3 +643,70 @@ func TestPrivilegedE2EClusterRemoveWithAdvisor(t *testing.T) {
 		t.Error("the removed cluster's address stayed on the interface")
 	}
 }
+
+// TestPrivilegedE2EFault10FilesDeletedUnderDlbd: the state directory and
+// the pin directory are deleted while dlbd runs and clients hold
+// connections (a clean-up script, an operator's rm -rf), a change is made,
+// then dlbd is restarted. The running dlbd writes both back and says so;
+// the restarted one finds the configuration with the change, and adopts
+// the executor, which never left the interface: the same XDP link, no
+// connection broken.
+func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	vip, target := l.vip(), l.vip()+"@80@"+l.backend(1)
+	before := l.executor()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := make(chan loadResult, 1)
+	go func() {
+		r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+"/", "-duration", "7s", "-c", "8", "-interval", "100ms", "-timeout", "10s")
+		held <- r
+	}()
+	time.Sleep(time.Second)
+
+	for _, dir := range []string{l.state, l.pinDir} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mustCtl("server", "set", target, "--weight", "7")
+	took := poll(t, 5*time.Second, "the state and the pins written back", func() bool {
+		_, errS := os.Stat(filepath.Join(l.state, "state.json"))
+		_, errP := os.Stat(filepath.Join(l.pinDir, "link"))
+		return errS == nil && errP == nil
+	})
+	t.Logf("state and pins back %v after they were deleted", took.Round(time.Millisecond))
+	for _, w := range []string{"the state directory's files were deleted under dlbd", "the executor's pins were deleted under dlbd"} {
+		if !strings.Contains(l.dlbdLog(), w) {
+			t.Errorf("dlbd did not log %q", w)
+		}
+	}
+
+	l.killDlbd(syscall.SIGTERM)
+	l.startDlbd()
+	after := l.executor()
+	if !after.Attached || after.LinkID != before.LinkID {
+		t.Errorf("after the restart: attached %v with link %d, want the executor adopted (link %d)", after.Attached, after.LinkID, before.LinkID)
+	}
+	var weight uint32
+	for _, s := range l.servers() {
+		if s.Address == l.backend(1) {
+			weight = s.Weight
+		}
+	}
+	if n := len(l.servers()); n != 2 || weight != 7 {
+		t.Errorf("after the restart: %d servers, %s weight %d; want 2, and the change made after the deletion (7)", n, target, weight)
+	}
+	r := <-held
+	t.Logf("established keep-alive connections: %d held, %d broken, %d requests, %d failed", r.Connections, r.Broken, r.Requests, r.Failed)
+	if r.Connections != 8 || r.Broken != 0 {
+		t.Errorf("established connections: %d of 8 held, %d broken", r.Connections, r.Broken)
+	}
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("new connections after the restart: %d of 300 answered: %v", r.OK, r.Errors)
+	}
+}
