@@ -284,6 +284,14 @@ func (e *Engine) stateCopy() store.State {
 // if another dlbd took the directory meanwhile, nothing is written and
 // the error says so.
 func (e *Engine) checkStore() error {
+	if err := e.restoreStore(); err != nil {
+		return fmt.Errorf("%w (dlbd still runs its configuration: \"dlbctl file save FILE\" keeps a copy)", err)
+	}
+	return nil
+}
+
+// restoreStore is checkStore's work.
+func (e *Engine) restoreStore() error {
 	if l := e.opts.StateLock; l != nil && !l.StillHeld() {
 		if err := l.Renew(); err != nil {
 			return fmt.Errorf("the lock file of the state directory %s was deleted, and locking it again failed: %w", e.opts.StateDir, err)

@@ -460,10 +460,12 @@ func TestStateDeletedUnderDlbd(t *testing.T) {
 		name  string
 		tick  bool // wait for a tick before the change
 		taken bool // another process locks the directory first
+		file  bool // a file where the directory was: nothing can be written
 	}{
 		{name: "found by a tick", tick: true},
 		{name: "found by the next change"},
 		{name: "taken by another dlbd", taken: true},
+		{name: "replaced by a file", file: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
@@ -501,11 +503,21 @@ func TestStateDeletedUnderDlbd(t *testing.T) {
 				}
 				defer func() { _ = other.Release() }()
 			}
+			if c.file {
+				if err := os.WriteFile(dir, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
 			change := op("server", "add", vip+"@80@198.18.0.23")
 			err = h.apply(change)
-			if c.taken {
-				if err == nil || !strings.Contains(err.Error(), "saving the state") || !strings.Contains(err.Error(), "locked by another process") {
-					t.Fatalf("change with the state directory taken: %v, want it refused", err)
+			if c.taken || c.file {
+				want := "locked by another process"
+				if c.file {
+					want = "not a directory"
+				}
+				if err == nil || !strings.Contains(err.Error(), "saving the state") || !strings.Contains(err.Error(), want) ||
+					!strings.Contains(err.Error(), `"dlbctl file save FILE" keeps a copy`) {
+					t.Fatalf("change with the state directory unusable: %v, want it refused (%s)", err, want)
 				}
 				if !reflect.DeepEqual(h.config(), before) {
 					t.Error("the refused change was applied")
