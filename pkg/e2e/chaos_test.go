@@ -122,6 +122,7 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 		{name: "config churn (other port)", inject: (*soak).churn},
 		{name: "second dlbd attempt", inject: (*soak).secondDlbd},
 		{name: "socket deleted", inject: (*soak).socketDeleted},
+		{name: "state and pins deleted, restart", inject: (*soak).filesDeleted},
 	}
 
 	tr, err := startTraffic(l.env["LAB_C1_NS"], vip+":80", l.backend(soakSpare)+":80", 12, 4)
@@ -385,6 +386,36 @@ func (s *soak) socketDeleted(*rand.Rand) injected {
 		s.t.Errorf("the socket came back after %v, want within 1 s", took)
 	}
 	return injected{start: start, end: s.since(), note: fmt.Sprintf("answering again after %v", took.Round(time.Millisecond))}
+}
+
+// filesDeleted deletes the state and pin directories under dlbd (a
+// clean-up script's rm -rf), waits for dlbd to write them back, and
+// restarts it: the restarted dlbd must find its configuration and adopt
+// the executor, so nothing may fail.
+func (s *soak) filesDeleted(*rand.Rand) injected {
+	start := s.since()
+	for _, dir := range []string{s.l.state, s.l.pinDir} {
+		if err := os.RemoveAll(dir); err != nil {
+			s.t.Errorf("deleting %s: %v", dir, err)
+		}
+	}
+	var back time.Duration
+	for {
+		_, errS := os.Stat(filepath.Join(s.l.state, "state.json"))
+		_, errP := os.Stat(filepath.Join(s.l.pinDir, "link"))
+		if errS == nil && errP == nil {
+			back = s.since() - start
+			break
+		}
+		if s.since()-start > 5*time.Second {
+			s.t.Errorf("the state and the pins were not written back after 5 s")
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.l.killDlbd(syscall.SIGTERM)
+	s.l.startDlbd()
+	return injected{start: start, end: s.since(), note: fmt.Sprintf("written back after %v, then dlbd restarted", back.Round(time.Millisecond))}
 }
 
 // traffic is the load: keep-alive connections sending a request every
