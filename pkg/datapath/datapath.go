@@ -120,8 +120,8 @@ type Datapath struct {
 	// natOrphans are the orphaned NAT halves the last sweep found, and
 	// since when (see natOrphanGrace); only sweeps touch it.
 	natOrphans map[natHalf]uint64
-	// pinnedMaps names the maps pinned by name (see Repin).
-	pinnedMaps []string
+	// pinnedMaps are the maps pinned by name, by name (see Repin).
+	pinnedMaps map[string]*ebpf.Map
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -222,9 +222,10 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err := d.checkConfig(); err != nil {
 		return nil, err
 	}
+	d.pinnedMaps = map[string]*ebpf.Map{}
 	for name, m := range d.mapsByName() {
 		if m.IsPinned() {
-			d.pinnedMaps = append(d.pinnedMaps, name)
+			d.pinnedMaps[name] = m
 		}
 	}
 	for _, t := range d.tables() {
@@ -383,9 +384,8 @@ func (d *Datapath) Repin() ([]string, error) {
 	for ifindex, l := range d.extra {
 		want[extraLinkPin+strconv.Itoa(ifindex)] = l
 	}
-	byName := d.mapsByName()
-	for _, name := range d.pinnedMaps {
-		want[name] = byName[name]
+	for name, m := range d.pinnedMaps {
+		want[name] = m
 	}
 	var missing []string
 	for name := range want {
