@@ -342,6 +342,12 @@ func (fakeNetif) LinkByName(name string) (lb.Link, error) {
 	}
 	return lb.Link{Index: 2, Name: name, MAC: ifMAC}, nil
 }
+func (n fakeNetif) LinkByIndex(index int) (lb.Link, error) {
+	if index != 2 {
+		return lb.Link{}, fmt.Errorf("no interface %d", index)
+	}
+	return n.LinkByName("eth0")
+}
 
 func (fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
 	out := map[netip.Addr]lb.Neighbor{}

@@ -685,6 +685,31 @@ func (d *Datapath) RemovePins() ([]string, error) {
 	return slices.Compact(removed), errors.Join(errs...)
 }
 
+// PinnedIfindex returns the index of the interface the executor pinned
+// under pinDir is attached to, without loading it: 0 when no XDP link is
+// pinned there or its interface was deleted. dlbd asks it when the
+// interface its configuration names is missing at start: an executor
+// still forwarding on an interface renamed while no dlbd ran is followed,
+// not left unseen.
+func PinnedIfindex(pinDir string) (int, error) {
+	if pinDir == "" {
+		pinDir = DefaultPinDir
+	}
+	l, err := link.LoadPinnedLink(filepath.Join(pinDir, linkPin), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("loading the pinned XDP link: %w", err)
+	}
+	defer l.Close()
+	a, ok := linkAttachment(l)
+	if !ok {
+		return 0, nil
+	}
+	return a.Ifindex, nil
+}
+
 // Pins names the executor's pins under pinDir, sorted, without loading
 // anything: what RemovePins would remove. A missing directory holds none.
 func Pins(pinDir string) ([]string, error) {

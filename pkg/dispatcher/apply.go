@@ -381,6 +381,16 @@ func (h host) clone() host {
 	return host{configured: maps.Clone(h.configured), attachedMode: h.attachedMode, returns: maps.Clone(h.returns)}
 }
 
+// renameInterface records that the interface the engine put addresses on
+// as from is now named to: the addresses went with it.
+func (h *host) renameInterface(from, to string) {
+	for a, ifname := range h.configured {
+		if ifname == from {
+			h.configured[a] = to
+		}
+	}
+}
+
 // indexReturns counts the servers of each return address.
 func (h *host) indexReturns(cfg lb.Config) {
 	h.returns = map[netip.Addr]int{}

@@ -18,7 +18,8 @@
 //
 // The host's networking is followed through Netif.Watch, not polled: the
 // executor detaches when its interface is deleted and attaches again when
-// one of that name appears, addresses dlbd configured are put back, a
+// one of that name appears, the configuration follows its renaming,
+// addresses dlbd configured are put back, a
 // next hop's new MAC is written at once (netevents.go).
 //
 // The parts, one per file or subpackage: engine.go (this: the loop),
@@ -85,8 +86,9 @@ type Datapath interface {
 
 // Netif is the host networking the engine needs.
 type Netif interface {
-	// LinkByName looks up an interface.
+	// LinkByName and LinkByIndex look up an interface.
 	LinkByName(name string) (lb.Link, error)
+	LinkByIndex(index int) (lb.Link, error)
 	// Neighbors says how each address is reached, starting resolution of
 	// the MACs it does not know yet.
 	Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error)
@@ -140,6 +142,9 @@ type Options struct {
 	// them without removing them; nil: none.
 	RemovePins func() ([]string, error)
 	Pins       func() ([]string, error)
+	// PinnedIfindex returns the index of the interface the pinned
+	// executor is attached to, without loading it (0: none); nil: none.
+	PinnedIfindex func() (int, error)
 	// Netif is the host's networking.
 	Netif Netif
 	// Logger receives the engine's log; slog.Default() when nil.
@@ -302,11 +307,22 @@ func New(opts Options) (*Engine, error) {
 		e.ha.applied = state.HAStates
 	}
 	if cfg.Executor.Started {
-		if err := e.startExecutor(cfg); err != nil {
+		start := cfg
+		if to, ok := e.pinnedRenamed(cfg); ok {
+			// Its interface was renamed while no dlbd ran: the
+			// executor is adopted there, and the configuration
+			// follows the name once the engine runs
+			// (checkAttachment).
+			e.log.Warn("the executor's interface is missing, and the pinned executor forwards on another: renamed while no dlbd ran?",
+				"interface", cfg.Executor.Interface, "now", to.Name, "ifindex", to.Index)
+			start.Executor.Interface = to.Name
+			e.host.renameInterface(cfg.Executor.Interface, to.Name)
+		}
+		if err := e.startExecutor(start); err != nil {
 			e.exec.err = err
 			e.log.Error("bringing up the executor from saved state", "err", err)
 		} else {
-			e.log.Info("executor restored", "interface", cfg.Executor.Interface)
+			e.log.Info("executor restored", "interface", start.Executor.Interface)
 		}
 		e.persistHost()
 	}

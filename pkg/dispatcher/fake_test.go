@@ -320,6 +320,30 @@ type fakeNetif struct {
 	xdp lb.XDPProgram
 	// mac, when set, is eth0's hardware address ("none": no address).
 	mac string
+	// name, when set, is the interface's name instead of eth0 (rename).
+	name string
+}
+
+// ifname is the interface's name; n.mu held.
+func (n *fakeNetif) ifname() string {
+	if n.name == "" {
+		return "eth0"
+	}
+	return n.name
+}
+
+// rename renames the interface, as "ip link set X name Y" does: its
+// index and addresses stay.
+func (n *fakeNetif) rename(to string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	from := n.ifname()
+	for a, ifname := range n.addresses {
+		if ifname == from {
+			n.addresses[a] = to
+		}
+	}
+	n.name = to
 }
 
 func newFakeNetif() *fakeNetif {
@@ -330,9 +354,23 @@ func newFakeNetif() *fakeNetif {
 func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if name != "eth0" || n.ifindex == 0 {
+	if name != n.ifname() || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
 	}
+	return n.link(), nil
+}
+
+func (n *fakeNetif) LinkByIndex(index int) (lb.Link, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if index != n.ifindex || n.ifindex == 0 {
+		return lb.Link{}, fmt.Errorf("looking up interface %d: Link not found", index)
+	}
+	return n.link(), nil
+}
+
+// link is the interface; n.mu held.
+func (n *fakeNetif) link() lb.Link {
 	mac := net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}
 	switch n.mac {
 	case "":
@@ -341,7 +379,7 @@ func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 	default:
 		mac, _ = net.ParseMAC(n.mac)
 	}
-	return lb.Link{Index: n.ifindex, Name: name, MAC: mac, Up: !n.linkDown, XDP: n.xdp}, nil
+	return lb.Link{Index: n.ifindex, Name: n.ifname(), MAC: mac, Up: !n.linkDown, XDP: n.xdp}
 }
 
 func (n *fakeNetif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
@@ -433,7 +471,7 @@ func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ifindex == 0 {
+	if n.ifindex == 0 || ifname != n.ifname() {
 		return fmt.Errorf("looking up interface %q: Link not found", ifname)
 	}
 	n.addresses[a] = ifname
@@ -450,7 +488,7 @@ func (n *fakeNetif) Announce(ifname string, addrs []netip.Addr) error {
 func (n *fakeNetif) DelAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ifindex == 0 {
+	if n.ifindex == 0 || ifname != n.ifname() {
 		return nil // gone, with its addresses
 	}
 	delete(n.addresses, a)

@@ -721,3 +721,89 @@ func TestNATGROWarning(t *testing.T) {
 		t.Errorf("native mode: report warnings %q, attached %v in mode %v", x.Warnings, x.Attached, x.AttachedMode)
 	}
 }
+
+// The executor's interface renamed (ip link set eth0 name eth9): the
+// executor forwards there still, and the configuration follows the name,
+// so that a change that puts an address on the interface is not refused
+// (it was: "looking up interface eth0") and a restart finds it. Renamed
+// while no dlbd ran, the next dlbd adopts the executor where it is and
+// follows the name too (it used to report the executor detached while it
+// forwarded on the renamed interface).
+func TestInterfaceRenamed(t *testing.T) {
+	var logs syncBuffer
+	guard := &fakeGuard{}
+	var h *harness
+	h = newHarnessWith(t, t.TempDir(), func(o *Options) {
+		logTo(&logs, true)(o)
+		o.Guard = guard
+		o.PinnedIfindex = func() (int, error) {
+			if h == nil {
+				return 0, nil
+			}
+			if a, ok := h.dp.Attached(); ok {
+				return a.Ifindex, nil
+			}
+			return 0, nil
+		}
+	})
+	guard.mu.Lock()
+	guard.nif = h.nif
+	guard.mu.Unlock()
+	base(h)
+	v, v2 := netip.MustParseAddr(vip), netip.MustParseAddr(vip2)
+	followed := func(name string) {
+		t.Helper()
+		eventually(t, "the configuration names "+name, func() bool { return h.status(Query{}).Config.Executor.Interface == name })
+		st := h.status(Query{}).Executor
+		if !st.Attached || st.Attachment.Ifindex != 2 || st.Detached != "" || st.Err != "" {
+			t.Errorf("executor status after the rename to %s: %+v", name, st)
+		}
+	}
+
+	h.nif.rename("eth9")
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "eth9"}
+	followed("eth9")
+	if !strings.Contains(logs.String(), "interface was renamed") || strings.Contains(logs.String(), "event=executorDetached") {
+		t.Errorf("want the rename logged, and no executorDetached event:\n%s", logs.String())
+	}
+	if g, ok := guard.last(); !ok || g.ifname != "eth9" || g.ifindex != 2 || !slices.Contains(g.addrs, v) {
+		t.Errorf("guard after the rename: last told %+v", g)
+	}
+	cl2 := op("cluster", "add", vip2)
+	cl2.Params = append(cl2.Params, config.P("configure", "yes"))
+	h.mustApply(cl2)
+	for _, a := range []netip.Addr{v, v2} {
+		if ifname, ok := h.nif.address(a); !ok || ifname != "eth9" {
+			t.Errorf("cluster address %s not on the renamed interface: %v", a, h.nif.addresses)
+		}
+	}
+	if h.opens != 1 {
+		t.Errorf("the executor was loaded %d times; a rename must not touch it", h.opens)
+	}
+	h.restart()
+	if st := h.status(Query{}); st.Config.Executor.Interface != "eth9" || !st.Executor.Attached || st.Executor.Err != "" {
+		t.Errorf("after a restart: interface %q, executor %+v", st.Config.Executor.Interface, st.Executor)
+	}
+
+	// Renamed while no dlbd ran.
+	h.stop()
+	h.nif.rename("eth5")
+	h.start()
+	followed("eth5")
+	if st := h.status(Query{}).Executor; st.Err != "" {
+		t.Errorf("executor error after a restart on the renamed interface: %s", st.Err)
+	}
+	if strings.Contains(logs.String(), "bringing up the executor from saved state") {
+		t.Errorf("the restart on the renamed interface failed to bring up the executor:\n%s", logs.String())
+	}
+	// The addresses are known to be there: removing a cluster takes its
+	// address off the renamed interface.
+	h.mustApply(op("cluster", "remove", vip2))
+	if _, ok := h.nif.address(v2); ok {
+		t.Errorf("cluster address %s left on the interface after its cluster was removed: %v", v2, h.nif.addresses)
+	}
+	if ifname, ok := h.nif.address(v); !ok || ifname != "eth5" {
+		t.Errorf("cluster address %s not on the renamed interface: %v", v, h.nif.addresses)
+	}
+}

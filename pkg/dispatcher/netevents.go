@@ -23,6 +23,8 @@ import (
 //     so in its report, and the event executorDetached runs); an interface
 //     of that name created: it is attached to it, keeping its maps and
 //     so its connections (executorAttached);
+//   - the executor's interface renamed: the executor stays on it, and the
+//     configuration follows the name (followRename);
 //   - an address dlbd configured removed, or its interface set up again:
 //     it is put back;
 //   - a next hop's MAC changed: the ports behind it are rewritten at once.
@@ -44,6 +46,9 @@ type attachState struct {
 	since    time.Time
 	// dropped counts the pins of severed links already logged.
 	dropped int
+	// renameErr is why following a renamed interface was refused, as
+	// last logged.
+	renameErr string
 }
 
 // onNetEvent handles a change of the host's networking, and the others
@@ -195,12 +200,66 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 		}
 	case attached:
 		// Still attached, to an interface that no longer has the name
-		// (renamed): it keeps forwarding there.
+		// (renamed): it keeps forwarding there, and the configuration
+		// follows the new name.
+		e.followRename(cfg, att.Ifindex)
 	case lerr != nil:
 		e.detach(fmt.Sprintf("interface %s was deleted", ex.Interface))
 	default:
 		e.reattach(cfg, link)
 	}
+}
+
+// followRename makes the configuration follow the executor's interface,
+// renamed: the executor goes on forwarding there (its XDP link is the
+// interface's, whatever its name), and what finds the interface by name
+// (the addresses dlbd configures, the guard, the checks and announcements
+// of high availability) must find it under the new one. The change is
+// journaled like an operator's. One refused is logged when it first
+// happens and tried again at the next tick.
+func (e *Engine) followRename(cfg lb.Config, ifindex int) {
+	link, err := e.opts.Netif.LinkByIndex(ifindex)
+	if err != nil || link.Name == cfg.Executor.Interface {
+		return // gone meanwhile, or named so again: the next event decides
+	}
+	from := cfg.Executor.Interface
+	next := cfg
+	next.Executor.Interface = link.Name
+	edit, err := e.ed.PrepareConfig(next)
+	if err == nil {
+		err = e.change(edit, -1, false)
+	}
+	if err != nil {
+		if msg := err.Error(); msg != e.exec.attach.renameErr {
+			e.exec.attach.renameErr = msg
+			e.log.Error("following the executor's renamed interface", "from", from, "to", link.Name, "ifindex", ifindex, "err", err)
+		}
+		return
+	}
+	e.exec.attach.renameErr = ""
+	e.log.Warn("the executor's interface was renamed: it forwards there still, and the configuration names it so "+
+		"(a configuration file naming the old name needs the new one)", "from", from, "to", link.Name, "ifindex", ifindex)
+}
+
+// pinnedRenamed reports whether the interface cfg's executor is started
+// on is missing while the pinned executor is attached to an interface of
+// another name (renamed while no dlbd ran), and returns that interface.
+func (e *Engine) pinnedRenamed(cfg lb.Config) (lb.Link, bool) {
+	if e.opts.PinnedIfindex == nil {
+		return lb.Link{}, false
+	}
+	if _, err := e.opts.Netif.LinkByName(cfg.Executor.Interface); err == nil {
+		return lb.Link{}, false
+	}
+	ifindex, err := e.opts.PinnedIfindex()
+	if err != nil || ifindex == 0 {
+		return lb.Link{}, false
+	}
+	link, err := e.opts.Netif.LinkByIndex(ifindex)
+	if err != nil || link.Name == cfg.Executor.Interface {
+		return lb.Link{}, false
+	}
+	return link, true
 }
 
 // detach records that the executor lost its interface.

@@ -51,6 +51,14 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	case e.exec.dp == nil:
 		// startExecutor undoes what it did when it fails.
 		return false, e.startExecutor(next)
+	case old.Executor.Interface != ex.Interface && old.Executor.XDPMode == ex.XDPMode && e.attachedTo(ex.Interface):
+		// The executor's interface was renamed ex.Interface: nothing
+		// moves. The addresses dlbd put there went with it.
+		// (So did the guard: it is told the new name.)
+		e.host.renameInterface(old.Executor.Interface, ex.Interface)
+		if err := e.guardAddresses(next); err != nil {
+			e.log.Warn("guarding the addresses on the renamed interface", "interface", ex.Interface, "err", err)
+		}
 	case old.Executor.Interface != ex.Interface || old.Executor.XDPMode != ex.XDPMode:
 		// Stopped and started again elsewhere in one batch: refused
 		// before anything is touched if the new interface is not there.
@@ -254,6 +262,20 @@ func occupied(dp Datapath, link lb.Link) error {
 	}
 	return fmt.Errorf("%s already runs %s, %s: dlbd does not replace a program it did not attach; %s, or start the executor on another interface",
 		link.Name, what, who, fix)
+}
+
+// attachedTo reports whether the executor is attached to the interface
+// named ifname.
+func (e *Engine) attachedTo(ifname string) bool {
+	if e.exec.dp == nil {
+		return false
+	}
+	att, ok := e.exec.dp.Attached()
+	if !ok {
+		return false
+	}
+	link, err := e.opts.Netif.LinkByName(ifname)
+	return err == nil && link.Index == att.Ifindex
 }
 
 // executorLink finds the interface ex names and checks that the executor

@@ -2,8 +2,9 @@ package e2e
 
 // End-to-end tests of issue 9's faults 3 to 8 (the host's network changing
 // under dlbd, probes' source addresses, NAT without a route, what a
-// refused change leaves behind), through dlbd and dlbctl in a lab. Each
-// logs the figure it measured. Faults 1 and 2 are cmd/dlbd's
+// refused change leaves behind) and of faults found later (10: files
+// deleted under dlbd; 11: its interface renamed), through dlbd and dlbctl
+// in a lab. Each logs the figure it measured. Faults 1 and 2 are cmd/dlbd's
 // TestPrivilegedOneDlbdPerDir and TestPrivilegedSocketLifecycle; the API's
 // limits (8) are pkg/server's tests; IBM's forms (9) cmd/dlbctl's.
 
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -138,6 +140,32 @@ func TestPrivilegedE2EFault3AddressesAfterDownUp(t *testing.T) {
 	check("after the restart")
 }
 
+// holdConnections opens n keep-alive connections from the first client to
+// the cluster address, each sending a request every 100 ms for d (a
+// request may take 10 s), and returns after a second, when they are
+// established; the channel gets what they saw.
+func (l *lab) holdConnections(ctx context.Context, n int, d time.Duration) <-chan loadResult {
+	held := make(chan loadResult, 1)
+	go func() {
+		r, _ := l.load(ctx, "-keepalive", "-url", "http://"+l.vip()+"/", "-duration", d.String(), "-c", strconv.Itoa(n),
+			"-interval", "100ms", "-timeout", "10s")
+		held <- r
+	}()
+	time.Sleep(time.Second)
+	return held
+}
+
+// checkHeld waits for the end of holdConnections' connections and checks
+// that all n held, none broken.
+func checkHeld(t *testing.T, held <-chan loadResult, n int) {
+	t.Helper()
+	r := <-held
+	t.Logf("established keep-alive connections: %d held, %d broken, %d requests, %d failed", r.Connections, r.Broken, r.Requests, r.Failed)
+	if r.Connections != n || r.Broken != 0 {
+		t.Errorf("established connections: %d of %d held, %d broken", r.Connections, n, r.Broken)
+	}
+}
+
 // TestPrivilegedE2EFault4InterfaceRecreated: the executor's interface is
 // deleted and created again. dlbd reports the executor detached (and runs
 // executorDetached), attaches to the new interface keeping its maps (so
@@ -176,12 +204,7 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	// Established connections, held through the whole episode.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	held := make(chan loadResult, 1)
-	go func() {
-		r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+"/", "-duration", "8s", "-c", "8", "-interval", "100ms", "-timeout", "10s")
-		held <- r
-	}()
-	time.Sleep(time.Second)
+	held := l.holdConnections(ctx, 8, 8*time.Second)
 
 	l.mustNS("d", "ip", "link", "del", ifname)
 	deleted := time.Now()
@@ -216,11 +239,7 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
 		t.Errorf("new connections after re-attaching: %d of 300 answered: %v", r.OK, r.Errors)
 	}
-	r := <-held
-	t.Logf("established keep-alive connections: %d held, %d broken, %d requests, %d failed", r.Connections, r.Broken, r.Requests, r.Failed)
-	if r.Connections != 8 || r.Broken != 0 {
-		t.Errorf("established connections: %d of 8 held, %d broken (the executor keeps its connection table)", r.Connections, r.Broken)
-	}
+	checkHeld(t, held, 8)
 	// The lab's dispatcher has one interface: a frame redirected went
 	// to the deleted interface's index (maps written after the attach).
 	for _, rc := range l.executor().Reasons {
@@ -661,12 +680,7 @@ func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	held := make(chan loadResult, 1)
-	go func() {
-		r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+"/", "-duration", "7s", "-c", "8", "-interval", "100ms", "-timeout", "10s")
-		held <- r
-	}()
-	time.Sleep(time.Second)
+	held := l.holdConnections(ctx, 8, 7*time.Second)
 
 	for _, dir := range []string{l.state, l.pinDir} {
 		if err := os.RemoveAll(dir); err != nil {
@@ -701,12 +715,80 @@ func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
 	if n := len(l.servers()); n != 2 || weight != 7 {
 		t.Errorf("after the restart: %d servers, %s weight %d; want 2, and the change made after the deletion (7)", n, target, weight)
 	}
-	r := <-held
-	t.Logf("established keep-alive connections: %d held, %d broken, %d requests, %d failed", r.Connections, r.Broken, r.Requests, r.Failed)
-	if r.Connections != 8 || r.Broken != 0 {
-		t.Errorf("established connections: %d of 8 held, %d broken", r.Connections, r.Broken)
-	}
+	checkHeld(t, held, 8)
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
 		t.Errorf("new connections after the restart: %d of 300 answered: %v", r.OK, r.Errors)
+	}
+}
+
+// TestPrivilegedE2EFault11InterfaceRenamed: the executor's interface is
+// renamed (ip link set X name Y, which takes it down) while clients hold
+// connections, then renamed again while no dlbd runs. The executor stays
+// on the interface, and the configuration follows its name: a change that
+// puts a cluster address on it is taken (before, it was refused: "looking
+// up interface X"), and a dlbd started after the second rename adopts the
+// executor where it is (before, it reported the executor detached while
+// it forwarded on the renamed interface).
+func TestPrivilegedE2EFault11InterfaceRenamed(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	ifname, vip, vip2 := l.env["LAB_IF"], l.vip(), "198.18.0.101"
+	before := l.executor()
+	rename := func(from, to string) {
+		t.Helper()
+		l.mustNS("d", "ip", "link", "set", from, "down")
+		l.mustNS("d", "ip", "link", "set", from, "name", to)
+		l.mustNS("d", "ip", "link", "set", to, "up")
+	}
+	on := func(ifname, addr string) bool {
+		out, err := l.inNS("d", "ip", "-o", "addr", "show", "dev", ifname)
+		return err == nil && strings.Contains(out, " "+addr+"/32 ")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := l.holdConnections(ctx, 8, 7*time.Second)
+
+	first := ifname + "r"
+	rename(ifname, first)
+	var ex api.ExecutorReport
+	took := poll(t, 3*time.Second, "the configuration names the renamed interface", func() bool {
+		ex = l.executor()
+		return ex.Interface == first
+	})
+	t.Logf("renamed %s to %s: followed after %v", ifname, first, took.Round(time.Millisecond))
+	if ex.State != api.ExecutorAttached || ex.LinkID != before.LinkID || ex.Error != "" {
+		t.Errorf("executor after the rename: state %q, link %d (was %d), error %q", ex.State, ex.LinkID, before.LinkID, ex.Error)
+	}
+	if !strings.Contains(l.dlbdLog(), "interface was renamed") {
+		t.Error("dlbd did not log the rename")
+	}
+	l.mustCtl("cluster", "add", vip2, "--configure")
+	if !on(first, vip2) || !on(first, vip) {
+		t.Errorf("cluster addresses %s and %s not both on %s", vip, vip2, first)
+	}
+
+	l.killDlbd(syscall.SIGTERM)
+	second := ifname + "s"
+	rename(first, second)
+	l.startDlbd()
+	poll(t, 3*time.Second, "the restarted dlbd follows the second rename", func() bool {
+		ex = l.executor()
+		return ex.Interface == second
+	})
+	t.Logf("renamed %s to %s while no dlbd ran: state %q, link %d", first, second, ex.State, ex.LinkID)
+	if ex.State != api.ExecutorAttached || ex.LinkID != before.LinkID || ex.Error != "" {
+		t.Errorf("executor after a restart on the renamed interface: state %q, link %d (want the executor adopted, link %d), error %q",
+			ex.State, ex.LinkID, before.LinkID, ex.Error)
+	}
+	l.mustCtl("cluster", "remove", vip2)
+	if on(second, vip2) || !on(second, vip) {
+		t.Errorf("after removing cluster %s: its address on %s %v (want gone), %s's %v (want there)", vip2, second, on(second, vip2), vip, on(second, vip))
+	}
+	checkHeld(t, held, 8)
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("new connections after the renames: %d of 300 answered: %v", r.OK, r.Errors)
 	}
 }
