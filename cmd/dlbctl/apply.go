@@ -112,12 +112,9 @@ func (a *app) apply(cmd *cobra.Command, _ []string) error {
 		defer f.Close()
 		r = f
 	}
-	data, err := io.ReadAll(io.LimitReader(r, maxConfigFile+1))
+	data, err := readAllBounded(r, label)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", label, err)
-	}
-	if len(data) > maxConfigFile {
-		return fmt.Errorf("%s: larger than %d MiB", label, maxConfigFile>>20)
+		return err
 	}
 	res, err := a.client().ApplyConfig(cmd.Context(), data, dryRun)
 	if err != nil {

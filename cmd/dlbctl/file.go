@@ -241,9 +241,34 @@ func splitWords(line string) ([]string, error) {
 	return words, nil
 }
 
+// readBounded reads a file of at most maxConfigFile bytes (a pipe too:
+// "dlbctl file load /dev/stdin"); /dev/zero is refused once that much was
+// read, not read until memory runs out.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readAllBounded(f, path)
+}
+
+// readAllBounded reads r, named label in errors, to its end if it holds at
+// most maxConfigFile bytes.
+func readAllBounded(r io.Reader, label string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxConfigFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", label, err)
+	}
+	if len(data) > maxConfigFile {
+		return nil, fmt.Errorf("%s: larger than %d MiB", label, maxConfigFile>>20)
+	}
+	return data, nil
+}
+
 func (a *app) fileLoad(cmd *cobra.Command, args []string) error {
 	path := args[0]
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
 		return fmt.Errorf("reading script: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/sdnotify"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 // The configuration file (--config): read and checked before dlbd
@@ -34,17 +35,11 @@ const maxConfigFile = 256 << 20
 // readConfigFile reads and checks a configuration file; its refusals
 // name the file, the line and the field's path.
 func readConfigFile(path string) (*config.File, error) {
-	fh, err := os.Open(path)
+	// A named pipe would stop dlbd's start, or every later reload, until
+	// someone wrote to it; /dev/zero would never end.
+	data, err := smallfile.Read(path, maxConfigFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading the configuration file: %w", err)
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, maxConfigFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the configuration file %s: %w", path, err)
-	}
-	if len(data) > maxConfigFile {
-		return nil, fmt.Errorf("%s: larger than %d MiB", path, maxConfigFile>>20)
 	}
 	f, err := config.ReadFile(data, fileOptions)
 	if err != nil {

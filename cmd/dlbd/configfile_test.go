@@ -223,3 +223,28 @@ func TestReloads(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestReadConfigFileSpecial: a configuration file that is not a regular
+// file is refused at once, naming what it is. A named pipe used to stop
+// dlbd's start (or every later SIGHUP) until someone wrote to it.
+func TestReadConfigFileSpecial(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "dlb.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{fifo, "reading the configuration file: " + fifo + " is a named pipe, not a regular file"},
+		{"/dev/zero", "reading the configuration file: /dev/zero is a character device, not a regular file"},
+		{dir, "reading the configuration file: " + dir + " is a directory, not a regular file"},
+	} {
+		start := time.Now()
+		_, err := readConfigFile(tc.path)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%s: took %v", tc.path, took)
+		}
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v; want %q", tc.path, err, tc.want)
+		}
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +31,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 // Timers of every session beyond the hold time.
@@ -142,7 +142,7 @@ func (s *Speaker) Check(b lb.BGP) error {
 // readPassword reads a TCP MD5 key from a file (one line; the trailing
 // newline is not part of it).
 func readPassword(file string) (string, error) {
-	b, err := os.ReadFile(file)
+	b, err := smallfile.Read(file, 4096)
 	if err != nil {
 		return "", fmt.Errorf("reading the password: %w", err)
 	}

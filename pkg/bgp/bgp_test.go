@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,6 +259,10 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s := New(quiet)
 	s.hostAddrs = func() ([]netip.Prefix, error) {
 		return []netip.Prefix{netip.MustParsePrefix("198.18.0.2/24"), netip.MustParsePrefix("198.18.9.9/32")}, nil
@@ -282,6 +287,10 @@ func TestCheck(t *testing.T) {
 		{"a /32 is no subnet", "198.18.0.2", nb("198.18.9.9", 0, ""), "neighbor", "address of this host"},
 		{"missing password", "198.18.0.2", nb("198.18.0.1", 0, filepath.Join(dir, "nope")), "passwordfile", "no such file"},
 		{"empty password", "198.18.0.2", nb("198.18.0.1", 0, empty), "passwordfile", "holds no password"},
+		// Neither may stop the engine: reading a pipe waited for a
+		// writer, reading /dev/zero for the memory to run out.
+		{"password a named pipe", "198.18.0.2", nb("198.18.0.1", 0, fifo), "passwordfile", "is a named pipe, not a regular file"},
+		{"password an endless device", "198.18.0.2", nb("198.18.0.1", 0, "/dev/zero"), "passwordfile", "not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.Check(lb.BGP{ASN: 65001, RouterID: netip.MustParseAddr(tc.routerID), Neighbors: []lb.BGPNeighbor{tc.n}})

@@ -30,7 +30,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,7 +57,8 @@ type Options struct {
 	// RestartGrace is announced when the Node stops for a restart
 	// (default DefaultRestartGrace).
 	RestartGrace time.Duration
-	// ReadSecret reads the secret file (default os.ReadFile).
+	// ReadSecret reads the secret file (default: a regular file of at
+	// most 4 KiB, package smallfile).
 	ReadSecret func(path string) ([]byte, error)
 }
 
@@ -139,7 +140,7 @@ func New(opts Options) *Node {
 		opts.RestartGrace = DefaultRestartGrace
 	}
 	if opts.ReadSecret == nil {
-		opts.ReadSecret = os.ReadFile
+		opts.ReadSecret = readSecretFile
 	}
 	if opts.Probe == nil {
 		opts.Probe = ping
@@ -219,6 +220,12 @@ func bindReason(err error) string {
 		return s[i+2:]
 	}
 	return s
+}
+
+// readSecretFile reads a secret file: a regular file of at most 4 KiB (a
+// named pipe would stop the engine, /dev/zero exhaust its memory).
+func readSecretFile(path string) ([]byte, error) {
+	return smallfile.Read(path, 4096)
 }
 
 func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {

@@ -1,14 +1,18 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -472,5 +476,45 @@ func TestNodeDecidesOnNewestOfBurst(t *testing.T) {
 	}
 	if p := b.n.Status().Peer; p.Healthy || p.States[lb.GroupPeer] != lb.HANoExecutor {
 		t.Errorf("the peer as last heard: healthy %v, state %s; want the newest heartbeat's", p.Healthy, p.States[lb.GroupPeer])
+	}
+}
+
+// TestReadSecretFile: the secret file named in a configuration is read
+// only if it is a regular file of at most 4 KiB. A named pipe used to stop
+// the engine until someone wrote to it; /dev/zero made dlbd read until its
+// memory ran out (3.8 GB in 30 s, the API unanswered).
+func TestReadSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good, big := filepath.Join(dir, "good"), filepath.Join(dir, "big")
+	if err := os.WriteFile(good, []byte("secret-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, bytes.Repeat([]byte("s"), 5000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, path, want string }{
+		{"regular", good, ""},
+		{"named pipe", fifo, "is a named pipe, not a regular file"},
+		{"endless device", "/dev/zero", "is a character device, not a regular file"},
+		{"too large", big, "larger than 4 KiB"},
+	} {
+		start := time.Now()
+		b, err := readSecretFile(tc.path)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%s: took %v", tc.name, took)
+		}
+		if tc.want == "" {
+			if err != nil || string(b) != "secret-secret\n" {
+				t.Errorf("%s: %q, %v", tc.name, b, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error with %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
+
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 // maxSecretFile bounds how much of a secret file is read.
@@ -27,27 +27,17 @@ func LoadSecret(path string) ([]byte, error) {
 	if path == "" {
 		return nil, errors.New("no secret file given")
 	}
-	f, err := os.Open(path)
+	f, fi, err := smallfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening secret file: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("checking secret file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("secret file %s is not a regular file", path)
-	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("%w: %s has mode %04o; run: chmod 600 %s", ErrSecretPermissions, path, perm, path)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	b, err := smallfile.ReadFrom(f, fi, maxSecretFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading secret file: %w", err)
-	}
-	if len(b) > maxSecretFile {
-		return nil, fmt.Errorf("secret file %s is larger than %d bytes", path, maxSecretFile)
 	}
 	b = bytes.TrimSpace(b)
 	switch {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -20,6 +21,10 @@ func TestLoadSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		return p
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -37,6 +42,8 @@ func TestLoadSecret(t *testing.T) {
 		{"too large", file("large", strings.Repeat("a", 5000), 0o600), "", "larger than"},
 		{"missing", filepath.Join(dir, "nope"), "", "no such file"},
 		{"directory", dir, "", "not a regular file"},
+		{"named pipe", fifo, "", "is a named pipe, not a regular file"},
+		{"endless device", "/dev/zero", "", "not a regular file"},
 		{"no path", "", "", "no secret file"},
 	} {
 		got, err := LoadSecret(tc.path)

@@ -5,7 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 // ServerTLSConfig returns the TLS configuration of an agent serving HTTPS
@@ -16,7 +17,7 @@ func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("serving TLS needs both a certificate and a key")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	cert, err := loadKeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading TLS certificate: %w", err)
 	}
@@ -49,7 +50,7 @@ func ClientTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	}
 	switch {
 	case certFile != "" && keyFile != "":
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		cert, err := loadKeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("loading TLS client certificate: %w", err)
 		}
@@ -60,9 +61,27 @@ func ClientTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// maxPEMFile bounds a certificate, key or CA bundle file (a system's
+// whole CA bundle is a few hundred KiB).
+const maxPEMFile = 16 << 20
+
+// loadKeyPair is tls.LoadX509KeyPair reading its files as package
+// smallfile does: regular files of a bounded size.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := smallfile.Read(certFile, maxPEMFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := smallfile.Read(keyFile, maxPEMFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
+}
+
 // loadPool reads a PEM bundle of CA certificates.
 func loadPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
+	pem, err := smallfile.Read(path, maxPEMFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading CA file: %w", err)
 	}

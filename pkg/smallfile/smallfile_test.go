@@ -1,0 +1,71 @@
+package smallfile
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Every kind of file an operator may name by mistake is refused at once,
+// with what it is; none blocks (a named pipe without a writer) or runs
+// for ever (/dev/zero).
+func TestRead(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(write("target", "via a link"), link); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct {
+		name, path string
+		max        int64
+		want       string // content, or the error's words after "ERR "
+	}{
+		{"regular", write("ok", "secret\n"), 64, "secret\n"},
+		{"empty", write("empty", ""), 64, ""},
+		{"exactly max", write("max", "12345678"), 8, "12345678"},
+		{"one byte over", write("over", "123456789"), 8, "ERR larger than 8 bytes"},
+		{"over, in KiB", write("kib", strings.Repeat("a", 5000)), 4096, "ERR larger than 4 KiB"},
+		{"symbolic link to a file", link, 64, "via a link"},
+		{"missing", filepath.Join(dir, "nope"), 64, "ERR no such file"},
+		{"directory", dir, 64, "ERR is a directory, not a regular file"},
+		{"named pipe without a writer", fifo, 64, "ERR is a named pipe, not a regular file"},
+		{"socket", sock, 64, "ERR no such device or address"},
+		{"endless device", "/dev/zero", 64, "ERR is a character device, not a regular file"},
+	} {
+		start := time.Now()
+		got, err := Read(tc.path, tc.max)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%s: took %v", tc.name, took)
+		}
+		if w, ok := strings.CutPrefix(tc.want, "ERR "); ok {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q, %v; want an error with %q", tc.name, got, err, w)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}
