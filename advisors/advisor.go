@@ -107,6 +107,10 @@ type Result struct {
 	// Reason says why the server is down ("connect refused", "timeout
 	// after 2s", "status 503", ...); empty when Up.
 	Reason string
+	// Local says that the probe could not be made for a reason of this
+	// host, not of the server: its source address (the dispatcher's NFA)
+	// is not on the host. Such a result says nothing of the server.
+	Local bool
 }
 
 // LoadMS returns the load in whole milliseconds, at least 1 when Up (a

@@ -91,7 +91,7 @@ func fail(format string, args ...any) error {
 func down(err error) Result {
 	var f *failure
 	if errors.As(err, &f) {
-		return Result{Reason: f.reason}
+		return Result{Reason: f.reason, Local: errors.Is(err, syscall.EADDRNOTAVAIL)}
 	}
 	if err == nil {
 		return Result{Reason: "unknown failure"}

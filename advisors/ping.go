@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
@@ -88,7 +90,9 @@ func ping(ctx context.Context, t Target, socks []pingSocket) Result {
 		}
 	}
 	if c == nil {
-		return Down("cannot open ICMP socket: %s", innerError(openErr))
+		r := Down("cannot open ICMP socket: %s", innerError(openErr))
+		r.Local = errors.Is(openErr, syscall.EADDRNOTAVAIL) // the source is not on the host
+		return r
 	}
 	defer c.Close()
 

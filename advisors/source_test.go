@@ -140,9 +140,27 @@ func TestSourceNotAvailable(t *testing.T) {
 	a, _ := New("connect")
 	tg := loTarget(port)
 	tg.Source = netip.MustParseAddr("198.18.255.253")
-	if r := a.Probe(context.Background(), tg); r.Up || r.Reason != "source address not available" {
-		t.Errorf("%+v", r)
+	if r := a.Probe(context.Background(), tg); r.Up || r.Reason != "source address not available" || !r.Local {
+		t.Errorf("%+v; want down, local", r)
 	}
+	// A server that refuses is no local matter.
+	tg.Source = netip.Addr{}
+	tg.Port = freeLoopbackPort(t)
+	if r := a.Probe(context.Background(), tg); r.Up || r.Local {
+		t.Errorf("refused: %+v; want down, not local", r)
+	}
+}
+
+// freeLoopbackPort returns a TCP port of 127.0.0.1 nothing listens on.
+func freeLoopbackPort(t *testing.T) uint16 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := portOf(t, l.Addr())
+	l.Close()
+	return port
 }
 
 // TestPrivilegedProbesLeaveFromSourceIPv6AndPing: in a network namespace

@@ -21,6 +21,9 @@ type fakeProber struct {
 	mu   sync.Mutex
 	down map[netip.Addr]bool
 	load map[netip.Addr]time.Duration
+	// local makes every probe fail as one leaving from an address the
+	// host does not have does.
+	local bool
 }
 
 func newFakeProber() *fakeProber {
@@ -32,6 +35,9 @@ func (f *fakeProber) DefaultPort() uint16 { return 0 }
 func (f *fakeProber) Probe(_ context.Context, t advisors.Target) advisors.Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.local {
+		return advisors.Result{Reason: "source address not available", Local: true}
+	}
 	if f.down[t.Address] {
 		return advisors.Down("connect refused")
 	}
@@ -182,6 +188,64 @@ func TestAdvisorFailoverAndRecovery(t *testing.T) {
 }
 
 var s2Addr = netip.MustParseAddr("198.18.0.22")
+
+// TestAdvisorCannotProbe: probes that cannot leave this host (its NFA,
+// their source, was removed) say nothing of the servers: they keep their
+// states, the executor keeps sending them connections, and the log says
+// why once per server. (They used to take every server down: the whole
+// service stopped because the dispatcher lost an address of its own.)
+// A server that is down stays down; probes that reach the servers again
+// decide as before.
+func TestAdvisorCannotProbe(t *testing.T) {
+	var logs syncBuffer
+	fp := newFakeProber()
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		logTo(&logs, false)(o)
+		o.NewAdvisor = func(lb.Advisor) (advisors.Advisor, error) { return fp, nil }
+	})
+	base(h)
+	fp.set(s2, true, 0)
+	start := op("advisor", "start", vip+"@80")
+	start.Params = append(start.Params, config.P("advisor", "connect"), config.P("interval", "0.1"),
+		config.P("fall", "1"), config.P("rise", "1"))
+	h.mustApply(start)
+	eventually(t, "the advisor's verdicts", func() bool {
+		a := h.advisorStates(80)
+		return a[s1].State == lb.AdvisorUp && a[s2].State == lb.AdvisorDown
+	})
+
+	fp.mu.Lock()
+	fp.local = true
+	fp.mu.Unlock()
+	eventually(t, "probes that cannot be made", func() bool {
+		a := h.advisorStates(80)
+		return a[s1].LastError != "" && a[s2].LastError != ""
+	})
+	failures := h.advisorStates(80)[s1].Failures
+	time.Sleep(500 * time.Millisecond) // five more intervals
+	a := h.advisorStates(80)
+	if a[s1].State != lb.AdvisorUp || a[s2].State != lb.AdvisorDown {
+		t.Errorf("after probes that could not be made: %s %s, %s %s; want them unchanged (up, down)", s1, a[s1].State, s2, a[s2].State)
+	}
+	if a[s1].Failures != failures {
+		t.Errorf("%s's failures went from %d to %d on probes that never reached it", s1, failures, a[s1].Failures)
+	}
+	if !h.accepts(s1, 80) || h.accepts(s2, 80) {
+		t.Errorf("executor: %s accepts %v (want true), %s %v (want false)", s1, h.accepts(s1, 80), s2, h.accepts(s2, 80))
+	}
+	if n := strings.Count(logs.String(), "advisor cannot probe from this host"); n != 2 {
+		t.Errorf("logged %d times that the advisor cannot probe; want once per server (2)", n)
+	}
+
+	fp.mu.Lock()
+	fp.local = false
+	fp.mu.Unlock()
+	fp.set(s2, false, 0)
+	eventually(t, "probes decide again", func() bool { return h.advisorStates(80)[s2].State == lb.AdvisorUp })
+	if !strings.Contains(logs.String(), "advisor probes again") {
+		t.Error("the probes' return was not logged")
+	}
+}
 
 func TestManagerWeightsFollowAdvisorLoad(t *testing.T) {
 	h, fp, _ := newManagedHarness(t)

@@ -22,8 +22,22 @@ func (e *Engine) syncProbes(cfg lb.Config, ports map[uint16]bool) {
 // when it fails or comes back — failover does not wait for the manager's
 // cycle.
 func (e *Engine) onProbe(r health.Result) {
+	var wasLocal bool
+	if h := e.health.State(r.Key); h != nil {
+		wasLocal = h.Last.Local
+	}
 	from, to, ok := e.health.Record(r)
-	if !ok || from == to {
+	if !ok {
+		return
+	}
+	switch {
+	case r.Res.Local && !wasLocal:
+		e.log.Warn("advisor cannot probe from this host; the server keeps its state until a probe reaches it",
+			"advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port, "state", to, "reason", r.Res.Reason)
+	case !r.Res.Local && wasLocal:
+		e.log.Info("advisor probes again", "advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port)
+	}
+	if from == to {
 		return
 	}
 	e.log.Info("advisor changed a server's state", "advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port,

@@ -792,3 +792,64 @@ func TestPrivilegedE2EFault11InterfaceRenamed(t *testing.T) {
 		t.Errorf("new connections after the renames: %d of 300 answered: %v", r.OK, r.Errors)
 	}
 }
+
+// TestPrivilegedE2EFault12NFARemoved: the dispatcher's NFA is taken off its
+// interface while an http advisor probes the servers from it (a network
+// reconfiguration, an operator's mistake; a link flap does it to an NFA6
+// until the network configuration puts it back). The probes cannot leave
+// the host. Before, every server was marked down and the cluster refused
+// every new connection; now the servers keep their states, the clients
+// see nothing, and once the NFA is back the probes decide again.
+func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	ifname, nfa, vip := l.env["LAB_IF"], l.env["LAB_NFA"], l.vip()
+	l.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5", "--fall", "1", "--rise", "1",
+		"--connecttimeout", "0.5", "--receivetimeout", "0.5")
+	probes := func() []api.AdvisorServer {
+		var adv []api.AdvisorReport
+		l.report(&adv, "advisor", "report")
+		if len(adv) != 1 {
+			return nil
+		}
+		return adv[0].Servers
+	}
+	all := func(what string, cond func(api.AdvisorServer) bool) {
+		t.Helper()
+		poll(t, 5*time.Second, what, func() bool {
+			s := probes()
+			return len(s) == 2 && cond(s[0]) && cond(s[1])
+		})
+	}
+	all("both servers probed up", func(s api.AdvisorServer) bool { return s.State == api.AdvisorUp && s.Probes >= 2 })
+
+	// The subnet stays on the interface (another address of it, promoted
+	// when the NFA goes): only the probes' source is missing.
+	l.mustNS("d", "sysctl", "-qw", "net.ipv4.conf."+ifname+".promote_secondaries=1")
+	l.mustNS("d", "ip", "addr", "add", "198.18.0.6/"+l.env["LAB_PREFIXLEN"], "dev", ifname)
+	l.mustNS("d", "ip", "addr", "del", nfa+"/"+l.env["LAB_PREFIXLEN"], "dev", ifname)
+	all("probes failing to leave", func(s api.AdvisorServer) bool { return s.LastError == "source address not available" })
+	time.Sleep(1500 * time.Millisecond) // three more probes each (fall 1)
+	for _, s := range probes() {
+		t.Logf("NFA gone: %s %s after %d probes, %d failed, last error %q", s.Address, s.State, s.Probes, s.Failures, s.LastError)
+		if s.State != api.AdvisorUp || s.Failures != 0 {
+			t.Errorf("%s: %s with %d failures; want up, none: the probes never reached it", s.Address, s.State, s.Failures)
+		}
+	}
+	for _, s := range l.servers() {
+		if s.State != api.StateUp {
+			t.Errorf("server %s is %s", s.Address, s.State)
+		}
+	}
+	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("new connections while the NFA is gone: %d of 300 answered: %v", r.OK, r.Errors)
+	}
+	if !strings.Contains(l.dlbdLog(), "advisor cannot probe from this host") {
+		t.Error("dlbd did not log that its advisor cannot probe")
+	}
+
+	l.mustNS("d", "ip", "addr", "add", nfa+"/"+l.env["LAB_PREFIXLEN"], "dev", ifname)
+	all("probes reaching the servers again", func(s api.AdvisorServer) bool { return s.State == api.AdvisorUp && s.LastError == "" })
+}

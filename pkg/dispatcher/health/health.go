@@ -104,8 +104,10 @@ type State struct {
 	// server entered its state.
 	Last          advisors.Result
 	LastAt, Since time.Time
-	// Probes and Fails count results and failed ones.
-	Probes, Fails uint64
+	// Probes and Fails count results and failed ones; Local counts the
+	// results that said nothing of the server (advisors.Result.Local),
+	// which count in neither and change nothing else.
+	Probes, Fails, Local uint64
 	// recent holds the loads (ms) of the last up results, newest at
 	// recent[(nRecent-1)%len(recent)]; a down result empties it.
 	recent  [loadWindow]float64
@@ -251,12 +253,22 @@ func (m *Monitor) loop(ctx context.Context, k Key, gen uint64, adv advisors.Advi
 
 // Record applies a result: rise/fall. It returns the state before and
 // after, and false when the result came from a loop stopped since (it is
-// then ignored).
+// then ignored). A result that says nothing of the server (Local) changes
+// no state.
 func (m *Monitor) Record(r Result) (from, to lb.AdvisorState, ok bool) {
 	h := m.states[r.Key]
 	spec, running := m.loops.Spec(r.Key)
 	if !running || !m.loops.Current(r.Key, r.Gen) || h == nil {
 		return 0, 0, false
+	}
+	if r.Res.Local {
+		// The probe could not be made (this host's source address is
+		// missing): the server keeps its state, which only a probe
+		// that reached it may change. Taking every server down because
+		// the dispatcher lost its own address would stop the service.
+		h.Local++
+		h.Last, h.LastAt = r.Res, r.At
+		return h.State, h.State, true
 	}
 	h.Probes++
 	h.Last, h.LastAt = r.Res, r.At

@@ -60,18 +60,35 @@ func (s script) Probe(ctx context.Context, _ advisors.Target) advisors.Result {
 	}
 }
 
+// scripted is a monitor running one probe loop, of a connect advisor with
+// the given rise and fall, whose results the test sends on adv.
+type scripted struct {
+	adv script
+	m   *Monitor
+	a   lb.Advisor
+	k   Key
+	ctx context.Context
+}
+
+func newScripted(t *testing.T, rise, fall int) scripted {
+	t.Helper()
+	adv := script{results: make(chan advisors.Result)}
+	m := NewMonitor(func(lb.Advisor) (advisors.Advisor, error) { return adv, nil })
+	a := lb.NewAdvisor("connect", netip.Addr{}, 80)
+	a.Interval, a.Rise, a.Fall = 0.01, rise, fall
+	k := Key{Advisor: a.Key(), Addr: netip.MustParseAddr("198.18.0.21"), Port: 80}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	m.Sync(ctx, map[Key]Spec{k: {Advisor: a}}, nil)
+	return scripted{adv: adv, m: m, a: a, k: k, ctx: ctx}
+}
+
 // TestRiseFall: the first result decides; afterwards Fall failures in a
 // row take a server down and Rise successes bring it back; results of a
 // stopped loop are ignored.
 func TestRiseFall(t *testing.T) {
-	adv := script{results: make(chan advisors.Result)}
-	m := NewMonitor(func(lb.Advisor) (advisors.Advisor, error) { return adv, nil })
-	a := lb.NewAdvisor("connect", netip.Addr{}, 80)
-	a.Interval, a.Rise, a.Fall = 0.01, 2, 3
-	k := Key{Advisor: a.Key(), Addr: netip.MustParseAddr("198.18.0.21"), Port: 80}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m.Sync(ctx, map[Key]Spec{k: {Advisor: a}}, nil)
+	sc := newScripted(t, 2, 3)
+	adv, m, a, k, ctx := sc.adv, sc.m, sc.a, sc.k, sc.ctx
 	step := func(up bool) lb.AdvisorState {
 		t.Helper()
 		if up {
@@ -104,4 +121,38 @@ func TestRiseFall(t *testing.T) {
 		t.Error("a stopped loop's result was recorded")
 	}
 	m.Stop()
+}
+
+// TestLocalResults: a result that says nothing of the server (its probe
+// could not leave this host) changes no state and breaks no run of
+// results; it is counted apart.
+func TestLocalResults(t *testing.T) {
+	sc := newScripted(t, 2, 2)
+	adv, m, k := sc.adv, sc.m, sc.k
+	defer m.Stop()
+	local := advisors.Result{Reason: "source address not available", Local: true}
+	for i, step := range []struct {
+		res  advisors.Result
+		want lb.AdvisorState
+	}{
+		{local, lb.AdvisorUnknown}, // not even the first result decides
+		{advisors.Result{Up: true, Load: time.Millisecond}, lb.AdvisorUp},
+		{local, lb.AdvisorUp},
+		{local, lb.AdvisorUp},
+		{advisors.Down("refused"), lb.AdvisorUp},
+		{local, lb.AdvisorUp},
+		{advisors.Down("refused"), lb.AdvisorDown}, // two failures in a row, the local one between not counted
+		{local, lb.AdvisorDown},
+	} {
+		adv.results <- step.res
+		if _, _, ok := m.Record(<-m.Results()); !ok {
+			t.Fatal("a current loop's result was ignored")
+		}
+		if got := m.State(k).State; got != step.want {
+			t.Fatalf("result %d (%+v): state %s, want %s", i, step.res, got, step.want)
+		}
+	}
+	if h := m.State(k); h.Probes != 3 || h.Fails != 2 || h.Local != 5 || !h.Last.Local {
+		t.Errorf("counts: %d probes, %d failures, %d local, last %+v; want 3, 2, 5", h.Probes, h.Fails, h.Local, h.Last)
+	}
 }
