@@ -260,7 +260,7 @@ func run(ctx context.Context, o options) error {
 		},
 		RemovePins:       func() ([]string, error) { return datapath.RemovePins(o.pinDir) },
 		Pins:             func() ([]string, error) { return datapath.Pins(o.pinDir) },
-		PinnedIfindex:    func() (int, error) { return datapath.PinnedIfindex(o.pinDir) },
+		PinnedAttachment: func() (lb.Attachment, bool, error) { return datapath.PinnedAttachment(o.pinDir) },
 		Netif:            nif,
 		Guard:            guard,
 		Logger:           log,

@@ -685,29 +685,26 @@ func (d *Datapath) RemovePins() ([]string, error) {
 	return slices.Compact(removed), errors.Join(errs...)
 }
 
-// PinnedIfindex returns the index of the interface the executor pinned
-// under pinDir is attached to, without loading it: 0 when no XDP link is
-// pinned there or its interface was deleted. dlbd asks it when the
-// interface its configuration names is missing at start: an executor
-// still forwarding on an interface renamed while no dlbd ran is followed,
-// not left unseen.
-func PinnedIfindex(pinDir string) (int, error) {
+// PinnedAttachment returns where the executor pinned under pinDir is
+// attached (the interface's index and the program's id), without loading
+// it; false when no XDP link is pinned there or its interface was
+// deleted. dlbd asks it when the interface its configuration names is
+// missing at start: an executor still forwarding on an interface renamed
+// while no dlbd ran is followed, not left unseen.
+func PinnedAttachment(pinDir string) (lb.Attachment, bool, error) {
 	if pinDir == "" {
 		pinDir = DefaultPinDir
 	}
 	l, err := link.LoadPinnedLink(filepath.Join(pinDir, linkPin), nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return lb.Attachment{}, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("loading the pinned XDP link: %w", err)
+		return lb.Attachment{}, false, fmt.Errorf("loading the pinned XDP link: %w", err)
 	}
 	defer l.Close()
 	a, ok := linkAttachment(l)
-	if !ok {
-		return 0, nil
-	}
-	return a.Ifindex, nil
+	return a, ok, nil
 }
 
 // Pins names the executor's pins under pinDir, sorted, without loading

@@ -142,9 +142,9 @@ type Options struct {
 	// them without removing them; nil: none.
 	RemovePins func() ([]string, error)
 	Pins       func() ([]string, error)
-	// PinnedIfindex returns the index of the interface the pinned
-	// executor is attached to, without loading it (0: none); nil: none.
-	PinnedIfindex func() (int, error)
+	// PinnedAttachment returns where the pinned executor is attached,
+	// without loading it (false: nowhere); nil: nowhere.
+	PinnedAttachment func() (lb.Attachment, bool, error)
 	// Netif is the host's networking.
 	Netif Netif
 	// Logger receives the engine's log; slog.Default() when nil.

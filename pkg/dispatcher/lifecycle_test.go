@@ -736,16 +736,18 @@ func TestInterfaceRenamed(t *testing.T) {
 	h = newHarnessWith(t, t.TempDir(), func(o *Options) {
 		logTo(&logs, true)(o)
 		o.Guard = guard
-		o.PinnedIfindex = func() (int, error) {
+		o.PinnedAttachment = func() (lb.Attachment, bool, error) {
 			if h == nil {
-				return 0, nil
+				return lb.Attachment{}, false, nil
 			}
-			if a, ok := h.dp.Attached(); ok {
-				return a.Ifindex, nil
-			}
-			return 0, nil
+			a, ok := h.dp.Attached()
+			return a, ok, nil
 		}
 	})
+	// The interface reports the executor's program (the fake's id 8).
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 8}
+	h.nif.mu.Unlock()
 	guard.mu.Lock()
 	guard.nif = h.nif
 	guard.mu.Unlock()
@@ -760,8 +762,25 @@ func TestInterfaceRenamed(t *testing.T) {
 		}
 	}
 
-	h.nif.rename("eth9")
+	// An interface with the executor's index that does not run its
+	// program (the executor's went to another namespace, where it keeps
+	// its index, and this one got the index here) is not followed.
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 99}
+	h.nif.mu.Unlock()
+	h.nif.rename("other0")
 	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "other0"}
+	time.Sleep(200 * time.Millisecond)
+	if name := h.status(Query{}).Config.Executor.Interface; name != "eth0" {
+		t.Fatalf("the configuration followed an interface that does not run the executor: %s", name)
+	}
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 8}
+	h.nif.mu.Unlock()
+
+	h.nif.rename("eth9")
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "other0"}
 	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "eth9"}
 	followed("eth9")
 	if !strings.Contains(logs.String(), "interface was renamed") || strings.Contains(logs.String(), "event=executorDetached") {

@@ -202,7 +202,7 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 		// Still attached, to an interface that no longer has the name
 		// (renamed): it keeps forwarding there, and the configuration
 		// follows the new name.
-		e.followRename(cfg, att.Ifindex)
+		e.followRename(cfg, att)
 	case lerr != nil:
 		e.detach(fmt.Sprintf("interface %s was deleted", ex.Interface))
 	default:
@@ -217,11 +217,12 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 // of high availability) must find it under the new one. The change is
 // journaled like an operator's. One refused is logged when it first
 // happens and tried again at the next tick.
-func (e *Engine) followRename(cfg lb.Config, ifindex int) {
-	link, err := e.opts.Netif.LinkByIndex(ifindex)
-	if err != nil || link.Name == cfg.Executor.Interface {
+func (e *Engine) followRename(cfg lb.Config, att lb.Attachment) {
+	link, ok := e.executorInterface(att)
+	if !ok || link.Name == cfg.Executor.Interface {
 		return // gone meanwhile, or named so again: the next event decides
 	}
+	ifindex := link.Index
 	from := cfg.Executor.Interface
 	next := cfg
 	next.Executor.Interface = link.Name
@@ -245,18 +246,30 @@ func (e *Engine) followRename(cfg lb.Config, ifindex int) {
 // on is missing while the pinned executor is attached to an interface of
 // another name (renamed while no dlbd ran), and returns that interface.
 func (e *Engine) pinnedRenamed(cfg lb.Config) (lb.Link, bool) {
-	if e.opts.PinnedIfindex == nil {
+	if e.opts.PinnedAttachment == nil {
 		return lb.Link{}, false
 	}
 	if _, err := e.opts.Netif.LinkByName(cfg.Executor.Interface); err == nil {
 		return lb.Link{}, false
 	}
-	ifindex, err := e.opts.PinnedIfindex()
-	if err != nil || ifindex == 0 {
+	att, attached, err := e.opts.PinnedAttachment()
+	if err != nil || !attached {
 		return lb.Link{}, false
 	}
-	link, err := e.opts.Netif.LinkByIndex(ifindex)
-	if err != nil || link.Name == cfg.Executor.Interface {
+	link, ok := e.executorInterface(att)
+	if !ok || link.Name == cfg.Executor.Interface {
+		return lb.Link{}, false
+	}
+	return link, true
+}
+
+// executorInterface returns the interface of this network namespace the
+// executor's attachment att is on: the one with its index that runs its
+// program. (An interface moved to another namespace keeps its index
+// there, and another one here may get it.)
+func (e *Engine) executorInterface(att lb.Attachment) (lb.Link, bool) {
+	link, err := e.opts.Netif.LinkByIndex(att.Ifindex)
+	if err != nil || !link.XDP.Attached || (link.XDP.ID != 0 && link.XDP.ID != att.ProgramID) {
 		return lb.Link{}, false
 	}
 	return link, true
