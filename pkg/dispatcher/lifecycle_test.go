@@ -826,3 +826,24 @@ func TestInterfaceRenamed(t *testing.T) {
 		t.Errorf("cluster address %s not on the renamed interface: %v", v, h.nif.addresses)
 	}
 }
+
+// The executor's XDP link detached by another tool (bpftool link detach):
+// the interface is the same, so the executor is attached again at the
+// next tick, keeping its maps, and the log says what happened (it used to
+// say the interface had been deleted and created again).
+func TestLinkDetachedByAnotherTool(t *testing.T) {
+	var logs syncBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, false))
+	base(h)
+	h.dp.sever()
+	eventually(t, "attached again", func() bool {
+		st := h.status(Query{}).Executor
+		return st.Attached && st.Detached == "" && strings.Contains(logs.String(), "executor re-attached")
+	})
+	if !strings.Contains(logs.String(), "XDP link was detached from eth0 by another tool") {
+		t.Errorf("the log does not say the link was detached:\n%s", logs.String())
+	}
+	if h.opens != 1 {
+		t.Errorf("the executor was loaded %d times; attaching again must keep it (and its maps)", h.opens)
+	}
+}

@@ -303,8 +303,15 @@ func (e *Engine) detach(why string) {
 // forget the client hops they cached through the old one.
 func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	ex := cfg.Executor
+	// The same interface: the executor's link was detached from it by
+	// another tool (bpftool link detach), not by a new interface.
+	same := link.Index == e.exec.attach.ifindex
 	if e.exec.attach.detached == "" {
-		e.detach(fmt.Sprintf("interface %s was replaced", ex.Interface))
+		why := fmt.Sprintf("interface %s was replaced", ex.Interface)
+		if same {
+			why = fmt.Sprintf("the executor's XDP link was detached from %s by another tool", ex.Interface)
+		}
+		e.detach(why)
 	}
 	if link.XDP.Attached {
 		// Another program took the new interface (the executor's own
@@ -336,6 +343,9 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	all := map[netip.Addr]string{}
 	for a := range e.host.configured {
 		all[a] = "its interface was created again"
+		if same {
+			all[a] = "the executor was attached again"
+		}
 	}
 	// The guard first: it went with the old interface.
 	if err := e.guardAddresses(cfg); err != nil {
@@ -399,7 +409,7 @@ func (e *Engine) attached(cfg lb.Config, link lb.Link, msg string) {
 func (e *Engine) logDropped(dp Datapath) {
 	d := dp.Dropped()
 	if len(d) > e.exec.attach.dropped {
-		e.log.Warn("removed the pins of XDP links whose interface had been deleted", "pins", d[e.exec.attach.dropped:])
+		e.log.Warn("removed the pins of XDP links severed from their interface (deleted, or the link detached)", "pins", d[e.exec.attach.dropped:])
 	}
 	e.exec.attach.dropped = len(d)
 }
