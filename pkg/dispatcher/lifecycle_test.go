@@ -95,7 +95,13 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 			h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 				logTo(&logs, true)(o)
 				o.Pins = func() ([]string, error) { return c.pins, nil }
+				o.PinnedAttachment = func() (lb.Attachment, bool, error) {
+					return lb.Attachment{Ifindex: 2, LinkID: 7, ProgramID: 8}, len(c.pins) > 0, nil
+				}
 			})
+			h.nif.mu.Lock()
+			h.nif.xdp = lb.XDPProgram{Attached: true, ID: 8}
+			h.nif.mu.Unlock()
 			from := 0
 			if c.started {
 				base(h)
@@ -105,6 +111,13 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 			warned := strings.Contains(logs.String()[from:], "an executor is pinned that the saved configuration does not start")
 			if warned != c.warned {
 				t.Errorf("warned %v, want %v:\n%s", warned, c.warned, logs.String())
+			}
+			// executor report says so too, for as long as it lasts.
+			reported := slices.ContainsFunc(h.status(Query{Tables: true}).Executor.Warnings, func(w string) bool {
+				return strings.Contains(w, "an executor this configuration does not start is pinned, attached to eth0 (ifindex 2")
+			})
+			if reported != c.warned {
+				t.Errorf("reported %v, want %v: %q", reported, c.warned, h.status(Query{Tables: true}).Executor.Warnings)
 			}
 			h.dp.mu.Lock()
 			removed := h.dp.removed

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -259,6 +260,9 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 	x.Detached, x.DetachedSince = e.exec.attach.detached, e.exec.attach.since
 	if detail {
 		x.Warnings = append(e.natRouteProblems(e.ed.Config()), e.natGROProblems(e.ed.Config())...)
+		if w := e.pinnedUnstarted(); w != "" {
+			x.Warnings = append(x.Warnings, w)
+		}
 	}
 	if e.exec.dp == nil {
 		return
@@ -278,6 +282,30 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 		x.AffinityRecords += n
 	}
 	x.Reasons, x.Events = stats.Reasons, stats.Events
+}
+
+// pinnedUnstarted describes an executor pinned beside a configuration
+// that does not start it (a new or lost state directory): it forwards
+// with what it was last given, which a report saying only "stopped"
+// would hide. "" when there is none.
+func (e *Engine) pinnedUnstarted() string {
+	if e.ed.Config().Executor.Started || e.exec.dp != nil || e.opts.Pins == nil {
+		return ""
+	}
+	if pins, err := e.opts.Pins(); err != nil || len(pins) == 0 {
+		return ""
+	}
+	where := "attached to no interface"
+	if e.opts.PinnedAttachment != nil {
+		if att, ok, err := e.opts.PinnedAttachment(); err == nil && ok {
+			where = fmt.Sprintf("attached to ifindex %d (link id %d, program id %d)", att.Ifindex, att.LinkID, att.ProgramID)
+			if link, ok := e.executorInterface(att); ok {
+				where = fmt.Sprintf("attached to %s (ifindex %d, link id %d, program id %d)", link.Name, att.Ifindex, att.LinkID, att.ProgramID)
+			}
+		}
+	}
+	return "an executor this configuration does not start is pinned, " + where + ", and forwards with what it was last given: " +
+		"\"dlbctl executor start\" takes it over with this configuration (load a saved one first), \"dlbctl executor stop\" removes it"
 }
 
 func (e *Engine) objectStatus(st *Status, q Query, stats lb.DataplaneStats) {
