@@ -243,8 +243,11 @@ func haTable(w io.Writer, r api.HAReport) {
 	}
 	fmt.Fprintf(w, "role:\t%s, recovery %s, port %d (%s)\n", r.Role, r.Recovery, r.Port, run)
 	health := "executor forwarding"
-	if !r.Healthy {
+	switch {
+	case !r.Healthy && r.HealthReason != "":
 		health = "executor not forwarding: " + r.HealthReason
+	case !r.Healthy:
+		health = "not checked (high availability is not running)"
 	}
 	fmt.Fprintf(w, "this dispatcher:\t%s\n", health)
 	for i, g := range r.Groups {

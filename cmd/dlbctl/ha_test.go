@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,5 +123,34 @@ func TestHAStatusAndTakeover(t *testing.T) {
 	}
 	if len(eng.takeovers) != 2 || eng.takeovers[0] != "198.18.0.2" || eng.takeovers[1] != "" {
 		t.Errorf("takeovers %q", eng.takeovers)
+	}
+}
+
+// TestHATableHealth: the status line of this dispatcher says why its
+// executor is not forwarding, and says it was not checked when high
+// availability does not run (it said "executor not forwarding: ", with
+// no reason, for a function configured but not started).
+func TestHATableHealth(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    api.HAReport
+		want string
+	}{
+		{"forwarding", api.HAReport{Configured: true, Running: true, Healthy: true}, "executor forwarding"},
+		{"not forwarding", api.HAReport{Configured: true, Running: true, HealthReason: "interface eth0 is down"},
+			"executor not forwarding: interface eth0 is down"},
+		{"not running", api.HAReport{Configured: true}, "not checked (high availability is not running)"},
+	} {
+		var b bytes.Buffer
+		haTable(&b, tc.r)
+		var line string
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "this dispatcher:") {
+				line = strings.TrimSpace(strings.TrimPrefix(l, "this dispatcher:"))
+			}
+		}
+		if line != tc.want {
+			t.Errorf("%s: %q, want %q\n%s", tc.name, line, tc.want, b.String())
+		}
 	}
 }
