@@ -227,8 +227,9 @@ func TestAdvisorCannotProbe(t *testing.T) {
 	if a[s1].State != lb.AdvisorUp || a[s2].State != lb.AdvisorDown {
 		t.Errorf("after probes that could not be made: %s %s, %s %s; want them unchanged (up, down)", s1, a[s1].State, s2, a[s2].State)
 	}
-	if a[s1].Failures != failures {
-		t.Errorf("%s's failures went from %d to %d on probes that never reached it", s1, failures, a[s1].Failures)
+	if a[s1].Failures != failures || a[s1].Unmade < 3 {
+		t.Errorf("%s: failures went from %d to %d on probes that never reached it, %d counted unmade (want at least 3)",
+			s1, failures, a[s1].Failures, a[s1].Unmade)
 	}
 	if !h.accepts(s1, 80) || h.accepts(s2, 80) {
 		t.Errorf("executor: %s accepts %v (want true), %s %v (want false)", s1, h.accepts(s1, 80), s2, h.accepts(s2, 80))

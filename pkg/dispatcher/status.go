@@ -184,6 +184,9 @@ type AdvisorStatus struct {
 	// Since is when it entered its state.
 	Since            time.Time
 	Probes, Failures uint64
+	// Unmade counts the probes that could not leave this host (its
+	// source address missing): they say nothing of the server.
+	Unmade uint64
 }
 
 // MetricStatus is a server's last load report.
@@ -235,7 +238,7 @@ func (e *Engine) status(q Query) (*Status, error) {
 	}
 	e.health.Each(func(k health.Key, h *health.State) {
 		as := AdvisorStatus{State: h.State, LoadMS: h.Last.LoadMS(), LastError: h.Last.Reason,
-			Since: h.Since, Probes: h.Probes, Failures: h.Fails}
+			Since: h.Since, Probes: h.Probes, Failures: h.Fails, Unmade: h.Local}
 		if h.Probes == 0 {
 			as.LoadMS = 0
 		}

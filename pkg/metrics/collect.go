@@ -325,6 +325,11 @@ func writeAdvisors(t *textWriter, st *dispatcher.Status) {
 	for i, k := range keys {
 		t.counter("dlb_advisor_probe_failures_total", lbls[i], nil, st.Advisors[k].Failures)
 	}
+	t.family("dlb_advisor_probes_unmade_total", "counter",
+		"Probes that could not leave this host (their source, the NFA, is not on it): they say nothing of the server, whose state stays.")
+	for i, k := range keys {
+		t.counter("dlb_advisor_probes_unmade_total", lbls[i], nil, st.Advisors[k].Unmade)
+	}
 }
 
 func writeMetricServers(t *textWriter, st *dispatcher.Status) {

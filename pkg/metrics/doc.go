@@ -43,12 +43,13 @@
 //	dlb_port_manager_pushed                gauge    1 if the last cycle pushed new weights
 //
 // Per advisor probe (labels advisor, server, port; one probe per advisor,
-// server address and port, whatever the clusters) — 4 series each:
+// server address and port, whatever the clusters) — 5 series each:
 //
 //	dlb_advisor_state{state}               gauge    1, labelled up, down or unknown
 //	dlb_advisor_load_seconds               gauge    the last probe's load; absent while down or never probed
 //	dlb_advisor_probes_total               counter
 //	dlb_advisor_probe_failures_total       counter
+//	dlb_advisor_probes_unmade_total        counter  probes that could not leave this host (no NFA)
 //
 // Per server address a metric server reports on (label server): 2 series,
 // and one more per metric the clusters ask for (label metric):

@@ -80,7 +80,7 @@ func sample() *dispatcher.Status {
 		},
 		Advisors: map[health.Key]dispatcher.AdvisorStatus{
 			{Advisor: "http@@80", Addr: s1, Port: 80}: {State: lb.AdvisorUp, LoadMS: 25, Probes: 10, Failures: 1},
-			{Advisor: "http@@80", Addr: s2, Port: 80}: {State: lb.AdvisorDown, LoadMS: -1, Probes: 10, Failures: 4, LastError: "refused"},
+			{Advisor: "http@@80", Addr: s2, Port: 80}: {State: lb.AdvisorDown, LoadMS: -1, Probes: 10, Failures: 4, Unmade: 3, LastError: "refused"},
 		},
 		Metrics: map[netip.Addr]dispatcher.MetricStatus{
 			s1: {Values: map[string]float64{"cpu": 40, quoteMe: 55}, At: now.Add(-2 * time.Second)},
@@ -243,6 +243,7 @@ func TestExposition(t *testing.T) {
 		{"dlb_advisor_load_seconds", adv2, 0, true},
 		{"dlb_advisor_probes_total", adv2, 10, false},
 		{"dlb_advisor_probe_failures_total", adv2, 4, false},
+		{"dlb_advisor_probes_unmade_total", adv2, 3, false},
 		{"dlb_metric_server_load_ratio", map[string]string{"server": s1.String(), "metric": "cpu"}, 0.4, false},
 		{"dlb_metric_server_load_ratio", map[string]string{"server": s1.String(), "metric": quoteMe}, 0.55, false},
 		{"dlb_metric_server_report_age_seconds", map[string]string{"server": s1.String()}, 2, false},
