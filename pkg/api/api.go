@@ -590,6 +590,9 @@ type AdvisorServer struct {
 	LastError      string  `json:"last_error,omitempty"`
 	Probes         uint64  `json:"probes"`
 	Failures       uint64  `json:"failures"`
+	// Unmade counts the probes that could not leave the dispatcher (its
+	// NFA missing), which are neither probes nor failures.
+	Unmade uint64 `json:"unmade,omitempty"`
 }
 
 // MetricReport describes the metric sources and what they reported.

@@ -833,9 +833,9 @@ func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
 	all("probes failing to leave", func(s api.AdvisorServer) bool { return s.LastError == "source address not available" })
 	time.Sleep(1500 * time.Millisecond) // three more probes each (fall 1)
 	for _, s := range probes() {
-		t.Logf("NFA gone: %s %s after %d probes, %d failed, last error %q", s.Address, s.State, s.Probes, s.Failures, s.LastError)
-		if s.State != api.AdvisorUp || s.Failures != 0 {
-			t.Errorf("%s: %s with %d failures; want up, none: the probes never reached it", s.Address, s.State, s.Failures)
+		t.Logf("NFA gone: %s %s after %d probes, %d failed, %d unmade, last error %q", s.Address, s.State, s.Probes, s.Failures, s.Unmade, s.LastError)
+		if s.State != api.AdvisorUp || s.Failures != 0 || s.Unmade == 0 {
+			t.Errorf("%s: %s with %d failures, %d unmade; want up, none, some: the probes never reached it", s.Address, s.State, s.Failures, s.Unmade)
 		}
 	}
 	for _, s := range l.servers() {
