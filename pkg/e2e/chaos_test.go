@@ -123,6 +123,8 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 		{name: "second dlbd attempt", inject: (*soak).secondDlbd},
 		{name: "socket deleted", inject: (*soak).socketDeleted},
 		{name: "state and pins deleted, restart", inject: (*soak).filesDeleted},
+		{name: "interface renamed, and back", window: time.Second, inject: (*soak).renamed},
+		{name: "NFA off the interface", inject: (*soak).nfaRemoved},
 	}
 
 	tr, err := startTraffic(l.env["LAB_C1_NS"], vip+":80", l.backend(soakSpare)+":80", 12, 4)
@@ -288,6 +290,46 @@ func (s *soak) downUp(rng *rand.Rand) injected {
 	time.Sleep(down)
 	s.l.mustNS("d", "ip", "link", "set", ifname, "up")
 	return injected{start: start, end: s.since(), note: fmt.Sprintf("down for %v", down)}
+}
+
+// renamed renames the executor's interface (down, rename, up: what "ip
+// link set name" needs) and, once dlbd follows, renames it back.
+func (s *soak) renamed(*rand.Rand) injected {
+	ifname := s.l.env["LAB_IF"]
+	start := s.since()
+	var took []string
+	for _, p := range [][2]string{{ifname, ifname + "r"}, {ifname + "r", ifname}} {
+		s.l.mustNS("d", "ip", "link", "set", p[0], "down")
+		s.l.mustNS("d", "ip", "link", "set", p[0], "name", p[1])
+		s.l.mustNS("d", "ip", "link", "set", p[1], "up")
+		renamed := s.since()
+		for s.l.executor().Interface != p[1] {
+			if s.since()-renamed > 3*time.Second {
+				s.t.Errorf("dlbd did not follow the rename of %s to %s in 3 s", p[0], p[1])
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		took = append(took, (s.since() - renamed).Round(time.Millisecond).String())
+	}
+	return injected{start: start, end: s.since(), note: "followed after " + strings.Join(took, " and ")}
+}
+
+// nfaRemoved takes the NFA, the advisors' source, off the interface for
+// longer than the advisors need to find a server down (fall 2 at 0.5 s),
+// then puts it back. Another address keeps the subnet on the interface.
+// No connection may fail: the probes that cannot leave say nothing of
+// the servers.
+func (s *soak) nfaRemoved(rng *rand.Rand) injected {
+	ifname, nfa := s.l.env["LAB_IF"], s.l.env["LAB_NFA"]+"/"+s.l.env["LAB_PREFIXLEN"]
+	s.l.mustNS("d", "sysctl", "-qw", "net.ipv4.conf."+ifname+".promote_secondaries=1")
+	s.l.mustNS("d", "ip", "addr", "replace", "198.18.0.6/"+s.l.env["LAB_PREFIXLEN"], "dev", ifname)
+	gone := time.Duration(1500+rng.IntN(1000)) * time.Millisecond
+	start := s.since()
+	s.l.mustNS("d", "ip", "addr", "del", nfa, "dev", ifname)
+	time.Sleep(gone)
+	s.l.mustNS("d", "ip", "addr", "add", nfa, "dev", ifname)
+	return injected{start: start, end: s.since(), note: fmt.Sprintf("gone for %v", gone)}
 }
 
 func (s *soak) backendRestart(rng *rand.Rand) injected {
