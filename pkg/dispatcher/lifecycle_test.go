@@ -860,3 +860,29 @@ func TestLinkDetachedByAnotherTool(t *testing.T) {
 		t.Errorf("the executor was loaded %d times; attaching again must keep it (and its maps)", h.opens)
 	}
 }
+
+// The executor's interface moved to another network namespace (ip link
+// set X netns Y): the link stays attached to it there, and the report
+// says so rather than "attached" alone; nothing is followed or detached,
+// and when the interface comes back all is as before.
+func TestInterfaceMovedToAnotherNamespace(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), logTo(io.Discard, true))
+	base(h)
+	moved := func() bool {
+		return slices.ContainsFunc(h.status(Query{Tables: true}).Executor.Warnings, func(w string) bool {
+			return strings.Contains(w, "ifindex 2, which is no interface of this network namespace")
+		})
+	}
+	if moved() {
+		t.Fatal("warned before the interface moved")
+	}
+	h.nif.setIfindex(0) // gone from this namespace; the link stays attached
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "the report says where the executor is", moved)
+	if st := h.status(Query{}); st.Config.Executor.Interface != "eth0" || !st.Executor.Attached || st.Executor.Detached != "" {
+		t.Errorf("while moved: interface %q, executor %+v", st.Config.Executor.Interface, st.Executor)
+	}
+	h.nif.setIfindex(2)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "no warning once it is back", func() bool { return !moved() })
+}

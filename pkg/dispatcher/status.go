@@ -274,6 +274,10 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 	x.Loaded, x.Info = true, dp.Info()
 	if a, ok := dp.Attached(); ok {
 		x.Attached, x.Attachment = true, a
+		if _, err := e.opts.Netif.LinkByIndex(a.Ifindex); detail && err != nil {
+			x.Warnings = append(x.Warnings, fmt.Sprintf("the executor is attached to ifindex %d, which is no interface of this network namespace "+
+				"(moved to another namespace?): it forwards there, not here, until the interface comes back", a.Ifindex))
+		}
 	}
 	x.AttachedMode = e.host.attachedMode
 	if detail {
