@@ -275,6 +275,21 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 // since is the time since the traffic started.
 func (s *soak) since() time.Duration { return time.Since(s.tr.start) }
 
+// waitFor polls cond every 20 ms until it holds, for at most limit from
+// from (a time of s.since), and returns how long after from it held; if
+// it did not, the test fails with failure (the soak goes on) and waitFor
+// returns false.
+func (s *soak) waitFor(from, limit time.Duration, failure string, cond func() bool) (time.Duration, bool) {
+	for !cond() {
+		if s.since()-from > limit {
+			s.t.Error(failure)
+			return s.since() - from, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s.since() - from, true
+}
+
 func (s *soak) killRestart(*rand.Rand) injected {
 	start := s.since()
 	s.l.killDlbd(syscall.SIGKILL)
@@ -302,15 +317,9 @@ func (s *soak) renamed(*rand.Rand) injected {
 		s.l.mustNS("d", "ip", "link", "set", p[0], "down")
 		s.l.mustNS("d", "ip", "link", "set", p[0], "name", p[1])
 		s.l.mustNS("d", "ip", "link", "set", p[1], "up")
-		renamed := s.since()
-		for s.l.executor().Interface != p[1] {
-			if s.since()-renamed > 3*time.Second {
-				s.t.Errorf("dlbd did not follow the rename of %s to %s in 3 s", p[0], p[1])
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		took = append(took, (s.since() - renamed).Round(time.Millisecond).String())
+		d, _ := s.waitFor(s.since(), 3*time.Second, fmt.Sprintf("dlbd did not follow the rename of %s to %s in 3 s", p[0], p[1]),
+			func() bool { return s.l.executor().Interface == p[1] })
+		took = append(took, d.Round(time.Millisecond).String())
 	}
 	return injected{start: start, end: s.since(), note: "followed after " + strings.Join(took, " and ")}
 }
@@ -412,17 +421,12 @@ func (s *soak) socketDeleted(*rand.Rand) injected {
 	if err := os.Remove(s.l.sock); err != nil {
 		s.t.Errorf("deleting the socket: %v", err)
 	}
-	var took time.Duration
-	for {
-		if _, _, code := s.l.ctl("executor", "report", "-o", "json"); code == 0 {
-			took = s.since() - start
-			break
-		}
-		if s.since()-start > 5*time.Second {
-			s.t.Errorf("the socket was not back after 5 s")
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	took, back := s.waitFor(start, 5*time.Second, "the socket was not back after 5 s", func() bool {
+		_, _, code := s.l.ctl("executor", "report", "-o", "json")
+		return code == 0
+	})
+	if !back {
+		took = 0
 	}
 	if took > time.Second {
 		s.t.Errorf("the socket came back after %v, want within 1 s", took)
@@ -441,19 +445,13 @@ func (s *soak) filesDeleted(*rand.Rand) injected {
 			s.t.Errorf("deleting %s: %v", dir, err)
 		}
 	}
-	var back time.Duration
-	for {
+	back, ok := s.waitFor(start, 5*time.Second, "the state and the pins were not written back after 5 s", func() bool {
 		_, errS := os.Stat(filepath.Join(s.l.state, "state.json"))
 		_, errP := os.Stat(filepath.Join(s.l.pinDir, "link"))
-		if errS == nil && errP == nil {
-			back = s.since() - start
-			break
-		}
-		if s.since()-start > 5*time.Second {
-			s.t.Errorf("the state and the pins were not written back after 5 s")
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errS == nil && errP == nil
+	})
+	if !ok {
+		back = 0
 	}
 	s.l.killDlbd(syscall.SIGTERM)
 	s.l.startDlbd()

@@ -166,6 +166,16 @@ func checkHeld(t *testing.T, held <-chan loadResult, n int) {
 	}
 }
 
+// checkNewConnections opens 300 new connections to the cluster address
+// (10 at a time) and checks that all were answered; when says when, for
+// the error.
+func (l *lab) checkNewConnections(t *testing.T, when string) {
+	t.Helper()
+	if r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "300", "-c", "10"); r.OK != 300 {
+		t.Errorf("new connections %s: %d of 300 answered: %v", when, r.OK, r.Errors)
+	}
+}
+
 // TestPrivilegedE2EFault4InterfaceRecreated: the executor's interface is
 // deleted and created again. dlbd reports the executor detached (and runs
 // executorDetached), attaches to the new interface keeping its maps (so
@@ -236,9 +246,7 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	if !guarded() {
 		t.Error("no guard on the new interface: the host would reset connections to the cluster address while the executor is detached")
 	}
-	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
-		t.Errorf("new connections after re-attaching: %d of 300 answered: %v", r.OK, r.Errors)
-	}
+	l.checkNewConnections(t, "after re-attaching")
 	checkHeld(t, held, 8)
 	// The lab's dispatcher has one interface: a frame redirected went
 	// to the deleted interface's index (maps written after the attach).
@@ -270,9 +278,7 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 		return ex.State == api.ExecutorAttached && l.hasAddr(vip)
 	})
 	t.Logf("after a restart without the interface: attached %v after it was created", took.Round(time.Millisecond))
-	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
-		t.Errorf("new connections: %d of 300 answered: %v", r.OK, r.Errors)
-	}
+	l.checkNewConnections(t, "after a restart without the interface")
 
 	// executor stop: no pin left, and it says which it removed.
 	out := l.mustCtl("executor", "stop")
@@ -289,9 +295,7 @@ func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	}
 	l.mustCtl("executor", "start", "--interface", ifname, "--xdp-mode", "generic")
 	l.waitServersUp()
-	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
-		t.Errorf("after stop and start: %d of 300 answered: %v", r.OK, r.Errors)
-	}
+	l.checkNewConnections(t, "after stop and start")
 }
 
 // serverMAC returns the MAC the executor uses for a server.
@@ -675,7 +679,7 @@ func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
 	l := newLab(t, 2)
 	l.startDlbd()
 	l.configure("generic", 10, 10)
-	vip, target := l.vip(), l.vip()+"@80@"+l.backend(1)
+	target := l.vip() + "@80@" + l.backend(1)
 	before := l.executor()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -716,9 +720,7 @@ func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
 		t.Errorf("after the restart: %d servers, %s weight %d; want 2, and the change made after the deletion (7)", n, target, weight)
 	}
 	checkHeld(t, held, 8)
-	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
-		t.Errorf("new connections after the restart: %d of 300 answered: %v", r.OK, r.Errors)
-	}
+	l.checkNewConnections(t, "after the restart")
 }
 
 // TestPrivilegedE2EFault11InterfaceRenamed: the executor's interface is
@@ -788,9 +790,7 @@ func TestPrivilegedE2EFault11InterfaceRenamed(t *testing.T) {
 		t.Errorf("after removing cluster %s: its address on %s %v (want gone), %s's %v (want there)", vip2, second, on(second, vip2), vip, on(second, vip))
 	}
 	checkHeld(t, held, 8)
-	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
-		t.Errorf("new connections after the renames: %d of 300 answered: %v", r.OK, r.Errors)
-	}
+	l.checkNewConnections(t, "after the renames")
 }
 
 // TestPrivilegedE2EFault12NFARemoved: the dispatcher's NFA is taken off its
@@ -843,9 +843,7 @@ func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
 			t.Errorf("server %s is %s", s.Address, s.State)
 		}
 	}
-	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "300", "-c", "10"); r.OK != 300 {
-		t.Errorf("new connections while the NFA is gone: %d of 300 answered: %v", r.OK, r.Errors)
-	}
+	l.checkNewConnections(t, "while the NFA is gone")
 	if !strings.Contains(l.dlbdLog(), "advisor cannot probe from this host") {
 		t.Error("dlbd did not log that its advisor cannot probe")
 	}
