@@ -403,9 +403,7 @@ func TestExecutorStartOnAnotherProgram(t *testing.T) {
 			h := newHarness(t, t.TempDir())
 			cl := op("cluster", "add", vip, "configure", "yes")
 			h.mustApply(cl, op("port", "add", vip+"@80"), op("server", "add", vip+"@80@198.18.0.21"))
-			h.nif.mu.Lock()
-			h.nif.xdp = c.xdp
-			h.nif.mu.Unlock()
+			h.nif.setXDP(c.xdp)
 			h.dp.mu.Lock()
 			h.dp.occupied, h.dp.described = busy, c.described
 			h.dp.mu.Unlock()

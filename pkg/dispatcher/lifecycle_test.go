@@ -57,6 +57,13 @@ func (n *fakeNetif) setIfindex(i int) {
 	n.ifindex = i
 }
 
+// setXDP sets the XDP program the interface reports.
+func (n *fakeNetif) setXDP(p lb.XDPProgram) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.xdp = p
+}
+
 func (n *fakeNetif) setNoRoutes(b bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -99,9 +106,7 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 					return lb.Attachment{Ifindex: 2, LinkID: 7, ProgramID: 8}, len(c.pins) > 0, nil
 				}
 			})
-			h.nif.mu.Lock()
-			h.nif.xdp = lb.XDPProgram{Attached: true, ID: 8}
-			h.nif.mu.Unlock()
+			h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 8})
 			from := 0
 			if c.started {
 				base(h)
@@ -181,9 +186,7 @@ func TestInterfaceRecreatedTakenByAnotherProgram(t *testing.T) {
 	wholes := h.dp.wholes
 	h.dp.mu.Unlock()
 
-	h.nif.mu.Lock()
-	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 41, Mode: lb.XDPGeneric}
-	h.nif.mu.Unlock()
+	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 41, Mode: lb.XDPGeneric})
 	h.dp.mu.Lock()
 	h.dp.described = lb.XDPProgram{Name: "xdp_fw"}
 	h.dp.occupied = fmt.Errorf("create link: %w", syscall.EBUSY) // as the kernel refuses
@@ -214,9 +217,7 @@ func TestInterfaceRecreatedTakenByAnotherProgram(t *testing.T) {
 		t.Errorf("the refusal logged %d times as an error and %d as a retry; want once, then retries quietly", errors, retries)
 	}
 
-	h.nif.mu.Lock()
-	h.nif.xdp = lb.XDPProgram{}
-	h.nif.mu.Unlock()
+	h.nif.setXDP(lb.XDPProgram{})
 	h.dp.mu.Lock()
 	h.dp.occupied = nil
 	h.dp.mu.Unlock()
@@ -758,14 +759,19 @@ func TestInterfaceRenamed(t *testing.T) {
 		}
 	})
 	// The interface reports the executor's program (the fake's id 8).
-	h.nif.mu.Lock()
-	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 8}
-	h.nif.mu.Unlock()
+	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 8})
 	guard.mu.Lock()
 	guard.nif = h.nif
 	guard.mu.Unlock()
 	base(h)
 	v, v2 := netip.MustParseAddr(vip), netip.MustParseAddr(vip2)
+	// rename renames the interface as the kernel reports it: the old
+	// name removed, the new one added, with the same index.
+	rename := func(from, to string) {
+		h.nif.rename(to)
+		h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: from}
+		h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: to}
+	}
 	followed := func(name string) {
 		t.Helper()
 		eventually(t, "the configuration names "+name, func() bool { return h.status(Query{}).Config.Executor.Interface == name })
@@ -778,23 +784,15 @@ func TestInterfaceRenamed(t *testing.T) {
 	// An interface with the executor's index that does not run its
 	// program (the executor's went to another namespace, where it keeps
 	// its index, and this one got the index here) is not followed.
-	h.nif.mu.Lock()
-	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 99}
-	h.nif.mu.Unlock()
-	h.nif.rename("other0")
-	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
-	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "other0"}
+	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 99})
+	rename("eth0", "other0")
 	time.Sleep(200 * time.Millisecond)
 	if name := h.status(Query{}).Config.Executor.Interface; name != "eth0" {
 		t.Fatalf("the configuration followed an interface that does not run the executor: %s", name)
 	}
-	h.nif.mu.Lock()
-	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 8}
-	h.nif.mu.Unlock()
+	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 8})
 
-	h.nif.rename("eth9")
-	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "other0"}
-	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "eth9"}
+	rename("other0", "eth9")
 	followed("eth9")
 	if !strings.Contains(logs.String(), "interface was renamed") || strings.Contains(logs.String(), "event=executorDetached") {
 		t.Errorf("want the rename logged, and no executorDetached event:\n%s", logs.String())
