@@ -45,6 +45,9 @@ const (
 	idleHold = 1
 	// maxPassword is the longest TCP MD5 key (RFC 2385, TCP_MD5SIG_MAXKEYLEN).
 	maxPassword = 80
+	// maxPasswordFile bounds the password file read: a line of a key and
+	// its newline, with room to say what else the file held.
+	maxPasswordFile = 4 << 10
 )
 
 // Speaker is the BGP speaker. It is safe for concurrent use.
@@ -142,7 +145,7 @@ func (s *Speaker) Check(b lb.BGP) error {
 // readPassword reads a TCP MD5 key from a file (one line; the trailing
 // newline is not part of it).
 func readPassword(file string) (string, error) {
-	b, err := smallfile.Read(file, 4096)
+	b, err := smallfile.Read(file, maxPasswordFile)
 	if err != nil {
 		return "", fmt.Errorf("reading the password: %w", err)
 	}

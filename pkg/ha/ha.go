@@ -222,10 +222,14 @@ func bindReason(err error) string {
 	return s
 }
 
-// readSecretFile reads a secret file: a regular file of at most 4 KiB (a
-// named pipe would stop the engine, /dev/zero exhaust its memory).
+// maxSecretFile bounds the secret file read.
+const maxSecretFile = 4 << 10
+
+// readSecretFile reads a secret file: a regular file of at most
+// maxSecretFile bytes (a named pipe would stop the engine, /dev/zero
+// exhaust its memory).
 func readSecretFile(path string) ([]byte, error) {
-	return smallfile.Read(path, 4096)
+	return smallfile.Read(path, maxSecretFile)
 }
 
 func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
