@@ -109,7 +109,10 @@ type Result struct {
 	Reason string
 	// Local says that the probe could not be made for a reason of this
 	// host, not of the server: its source address (the dispatcher's NFA)
-	// is not on the host. Such a result says nothing of the server.
+	// is not on the host, the host has no route to the server, it is out
+	// of file descriptors or memory, its own firewall refused the probe,
+	// or an exec advisor's program could not be started. Such a result
+	// says nothing of the server.
 	Local bool
 }
 

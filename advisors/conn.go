@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -74,6 +75,9 @@ var (
 type failure struct {
 	reason string
 	err    error // the underlying error, if any
+	// local says the probe could not be made for a reason of this host
+	// (see Result.Local).
+	local bool
 }
 
 func (f *failure) Error() string { return f.reason }
@@ -91,12 +95,58 @@ func fail(format string, args ...any) error {
 func down(err error) Result {
 	var f *failure
 	if errors.As(err, &f) {
-		return Result{Reason: f.reason, Local: errors.Is(err, syscall.EADDRNOTAVAIL)}
+		return Result{Reason: f.reason, Local: f.local || hostFault(err)}
 	}
 	if err == nil {
 		return Result{Reason: "unknown failure"}
 	}
-	return Result{Reason: err.Error()}
+	return Result{Reason: err.Error(), Local: hostFault(err)}
+}
+
+// hostFaults are the errors a probe can only get from this host: its
+// source address is missing, it is out of file descriptors, memory or
+// buffers, or its own firewall or security policy refused the packet.
+// None of them says anything of the server.
+var hostFaults = []error{syscall.EADDRNOTAVAIL, syscall.EMFILE, syscall.ENFILE,
+	syscall.ENOBUFS, syscall.ENOMEM, syscall.EPERM, syscall.EACCES}
+
+// hostFault reports whether err is one of hostFaults.
+func hostFault(err error) bool {
+	for _, h := range hostFaults {
+		if errors.Is(err, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// unreachable classifies a "network unreachable" or "host unreachable"
+// error. A router's ICMP error or a neighbour that does not answer says
+// the server cannot be reached; this host having no route to it (its
+// interface's address or route taken away) says nothing of the server,
+// and the executor, which forwards by the servers' MAC addresses, goes
+// on reaching it.
+func unreachable(reason string, err error, t Target) *failure {
+	if rerr := routeFromHost(t); rerr != nil {
+		return &failure{reason: reason + ": no route from this host", err: err, local: true}
+	}
+	return &failure{reason: reason, err: err}
+}
+
+// routeFromHost looks up this host's route to t's address from t's source
+// by connecting a UDP socket, which sends nothing, and returns the
+// lookup's error.
+func routeFromHost(t Target) error {
+	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.Address, 9)) // discard: nothing is sent
+	var src *net.UDPAddr
+	if s := t.SourceAddr(); s.IsValid() {
+		src = net.UDPAddrFromAddrPort(netip.AddrPortFrom(s, 0))
+	}
+	c, err := net.DialUDP("udp", src, dst)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // withDefaultPort returns t with Port set to def when t.Port is zero.
@@ -170,28 +220,28 @@ func dial(ctx context.Context, t Target) (*session, error) {
 	defer cancel()
 	c, err := t.dialer("tcp").DialContext(dctx, "tcp", t.HostPort())
 	if err != nil {
-		return nil, dialFailure(ctx, err, ct)
+		return nil, dialFailure(ctx, t, err, ct)
 	}
 	return newSession(ctx, c, t.ReceiveTimeoutOrDefault(), start), nil
 }
 
-// dialFailure classifies a connect error.
-func dialFailure(ctx context.Context, err error, timeout time.Duration) error {
+// dialFailure classifies an error connecting to t.
+func dialFailure(ctx context.Context, t Target, err error, timeout time.Duration) error {
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
-		return &failure{"canceled", err}
+		return &failure{reason: "canceled", err: err}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &failure{"connect refused", err}
+		return &failure{reason: "connect refused", err: err}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
-		return &failure{"connect timeout after " + fmtDur(timeout), err}
+		return &failure{reason: "connect timeout after " + fmtDur(timeout), err: err}
 	case errors.Is(err, syscall.EHOSTUNREACH):
-		return &failure{"host unreachable", err}
+		return unreachable("host unreachable", err, t)
 	case errors.Is(err, syscall.ENETUNREACH):
-		return &failure{"network unreachable", err}
+		return unreachable("network unreachable", err, t)
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
-		return &failure{"source address not available", err}
+		return &failure{reason: "source address not available", err: err}
 	}
-	return &failure{"connect failed: " + innerError(err), err}
+	return &failure{reason: "connect failed: " + innerError(err), err: err}
 }
 
 // newSession wraps an established connection; start is when the exchange
@@ -360,33 +410,33 @@ func (s *session) classify(err error) error {
 	case errors.As(err, &f):
 		return err
 	case errors.Is(s.ctx.Err(), context.Canceled):
-		return &failure{"canceled", err}
+		return &failure{reason: "canceled", err: err}
 	case errors.Is(err, errLineTooLong), errors.Is(err, errReplyTooLarge):
-		return &failure{err.Error(), err}
+		return &failure{reason: err.Error(), err: err}
 	case errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err), errors.Is(s.ctx.Err(), context.DeadlineExceeded):
-		return &failure{"no reply within " + fmtDur(s.recv), err}
+		return &failure{reason: "no reply within " + fmtDur(s.recv), err: err}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		if s.cnt.read == 0 {
-			return &failure{"connection closed without reply", err}
+			return &failure{reason: "connection closed without reply", err: err}
 		}
-		return &failure{"connection closed before end of reply", err}
+		return &failure{reason: "connection closed before end of reply", err: err}
 	case errors.Is(err, syscall.ECONNRESET):
-		return &failure{"connection reset", err}
+		return &failure{reason: "connection reset", err: err}
 	}
-	return &failure{"read failed: " + innerError(err), err}
+	return &failure{reason: "read failed: " + innerError(err), err: err}
 }
 
 // classifyWrite maps a write error.
 func (s *session) classifyWrite(err error) error {
 	switch {
 	case errors.Is(s.ctx.Err(), context.Canceled):
-		return &failure{"canceled", err}
+		return &failure{reason: "canceled", err: err}
 	case errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err):
-		return &failure{"send timeout after " + fmtDur(s.recv), err}
+		return &failure{reason: "send timeout after " + fmtDur(s.recv), err: err}
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return &failure{"connection reset", err}
+		return &failure{reason: "connection reset", err: err}
 	}
-	return &failure{"write failed: " + innerError(err), err}
+	return &failure{reason: "write failed: " + innerError(err), err: err}
 }
 
 // classifyTLS maps a handshake error: timeouts, resets and cancellation as
@@ -394,17 +444,17 @@ func (s *session) classifyWrite(err error) error {
 func (s *session) classifyTLS(err error) error {
 	switch {
 	case errors.Is(s.ctx.Err(), context.Canceled):
-		return &failure{"canceled", err}
+		return &failure{reason: "canceled", err: err}
 	case errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err), errors.Is(s.ctx.Err(), context.DeadlineExceeded):
-		return &failure{"TLS handshake timeout after " + fmtDur(s.recv), err}
+		return &failure{reason: "TLS handshake timeout after " + fmtDur(s.recv), err: err}
 	case errors.Is(err, errReplyTooLarge):
-		return &failure{"TLS handshake failed: " + err.Error(), err}
+		return &failure{reason: "TLS handshake failed: " + err.Error(), err: err}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return &failure{"TLS handshake failed: connection closed", err}
+		return &failure{reason: "TLS handshake failed: connection closed", err: err}
 	case errors.Is(err, syscall.ECONNRESET):
-		return &failure{"TLS handshake failed: connection reset", err}
+		return &failure{reason: "TLS handshake failed: connection reset", err: err}
 	}
-	return &failure{"TLS handshake failed: " + innerError(err), err}
+	return &failure{reason: "TLS handshake failed: " + innerError(err), err: err}
 }
 
 // isTimeout reports whether err is a net.Error timeout.

@@ -131,7 +131,7 @@ func (a dnsAdvisor) Probe(ctx context.Context, t Target) Result {
 	recv := budget(ctx, t.ReceiveTimeoutOrDefault())
 	c, err := t.dialer("udp").DialContext(ctx, "udp", t.HostPort())
 	if err != nil {
-		return down(dialFailure(ctx, err, recv))
+		return down(dialFailure(ctx, t, err, recv))
 	}
 	defer c.Close()
 	_ = c.SetDeadline(start.Add(recv))
@@ -139,13 +139,13 @@ func (a dnsAdvisor) Probe(ctx context.Context, t Target) Result {
 	defer stop()
 
 	if _, err := c.Write(query); err != nil {
-		return down(datagramFailure(ctx, err, recv))
+		return down(datagramFailure(ctx, t, err, recv))
 	}
 	buf := make([]byte, dns.MaxMsgSize)
 	for {
 		n, err := c.Read(buf)
 		if err != nil {
-			return down(datagramFailure(ctx, err, recv))
+			return down(datagramFailure(ctx, t, err, recv))
 		}
 		reply := new(dns.Msg)
 		if err := reply.Unpack(buf[:n]); err != nil {
@@ -196,19 +196,19 @@ func answerContains(reply *dns.Msg, substr string) bool {
 }
 
 // datagramFailure classifies a send or receive error on a datagram socket
-// (dns over UDP, ping).
-func datagramFailure(ctx context.Context, err error, recv time.Duration) error {
+// to t (dns over UDP, ping).
+func datagramFailure(ctx context.Context, t Target, err error, recv time.Duration) error {
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
-		return &failure{"canceled", err}
+		return &failure{reason: "canceled", err: err}
 	case errors.Is(err, os.ErrDeadlineExceeded), isTimeout(err), errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return &failure{"no reply within " + fmtDur(recv), err}
+		return &failure{reason: "no reply within " + fmtDur(recv), err: err}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &failure{"port unreachable", err}
+		return &failure{reason: "port unreachable", err: err}
 	case errors.Is(err, syscall.EHOSTUNREACH):
-		return &failure{"host unreachable", err}
+		return unreachable("host unreachable", err, t)
 	case errors.Is(err, syscall.ENETUNREACH):
-		return &failure{"network unreachable", err}
+		return unreachable("network unreachable", err, t)
 	}
-	return &failure{"read failed: " + innerError(err), err}
+	return &failure{reason: "read failed: " + innerError(err), err: err}
 }

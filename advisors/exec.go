@@ -118,7 +118,9 @@ func (e Exec) Probe(ctx context.Context, t Target) Result {
 	case r.TimedOut:
 		return Down("timeout after %s", fmtDur(limit))
 	case !r.Started():
-		return Down("cannot run program: %s", innerError(r.Err))
+		res := Down("cannot run program: %s", innerError(r.Err))
+		res.Local = true // missing, not executable, or no process to run it in: this host's fault
+		return res
 	case r.Err != nil:
 		if sig, ok := r.Signaled(); ok {
 			return Down("killed by signal %s", signalName(sig))

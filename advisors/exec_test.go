@@ -67,8 +67,8 @@ func TestExec(t *testing.T) {
 	}
 	t.Run("missing program", func(t *testing.T) {
 		r, _ := probeTimed(t, Exec{Program: "/nonexistent/dlb-check"}, tg)
-		if r.Up || !strings.HasPrefix(r.Reason, "cannot run program: ") {
-			t.Fatalf("%+v", r)
+		if r.Up || !strings.HasPrefix(r.Reason, "cannot run program: ") || !r.Local {
+			t.Fatalf("%+v; want down, local: a program this host cannot run says nothing of the server", r)
 		}
 		r, _ = probeTimed(t, Exec{}, tg)
 		if r.Up || r.Reason != "no program" {

@@ -339,7 +339,7 @@ func httpReadFailure(s *session, err error) error {
 	switch {
 	case s.cnt.left <= 0:
 		// The parser may report the cut line rather than the cap.
-		return &failure{errReplyTooLarge.Error(), err}
+		return &failure{reason: errReplyTooLarge.Error(), err: err}
 	case s.Expired():
 		// Or the line cut by the deadline rather than the timeout.
 		return s.classify(os.ErrDeadlineExceeded)
@@ -347,7 +347,7 @@ func httpReadFailure(s *session, err error) error {
 	cerr := s.classify(err)
 	var f *failure
 	if errors.As(cerr, &f) && strings.HasPrefix(f.reason, "read failed: ") {
-		return &failure{"bad HTTP reply: " + printable(err.Error(), 80), err}
+		return &failure{reason: "bad HTTP reply: " + printable(err.Error(), 80), err: err}
 	}
 	return cerr
 }

@@ -89,7 +89,7 @@ func (a imapAdvisor) Probe(ctx context.Context, t Target) Result {
 			}
 			if n, ok := imapLiteral(line); ok {
 				if n > maxReplyBytes {
-					return down(&failure{errReplyTooLarge.Error(), errReplyTooLarge})
+					return down(&failure{reason: errReplyTooLarge.Error(), err: errReplyTooLarge})
 				}
 				lit, err := s.ReadAtMost(n)
 				if err != nil {

@@ -150,7 +150,7 @@ func ldapFailure(ctx context.Context, s *session, rc *ldapConn, op string, err e
 		if le.Err != nil && le.Err.Error() != "" {
 			msg = ": " + printable(le.Err.Error(), maxReasonReply)
 		}
-		return &failure{fmt.Sprintf("%s failed: %s (%d)%s", op, name, le.ResultCode, msg), err}
+		return &failure{reason: fmt.Sprintf("%s failed: %s (%d)%s", op, name, le.ResultCode, msg), err: err}
 	}
 	if rerr, werr := rc.errs(); rerr != nil {
 		return s.classify(rerr)
@@ -158,9 +158,9 @@ func ldapFailure(ctx context.Context, s *session, rc *ldapConn, op string, err e
 		return s.classifyWrite(werr)
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return &failure{"canceled", err}
+		return &failure{reason: "canceled", err: err}
 	}
-	return &failure{op + " failed: malformed reply", err}
+	return &failure{reason: op + " failed: malformed reply", err: err}
 }
 
 // entryContains reports whether one of e's values (or its DN) contains

@@ -5,11 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"net"
 	"net/netip"
 	"strconv"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
@@ -91,7 +89,7 @@ func ping(ctx context.Context, t Target, socks []pingSocket) Result {
 	}
 	if c == nil {
 		r := Down("cannot open ICMP socket: %s", innerError(openErr))
-		r.Local = errors.Is(openErr, syscall.EADDRNOTAVAIL) // the source is not on the host
+		r.Local = hostFault(openErr) // the source is not on the host, no descriptors, no permission
 		return r
 	}
 	defer c.Close()
@@ -122,14 +120,14 @@ func ping(ctx context.Context, t Target, socks []pingSocket) Result {
 	}
 	sent := time.Now()
 	if _, err := c.WriteTo(wire, dst); err != nil {
-		return down(datagramFailure(ctx, err, recv))
+		return down(datagramFailure(ctx, t, err, recv))
 	}
 
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
-			return down(datagramFailure(ctx, err, recv))
+			return down(datagramFailure(ctx, t, err, recv))
 		}
 		m, err := icmp.ParseMessage(proto, buf[:n])
 		if err != nil {

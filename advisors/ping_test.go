@@ -57,9 +57,9 @@ func TestPrivilegedPing(t *testing.T) {
 		t.Logf("%s: %+v in %v", tc.name, r, el)
 	}
 
-	// No route at all: the send fails at once.
+	// No route at all: the send fails at once, for a reason of this host.
 	r, el := probeTimed(t, a, short("198.18.255.254"))
-	if r.Up || r.Reason != "network unreachable" {
+	if r.Up || r.Reason != "network unreachable: no route from this host" || !r.Local {
 		t.Errorf("no route: %+v", r)
 	}
 	t.Logf("no route: %+v in %v", r, el)

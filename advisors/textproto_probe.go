@@ -107,11 +107,11 @@ func greetingFailure(err error) error {
 	}
 	switch {
 	case strings.HasPrefix(f.reason, "no reply within "):
-		return &failure{"no greeting within " + strings.TrimPrefix(f.reason, "no reply within "), err}
+		return &failure{reason: "no greeting within " + strings.TrimPrefix(f.reason, "no reply within "), err: err}
 	case f.reason == "connection closed without reply":
-		return &failure{"connection closed without greeting", err}
+		return &failure{reason: "connection closed without greeting", err: err}
 	case errors.Is(err, errLineTooLong):
-		return &failure{fmt.Sprintf("greeting line longer than %d bytes", maxLineBytes), err}
+		return &failure{reason: fmt.Sprintf("greeting line longer than %d bytes", maxLineBytes), err: err}
 	}
 	return err
 }

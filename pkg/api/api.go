@@ -590,8 +590,9 @@ type AdvisorServer struct {
 	LastError      string  `json:"last_error,omitempty"`
 	Probes         uint64  `json:"probes"`
 	Failures       uint64  `json:"failures"`
-	// Unmade counts the probes that could not leave the dispatcher (its
-	// NFA missing), which are neither probes nor failures.
+	// Unmade counts the probes the dispatcher could not make for a reason
+	// of its own (its NFA or its route to the server missing, out of file
+	// descriptors, its firewall), which are neither probes nor failures.
 	Unmade uint64 `json:"unmade,omitempty"`
 }
 

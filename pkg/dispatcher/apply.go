@@ -247,6 +247,13 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 			e.warn(p)
 		}
 	}
+	for _, a := range next.Advisors {
+		if kind, ok := ch.Advisors[a.Key()]; ok && kind != config.Removed {
+			if p := execProblem(a); p != "" {
+				e.warn(p)
+			}
+		}
+	}
 	e.haConfigure(old, next, ch)
 	if e.store.NeedsSnapshot() {
 		if err := e.store.Snapshot(e.stateCopy()); err != nil {

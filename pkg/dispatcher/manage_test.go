@@ -449,3 +449,52 @@ func TestAdvisorAndMetricOps(t *testing.T) {
 		t.Errorf("after restart: %+v", got)
 	}
 }
+
+// TestExecProgramWarning: an exec advisor whose program this host cannot
+// run is accepted (the program may be installed later) with a warning
+// naming why; one that can run, and changes that do not touch the
+// advisor, warn of nothing.
+func TestExecProgramWarning(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "check")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 5\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, program, want string
+	}{
+		{"runs", script, ""},
+		{"missing", filepath.Join(dir, "missing"), "no such file or directory"},
+		{"a directory", dir, "not a regular file"},
+		{"not executable", plain, "not executable"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+				o.NewAdvisor = func(lb.Advisor) (advisors.Advisor, error) { return newFakeProber(), nil }
+			})
+			base(h)
+			start := op("advisor", "start", vip+"@80")
+			start.Params = append(start.Params, config.P("advisor", "exec"), config.P("program", tc.program))
+			a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{start})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.want == "" && len(a.Warnings) != 0:
+				t.Errorf("warnings %q; want none", a.Warnings)
+			case tc.want != "" && (len(a.Warnings) != 1 || !strings.Contains(a.Warnings[0], tc.want) ||
+				!strings.Contains(a.Warnings[0], "exec@"+vip+"@80") || !strings.Contains(a.Warnings[0], "keep their state")):
+				t.Errorf("warnings %q; want one naming the advisor and %q", a.Warnings, tc.want)
+			}
+			a, err = h.e.ApplyWithNotes(context.Background(), []config.Op{op("port", "add", vip+"@8443")})
+			if err != nil || len(a.Warnings) != 0 {
+				t.Errorf("an unrelated change: %v, warnings %q; want none", err, a.Warnings)
+			}
+		})
+	}
+}

@@ -1,7 +1,11 @@
 package dispatcher
 
 import (
+	"fmt"
+	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
@@ -69,4 +73,29 @@ func (e *Engine) onProbe(r health.Result) {
 		}
 	}
 	e.pushPorts(cfg, ports, "advisor")
+}
+
+// execProblem says why an exec advisor's program cannot be run now (not
+// there, not a regular file, not executable), or "". The advisor is
+// accepted all the same (the program may be installed later): until it
+// can run, its probes are not made and its servers keep their state.
+func execProblem(a lb.Advisor) string {
+	if a.Name != "exec" {
+		return ""
+	}
+	why := ""
+	switch fi, err := os.Stat(a.Program); {
+	case err != nil:
+		why = err.Error()
+	case !fi.Mode().IsRegular():
+		why = "not a regular file"
+	default:
+		if err := unix.Access(a.Program, unix.X_OK); err != nil {
+			why = "not executable: " + err.Error()
+		}
+	}
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("advisor %s cannot run its program (%s): until it can, its servers are not probed and keep their state", a.Key(), why)
 }

@@ -184,8 +184,8 @@ type AdvisorStatus struct {
 	// Since is when it entered its state.
 	Since            time.Time
 	Probes, Failures uint64
-	// Unmade counts the probes that could not leave this host (its
-	// source address missing): they say nothing of the server.
+	// Unmade counts the probes this host could not make
+	// (advisors.Result.Local): they say nothing of the server.
 	Unmade uint64
 }
 

@@ -125,6 +125,7 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 		{name: "state and pins deleted, restart", inject: (*soak).filesDeleted},
 		{name: "interface renamed, and back", window: time.Second, inject: (*soak).renamed},
 		{name: "NFA off the interface", inject: (*soak).nfaRemoved},
+		{name: "route to the servers removed", inject: (*soak).routeRemoved},
 	}
 
 	tr, err := startTraffic(l.env["LAB_C1_NS"], vip+":80", l.backend(soakSpare)+":80", 12, 4)
@@ -338,6 +339,17 @@ func (s *soak) nfaRemoved(rng *rand.Rand) injected {
 	s.l.mustNS("d", "ip", "addr", "del", nfa, "dev", ifname)
 	time.Sleep(gone)
 	s.l.mustNS("d", "ip", "addr", "add", nfa, "dev", ifname)
+	return injected{start: start, end: s.since(), note: fmt.Sprintf("gone for %v", gone)}
+}
+
+// routeRemoved takes the host's route to the servers' subnet away for a
+// while: the advisors cannot probe, the executor forwards on.
+func (s *soak) routeRemoved(rng *rand.Rand) injected {
+	gone := time.Duration(1500+rng.IntN(1000)) * time.Millisecond
+	start := s.since()
+	restore := s.l.removeSubnetRoute()
+	time.Sleep(gone)
+	restore()
 	return injected{start: start, end: s.since(), note: fmt.Sprintf("gone for %v", gone)}
 }
 

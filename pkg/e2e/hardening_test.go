@@ -46,6 +46,23 @@ func (l *lab) mustNS(role string, args ...string) string {
 	return out
 }
 
+// removeSubnetRoute deletes the dispatcher's route to the lab's subnet and
+// returns a function that puts back exactly the route there was (its
+// source address may be the NFA or another address of the subnet).
+func (l *lab) removeSubnetRoute() (restore func()) {
+	l.t.Helper()
+	ifname, subnet := l.env["LAB_IF"], l.env["LAB_SUBNET"]
+	route := strings.Fields(l.mustNS("d", "ip", "route", "show", "exact", subnet, "dev", ifname))
+	if len(route) == 0 {
+		l.t.Fatalf("no route to %s on %s", subnet, ifname)
+	}
+	l.mustNS("d", "ip", "route", "del", subnet, "dev", ifname)
+	return func() {
+		l.t.Helper()
+		l.mustNS("d", append(append([]string{"ip", "route", "add"}, route...), "dev", ifname)...)
+	}
+}
+
 // hasAddr reports whether the dispatcher's lab interface holds addr as a
 // host address (/32 or /128).
 func (l *lab) hasAddr(addr string) bool {
@@ -799,7 +816,10 @@ func TestPrivilegedE2EFault11InterfaceRenamed(t *testing.T) {
 // until the network configuration puts it back). The probes cannot leave
 // the host. Before, every server was marked down and the cluster refused
 // every new connection; now the servers keep their states, the clients
-// see nothing, and once the NFA is back the probes decide again.
+// see nothing, and once the NFA is back the probes decide again. The same
+// holds when the host loses its route to the servers (the subnet's route
+// deleted: the probes get "network unreachable" from this host, which
+// used to take every server down too), while the executor forwards on.
 func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 2)
@@ -850,4 +870,24 @@ func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
 
 	l.mustNS("d", "ip", "addr", "add", nfa+"/"+l.env["LAB_PREFIXLEN"], "dev", ifname)
 	all("probes reaching the servers again", func(s api.AdvisorServer) bool { return s.State == api.AdvisorUp && s.LastError == "" })
+
+	// No route from this host to the servers' subnet.
+	unmade := map[string]uint64{}
+	for _, s := range probes() {
+		unmade[s.Address] = s.Unmade
+	}
+	restore := l.removeSubnetRoute()
+	all("probes without a route", func(s api.AdvisorServer) bool {
+		return s.LastError == "network unreachable: no route from this host"
+	})
+	time.Sleep(1500 * time.Millisecond)
+	for _, s := range probes() {
+		t.Logf("route gone: %s %s after %d probes, %d failed, %d unmade, last error %q", s.Address, s.State, s.Probes, s.Failures, s.Unmade, s.LastError)
+		if s.State != api.AdvisorUp || s.Failures != 0 || s.Unmade <= unmade[s.Address] {
+			t.Errorf("%s without a route: %s with %d failures, %d unmade (was %d); want up, none, more", s.Address, s.State, s.Failures, s.Unmade, unmade[s.Address])
+		}
+	}
+	l.checkNewConnections(t, "while the host has no route to the servers")
+	restore()
+	all("probes reaching the servers with the route back", func(s api.AdvisorServer) bool { return s.State == api.AdvisorUp && s.LastError == "" })
 }

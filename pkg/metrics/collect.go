@@ -326,7 +326,7 @@ func writeAdvisors(t *textWriter, st *dispatcher.Status) {
 		t.counter("dlb_advisor_probe_failures_total", lbls[i], nil, st.Advisors[k].Failures)
 	}
 	t.family("dlb_advisor_probes_unmade_total", "counter",
-		"Probes that could not leave this host (their source, the NFA, is not on it): they say nothing of the server, whose state stays.")
+		"Probes that could not be made for a reason of this host (no NFA, no route, no descriptors, its firewall, an exec program that cannot run): they say nothing of the server, whose state stays.")
 	for i, k := range keys {
 		t.counter("dlb_advisor_probes_unmade_total", lbls[i], nil, st.Advisors[k].Unmade)
 	}

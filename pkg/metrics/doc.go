@@ -49,7 +49,7 @@
 //	dlb_advisor_load_seconds               gauge    the last probe's load; absent while down or never probed
 //	dlb_advisor_probes_total               counter
 //	dlb_advisor_probe_failures_total       counter
-//	dlb_advisor_probes_unmade_total        counter  probes that could not leave this host (no NFA)
+//	dlb_advisor_probes_unmade_total        counter  probes this host could not make (no NFA, no route, ...)
 //
 // Per server address a metric server reports on (label server): 2 series,
 // and one more per metric the clusters ask for (label metric):

@@ -262,10 +262,11 @@ func (m *Monitor) Record(r Result) (from, to lb.AdvisorState, ok bool) {
 		return 0, 0, false
 	}
 	if r.Res.Local {
-		// The probe could not be made (this host's source address is
-		// missing): the server keeps its state, which only a probe
-		// that reached it may change. Taking every server down because
-		// the dispatcher lost its own address would stop the service.
+		// The probe could not be made (this host's source address or
+		// route is missing, it is out of descriptors, ...): the server
+		// keeps its state, which only a probe that reached it may
+		// change. Taking every server down because the dispatcher lost
+		// its own address or route would stop the service.
 		h.Local++
 		h.Last, h.LastAt = r.Res, r.At
 		return h.State, h.State, true

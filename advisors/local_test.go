@@ -1,0 +1,130 @@
+package advisors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// TestDownSaysWhoseFault: the errors only this host can cause make a
+// Local result, wrapped as the net package wraps them; the server's own
+// answers (refused, reset, timed out) do not.
+func TestDownSaysWhoseFault(t *testing.T) {
+	dialErr := func(syscallName string, errno syscall.Errno) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError(syscallName, errno)}
+	}
+	cases := []struct {
+		name  string
+		err   error
+		local bool
+	}{
+		{"out of descriptors", dialErr("socket", syscall.EMFILE), true},
+		{"system out of descriptors", dialErr("socket", syscall.ENFILE), true},
+		{"no buffer space", dialErr("connect", syscall.ENOBUFS), true},
+		{"no memory", dialErr("socket", syscall.ENOMEM), true},
+		{"own firewall", dialErr("connect", syscall.EPERM), true},
+		{"own policy", dialErr("connect", syscall.EACCES), true},
+		{"no source address", dialErr("bind", syscall.EADDRNOTAVAIL), true},
+		{"classified no source address", &failure{reason: "source address not available", err: dialErr("bind", syscall.EADDRNOTAVAIL)}, true},
+		{"classified local", &failure{reason: "x", local: true}, true},
+		{"refused", dialErr("connect", syscall.ECONNREFUSED), false},
+		{"reset", &failure{reason: "connection reset", err: dialErr("read", syscall.ECONNRESET)}, false},
+		{"timeout", &failure{reason: "connect timeout after 2s", err: context.DeadlineExceeded}, false},
+		{"plain", errors.New("status 503"), false},
+		{"nil", nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := down(tc.err)
+			if r.Up || r.Local != tc.local {
+				t.Errorf("down(%v) = %+v; want down, local %v", tc.err, r, tc.local)
+			}
+		})
+	}
+}
+
+// TestPrivilegedUnreachableFromHere: in a namespace of its own, a server
+// this host has no route to (its address or route taken away), or only an
+// "unreachable" route, is out of the probe's reach for a reason of this
+// host (Local) for the TCP, DNS and ping advisors; a server on a connected
+// subnet that does not answer ARP is down for its own reason. The probes'
+// source is the namespace's address, as a dispatcher's NFA.
+func TestPrivilegedUnreachableFromHere(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	testutil.InNewNetNS(t)
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644); err != nil {
+		t.Fatalf("enabling ping sockets in the test namespace: %v", err)
+	}
+	if _, err := testutil.AddVethPair("dlbadv0", "dlbadv1"); err != nil {
+		t.Fatal(err)
+	}
+	// An unanswered ARP request fails the neighbour after 100 ms.
+	for k, v := range map[string]string{"mcast_solicit": "1", "ucast_solicit": "1", "app_solicit": "0", "retrans_time_ms": "100"} {
+		if err := os.WriteFile("/proc/sys/net/ipv4/neigh/dlbadv0/"+k, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := netlink.LinkByName("dlbadv0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nfa := netip.MustParseAddr("198.18.6.1")
+	addr, _ := netlink.ParseAddr(nfa.String() + "/24")
+	if err := netlink.AddrAdd(l, addr); err != nil {
+		t.Fatal(err)
+	}
+	_, unreach, _ := net.ParseCIDR("198.18.8.0/24")
+	if err := netlink.RouteAdd(&netlink.Route{Dst: unreach, Type: syscall.RTN_UNREACHABLE}); err != nil {
+		t.Fatal(err)
+	}
+
+	connect, _ := New("connect")
+	dns, _ := New("dns")
+	probes := []struct {
+		name  string
+		probe func(Target) Result
+	}{
+		{"connect", func(tg Target) Result { tg.Port = 80; return connect.Probe(context.Background(), tg) }},
+		{"dns", func(tg Target) Result { return dns.Probe(context.Background(), tg) }},
+		{"ping", func(tg Target) Result { return ping(context.Background(), tg, pingSockets4[:1]) }},
+	}
+	cases := []struct {
+		server string
+		local  bool
+		reason string
+	}{
+		{"198.18.7.7", true, "network unreachable: no route from this host"}, // no route at all
+		{"198.18.8.8", true, "host unreachable: no route from this host"},    // an unreachable route
+		{"198.18.6.9", false, "host unreachable"},                            // on the subnet, never answers ARP
+	}
+	// No subtests: they would run on other threads, outside the namespace.
+	for _, tc := range cases {
+		for _, p := range probes {
+			tg := Target{Address: netip.MustParseAddr(tc.server), Source: nfa, ConnectTimeout: 2 * time.Second, ReceiveTimeout: 2 * time.Second}
+			r := p.probe(tg)
+			what := fmt.Sprintf("%s to %s", p.name, tc.server)
+			if r.Up || r.Local != tc.local {
+				t.Errorf("%s: %+v; want down, local %v", what, r, tc.local)
+			}
+			if tc.local && r.Reason != tc.reason {
+				t.Errorf("%s: reason %q; want %q", what, r.Reason, tc.reason)
+			}
+			// The DNS and ping advisors may hear nothing rather than an
+			// error from a neighbour that never answers.
+			if !tc.local && !strings.Contains(r.Reason, tc.reason) && !strings.HasPrefix(r.Reason, "no reply within") {
+				t.Errorf("%s: reason %q; want %q", what, r.Reason, tc.reason)
+			}
+		}
+	}
+}
