@@ -483,6 +483,11 @@ func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Li
 		}
 		l, err := link.AttachXDP(link.XDPOptions{Program: d.objs.DlbXdp, Interface: ifindex, Flags: flags})
 		if err != nil {
+			if m == lb.XDPNative && errors.Is(err, unix.ERANGE) {
+				// The kernel's own words are in its extended ack, which
+				// the BPF link API does not return.
+				err = fmt.Errorf("%w: the MTU of the interface or of its veth peer is larger than native XDP allows (lower it, or use --xdp-mode generic)", err)
+			}
 			errs = append(errs, fmt.Errorf("%s mode: %w", m, err))
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -277,4 +278,28 @@ func TestPrivilegedRepin(t *testing.T) {
 func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// TestPrivilegedNativeRefusedForMTU: a veth whose peer's MTU is larger
+// than native XDP allows refuses the executor in native mode with
+// "numerical result out of range" only; the error now says what to do,
+// and auto mode falls back to generic.
+func TestPrivilegedNativeRefusedForMTU(t *testing.T) {
+	e := newTestEnv(t)
+	peer, err := netlink.LinkByName("dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetMTU(peer, 9000); err != nil {
+		t.Fatalf("setting the peer's MTU: %v", err)
+	}
+	_, err = e.dp.Attach(e.dummy, lb.XDPNative)
+	if err == nil || !strings.Contains(err.Error(), "MTU") || !strings.Contains(err.Error(), "--xdp-mode generic") {
+		t.Fatalf("native attach with the peer's MTU 9000: %v; want an error naming the MTU and the remedy", err)
+	}
+	t.Log(err)
+	m, err := e.dp.Attach(e.dummy, lb.XDPAuto)
+	if err != nil || m != lb.XDPGeneric {
+		t.Errorf("auto attach: %v, %v; want generic", m, err)
+	}
 }
