@@ -224,6 +224,11 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	// A dlbd answering on the socket refuses this one before it creates
+	// its directories (OpenSocket checks again, for a dlbd started since).
+	if server.SocketLive(o.socket) {
+		return fmt.Errorf("another dlbd is listening on %s", o.socket)
+	}
 	// Nothing is touched before this dlbd owns its state and pin
 	// directories: not the state, not the executor, not the socket.
 	owned, err := own(o.stateDir, o.pinDir)

@@ -134,7 +134,8 @@ func exists(path string) bool {
 // TestPrivilegedOneDlbdPerDir: a second dlbd on the state directory or the
 // pin directory of a running one exits at once with an error naming the
 // first one's PID, having touched nothing: not its own socket, not the
-// other directory, not the state.
+// other directory, not the state. One on the running one's socket exits
+// before it creates either directory.
 func TestPrivilegedOneDlbdPerDir(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	base := t.TempDir()
@@ -156,6 +157,8 @@ func TestPrivilegedOneDlbdPerDir(t *testing.T) {
 			"another dlbd (pid " + pid + ") already uses the state directory " + first.state},
 		{"same pin directory", func(o dirs) dirs { return dirs{o.state, first.pins, o.socket} },
 			"another dlbd (pid " + pid + ") already uses the pin directory " + first.pins},
+		{"same socket", func(o dirs) dirs { return dirs{o.state, o.pins, first.socket} },
+			"another dlbd is listening on " + first.socket},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,13 +174,16 @@ func TestPrivilegedOneDlbdPerDir(t *testing.T) {
 			if !strings.Contains(b.stderr.String(), tt.want) {
 				t.Errorf("stderr %q, want it to contain %q", b.stderr, tt.want)
 			}
-			if exists(d.socket) {
+			if d.socket != first.socket && exists(d.socket) {
 				t.Errorf("the second dlbd created its socket %s", d.socket)
 			}
 			if d.pins != first.pins && exists(d.pins) {
 				t.Errorf("the second dlbd created its pin directory %s", d.pins)
 			}
-			if d.state != first.state {
+			switch {
+			case d.socket == first.socket && exists(d.state):
+				t.Errorf("the second dlbd, refused for its socket, created its state directory %s", d.state)
+			case d.state != first.state && d.socket != first.socket:
 				if entries, _ := os.ReadDir(d.state); len(entries) != 1 || entries[0].Name() != lockFile {
 					t.Errorf("the second dlbd's state directory holds %v, want only its lock file", entries)
 				}

@@ -68,8 +68,7 @@ func OpenSocket(path string, o SocketOptions) (*Socket, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
+	if SocketLive(path) {
 		return nil, fmt.Errorf("another dlbd is listening on %s", path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -81,6 +80,17 @@ func OpenSocket(path string, o SocketOptions) (*Socket, error) {
 	}
 	s.ln, s.id = ln, id
 	return s, nil
+}
+
+// SocketLive reports whether a process accepts connections on the unix
+// socket at path (a live dlbd; a stale socket file refuses them).
+func SocketLive(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
 
 // Path returns the socket's path.
