@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
@@ -126,5 +127,46 @@ func TestPrivilegedUnreachableFromHere(t *testing.T) {
 				t.Errorf("%s: reason %q; want %q", what, r.Reason, tc.reason)
 			}
 		}
+	}
+}
+
+// TestPrivilegedCanPing: without CAP_NET_RAW (dropped from this thread's
+// effective set) and with net.ipv4.ping_group_range leaving every group
+// out, no ICMP socket opens: CanPing says so and a ping probe is this
+// host's result (Local), not the server's; with the range open, both work.
+func TestPrivilegedCanPing(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	testutil.InNewNetNS(t) // locks the goroutine to its thread
+	setRange := func(r string) {
+		t.Helper()
+		if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte(r), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setRange("1 0")
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var saved [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &saved[0]); err != nil {
+		t.Fatal(err)
+	}
+	dropped := saved
+	dropped[unix.CAP_NET_RAW/32].Effective &^= 1 << (unix.CAP_NET_RAW % 32)
+	if err := unix.Capset(&hdr, &dropped[0]); err != nil {
+		t.Fatal(err)
+	}
+	err := CanPing(false)
+	r := ping(context.Background(), Target{Address: loopback, ReceiveTimeout: time.Second}, pingSockets4)
+	if err := unix.Capset(&hdr, &saved[0]); err != nil {
+		t.Fatalf("restoring this thread's capabilities: %v", err)
+	}
+	if err == nil || !strings.HasPrefix(err.Error(), "cannot open ICMP socket: ") {
+		t.Errorf("CanPing without permission: %v; want cannot open ICMP socket", err)
+	}
+	if r.Up || !r.Local {
+		t.Errorf("ping without permission: %+v; want down, local", r)
+	}
+	setRange("0 2147483647")
+	if err := CanPing(false); err != nil {
+		t.Errorf("CanPing with the range open: %v", err)
 	}
 }

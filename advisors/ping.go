@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -22,7 +23,8 @@ import (
 // It first tries an unprivileged ICMP socket ("udp4"/"udp6", allowed when
 // the process's group is in net.ipv4.ping_group_range), then a raw socket
 // ("ip4:icmp"/"ip6:ipv6-icmp", which needs CAP_NET_RAW). If neither opens
-// it is down with reason "cannot open ICMP socket: ...".
+// it is down with reason "cannot open ICMP socket: ...", a result of this
+// host (Local) when it lacks the permission or descriptors.
 //
 // It waits at most the receive timeout (there is no connect), shortened by
 // the context. A reply matches when it comes from the address and carries
@@ -60,6 +62,26 @@ func (pingAdvisor) Probe(ctx context.Context, t Target) Result {
 		socks = pingSockets6
 	}
 	return ping(ctx, t, socks)
+}
+
+// CanPing returns why this process cannot open an ICMP socket of the
+// family (v6: ICMPv6) in either way the ping advisor tries, or nil.
+func CanPing(v6 bool) error {
+	socks := pingSockets4
+	if v6 {
+		socks = pingSockets6
+	}
+	var first error
+	for _, s := range socks {
+		c, err := icmp.ListenPacket(s.network, s.listen)
+		if err == nil {
+			return c.Close()
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return fmt.Errorf("cannot open ICMP socket: %s", innerError(first))
 }
 
 // ping probes t with the first of socks that opens.

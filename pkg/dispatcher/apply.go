@@ -249,7 +249,7 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 	}
 	for _, a := range next.Advisors {
 		if kind, ok := ch.Advisors[a.Key()]; ok && kind != config.Removed {
-			if p := execProblem(a); p != "" {
+			if p := advisorProblem(a); p != "" {
 				e.warn(p)
 			}
 		}

@@ -468,9 +468,9 @@ func TestExecProgramWarning(t *testing.T) {
 		name, program, want string
 	}{
 		{"runs", script, ""},
-		{"missing", filepath.Join(dir, "missing"), "no such file or directory"},
-		{"a directory", dir, "not a regular file"},
-		{"not executable", plain, "not executable"},
+		{"missing", filepath.Join(dir, "missing"), "cannot run its program: stat " + filepath.Join(dir, "missing") + ": no such file or directory"},
+		{"a directory", dir, "cannot run its program: not a regular file"},
+		{"not executable", plain, "cannot run its program: not executable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

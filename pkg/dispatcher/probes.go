@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -75,27 +76,33 @@ func (e *Engine) onProbe(r health.Result) {
 	e.pushPorts(cfg, ports, "advisor")
 }
 
-// execProblem says why an exec advisor's program cannot be run now (not
-// there, not a regular file, not executable), or "". The advisor is
-// accepted all the same (the program may be installed later): until it
-// can run, its probes are not made and its servers keep their state.
-func execProblem(a lb.Advisor) string {
-	if a.Name != "exec" {
-		return ""
-	}
+// advisorProblem says why an advisor cannot probe from this host now, or
+// "": an exec advisor's program is not there, not a regular file or not
+// executable; a ping advisor can open no ICMP socket (no CAP_NET_RAW, and
+// net.ipv4.ping_group_range leaves dlbd's group out). The advisor is
+// accepted all the same (the program may be installed later, the
+// permission given): until it can probe, its servers keep their state.
+func advisorProblem(a lb.Advisor) string {
 	why := ""
-	switch fi, err := os.Stat(a.Program); {
-	case err != nil:
-		why = err.Error()
-	case !fi.Mode().IsRegular():
-		why = "not a regular file"
-	default:
-		if err := unix.Access(a.Program, unix.X_OK); err != nil {
-			why = "not executable: " + err.Error()
+	switch a.Name {
+	case "exec":
+		switch fi, err := os.Stat(a.Program); {
+		case err != nil:
+			why = "cannot run its program: " + err.Error()
+		case !fi.Mode().IsRegular():
+			why = "cannot run its program: not a regular file"
+		default:
+			if err := unix.Access(a.Program, unix.X_OK); err != nil {
+				why = "cannot run its program: not executable: " + err.Error()
+			}
+		}
+	case "ping":
+		if err := advisors.CanPing(a.Cluster.IsValid() && a.Cluster.Unmap().Is6()); err != nil {
+			why = err.Error() + " (dlbd needs CAP_NET_RAW, or its group in net.ipv4.ping_group_range)"
 		}
 	}
 	if why == "" {
 		return ""
 	}
-	return fmt.Sprintf("advisor %s cannot run its program (%s): until it can, its servers are not probed and keep their state", a.Key(), why)
+	return fmt.Sprintf("advisor %s %s: until it can probe, its servers are not probed and keep their state", a.Key(), why)
 }
