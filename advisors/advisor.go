@@ -42,6 +42,9 @@ type Target struct {
 	// family; the zero value (or another family) leaves the choice to the
 	// kernel. The exec advisor passes it to its program.
 	Source netip.Addr
+	// Cluster is the cluster address the server is probed for; only the
+	// cluster advisor uses it (it sends its SYN there).
+	Cluster netip.Addr
 }
 
 // Defaults for a Target's timeouts.

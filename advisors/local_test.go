@@ -128,6 +128,29 @@ func TestPrivilegedUnreachableFromHere(t *testing.T) {
 			}
 		}
 	}
+
+	// The cluster advisor leaves from the interface that holds its
+	// source: with the source on none it cannot probe; a server on the
+	// subnet that never answers ARP is down.
+	cluster, _ := New("cluster")
+	for _, tc := range []struct {
+		source, reason string
+		local          bool
+	}{
+		{"198.18.6.7", "cannot probe: the source address 198.18.6.7 is on no interface", true},
+		{nfa.String(), "no ARP reply", false},
+	} {
+		tg := Target{Address: netip.MustParseAddr("198.18.6.9"), Port: 80, Cluster: netip.MustParseAddr("198.18.9.100"),
+			Source: netip.MustParseAddr(tc.source), ConnectTimeout: 300 * time.Millisecond}
+		r := cluster.Probe(context.Background(), tg)
+		if r.Up || r.Local != tc.local || !strings.HasPrefix(r.Reason, tc.reason) {
+			t.Errorf("cluster from %s: %+v; want down, local %v, reason %q", tc.source, r, tc.local, tc.reason)
+		}
+	}
+	tg := Target{Address: netip.MustParseAddr("198.18.6.9"), Port: 80, Cluster: netip.MustParseAddr("198.18.9.100")}
+	if r := cluster.Probe(context.Background(), tg); r.Up || !r.Local {
+		t.Errorf("cluster without a source address: %+v; want down, local", r)
+	}
 }
 
 // TestPrivilegedCanPing: without CAP_NET_RAW (dropped from this thread's

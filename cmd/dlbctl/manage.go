@@ -250,11 +250,14 @@ func (a *app) advisorCmd() *cobra.Command {
 		Short: "Start an advisor on a port (of one cluster, or of every cluster)",
 		Long: `Start an advisor: a probe of the port's protocol against every server of the
 port. Advisors: connect, http, https, ssl, dns, ftp, smtp, pop3, imap, ldap,
-ping and exec (a custom program). A server found down gets no new
-connections until its advisor sees it up again; starting an advisor raises
-a zero port proportion to 1.`,
+ping, exec (a custom program) and cluster (a SYN to the cluster address at
+the server's MAC, as the executor forwards clients: it finds a server that
+lost the cluster address from its loopback; one cluster's IPv4 MAC port).
+A server found down gets no new connections until its advisor sees it up
+again; starting an advisor raises a zero port proportion to 1.`,
 		Example: `  dlbctl advisor start http 80
   dlbctl advisor start http 10.0.0.100@80 --interval 2 --fall 2 --rise 2
+  dlbctl advisor start cluster 10.0.0.100@80
   dlbctl advisor start exec 10.0.0.100@8080 --program /usr/local/bin/check --mode replace`,
 		Args: a.advisorArgs,
 	}, build(api.ActionStart)))

@@ -130,7 +130,7 @@ func validate(cfg lb.Config, ch Change, u counter) error {
 	}
 
 	// Advisors.
-	if len(ch.Advisors) > 0 || len(ch.Clusters) > 0 {
+	if len(ch.Advisors) > 0 || len(ch.Clusters) > 0 || len(ch.Ports) > 0 {
 		for _, a := range cfg.Advisors {
 			if ch.Advisors[a.Key()] == Added || ch.Advisors[a.Key()] == Changed {
 				if err := checkAdvisor(a); err != nil {
@@ -142,7 +142,28 @@ func validate(cfg lb.Config, ch Change, u counter) error {
 					return lb.Errorf("cluster", a.Key(), "%s is not a configured cluster", a.Cluster)
 				}
 			}
+			if err := checkClusterAdvisor(cfg, a); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// checkClusterAdvisor refuses a cluster advisor that could not probe what
+// it means to: it sends a SYN to one IPv4 cluster address at the servers'
+// MACs, as MAC forwarding does; a NAT port's servers do not hold the
+// cluster address.
+func checkClusterAdvisor(cfg lb.Config, a lb.Advisor) error {
+	if a.Name != "cluster" {
+		return nil
+	}
+	if !a.Cluster.IsValid() || !a.Cluster.Unmap().Is4() {
+		return lb.Errorf("advisor", a.Key(), "the cluster advisor probes one IPv4 cluster address: name it (VIP@PORT)")
+	}
+	ci, _ := findCluster(cfg.Clusters, a.Cluster)
+	if pi, ok := findPort(cfg.Clusters[ci].Ports, a.Port); ok && cfg.Clusters[ci].Ports[pi].Method == lb.NAT {
+		return lb.Errorf("advisor", a.Key(), "port %v@%d forwards by NAT: its servers do not hold the cluster address the cluster advisor probes (use another advisor)", a.Cluster, a.Port)
 	}
 	return nil
 }

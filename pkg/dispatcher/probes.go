@@ -10,6 +10,7 @@ import (
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
+	"github.com/dlbproject/dlb/pkg/doctor"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -79,7 +80,8 @@ func (e *Engine) onProbe(r health.Result) {
 // advisorProblem says why an advisor cannot probe from this host now, or
 // "": an exec advisor's program is not there, not a regular file or not
 // executable; a ping advisor can open no ICMP socket (no CAP_NET_RAW, and
-// net.ipv4.ping_group_range leaves dlbd's group out). The advisor is
+// net.ipv4.ping_group_range leaves dlbd's group out); a cluster advisor
+// can open no packet socket (no CAP_NET_RAW). The advisor is
 // accepted all the same (the program may be installed later, the
 // permission given): until it can probe, its servers keep their state.
 func advisorProblem(a lb.Advisor) string {
@@ -99,6 +101,10 @@ func advisorProblem(a lb.Advisor) string {
 	case "ping":
 		if err := advisors.CanPing(a.Cluster.IsValid() && a.Cluster.Unmap().Is6()); err != nil {
 			why = err.Error() + " (dlbd needs CAP_NET_RAW, or its group in net.ipv4.ping_group_range)"
+		}
+	case "cluster":
+		if err := doctor.CanProbe(); err != nil {
+			why = err.Error()
 		}
 	}
 	if why == "" {

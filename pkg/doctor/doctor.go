@@ -165,29 +165,15 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 	obs := observations{ifMTU: l.MTU()}
 	mac := l.MAC()
 
-	// ARP for the server's own address: up to three requests.
-	req := arpFrame(arpRequest, broadcast, mac, mac, p.Source, nil, p.Server)
-	for try := 0; try < 3 && obs.serverMAC == nil; try++ {
-		if err := l.Send(req); err != nil {
-			return obs, err
-		}
-		err := receive(ctx, l, time.Now().Add(p.Timeout/3), func(f []byte) bool {
-			a, ok := parseARP(f)
-			if ok && a.op == arpReply && a.senderIP == p.Server {
-				obs.serverMAC = a.senderMAC
-				return true
-			}
-			return false
-		})
-		if err != nil {
-			return obs, err
-		}
+	var err error
+	if obs.serverMAC, err = arpServer(ctx, l, p); err != nil {
+		return obs, err
 	}
 	// ARP for the cluster address: nobody but the dispatcher may answer.
 	if err := l.Send(arpFrame(arpRequest, broadcast, mac, mac, p.Source, nil, p.VIP)); err != nil {
 		return obs, err
 	}
-	err := receive(ctx, l, time.Now().Add(p.Timeout/2), func(f []byte) bool {
+	err = receive(ctx, l, time.Now().Add(p.Timeout/2), func(f []byte) bool {
 		if a, ok := parseARP(f); ok && a.op == arpReply && a.senderIP == p.VIP &&
 			!slices.ContainsFunc(obs.vipAnswerers, func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {
 			obs.vipAnswerers = append(obs.vipAnswerers, a.senderMAC)
@@ -216,6 +202,31 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 		}
 	}
 	return obs, nil
+}
+
+// arpServer asks for the server's MAC, up to three times within
+// p.Timeout, and returns it (nil: no answer).
+func arpServer(ctx context.Context, l link, p Params) (net.HardwareAddr, error) {
+	mac := l.MAC()
+	req := arpFrame(arpRequest, broadcast, mac, mac, p.Source, nil, p.Server)
+	var serverMAC net.HardwareAddr
+	for try := 0; try < 3 && serverMAC == nil; try++ {
+		if err := l.Send(req); err != nil {
+			return nil, err
+		}
+		err := receive(ctx, l, time.Now().Add(p.Timeout/3), func(f []byte) bool {
+			a, ok := parseARP(f)
+			if ok && a.op == arpReply && a.senderIP == p.Server {
+				serverMAC = a.senderMAC
+				return true
+			}
+			return false
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return serverMAC, nil
 }
 
 // synProbe sends a SYN from src to dst:Port at the server's MAC (twice,

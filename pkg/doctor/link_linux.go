@@ -22,6 +22,16 @@ type packetLink struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
+// CanProbe returns why this process cannot open the packet socket the
+// checks and ProbeCluster send from (it needs CAP_NET_RAW), or nil.
+func CanProbe() error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("cannot open a packet socket (needs CAP_NET_RAW): %w", err)
+	}
+	return unix.Close(fd)
+}
+
 // openLink opens the packet socket on ifname, seeing ARP and TCP from
 // srcPort.
 func openLink(ifname string, srcPort uint16) (link, error) {

@@ -74,7 +74,7 @@ func Wanted(cfg lb.Config, ports map[uint16]bool) map[Key]Spec {
 					src = cfg.Executor.NFA6
 				}
 				want[k] = Spec{Advisor: a, Target: advisors.Target{
-					Address: s.Address, Port: port, Source: src,
+					Address: s.Address, Port: port, Source: src, Cluster: cl.Address,
 					ConnectTimeout: seconds(a.ConnectTimeout), ReceiveTimeout: seconds(a.ReceiveTimeout),
 					Request: s.AdvisorRequest, Response: s.AdvisorResponse,
 				}}

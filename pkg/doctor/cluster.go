@@ -1,0 +1,87 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// ClusterProbe is what ProbeCluster saw.
+type ClusterProbe struct {
+	// Interface is the interface the probe left from (the one that holds
+	// the source address).
+	Interface string
+	// ServerMAC is the server's Ethernet address; nil when it did not
+	// answer ARP (and no SYN was sent).
+	ServerMAC net.HardwareAddr
+	// Answer is "synack", "rst" or "" (nothing within the timeout).
+	Answer string
+	// From is the address the answer came from.
+	From netip.Addr
+	// Took is the time from the first ARP request to the answer.
+	Took time.Duration
+}
+
+// ProbeCluster probes a server as a client reaches it through MAC
+// forwarding: from src, on the interface that holds it (the NFA is on the
+// executor's), it asks for the server's MAC and sends a SYN to vip:port at
+// that MAC, as the executor forwards a client's. A server that holds the
+// cluster address on its loopback and listens on it answers with a
+// SYN-ACK from vip (the connection is then reset); one that lost the
+// address drops the frame. Only IPv4 is probed. Its errors are this
+// host's: the source on no interface, no packet socket (CAP_NET_RAW), an
+// interface without an Ethernet address.
+func ProbeCluster(ctx context.Context, src, vip netip.Addr, port uint16, server netip.Addr, timeout time.Duration) (ClusterProbe, error) {
+	ifname, err := interfaceOf(src.Unmap())
+	if err != nil {
+		return ClusterProbe{}, err
+	}
+	p := Params{Interface: ifname, Source: src.Unmap(), VIP: vip.Unmap(), Port: port, Server: server.Unmap(), Timeout: timeout}
+	if err := p.Validate(); err != nil {
+		return ClusterProbe{}, err
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = time.Second
+	}
+	l, err := openLink(ifname, port)
+	if err != nil {
+		return ClusterProbe{}, err
+	}
+	defer l.Close()
+	start := time.Now()
+	out := ClusterProbe{Interface: ifname}
+	if out.ServerMAC, err = arpServer(ctx, l, p); err != nil || out.ServerMAC == nil {
+		return out, err
+	}
+	r, err := synProbe(ctx, l, p, p.Source, p.VIP, out.ServerMAC, netip.Addr{})
+	if err != nil {
+		return out, fmt.Errorf("probing %v: %w", p.VIP, err)
+	}
+	out.Answer, out.From, out.Took = r.kind, r.from, time.Since(start)
+	return out, nil
+}
+
+// interfaceOf returns the name of the interface that holds addr.
+func interfaceOf(addr netip.Addr) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("listing interfaces: %w", err)
+	}
+	for _, ifi := range ifs {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			continue // gone since the listing
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
+					return ifi.Name, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("the source address %v is on no interface: %w", addr, syscall.EADDRNOTAVAIL)
+}
