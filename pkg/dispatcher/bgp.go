@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -51,6 +52,11 @@ type routes struct {
 	// flows that others carried until then.
 	accepting map[lb.ServiceKey]uint64
 	changed   map[netip.Addr]time.Time
+	// unmade holds the probes whose last result this host could not make
+	// (advisors.Result.Local): the states of their servers are
+	// unverified, and a cluster they cover is withdrawn until probes
+	// reach its servers again and have settled.
+	unmade map[health.Key]bool
 	// sent is what the speaker was last told to announce, by cluster.
 	sent map[netip.Addr]lb.Route
 	// err is the speaker's last configuration or announcement error.
@@ -68,7 +74,8 @@ type digest struct {
 
 func newRoutes() routes {
 	return routes{up: map[lb.ServiceKey]bool{}, upPorts: map[netip.Addr]int{}, accepting: map[lb.ServiceKey]uint64{},
-		changed: map[netip.Addr]time.Time{}, sent: map[netip.Addr]lb.Route{}, digests: map[uint32]digest{}}
+		changed: map[netip.Addr]time.Time{}, sent: map[netip.Addr]lb.Route{}, digests: map[uint32]digest{},
+		unmade: map[health.Key]bool{}}
 }
 
 // minSettle is the shortest time a withdrawn cluster's servers must keep
@@ -157,8 +164,51 @@ func (e *Engine) withdrawReason(cfg lb.Config, cl *lb.Cluster, attached bool) st
 		return "the executor is not attached"
 	case e.routes.upPorts[cl.Address] == 0:
 		return "no server takes new connections"
+	case e.unverified(cfg, cl):
+		return "its advisors cannot probe its servers from this host"
 	}
 	return ""
+}
+
+// unverified reports whether a probe of one of cl's servers, by an
+// advisor covering its port, was last one this host could not make: the
+// view of that server may differ from other dispatchers', whose Maglev
+// tables would then differ too. Probes that are made again, or whose
+// advisor or server went, are forgotten.
+func (e *Engine) unverified(cfg lb.Config, cl *lb.Cluster) bool {
+	for k := range e.routes.unmade {
+		if h := e.health.State(k); h == nil || !h.Last.Local {
+			delete(e.routes.unmade, k)
+			continue
+		}
+		p := cl.Port(k.Port)
+		if p == nil || p.Server(k.Addr) == nil {
+			continue
+		}
+		for _, a := range cfg.Advisors {
+			if a.Key() == k.Advisor && a.Covers(cl.Address, k.Port) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// probesMade follows a probe whose result this host could (made) or
+// could not make: a cluster whose servers are probed again must settle
+// before it is announced again.
+func (e *Engine) probesMade(k health.Key, made bool) {
+	if !made {
+		e.routes.unmade[k] = true
+		return
+	}
+	delete(e.routes.unmade, k)
+	now := time.Now()
+	for _, cl := range e.ed.Config().Clusters {
+		if cl.Port(k.Port) != nil {
+			e.routes.changed[cl.Address] = now
+		}
+	}
 }
 
 // route is the announcement of a cluster.

@@ -141,6 +141,11 @@ func TestAnnouncementFollowsTheCluster(t *testing.T) {
 			func() { h.mustApply(op("executor", "start", "", "interface", "eth0")) }, "the executor is not attached", false},
 		{"announce off", func() { h.mustApply(op("cluster", "set", vip, "announce", "no")) },
 			func() { h.mustApply(op("cluster", "set", vip, "announce", "yes")) }, "announce is off", false},
+		// Probes this host cannot make (its route or NFA gone) leave the
+		// servers' states unverified: other dispatchers may see them
+		// otherwise.
+		{"advisor cannot probe", func() { fp.setLocal(true) }, func() { fp.setLocal(false) },
+			"its advisors cannot probe its servers from this host", false},
 	}
 	for _, port := range []string{"@80", "@443"} {
 		h.mustApply(op("advisor", "start", port, "advisor", "connect", "interval", "0.1", "rise", "1", "fall", "1"))
@@ -166,7 +171,7 @@ func TestAnnouncementFollowsTheCluster(t *testing.T) {
 			eventually(t, "announced again", func() bool { return sp.announced() == want })
 			// A withdrawn cluster comes back only once its servers have
 			// kept their states for the settle time.
-			settles := tc.withdrawWhy == "no server takes new connections"
+			settles := tc.withdrawWhy == "no server takes new connections" || tc.name == "advisor cannot probe"
 			if took := time.Since(undone); settles && took < minSettle {
 				t.Errorf("announced again %v after the change, before the servers settled (%v)", took, minSettle)
 			}

@@ -54,6 +54,13 @@ func (f *fakeProber) set(a netip.Addr, down bool, load time.Duration) {
 	f.down[a], f.load[a] = down, load
 }
 
+// setLocal makes every probe one this host cannot make, or not.
+func (f *fakeProber) setLocal(local bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.local = local
+}
+
 // newManagedHarness is a harness whose advisors are the fake prober and
 // whose scripts directory is private.
 func newManagedHarness(t *testing.T) (*harness, *fakeProber, string) {
@@ -214,9 +221,7 @@ func TestAdvisorCannotProbe(t *testing.T) {
 		return a[s1].State == lb.AdvisorUp && a[s2].State == lb.AdvisorDown
 	})
 
-	fp.mu.Lock()
-	fp.local = true
-	fp.mu.Unlock()
+	fp.setLocal(true)
 	eventually(t, "probes that cannot be made", func() bool {
 		a := h.advisorStates(80)
 		return a[s1].LastError != "" && a[s2].LastError != ""
@@ -238,9 +243,7 @@ func TestAdvisorCannotProbe(t *testing.T) {
 		t.Errorf("logged %d times that the advisor cannot probe; want once per server (2)", n)
 	}
 
-	fp.mu.Lock()
-	fp.local = false
-	fp.mu.Unlock()
+	fp.setLocal(false)
 	fp.set(s2, false, 0)
 	eventually(t, "probes decide again", func() bool { return h.advisorStates(80)[s2].State == lb.AdvisorUp })
 	if !strings.Contains(logs.String(), "advisor probes again") {

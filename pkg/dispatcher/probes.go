@@ -38,9 +38,11 @@ func (e *Engine) onProbe(r health.Result) {
 	}
 	switch {
 	case r.Res.Local && !wasLocal:
+		e.probesMade(r.Key, false)
 		e.log.Warn("advisor cannot probe from this host; the server keeps its state until a probe reaches it",
 			"advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port, "state", to, "reason", r.Res.Reason)
 	case !r.Res.Local && wasLocal:
+		e.probesMade(r.Key, true)
 		e.log.Info("advisor probes again", "advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port)
 	}
 	if from == to {
