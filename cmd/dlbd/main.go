@@ -29,6 +29,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/doctor"
 	"github.com/dlbproject/dlb/pkg/ha"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/metricserver"
@@ -277,6 +278,7 @@ func run(ctx context.Context, o options) error {
 		Speaker:          bgp.New(log),                    // runs once "bgp set" configured it
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
+		AddressAnswerers: doctor.ARPAnswerers,
 	})
 	if err != nil {
 		return err

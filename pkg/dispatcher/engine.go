@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -167,6 +168,12 @@ type Options struct {
 	// the next round).
 	ReprobeInterval time.Duration
 	ReprobeBatch    int
+	// AddressAnswerers asks, from src, which other hosts answer ARP for
+	// addr within wait (doctor.ARPAnswerers); nil checks nothing. Every
+	// ConflictInterval (default 10 s) the engine asks it of each IPv4
+	// address it holds on the interface, and reports the answerers.
+	AddressAnswerers func(ctx context.Context, src, addr netip.Addr, wait time.Duration) ([]net.HardwareAddr, error)
+	ConflictInterval time.Duration
 	// ScriptsDir holds the operator's event scripts (package events);
 	// empty runs none. ScriptTimeout bounds each run (default 10 s).
 	ScriptsDir    string
@@ -199,7 +206,10 @@ type Options struct {
 type Engine struct {
 	opts Options
 	log  *slog.Logger
-	mgmt chan func()
+	// conflicts are the other hosts found answering ARP for addresses
+	// this dispatcher holds (watchConflicts).
+	conflicts conflicts
+	mgmt      chan func()
 	// ctx lives as long as Run; probe and metric loops hang off it.
 	ctx context.Context
 
@@ -250,6 +260,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.ReprobeInterval == 0 {
 		opts.ReprobeInterval = 500 * time.Millisecond
+	}
+	if opts.ConflictInterval <= 0 {
+		opts.ConflictInterval = 10 * time.Second
 	}
 	if opts.ReprobeBatch <= 0 {
 		opts.ReprobeBatch = 128
@@ -395,6 +408,9 @@ func (e *Engine) Run(ctx context.Context) {
 		e.restoreAddresses(all)
 	}
 	e.startSpeaker(cfg)
+	if e.opts.AddressAnswerers != nil {
+		go e.watchConflicts(ctx)
+	}
 	e.syncProbes(cfg, nil)
 	e.syncPollers(cfg)
 	// Sweep once now: the counts reports show (connections, active per

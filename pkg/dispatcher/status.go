@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"time"
@@ -102,6 +103,10 @@ type ExecutorStatus struct {
 	// Warnings name conditions that keep the configuration from working
 	// as meant, while they last, with their remedy (with Query.Tables).
 	Warnings []string
+	// AddressConflicts lists, per address this dispatcher holds, the
+	// Ethernet addresses of the other hosts the latest check found
+	// answering ARP for it.
+	AddressConflicts map[netip.Addr][]string
 	// Info describes its tables, and Memory what each holds in kernel
 	// memory (with Query.Tables).
 	Info   lb.DataplaneInfo
@@ -261,11 +266,15 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 		x.Err = e.exec.err.Error()
 	}
 	x.Detached, x.DetachedSince = e.exec.attach.detached, e.exec.attach.since
+	if len(e.conflicts.found) > 0 {
+		x.AddressConflicts = maps.Clone(e.conflicts.found)
+	}
 	if detail {
 		x.Warnings = append(e.natRouteProblems(e.ed.Config()), e.natGROProblems(e.ed.Config())...)
 		if w := e.pinnedUnstarted(); w != "" {
 			x.Warnings = append(x.Warnings, w)
 		}
+		x.Warnings = append(x.Warnings, e.conflictWarnings()...)
 	}
 	if e.exec.dp == nil {
 		return

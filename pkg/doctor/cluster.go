@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -84,4 +85,40 @@ func interfaceOf(addr netip.Addr) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the source address %v is on no interface: %w", addr, syscall.EADDRNOTAVAIL)
+}
+
+// ARPAnswerers asks, from src on the interface that holds it, who
+// answers ARP for addr, and returns the Ethernet addresses of the hosts
+// that answered within wait, this interface's own excepted: for an
+// address this host holds, any answer is a conflict (a server holding a
+// cluster address on its loopback without arp_ignore, another host
+// configured with it). IPv4 only.
+func ARPAnswerers(ctx context.Context, src, addr netip.Addr, wait time.Duration) ([]net.HardwareAddr, error) {
+	src, addr = src.Unmap(), addr.Unmap()
+	if !src.Is4() || !addr.Is4() {
+		return nil, fmt.Errorf("ARP is IPv4's: %v from %v", addr, src)
+	}
+	ifname, err := interfaceOf(src)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openLink(ifname, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	mac := l.MAC()
+	if err := l.Send(arpFrame(arpRequest, broadcast, mac, mac, src, nil, addr)); err != nil {
+		return nil, fmt.Errorf("asking who has %v on %s: %w", addr, ifname, err)
+	}
+	var out []net.HardwareAddr
+	err = receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
+		a, ok := parseARP(f)
+		if ok && a.op == arpReply && a.senderIP == addr && a.senderMAC.String() != mac.String() &&
+			!slices.ContainsFunc(out, func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {
+			out = append(out, a.senderMAC)
+		}
+		return false
+	})
+	return out, err
 }

@@ -960,3 +960,40 @@ func TestPrivilegedE2EFault13ClusterAddressOffBackend(t *testing.T) {
 	})
 	l.checkNewConnections(t, "with the cluster address back on b1")
 }
+
+// TestPrivilegedE2EFault14ServerAnswersARP: a backend that holds the
+// cluster address on its loopback loses arp_ignore (rebooted without its
+// sysctl settings) and answers ARP for it: the routers and clients may
+// then send to it, past the dispatcher. dlbd asks who else answers for
+// the addresses it holds (every 10 s) and names the backend's MAC and
+// the fix in the executor report until it stops answering.
+func TestPrivilegedE2EFault14ServerAnswersARP(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	ifname, b1MAC := l.env["LAB_IF"], l.env["LAB_B1_MAC"]
+	conflict := func() string {
+		for _, w := range l.executor().Warnings {
+			if strings.Contains(w, "answers ARP") {
+				return w
+			}
+		}
+		return ""
+	}
+	arpIgnore := func(v string) {
+		for _, c := range []string{"all", "lo", ifname} {
+			l.mustNS("b1", "sysctl", "-qw", "net.ipv4.conf."+c+".arp_ignore="+v)
+		}
+	}
+	arpIgnore("0")
+	start := time.Now()
+	poll(t, 25*time.Second, "the conflict reported", func() bool { return conflict() != "" })
+	w := conflict()
+	t.Logf("reported after %v: %s", time.Since(start).Round(time.Millisecond), w)
+	if !strings.Contains(w, l.vip()) || !strings.Contains(w, b1MAC) || !strings.Contains(w, "arp_ignore=1") {
+		t.Errorf("warning %q; want the cluster address, b1's MAC %s and the fix", w, b1MAC)
+	}
+	arpIgnore("1")
+	poll(t, 25*time.Second, "the conflict forgotten", func() bool { return conflict() == "" })
+}

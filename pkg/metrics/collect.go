@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -89,6 +90,14 @@ func writeExecutor(t *textWriter, st *dispatcher.Status) {
 	if !x.SweptAt.IsZero() {
 		t.family("dlb_executor_last_sweep_timestamp_seconds", "gauge", "When the executor's tables were last swept: the time of the connection, half-open, affinity and NAT pool counts.")
 		t.sample("dlb_executor_last_sweep_timestamp_seconds", nil, nil, unixSeconds(x.SweptAt))
+	}
+
+	if len(x.AddressConflicts) > 0 {
+		conflicts := slices.SortedFunc(maps.Keys(x.AddressConflicts), netip.Addr.Compare)
+		t.family("dlb_address_conflict_hosts", "gauge", "Other hosts found answering ARP for an address this dispatcher holds (a server without arp_ignore=1, another host with the address); absent when none.")
+		for _, a := range conflicts {
+			t.counter("dlb_address_conflict_hosts", labels("address", a.String()), nil, uint64(len(x.AddressConflicts[a])))
+		}
 	}
 
 	addrs := make([]netip.Addr, 0, len(x.ReturnPools))

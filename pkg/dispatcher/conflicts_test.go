@@ -1,0 +1,90 @@
+package dispatcher
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeAnswerers answers the conflict checks: the MACs set per address,
+// and records what was asked.
+type fakeAnswerers struct {
+	mu    sync.Mutex
+	macs  map[netip.Addr][]net.HardwareAddr
+	asked map[netip.Addr]netip.Addr // address -> source
+}
+
+func (f *fakeAnswerers) answer(_ context.Context, src, addr netip.Addr, _ time.Duration) ([]net.HardwareAddr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked[addr] = src
+	return slices.Clone(f.macs[addr]), nil
+}
+
+func (f *fakeAnswerers) set(addr netip.Addr, macs ...net.HardwareAddr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.macs[addr] = macs
+}
+
+// TestAddressConflicts: a host that answers ARP for a cluster address the
+// dispatcher holds (a server without arp_ignore) is found within a check
+// interval, named in the executor report with the fix, logged once, and
+// forgotten when it stops answering. Only addresses the dispatcher holds
+// are asked about, from its NFA.
+func TestAddressConflicts(t *testing.T) {
+	var logs syncBuffer
+	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		logTo(&logs, false)(o)
+		o.AddressAnswerers = fa.answer
+		o.ConflictInterval = 20 * time.Millisecond
+	})
+	base(h)
+	h.mustApply(op("cluster", "add", vip2)) // not configured on the interface: not asked about
+	v := netip.MustParseAddr(vip)
+	server := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15}
+	warned := func() []string {
+		var out []string
+		for _, w := range h.status(Query{Tables: true}).Executor.Warnings {
+			if strings.Contains(w, "answers ARP") {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	fa.set(v, server)
+	eventually(t, "the conflict reported", func() bool { return len(warned()) == 1 })
+	if w := warned()[0]; !strings.Contains(w, vip) || !strings.Contains(w, server.String()) || !strings.Contains(w, "arp_ignore=1") {
+		t.Errorf("warning %q; want the address, the MAC and the fix", w)
+	}
+	time.Sleep(100 * time.Millisecond) // several more checks
+	if n := strings.Count(logs.String(), "another host answers ARP"); n != 1 {
+		t.Errorf("logged the conflict %d times; want once", n)
+	}
+	fa.mu.Lock()
+	asked := askedList(fa.asked)
+	fa.mu.Unlock()
+	if want := []string{vip + " from 198.18.0.2"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v; want %v", asked, want)
+	}
+	fa.set(v)
+	eventually(t, "the conflict forgotten", func() bool { return len(warned()) == 0 })
+	if !strings.Contains(logs.String(), "no other host answers ARP for the address any more") {
+		t.Error("the end of the conflict was not logged")
+	}
+}
+
+func askedList(m map[netip.Addr]netip.Addr) []string {
+	var out []string
+	for a, src := range m {
+		out = append(out, a.String()+" from "+src.String())
+	}
+	slices.Sort(out)
+	return out
+}
