@@ -11,7 +11,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-// conflictWait is how long a check waits for ARP answers for one address.
+// conflictWait is how long a check waits for ARP answers.
 const conflictWait = 200 * time.Millisecond
 
 // conflicts is what the last checks found: per address this dispatcher
@@ -80,19 +80,21 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		if len(job.addrs) == 0 {
+			continue
+		}
 		found := map[netip.Addr][]string{}
-		var errs []string
-		for _, a := range job.addrs {
-			macs, err := e.opts.AddressAnswerers(ctx, job.src, a, conflictWait)
-			if err != nil {
-				errs = append(errs, err.Error())
-				continue
-			}
+		errText := ""
+		answers, err := e.opts.AddressAnswerers(ctx, job.src, job.addrs, conflictWait)
+		if err != nil {
+			errText = err.Error()
+		}
+		for a, macs := range answers {
 			for _, m := range macs {
 				found[a] = append(found[a], m.String())
 			}
 		}
-		if e.do(ctx, func() { e.onConflicts(job.addrs, found, strings.Join(errs, "; ")) }) != nil {
+		if e.do(ctx, func() { e.onConflicts(job.addrs, found, errText) }) != nil {
 			return
 		}
 	}

@@ -19,11 +19,17 @@ type fakeAnswerers struct {
 	asked map[netip.Addr]netip.Addr // address -> source
 }
 
-func (f *fakeAnswerers) answer(_ context.Context, src, addr netip.Addr, _ time.Duration) ([]net.HardwareAddr, error) {
+func (f *fakeAnswerers) answer(_ context.Context, src netip.Addr, addrs []netip.Addr, _ time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.asked[addr] = src
-	return slices.Clone(f.macs[addr]), nil
+	out := map[netip.Addr][]net.HardwareAddr{}
+	for _, a := range addrs {
+		f.asked[a] = src
+		if m := f.macs[a]; len(m) > 0 {
+			out[a] = slices.Clone(m)
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeAnswerers) set(addr netip.Addr, macs ...net.HardwareAddr) {

@@ -169,10 +169,11 @@ type Options struct {
 	ReprobeInterval time.Duration
 	ReprobeBatch    int
 	// AddressAnswerers asks, from src, which other hosts answer ARP for
-	// addr within wait (doctor.ARPAnswerers); nil checks nothing. Every
-	// ConflictInterval (default 10 s) the engine asks it of each IPv4
-	// address it holds on the interface, and reports the answerers.
-	AddressAnswerers func(ctx context.Context, src, addr netip.Addr, wait time.Duration) ([]net.HardwareAddr, error)
+	// each of addrs within wait (doctor.ARPAnswerers); nil checks
+	// nothing. Every ConflictInterval (default 10 s) the engine asks it
+	// of the IPv4 addresses it holds on the interface, and reports the
+	// answerers.
+	AddressAnswerers func(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error)
 	ConflictInterval time.Duration
 	// ScriptsDir holds the operator's event scripts (package events);
 	// empty runs none. ScriptTimeout bounds each run (default 10 s).

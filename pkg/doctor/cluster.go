@@ -88,15 +88,16 @@ func interfaceOf(addr netip.Addr) (string, error) {
 }
 
 // ARPAnswerers asks, from src on the interface that holds it, who
-// answers ARP for addr, and returns the Ethernet addresses of the hosts
-// that answered within wait, this interface's own excepted: for an
-// address this host holds, any answer is a conflict (a server holding a
-// cluster address on its loopback without arp_ignore, another host
-// configured with it). IPv4 only.
-func ARPAnswerers(ctx context.Context, src, addr netip.Addr, wait time.Duration) ([]net.HardwareAddr, error) {
-	src, addr = src.Unmap(), addr.Unmap()
-	if !src.Is4() || !addr.Is4() {
-		return nil, fmt.Errorf("ARP is IPv4's: %v from %v", addr, src)
+// answers ARP for each of addrs (one request each, all at once), and
+// returns per address the Ethernet addresses of the hosts that answered
+// within wait, this interface's own excepted: for an address this host
+// holds, any answer is a conflict (a server holding a cluster address on
+// its loopback without arp_ignore, another host configured with it).
+// IPv4 only; other addresses are skipped.
+func ARPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
+	src = src.Unmap()
+	if !src.Is4() {
+		return nil, fmt.Errorf("ARP is IPv4's: the source %v is not", src)
 	}
 	ifname, err := interfaceOf(src)
 	if err != nil {
@@ -108,15 +109,22 @@ func ARPAnswerers(ctx context.Context, src, addr netip.Addr, wait time.Duration)
 	}
 	defer l.Close()
 	mac := l.MAC()
-	if err := l.Send(arpFrame(arpRequest, broadcast, mac, mac, src, nil, addr)); err != nil {
-		return nil, fmt.Errorf("asking who has %v on %s: %w", addr, ifname, err)
+	asked := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		if a = a.Unmap(); !a.Is4() || asked[a] {
+			continue
+		}
+		asked[a] = true
+		if err := l.Send(arpFrame(arpRequest, broadcast, mac, mac, src, nil, a)); err != nil {
+			return nil, fmt.Errorf("asking who has %v on %s: %w", a, ifname, err)
+		}
 	}
-	var out []net.HardwareAddr
+	out := map[netip.Addr][]net.HardwareAddr{}
 	err = receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
 		a, ok := parseARP(f)
-		if ok && a.op == arpReply && a.senderIP == addr && a.senderMAC.String() != mac.String() &&
-			!slices.ContainsFunc(out, func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {
-			out = append(out, a.senderMAC)
+		if ok && a.op == arpReply && asked[a.senderIP] && a.senderMAC.String() != mac.String() &&
+			!slices.ContainsFunc(out[a.senderIP], func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {
+			out[a.senderIP] = append(out[a.senderIP], a.senderMAC)
 		}
 		return false
 	})

@@ -1,0 +1,60 @@
+//go:build linux
+
+package doctor
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
+)
+
+// TestPrivilegedARPAnswerers: a dispatcher's namespace holds its NFA and
+// a cluster address on its interface; a server's namespace holds its own
+// address and, on lo, the cluster address, with arp_ignore=0 (the
+// default: a server set up without dlbctl backend setup). Asked from the
+// NFA, ARPAnswerers names the server's MAC for the cluster address (the
+// conflict) and for the server's address, nobody for an address no one
+// has, never the dispatcher's own MAC; asked from an address no
+// interface holds, it fails.
+func TestPrivilegedARPAnswerers(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d, s := testutil.NewNetNS(t, "dlbdpard"), testutil.NewNetNS(t, "dlbdpars")
+	testutil.Veth(t, d, "dlbdpar0", s, "dlbdpar1")
+	d.Addr(t, "dlbdpar0", "198.18.6.1/24")
+	d.Addr(t, "dlbdpar0", "198.18.6.100/32")
+	s.Addr(t, "dlbdpar1", "198.18.6.50/24")
+	s.Addr(t, "lo", "198.18.6.100/32")
+	own, server := d.Link(t, "dlbdpar0").Attrs().HardwareAddr, s.Link(t, "dlbdpar1").Attrs().HardwareAddr
+	nfa, vip, srv, nobody := netip.MustParseAddr("198.18.6.1"), netip.MustParseAddr("198.18.6.100"),
+		netip.MustParseAddr("198.18.6.50"), netip.MustParseAddr("198.18.6.77")
+	var got map[netip.Addr][]net.HardwareAddr
+	var fromNowhere error
+	err := d.Do(func() error {
+		var err error
+		got, err = ARPAnswerers(context.Background(), nfa, []netip.Addr{vip, srv, nobody, netip.MustParseAddr("2001:2::1")}, 300*time.Millisecond)
+		_, fromNowhere = ARPAnswerers(context.Background(), netip.MustParseAddr("198.18.6.9"), []netip.Addr{srv}, 100*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr netip.Addr
+		want string
+	}{{vip, server.String()}, {srv, server.String()}, {nobody, ""}} {
+		var macs []string
+		for _, m := range got[tc.addr] {
+			macs = append(macs, m.String())
+		}
+		if tc.want == "" && len(macs) != 0 || tc.want != "" && (len(macs) != 1 || macs[0] != tc.want) {
+			t.Errorf("answerers for %v: %v; want %q (never the dispatcher's own %v)", tc.addr, macs, tc.want, own)
+		}
+	}
+	if fromNowhere == nil {
+		t.Error("asked from an address no interface holds: want an error")
+	}
+}
