@@ -105,8 +105,10 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
 	vip := l.vip()
-	l.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5", "--fall", "2", "--rise", "1",
-		"--connecttimeout", "0.5", "--receivetimeout", "0.5")
+	for _, a := range []string{"http", "cluster"} {
+		l.mustCtl("advisor", "start", a, vip+"@80", "--interval", "0.5", "--fall", "2", "--rise", "1",
+			"--connecttimeout", "0.5", "--receivetimeout", "0.5")
+	}
 	l.mustCtl("port", "add", vip+"@8080")
 	l.mustCtl("server", "add", vip+"@8080@"+l.backend(soakSpare))
 	s := &soak{t: t, l: l, vip: vip, macs: map[string]string{}}
@@ -126,6 +128,7 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 		{name: "interface renamed, and back", window: time.Second, inject: (*soak).renamed},
 		{name: "NFA off the interface", inject: (*soak).nfaRemoved},
 		{name: "route to the servers removed", inject: (*soak).routeRemoved},
+		{name: "cluster address off a backend", ownBackend: true, window: time.Second, inject: (*soak).clusterAddressOff},
 	}
 
 	tr, err := startTraffic(l.env["LAB_C1_NS"], vip+":80", l.backend(soakSpare)+":80", 12, 4)
@@ -340,6 +343,20 @@ func (s *soak) nfaRemoved(rng *rand.Rand) injected {
 	time.Sleep(gone)
 	s.l.mustNS("d", "ip", "addr", "add", nfa, "dev", ifname)
 	return injected{start: start, end: s.since(), note: fmt.Sprintf("gone for %v", gone)}
+}
+
+// clusterAddressOff takes the cluster address off a backend's loopback
+// for a while: the connections the executor sends it are dropped until
+// the cluster advisor takes it down (the http advisor, probing its own
+// address, never does).
+func (s *soak) clusterAddressOff(rng *rand.Rand) injected {
+	name := fmt.Sprintf("b%d", 1+rng.IntN(soakBackends))
+	gone := time.Duration(2500+rng.IntN(1000)) * time.Millisecond
+	start := s.since()
+	s.l.mustNS(name, "ip", "addr", "del", s.vip+"/32", "dev", "lo")
+	time.Sleep(gone)
+	s.l.mustNS(name, "ip", "addr", "add", s.vip+"/32", "dev", "lo")
+	return injected{start: start, end: s.since(), backend: name, note: fmt.Sprintf("%s without it for %v", name, gone)}
 }
 
 // routeRemoved takes the host's route to the servers' subnet away for a
