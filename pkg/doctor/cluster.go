@@ -12,9 +12,6 @@ import (
 
 // ClusterProbe is what ProbeCluster saw.
 type ClusterProbe struct {
-	// Interface is the interface the probe left from (the one that holds
-	// the source address).
-	Interface string
 	// ServerMAC is the server's Ethernet address; nil when it did not
 	// answer ARP (and no SYN was sent).
 	ServerMAC net.HardwareAddr
@@ -53,7 +50,7 @@ func ProbeCluster(ctx context.Context, src, vip netip.Addr, port uint16, server 
 	}
 	defer l.Close()
 	start := time.Now()
-	out := ClusterProbe{Interface: ifname}
+	var out ClusterProbe
 	if out.ServerMAC, err = arpServer(ctx, l, p); err != nil || out.ServerMAC == nil {
 		return out, err
 	}
@@ -108,6 +105,17 @@ func ARPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait 
 		return nil, err
 	}
 	defer l.Close()
+	out, err := arpAnswerers(ctx, l, src, addrs, wait)
+	if err != nil {
+		return nil, fmt.Errorf("asking who answers ARP on %s: %w", ifname, err)
+	}
+	return out, nil
+}
+
+// arpAnswerers sends, on l from src, an ARP request for each IPv4
+// address of addrs, and returns per address the distinct Ethernet
+// addresses that answered within wait, l's own excepted.
+func arpAnswerers(ctx context.Context, l link, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
 	mac := l.MAC()
 	asked := map[netip.Addr]bool{}
 	for _, a := range addrs {
@@ -116,11 +124,11 @@ func ARPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait 
 		}
 		asked[a] = true
 		if err := l.Send(arpFrame(arpRequest, broadcast, mac, mac, src, nil, a)); err != nil {
-			return nil, fmt.Errorf("asking who has %v on %s: %w", a, ifname, err)
+			return nil, err
 		}
 	}
 	out := map[netip.Addr][]net.HardwareAddr{}
-	err = receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
+	err := receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
 		a, ok := parseARP(f)
 		if ok && a.op == arpReply && asked[a.senderIP] && a.senderMAC.String() != mac.String() &&
 			!slices.ContainsFunc(out[a.senderIP], func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {

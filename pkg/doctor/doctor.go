@@ -163,26 +163,17 @@ func Run(ctx context.Context, p Params) (Report, error) {
 // probe sends the probes and records the answers.
 func probe(ctx context.Context, l link, p Params) (observations, error) {
 	obs := observations{ifMTU: l.MTU()}
-	mac := l.MAC()
 
 	var err error
 	if obs.serverMAC, err = arpServer(ctx, l, p); err != nil {
 		return obs, err
 	}
 	// ARP for the cluster address: nobody but the dispatcher may answer.
-	if err := l.Send(arpFrame(arpRequest, broadcast, mac, mac, p.Source, nil, p.VIP)); err != nil {
-		return obs, err
-	}
-	err = receive(ctx, l, time.Now().Add(p.Timeout/2), func(f []byte) bool {
-		if a, ok := parseARP(f); ok && a.op == arpReply && a.senderIP == p.VIP &&
-			!slices.ContainsFunc(obs.vipAnswerers, func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {
-			obs.vipAnswerers = append(obs.vipAnswerers, a.senderMAC)
-		}
-		return false
-	})
+	answers, err := arpAnswerers(ctx, l, p.Source, []netip.Addr{p.VIP}, p.Timeout/2)
 	if err != nil {
 		return obs, err
 	}
+	obs.vipAnswerers = answers[p.VIP]
 	if obs.serverMAC == nil {
 		return obs, nil
 	}
