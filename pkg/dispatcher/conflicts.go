@@ -41,22 +41,20 @@ func (e *Engine) conflictJob() conflictJob {
 	if !job.src.IsValid() || e.exec.dp == nil || e.exec.attach.detached != "" {
 		return conflictJob{}
 	}
-	held := map[netip.Addr]bool{}
-	for a := range e.host.configured {
-		held[a] = true
-	}
+	// Under high availability, the addresses of the groups it serves.
+	var active map[netip.Addr]bool
 	if e.haOn(cfg) {
-		held = map[netip.Addr]bool{}
+		active = map[netip.Addr]bool{}
 		for g, addrs := range e.haAddresses(cfg) {
-			for _, a := range addrs {
-				if _, ok := e.host.configured[a]; ok && e.haActive(lb.HAGroup(g)) {
-					held[a] = true
+			if e.haActive(lb.HAGroup(g)) {
+				for _, a := range addrs {
+					active[a] = true
 				}
 			}
 		}
 	}
-	for a := range held {
-		if a.Unmap().Is4() {
+	for a := range e.host.configured {
+		if a.Unmap().Is4() && (active == nil || active[a]) {
 			job.addrs = append(job.addrs, a)
 		}
 	}
