@@ -828,19 +828,17 @@ func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
 	ifname, nfa, vip := l.env["LAB_IF"], l.env["LAB_NFA"], l.vip()
 	l.mustCtl("advisor", "start", "http", vip+"@80", "--interval", "0.5", "--fall", "1", "--rise", "1",
 		"--connecttimeout", "0.5", "--receivetimeout", "0.5")
-	probes := func() []api.AdvisorServer {
-		var adv []api.AdvisorReport
-		l.report(&adv, "advisor", "report")
-		if len(adv) != 1 {
-			return nil
-		}
-		return adv[0].Servers
-	}
+	probes := func() map[string]api.AdvisorServer { return l.advisors()["http"] }
 	all := func(what string, cond func(api.AdvisorServer) bool) {
 		t.Helper()
 		poll(t, 5*time.Second, what, func() bool {
 			s := probes()
-			return len(s) == 2 && cond(s[0]) && cond(s[1])
+			for _, b := range []string{l.backend(1), l.backend(2)} {
+				if x, ok := s[b]; !ok || !cond(x) {
+					return false
+				}
+			}
+			return len(s) == 2
 		})
 	}
 	all("both servers probed up", func(s api.AdvisorServer) bool { return s.State == api.AdvisorUp && s.Probes >= 2 })
@@ -910,18 +908,7 @@ func TestPrivilegedE2EFault13ClusterAddressOffBackend(t *testing.T) {
 	timeouts := []string{"--interval", "0.5", "--fall", "2", "--rise", "1", "--connecttimeout", "0.5", "--receivetimeout", "0.5"}
 	l.mustCtl(append([]string{"advisor", "start", "http", vip + "@80"}, timeouts...)...)
 	l.mustCtl(append([]string{"advisor", "start", "cluster", vip + "@80"}, timeouts...)...)
-	states := func() map[string]map[string]api.AdvisorServer {
-		var adv []api.AdvisorReport
-		l.report(&adv, "advisor", "report")
-		out := map[string]map[string]api.AdvisorServer{}
-		for _, a := range adv {
-			out[a.Name] = map[string]api.AdvisorServer{}
-			for _, s := range a.Servers {
-				out[a.Name][s.Address] = s
-			}
-		}
-		return out
-	}
+	states := l.advisors
 	b1, b2 := l.backend(1), l.backend(2)
 	poll(t, 5*time.Second, "both advisors find both servers up", func() bool {
 		st := states()

@@ -285,6 +285,21 @@ func (l *lab) servers() []api.ServerReport {
 	return r
 }
 
+// advisors returns the advisor report's servers by advisor name, then
+// server address.
+func (l *lab) advisors() map[string]map[string]api.AdvisorServer {
+	var adv []api.AdvisorReport
+	l.report(&adv, "advisor", "report")
+	out := map[string]map[string]api.AdvisorServer{}
+	for _, a := range adv {
+		out[a.Name] = map[string]api.AdvisorServer{}
+		for _, s := range a.Servers {
+			out[a.Name][s.Address] = s
+		}
+	}
+	return out
+}
+
 func (l *lab) executor() api.ExecutorReport {
 	var r api.ExecutorReport
 	l.report(&r, "executor", "report")
