@@ -11,10 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
-	"github.com/dlbproject/dlb/pkg/sdnotify"
 	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
@@ -127,7 +127,7 @@ func (c *configFile) reloads(ctx context.Context, hup <-chan os.Signal) {
 			continue
 		}
 		c.log.Info("SIGHUP: reloading the configuration file", "file", c.path)
-		_ = sdnotify.Notify("RELOADING=1\nMONOTONIC_USEC=" + strconv.FormatInt(monotonicUsec(), 10))
+		_, _ = daemon.SdNotify(false, "RELOADING=1\nMONOTONIC_USEC="+strconv.FormatInt(monotonicUsec(), 10))
 		status := "configuration file reloaded"
 		if err := c.apply(ctx, nil); err != nil {
 			if errors.Is(err, context.Canceled) {
@@ -136,7 +136,7 @@ func (c *configFile) reloads(ctx context.Context, hup <-chan os.Signal) {
 			c.log.Error("reloading the configuration file failed; the running configuration is unchanged", "err", err)
 			status = "reloading the configuration file failed: " + err.Error()
 		}
-		_ = sdnotify.Notify("READY=1\nSTATUS=" + status)
+		_, _ = daemon.SdNotify(false, "READY=1\nSTATUS="+status)
 	}
 }
 

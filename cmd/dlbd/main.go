@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/dlbproject/dlb/pkg/bgp"
 	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/config"
@@ -34,7 +35,6 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/netif"
-	"github.com/dlbproject/dlb/pkg/sdnotify"
 	"github.com/dlbproject/dlb/pkg/server"
 )
 
@@ -345,7 +345,7 @@ func run(ctx context.Context, o options) error {
 	case err = <-srvErr:
 		stop()
 	}
-	_ = sdnotify.Notify("STOPPING=1")
+	_, _ = daemon.SdNotify(false, "STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/dlbproject/dlb/pkg/client"
-	"github.com/dlbproject/dlb/pkg/sdnotify"
 )
 
 // readyCheck is how dlbd decides it is ready: the admin API answers an
@@ -46,8 +46,8 @@ func notifyReady(ctx context.Context, check readyCheck, timeout time.Duration, l
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if err := sdnotify.Notify("READY=1\nSTATUS=serving the admin API"); err != nil {
-		return err
+	if _, err := daemon.SdNotify(false, "READY=1\nSTATUS=serving the admin API"); err != nil {
+		return fmt.Errorf("sending READY=1 to the service manager: %w", err)
 	}
 	log.Debug("ready: the admin API answers")
 	return nil

@@ -25,8 +25,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/dlbproject/dlb/pkg/metricserver"
-	"github.com/dlbproject/dlb/pkg/sdnotify"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -247,7 +247,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		"scripts_dir", o.scriptsDir, "script_timeout", o.scriptTimeout)
 	// The socket listens and the secret was read: ready for systemd
 	// (Type=notify).
-	if err := sdnotify.Notify("READY=1"); err != nil {
+	if _, err := daemon.SdNotify(false, "READY=1"); err != nil {
 		c.log.Error("telling systemd dlbmetricd is ready", "err", err)
 	}
 
@@ -255,7 +255,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	case <-ctx.Done():
 	case err = <-srvErr:
 	}
-	_ = sdnotify.Notify("STOPPING=1")
+	_, _ = daemon.SdNotify(false, "STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
