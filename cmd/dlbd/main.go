@@ -172,6 +172,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	wdLimit := watchdogLimit(log)
 	// From the start: a SIGTERM while dlbd starts must stop it cleanly
 	// (releasing what it took), not kill it.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -337,6 +338,11 @@ func run(ctx context.Context, o options) error {
 		// answers; see notify.go.
 		if err := notifyReady(ctx, apiReady(o.socket), time.Minute, log); err != nil {
 			log.Error("telling systemd dlbd is ready", "err", err)
+			return
+		}
+		if wdLimit > 0 {
+			log.Info("feeding systemd's watchdog while dlbd's management loop answers", "limit", wdLimit)
+			watchdog(ctx, engineAnswers(engine), engine.Busy, wdLimit/3, log)
 		}
 	}()
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -301,5 +304,146 @@ func TestPrivilegedPrivatePinsWarned(t *testing.T) {
 	waitServing(t, private.socket, 30*time.Second, q)
 	if !strings.Contains(q.stderr.String(), warning) {
 		t.Errorf("no warning under ip netns exec:\n%s", q.stderr)
+	}
+}
+
+// TestPrivilegedWatchdog: dlbd started as systemd starts it with
+// WatchdogSec= (here 0.6 s) says READY=1, then feeds the watchdog every
+// third of it from its management loop, and says STOPPING=1 when it stops.
+func TestPrivilegedWatchdog(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	c := listenNotify(t, false)
+	t.Setenv("WATCHDOG_USEC", "600000")
+	d := newDirs(t, t.TempDir(), "wd")
+	p := startDlbd(t, d)
+	// next returns the next notification, "" when none came within d.
+	next := func(d time.Duration) string {
+		buf := make([]byte, 4096)
+		_ = c.SetReadDeadline(time.Now().Add(d))
+		n, err := c.Read(buf)
+		if err != nil {
+			return ""
+		}
+		return string(buf[:n])
+	}
+	if got := next(30 * time.Second); !strings.HasPrefix(got, "READY=1\n") {
+		t.Fatalf("first notification %q, want READY=1; stderr:\n%s", got, p.stderr)
+	}
+	start, fed := time.Now(), 0
+	for time.Since(start) < 2*time.Second {
+		switch got := next(time.Second); got {
+		case "WATCHDOG=1":
+			fed++
+		case "":
+			t.Fatalf("no notification for 1 s after %d WATCHDOG=1; stderr:\n%s", fed, p.stderr)
+		default:
+			t.Errorf("notification %q, want WATCHDOG=1", got)
+		}
+	}
+	// Every 0.2 s for 2 s: 10; the check's own time and a loaded machine
+	// make it fewer, never more.
+	if fed < 7 || fed > 11 {
+		t.Errorf("%d WATCHDOG=1 in 2 s, want about 10 (one every 0.2 s)", fed)
+	}
+	if !strings.Contains(p.stderr.String(), "feeding systemd's watchdog while dlbd's management loop answers") ||
+		!strings.Contains(p.stderr.String(), "limit=600ms") {
+		t.Errorf("no log line about the watchdog and its limit; stderr:\n%s", p.stderr)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for got := next(5 * time.Second); got != "STOPPING=1"; got = next(5 * time.Second) {
+		if got != "WATCHDOG=1" {
+			t.Fatalf("notification %q while stopping, want STOPPING=1", got)
+		}
+	}
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("dlbd: %v; stderr:\n%s", err, p.stderr)
+	}
+	if got := next(300 * time.Millisecond); got != "" {
+		t.Errorf("notification %q after dlbd stopped", got)
+	}
+}
+
+// TestPrivilegedWatchdogWhileLoading: loading the executor keeps dlbd's
+// management loop from answering for longer than a short watchdog limit
+// (the verifier alone takes about 0.7 s); dlbd keeps feeding the watchdog
+// all the same, never leaving a gap as long as the limit, and says why.
+func TestPrivilegedWatchdogWhileLoading(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const limit = 500 * time.Millisecond
+	ns := fmt.Sprintf("dlbhwd%d", rand.Uint32()%100000)
+	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "dlbhwd0", "type", "veth", "peer", "name", "dlbhwd1"},
+		{"-n", ns, "link", "set", "dlbhwd0", "up"}, {"-n", ns, "link", "set", "dlbhwd1", "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		if args[0] == "netns" {
+			t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		}
+	}
+	c := listenNotify(t, false)
+	t.Setenv("WATCHDOG_USEC", strconv.FormatInt(limit.Microseconds(), 10))
+	d := newDirs(t, t.TempDir(), "wdl")
+	p := startDlbdWith(t, d, "nsenter", "--net=/run/netns/"+ns)
+	buf := make([]byte, 4096)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if n, err := c.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "READY=1\n") {
+		t.Fatalf("no READY=1 (%v); stderr:\n%s", err, p.stderr)
+	}
+	// Feedings' times, read while the executor loads.
+	var fed []time.Time
+	reading := make(chan struct{})
+	go func() {
+		defer close(reading)
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if string(buf[:n]) == "WATCHDOG=1" {
+				fed = append(fed, time.Now())
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	ifname := "dlbhwd0"
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := client.New(d.socket)
+	if _, err := cl.Apply(ctx, api.Op{Object: "executor", Action: "start", Interface: &ifname}); err != nil {
+		t.Fatalf("executor start: %v; stderr:\n%s", err, p.stderr)
+	}
+	took := time.Since(start)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := cl.Apply(ctx, api.Op{Object: "executor", Action: "stop"}); err != nil {
+			t.Errorf("executor stop: %v", err)
+		}
+	})
+	time.Sleep(500 * time.Millisecond)
+	_ = p.cmd.Process.Signal(syscall.SIGSTOP) // ends the feeding: the reader stops 2 s later
+	<-reading
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	t.Logf("executor start took %v; %d WATCHDOG=1 in %v", took.Round(time.Millisecond), len(fed), time.Since(start).Round(time.Millisecond))
+	if took <= limit {
+		t.Fatalf("loading the executor took %v, not longer than the watchdog's limit %v: the test shows nothing", took, limit)
+	}
+	var most time.Duration
+	for i := 1; i < len(fed); i++ {
+		if fed[i].Before(start.Add(-limit)) || fed[i-1].After(start.Add(took+limit)) {
+			continue
+		}
+		most = max(most, fed[i].Sub(fed[i-1]))
+	}
+	if len(fed) < 2 || most >= limit {
+		t.Errorf("longest gap between WATCHDOG=1 around the executor's loading: %v (%d fed), want under the limit %v; stderr:\n%s",
+			most, len(fed), limit, p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), `busy; feeding systemd's watchdog while it works" operation="loading the executor"`) {
+		t.Errorf("no log line about the busy loop; stderr:\n%s", p.stderr)
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlbproject/dlb/advisors"
@@ -237,6 +238,35 @@ type Engine struct {
 	repl    replState
 	// guarded is what the guard was last told (interface and addresses).
 	guarded string
+	// long is the operation, long by nature, the management loop is in
+	// (nil: none); read by Busy from any goroutine.
+	long atomic.Pointer[longOp]
+}
+
+// longOp is an operation of the management loop that takes long by
+// nature: loading the executor allocates its tables whole (12.5 s for
+// two tables of 16 Mi entries on a 2-CPU host).
+type longOp struct {
+	what  string
+	since time.Time
+}
+
+// inLong marks the management loop as in the long operation what until
+// the returned function is called.
+func (e *Engine) inLong(what string) (done func()) {
+	e.long.Store(&longOp{what: what, since: time.Now()})
+	return func() { e.long.Store(nil) }
+}
+
+// Busy reports the operation long by nature the management loop is in, if
+// any, and for how long it has been in it; a loop that does not answer
+// and is not in one is stuck. Safe from any goroutine.
+func (e *Engine) Busy() (what string, forHowLong time.Duration, busy bool) {
+	op := e.long.Load()
+	if op == nil {
+		return "", 0, false
+	}
+	return op.what, time.Since(op.since), true
 }
 
 // ErrStopped is returned by calls made after Run returned.

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -568,4 +569,44 @@ func stateFiles(t *testing.T, dir string) string {
 		fmt.Fprintf(&b, "%s:\n%s\n", e.Name(), data)
 	}
 	return b.String()
+}
+
+// TestBusyWhileLoadingTheExecutor: while the management loop loads the
+// executor (its tables are allocated whole: seconds for large ones) it
+// answers nothing, and Busy says what it is doing and for how long; before
+// and after, it is not busy.
+func TestBusyWhileLoadingTheExecutor(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		open := o.OpenDatapath
+		o.OpenDatapath = func() (Datapath, error) {
+			close(entered)
+			<-release
+			return open()
+		}
+	})
+	if what, _, busy := h.e.Busy(); busy {
+		t.Fatalf("busy with %q before anything was asked", what)
+	}
+	applied := make(chan error, 1)
+	go func() { applied <- h.apply(op("executor", "start", "", "interface", "eth0")) }()
+	<-entered
+	time.Sleep(30 * time.Millisecond)
+	what, long, busy := h.e.Busy()
+	if !busy || what != "loading the executor" || long < 30*time.Millisecond || long > time.Minute {
+		t.Errorf("while loading: Busy() = %q, %v, %v; want loading the executor, for 30ms or more", what, long, busy)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := h.e.Status(ctx, Query{})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("status while loading: %v, want no answer (the loop is busy)", err)
+	}
+	close(release)
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if what, _, busy := h.e.Busy(); busy {
+		t.Errorf("still busy with %q after the executor was loaded", what)
+	}
 }

@@ -127,7 +127,9 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	if err != nil {
 		return err
 	}
+	done := e.inLong("loading the executor")
 	dp, err := e.opts.OpenDatapath()
+	done()
 	if err != nil {
 		return fmt.Errorf("loading the executor: %w", err)
 	}
