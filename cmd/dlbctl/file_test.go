@@ -357,8 +357,8 @@ func (fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[
 	return out, nil
 }
 
-func (fakeNetif) AddAddress(string, netip.Addr) error { return nil }
-func (fakeNetif) DelAddress(string, netip.Addr) error { return nil }
+func (fakeNetif) AddAddress(string, netip.Addr) (bool, error) { return true, nil }
+func (fakeNetif) DelAddress(string, netip.Addr) error         { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
 	return nil, errors.New("no watch in this fake")
 }

@@ -280,7 +280,7 @@ func releaseMemory() {
 // committed, the ids and the host facts are copied.
 func (e *Engine) stateCopy() store.State {
 	return store.State{Config: e.ed.Config(), IDs: e.ids.Clone(), Configured: maps.Clone(e.host.configured),
-		AttachedMode: e.host.attachedMode, HAStates: e.ha.applied}
+		Found: maps.Clone(e.host.found), AttachedMode: e.host.attachedMode, HAStates: e.ha.applied}
 }
 
 // checkStore makes the state directory hold the state again when its
@@ -319,8 +319,8 @@ func (e *Engine) restoreStore() error {
 // outside a change: at start).
 func (e *Engine) persistHost() {
 	var rec store.Record
-	conf := maps.Clone(e.host.configured)
-	rec.Configured = &conf
+	conf, found := maps.Clone(e.host.configured), maps.Clone(e.host.found)
+	rec.Configured, rec.Found = &conf, &found
 	mode := e.host.attachedMode
 	rec.AttachedMode = &mode
 	if err := e.checkStore(); err != nil {
@@ -379,21 +379,28 @@ func serverOf(cfg lb.Config, k lb.BackendKey) (lb.Server, bool) {
 // adopted link); and, derived from the configuration, how many servers
 // use each return address.
 type host struct {
-	configured   map[netip.Addr]string
+	configured map[netip.Addr]string
+	// found are those of configured that their interface had before the
+	// engine wanted them there (the operator's): they stay on when the
+	// engine no longer wants them.
+	found        map[netip.Addr]string
 	attachedMode lb.XDPMode
 	returns      map[netip.Addr]int
 }
 
 func (h host) clone() host {
-	return host{configured: maps.Clone(h.configured), attachedMode: h.attachedMode, returns: maps.Clone(h.returns)}
+	return host{configured: maps.Clone(h.configured), found: maps.Clone(h.found), attachedMode: h.attachedMode,
+		returns: maps.Clone(h.returns)}
 }
 
 // renameInterface records that the interface the engine put addresses on
 // as from is now named to: the addresses went with it.
 func (h *host) renameInterface(from, to string) {
-	for a, ifname := range h.configured {
-		if ifname == from {
-			h.configured[a] = to
+	for _, m := range []map[netip.Addr]string{h.configured, h.found} {
+		for a, ifname := range m {
+			if ifname == from {
+				m[a] = to
+			}
 		}
 	}
 }
@@ -417,6 +424,10 @@ func (h host) record(rec *store.Record, before host) {
 	if !maps.Equal(h.configured, before.configured) {
 		c := maps.Clone(h.configured)
 		rec.Configured = &c
+	}
+	if !maps.Equal(h.found, before.found) {
+		f := maps.Clone(h.found)
+		rec.Found = &f
 	}
 	if h.attachedMode != before.attachedMode {
 		m := h.attachedMode

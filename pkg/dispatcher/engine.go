@@ -96,7 +96,9 @@ type Netif interface {
 	Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error)
 	// AddAddress and DelAddress put a cluster address on an interface and
 	// take it off (off an interface that is gone: done, not an error).
-	AddAddress(ifname string, addr netip.Addr) error
+	// AddAddress reports whether it put the address on: one the
+	// interface has already is left as it is.
+	AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 	DelAddress(ifname string, addr netip.Addr) error
 	// Watch reports changes of interfaces, addresses and neighbours until
 	// ctx ends.
@@ -328,7 +330,7 @@ func New(opts Options) (*Engine, error) {
 		ed:      ed,
 		store:   st,
 		ids:     state.IDs,
-		host:    host{configured: state.Configured, attachedMode: state.AttachedMode},
+		host:    host{configured: state.Configured, found: state.Found, attachedMode: state.AttachedMode},
 		exec:    newExecutor(),
 		net:     newNeighbors(),
 		mgr:     newManagerState(),

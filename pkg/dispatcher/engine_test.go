@@ -610,3 +610,48 @@ func TestBusyWhileLoadingTheExecutor(t *testing.T) {
 		t.Errorf("still busy with %q after the executor was loaded", what)
 	}
 }
+
+// TestFoundAddressesStay: an address the interface had before a cluster
+// wanted it configured (the operator's) is used as it is and stays on when
+// the cluster goes, when the cluster stops asking for it, and when the
+// executor stops, across a restart of the engine; the engine's own go.
+func TestFoundAddressesStay(t *testing.T) {
+	const theirs, ours = "198.18.0.101", "198.18.0.102"
+	on := func(h *harness, a string) bool {
+		h.nif.mu.Lock()
+		defer h.nif.mu.Unlock()
+		return h.nif.addresses[netip.MustParseAddr(a)] == "eth0"
+	}
+	for _, tc := range []struct {
+		name    string
+		restart bool
+		undo    []config.Op // what makes the addresses unwanted
+	}{
+		{"cluster remove", false, []config.Op{op("cluster", "remove", theirs), op("cluster", "remove", ours)}},
+		{"cluster remove after a restart", true, []config.Op{op("cluster", "remove", theirs), op("cluster", "remove", ours)}},
+		{"configure no", false, []config.Op{op("cluster", "set", theirs, "configure", "no"), op("cluster", "set", ours, "configure", "no")}},
+		{"executor stop", true, []config.Op{op("executor", "stop", "")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, t.TempDir())
+			h.nif.mu.Lock()
+			h.nif.addresses[netip.MustParseAddr(theirs)] = "eth0"
+			h.nif.mu.Unlock()
+			h.mustApply(op("executor", "start", "", "interface", "eth0"),
+				op("cluster", "add", theirs, "configure", "yes"), op("cluster", "add", ours, "configure", "yes"))
+			if !on(h, theirs) || !on(h, ours) {
+				t.Fatalf("addresses on: %v", h.nif.addresses)
+			}
+			if tc.restart {
+				h.restart()
+			}
+			h.mustApply(tc.undo...)
+			if !on(h, theirs) {
+				t.Errorf("the operator's address %s was taken off", theirs)
+			}
+			if on(h, ours) {
+				t.Errorf("the address dlb put on, %s, stayed", ours)
+			}
+		})
+	}
+}

@@ -468,14 +468,17 @@ func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 	n.macs[a] = mac
 }
 
-func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) error {
+func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ifindex == 0 || ifname != n.ifname() {
-		return fmt.Errorf("looking up interface %q: Link not found", ifname)
+		return false, fmt.Errorf("looking up interface %q: Link not found", ifname)
+	}
+	if n.addresses[a] == ifname {
+		return false, nil
 	}
 	n.addresses[a] = ifname
-	return nil
+	return true, nil
 }
 
 func (n *fakeNetif) Announce(ifname string, addrs []netip.Addr) error {

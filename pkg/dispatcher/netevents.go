@@ -422,7 +422,7 @@ func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
 		if !ok {
 			continue
 		}
-		if err := e.opts.Netif.AddAddress(ifname, a); err != nil {
+		if _, err := e.opts.Netif.AddAddress(ifname, a); err != nil {
 			e.log.Warn("restoring an address dlbd configured", "address", a, "interface", ifname, "err", err)
 			continue
 		}

@@ -514,7 +514,8 @@ func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
 
 // configureAddresses puts the cluster addresses marked Configure and the
 // NAT return addresses on the executor's interface, and takes off those it
-// put there that are no longer wanted.
+// put there that are no longer wanted. One the interface had before it was
+// wanted (the operator's) stays on: the engine did not put it there.
 func (e *Engine) configureAddresses(cfg lb.Config) error {
 	want := map[netip.Addr]string{}
 	switch {
@@ -541,29 +542,43 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 	if e.exec.attach.detached != "" {
 		// The interface is gone, and its addresses with it: remember
 		// what is wanted, which re-attaching puts on the new one.
-		e.host.configured = want
+		e.host.configured, e.host.found = want, map[netip.Addr]string{}
 		return nil
+	}
+	if e.host.found == nil {
+		e.host.found = map[netip.Addr]string{}
 	}
 	var errs []error
 	for a, ifname := range e.host.configured {
 		if want[a] == ifname {
 			continue
 		}
-		if err := e.opts.Netif.DelAddress(ifname, a); err != nil {
+		if e.host.found[a] == ifname {
+			e.log.Info("left an address on its interface: it was there before dlb wanted it", "address", a, "interface", ifname)
+		} else if err := e.opts.Netif.DelAddress(ifname, a); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		delete(e.host.configured, a)
+		delete(e.host.found, a)
 	}
 	for a, ifname := range want {
 		if e.host.configured[a] == ifname {
 			continue
 		}
-		if err := e.opts.Netif.AddAddress(ifname, a); err != nil {
+		added, err := e.opts.Netif.AddAddress(ifname, a)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		e.host.configured[a] = ifname
+		// Under high availability the addresses are the pair's, and
+		// the takeover's fast path may have just put them on.
+		if !added && !e.haOn(cfg) {
+			e.host.found[a] = ifname
+			e.log.Info("an address dlb wants on its interface was there already: dlb will leave it there", "address", a,
+				"interface", ifname)
+		}
 	}
 	if err := e.guardAddresses(cfg); err != nil {
 		errs = append(errs, err)

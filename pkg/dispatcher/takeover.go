@@ -111,15 +111,19 @@ func (e *Engine) fastTakeover(g lb.HAGroup) {
 	announced := time.Since(start)
 	on := 0
 	for _, a := range p.addrs[g] {
-		if err := e.opts.Netif.AddAddress(p.ifname, a); err != nil {
+		added, err := e.opts.Netif.AddAddress(p.ifname, a)
+		if err != nil {
 			e.log.Warn("high availability: putting an address on at once (the engine tries again)", "address", a, "err", err)
 			continue
+		}
+		on++
+		if !added {
+			continue // on already: not the fast path's to take off
 		}
 		if f.added == nil {
 			f.added = map[netip.Addr]string{}
 		}
 		f.added[a] = p.ifname
-		on++
 	}
 	f.mu.Unlock()
 	e.log.Info("high availability: addresses announced and put on at once", "group", g, "addresses", len(p.addrs[g]),

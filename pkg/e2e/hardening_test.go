@@ -984,3 +984,47 @@ func TestPrivilegedE2EFault14ServerAnswersARP(t *testing.T) {
 	arpIgnore("1")
 	poll(t, 25*time.Second, "the conflict forgotten", func() bool { return conflict() == "" })
 }
+
+// TestPrivilegedE2EFault15OperatorsAddressKept: the operator had put the
+// cluster address on the dispatcher's interface before dlb (a keepalived
+// or ifupdown set-up being moved to dlb). "cluster add --configure" uses
+// it as it is and clients are served; "cluster remove" used to take it off
+// with the cluster, although dlb had not put it there. Now dlb takes off
+// only what it put on: the operator's address stays through cluster
+// remove, and through a dlbd restart and "executor stop"; a second
+// cluster's address, which dlb did put on, goes each time.
+func TestPrivilegedE2EFault15OperatorsAddressKept(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	ifname, vip, ours := l.env["LAB_IF"], l.vip(), "198.18.0.102"
+	l.mustNS("d", "ip", "addr", "add", vip+"/32", "dev", ifname)
+	l.configure("generic", 10, 10)
+	l.mustCtl("cluster", "add", ours, "--configure")
+	if !l.hasAddr(ours) {
+		t.Fatalf("%s not put on", ours)
+	}
+	l.checkNewConnections(t, "through the operator's cluster address")
+	if !strings.Contains(l.dlbdLog(), "was there already") {
+		t.Error("dlbd did not log that it found the operator's address")
+	}
+	check := func(when string) {
+		t.Helper()
+		if !l.hasAddr(vip) {
+			t.Errorf("%s: the operator's address %s was taken off", when, vip)
+		}
+		if l.hasAddr(ours) {
+			t.Errorf("%s: the address dlb put on, %s, stayed", when, ours)
+		}
+	}
+	l.mustCtl("cluster", "remove", vip)
+	l.mustCtl("cluster", "remove", ours)
+	check("cluster remove")
+
+	l.mustCtl("cluster", "add", vip, "--configure")
+	l.mustCtl("cluster", "add", ours, "--configure")
+	l.killDlbd(syscall.SIGTERM)
+	l.startDlbd()
+	l.mustCtl("executor", "stop")
+	check("executor stop after a dlbd restart")
+}

@@ -272,6 +272,61 @@ func TestPrivilegedForgetNeighbors(t *testing.T) {
 	}
 }
 
+// TestPrivilegedAddAddressLeavesWhatIsThere: AddAddress puts a host
+// address on and says so; an address the interface has already, with any
+// prefix length, it leaves as it is (no second address, no other flags)
+// and says it did not add it.
+func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	n := New()
+	for _, p := range []string{"198.18.0.101/24", "2001:2::101/64"} {
+		addr, err := netlink.ParseAddr(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.AddrAdd(a, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(ip netip.Addr) (n int, prefixes []string) {
+		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			addrs, err := netlink.AddrList(a, fam)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ad := range addrs {
+				if ad.IP.Equal(ip.AsSlice()) {
+					n++
+					prefixes = append(prefixes, ad.IPNet.String())
+				}
+			}
+		}
+		return n, prefixes
+	}
+	for _, tc := range []struct {
+		addr      string
+		wantAdded []bool // first and second call
+		want      string // the one address left with it
+	}{
+		{"198.18.0.100", []bool{true, false}, "198.18.0.100/32"},
+		{"198.18.0.101", []bool{false, false}, "198.18.0.101/24"},
+		{"2001:2::100", []bool{true, false}, "2001:2::100/128"},
+		{"2001:2::101", []bool{false, false}, "2001:2::101/64"},
+	} {
+		ip := netip.MustParseAddr(tc.addr)
+		for i, want := range tc.wantAdded {
+			added, err := n.AddAddress("dlbhn0", ip)
+			if err != nil || added != want {
+				t.Errorf("%s, call %d: added %v, %v; want %v", tc.addr, i+1, added, err, want)
+			}
+		}
+		if got, prefixes := count(ip); got != 1 || prefixes[0] != tc.want {
+			t.Errorf("%s: the interface has %v, want only %s", tc.addr, prefixes, tc.want)
+		}
+	}
+}
+
 // DelAddress takes an address off; one that is not there, or on an
 // interface that is gone, is already off.
 func TestPrivilegedDelAddress(t *testing.T) {
@@ -279,8 +334,8 @@ func TestPrivilegedDelAddress(t *testing.T) {
 	a, _ := pair(t, testutil.InNewNetNS(t))
 	n := New()
 	vip := netip.MustParseAddr("198.18.0.100")
-	if err := n.AddAddress("dlbhn0", vip); err != nil {
-		t.Fatal(err)
+	if added, err := n.AddAddress("dlbhn0", vip); err != nil || !added {
+		t.Fatalf("AddAddress: %v, %v; want added", added, err)
 	}
 	has := func() bool {
 		addrs, err := netlink.AddrList(a, netlink.FAMILY_V4)

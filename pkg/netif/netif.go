@@ -181,17 +181,31 @@ func resolve(h *netlink.Handle, ifindex, family int, ip net.IP) error {
 }
 
 // AddAddress puts addr on the named interface as a /32 (or /128), so that
-// the host answers ARP (or neighbour solicitations) for it. It is
-// idempotent.
-func (*Netif) AddAddress(ifname string, addr netip.Addr) error {
+// the host answers ARP (or neighbour solicitations) for it, and reports
+// whether it did: an interface that has the address already (with any
+// prefix length: the operator's, or put there before) is left as it is.
+func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error) {
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("looking up interface %q: %w", ifname, err)
+		return false, fmt.Errorf("looking up interface %q: %w", ifname, err)
+	}
+	family := netlink.FAMILY_V4
+	if addr.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	have, err := netlink.AddrList(l, family)
+	if err != nil {
+		return false, fmt.Errorf("listing the addresses of %s: %w", ifname, err)
+	}
+	for _, h := range have {
+		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
+			return false, nil
+		}
 	}
 	if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
-		return fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
+		return false, fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
 	}
-	return nil
+	return true, nil
 }
 
 // DelAddress removes addr from the named interface; an address that is not

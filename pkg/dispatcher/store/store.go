@@ -58,6 +58,9 @@ type State struct {
 	// Configured maps the addresses the engine put on interfaces to
 	// the interface.
 	Configured map[netip.Addr]string
+	// Found are those of Configured that their interface had before the
+	// engine wanted them there: the engine leaves them on.
+	Found map[netip.Addr]string
 	// AttachedMode is the XDP mode the executor was attached in (the
 	// kernel does not report it for an adopted link).
 	AttachedMode lb.XDPMode
@@ -75,6 +78,7 @@ type snapshot struct {
 	Config       lb.Config                   `json:"config"`
 	IDs          *IDs                        `json:"ids"`
 	Configured   map[netip.Addr]string       `json:"configured,omitempty"`
+	Found        map[netip.Addr]string       `json:"found,omitempty"`
 	AttachedMode lb.XDPMode                  `json:"attached_mode"`
 	HAStates     *[lb.NumHAGroups]lb.HAState `json:"ha_states,omitempty"`
 }
@@ -102,6 +106,7 @@ type Record struct {
 	DelServers   []lb.BackendKey             `json:"del_servers,omitempty"`
 	IDs          *IDDelta                    `json:"ids,omitempty"`
 	Configured   *map[netip.Addr]string      `json:"configured,omitempty"`
+	Found        *map[netip.Addr]string      `json:"found,omitempty"`
 	AttachedMode *lb.XDPMode                 `json:"attached_mode,omitempty"`
 	HAStates     *[lb.NumHAGroups]lb.HAState `json:"ha_states,omitempty"`
 }
@@ -206,7 +211,7 @@ type Store struct {
 // cut short by a crash (it was never acknowledged) loses that record; any
 // other damage is an error naming the file and line.
 func Open(dir string) (*Store, State, error) {
-	st := State{Config: lb.NewConfig(), IDs: NewIDs(), Configured: map[netip.Addr]string{}}
+	st := State{Config: lb.NewConfig(), IDs: NewIDs(), Configured: map[netip.Addr]string{}, Found: map[netip.Addr]string{}}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, st, fmt.Errorf("creating state directory: %w", err)
 	}
@@ -235,6 +240,9 @@ func Open(dir string) (*Store, State, error) {
 		}
 		for a, ifname := range snap.Configured {
 			st.Configured[a] = ifname
+		}
+		for a, ifname := range snap.Found {
+			st.Found[a] = ifname
 		}
 		s.n = max(snap.Journal, 1)
 		s.last = int64(len(data))
@@ -401,6 +409,12 @@ func apply(st *State, r *Record) {
 			st.Configured[a] = ifname
 		}
 	}
+	if r.Found != nil {
+		st.Found = map[netip.Addr]string{}
+		for a, ifname := range *r.Found {
+			st.Found[a] = ifname
+		}
+	}
 	if r.AttachedMode != nil {
 		st.AttachedMode = *r.AttachedMode
 	}
@@ -490,7 +504,7 @@ func (s *Store) Snapshot(st State) error {
 // writeSnapshot writes the snapshot file atomically.
 func (s *Store) writeSnapshot(st State, journal int) (int64, error) {
 	snap := snapshot{Version: stateVersion, Journal: journal, Config: st.Config, IDs: st.IDs,
-		Configured: st.Configured, AttachedMode: st.AttachedMode, HAStates: &st.HAStates}
+		Configured: st.Configured, Found: st.Found, AttachedMode: st.AttachedMode, HAStates: &st.HAStates}
 	pf, err := renameio.NewPendingFile(filepath.Join(s.dir, StateFile), renameio.WithPermissions(0o600))
 	if err != nil {
 		return 0, fmt.Errorf("writing state snapshot: %w", err)
