@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 const goodFile = `clusters:
@@ -126,24 +127,6 @@ func (f *fakeReplacer) Replace(_ context.Context, next lb.Config, dryRun bool) (
 	return old, nil
 }
 
-// syncBuffer is a log sink that tests read while the logger writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestReloads: each SIGHUP applies the file as it is then; a file that
 // became invalid, or that the engine refuses, is logged with its line and
 // changes nothing; without a file SIGHUP does nothing.
@@ -151,7 +134,7 @@ func TestReloads(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, dir, "dlb.yaml", goodFile)
 	eng := &fakeReplacer{running: lb.NewConfig(), called: make(chan struct{}, 10)}
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	cf := &configFile{path: path, e: eng, log: slog.New(slog.NewTextHandler(&logs, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	hup := make(chan os.Signal, 1)

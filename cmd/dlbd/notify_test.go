@@ -10,10 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // listenNotify opens a datagram socket standing in for systemd's notify
@@ -86,24 +87,6 @@ func TestNotifyReadyGivesUp(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log's output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestWatchdogFeedsOnlyWhileDlbdAnswers: WATCHDOG=1 goes out every period
 // while the check passes, and none while it fails or hangs (a hung check
 // is not started again beside itself); feeding resumes when the check
@@ -136,7 +119,7 @@ func TestWatchdogFeedsOnlyWhileDlbdAnswers(t *testing.T) {
 		d := time.Duration(busyFor.Load())
 		return "loading the executor", d, d >= 0
 	}
-	var logs lockedBuffer
+	var logs testutil.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -227,7 +210,7 @@ func TestWatchdogLimit(t *testing.T) {
 	} {
 		t.Setenv("WATCHDOG_USEC", tc.usec)
 		t.Setenv("WATCHDOG_PID", tc.pid)
-		var logs lockedBuffer
+		var logs testutil.LogBuffer
 		got := watchdogLimit(slog.New(slog.NewTextHandler(&logs, nil)))
 		if got != tc.want {
 			t.Errorf("USEC %q PID %q: %v, want %v", tc.usec, tc.pid, got, tc.want)

@@ -10,32 +10,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/metricserver"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 const procFixture = "../../pkg/metricserver/testdata/proc/a"
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // writeFile writes a file with mode into dir.
 func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
@@ -51,7 +33,7 @@ func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string
 }
 
 func execute(ctx context.Context, args ...string) (stdout, stderr string, err error) {
-	var out, errb syncBuffer
+	var out, errb testutil.LogBuffer
 	cmd := newCommand(&out, &errb)
 	cmd.SetArgs(args)
 	err = cmd.ExecuteContext(ctx)
@@ -133,7 +115,7 @@ func TestServe(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	cmd := newCommand(&bytes.Buffer{}, &stderr)
 	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--secret-file", secret, "--scripts-dir", scripts,
 		"--proc", procFixture, "--name", "web1", "--log-level", "debug"})
@@ -207,7 +189,7 @@ func TestNotifiesSystemd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testutil.LogBuffer
 	cmd := newCommand(&bytes.Buffer{}, &stderr)
 	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--secret-file", secret, "--scripts-dir", dir, "--proc", procFixture})
 	done := make(chan error, 1)

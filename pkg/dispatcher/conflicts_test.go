@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // fakeAnswerers answers the conflict checks: the MACs set per address,
@@ -44,7 +46,7 @@ func (f *fakeAnswerers) set(addr netip.Addr, macs ...net.HardwareAddr) {
 // forgotten when it stops answering. Only addresses the dispatcher holds
 // are asked about, from its NFA.
 func TestAddressConflicts(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 		logTo(&logs, false)(o)

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,25 +18,8 @@ import (
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
-
-// syncBuffer is a log sink tests read while the engine writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // logTo makes the harness's engine log to buf; slow makes the periodic
 // checks (neighbour refresh, attachment, reprobes) rare, so that only
@@ -98,7 +80,7 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 		{name: "pins, a state that starts it", started: true, pins: []string{"conns", "link", "prog"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs testutil.LogBuffer
 			h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 				logTo(&logs, true)(o)
 				o.Pins = func() ([]string, error) { return c.pins, nil }
@@ -138,7 +120,7 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 // runs: within a tick it is pinned again, the pin directory locked again,
 // and the log says so; with nothing deleted, nothing is said.
 func TestPinsDeletedUnderDlbd(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	pinLock := &fakeLock{held: true}
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -175,7 +157,7 @@ func TestPinsDeletedUnderDlbd(t *testing.T) {
 // without rewriting the maps each time or logging the same error again;
 // once the program is gone, the executor attaches.
 func TestInterfaceRecreatedTakenByAnotherProgram(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	h := newHarnessWith(t, t.TempDir(), logTo(&logs, false))
 	base(h)
 	h.nif.setIfindex(0)
@@ -235,7 +217,7 @@ func TestInterfaceRecreatedTakenByAnotherProgram(t *testing.T) {
 // address is not back): a frame sent to the old index is lost. The guard,
 // which went with the old interface, is put on the new one.
 func TestInterfaceDeletedAndRecreated(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	guard := &fakeGuard{}
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) { logTo(&logs, true)(o); o.Guard = guard })
 	guard.mu.Lock()
@@ -387,7 +369,7 @@ func TestStartAfterInterfaceRecreated(t *testing.T) {
 // A dlbd that starts while the interface is missing reports the executor
 // detached and brings it up when the interface appears.
 func TestStartWithoutInterface(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
 	base(h)
 	h.stop()
@@ -744,7 +726,7 @@ func TestNATGROWarning(t *testing.T) {
 // follows the name too (it used to report the executor detached while it
 // forwarded on the renamed interface).
 func TestInterfaceRenamed(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	guard := &fakeGuard{}
 	var h *harness
 	h = newHarnessWith(t, t.TempDir(), func(o *Options) {
@@ -843,7 +825,7 @@ func TestInterfaceRenamed(t *testing.T) {
 // next tick, keeping its maps, and the log says what happened (it used to
 // say the interface had been deleted and created again).
 func TestLinkDetachedByAnotherTool(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	h := newHarnessWith(t, t.TempDir(), logTo(&logs, false))
 	base(h)
 	h.dp.sever()

@@ -14,6 +14,7 @@ import (
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // fakeProber answers probes from a table the test changes.
@@ -204,7 +205,7 @@ var s2Addr = netip.MustParseAddr("198.18.0.22")
 // A server that is down stays down; probes that reach the servers again
 // decide as before.
 func TestAdvisorCannotProbe(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.LogBuffer
 	fp := newFakeProber()
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 		logTo(&logs, false)(o)
