@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/dlbproject/dlb/pkg/ndframe"
 )
 
 // Reprobe verifies, by broadcast, the MAC of each of addrs on the
@@ -146,7 +148,7 @@ func solicit(ifindex int, addrs []netip.Addr) ([]netip.Addr, error) {
 	defer func() { go unix.Close(fd) }()
 	var errs []error
 	for _, a := range addrs {
-		if err := sendFrame(fd, ifindex, solicitation(mac, src, a)); err != nil {
+		if err := sendFrame(fd, ifindex, ndframe.Solicitation(mac, src, a)); err != nil {
 			errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 		}
 	}
