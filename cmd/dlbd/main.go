@@ -279,7 +279,7 @@ func run(ctx context.Context, o options) error {
 		Speaker:          bgp.New(log),                    // runs once "bgp set" configured it
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
-		AddressAnswerers: doctor.ARPAnswerers,
+		AddressAnswerers: doctor.AddressAnswerers,
 	})
 	if err != nil {
 		return err

@@ -11,35 +11,50 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-// conflictWait is how long a check waits for ARP answers.
+// conflictWait is how long a check waits for ARP (or neighbour
+// advertisement) answers.
 const conflictWait = 200 * time.Millisecond
 
 // conflicts is what the last checks found: per address this dispatcher
-// holds, the Ethernet addresses of the other hosts that answered ARP for
-// it. A server that holds a cluster address on its loopback without
-// arp_ignore=1 answers for it, and the routers may then send clients
-// straight to it, past the dispatcher; so does another host configured
-// with the address.
+// holds, the Ethernet addresses of the other hosts that answered ARP (or,
+// for IPv6, neighbour solicitations) for it. A server that holds a
+// cluster address on its loopback without arp_ignore=1 answers ARP for
+// it, and the routers may then send clients straight to it, past the
+// dispatcher; so does another host configured with the address (for IPv6
+// the only cause: Linux does not answer for a loopback's addresses, and
+// dlb puts its addresses on without duplicate address detection).
 type conflicts struct {
 	found map[netip.Addr][]string
 	// err is the last check's error, logged once.
 	err string
 }
 
-// conflictJob is what one round of checks asks: from src, who else
-// answers for addrs.
-type conflictJob struct {
+// conflictJob is what one round of checks asks: from each NFA, who else
+// answers for the addresses of its family.
+type conflictJob []conflictAsk
+
+// conflictAsk asks, from src, who else answers for addrs.
+type conflictAsk struct {
 	src   netip.Addr
 	addrs []netip.Addr
 }
 
-// conflictJob lists the IPv4 addresses this dispatcher holds on its
-// interface now (under high availability, those of its active groups).
+// addrs are all the addresses the job asks about.
+func (j conflictJob) addrs() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range j {
+		out = append(out, a.addrs...)
+	}
+	return out
+}
+
+// conflictJob lists the addresses this dispatcher holds on its interface
+// now (under high availability, those of its active groups), by family,
+// each family's asked from its NFA (none set: not asked).
 func (e *Engine) conflictJob() conflictJob {
 	cfg := e.ed.Config()
-	job := conflictJob{src: cfg.Executor.NFA}
-	if !job.src.IsValid() || e.exec.dp == nil || e.exec.attach.detached != "" {
-		return conflictJob{}
+	if e.exec.dp == nil || e.exec.attach.detached != "" {
+		return nil
 	}
 	// Under high availability, the addresses of the groups it serves.
 	var active map[netip.Addr]bool
@@ -53,18 +68,31 @@ func (e *Engine) conflictJob() conflictJob {
 			}
 		}
 	}
+	v4, v6 := conflictAsk{src: cfg.Executor.NFA}, conflictAsk{src: cfg.Executor.NFA6}
 	for a := range e.host.configured {
-		if a.Unmap().Is4() && (active == nil || active[a]) {
-			job.addrs = append(job.addrs, a)
+		if active != nil && !active[a] {
+			continue
+		}
+		if a.Unmap().Is4() {
+			v4.addrs = append(v4.addrs, a)
+		} else {
+			v6.addrs = append(v6.addrs, a)
 		}
 	}
-	slices.SortFunc(job.addrs, netip.Addr.Compare)
+	var job conflictJob
+	for _, ask := range []conflictAsk{v4, v6} {
+		if ask.src.IsValid() && len(ask.addrs) > 0 {
+			slices.SortFunc(ask.addrs, netip.Addr.Compare)
+			job = append(job, ask)
+		}
+	}
 	return job
 }
 
-// watchConflicts checks, every ConflictInterval, who else answers ARP for
-// the addresses this dispatcher holds, off the management goroutine (each
-// check waits), and hands the findings to it.
+// watchConflicts checks, every ConflictInterval, who else answers ARP or
+// neighbour solicitations for the addresses this dispatcher holds, off
+// the management goroutine (each check waits), and hands the findings to
+// it.
 func (e *Engine) watchConflicts(ctx context.Context) {
 	t := time.NewTicker(e.opts.ConflictInterval)
 	defer t.Stop()
@@ -78,21 +106,23 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if len(job.addrs) == 0 {
+		if len(job) == 0 {
 			continue
 		}
 		found := map[netip.Addr][]string{}
-		errText := ""
-		answers, err := e.opts.AddressAnswerers(ctx, job.src, job.addrs, conflictWait)
-		if err != nil {
-			errText = err.Error()
-		}
-		for a, macs := range answers {
-			for _, m := range macs {
-				found[a] = append(found[a], m.String())
+		var errs []string
+		for _, ask := range job {
+			answers, err := e.opts.AddressAnswerers(ctx, ask.src, ask.addrs, conflictWait)
+			if err != nil {
+				errs = append(errs, err.Error())
+			}
+			for a, macs := range answers {
+				for _, m := range macs {
+					found[a] = append(found[a], m.String())
+				}
 			}
 		}
-		if e.do(ctx, func() { e.onConflicts(job.addrs, found, errText) }) != nil {
+		if e.do(ctx, func() { e.onConflicts(job.addrs(), found, strings.Join(errs, "; ")) }) != nil {
 			return
 		}
 	}
@@ -102,7 +132,8 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, errText string) {
 	if errText != e.conflicts.err {
 		if errText != "" {
-			e.log.Warn("cannot ask who else answers ARP for the addresses this dispatcher holds", "err", errText)
+			e.log.Warn("cannot ask who else answers ARP or neighbour solicitations for the addresses this dispatcher holds",
+				"err", errText)
 		}
 		e.conflicts.err = errText
 	}
@@ -114,26 +145,36 @@ func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, 
 		if len(now) > 0 {
 			e.conflicts.found[a] = now
 		}
+		asked, fix := conflictOf(a)
 		switch was := old[a]; {
 		case len(now) > 0 && !slices.Equal(now, was):
-			e.log.Warn("another host answers ARP for an address this dispatcher holds: clients may reach it past the dispatcher",
-				"address", a, "macs", strings.Join(now, ","), "fix", conflictFix)
+			e.log.Warn("another host answers "+asked+" for an address this dispatcher holds: clients may reach it past the dispatcher",
+				"address", a, "macs", strings.Join(now, ","), "fix", fix)
 		case len(now) == 0 && len(was) > 0:
-			e.log.Info("no other host answers ARP for the address any more", "address", a)
+			e.log.Info("no other host answers "+asked+" for the address any more", "address", a)
 		}
 	}
 }
 
-// conflictFix says what usually causes a conflict and mends it.
-const conflictFix = "a server holding a cluster address on its loopback needs arp_ignore=1 and arp_announce=2 " +
-	"(dlbctl backend setup; dlbctl server check finds it)"
+// conflictOf says what was asked about address a (ARP, or for IPv6
+// neighbour solicitations), and what usually causes another answer and
+// mends it.
+func conflictOf(a netip.Addr) (asked, fix string) {
+	if a.Unmap().Is4() {
+		return "ARP", "a server holding a cluster address on its loopback needs arp_ignore=1 and arp_announce=2 " +
+			"(dlbctl backend setup; dlbctl server check finds it)"
+	}
+	return "neighbour solicitations", "another host holds the address on an interface (a server's loopback " +
+		"is not answered for): take it off there"
+}
 
 // conflictWarnings are the report's lines for the conflicts found.
 func (e *Engine) conflictWarnings() []string {
 	var out []string
 	for a, macs := range e.conflicts.found {
-		out = append(out, fmt.Sprintf("another host answers ARP for %v (%s): clients may reach it past the dispatcher; %s",
-			a, strings.Join(macs, ", "), conflictFix))
+		asked, fix := conflictOf(a)
+		out = append(out, fmt.Sprintf("another host answers %s for %v (%s): clients may reach it past the dispatcher; %s",
+			asked, a, strings.Join(macs, ", "), fix))
 	}
 	slices.Sort(out)
 	return out

@@ -96,3 +96,50 @@ func askedList(m map[netip.Addr]netip.Addr) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestAddressConflictsIPv6: an IPv6 address the dispatcher holds is asked
+// about from the IPv6 NFA (the IPv4 ones from the IPv4 NFA, in the same
+// round); another host advertising it is reported as a neighbour
+// discovery conflict, with its own fix, and logged once.
+func TestAddressConflictsIPv6(t *testing.T) {
+	var logs testutil.LogBuffer
+	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		logTo(&logs, false)(o)
+		o.AddressAnswerers = fa.answer
+		o.ConflictInterval = 20 * time.Millisecond
+	})
+	h.nif.mu.Lock()
+	h.nif.macs[netip.MustParseAddr("2001:2::21")] = net.HardwareAddr{2, 0, 0, 0, 0, 0x21}
+	h.nif.mu.Unlock()
+	base(h)
+	const vip6 = "2001:2::100"
+	h.mustApply(op("executor", "set", "", "nfa", "2001:2::2"), op("cluster", "add", vip6, "configure", "yes"),
+		op("port", "add", vip6+"@80"), op("server", "add", vip6+"@80@2001:2::21"))
+	v6 := netip.MustParseAddr(vip6)
+	other := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x99}
+	fa.set(v6, other)
+	var w []string
+	eventually(t, "the IPv6 conflict reported", func() bool {
+		w = nil
+		for _, s := range h.status(Query{Tables: true}).Executor.Warnings {
+			if strings.Contains(s, "answers neighbour solicitations") {
+				w = append(w, s)
+			}
+		}
+		return len(w) == 1
+	})
+	if !strings.Contains(w[0], vip6) || !strings.Contains(w[0], other.String()) || !strings.Contains(w[0], "take it off there") {
+		t.Errorf("warning %q; want the address, the MAC and the fix", w[0])
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := strings.Count(logs.String(), "another host answers neighbour solicitations"); n != 1 {
+		t.Errorf("logged the conflict %d times; want once", n)
+	}
+	fa.mu.Lock()
+	asked := askedList(fa.asked)
+	fa.mu.Unlock()
+	if want := []string{vip + " from 198.18.0.2", vip6 + " from 2001:2::2"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v; want %v", asked, want)
+	}
+}

@@ -171,11 +171,12 @@ type Options struct {
 	// the next round).
 	ReprobeInterval time.Duration
 	ReprobeBatch    int
-	// AddressAnswerers asks, from src, which other hosts answer ARP for
-	// each of addrs within wait (doctor.ARPAnswerers); nil checks
-	// nothing. Every ConflictInterval (default 10 s) the engine asks it
-	// of the IPv4 addresses it holds on the interface, and reports the
-	// answerers.
+	// AddressAnswerers asks, from src, which other hosts answer ARP (src
+	// IPv4) or neighbour solicitations (src IPv6) for each of addrs
+	// within wait (doctor.AddressAnswerers); nil checks nothing. Every
+	// ConflictInterval (default 10 s) the engine asks it of the
+	// addresses it holds on the interface, each family from its NFA, and
+	// reports the answerers.
 	AddressAnswerers func(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error)
 	ConflictInterval time.Duration
 	// ScriptsDir holds the operator's event scripts (package events);

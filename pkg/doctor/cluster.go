@@ -8,6 +8,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/ndframe"
 )
 
 // ClusterProbe is what ProbeCluster saw.
@@ -110,6 +112,70 @@ func ARPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait 
 		return nil, fmt.Errorf("asking who answers ARP on %s: %w", ifname, err)
 	}
 	return out, nil
+}
+
+// NDPAnswerers is ARPAnswerers for IPv6: from src (an IPv6 address of
+// the interface) it sends a neighbour solicitation for each IPv6 address
+// of addrs to its solicited-node group, and returns per address the
+// Ethernet addresses of the hosts that advertised it within wait, this
+// interface's own excepted. Linux answers only for an address on the
+// interface the solicitation came in on (not one on a loopback), so an
+// answer is another host configured with the address. IPv4 addresses are
+// skipped.
+func NDPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
+	if !src.Is6() || src.Is4In6() {
+		return nil, fmt.Errorf("neighbour discovery is IPv6's: the source %v is not", src)
+	}
+	ifname, err := interfaceOf(src)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openLink(ifname, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	out, err := ndpAnswerers(ctx, l, src, addrs, wait)
+	if err != nil {
+		return nil, fmt.Errorf("asking who answers neighbour solicitations on %s: %w", ifname, err)
+	}
+	return out, nil
+}
+
+// ndpAnswerers sends, on l from src, a neighbour solicitation for each
+// IPv6 address of addrs, and returns per address the distinct Ethernet
+// addresses that advertised it within wait, l's own excepted.
+func ndpAnswerers(ctx context.Context, l link, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
+	mac := l.MAC()
+	asked := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		if !a.Is6() || a.Is4In6() || asked[a] {
+			continue
+		}
+		asked[a] = true
+		if err := l.Send(ndframe.Solicitation(mac, src, a)); err != nil {
+			return nil, err
+		}
+	}
+	out := map[netip.Addr][]net.HardwareAddr{}
+	err := receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
+		target, from, ok := parseNA(f)
+		if ok && asked[target] && from.String() != mac.String() &&
+			!slices.ContainsFunc(out[target], func(m net.HardwareAddr) bool { return m.String() == from.String() }) {
+			out[target] = append(out[target], from)
+		}
+		return false
+	})
+	return out, err
+}
+
+// AddressAnswerers is ARPAnswerers from an IPv4 src, NDPAnswerers from an
+// IPv6 one.
+func AddressAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
+	if src.Unmap().Is4() {
+		return ARPAnswerers(ctx, src, addrs, wait)
+	}
+	return NDPAnswerers(ctx, src, addrs, wait)
 }
 
 // arpAnswerers sends, on l from src, an ARP request for each IPv4

@@ -58,3 +58,61 @@ func TestPrivilegedARPAnswerers(t *testing.T) {
 		t.Error("asked from an address no interface holds: want an error")
 	}
 }
+
+// TestPrivilegedNDPAnswerers: another host configured with an IPv6
+// address this one holds advertises it when asked, and is named by its
+// MAC; the same address on a server's loopback is not advertised (Linux
+// answers solicitations only for the receiving interface's addresses), nor
+// is one no host holds; the dispatcher's own answer never counts, IPv4
+// addresses are skipped, and a source no interface holds is an error.
+// AddressAnswerers asks by the source's family.
+func TestPrivilegedNDPAnswerers(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d, s := testutil.NewNetNS(t, "dlbdpnd"), testutil.NewNetNS(t, "dlbdpns")
+	testutil.Veth(t, d, "dlbdpn0", s, "dlbdpn1")
+	d.Addr(t, "dlbdpn0", "2001:2:6::1/64")
+	d.Addr(t, "dlbdpn0", "2001:2:6::100/128")
+	d.Addr(t, "dlbdpn0", "2001:2:6::101/128")
+	d.Addr(t, "dlbdpn0", "198.18.6.1/24")
+	s.Addr(t, "dlbdpn1", "2001:2:6::50/64")
+	s.Addr(t, "lo", "2001:2:6::100/128")
+	s.Addr(t, "dlbdpn1", "2001:2:6::101/128")
+	s.Addr(t, "dlbdpn1", "198.18.6.50/24")
+	own, server := d.Link(t, "dlbdpn0").Attrs().HardwareAddr, s.Link(t, "dlbdpn1").Attrs().HardwareAddr
+	nfa, onLoopback, onInterface, srv, nobody := netip.MustParseAddr("2001:2:6::1"), netip.MustParseAddr("2001:2:6::100"),
+		netip.MustParseAddr("2001:2:6::101"), netip.MustParseAddr("2001:2:6::50"), netip.MustParseAddr("2001:2:6::77")
+	v4 := netip.MustParseAddr("198.18.6.50")
+	var got, byFamily map[netip.Addr][]net.HardwareAddr
+	var fromNowhere, fromIPv4 error
+	err := d.Do(func() error {
+		var err error
+		if got, err = NDPAnswerers(context.Background(), nfa, []netip.Addr{onLoopback, onInterface, srv, nobody, v4}, 300*time.Millisecond); err != nil {
+			return err
+		}
+		_, fromNowhere = NDPAnswerers(context.Background(), netip.MustParseAddr("2001:2:6::9"), []netip.Addr{srv}, 100*time.Millisecond)
+		_, fromIPv4 = NDPAnswerers(context.Background(), netip.MustParseAddr("198.18.6.1"), []netip.Addr{srv}, 100*time.Millisecond)
+		byFamily, err = AddressAnswerers(context.Background(), netip.MustParseAddr("198.18.6.1"), []netip.Addr{v4, srv}, 300*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr netip.Addr
+		want string
+	}{{onLoopback, ""}, {onInterface, server.String()}, {srv, server.String()}, {nobody, ""}, {v4, ""}} {
+		var macs []string
+		for _, m := range got[tc.addr] {
+			macs = append(macs, m.String())
+		}
+		if tc.want == "" && len(macs) != 0 || tc.want != "" && (len(macs) != 1 || macs[0] != tc.want) {
+			t.Errorf("answerers for %v: %v; want %q (never the dispatcher's own %v)", tc.addr, macs, tc.want, own)
+		}
+	}
+	if fromNowhere == nil || fromIPv4 == nil {
+		t.Errorf("asked from an address no interface holds: %v; from an IPv4 address: %v; want errors", fromNowhere, fromIPv4)
+	}
+	if len(byFamily[v4]) != 1 || len(byFamily[srv]) != 0 {
+		t.Errorf("AddressAnswerers from an IPv4 source: %v; want ARP's answer for %v only", byFamily, v4)
+	}
+}

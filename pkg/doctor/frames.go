@@ -9,8 +9,12 @@ import (
 const (
 	etherTypeARP  = 0x0806
 	etherTypeIPv4 = 0x0800
+	etherTypeIPv6 = 0x86dd
 	arpRequest    = 1
 	arpReply      = 2
+
+	protoICMPv6      = 58
+	icmpv6Advertised = 136 // neighbour advertisement
 
 	tcpFIN = 0x01
 	tcpSYN = 0x02
@@ -179,4 +183,17 @@ func checksum(b []byte, sum uint32) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return ^uint16(sum)
+}
+
+// parseNA returns the target address of a neighbour advertisement frame
+// (IPv6 without extension headers, as neighbour discovery sends it) and
+// the Ethernet address it came from.
+func parseNA(b []byte) (target netip.Addr, from net.HardwareAddr, ok bool) {
+	const icmp = 14 + 40
+	if len(b) < icmp+24 || binary.BigEndian.Uint16(b[12:]) != etherTypeIPv6 || b[14]>>4 != 6 ||
+		b[20] != protoICMPv6 || b[icmp] != icmpv6Advertised || b[icmp+1] != 0 {
+		return netip.Addr{}, nil, false
+	}
+	target = netip.AddrFrom16([16]byte(b[icmp+8 : icmp+24]))
+	return target, net.HardwareAddr(append([]byte(nil), b[6:12]...)), true
 }

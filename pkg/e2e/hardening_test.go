@@ -1028,3 +1028,38 @@ func TestPrivilegedE2EFault15OperatorsAddressKept(t *testing.T) {
 	l.mustCtl("executor", "stop")
 	check("executor stop after a dlbd restart")
 }
+
+// TestPrivilegedE2EFault16ServerHoldsIPv6ClusterAddress: a backend is
+// given the IPv6 cluster address on its interface instead of its loopback
+// (a typo in its set-up) and advertises it: clients' routers may then send
+// to it, past the dispatcher. dlb puts its own addresses on without
+// duplicate address detection, so nothing else notices. dlbd asks who else
+// answers neighbour solicitations for the IPv6 addresses it holds (every
+// 10 s, from the IPv6 NFA) and names the backend's MAC and the fix in the
+// executor report until the address is taken off.
+func TestPrivilegedE2EFault16ServerHoldsIPv6ClusterAddress(t *testing.T) {
+	parallel(t)
+	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	vip6 := l.configure6(2)
+	ifname, b1MAC := l.env["LAB_IF"], l.env["LAB_B1_MAC"]
+	conflict := func() string {
+		for _, w := range l.executor().Warnings {
+			if strings.Contains(w, "answers neighbour solicitations") {
+				return w
+			}
+		}
+		return ""
+	}
+	l.mustNS("b1", "ip", "-6", "addr", "add", vip6+"/128", "dev", ifname, "nodad")
+	start := time.Now()
+	poll(t, 25*time.Second, "the conflict reported", func() bool { return conflict() != "" })
+	w := conflict()
+	t.Logf("reported after %v: %s", time.Since(start).Round(time.Millisecond), w)
+	if !strings.Contains(w, vip6) || !strings.Contains(w, b1MAC) || !strings.Contains(w, "take it off there") {
+		t.Errorf("warning %q; want the cluster address, b1's MAC %s and the fix", w, b1MAC)
+	}
+	l.mustNS("b1", "ip", "-6", "addr", "del", vip6+"/128", "dev", ifname)
+	poll(t, 25*time.Second, "the conflict forgotten", func() bool { return conflict() == "" })
+}

@@ -94,7 +94,7 @@ func writeExecutor(t *textWriter, st *dispatcher.Status) {
 
 	if len(x.AddressConflicts) > 0 {
 		conflicts := slices.SortedFunc(maps.Keys(x.AddressConflicts), netip.Addr.Compare)
-		t.family("dlb_address_conflict_hosts", "gauge", "Other hosts found answering ARP for an address this dispatcher holds (a server without arp_ignore=1, another host with the address); absent when none.")
+		t.family("dlb_address_conflict_hosts", "gauge", "Other hosts found answering ARP (IPv6: neighbour solicitations) for an address this dispatcher holds (a server without arp_ignore=1, another host with the address); absent when none.")
 		for _, a := range conflicts {
 			t.counter("dlb_address_conflict_hosts", labels("address", a.String()), nil, uint64(len(x.AddressConflicts[a])))
 		}

@@ -58,7 +58,8 @@
 //	dlb_metric_server_report_age_seconds   gauge    absent until the first report
 //	dlb_metric_server_stale                gauge    1 when there is no report younger than 3 manager intervals
 //
-// Per address this dispatcher holds that another host answers ARP for
+// Per address this dispatcher holds that another host answers ARP (IPv6:
+// neighbour solicitations) for
 // (label address), while it does: 1 series:
 //
 //	dlb_address_conflict_hosts             gauge    how many other hosts answered
