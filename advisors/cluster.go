@@ -12,17 +12,18 @@ import (
 // port, sent from the source (the NFA) to the server's MAC address on the
 // interface that holds the source (the executor's), as the executor
 // forwards a client's. It is up on a SYN-ACK from the cluster address (the
-// connection is then reset; Load is the time from the ARP request to the
-// answer). It finds what every other advisor, which connects to the
+// connection is then reset; Load is the time from the ARP request, or the
+// IPv6 neighbour solicitation, to the answer). It finds what every other advisor, which connects to the
 // server's own address, cannot: a server that lost the cluster address
 // from its loopback (a reboot without it, a network reconfiguration)
 // drops every client's connection while answering probes to its own
-// address. Down reasons: "no ARP reply", "no answer on the cluster
+// address. Down reasons: "no ARP reply" (IPv6: "no neighbour
+// advertisement"), "no answer on the cluster
 // address (is it on the server's loopback?)", "connection refused on the
 // cluster address", "answered from ADDR, not the cluster address". It
 // needs a raw packet socket (CAP_NET_RAW); a probe it cannot make (no
-// permission, no source address on the host) is this host's (Local). Only
-// IPv4 servers; it has no default port.
+// permission, no source address on the host) is this host's (Local). It
+// has no default port.
 type clusterAdvisor struct{}
 
 func init() { register("cluster", func() Advisor { return clusterAdvisor{} }) }
@@ -57,8 +58,10 @@ func (clusterAdvisor) Probe(ctx context.Context, t Target) Result {
 		return Down("canceled")
 	case err != nil:
 		return Result{Reason: "cannot probe: " + err.Error(), Local: true}
-	case p.ServerMAC == nil:
+	case p.ServerMAC == nil && t.Address.Unmap().Is4():
 		return Down("no ARP reply")
+	case p.ServerMAC == nil:
+		return Down("no neighbour advertisement")
 	case p.Answer == "":
 		return Down("no answer on the cluster address within %s (is it on the server's loopback?)", fmtDur(timeout))
 	case p.Answer == "rst":

@@ -252,7 +252,7 @@ func (a *app) advisorCmd() *cobra.Command {
 port. Advisors: connect, http, https, ssl, dns, ftp, smtp, pop3, imap, ldap,
 ping, exec (a custom program) and cluster (a SYN to the cluster address at
 the server's MAC, as the executor forwards clients: it finds a server that
-lost the cluster address from its loopback; one cluster's IPv4 MAC port).
+lost the cluster address from its loopback; one cluster's MAC port).
 A server found down gets no new connections until its advisor sees it up
 again; starting an advisor raises a zero port proportion to 1.`,
 		Example: `  dlbctl advisor start http 80

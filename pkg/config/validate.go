@@ -158,8 +158,8 @@ func checkClusterAdvisor(cfg lb.Config, a lb.Advisor) error {
 	if a.Name != "cluster" {
 		return nil
 	}
-	if !a.Cluster.IsValid() || !a.Cluster.Unmap().Is4() {
-		return lb.Errorf("advisor", a.Key(), "the cluster advisor probes one IPv4 cluster address: name it (VIP@PORT)")
+	if !a.Cluster.IsValid() {
+		return lb.Errorf("advisor", a.Key(), "the cluster advisor probes one cluster address: name it (VIP@PORT)")
 	}
 	ci, _ := findCluster(cfg.Clusters, a.Cluster)
 	if pi, ok := findPort(cfg.Clusters[ci].Ports, a.Port); ok && cfg.Clusters[ci].Ports[pi].Method == lb.NAT {

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -21,7 +22,8 @@ type ClusterProbe struct {
 	Answer string
 	// From is the address the answer came from.
 	From netip.Addr
-	// Took is the time from the first ARP request to the answer.
+	// Took is the time from the first ARP request (or neighbour
+	// solicitation) to the answer.
 	Took time.Duration
 }
 
@@ -31,16 +33,29 @@ type ClusterProbe struct {
 // that MAC, as the executor forwards a client's. A server that holds the
 // cluster address on its loopback and listens on it answers with a
 // SYN-ACK from vip (the connection is then reset); one that lost the
-// address drops the frame. Only IPv4 is probed. Its errors are this
-// host's: the source on no interface, no packet socket (CAP_NET_RAW), an
-// interface without an Ethernet address.
+// address drops the frame. IPv4 (the MAC asked by ARP) or IPv6 (by a
+// neighbour solicitation), all three addresses of one family. Its errors
+// are this host's: the source on no interface, no packet socket
+// (CAP_NET_RAW), an interface without an Ethernet address.
 func ProbeCluster(ctx context.Context, src, vip netip.Addr, port uint16, server netip.Addr, timeout time.Duration) (ClusterProbe, error) {
-	ifname, err := interfaceOf(src.Unmap())
+	src, vip, server = src.Unmap(), vip.Unmap(), server.Unmap()
+	if !src.IsValid() || src.Is4() != vip.Is4() || vip.Is4() != server.Is4() {
+		return ClusterProbe{}, fmt.Errorf("the source %v, the cluster address %v and the server %v are not of one family", src, vip, server)
+	}
+	ifname, err := interfaceOf(src)
 	if err != nil {
 		return ClusterProbe{}, err
 	}
-	p := Params{Interface: ifname, Source: src.Unmap(), VIP: vip.Unmap(), Port: port, Server: server.Unmap(), Timeout: timeout}
-	if err := p.Validate(); err != nil {
+	p := Params{Interface: ifname, Source: src, VIP: vip, Port: port, Server: server, Timeout: timeout}
+	if vip.Is6() {
+		// Validate is the IPv4 server check's; the rest of it.
+		switch {
+		case port == 0:
+			return ClusterProbe{}, errors.New("port 0: want a port from 1 to 65535")
+		case vip == server:
+			return ClusterProbe{}, fmt.Errorf("the server %v is the cluster address", server)
+		}
+	} else if err := p.Validate(); err != nil {
 		return ClusterProbe{}, err
 	}
 	if p.Timeout <= 0 {
@@ -53,7 +68,11 @@ func ProbeCluster(ctx context.Context, src, vip netip.Addr, port uint16, server 
 	defer l.Close()
 	start := time.Now()
 	var out ClusterProbe
-	if out.ServerMAC, err = arpServer(ctx, l, p); err != nil || out.ServerMAC == nil {
+	ask := arpServer
+	if vip.Is6() {
+		ask = ndpServer
+	}
+	if out.ServerMAC, err = ask(ctx, l, p); err != nil || out.ServerMAC == nil {
 		return out, err
 	}
 	r, err := synProbe(ctx, l, p, p.Source, p.VIP, out.ServerMAC, netip.Addr{})
@@ -167,6 +186,30 @@ func ndpAnswerers(ctx context.Context, l link, src netip.Addr, addrs []netip.Add
 		return false
 	})
 	return out, err
+}
+
+// ndpServer is arpServer for an IPv6 server: it solicits the server's
+// address, up to three times within p.Timeout, and returns the MAC that
+// advertised it (nil: none).
+func ndpServer(ctx context.Context, l link, p Params) (net.HardwareAddr, error) {
+	req := ndframe.Solicitation(l.MAC(), p.Source, p.Server)
+	var serverMAC net.HardwareAddr
+	for try := 0; try < 3 && serverMAC == nil; try++ {
+		if err := l.Send(req); err != nil {
+			return nil, err
+		}
+		err := receive(ctx, l, time.Now().Add(p.Timeout/3), func(f []byte) bool {
+			if target, from, ok := parseNA(f); ok && target == p.Server {
+				serverMAC = from
+				return true
+			}
+			return false
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return serverMAC, nil
 }
 
 // AddressAnswerers is ARPAnswerers from an IPv4 src, NDPAnswerers from an

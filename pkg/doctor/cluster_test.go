@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +115,87 @@ func TestPrivilegedNDPAnswerers(t *testing.T) {
 	}
 	if len(byFamily[v4]) != 1 || len(byFamily[srv]) != 0 {
 		t.Errorf("AddressAnswerers from an IPv4 source: %v; want ARP's answer for %v only", byFamily, v4)
+	}
+}
+
+// TestPrivilegedProbeCluster: a server namespace holds the cluster
+// addresses (IPv4 and IPv6) on its loopback and listens on them: the probe
+// finds its MAC (by ARP, by a neighbour solicitation) and gets a SYN-ACK
+// from the cluster address. Without the address on the loopback nothing
+// answers; on a port nothing listens on, a reset; a server no one holds
+// has no MAC; addresses of two families are refused before anything is
+// sent.
+func TestPrivilegedProbeCluster(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d, s := testutil.NewNetNS(t, "dlbdpcd"), testutil.NewNetNS(t, "dlbdpcs")
+	testutil.Veth(t, d, "dlbdpc0", s, "dlbdpc1")
+	for _, a := range []string{"198.18.6.1/24", "2001:2:6::1/64"} {
+		d.Addr(t, "dlbdpc0", a)
+	}
+	for _, a := range []string{"198.18.6.50/24", "2001:2:6::50/64"} {
+		s.Addr(t, "dlbdpc1", a)
+	}
+	for _, a := range []string{"198.18.6.100/32", "2001:2:6::100/128"} {
+		s.Addr(t, "lo", a)
+	}
+	var ln net.Listener
+	if err := s.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", ":8080") // both families
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	serverMAC := s.Link(t, "dlbdpc1").Attrs().HardwareAddr.String()
+	a := netip.MustParseAddr
+	for _, tc := range []struct {
+		name              string
+		src, vip, server  string
+		port              uint16
+		wantMAC, wantKind string
+		wantFrom          string
+		wantErr           string
+	}{
+		{"IPv4", "198.18.6.1", "198.18.6.100", "198.18.6.50", 8080, serverMAC, "synack", "198.18.6.100", ""},
+		{"IPv6", "2001:2:6::1", "2001:2:6::100", "2001:2:6::50", 8080, serverMAC, "synack", "2001:2:6::100", ""},
+		{"IPv6 address not on the loopback", "2001:2:6::1", "2001:2:6::101", "2001:2:6::50", 8080, serverMAC, "", "", ""},
+		{"IPv6 port closed", "2001:2:6::1", "2001:2:6::100", "2001:2:6::50", 8081, serverMAC, "rst", "2001:2:6::100", ""},
+		{"IPv6 server no one holds", "2001:2:6::1", "2001:2:6::100", "2001:2:6::77", 8080, "", "", "", ""},
+		{"two families", "198.18.6.1", "2001:2:6::100", "2001:2:6::50", 8080, "", "", "", "not of one family"},
+	} {
+		var p ClusterProbe
+		err := d.Do(func() error {
+			var err error
+			p, err = ProbeCluster(context.Background(), a(tc.src), a(tc.vip), tc.port, a(tc.server), 600*time.Millisecond)
+			return err
+		})
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: %v; want an error saying %q", tc.name, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		from := ""
+		if p.From.IsValid() {
+			from = p.From.String()
+		}
+		if p.ServerMAC.String() != tc.wantMAC || p.Answer != tc.wantKind || from != tc.wantFrom {
+			t.Errorf("%s: MAC %q, answer %q from %q; want %q, %q from %q", tc.name, p.ServerMAC, p.Answer, from,
+				tc.wantMAC, tc.wantKind, tc.wantFrom)
+		}
 	}
 }

@@ -79,29 +79,47 @@ type tcpSegment struct {
 	totLen           int
 }
 
-// tcpFrame builds an Ethernet/IPv4/TCP frame with correct checksums.
+// tcpFrame builds an Ethernet/IPv4/TCP frame, or Ethernet/IPv6/TCP for
+// IPv6 addresses, with correct checksums.
 func tcpFrame(s tcpSegment) []byte {
 	optLen := 0
 	if s.mss != 0 {
 		optLen = 4
 	}
 	tcpLen := 20 + optLen
-	b := make([]byte, 14+20+tcpLen)
+	ipLen := 20
+	if s.src.Is6() {
+		ipLen = 40
+	}
+	b := make([]byte, 14+ipLen+tcpLen)
 	copy(b[0:6], s.dstMAC)
 	copy(b[6:12], s.srcMAC)
-	binary.BigEndian.PutUint16(b[12:], etherTypeIPv4)
-	ip := b[14:34]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(20+tcpLen))
-	binary.BigEndian.PutUint16(ip[4:], uint16(s.srcPort)) // any ID
-	binary.BigEndian.PutUint16(ip[6:], 0x4000)            // DF
-	ip[8] = 64
-	ip[9] = 6
-	src, dst := s.src.As4(), s.dst.As4()
-	copy(ip[12:16], src[:])
-	copy(ip[16:20], dst[:])
-	binary.BigEndian.PutUint16(ip[10:], checksum(ip, 0))
-	tcp := b[34:]
+	ip := b[14 : 14+ipLen]
+	var src, dst []byte
+	if s.src.Is6() {
+		binary.BigEndian.PutUint16(b[12:], etherTypeIPv6)
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], uint16(tcpLen))
+		ip[6], ip[7] = 6, 64
+		s16, d16 := s.src.As16(), s.dst.As16()
+		src, dst = s16[:], d16[:]
+		copy(ip[8:24], src)
+		copy(ip[24:40], dst)
+	} else {
+		binary.BigEndian.PutUint16(b[12:], etherTypeIPv4)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+tcpLen))
+		binary.BigEndian.PutUint16(ip[4:], uint16(s.srcPort)) // any ID
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)            // DF
+		ip[8] = 64
+		ip[9] = 6
+		s4, d4 := s.src.As4(), s.dst.As4()
+		src, dst = s4[:], d4[:]
+		copy(ip[12:16], src)
+		copy(ip[16:20], dst)
+		binary.BigEndian.PutUint16(ip[10:], checksum(ip, 0))
+	}
+	tcp := b[14+ipLen:]
 	binary.BigEndian.PutUint16(tcp[0:], s.srcPort)
 	binary.BigEndian.PutUint16(tcp[2:], s.dstPort)
 	binary.BigEndian.PutUint32(tcp[4:], s.seq)
@@ -115,7 +133,7 @@ func tcpFrame(s tcpSegment) []byte {
 	}
 	// Pseudo-header: source, destination, protocol, TCP length.
 	var ph uint32
-	for i := 0; i < 4; i += 2 {
+	for i := 0; i < len(src); i += 2 {
 		ph += uint32(binary.BigEndian.Uint16(src[i:])) + uint32(binary.BigEndian.Uint16(dst[i:]))
 	}
 	ph += 6 + uint32(tcpLen)
@@ -123,32 +141,45 @@ func tcpFrame(s tcpSegment) []byte {
 	return b
 }
 
-// parseTCP parses an Ethernet/IPv4/TCP frame.
+// parseTCP parses an Ethernet/IPv4/TCP frame, or an Ethernet/IPv6/TCP one
+// without extension headers.
 func parseTCP(b []byte) (tcpSegment, bool) {
-	if len(b) < 14+20 || binary.BigEndian.Uint16(b[12:]) != etherTypeIPv4 {
+	if len(b) < 14+20 {
 		return tcpSegment{}, false
 	}
+	s := tcpSegment{dstMAC: net.HardwareAddr(append([]byte(nil), b[0:6]...)), srcMAC: net.HardwareAddr(append([]byte(nil), b[6:12]...))}
 	ip := b[14:]
-	ihl := int(ip[0]&0x0f) * 4
-	if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl+20 || ip[9] != 6 {
+	var tcp []byte
+	switch binary.BigEndian.Uint16(b[12:]) {
+	case etherTypeIPv4:
+		ihl := int(ip[0]&0x0f) * 4
+		if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl+20 || ip[9] != 6 {
+			return tcpSegment{}, false
+		}
+		if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
+			return tcpSegment{}, false // a later fragment
+		}
+		tcp = ip[ihl:]
+		s.src, s.dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+		s.ttl, s.dontFragment = ip[8], binary.BigEndian.Uint16(ip[6:])&0x4000 != 0
+		s.totLen = int(binary.BigEndian.Uint16(ip[2:]))
+	case etherTypeIPv6:
+		if len(ip) < 40+20 || ip[0]>>4 != 6 || ip[6] != 6 {
+			return tcpSegment{}, false
+		}
+		tcp = ip[40:]
+		s.src, s.dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+		s.ttl = ip[7]
+		s.totLen = 40 + int(binary.BigEndian.Uint16(ip[4:]))
+	default:
 		return tcpSegment{}, false
 	}
-	if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
-		return tcpSegment{}, false // a later fragment
-	}
-	tcp := ip[ihl:]
 	doff := int(tcp[12]>>4) * 4
 	if doff < 20 || len(tcp) < doff {
 		return tcpSegment{}, false
 	}
-	s := tcpSegment{
-		dstMAC: net.HardwareAddr(append([]byte(nil), b[0:6]...)), srcMAC: net.HardwareAddr(append([]byte(nil), b[6:12]...)),
-		src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])),
-		srcPort: binary.BigEndian.Uint16(tcp[0:]), dstPort: binary.BigEndian.Uint16(tcp[2:]),
-		seq: binary.BigEndian.Uint32(tcp[4:]), ack: binary.BigEndian.Uint32(tcp[8:]),
-		flags: tcp[13], ttl: ip[8], dontFragment: binary.BigEndian.Uint16(ip[6:])&0x4000 != 0,
-		totLen: int(binary.BigEndian.Uint16(ip[2:])),
-	}
+	s.srcPort, s.dstPort = binary.BigEndian.Uint16(tcp[0:]), binary.BigEndian.Uint16(tcp[2:])
+	s.seq, s.ack, s.flags = binary.BigEndian.Uint32(tcp[4:]), binary.BigEndian.Uint32(tcp[8:]), tcp[13]
 	opts := tcp[20:doff]
 	for len(opts) > 0 {
 		switch opts[0] {

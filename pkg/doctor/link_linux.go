@@ -32,8 +32,8 @@ func CanProbe() error {
 	return unix.Close(fd)
 }
 
-// openLink opens the packet socket on ifname, seeing ARP, TCP from
-// srcPort, and neighbour advertisements.
+// openLink opens the packet socket on ifname, seeing ARP, TCP (over IPv4
+// or IPv6) from srcPort, and neighbour advertisements.
 func openLink(ifname string, srcPort uint16) (link, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
@@ -49,22 +49,25 @@ func openLink(ifname string, srcPort uint16) (link, error) {
 	l := &packetLink{fd: fd, ifindex: ifi.Index, mac: ifi.HardwareAddr, mtu: ifi.MTU}
 	prog, err := bpf.Assemble([]bpf.Instruction{
 		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2},
-		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeARP, SkipTrue: 14}, // accept
+		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeARP, SkipTrue: 17}, // accept
 		/* 2 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeIPv4, SkipFalse: 6}, // 9: IPv6?
 		/* 3 */ bpf.LoadAbsolute{Off: 23, Size: 1},
-		/* 4 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 6, SkipFalse: 10}, // drop
+		/* 4 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 6, SkipFalse: 13}, // drop
 		/* 5 */ bpf.LoadMemShift{Off: 14},
 		/* 6 */ bpf.LoadIndirect{Off: 14, Size: 2},
-		/* 7 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(srcPort), SkipFalse: 7}, // drop
+		/* 7 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(srcPort), SkipFalse: 10}, // drop
 		/* 8 */ bpf.RetConstant{Val: 0xffff},
-		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeIPv6, SkipFalse: 5}, // drop
+		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeIPv6, SkipFalse: 8}, // drop
 		/* 10 */ bpf.LoadAbsolute{Off: 20, Size: 1},
-		/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoICMPv6, SkipFalse: 3}, // drop
-		/* 12 */ bpf.LoadAbsolute{Off: 54, Size: 1},
-		/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: icmpv6Advertised, SkipFalse: 1}, // drop
-		/* 14 */ bpf.RetConstant{Val: 0xffff},
-		/* 15 */ bpf.RetConstant{Val: 0},
-		/* 16 */ bpf.RetConstant{Val: 0xffff},
+		/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 6, SkipFalse: 2}, // 14: ICMPv6?
+		/* 12 */ bpf.LoadAbsolute{Off: 54, Size: 2},
+		/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(srcPort), SkipTrue: 5, SkipFalse: 4}, // accept, drop
+		/* 14 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoICMPv6, SkipFalse: 3}, // drop
+		/* 15 */ bpf.LoadAbsolute{Off: 54, Size: 1},
+		/* 16 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: icmpv6Advertised, SkipFalse: 1}, // drop
+		/* 17 */ bpf.RetConstant{Val: 0xffff},
+		/* 18 */ bpf.RetConstant{Val: 0},
+		/* 19 */ bpf.RetConstant{Val: 0xffff},
 	})
 	if err != nil {
 		l.Close()

@@ -1063,3 +1063,59 @@ func TestPrivilegedE2EFault16ServerHoldsIPv6ClusterAddress(t *testing.T) {
 	l.mustNS("b1", "ip", "-6", "addr", "del", vip6+"/128", "dev", ifname)
 	poll(t, 25*time.Second, "the conflict forgotten", func() bool { return conflict() == "" })
 }
+
+// TestPrivilegedE2EFault17IPv6ClusterAddressOffBackend is Fault13 for an
+// IPv6 cluster: a backend loses the IPv6 cluster address from its
+// loopback; the http advisor, probing its own address, finds it up, the
+// cluster advisor (a SYN to the cluster address at its MAC, found by a
+// neighbour solicitation from the IPv6 NFA) takes it down, and every new
+// connection is served by the other; with the address back, it is up again.
+func TestPrivilegedE2EFault17IPv6ClusterAddressOffBackend(t *testing.T) {
+	parallel(t)
+	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	vip6 := l.configure6(2)
+	timeouts := []string{"--interval", "0.5", "--fall", "2", "--rise", "1", "--connecttimeout", "0.5", "--receivetimeout", "0.5"}
+	l.mustCtl(append([]string{"advisor", "start", "http", vip6 + "@80"}, timeouts...)...)
+	l.mustCtl(append([]string{"advisor", "start", "cluster", vip6 + "@80"}, timeouts...)...)
+	states := l.advisors
+	b1, b2 := l.env["LAB_B1_ADDR6"], l.env["LAB_B2_ADDR6"]
+	poll(t, 5*time.Second, "both advisors find both servers up", func() bool {
+		st := states()
+		for _, name := range []string{"http", "cluster"} {
+			for _, b := range []string{b1, b2} {
+				if st[name][b].State != api.AdvisorUp {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	load := func(when string) {
+		t.Helper()
+		if r := l.mustLoad("-url", "http://["+vip6+"]/", "-n", "300", "-c", "10"); r.OK != 300 {
+			t.Errorf("new connections %s: %d of 300 answered: %v", when, r.OK, r.Errors)
+		}
+	}
+
+	l.mustNS("b1", "ip", "-6", "addr", "del", vip6+"/128", "dev", "lo")
+	poll(t, 5*time.Second, "the cluster advisor finding b1 down", func() bool {
+		return states()["cluster"][b1].State == api.AdvisorDown
+	})
+	st := states()
+	t.Logf("b1 without the cluster address: cluster advisor %s (%q), http advisor %s", st["cluster"][b1].State, st["cluster"][b1].LastError, st["http"][b1].State)
+	if !strings.Contains(st["cluster"][b1].LastError, "is it on the server's loopback?") {
+		t.Errorf("cluster advisor's reason %q; want it to name the loopback", st["cluster"][b1].LastError)
+	}
+	if st["http"][b1].State != api.AdvisorUp || st["cluster"][b2].State != api.AdvisorUp {
+		t.Errorf("http advisor: b1 %s (want up: it probes b1's own address); cluster advisor: b2 %s (want up)", st["http"][b1].State, st["cluster"][b2].State)
+	}
+	load("while b1 lacks the IPv6 cluster address")
+
+	l.mustNS("b1", "ip", "-6", "addr", "add", vip6+"/128", "dev", "lo", "nodad")
+	poll(t, 5*time.Second, "the cluster advisor finding b1 up again", func() bool {
+		return states()["cluster"][b1].State == api.AdvisorUp
+	})
+	load("with the IPv6 cluster address back on b1")
+}
