@@ -40,19 +40,26 @@ func (f *fakeAnswerers) set(addr netip.Addr, macs ...net.HardwareAddr) {
 	f.macs[addr] = macs
 }
 
+// conflictHarness is a harness whose conflict checks, every 20 ms, ask the
+// fakeAnswerers returned, logging to the buffer returned.
+func conflictHarness(t *testing.T) (*harness, *fakeAnswerers, *testutil.LogBuffer) {
+	logs := &testutil.LogBuffer{}
+	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		logTo(logs, false)(o)
+		o.AddressAnswerers = fa.answer
+		o.ConflictInterval = 20 * time.Millisecond
+	})
+	return h, fa, logs
+}
+
 // TestAddressConflicts: a host that answers ARP for a cluster address the
 // dispatcher holds (a server without arp_ignore) is found within a check
 // interval, named in the executor report with the fix, logged once, and
 // forgotten when it stops answering. Only addresses the dispatcher holds
 // are asked about, from its NFA.
 func TestAddressConflicts(t *testing.T) {
-	var logs testutil.LogBuffer
-	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
-	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
-		logTo(&logs, false)(o)
-		o.AddressAnswerers = fa.answer
-		o.ConflictInterval = 20 * time.Millisecond
-	})
+	h, fa, logs := conflictHarness(t)
 	base(h)
 	h.mustApply(op("cluster", "add", vip2)) // not configured on the interface: not asked about
 	v := netip.MustParseAddr(vip)
@@ -102,13 +109,7 @@ func askedList(m map[netip.Addr]netip.Addr) []string {
 // round); another host advertising it is reported as a neighbour
 // discovery conflict, with its own fix, and logged once.
 func TestAddressConflictsIPv6(t *testing.T) {
-	var logs testutil.LogBuffer
-	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
-	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
-		logTo(&logs, false)(o)
-		o.AddressAnswerers = fa.answer
-		o.ConflictInterval = 20 * time.Millisecond
-	})
+	h, fa, logs := conflictHarness(t)
 	h.nif.mu.Lock()
 	h.nif.macs[netip.MustParseAddr("2001:2::21")] = net.HardwareAddr{2, 0, 0, 0, 0, 0x21}
 	h.nif.mu.Unlock()

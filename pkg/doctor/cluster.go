@@ -105,62 +105,6 @@ func interfaceOf(addr netip.Addr) (string, error) {
 	return "", fmt.Errorf("the source address %v is on no interface: %w", addr, syscall.EADDRNOTAVAIL)
 }
 
-// ARPAnswerers asks, from src on the interface that holds it, who
-// answers ARP for each of addrs (one request each, all at once), and
-// returns per address the Ethernet addresses of the hosts that answered
-// within wait, this interface's own excepted: for an address this host
-// holds, any answer is a conflict (a server holding a cluster address on
-// its loopback without arp_ignore, another host configured with it).
-// IPv4 only; other addresses are skipped.
-func ARPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
-	src = src.Unmap()
-	if !src.Is4() {
-		return nil, fmt.Errorf("ARP is IPv4's: the source %v is not", src)
-	}
-	ifname, err := interfaceOf(src)
-	if err != nil {
-		return nil, err
-	}
-	l, err := openLink(ifname, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	out, err := arpAnswerers(ctx, l, src, addrs, wait)
-	if err != nil {
-		return nil, fmt.Errorf("asking who answers ARP on %s: %w", ifname, err)
-	}
-	return out, nil
-}
-
-// NDPAnswerers is ARPAnswerers for IPv6: from src (an IPv6 address of
-// the interface) it sends a neighbour solicitation for each IPv6 address
-// of addrs to its solicited-node group, and returns per address the
-// Ethernet addresses of the hosts that advertised it within wait, this
-// interface's own excepted. Linux answers only for an address on the
-// interface the solicitation came in on (not one on a loopback), so an
-// answer is another host configured with the address. IPv4 addresses are
-// skipped.
-func NDPAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
-	if !src.Is6() || src.Is4In6() {
-		return nil, fmt.Errorf("neighbour discovery is IPv6's: the source %v is not", src)
-	}
-	ifname, err := interfaceOf(src)
-	if err != nil {
-		return nil, err
-	}
-	l, err := openLink(ifname, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	out, err := ndpAnswerers(ctx, l, src, addrs, wait)
-	if err != nil {
-		return nil, fmt.Errorf("asking who answers neighbour solicitations on %s: %w", ifname, err)
-	}
-	return out, nil
-}
-
 // ndpAnswerers sends, on l from src, a neighbour solicitation for each
 // IPv6 address of addrs, and returns per address the distinct Ethernet
 // addresses that advertised it within wait, l's own excepted.
@@ -178,10 +122,8 @@ func ndpAnswerers(ctx context.Context, l link, src netip.Addr, addrs []netip.Add
 	}
 	out := map[netip.Addr][]net.HardwareAddr{}
 	err := receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
-		target, from, ok := parseNA(f)
-		if ok && asked[target] && from.String() != mac.String() &&
-			!slices.ContainsFunc(out[target], func(m net.HardwareAddr) bool { return m.String() == from.String() }) {
-			out[target] = append(out[target], from)
+		if target, from, ok := parseNA(f); ok && asked[target] && from.String() != mac.String() {
+			addAnswerer(out, target, from)
 		}
 		return false
 	})
@@ -212,13 +154,36 @@ func ndpServer(ctx context.Context, l link, p Params) (net.HardwareAddr, error) 
 	return serverMAC, nil
 }
 
-// AddressAnswerers is ARPAnswerers from an IPv4 src, NDPAnswerers from an
-// IPv6 one.
+// AddressAnswerers asks, from src on the interface that holds it, who
+// answers for each of addrs of src's family (one question each, all at
+// once): ARP requests from an IPv4 src, neighbour solicitations to the
+// solicited-node groups from an IPv6 one; addresses of the other family
+// are skipped. It returns per address the Ethernet addresses of the hosts
+// that answered within wait, this interface's own excepted: for an address
+// this host holds, any answer is a conflict (a server holding a cluster
+// address on its loopback without arp_ignore, another host configured
+// with it; for IPv6 only the latter: Linux answers solicitations only for
+// the receiving interface's addresses).
 func AddressAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
-	if src.Unmap().Is4() {
-		return ARPAnswerers(ctx, src, addrs, wait)
+	src = src.Unmap()
+	ask, what := arpAnswerers, "ARP"
+	if src.Is6() {
+		ask, what = ndpAnswerers, "neighbour solicitations"
 	}
-	return NDPAnswerers(ctx, src, addrs, wait)
+	ifname, err := interfaceOf(src)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openLink(ifname, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	out, err := ask(ctx, l, src, addrs, wait)
+	if err != nil {
+		return nil, fmt.Errorf("asking who answers %s on %s: %w", what, ifname, err)
+	}
+	return out, nil
 }
 
 // arpAnswerers sends, on l from src, an ARP request for each IPv4
@@ -238,12 +203,17 @@ func arpAnswerers(ctx context.Context, l link, src netip.Addr, addrs []netip.Add
 	}
 	out := map[netip.Addr][]net.HardwareAddr{}
 	err := receive(ctx, l, time.Now().Add(wait), func(f []byte) bool {
-		a, ok := parseARP(f)
-		if ok && a.op == arpReply && asked[a.senderIP] && a.senderMAC.String() != mac.String() &&
-			!slices.ContainsFunc(out[a.senderIP], func(m net.HardwareAddr) bool { return m.String() == a.senderMAC.String() }) {
-			out[a.senderIP] = append(out[a.senderIP], a.senderMAC)
+		if a, ok := parseARP(f); ok && a.op == arpReply && asked[a.senderIP] && a.senderMAC.String() != mac.String() {
+			addAnswerer(out, a.senderIP, a.senderMAC)
 		}
 		return false
 	})
 	return out, err
+}
+
+// addAnswerer adds mac to a's answerers in out, once.
+func addAnswerer(out map[netip.Addr][]net.HardwareAddr, a netip.Addr, mac net.HardwareAddr) {
+	if !slices.ContainsFunc(out[a], func(m net.HardwareAddr) bool { return m.String() == mac.String() }) {
+		out[a] = append(out[a], mac)
+	}
 }
