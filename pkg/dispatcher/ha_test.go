@@ -420,3 +420,22 @@ func TestHAFastTakeoverUndone(t *testing.T) {
 	}
 	unblock()
 }
+
+// TestHAFoundAddressesMove: an address the interface had before dlb
+// configured it (the operator's) stays on when dlb no longer wants it, but
+// not under high availability: there the addresses are the pair's, and a
+// standby that kept one would answer ARP for it beside the active.
+func TestHAFoundAddressesMove(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	h.nif.mu.Lock()
+	h.nif.addresses[netip.MustParseAddr(vip)] = "eth0"
+	h.nif.mu.Unlock()
+	base(h)
+	h.mustApply(haOps("primary")...)
+	eventually(t, "the address off while listening", func() bool { return !h.nif.has(vip) })
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "the address on once active", func() bool { return h.nif.has(vip) })
+	f.set(lb.GroupLocal, lb.HAStandby)
+	eventually(t, "the address off once standing by", func() bool { return !h.nif.has(vip) })
+}

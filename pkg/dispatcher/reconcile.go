@@ -515,7 +515,8 @@ func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
 // configureAddresses puts the cluster addresses marked Configure and the
 // NAT return addresses on the executor's interface, and takes off those it
 // put there that are no longer wanted. One the interface had before it was
-// wanted (the operator's) stays on: the engine did not put it there.
+// wanted (the operator's) stays on, the engine did not put it there;
+// except under high availability, which moves every address.
 func (e *Engine) configureAddresses(cfg lb.Config) error {
 	want := map[netip.Addr]string{}
 	switch {
@@ -553,7 +554,9 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 		if want[a] == ifname {
 			continue
 		}
-		if e.host.found[a] == ifname {
+		// Under high availability the addresses are the pair's: a
+		// standby that kept one would answer for it beside the active.
+		if e.host.found[a] == ifname && !e.haOn(cfg) {
 			e.log.Info("left an address on its interface: it was there before dlb wanted it", "address", a, "interface", ifname)
 		} else if err := e.opts.Netif.DelAddress(ifname, a); err != nil {
 			errs = append(errs, err)
