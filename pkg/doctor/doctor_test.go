@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/ndframe"
 )
 
 var (
@@ -150,5 +152,54 @@ func TestEvaluate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTCPFrameRoundTripIPv6: the IPv6 SYN of the cluster advisor carries a
+// TCP checksum over the IPv6 pseudo-header, hop limit 64, and parses back;
+// a neighbour advertisement parses to its target and sender MAC, and no
+// truncation of either makes a parser panic or accept.
+func TestTCPFrameRoundTripIPv6(t *testing.T) {
+	src, dst := netip.MustParseAddr("2001:2::2"), netip.MustParseAddr("2001:2::100")
+	in := tcpSegment{dstMAC: macB, srcMAC: macA, src: src, dst: dst, srcPort: 40000, dstPort: 80, seq: 7, ack: 9, flags: tcpSYN, mss: 1440}
+	f := tcpFrame(in)
+	if len(f) != 14+40+24 || f[14]>>4 != 6 || f[20] != 6 || f[21] != 64 {
+		t.Fatalf("frame of %d bytes, version %d, next header %d, hop limit %d", len(f), f[14]>>4, f[20], f[21])
+	}
+	ph := 6 + uint32(len(f)-54)
+	for _, a := range []netip.Addr{src, dst} {
+		b := a.As16()
+		for i := 0; i < 16; i += 2 {
+			ph += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+	}
+	if checksum(f[54:], ph) != 0 {
+		t.Error("TCP checksum does not verify")
+	}
+	out, ok := parseTCP(f)
+	if !ok {
+		t.Fatal("parseTCP refused its own IPv6 frame")
+	}
+	if out.src != in.src || out.dst != in.dst || out.srcPort != in.srcPort || out.dstPort != in.dstPort ||
+		out.seq != in.seq || out.flags != in.flags || out.mss != in.mss || out.ttl != 64 || out.totLen != len(f)-14 {
+		t.Errorf("round trip: %+v -> %+v", in, out)
+	}
+	na := ndframe.Advertisement(macC, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, dst)
+	target, from, ok := parseNA(na)
+	if !ok || target != dst || from.String() != macC.String() {
+		t.Errorf("advertisement parsed to %v from %v (%v); want %v from %v", target, from, ok, dst, macC)
+	}
+	if _, _, ok := parseNA(f); ok {
+		t.Error("parseNA took a TCP frame")
+	}
+	for n := 0; n < len(f); n++ {
+		if _, ok := parseTCP(f[:n]); ok && n < 14+40+20 {
+			t.Errorf("parseTCP took a frame cut to %d bytes", n)
+		}
+	}
+	for n := 0; n < len(na); n++ {
+		if _, _, ok := parseNA(na[:n]); ok && n < 14+40+24 {
+			t.Errorf("parseNA took a frame cut to %d bytes", n)
+		}
 	}
 }
