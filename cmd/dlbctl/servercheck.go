@@ -30,7 +30,9 @@ dispatcher's NFA, and reports each check with pass or fail and the fix:
                 server routes through another router cannot be seen from
                 the dispatcher, and then this check fails too.
 
-The exit status is 1 when a check failed. Only IPv4 servers are checked.
+An IPv6 server is checked from the IPv6 NFA, with neighbour solicitations
+for ARP; rp-filter is skipped (IPv6 has no rp_filter). The exit status is
+1 when a check failed.
 Prepare a server with "dlbctl backend setup" on it.`
 
 func (a *app) serverCheckCmd() *cobra.Command {

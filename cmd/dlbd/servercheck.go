@@ -57,10 +57,14 @@ func (c *serverChecker) CheckServer(ctx context.Context, target, client string) 
 	if !ex.Started || ex.Interface == "" {
 		return api.ServerCheckReport{}, lb.Errorf("executor", "", "is not started: the checks leave from its interface (dlbctl executor start --interface IF)")
 	}
-	if !ex.NFA.IsValid() {
-		return api.ServerCheckReport{}, lb.Errorf("nfa", "", "is not set: the checks leave from it (dlbctl executor set nfa ADDR)")
-	}
+	// The checks leave from the NFA of the cluster address's family.
 	p.Interface, p.Source = ex.Interface, ex.NFA
+	if p.VIP.Unmap().Is6() {
+		p.Source = ex.NFA6
+	}
+	if !p.Source.IsValid() {
+		return api.ServerCheckReport{}, lb.Errorf("nfa", "", "of the cluster address's family is not set: the checks leave from it (dlbctl executor set nfa ADDR)")
+	}
 	if err := p.Validate(); err != nil {
 		return api.ServerCheckReport{}, lb.Errorf("target", target, "%v", err)
 	}

@@ -18,19 +18,27 @@ func fakeExecutor(ex lb.Executor) executorConfig {
 
 func TestServerChecker(t *testing.T) {
 	started := lb.Executor{Started: true, Interface: "eth0", NFA: netip.MustParseAddr("198.18.0.2")}
+	dual := started
+	dual.NFA6 = netip.MustParseAddr("2001:2::2")
+	a := netip.MustParseAddr
 	for _, c := range []struct {
 		name, target, client string
 		exec                 lb.Executor
 		field                string // of the refusal; "" for success
+		want                 doctor.Params
 	}{
-		{"good", "198.18.0.100@80@198.18.0.21", "198.18.0.99", started, ""},
-		{"wildcard server", "198.18.0.100@80@", "", started, "target"},
-		{"two servers", "198.18.0.100@80@198.18.0.21+198.18.0.22", "", started, "target"},
-		{"bad form", "198.18.0.100@80", "", started, "server"},
-		{"bad client", "198.18.0.100@80@198.18.0.21", "client1", started, "client"},
-		{"IPv6", "2001:2::100@80@2001:2::21", "", started, "target"},
-		{"executor stopped", "198.18.0.100@80@198.18.0.21", "", lb.Executor{}, "executor"},
-		{"no NFA", "198.18.0.100@80@198.18.0.21", "", lb.Executor{Started: true, Interface: "eth0"}, "nfa"},
+		{"good", "198.18.0.100@80@198.18.0.21", "198.18.0.99", started, "",
+			doctor.Params{Interface: "eth0", Source: a("198.18.0.2"), VIP: a("198.18.0.100"), Port: 80, Server: a("198.18.0.21"), Client: a("198.18.0.99")}},
+		{"IPv6, from the IPv6 NFA", "2001:2::100@80@2001:2::21", "", dual, "",
+			doctor.Params{Interface: "eth0", Source: a("2001:2::2"), VIP: a("2001:2::100"), Port: 80, Server: a("2001:2::21")}},
+		{"wildcard server", "198.18.0.100@80@", "", started, "target", doctor.Params{}},
+		{"two servers", "198.18.0.100@80@198.18.0.21+198.18.0.22", "", started, "target", doctor.Params{}},
+		{"bad form", "198.18.0.100@80", "", started, "server", doctor.Params{}},
+		{"bad client", "198.18.0.100@80@198.18.0.21", "client1", started, "client", doctor.Params{}},
+		{"IPv6 without an IPv6 NFA", "2001:2::100@80@2001:2::21", "", started, "nfa", doctor.Params{}},
+		{"two families", "2001:2::100@80@198.18.0.21", "", dual, "target", doctor.Params{}},
+		{"executor stopped", "198.18.0.100@80@198.18.0.21", "", lb.Executor{}, "executor", doctor.Params{}},
+		{"no NFA", "198.18.0.100@80@198.18.0.21", "", lb.Executor{Started: true, Interface: "eth0"}, "nfa", doctor.Params{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got doctor.Params
@@ -52,8 +60,8 @@ func TestServerChecker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := doctor.Params{Interface: "eth0", Source: netip.MustParseAddr("198.18.0.2"), VIP: netip.MustParseAddr("198.18.0.100"),
-				Port: 80, Server: netip.MustParseAddr("198.18.0.21"), Client: netip.MustParseAddr("198.18.0.99"), Timeout: got.Timeout}
+			want := c.want
+			want.Timeout = got.Timeout
 			if got != want {
 				t.Errorf("params %+v, want %+v", got, want)
 			}

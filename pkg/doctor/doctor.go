@@ -9,7 +9,8 @@
 //
 // The probes are raw frames on the executor's interface (a packet socket:
 // CAP_NET_RAW), which is why dlbd runs them and dlbctl only asks for them.
-// Only IPv4 servers are checked.
+// IPv6 servers are checked from the IPv6 NFA, with neighbour solicitations
+// for ARP; the reverse-path check is IPv4's (IPv6 has no rp_filter).
 package doctor
 
 import (
@@ -106,12 +107,13 @@ func (p Params) Validate() error {
 	case p.Port == 0:
 		return errors.New("port 0: want VIP@PORT@SERVER with a port from 1 to 65535")
 	}
+	v4 := p.VIP.Unmap().Is4()
 	for _, a := range []struct {
 		name string
 		a    netip.Addr
-	}{{"source (NFA)", p.Source}, {"cluster address", p.VIP}, {"server", p.Server}, {"client", p.Client}} {
-		if a.a.IsValid() && !a.a.Unmap().Is4() {
-			return fmt.Errorf("%s %v: only IPv4 servers are checked", a.name, a.a)
+	}{{"source (NFA)", p.Source}, {"server", p.Server}, {"client", p.Client}} {
+		if a.a.IsValid() && a.a.Unmap().Is4() != v4 {
+			return fmt.Errorf("%s %v and the cluster address %v are not of one family", a.name, a.a, p.VIP)
 		}
 	}
 	if p.VIP == p.Server {
@@ -165,11 +167,16 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 	obs := observations{ifMTU: l.MTU()}
 
 	var err error
-	if obs.serverMAC, err = arpServer(ctx, l, p); err != nil {
+	askMAC, askAnswerers := arpServer, arpAnswerers
+	if p.VIP.Is6() {
+		askMAC, askAnswerers = ndpServer, ndpAnswerers
+	}
+	if obs.serverMAC, err = askMAC(ctx, l, p); err != nil {
 		return obs, err
 	}
-	// ARP for the cluster address: nobody but the dispatcher may answer.
-	answers, err := arpAnswerers(ctx, l, p.Source, []netip.Addr{p.VIP}, p.Timeout/2)
+	// ARP (neighbour solicitations) for the cluster address: nobody but
+	// the dispatcher may answer.
+	answers, err := askAnswerers(ctx, l, p.Source, []netip.Addr{p.VIP}, p.Timeout/2)
 	if err != nil {
 		return obs, err
 	}
@@ -186,7 +193,7 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 	if obs.viaServer, err = synProbe(ctx, l, p, p.Source, p.Server, obs.serverMAC, netip.Addr{}); err != nil {
 		return obs, err
 	}
-	if p.Client.IsValid() {
+	if p.Client.IsValid() && p.Client.Is4() {
 		obs.clientProbed = true
 		if obs.client, err = synProbe(ctx, l, p, p.Client, p.VIP, obs.serverMAC, p.Client); err != nil {
 			return obs, err
@@ -301,10 +308,17 @@ func receive(ctx context.Context, l link, deadline time.Time, f func([]byte) boo
 func evaluate(p Params, o observations) []Check {
 	vipPort := netip.AddrPortFrom(p.VIP, p.Port).String()
 	setup := fmt.Sprintf("on %v: dlbctl backend setup %v --interface IF (IF: its interface on this link)", p.Server, p.VIP)
+	v6 := p.VIP.Is6()
+	// asked is what finds a MAC; headers the IP and TCP headers an MSS
+	// leaves out of the MTU.
+	asked, headers := "ARP", 40
+	if v6 {
+		asked, headers = "neighbour solicitations", 60
+	}
 	var cs []Check
 	if o.serverMAC == nil {
 		cs = append(cs, Check{Name: CheckARPServer, Result: Fail,
-			Detail: fmt.Sprintf("%v did not answer ARP on %s within %v", p.Server, p.Interface, p.Timeout),
+			Detail: fmt.Sprintf("%v did not answer %s on %s within %v", p.Server, asked, p.Interface, p.Timeout),
 			Fix:    fmt.Sprintf("the dispatcher forwards to servers on its own link only: put %v on %s's network (check its address, cable and VLAN) and up", p.Server, p.Interface)})
 	} else {
 		cs = append(cs, Check{Name: CheckARPServer, Result: Pass, Detail: fmt.Sprintf("%v is at %v on %s", p.Server, o.serverMAC, p.Interface)})
@@ -318,21 +332,25 @@ func evaluate(p Params, o observations) []Check {
 			others = append(others, m.String())
 		}
 	}
+	fix := setup + " (sets net.ipv4.conf.all.arp_ignore=1 and arp_announce=2)"
+	if v6 {
+		fix = fmt.Sprintf("on %v: take %v off its interface; %s puts it on lo, which is not answered for", p.Server, p.VIP, setup)
+	}
 	switch {
 	case len(server) > 0:
 		cs = append(cs, Check{Name: CheckARPCluster, Result: Fail,
-			Detail: fmt.Sprintf("%v answers ARP for the cluster address %v: clients' traffic would go to it instead of the dispatcher", p.Server, p.VIP),
-			Fix:    setup + " (sets net.ipv4.conf.all.arp_ignore=1 and arp_announce=2)"})
+			Detail: fmt.Sprintf("%v answers %s for the cluster address %v: clients' traffic would go to it instead of the dispatcher", p.Server, asked, p.VIP),
+			Fix:    fix})
 	case len(others) > 0:
 		cs = append(cs, Check{Name: CheckARPCluster, Result: Pass,
-			Detail: fmt.Sprintf("%v does not answer ARP for %v, but %s do(es): check those hosts", p.Server, p.VIP, strings.Join(others, ", "))})
+			Detail: fmt.Sprintf("%v does not answer %s for %v, but %s do(es): check those hosts", p.Server, asked, p.VIP, strings.Join(others, ", "))})
 	default:
-		cs = append(cs, Check{Name: CheckARPCluster, Result: Pass, Detail: fmt.Sprintf("%v does not answer ARP for %v", p.Server, p.VIP)})
+		cs = append(cs, Check{Name: CheckARPCluster, Result: Pass, Detail: fmt.Sprintf("%v does not answer %s for %v", p.Server, asked, p.VIP)})
 	}
 
 	if o.serverMAC == nil {
 		for _, n := range []string{CheckAccept, CheckReplySource, CheckMTU, CheckRPFilter} {
-			cs = append(cs, Check{Name: n, Result: Skip, Detail: "needs the server's MAC address (ARP failed)"})
+			cs = append(cs, Check{Name: n, Result: Skip, Detail: fmt.Sprintf("needs the server's MAC address (%s failed)", asked)})
 		}
 		return cs
 	}
@@ -348,10 +366,14 @@ func evaluate(p Params, o observations) []Check {
 		cs = append(cs, Check{Name: CheckAccept, Result: Fail, Detail: d,
 			Fix: fmt.Sprintf("bind the service on %v to %s or to every address (0.0.0.0:%d)", p.Server, vipPort, p.Port)})
 	default:
+		fix := fmt.Sprintf("%s to put %v on its lo; if it is there, check its firewall, and that its rp_filter does not drop packets from %v",
+			setup, p.VIP, p.Source)
+		if v6 {
+			fix = fmt.Sprintf("%s to put %v on its lo; if it is there, check its firewall", setup, p.VIP)
+		}
 		cs = append(cs, Check{Name: CheckAccept, Result: Fail,
 			Detail: fmt.Sprintf("%v did not answer a SYN to %s sent to its MAC %v within %v", p.Server, vipPort, o.serverMAC, p.Timeout),
-			Fix: fmt.Sprintf("%s to put %v on its lo; if it is there, check its firewall, and that its rp_filter does not drop packets from %v",
-				setup, p.VIP, p.Source)})
+			Fix:    fix})
 	}
 	switch {
 	case o.viaVIP.kind == "":
@@ -366,16 +388,19 @@ func evaluate(p Params, o observations) []Check {
 	switch {
 	case o.viaVIP.kind != "synack" || o.viaVIP.mss == 0:
 		cs = append(cs, Check{Name: CheckMTU, Result: Skip, Detail: "needs a SYN-ACK with an MSS"})
-	case int(o.viaVIP.mss)+40 < o.ifMTU:
+	case int(o.viaVIP.mss)+headers < o.ifMTU:
 		cs = append(cs, Check{Name: CheckMTU, Result: Fail,
 			Detail: fmt.Sprintf("%v advertises MSS %d (MTU %d) but %s's MTU is %d: full-size packets the dispatcher forwards to it are dropped",
-				p.Server, o.viaVIP.mss, int(o.viaVIP.mss)+40, p.Interface, o.ifMTU),
-			Fix: fmt.Sprintf("set the MTU of %v's interface to %d (ip link set dev IF mtu %d), or lower %s's to %d", p.Server, o.ifMTU, o.ifMTU, p.Interface, int(o.viaVIP.mss)+40)})
+				p.Server, o.viaVIP.mss, int(o.viaVIP.mss)+headers, p.Interface, o.ifMTU),
+			Fix: fmt.Sprintf("set the MTU of %v's interface to %d (ip link set dev IF mtu %d), or lower %s's to %d", p.Server, o.ifMTU, o.ifMTU, p.Interface, int(o.viaVIP.mss)+headers)})
 	default:
 		cs = append(cs, Check{Name: CheckMTU, Result: Pass,
 			Detail: fmt.Sprintf("%v advertises MSS %d: its MTU takes %s's %d-byte frames", p.Server, o.viaVIP.mss, p.Interface, o.ifMTU)})
 	}
 	switch {
+	case v6:
+		cs = append(cs, Check{Name: CheckRPFilter, Result: Skip,
+			Detail: "IPv6 has no reverse-path filter setting (a firewall's rpfilter match is not checked)"})
 	case !o.clientProbed:
 		cs = append(cs, Check{Name: CheckRPFilter, Result: Skip,
 			Detail: "no client address given (--client ADDR: an address whose packets reach the server through this dispatcher)"})

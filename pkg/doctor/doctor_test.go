@@ -3,6 +3,7 @@ package doctor
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,8 +75,11 @@ func TestValidate(t *testing.T) {
 		{"no interface", func(p *Params) { p.Interface = "" }, "executor start"},
 		{"no source", func(p *Params) { p.Source = netip.Addr{} }, "executor set nfa"},
 		{"port 0", func(p *Params) { p.Port = 0 }, "port 0"},
-		{"IPv6 server", func(p *Params) { p.Server = netip.MustParseAddr("2001:2::21") }, "only IPv4"},
-		{"IPv6 client", func(p *Params) { p.Client = netip.MustParseAddr("2001:2::99") }, "only IPv4"},
+		{"IPv6 server", func(p *Params) { p.Server = netip.MustParseAddr("2001:2::21") }, "not of one family"},
+		{"IPv6 client", func(p *Params) { p.Client = netip.MustParseAddr("2001:2::99") }, "not of one family"},
+		{"IPv6 cluster, IPv4 source", func(p *Params) {
+			p.VIP, p.Server = netip.MustParseAddr("2001:2::100"), netip.MustParseAddr("2001:2::21")
+		}, "not of one family"},
 		{"server is VIP", func(p *Params) { p.Server = vip }, "is the cluster address"},
 	} {
 		p := good
@@ -84,8 +88,12 @@ func TestValidate(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming %q", c.name, err, c.want)
 		}
 	}
-	if err := good.Validate(); err != nil {
-		t.Errorf("good params refused: %v", err)
+	good6 := Params{Interface: "eth0", Source: netip.MustParseAddr("2001:2::2"), VIP: netip.MustParseAddr("2001:2::100"), Port: 80,
+		Server: netip.MustParseAddr("2001:2::21")}
+	for _, p := range []Params{good, good6} {
+		if err := p.Validate(); err != nil {
+			t.Errorf("good params refused: %v", err)
+		}
 	}
 }
 
@@ -201,5 +209,55 @@ func TestTCPFrameRoundTripIPv6(t *testing.T) {
 		if _, _, ok := parseNA(na[:n]); ok && n < 14+40+24 {
 			t.Errorf("parseNA took a frame cut to %d bytes", n)
 		}
+	}
+}
+
+// TestEvaluateIPv6: an IPv6 server's checks speak of neighbour
+// solicitations, count 60 bytes of headers against the MSS, tell a server
+// that answers for the cluster address to take it off its interface, and
+// skip the reverse-path check (IPv6 has no rp_filter).
+func TestEvaluateIPv6(t *testing.T) {
+	vip6, srv6 := netip.MustParseAddr("2001:2::100"), netip.MustParseAddr("2001:2::21")
+	p := Params{Interface: "eth0", Source: netip.MustParseAddr("2001:2::2"), VIP: vip6, Port: 80, Server: srv6, Timeout: time.Second}
+	synack := synResult{kind: "synack", from: vip6, fromMAC: macB, mss: 1440}
+	good := observations{ifMTU: 1500, serverMAC: macB, viaVIP: synack, viaServer: synResult{kind: "synack", from: srv6, fromMAC: macB, mss: 1440}}
+	for _, c := range []struct {
+		name string
+		edit func(*observations)
+		want map[string]string
+		text string // in the failing check's detail or fix
+	}{
+		{"prepared", func(*observations) {}, map[string]string{CheckARPServer: Pass, CheckARPCluster: Pass, CheckAccept: Pass,
+			CheckReplySource: Pass, CheckMTU: Pass, CheckRPFilter: Skip}, ""},
+		{"not on the link", func(o *observations) { o.serverMAC = nil },
+			map[string]string{CheckARPServer: Fail, CheckAccept: Skip}, "did not answer neighbour solicitations"},
+		{"the cluster address on its interface", func(o *observations) { o.vipAnswerers = []net.HardwareAddr{macB} },
+			map[string]string{CheckARPCluster: Fail}, "take 2001:2::100 off its interface"},
+		{"small MTU", func(o *observations) { o.viaVIP.mss = 1380 },
+			map[string]string{CheckMTU: Fail}, "MTU 1440"},
+		{"no alias", func(o *observations) { o.viaVIP = synResult{} },
+			map[string]string{CheckAccept: Fail}, "check its firewall"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := good
+			c.edit(&o)
+			cs := evaluate(p, o)
+			got := results(cs)
+			for name, want := range c.want {
+				if got[name] != want {
+					t.Errorf("%s: %s, want %s (%+v)", name, got[name], want, cs)
+				}
+			}
+			if c.text != "" && !slices.ContainsFunc(cs, func(ch Check) bool {
+				return ch.Result == Fail && (strings.Contains(ch.Detail, c.text) || strings.Contains(ch.Fix, c.text))
+			}) {
+				t.Errorf("no failing check says %q: %+v", c.text, cs)
+			}
+			for _, ch := range cs {
+				if strings.Contains(ch.Detail+ch.Fix, "rp_filter") || strings.Contains(ch.Detail+ch.Fix, "ARP") {
+					t.Errorf("%s speaks of IPv4's rp_filter or ARP: %+v", ch.Name, ch)
+				}
+			}
+		})
 	}
 }

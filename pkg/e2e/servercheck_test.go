@@ -3,8 +3,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dlbproject/dlb/pkg/api"
@@ -142,5 +144,50 @@ func TestPrivilegedE2EServerCheck(t *testing.T) {
 		if res.PerBackend[fmt.Sprintf("b%d", i)] == 0 {
 			t.Errorf("b%d answered none of %d requests: %v", i, res.OK, res.PerBackend)
 		}
+	}
+}
+
+// TestPrivilegedE2EServerCheckIPv6: "dlbctl server check" of an IPv6
+// server, from the IPv6 NFA: a prepared backend passes every check but the
+// reverse-path one (skipped: IPv6 has no rp_filter); one without the
+// cluster address on its loopback fails the accept check with the fix
+// (dlbctl backend setup), and passes again once the address is back.
+func TestPrivilegedE2EServerCheckIPv6(t *testing.T) {
+	parallel(t)
+	l := newLabArgs(t, "-n", "2", "-c", "1", "-6")
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	vip6 := l.configure6(2)
+	check := func(i int) (api.ServerCheckReport, int) {
+		t.Helper()
+		out, errOut, code := l.ctl("server", "check", fmt.Sprintf("%s@80@%s", vip6, l.env[fmt.Sprintf("LAB_B%d_ADDR6", i)]), "-o", "json")
+		var r api.ServerCheckReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("server check b%d: exit %d: %v\n%s%s", i, code, err, out, errOut)
+		}
+		return r, code
+	}
+	prepared := map[string]string{"arp-server": api.CheckPass, "arp-cluster": api.CheckPass, "accept": api.CheckPass,
+		"reply-source": api.CheckPass, "mtu": api.CheckPass, "rp-filter": api.CheckSkip}
+	r, code := check(1)
+	if got := checkResults(r); code != 0 || !maps.Equal(got, prepared) || r.Source != l.env["LAB_NFA6"] || r.ServerMAC != l.env["LAB_B1_MAC"] {
+		t.Errorf("b1: exit %d, %v from %s, MAC %s; want exit 0, %v from %s, MAC %s", code, got, r.Source, r.ServerMAC,
+			prepared, l.env["LAB_NFA6"], l.env["LAB_B1_MAC"])
+	}
+	l.labRun("b2", "ip", "-6", "addr", "del", vip6+"/128", "dev", "lo")
+	r, code = check(2)
+	got := checkResults(r)
+	t.Logf("b2 without the IPv6 cluster address: %v", got)
+	if code != 1 || got["accept"] != api.CheckFail || got["arp-server"] != api.CheckPass {
+		t.Errorf("b2 without the address: exit %d, %v; want exit 1, accept failed", code, got)
+	}
+	for _, c := range r.Checks {
+		if c.Name == "accept" && !strings.Contains(c.Fix, "dlbctl backend setup "+vip6) {
+			t.Errorf("accept's fix %q; want dlbctl backend setup %s", c.Fix, vip6)
+		}
+	}
+	l.labRun("b2", "ip", "-6", "addr", "add", vip6+"/128", "dev", "lo", "nodad")
+	if r, code := check(2); code != 0 || !maps.Equal(checkResults(r), prepared) {
+		t.Errorf("b2 with the address back: exit %d, %v", code, checkResults(r))
 	}
 }
