@@ -43,20 +43,24 @@ func TestPrivilegedARPAnswerers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		addr netip.Addr
-		want string
-	}{{vip, server.String()}, {srv, server.String()}, {nobody, ""}} {
-		var macs []string
-		for _, m := range got[tc.addr] {
-			macs = append(macs, m.String())
-		}
-		if tc.want == "" && len(macs) != 0 || tc.want != "" && (len(macs) != 1 || macs[0] != tc.want) {
-			t.Errorf("answerers for %v: %v; want %q (never the dispatcher's own %v)", tc.addr, macs, tc.want, own)
-		}
-	}
+	checkAnswerers(t, got, own, map[netip.Addr]string{vip: server.String(), srv: server.String(), nobody: ""})
 	if fromNowhere == nil {
 		t.Error("asked from an address no interface holds: want an error")
+	}
+}
+
+// checkAnswerers compares the answerers found per address with want: the
+// one MAC expected, or none ("").
+func checkAnswerers(t *testing.T, got map[netip.Addr][]net.HardwareAddr, own net.HardwareAddr, want map[netip.Addr]string) {
+	t.Helper()
+	for addr, w := range want {
+		var macs []string
+		for _, m := range got[addr] {
+			macs = append(macs, m.String())
+		}
+		if w == "" && len(macs) != 0 || w != "" && (len(macs) != 1 || macs[0] != w) {
+			t.Errorf("answerers for %v: %v; want %q (never the dispatcher's own %v)", addr, macs, w, own)
+		}
 	}
 }
 
@@ -97,18 +101,8 @@ func TestPrivilegedNDPAnswerers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		addr netip.Addr
-		want string
-	}{{onLoopback, ""}, {onInterface, server.String()}, {srv, server.String()}, {nobody, ""}, {v4, ""}} {
-		var macs []string
-		for _, m := range got[tc.addr] {
-			macs = append(macs, m.String())
-		}
-		if tc.want == "" && len(macs) != 0 || tc.want != "" && (len(macs) != 1 || macs[0] != tc.want) {
-			t.Errorf("answerers for %v: %v; want %q (never the dispatcher's own %v)", tc.addr, macs, tc.want, own)
-		}
-	}
+	checkAnswerers(t, got, own, map[netip.Addr]string{onLoopback: "", onInterface: server.String(), srv: server.String(),
+		nobody: "", v4: ""})
 	if fromNowhere == nil {
 		t.Error("asked from an address no interface holds: want an error")
 	}

@@ -143,22 +143,7 @@ func TestEvaluate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := good
 			c.edit(&o)
-			cs := evaluate(p, o)
-			got := results(cs)
-			for name, want := range c.want {
-				if got[name] != want {
-					t.Errorf("%s: %s, want %s (%+v)", name, got[name], want, cs)
-				}
-			}
-			if c.text != "" {
-				found := false
-				for _, ch := range cs {
-					found = found || (ch.Result == Fail && strings.Contains(ch.Detail, c.text))
-				}
-				if !found {
-					t.Errorf("no failing check says %q: %+v", c.text, cs)
-				}
-			}
+			checkEvaluation(t, evaluate(p, o), c.want, c.text, "")
 		})
 	}
 }
@@ -212,6 +197,24 @@ func TestTCPFrameRoundTripIPv6(t *testing.T) {
 	}
 }
 
+// checkEvaluation compares the checks' results with want, and wants a
+// failing check whose detail says text and whose fix says fix (each when
+// not empty).
+func checkEvaluation(t *testing.T, cs []Check, want map[string]string, text, fix string) {
+	t.Helper()
+	got := results(cs)
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: %s, want %s (%+v)", name, got[name], w, cs)
+		}
+	}
+	if (text != "" || fix != "") && !slices.ContainsFunc(cs, func(ch Check) bool {
+		return ch.Result == Fail && strings.Contains(ch.Detail, text) && strings.Contains(ch.Fix, fix)
+	}) {
+		t.Errorf("no failing check says %q with the fix %q: %+v", text, fix, cs)
+	}
+}
+
 // TestEvaluateIPv6: an IPv6 server's checks speak of neighbour
 // solicitations, count 60 bytes of headers against the MSS, tell a server
 // that answers for the cluster address to take it off its interface, and
@@ -225,34 +228,25 @@ func TestEvaluateIPv6(t *testing.T) {
 		name string
 		edit func(*observations)
 		want map[string]string
-		text string // in the failing check's detail or fix
+		text string // in the failing check's detail
+		fix  string // in the failing check's fix
 	}{
 		{"prepared", func(*observations) {}, map[string]string{CheckARPServer: Pass, CheckARPCluster: Pass, CheckAccept: Pass,
-			CheckReplySource: Pass, CheckMTU: Pass, CheckRPFilter: Skip}, ""},
+			CheckReplySource: Pass, CheckMTU: Pass, CheckRPFilter: Skip}, "", ""},
 		{"not on the link", func(o *observations) { o.serverMAC = nil },
-			map[string]string{CheckARPServer: Fail, CheckAccept: Skip}, "did not answer neighbour solicitations"},
+			map[string]string{CheckARPServer: Fail, CheckAccept: Skip}, "did not answer neighbour solicitations", ""},
 		{"the cluster address on its interface", func(o *observations) { o.vipAnswerers = []net.HardwareAddr{macB} },
-			map[string]string{CheckARPCluster: Fail}, "take 2001:2::100 off its interface"},
+			map[string]string{CheckARPCluster: Fail}, "answers neighbour solicitations for the cluster address", "take 2001:2::100 off its interface"},
 		{"small MTU", func(o *observations) { o.viaVIP.mss = 1380 },
-			map[string]string{CheckMTU: Fail}, "MTU 1440"},
+			map[string]string{CheckMTU: Fail}, "MTU 1440", ""},
 		{"no alias", func(o *observations) { o.viaVIP = synResult{} },
-			map[string]string{CheckAccept: Fail}, "check its firewall"},
+			map[string]string{CheckAccept: Fail}, "did not answer a SYN", "check its firewall"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := good
 			c.edit(&o)
 			cs := evaluate(p, o)
-			got := results(cs)
-			for name, want := range c.want {
-				if got[name] != want {
-					t.Errorf("%s: %s, want %s (%+v)", name, got[name], want, cs)
-				}
-			}
-			if c.text != "" && !slices.ContainsFunc(cs, func(ch Check) bool {
-				return ch.Result == Fail && (strings.Contains(ch.Detail, c.text) || strings.Contains(ch.Fix, c.text))
-			}) {
-				t.Errorf("no failing check says %q: %+v", c.text, cs)
-			}
+			checkEvaluation(t, cs, c.want, c.text, c.fix)
 			for _, ch := range cs {
 				if strings.Contains(ch.Detail+ch.Fix, "rp_filter") || strings.Contains(ch.Detail+ch.Fix, "ARP") {
 					t.Errorf("%s speaks of IPv4's rp_filter or ARP: %+v", ch.Name, ch)
