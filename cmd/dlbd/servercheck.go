@@ -58,10 +58,7 @@ func (c *serverChecker) CheckServer(ctx context.Context, target, client string) 
 		return api.ServerCheckReport{}, lb.Errorf("executor", "", "is not started: the checks leave from its interface (dlbctl executor start --interface IF)")
 	}
 	// The checks leave from the NFA of the cluster address's family.
-	p.Interface, p.Source = ex.Interface, ex.NFA
-	if p.VIP.Unmap().Is6() {
-		p.Source = ex.NFA6
-	}
+	p.Interface, p.Source = ex.Interface, ex.NFAFor(p.VIP)
 	if !p.Source.IsValid() {
 		return api.ServerCheckReport{}, lb.Errorf("nfa", "", "of the cluster address's family is not set: the checks leave from it (dlbctl executor set nfa ADDR)")
 	}

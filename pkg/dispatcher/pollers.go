@@ -70,7 +70,7 @@ func wantedPollers(cfg lb.Config) map[netip.Addr]pollerSpec {
 			for _, s := range p.Servers {
 				spec := want[s.Address]
 				spec.server, spec.interval = cfg.MetricServer, seconds(cfg.Manager.Interval)
-				spec.source = nfaFor(cfg, s.Address)
+				spec.source = cfg.Executor.NFAFor(s.Address)
 				for _, m := range cl.Metrics {
 					if !slices.Contains(spec.names, m) {
 						spec.names = append(spec.names, m)
@@ -106,14 +106,6 @@ func pollersTouched(old, next lb.Config, ch config.Change) bool {
 		}
 	}
 	return false
-}
-
-// nfaFor is the NFA of addr's family in cfg (the zero Addr: none set).
-func nfaFor(cfg lb.Config, addr netip.Addr) netip.Addr {
-	if addr.Unmap().Is4() {
-		return cfg.Executor.NFA
-	}
-	return cfg.Executor.NFA6
 }
 
 // syncPollers starts, restarts and stops metric pollers to match cfg.

@@ -241,6 +241,16 @@ type Executor struct {
 	FinTimeout uint32 `json:"fin_timeout"`
 }
 
+// NFAFor is the NFA of addr's family (the zero Addr: none set): the
+// source of what the dispatcher itself sends to addr (probes, metric
+// polls, server checks).
+func (e Executor) NFAFor(addr netip.Addr) netip.Addr {
+	if addr.Unmap().Is4() {
+		return e.NFA
+	}
+	return e.NFA6
+}
+
 // Cluster is a cluster address (a VIP) and the ports balanced on it.
 type Cluster struct {
 	// Address is the cluster address.

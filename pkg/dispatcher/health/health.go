@@ -69,10 +69,7 @@ func Wanted(cfg lb.Config, ports map[uint16]bool) map[Key]Spec {
 				// specific address, which can be a cluster address the
 				// servers hold themselves (an IPv6 /128), and a server
 				// answers such a probe to itself.
-				src := cfg.Executor.NFA
-				if !s.Address.Unmap().Is4() {
-					src = cfg.Executor.NFA6
-				}
+				src := cfg.Executor.NFAFor(s.Address)
 				want[k] = Spec{Advisor: a, Target: advisors.Target{
 					Address: s.Address, Port: port, Source: src, Cluster: cl.Address,
 					ConnectTimeout: seconds(a.ConnectTimeout), ReceiveTimeout: seconds(a.ReceiveTimeout),
