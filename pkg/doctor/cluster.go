@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -39,23 +38,12 @@ type ClusterProbe struct {
 // (CAP_NET_RAW), an interface without an Ethernet address.
 func ProbeCluster(ctx context.Context, src, vip netip.Addr, port uint16, server netip.Addr, timeout time.Duration) (ClusterProbe, error) {
 	src, vip, server = src.Unmap(), vip.Unmap(), server.Unmap()
-	if !src.IsValid() || src.Is4() != vip.Is4() || vip.Is4() != server.Is4() {
-		return ClusterProbe{}, fmt.Errorf("the source %v, the cluster address %v and the server %v are not of one family", src, vip, server)
-	}
 	ifname, err := interfaceOf(src)
 	if err != nil {
 		return ClusterProbe{}, err
 	}
 	p := Params{Interface: ifname, Source: src, VIP: vip, Port: port, Server: server, Timeout: timeout}
-	if vip.Is6() {
-		// Validate is the IPv4 server check's; the rest of it.
-		switch {
-		case port == 0:
-			return ClusterProbe{}, errors.New("port 0: want a port from 1 to 65535")
-		case vip == server:
-			return ClusterProbe{}, fmt.Errorf("the server %v is the cluster address", server)
-		}
-	} else if err := p.Validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return ClusterProbe{}, err
 	}
 	if p.Timeout <= 0 {
@@ -68,11 +56,7 @@ func ProbeCluster(ctx context.Context, src, vip netip.Addr, port uint16, server 
 	defer l.Close()
 	start := time.Now()
 	var out ClusterProbe
-	ask := arpServer
-	if vip.Is6() {
-		ask = ndpServer
-	}
-	if out.ServerMAC, err = ask(ctx, l, p); err != nil || out.ServerMAC == nil {
+	if out.ServerMAC, err = questionFor(vip).server(ctx, l, p); err != nil || out.ServerMAC == nil {
 		return out, err
 	}
 	r, err := synProbe(ctx, l, p, p.Source, p.VIP, out.ServerMAC, netip.Addr{})
@@ -166,10 +150,7 @@ func ndpServer(ctx context.Context, l link, p Params) (net.HardwareAddr, error) 
 // the receiving interface's addresses).
 func AddressAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
 	src = src.Unmap()
-	ask, what := arpAnswerers, "ARP"
-	if src.Is6() {
-		ask, what = ndpAnswerers, "neighbour solicitations"
-	}
+	q := questionFor(src)
 	ifname, err := interfaceOf(src)
 	if err != nil {
 		return nil, err
@@ -179,9 +160,9 @@ func AddressAnswerers(ctx context.Context, src netip.Addr, addrs []netip.Addr, w
 		return nil, err
 	}
 	defer l.Close()
-	out, err := ask(ctx, l, src, addrs, wait)
+	out, err := q.answerers(ctx, l, src, addrs, wait)
 	if err != nil {
-		return nil, fmt.Errorf("asking who answers %s on %s: %w", what, ifname, err)
+		return nil, fmt.Errorf("asking who answers %s on %s: %w", q.name, ifname, err)
 	}
 	return out, nil
 }
@@ -216,4 +197,22 @@ func addAnswerer(out map[netip.Addr][]net.HardwareAddr, a netip.Addr, mac net.Ha
 	if !slices.ContainsFunc(out[a], func(m net.HardwareAddr) bool { return m.String() == mac.String() }) {
 		out[a] = append(out[a], mac)
 	}
+}
+
+// question is how the probes find who holds an address on the link: ARP
+// for IPv4, neighbour solicitations for IPv6.
+type question struct {
+	name string // "ARP" or "neighbour solicitations", for messages
+	// server finds the server's MAC (nil: no answer); answerers who
+	// answers for each of addrs.
+	server    func(ctx context.Context, l link, p Params) (net.HardwareAddr, error)
+	answerers func(ctx context.Context, l link, src netip.Addr, addrs []netip.Addr, wait time.Duration) (map[netip.Addr][]net.HardwareAddr, error)
+}
+
+// questionFor is the question for a's family.
+func questionFor(a netip.Addr) question {
+	if a.Unmap().Is4() {
+		return question{name: "ARP", server: arpServer, answerers: arpAnswerers}
+	}
+	return question{name: "neighbour solicitations", server: ndpServer, answerers: ndpAnswerers}
 }

@@ -167,16 +167,13 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 	obs := observations{ifMTU: l.MTU()}
 
 	var err error
-	askMAC, askAnswerers := arpServer, arpAnswerers
-	if p.VIP.Is6() {
-		askMAC, askAnswerers = ndpServer, ndpAnswerers
-	}
-	if obs.serverMAC, err = askMAC(ctx, l, p); err != nil {
+	q := questionFor(p.VIP)
+	if obs.serverMAC, err = q.server(ctx, l, p); err != nil {
 		return obs, err
 	}
 	// ARP (neighbour solicitations) for the cluster address: nobody but
 	// the dispatcher may answer.
-	answers, err := askAnswerers(ctx, l, p.Source, []netip.Addr{p.VIP}, p.Timeout/2)
+	answers, err := q.answerers(ctx, l, p.Source, []netip.Addr{p.VIP}, p.Timeout/2)
 	if err != nil {
 		return obs, err
 	}
@@ -311,9 +308,9 @@ func evaluate(p Params, o observations) []Check {
 	v6 := p.VIP.Is6()
 	// asked is what finds a MAC; headers the IP and TCP headers an MSS
 	// leaves out of the MTU.
-	asked, headers := "ARP", 40
+	asked, headers := questionFor(p.VIP).name, 40
 	if v6 {
-		asked, headers = "neighbour solicitations", 60
+		headers = 60
 	}
 	var cs []Check
 	if o.serverMAC == nil {
