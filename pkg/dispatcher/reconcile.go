@@ -546,9 +546,6 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 		e.host.configured, e.host.found = want, map[netip.Addr]string{}
 		return nil
 	}
-	if e.host.found == nil {
-		e.host.found = map[netip.Addr]string{}
-	}
 	var errs []error
 	for a, ifname := range e.host.configured {
 		if want[a] == ifname {
