@@ -60,8 +60,10 @@ func newDirs(t *testing.T, base, name string) dirs {
 
 // dlbd is a dlbd process of a test.
 type dlbd struct {
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	cmd *exec.Cmd
+	// stderr is written by the command's copying goroutine while tests
+	// read it.
+	stderr *testutil.LogBuffer
 	done   chan error
 }
 
@@ -78,7 +80,7 @@ func startDlbdWith(t *testing.T, d dirs, wrap ...string) *dlbd {
 		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runEnv+"=1")
-	p := &dlbd{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &dlbd{cmd: cmd, stderr: &testutil.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -67,7 +66,7 @@ func startDlbdArgs(t *testing.T, d dirs, extra ...string) *dlbd {
 		"--socket", d.socket, "--log-level", "debug"}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), runEnv+"=1")
-	p := &dlbd{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &dlbd{cmd: cmd, stderr: &testutil.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

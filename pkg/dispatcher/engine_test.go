@@ -489,7 +489,12 @@ func TestStateDeletedUnderDlbd(t *testing.T) {
 			if c.tick {
 				eventually(t, "the state written again", func() bool {
 					_, err := os.Stat(filepath.Join(dir, "state.json"))
-					return err == nil && l.StillHeld()
+					// The engine renews the lock on its goroutine: ask there.
+					held := false
+					if derr := h.e.do(context.Background(), func() { held = l.StillHeld() }); derr != nil {
+						return false
+					}
+					return err == nil && held
 				})
 			}
 			if c.taken {

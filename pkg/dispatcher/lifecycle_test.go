@@ -541,7 +541,9 @@ func TestRefusedChangeLeavesNoNeighbours(t *testing.T) {
 	if got := h.nif.kernelEntries(); !slices.Equal(got, before) {
 		t.Errorf("neighbour entries after the refusal: %v, before: %v", got, before)
 	}
+	h.nif.mu.Lock() // the engine reads it on its goroutine
 	delete(h.nif.offLink, bad)
+	h.nif.mu.Unlock()
 	h.mustApply(op("server", "add", vip+"@80@198.18.0.30+198.18.0.31"))
 	h.mustApply(op("server", "remove", vip+"@80@198.18.0.30+198.18.0.31"))
 	if got := h.nif.kernelEntries(); !slices.Equal(got, before) {
