@@ -975,14 +975,7 @@ func TestPrivilegedE2EFault14ServerAnswersARP(t *testing.T) {
 	l.startDlbd()
 	l.configure("generic", 10, 10)
 	ifname, b1MAC := l.env["LAB_IF"], l.env["LAB_B1_MAC"]
-	conflict := func() string {
-		for _, w := range l.executor().Warnings {
-			if strings.Contains(w, "answers ARP") {
-				return w
-			}
-		}
-		return ""
-	}
+	conflict := func() string { return l.executorWarning("answers ARP") }
 	arpIgnore := func(v string) {
 		for _, c := range []string{"all", "lo", ifname} {
 			l.mustNS("b1", "sysctl", "-qw", "net.ipv4.conf."+c+".arp_ignore="+v)
@@ -1059,14 +1052,7 @@ func TestPrivilegedE2EFault16ServerHoldsIPv6ClusterAddress(t *testing.T) {
 	l.configure("generic", 10, 10)
 	vip6 := l.configure6(2)
 	ifname, b1MAC := l.env["LAB_IF"], l.env["LAB_B1_MAC"]
-	conflict := func() string {
-		for _, w := range l.executor().Warnings {
-			if strings.Contains(w, "answers neighbour solicitations") {
-				return w
-			}
-		}
-		return ""
-	}
+	conflict := func() string { return l.executorWarning("answers neighbour solicitations") }
 	l.mustNS("b1", "ip", "-6", "addr", "add", vip6+"/128", "dev", ifname, "nodad")
 	start := time.Now()
 	poll(t, 25*time.Second, "the conflict reported", func() bool { return conflict() != "" })

@@ -306,6 +306,17 @@ func (l *lab) executor() api.ExecutorReport {
 	return r
 }
 
+// executorWarning returns the first warning of the executor report that
+// contains substr, or "".
+func (l *lab) executorWarning(substr string) string {
+	for _, w := range l.executor().Warnings {
+		if strings.Contains(w, substr) {
+			return w
+		}
+	}
+	return ""
+}
+
 // vip returns the lab's cluster address and backend addresses.
 func (l *lab) vip() string { return l.env["LAB_VIP"] }
 
