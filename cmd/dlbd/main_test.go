@@ -76,8 +76,21 @@ func startDlbd(t *testing.T, d dirs) *dlbd {
 // startDlbdWith starts dlbd on d under the command wrap (none: directly).
 func startDlbdWith(t *testing.T, d dirs, wrap ...string) *dlbd {
 	t.Helper()
-	args := append(wrap, os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
-		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
+	return launchDlbd(t, d, wrap)
+}
+
+// startDlbdArgs starts dlbd on d with extra flags.
+func startDlbdArgs(t *testing.T, d dirs, extra ...string) *dlbd {
+	t.Helper()
+	return launchDlbd(t, d, nil, extra...)
+}
+
+// launchDlbd starts dlbd on d under the command wrap (none: directly),
+// with extra flags after the directories', and kills it at the test's end.
+func launchDlbd(t *testing.T, d dirs, wrap []string, extra ...string) *dlbd {
+	t.Helper()
+	args := append(append(wrap, os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
+		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug"), extra...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runEnv+"=1")
 	p := &dlbd{cmd: cmd, stderr: &testutil.LogBuffer{}, done: make(chan error, 1)}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -56,27 +55,6 @@ func freePort(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
-}
-
-// startDlbdArgs starts dlbd on d with extra flags; it is killed when the
-// test ends.
-func startDlbdArgs(t *testing.T, d dirs, extra ...string) *dlbd {
-	t.Helper()
-	args := append([]string{"-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
-		"--socket", d.socket, "--log-level", "debug"}, extra...)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), runEnv+"=1")
-	p := &dlbd{cmd: cmd, stderr: &testutil.LogBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done //nolint:errcheck // killed: its exit status says nothing
-	})
-	return p
 }
 
 // TestPrivilegedMonitor: dlbd --metrics-address serves /metrics, the
