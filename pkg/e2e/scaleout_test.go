@@ -381,15 +381,21 @@ func (s *scaleLab) waitBFD(within time.Duration) {
 // keepalive runs labclient's keep-alive mode from both clients: conns
 // connections in all, each sending a request every 500 ms for dur, each
 // request allowed 30 s (a connection stalled while the router converges is
-// not broken: TCP retransmits).
+// not broken: TCP retransmits). It returns once every connection has had
+// a reply: a fault is put on established connections, not on handshakes
+// and first requests (1,050 dials take seconds on a loaded machine), and a
+// connection broken before its first reply could not be told by server.
 func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) <-chan loadResult {
+	s.t.Helper()
+	dir := s.t.TempDir()
+	ready := func(c int) string { return filepath.Join(dir, fmt.Sprintf("client%d.ready", c)) }
 	out := make(chan loadResult, 1)
 	go func() {
 		res := make(chan loadResult, 2)
 		for c := 1; c <= 2; c++ {
 			go func() {
 				r, err := s.loadFrom(ctx, c, "-url", "http://"+s.vip()+"/", "-keepalive", "-c", strconv.Itoa(conns/2),
-					"-interval", "500ms", "-duration", dur.String(), "-timeout", "30s")
+					"-interval", "500ms", "-duration", dur.String(), "-timeout", "30s", "-ready", ready(c))
 				if err != nil {
 					r.Failed, r.Broken = -1, -1
 					r.Errors = map[string]int{err.Error(): 1}
@@ -422,6 +428,16 @@ func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) 
 		}
 		out <- a
 	}()
+	began := time.Now()
+	poll(s.t, 30*time.Second, fmt.Sprintf("all %d keep-alive connections established", conns), func() bool {
+		for c := 1; c <= 2; c++ {
+			if _, err := os.Stat(ready(c)); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	s.t.Logf("all %d keep-alive connections had a reply %v after the load began", conns, time.Since(began).Round(time.Millisecond))
 	return out
 }
 
@@ -682,29 +698,44 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
+		began := time.Now()
 		res := s.keepalive(ctx, 1050, 30*time.Second)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		removed := s.backend(4)
+		// events are when each step ended, in ms after the load began:
+		// a break is told from the moment of the step that caused it.
+		var events []string
+		event := func(what string) {
+			events = append(events, fmt.Sprintf("%s %d", what, time.Since(began).Milliseconds()))
+		}
 		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "down").CombinedOutput(); err != nil {
 			t.Fatalf("link down: %v: %s", err, out)
 		}
+		event("link down")
 		// The operator removes the server everywhere, the lost
 		// dispatcher included (its API is local).
-		for _, d := range s.ds {
+		for i, d := range s.ds {
 			d.mustCtl("server", "remove", s.vip()+"@80@"+removed)
+			event(fmt.Sprintf("removed on dispatcher %d", i+1))
 		}
 		s.waitHops("dispatcher 2 lost", 2*holdTime*time.Second, s.addrs(2)...)
+		event("dispatcher 2 dropped by the router")
 		time.Sleep(2 * time.Second)
 		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "up").CombinedOutput(); err != nil {
 			t.Fatalf("link up: %v: %s", err, out)
 		}
+		event("link up")
 		s.waitHops("dispatcher 2 back", 30*time.Second, all...)
+		event("dispatcher 2 used again")
 		r := <-res
+		t.Logf("failures from %d to %d ms after the load began (%s ms): %v", r.FirstFailMS, r.LastFailMS,
+			strings.Join(events, ", "), r.Errors)
 		onOthers := r.Broken - r.BrokenByBackend["b4"]
 		t.Logf("server b4 removed while dispatcher 2 was lost: %d of %d connections broken: %d were on b4 (which dlb "+
-			"reschedules), %d on the servers that stayed (through dispatcher 2: %d connections)", r.Broken, r.Connections,
-			r.BrokenByBackend["b4"], onOthers, per[1])
+			"reschedules), %d on the servers that stayed or before any reply (through dispatcher 2: %d connections; "+
+			"broken by the server of their last reply: %v)", r.Broken, r.Connections, r.BrokenByBackend["b4"], onOthers, per[1],
+			r.BrokenByBackend)
 		// Connections to the removed server break (dlb reschedules them);
 		// today, without replication, a few others may too: the figure is
 		// reported, and bounded by the Maglev disruption of one removal
