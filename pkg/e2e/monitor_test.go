@@ -165,18 +165,16 @@ func needTool(t *testing.T, name, pkg string) string {
 }
 
 // artefactDir is where tests leave what a person may want to look at
-// (screenshots): $DLB_ARTEFACTS, or a new directory under the system's
-// temporary directory. It is not removed.
+// (screenshots): $DLB_ARTEFACTS, or bin/artefacts in the repository (a
+// build output, each run's files replacing the last's: a new directory a
+// run under /tmp would pile up, one per make test).
 func artefactDir(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("DLB_ARTEFACTS"); d != "" {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
+	d := os.Getenv("DLB_ARTEFACTS")
+	if d == "" {
+		d = filepath.Join(repoDir, "bin", "artefacts")
 	}
-	d, err := os.MkdirTemp("", "dlb-artefacts-")
-	if err != nil {
+	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return d
