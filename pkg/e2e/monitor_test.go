@@ -462,7 +462,10 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 1100),
-		chromedp.UserDataDir(filepath.Join(l.run, "chromium")))
+		chromedp.UserDataDir(filepath.Join(l.run, "chromium")),
+		// Chromium puts its singleton socket in a directory of its own
+		// under TMPDIR and leaves it there.
+		chromedp.Env("TMPDIR="+t.TempDir()))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	ctx, cancelCtx := chromedp.NewContext(actx)
