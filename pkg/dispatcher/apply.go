@@ -41,7 +41,7 @@ type Applied struct {
 
 // ApplyWithNotes is Apply, also returning what the change has to say.
 func (e *Engine) ApplyWithNotes(ctx context.Context, ops []config.Op) (Applied, error) {
-	return call(ctx, e, func() (Applied, error) {
+	return callChange(ctx, e, func() (Applied, error) {
 		e.out = &Applied{}
 		defer func() { e.out = nil }()
 		n, err := e.apply(ops)

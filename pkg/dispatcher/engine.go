@@ -161,6 +161,10 @@ type Options struct {
 	TickInterval, SweepInterval time.Duration
 	// ResolveWait bounds how long a change waits for new servers' MAC
 	// addresses to resolve before it is applied without them (default 1 s).
+	// The management loop waits for at most loopResolveWait of it; the
+	// caller of Apply or Replace waits for the rest outside the loop, which
+	// meanwhile serves everyone else, and then finds the servers that
+	// resolved usable.
 	ResolveWait time.Duration
 	// ReprobeInterval is how often the MACs of next hops are verified by
 	// broadcast (default 500 ms; negative: never), ReprobeBatch how many
@@ -230,15 +234,18 @@ type Engine struct {
 	// agg holds back repeated warnings (package logagg).
 	agg *logagg.Handler
 	// out collects what the change being applied has to say.
-	out     *Applied
-	mgr     managerState
-	health  *health.Monitor
-	metrics *pollers
-	events  *events.Runner
-	facts   facts  // for status snapshots
-	routes  routes // what the BGP speaker announces
-	ha      haEngine
-	repl    replState
+	out *Applied
+	// unresolved are the next hops the change being applied brought in
+	// that had no MAC yet when it was written (callChange).
+	unresolved []netip.Addr
+	mgr        managerState
+	health     *health.Monitor
+	metrics    *pollers
+	events     *events.Runner
+	facts      facts  // for status snapshots
+	routes     routes // what the BGP speaker announces
+	ha         haEngine
+	repl       replState
 	// guarded is what the guard was last told (interface and addresses).
 	guarded string
 	// long is the operation, long by nature, the management loop is in
@@ -585,6 +592,25 @@ func call[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error)
 	var err error
 	if derr := e.do(ctx, func() { out, err = f() }); derr != nil {
 		return out, derr
+	}
+	return out, err
+}
+
+// callChange runs f, which applies a change, on the management loop as
+// call does, then waits outside the loop for the next hops the change
+// brought in that had no MAC yet (awaitHops), up to ResolveWait from the
+// start.
+func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error) {
+	deadline := time.Now().Add(e.opts.ResolveWait)
+	var unresolved []netip.Addr
+	out, err := call(ctx, e, func() (T, error) {
+		e.unresolved = nil
+		out, err := f()
+		unresolved = e.unresolved
+		return out, err
+	})
+	if err == nil {
+		e.awaitHops(ctx, unresolved, deadline)
 	}
 	return out, err
 }

@@ -159,6 +159,66 @@ func TestDownWeightZeroAndUnresolvedLeaveTheTable(t *testing.T) {
 	}
 }
 
+// TestAbsentServerDoesNotHoldTheLoop: adding a server whose MAC does
+// not resolve (a host not booted yet) waits for it for the whole
+// ResolveWait, as before, but the management loop serves other callers
+// meanwhile: it used to hold them all that time (1 s a server added).
+// A server that resolves during the wait is usable when its Apply
+// returns, which is then at once.
+func TestAbsentServerDoesNotHoldTheLoop(t *testing.T) {
+	const wait = 2 * time.Second
+	// No tick: nothing but the add itself re-reads the neighbours.
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.ResolveWait, o.TickInterval = wait, time.Hour })
+	base(h)
+	absent, late := netip.MustParseAddr("198.18.0.24"), netip.MustParseAddr("198.18.0.25")
+	h.nif.setMAC(absent, nil)
+	h.nif.setMAC(late, nil)
+
+	addServer := func(a netip.Addr) <-chan time.Duration {
+		took := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			_, err := h.e.Apply(context.Background(), []config.Op{op("server", "add", vip+"@80@"+a.String())})
+			if err != nil {
+				t.Errorf("adding %v: %v", a, err)
+			}
+			took <- time.Since(start)
+		}()
+		return took
+	}
+
+	added := addServer(absent)
+	time.Sleep(300 * time.Millisecond) // past the loop's own wait
+	start := time.Now()
+	h.status(Query{})
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("a status during the add of an absent server took %v: the loop waited for its MAC", d)
+	}
+	if d := <-added; d < wait-50*time.Millisecond {
+		t.Errorf("the add of an absent server returned after %v; want the whole ResolveWait (%v)", d, wait)
+	}
+	if st := h.serverState(vip + "@80@198.18.0.24"); st != lb.ServerUnresolved {
+		t.Errorf("absent server %s, want unresolved", st)
+	}
+
+	added = addServer(late)
+	time.Sleep(300 * time.Millisecond)
+	h.nif.setMAC(late, []byte{2, 0, 0, 0, 0, 0x25})
+	if d := <-added; d < 250*time.Millisecond || d > wait/2 {
+		t.Errorf("the add of a server that resolved 0.3 s in returned after %v; want soon after that", d)
+	}
+	if st := h.serverState(vip + "@80@198.18.0.25"); st != lb.ServerUp {
+		t.Errorf("server resolved during its add: %s right after, want up", st)
+	}
+	accepting := false
+	for _, b := range h.dp.state().Backends {
+		accepting = accepting || b.Address == late && b.AcceptNew
+	}
+	if !accepting {
+		t.Error("server resolved during its add not taking connections in the executor")
+	}
+}
+
 // TestRefusalsChangeNothing sends bad operations; each must be refused
 // naming the field, and leave the configuration, the state file and the
 // executor exactly as they were.

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -240,23 +241,68 @@ func (n *neighbors) refresh(nif Netif, log *slog.Logger, addrs []netip.Addr) []n
 }
 
 // wait resolves addrs, polling for at most limit until each has a MAC or
-// an error.
-func (n *neighbors) wait(nif Netif, log *slog.Logger, addrs []netip.Addr, limit time.Duration) {
+// an error, and returns those that have neither yet.
+func (n *neighbors) wait(nif Netif, log *slog.Logger, addrs []netip.Addr, limit time.Duration) []netip.Addr {
 	n.asked = append(n.asked, addrs...)
 	deadline := time.Now().Add(limit)
 	for len(addrs) > 0 {
 		n.refresh(nif, log, addrs)
-		var pending []netip.Addr
-		for _, a := range addrs {
-			if n.neigh[a].MAC == nil && n.errs[a] == nil {
-				pending = append(pending, a)
-			}
+		addrs = n.unresolved(addrs)
+		if len(addrs) == 0 || time.Now().After(deadline) {
+			return addrs
 		}
-		if len(pending) == 0 || time.Now().After(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// unresolved returns the addresses of addrs that have neither a MAC nor
+// an error yet.
+func (n *neighbors) unresolved(addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n.neigh[a].MAC == nil && n.errs[a] == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// loopResolveWait is how long the management loop itself waits for the
+// MACs of the next hops a change brings in: a host that answers does
+// within a poll or two; one that does not (a server not booted yet) no
+// longer holds every other caller for the whole ResolveWait.
+const loopResolveWait = 100 * time.Millisecond
+
+// awaitHops waits, outside the management loop, until the next hops addrs
+// that an accepted change brought in have a MAC (or an error), or until
+// deadline: the ports behind each that resolves are written at once, so
+// that a caller finds them usable when it returns, as if the change had
+// waited for them. Hops the configuration no longer uses are skipped.
+func (e *Engine) awaitHops(ctx context.Context, addrs []netip.Addr, deadline time.Time) {
+	for len(addrs) > 0 && time.Now().Before(deadline) {
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var err error
+		addrs, err = call(ctx, e, func() ([]netip.Addr, error) {
+			cfg := e.ed.Config()
+			var used []netip.Addr
+			for _, a := range addrs {
+				if len(e.net.ports[a]) > 0 || a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6 {
+					used = append(used, a)
+				}
+			}
+			e.applyHops(cfg, e.net.refresh(e.opts.Netif, e.log, used))
+			return e.net.unresolved(used), nil
+		})
+		if err != nil {
 			return
 		}
-		addrs = pending
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

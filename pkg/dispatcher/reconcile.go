@@ -79,7 +79,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 			unknown = append(unknown, a)
 		}
 	}
-	e.net.wait(e.opts.Netif, e.log, unknown, e.opts.ResolveWait)
+	e.unresolved = e.net.wait(e.opts.Netif, e.log, unknown, min(e.opts.ResolveWait, loopResolveWait))
 	for _, a := range fresh {
 		if err := e.net.errs[a]; err != nil {
 			return false, lb.Errorf(hopRole(next, a), a.String(), "%v", err)

@@ -21,7 +21,7 @@ import (
 // configuration it replaced (or would replace), so that the caller can
 // say what changed (config.Plan); when next equals it, nothing is done.
 func (e *Engine) Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, error) {
-	return call(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
+	return callChange(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
 }
 
 func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
