@@ -41,7 +41,7 @@ type Applied struct {
 
 // ApplyWithNotes is Apply, also returning what the change has to say.
 func (e *Engine) ApplyWithNotes(ctx context.Context, ops []config.Op) (Applied, error) {
-	return callChange(ctx, e, func() (Applied, error) {
+	a, silent, err := callChange(ctx, e, func() (Applied, error) {
 		e.out = &Applied{}
 		defer func() { e.out = nil }()
 		n, err := e.apply(ops)
@@ -52,6 +52,8 @@ func (e *Engine) ApplyWithNotes(ctx context.Context, ops []config.Op) (Applied, 
 		a.Ops = n
 		return a, nil
 	})
+	a.Warnings = append(a.Warnings, silent...)
+	return a, err
 }
 
 // note adds a note to the change being applied (and logs it).

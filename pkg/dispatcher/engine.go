@@ -599,8 +599,9 @@ func call[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error)
 // callChange runs f, which applies a change, on the management loop as
 // call does, then waits outside the loop for the next hops the change
 // brought in that had no MAC yet (awaitHops), up to ResolveWait from the
-// start.
-func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error) {
+// start. It returns what each still silent hop means (silentHop), also
+// logged.
+func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, []string, error) {
 	deadline := time.Now().Add(e.opts.ResolveWait)
 	var unresolved []netip.Addr
 	out, err := call(ctx, e, func() (T, error) {
@@ -609,10 +610,26 @@ func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, 
 		unresolved = e.unresolved
 		return out, err
 	})
-	if err == nil {
-		e.awaitHops(ctx, unresolved, deadline)
+	if err != nil {
+		return out, nil, err
 	}
-	return out, err
+	silent := e.awaitHops(ctx, unresolved, deadline)
+	if len(silent) == 0 {
+		return out, nil, nil
+	}
+	// The change is applied either way: a caller gone meanwhile (ctx)
+	// only misses the warnings.
+	said, _ := call(ctx, e, func() ([]string, error) {
+		cfg := e.ed.Config()
+		var said []string
+		for _, a := range silent {
+			w := silentHop(cfg, a, e.opts.ResolveWait)
+			e.log.Warn(w)
+			said = append(said, w)
+		}
+		return said, nil
+	})
+	return out, said, nil
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

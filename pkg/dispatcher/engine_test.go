@@ -174,14 +174,16 @@ func TestAbsentServerDoesNotHoldTheLoop(t *testing.T) {
 	h.nif.setMAC(absent, nil)
 	h.nif.setMAC(late, nil)
 
+	var warnings []string // of the last add, read after it returned
 	addServer := func(a netip.Addr) <-chan time.Duration {
 		took := make(chan time.Duration, 1)
 		go func() {
 			start := time.Now()
-			_, err := h.e.Apply(context.Background(), []config.Op{op("server", "add", vip+"@80@"+a.String())})
+			r, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("server", "add", vip+"@80@"+a.String())})
 			if err != nil {
 				t.Errorf("adding %v: %v", a, err)
 			}
+			warnings = r.Warnings
 			took <- time.Since(start)
 		}()
 		return took
@@ -200,12 +202,18 @@ func TestAbsentServerDoesNotHoldTheLoop(t *testing.T) {
 	if st := h.serverState(vip + "@80@198.18.0.24"); st != lb.ServerUnresolved {
 		t.Errorf("absent server %s, want unresolved", st)
 	}
+	if want := "server 198.18.0.24 did not answer ARP within 2s: it takes no connections until it does (is it up, and on eth0's segment?)"; len(warnings) != 1 || warnings[0] != want {
+		t.Errorf("warnings of the absent server's add: %q; want %q", warnings, want)
+	}
 
 	added = addServer(late)
 	time.Sleep(300 * time.Millisecond)
 	h.nif.setMAC(late, []byte{2, 0, 0, 0, 0, 0x25})
 	if d := <-added; d < 250*time.Millisecond || d > wait/2 {
 		t.Errorf("the add of a server that resolved 0.3 s in returned after %v; want soon after that", d)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("the add of a server that resolved warned: %q", warnings)
 	}
 	if st := h.serverState(vip + "@80@198.18.0.25"); st != lb.ServerUp {
 		t.Errorf("server resolved during its add: %s right after, want up", st)

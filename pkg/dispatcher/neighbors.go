@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -278,14 +279,15 @@ const loopResolveWait = 100 * time.Millisecond
 // that an accepted change brought in have a MAC (or an error), or until
 // deadline: the ports behind each that resolves are written at once, so
 // that a caller finds them usable when it returns, as if the change had
-// waited for them. Hops the configuration no longer uses are skipped.
-func (e *Engine) awaitHops(ctx context.Context, addrs []netip.Addr, deadline time.Time) {
+// waited for them. Hops the configuration no longer uses are skipped. It
+// returns the hops still without a MAC at the end.
+func (e *Engine) awaitHops(ctx context.Context, addrs []netip.Addr, deadline time.Time) []netip.Addr {
 	for len(addrs) > 0 && time.Now().Before(deadline) {
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return addrs
 		case <-t.C:
 		}
 		var err error
@@ -301,9 +303,28 @@ func (e *Engine) awaitHops(ctx context.Context, addrs []netip.Addr, deadline tim
 			return e.net.unresolved(used), nil
 		})
 		if err != nil {
-			return
+			return addrs
 		}
 	}
+	return addrs
+}
+
+// silentHop says what a next hop that a change brought in and that did not
+// resolve within ResolveWait means, for the operator who made the change.
+func silentHop(cfg lb.Config, a netip.Addr, wait time.Duration) string {
+	question := "ARP"
+	if a.Is6() {
+		question = "neighbour solicitations"
+	}
+	role, what := hopRole(cfg, a), "it takes no connections"
+	switch role {
+	case "router":
+		what = "the servers behind it take no connections"
+	case "clientgateway":
+		what = "the executor sends nothing through it"
+	}
+	return fmt.Sprintf("%s %s did not answer %s within %v: %s until it does (is it up, and on %s's segment?)",
+		role, a, question, wait, what, cfg.Executor.Interface)
 }
 
 // refreshNeighbors re-reads how every next hop is reached and updates the

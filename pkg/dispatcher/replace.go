@@ -21,7 +21,8 @@ import (
 // configuration it replaced (or would replace), so that the caller can
 // say what changed (config.Plan); when next equals it, nothing is done.
 func (e *Engine) Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, error) {
-	return callChange(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
+	old, _, err := callChange(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
+	return old, err
 }
 
 func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
