@@ -1084,3 +1084,52 @@ func TestPrivilegedE2EFault17IPv6ClusterAddressOffBackend(t *testing.T) {
 		}
 	})
 }
+
+// TestPrivilegedE2EFault18ServerNotUpYet: the operator adds a server that
+// does not answer yet (not booted, a typo). The add waits for its MAC for
+// a second, as before, and then says it did not answer and what it means;
+// it used to say nothing, and to hold every other dlbctl call for that
+// second. The server is unresolved and takes no connections; the others
+// serve every new connection.
+func TestPrivilegedE2EFault18ServerNotUpYet(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	absent := "198.18.0.29" // no backend of the lab's
+	type result struct {
+		stderr string
+		code   int
+		took   time.Duration
+	}
+	added := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		_, errOut, code := l.ctl("server", "add", l.vip()+"@80@"+absent)
+		added <- result{errOut, code, time.Since(start)}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	l.executor()
+	report := time.Since(start)
+	r := <-added
+	t.Logf("the add returned after %v (exit %d): %s; a report beside it took %v", r.took.Round(time.Millisecond), r.code,
+		strings.TrimSpace(r.stderr), report.Round(time.Millisecond))
+	if report > 500*time.Millisecond {
+		t.Errorf("a report beside the add took %v: dlbd waited for the absent server's MAC", report)
+	}
+	want := "warning: server " + absent + " did not answer ARP within 1s: it takes no connections until it does"
+	if r.code != 0 || !strings.Contains(r.stderr, want) {
+		t.Errorf("server add of an absent server: exit %d, stderr %q; want 0 and %q", r.code, r.stderr, want)
+	}
+	state := "not in the report"
+	for _, s := range l.servers() {
+		if s.Address == absent {
+			state = s.State
+		}
+	}
+	if state != "unresolved" {
+		t.Errorf("the absent server is %s, want unresolved", state)
+	}
+	l.checkNewConnections(t, "beside a server not up yet")
+}
