@@ -127,6 +127,7 @@ func (a *app) apply(cmd *cobra.Command, _ []string) error {
 	if res.Changes == nil {
 		res.Changes = []api.ConfigChange{}
 	}
+	a.warnings(res.Warnings)
 	return a.print(res, func(w io.Writer) { writeChanges(w, res, dryRun) })
 }
 
@@ -159,6 +160,9 @@ func writeChanges(w io.Writer, res api.ConfigResult, dryRun bool) {
 		what, tail = "would apply", " (nothing was changed)"
 	}
 	fmt.Fprintf(w, "%s %d %s: %s%s\n", what, len(res.Changes), plural(len(res.Changes), "change", "changes"), strings.Join(parts, ", "), tail)
+	for _, n := range res.Notes {
+		fmt.Fprintln(w, n)
+	}
 }
 
 func plural(n int, one, many string) string {

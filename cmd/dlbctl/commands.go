@@ -64,15 +64,21 @@ func (a *app) opCmd(c *cobra.Command, build func(cmd *cobra.Command, args []stri
 	return c
 }
 
+// warnings prints the warnings of an accepted change on stderr, whatever
+// the output format, so that they are not missed.
+func (a *app) warnings(ws []string) {
+	for _, w := range ws {
+		fmt.Fprintf(a.env.stderr, "dlbctl: warning: %s\n", w)
+	}
+}
+
 // printResult prints what dlbd said about an accepted change, if it said
 // anything: in a table, its notes on stdout and its warnings (the change
 // was applied, but something keeps it from working) on stderr; with -o
 // json or yaml, the result on stdout (and the warnings on stderr too, so
 // that they are not missed).
 func (a *app) printResult(res api.Result) error {
-	for _, w := range res.Warnings {
-		fmt.Fprintf(a.env.stderr, "dlbctl: warning: %s\n", w)
-	}
+	a.warnings(res.Warnings)
 	if len(res.Notes)+len(res.Warnings) == 0 {
 		return nil
 	}

@@ -24,6 +24,11 @@ type ConfigResult struct {
 	// Applied says whether the changes were made: false for a dry run
 	// and when there was nothing to change.
 	Applied bool `json:"applied"`
+	// Notes say what the change did that the operator may want to know;
+	// Warnings name conditions that keep the configuration from working
+	// as meant (a server that does not answer), with their remedy.
+	Notes    []string `json:"notes,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Kinds of ConfigChange.

@@ -227,6 +227,30 @@ func TestAbsentServerDoesNotHoldTheLoop(t *testing.T) {
 	}
 }
 
+// TestReplaceWarnsOfASilentServer: a configuration file's change says
+// what the same change made by operations says: a server it adds that
+// does not answer is named in its warnings.
+func TestReplaceWarnsOfASilentServer(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	silent := netip.MustParseAddr("198.18.0.26")
+	h.nif.setMAC(silent, nil)
+	next := h.config()
+	p := next.Cluster(netip.MustParseAddr(vip)).Port(80)
+	p.Servers = append(p.Servers, lb.Server{Address: silent, Weight: 10})
+	_, a, err := h.e.ReplaceWithNotes(context.Background(), next, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "server 198.18.0.26 did not answer ARP within 50ms: it takes no connections until it does (is it up, and on eth0's segment?)"
+	if len(a.Warnings) != 1 || a.Warnings[0] != want {
+		t.Errorf("warnings %q; want %q", a.Warnings, want)
+	}
+	if st := h.serverState(vip + "@80@198.18.0.26"); st != lb.ServerUnresolved {
+		t.Errorf("the silent server is %s, want unresolved", st)
+	}
+}
+
 // TestRefusalsChangeNothing sends bad operations; each must be refused
 // naming the field, and leave the configuration, the state file and the
 // executor exactly as they were.

@@ -21,8 +21,25 @@ import (
 // configuration it replaced (or would replace), so that the caller can
 // say what changed (config.Plan); when next equals it, nothing is done.
 func (e *Engine) Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, error) {
-	old, _, err := callChange(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
+	old, _, err := e.ReplaceWithNotes(ctx, next, dryRun)
 	return old, err
+}
+
+// ReplaceWithNotes is Replace, also returning what the change has to say
+// (its notes and warnings, as ApplyWithNotes does; Ops is not counted).
+func (e *Engine) ReplaceWithNotes(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, Applied, error) {
+	var a Applied
+	old, silent, err := callChange(ctx, e, func() (lb.Config, error) {
+		e.out = &Applied{}
+		defer func() { e.out = nil }()
+		old, err := e.replace(next, dryRun)
+		if err == nil {
+			a = *e.out
+		}
+		return old, err
+	})
+	a.Warnings = append(a.Warnings, silent...)
+	return old, a, err
 }
 
 func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {

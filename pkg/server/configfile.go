@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -90,12 +91,18 @@ func (h *handler) postConfig(w http.ResponseWriter, r *http.Request) {
 		respondFile(w, h, err)
 		return
 	}
-	old, err := h.e.Replace(r.Context(), f.Config, dryRun)
+	var old lb.Config
+	var said dispatcher.Applied
+	if ne, ok := h.e.(NotingEngine); ok {
+		old, said, err = ne.ReplaceWithNotes(r.Context(), f.Config, dryRun)
+	} else {
+		old, err = h.e.Replace(r.Context(), f.Config, dryRun)
+	}
 	if err != nil {
 		respondFile(w, h, f.Place(err))
 		return
 	}
-	res := api.ConfigResult{Changes: []api.ConfigChange{}}
+	res := api.ConfigResult{Changes: []api.ConfigChange{}, Notes: said.Notes, Warnings: said.Warnings}
 	for _, s := range config.Plan(old, f.Config) {
 		res.Changes = append(res.Changes, api.ConfigChange{Kind: s.Kind.String(), Command: s.Op.Command(), Was: s.Was})
 	}

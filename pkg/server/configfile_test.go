@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -130,5 +133,42 @@ clusters:
 	New(eng, Options{MaxRequestSize: 1024}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, api.PathConfig, strings.NewReader(strings.Repeat("# x\n", 300))))
 	if rec.Code != http.StatusRequestEntityTooLarge || len(eng.replaced) != 0 {
 		t.Errorf("a file over the limit: status %d, %d Replace calls", rec.Code, len(eng.replaced))
+	}
+}
+
+// notingEngine is a fakeEngine that has something to say about each
+// change, as dispatcher.Engine does.
+type notingEngine struct {
+	*fakeEngine
+	said dispatcher.Applied
+}
+
+func (n *notingEngine) ApplyWithNotes(ctx context.Context, ops []config.Op) (dispatcher.Applied, error) {
+	k, err := n.Apply(ctx, ops)
+	a := n.said
+	a.Ops = k
+	return a, err
+}
+
+func (n *notingEngine) ReplaceWithNotes(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, dispatcher.Applied, error) {
+	old, err := n.Replace(ctx, next, dryRun)
+	return old, n.said, err
+}
+
+// A file's change says what a change of operations says: its notes and
+// warnings (a server that does not answer) reach the result.
+func TestPostConfigSaysWhatTheEngineSays(t *testing.T) {
+	said := dispatcher.Applied{Notes: []string{"a note"},
+		Warnings: []string{"server 198.18.0.29 did not answer ARP within 1s: it takes no connections until it does"}}
+	eng := &notingEngine{fakeEngine: &fakeEngine{running: running()}, said: said}
+	rec := httptest.NewRecorder()
+	body := "clusters:\n  - address: 198.18.0.100\n    ports:\n      - port: 80\n        servers:\n          - {address: 198.18.0.29}\n"
+	New(eng, Options{}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, api.PathConfig, strings.NewReader(body)))
+	var res api.ConfigResult
+	if err := json.Unmarshal(rec.Body.Bytes(), &res); rec.Code != 200 || err != nil {
+		t.Fatalf("status %d (%v): %s", rec.Code, err, rec.Body)
+	}
+	if !reflect.DeepEqual(res.Notes, said.Notes) || !reflect.DeepEqual(res.Warnings, said.Warnings) {
+		t.Errorf("notes %q, warnings %q; want %q, %q", res.Notes, res.Warnings, said.Notes, said.Warnings)
 	}
 }

@@ -39,6 +39,7 @@ type Engine interface {
 // result. *dispatcher.Engine implements it.
 type NotingEngine interface {
 	ApplyWithNotes(ctx context.Context, ops []config.Op) (dispatcher.Applied, error)
+	ReplaceWithNotes(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, dispatcher.Applied, error)
 }
 
 // Defaults of Options.
