@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -397,6 +398,39 @@ func TestPrivilegedForwarding(t *testing.T) {
 	for _, bad := range []string{"", "../all", "nope0"} {
 		if _, err := n.Forwarding(bad, false); err == nil {
 			t.Errorf("Forwarding(%q): no error", bad)
+		}
+	}
+}
+
+// TestPrivilegedNeighborsRefuseWhatIsNotOneHost: Neighbors reaches a
+// neighbour on the segment, and refuses, naming why, what MAC forwarding
+// must not send to: an address of this host, the subnet's broadcast
+// address (its MAC is ff:ff:ff:ff:ff:ff: every host would receive the
+// frames), an address reached through a gateway, one with no route.
+func TestPrivilegedNeighborsRefuseWhatIsNotOneHost(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: a.Attrs().Index, Dst: &net.IPNet{IP: net.IP{198, 18, 5, 0}, Mask: net.CIDRMask(24, 32)},
+		Gw: net.IP{198, 18, 0, 9}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr, wantErr string
+	}{
+		{"198.18.0.9", ""},
+		{"198.18.0.1", "198.18.0.1 is an address of this host"},
+		{"198.18.0.255", "198.18.0.255 is the broadcast address of a subnet of this host"},
+		{"198.18.5.7", "198.18.5.7 is not on a directly connected network (it is reached through 198.18.0.9)"},
+		{"198.19.0.7", "198.19.0.7"},
+	} {
+		addr := netip.MustParseAddr(tc.addr)
+		got, errs := New().Neighbors([]netip.Addr{addr})
+		err := errs[addr]
+		switch {
+		case tc.wantErr == "" && (err != nil || got[addr].Ifindex != a.Attrs().Index):
+			t.Errorf("%s: %+v, %v; want reached through dlbhn0", tc.addr, got[addr], err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: error %v; want one with %q", tc.addr, err, tc.wantErr)
 		}
 	}
 }

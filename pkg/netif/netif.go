@@ -27,6 +27,9 @@ var (
 	ErrNotOnLink = errors.New("not on a directly connected network")
 	// ErrLocal: the address belongs to this host.
 	ErrLocal = errors.New("is an address of this host")
+	// ErrBroadcast: the address is a subnet's broadcast address, whose
+	// frames every host on the segment receives.
+	ErrBroadcast = errors.New("is the broadcast address of a subnet of this host: every host on the segment would receive its frames")
 )
 
 // Netif is the host's networking, through netlink.
@@ -87,7 +90,8 @@ const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | n
 // it asks the kernel to resolve the address (through a managed entry, which
 // the kernel then keeps resolved) and returns what it has: MAC stays nil
 // until resolution succeeds. Addresses that cannot be reached by MAC
-// forwarding get an error instead (ErrNotOnLink, ErrLocal, no route).
+// forwarding get an error instead (ErrNotOnLink, ErrLocal, ErrBroadcast,
+// no route).
 func (n *Netif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
 	out := map[netip.Addr]lb.Neighbor{}
 	errs := map[netip.Addr]error{}
@@ -147,8 +151,15 @@ func (n *Netif) route(addr netip.Addr) (lb.Neighbor, error) {
 		return nb, fmt.Errorf("no route to %s", addr)
 	}
 	r := routes[0]
-	if r.Type == unix.RTN_LOCAL {
+	switch r.Type {
+	case unix.RTN_UNICAST:
+	case unix.RTN_LOCAL:
 		return nb, fmt.Errorf("%s %w", addr, ErrLocal)
+	case unix.RTN_BROADCAST:
+		return nb, fmt.Errorf("%s %w", addr, ErrBroadcast)
+	default:
+		// Multicast, anycast, blackhole, ...: not one host to forward to.
+		return nb, fmt.Errorf("%s is not routed to one host (route type %d)", addr, r.Type)
 	}
 	if r.Gw != nil {
 		return nb, fmt.Errorf("%s is %w (it is reached through %s)", addr, ErrNotOnLink, r.Gw)
