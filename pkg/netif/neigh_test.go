@@ -328,6 +328,31 @@ func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
 	}
 }
 
+// TestPrivilegedAddAddressRefusesABroadcastAddress: the broadcast address
+// of a subnet of the host is refused, naming why, and left as it was (a
+// broadcast route, not an address of the interface).
+func TestPrivilegedAddAddressRefusesABroadcastAddress(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	bcast := netip.MustParseAddr("198.18.0.255")
+	added, err := New().AddAddress("dlbhn0", bcast)
+	if added || err == nil || !strings.Contains(err.Error(), "198.18.0.255 is the broadcast address of a subnet of this host") {
+		t.Errorf("AddAddress(%s): added %v, %v; want a refusal naming the broadcast address", bcast, added, err)
+	}
+	addrs, err := netlink.AddrList(a, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ad := range addrs {
+		if ad.IP.Equal(bcast.AsSlice()) {
+			t.Errorf("the interface holds %s after the refusal", ad.IPNet)
+		}
+	}
+	if r, err := netlink.RouteGet(bcast.AsSlice()); err != nil || len(r) == 0 || r[0].Type != unix.RTN_BROADCAST {
+		t.Errorf("the route to %s after the refusal: %+v, %v; want the broadcast route", bcast, r, err)
+	}
+}
+
 // DelAddress takes an address off; one that is not there, or on an
 // interface that is gone, is already off.
 func TestPrivilegedDelAddress(t *testing.T) {

@@ -27,9 +27,9 @@ var (
 	ErrNotOnLink = errors.New("not on a directly connected network")
 	// ErrLocal: the address belongs to this host.
 	ErrLocal = errors.New("is an address of this host")
-	// ErrBroadcast: the address is a subnet's broadcast address, whose
-	// frames every host on the segment receives.
-	ErrBroadcast = errors.New("is the broadcast address of a subnet of this host: every host on the segment would receive its frames")
+	// ErrBroadcast: the address is the broadcast address of a subnet of
+	// this host: no one host's.
+	ErrBroadcast = errors.New("is the broadcast address of a subnet of this host")
 )
 
 // Netif is the host's networking, through netlink.
@@ -156,7 +156,7 @@ func (n *Netif) route(addr netip.Addr) (lb.Neighbor, error) {
 	case unix.RTN_LOCAL:
 		return nb, fmt.Errorf("%s %w", addr, ErrLocal)
 	case unix.RTN_BROADCAST:
-		return nb, fmt.Errorf("%s %w", addr, ErrBroadcast)
+		return nb, fmt.Errorf("%s %w: every host on the segment would receive its frames", addr, ErrBroadcast)
 	default:
 		// Multicast, anycast, blackhole, ...: not one host to forward to.
 		return nb, fmt.Errorf("%s is not routed to one host (route type %d)", addr, r.Type)
@@ -212,6 +212,11 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
 			return false, nil
 		}
+	}
+	// As a /32 it would take the place of the broadcast route: the host
+	// would stop taking the subnet's broadcasts as broadcasts.
+	if r, err := netlink.RouteGet(addr.AsSlice()); err == nil && len(r) > 0 && r[0].Type == unix.RTN_BROADCAST {
+		return false, fmt.Errorf("%s %w: not an address one host can hold", addr, ErrBroadcast)
 	}
 	if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
 		return false, fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
