@@ -241,6 +241,11 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 	} else {
 		e.checkAlerts(next, ch.PortsTouched())
 	}
+	if old.Executor.NFA != next.Executor.NFA || old.Executor.NFA6 != next.Executor.NFA6 {
+		for _, p := range e.nfaProblems(next) {
+			e.warn(p)
+		}
+	}
 	if ch.Executor || natTouched(next, ch) {
 		for _, p := range e.natRouteProblems(next) {
 			e.warn(p)

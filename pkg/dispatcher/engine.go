@@ -115,6 +115,8 @@ type Netif interface {
 	// GRO reports whether generic receive offload is on for an
 	// interface, and the interface's name.
 	GRO(ifindex int) (string, bool, error)
+	// HoldsAddress reports whether an interface of this host has addr.
+	HoldsAddress(addr netip.Addr) (bool, error)
 }
 
 // OwnerLock is a lock that makes this dlbd the only owner of a directory

@@ -251,6 +251,61 @@ func TestReplaceWarnsOfASilentServer(t *testing.T) {
 	}
 }
 
+// TestNFANotHeldWarned: an NFA no interface of the host has (a typo, or
+// taken off later) is named, with the fix, in the change that sets it and
+// in the executor report while it is missing; an NFA the host has is not.
+func TestNFANotHeldWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	reported := func() []string {
+		var out []string
+		for _, w := range h.status(Query{Tables: true}).Executor.Warnings {
+			if strings.HasPrefix(w, "nfa ") {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	if w := reported(); len(w) != 0 {
+		t.Fatalf("warnings with the NFA on the host: %q", w)
+	}
+	set := func(nfa string) []string {
+		t.Helper()
+		o := op("executor", "set", "")
+		o.Params = append(o.Params, config.P("nfa", nfa))
+		a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Warnings
+	}
+	want := "nfa 198.18.0.77 is not an address of this host: advisors cannot probe from it, and their servers keep their state " +
+		"unwatched, until it is put on an interface (ip addr add 198.18.0.77/PREFIX dev eth0)"
+	if w := set("198.18.0.77"); len(w) != 1 || w[0] != want {
+		t.Errorf("setting an NFA the host does not have warned %q; want %q", w, want)
+	}
+	if w := reported(); len(w) != 1 || w[0] != want {
+		t.Errorf("report with an NFA the host does not have: %q; want %q", w, want)
+	}
+	if w := set("198.18.0.2"); len(w) != 0 {
+		t.Errorf("setting an NFA the host has warned %q", w)
+	}
+	// The NFA taken off the host later: the report says so until it is back.
+	nfa := netip.MustParseAddr("198.18.0.2")
+	h.nif.mu.Lock()
+	h.nif.held[nfa] = false
+	h.nif.mu.Unlock()
+	if w := reported(); len(w) != 1 || !strings.HasPrefix(w[0], "nfa 198.18.0.2 is not an address of this host") {
+		t.Errorf("report with the NFA taken off: %q", w)
+	}
+	h.nif.mu.Lock()
+	h.nif.held[nfa] = true
+	h.nif.mu.Unlock()
+	if w := reported(); len(w) != 0 {
+		t.Errorf("report with the NFA back: %q", w)
+	}
+}
+
 // TestRefusalsChangeNothing sends bad operations; each must be refused
 // naming the field, and leave the configuration, the state file and the
 // executor exactly as they were.

@@ -307,6 +307,9 @@ type fakeNetif struct {
 	forgotten, reprobed []netip.Addr
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
+	// held are the host's own addresses besides those AddAddress put on
+	// (the NFAs the tests use).
+	held map[netip.Addr]bool
 	// gro is what GRO reports, by interface index.
 	gro map[int]bool
 	// events feeds Watch.
@@ -348,7 +351,9 @@ func (n *fakeNetif) rename(to string) {
 
 func newFakeNetif() *fakeNetif {
 	return &fakeNetif{macs: map[netip.Addr]net.HardwareAddr{}, offLink: map[netip.Addr]bool{}, addresses: map[netip.Addr]string{},
-		ifindex: 2, forwarding: map[bool]bool{}, events: make(chan lb.NetEvent, 64), entries: map[netip.Addr]bool{}}
+		ifindex: 2, forwarding: map[bool]bool{}, events: make(chan lb.NetEvent, 64), entries: map[netip.Addr]bool{},
+		held: map[netip.Addr]bool{netip.MustParseAddr("198.18.0.2"): true, netip.MustParseAddr("198.18.0.4"): true,
+			netip.MustParseAddr("2001:2::2"): true}}
 }
 
 func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
@@ -423,6 +428,12 @@ func (n *fakeNetif) GRO(ifindex int) (string, bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return fmt.Sprintf("if%d", ifindex), n.gro[ifindex], nil
+}
+
+func (n *fakeNetif) HoldsAddress(a netip.Addr) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.held[a] || n.addresses[a] != "", nil
 }
 
 func (n *fakeNetif) Forwarding(ifname string, ipv6 bool) (bool, error) {

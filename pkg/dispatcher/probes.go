@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 
@@ -113,4 +114,27 @@ func advisorProblem(a lb.Advisor) string {
 		return ""
 	}
 	return fmt.Sprintf("advisor %s %s: until it can probe, its servers are not probed and keep their state", a.Key(), why)
+}
+
+// nfaProblems names each NFA of cfg that no interface of this host has:
+// probes leave from the NFA, so an advisor cannot probe from one that is
+// missing (a typo, or taken off), and its servers keep their state,
+// unwatched, until it is back.
+func (e *Engine) nfaProblems(cfg lb.Config) []string {
+	var out []string
+	for _, nfa := range []netip.Addr{cfg.Executor.NFA, cfg.Executor.NFA6} {
+		if !nfa.IsValid() {
+			continue
+		}
+		held, err := e.opts.Netif.HoldsAddress(nfa)
+		if err != nil {
+			e.log.Warn("checking that the host holds the nfa", "nfa", nfa, "err", err)
+			continue
+		}
+		if !held {
+			out = append(out, fmt.Sprintf("nfa %s is not an address of this host: advisors cannot probe from it, and their servers "+
+				"keep their state unwatched, until it is put on an interface (ip addr add %s/PREFIX dev %s)", nfa, nfa, cfg.Executor.Interface))
+		}
+	}
+	return out
 }

@@ -275,6 +275,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 			x.Warnings = append(x.Warnings, w)
 		}
 		x.Warnings = append(x.Warnings, e.conflictWarnings()...)
+		x.Warnings = append(x.Warnings, e.nfaProblems(e.ed.Config())...)
 	}
 	if e.exec.dp == nil {
 		return

@@ -865,9 +865,16 @@ func TestPrivilegedE2EFault12NFARemoved(t *testing.T) {
 	if !strings.Contains(l.dlbdLog(), "advisor cannot probe from this host") {
 		t.Error("dlbd did not log that its advisor cannot probe")
 	}
+	missing := "nfa " + nfa + " is not an address of this host"
+	if w := l.executorWarning(missing); !strings.Contains(w, "ip addr add "+nfa+"/PREFIX dev "+ifname) {
+		t.Errorf("executor report while the NFA is gone: warning %q; want one naming it and the fix", w)
+	}
 
 	l.mustNS("d", "ip", "addr", "add", nfa+"/"+l.env["LAB_PREFIXLEN"], "dev", ifname)
 	all("probes reaching the servers again", func(s api.AdvisorServer) bool { return s.State == api.AdvisorUp && s.LastError == "" })
+	if w := l.executorWarning(missing); w != "" {
+		t.Errorf("executor report with the NFA back: %q", w)
+	}
 
 	// No route from this host to the servers' subnet.
 	unmade := map[string]uint64{}

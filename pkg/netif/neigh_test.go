@@ -459,3 +459,17 @@ func TestPrivilegedNeighborsRefuseWhatIsNotOneHost(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedHoldsAddress: an address of any interface of the
+// namespace is held (lo's too), one only a neighbour has is not.
+func TestPrivilegedHoldsAddress(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	pair(t, testutil.InNewNetNS(t))
+	for addr, want := range map[string]bool{"198.18.0.1": true, "2001:2::1": true, "127.0.0.1": true, "198.18.0.9": false,
+		"2001:2::9": false, "198.18.0.77": false} {
+		got, err := New().HoldsAddress(netip.MustParseAddr(addr))
+		if err != nil || got != want {
+			t.Errorf("HoldsAddress(%s) = %v, %v; want %v", addr, got, err, want)
+		}
+	}
+}

@@ -224,6 +224,25 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 	return true, nil
 }
 
+// HoldsAddress reports whether an interface of this host (of this network
+// namespace) has addr.
+func (*Netif) HoldsAddress(addr netip.Addr) (bool, error) {
+	family := netlink.FAMILY_V4
+	if addr.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	have, err := netlink.AddrList(nil, family)
+	if err != nil {
+		return false, fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	for _, h := range have {
+		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // DelAddress removes addr from the named interface; an address that is not
 // there is not an error, nor is an interface that is gone (it took its
 // addresses with it).
