@@ -64,15 +64,7 @@ func TestAddressConflicts(t *testing.T) {
 	h.mustApply(op("cluster", "add", vip2)) // not configured on the interface: not asked about
 	v := netip.MustParseAddr(vip)
 	server := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15}
-	warned := func() []string {
-		var out []string
-		for _, w := range h.status(Query{Tables: true}).Executor.Warnings {
-			if strings.Contains(w, "answers ARP") {
-				out = append(out, w)
-			}
-		}
-		return out
-	}
+	warned := func() []string { return h.executorWarnings("answers ARP") }
 	fa.set(v, server)
 	eventually(t, "the conflict reported", func() bool { return len(warned()) == 1 })
 	if w := warned()[0]; !strings.Contains(w, vip) || !strings.Contains(w, server.String()) || !strings.Contains(w, "arp_ignore=1") {
@@ -122,12 +114,7 @@ func TestAddressConflictsIPv6(t *testing.T) {
 	fa.set(v6, other)
 	var w []string
 	eventually(t, "the IPv6 conflict reported", func() bool {
-		w = nil
-		for _, s := range h.status(Query{Tables: true}).Executor.Warnings {
-			if strings.Contains(s, "answers neighbour solicitations") {
-				w = append(w, s)
-			}
-		}
+		w = h.executorWarnings("answers neighbour solicitations")
 		return len(w) == 1
 	})
 	if !strings.Contains(w[0], vip6) || !strings.Contains(w[0], other.String()) || !strings.Contains(w[0], "take it off there") {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -592,6 +593,19 @@ func (h *harness) status(q Query) *Status {
 		h.t.Fatalf("Status(%+v): %v", q, err)
 	}
 	return st
+}
+
+// executorWarnings returns the executor report's warnings that contain
+// substr.
+func (h *harness) executorWarnings(substr string) []string {
+	h.t.Helper()
+	var out []string
+	for _, w := range h.status(Query{Tables: true}).Executor.Warnings {
+		if strings.Contains(w, substr) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func (h *harness) config() lb.Config {
