@@ -41,18 +41,8 @@ type Applied struct {
 
 // ApplyWithNotes is Apply, also returning what the change has to say.
 func (e *Engine) ApplyWithNotes(ctx context.Context, ops []config.Op) (Applied, error) {
-	a, silent, err := callChange(ctx, e, func() (Applied, error) {
-		e.out = &Applied{}
-		defer func() { e.out = nil }()
-		n, err := e.apply(ops)
-		if err != nil {
-			return Applied{}, err
-		}
-		a := *e.out
-		a.Ops = n
-		return a, nil
-	})
-	a.Warnings = append(a.Warnings, silent...)
+	n, a, err := callChange(ctx, e, func() (int, error) { return e.apply(ops) })
+	a.Ops = n
 	return a, err
 }
 

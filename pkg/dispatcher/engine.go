@@ -599,37 +599,40 @@ func call[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error)
 }
 
 // callChange runs f, which applies a change, on the management loop as
-// call does, then waits outside the loop for the next hops the change
+// call does, collecting what the change has to say (its notes and
+// warnings: e.out), then waits outside the loop for the next hops it
 // brought in that had no MAC yet (awaitHops), up to ResolveWait from the
-// start. It returns what each still silent hop means (silentHop), also
-// logged.
-func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, []string, error) {
+// start, and adds a warning for each still silent (silentHop), also
+// logged. A refused change says nothing.
+func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, Applied, error) {
 	deadline := time.Now().Add(e.opts.ResolveWait)
 	var unresolved []netip.Addr
+	var said Applied
 	out, err := call(ctx, e, func() (T, error) {
-		e.unresolved = nil
+		e.out, e.unresolved = &Applied{}, nil
+		defer func() { e.out = nil }()
 		out, err := f()
-		unresolved = e.unresolved
+		if err == nil {
+			said, unresolved = *e.out, e.unresolved
+		}
 		return out, err
 	})
 	if err != nil {
-		return out, nil, err
+		return out, Applied{}, err
 	}
 	silent := e.awaitHops(ctx, unresolved, deadline)
 	if len(silent) == 0 {
-		return out, nil, nil
+		return out, said, nil
 	}
 	// The change is applied either way: a caller gone meanwhile (ctx)
 	// only misses the warnings.
-	said, _ := call(ctx, e, func() ([]string, error) {
+	_ = e.do(ctx, func() {
 		cfg := e.ed.Config()
-		var said []string
 		for _, a := range silent {
 			w := silentHop(cfg, a, e.opts.ResolveWait)
 			e.log.Warn(w)
-			said = append(said, w)
+			said.Warnings = append(said.Warnings, w)
 		}
-		return said, nil
 	})
 	return out, said, nil
 }

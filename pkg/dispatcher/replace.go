@@ -28,18 +28,7 @@ func (e *Engine) Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.C
 // ReplaceWithNotes is Replace, also returning what the change has to say
 // (its notes and warnings, as ApplyWithNotes does; Ops is not counted).
 func (e *Engine) ReplaceWithNotes(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, Applied, error) {
-	var a Applied
-	old, silent, err := callChange(ctx, e, func() (lb.Config, error) {
-		e.out = &Applied{}
-		defer func() { e.out = nil }()
-		old, err := e.replace(next, dryRun)
-		if err == nil {
-			a = *e.out
-		}
-		return old, err
-	})
-	a.Warnings = append(a.Warnings, silent...)
-	return old, a, err
+	return callChange(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
 }
 
 func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
