@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
@@ -71,17 +73,27 @@ func CanPing(v6 bool) error {
 	if v6 {
 		socks = pingSockets6
 	}
-	var first error
+	var openErr error
 	for _, s := range socks {
 		c, err := icmp.ListenPacket(s.network, s.listen)
 		if err == nil {
 			return c.Close()
 		}
-		if first == nil {
-			first = err
-		}
+		openErr = telling(openErr, err)
 	}
-	return fmt.Errorf("cannot open ICMP socket: %s", innerError(first))
+	return fmt.Errorf("cannot open ICMP socket: %s", innerError(openErr))
+}
+
+// telling returns which of two ways' errors opening an ICMP socket says
+// more: the unprivileged socket's "permission denied" (this group is not in
+// net.ipv4.ping_group_range, a network namespace's default) says only that
+// the raw socket was tried next, whose own error (a source address the
+// host does not hold) is the reason.
+func telling(first, next error) error {
+	if first == nil || errors.Is(first, syscall.EACCES) && !errors.Is(next, syscall.EACCES) && !errors.Is(next, syscall.EPERM) {
+		return next
+	}
+	return first
 }
 
 // ping probes t with the first of socks that opens.
@@ -105,9 +117,7 @@ func ping(ctx context.Context, t Target, socks []pingSocket) Result {
 			sock = s
 			break
 		}
-		if openErr == nil {
-			openErr = err
-		}
+		openErr = telling(openErr, err)
 	}
 	if c == nil {
 		r := Down("cannot open ICMP socket: %s", innerError(openErr))

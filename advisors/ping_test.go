@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,5 +144,42 @@ func TestPrivilegedConnectTimeout(t *testing.T) {
 			t.Errorf("%s: %+v after %v", name, r, el)
 		}
 		t.Logf("%s: %+v in %v", name, r, el)
+	}
+}
+
+// TestPrivilegedPingSourceNotHeld: in a fresh network namespace
+// (net.ipv4.ping_group_range leaves every group out, so the unprivileged
+// socket is refused) a ping from a source address the host does not hold
+// (an HA dispatcher whose interface was just deleted) says so, not the
+// unprivileged socket's "permission denied".
+func TestPrivilegedPingSourceNotHeld(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	testutil.InNewNetNS(t)
+	if err := os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("1 0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := New("ping")
+	r := a.Probe(context.Background(), Target{Address: loopback, Source: netip.MustParseAddr("198.18.77.1"), ReceiveTimeout: time.Second})
+	if want := "cannot open ICMP socket: cannot assign requested address"; r.Up || r.Reason != want || !r.Local {
+		t.Errorf("source not held: %+v; want down, local, %q", r, want)
+	}
+}
+
+func TestTellingOpenError(t *testing.T) {
+	tests := []struct {
+		name        string
+		first, next error
+		want        error
+	}{
+		{"only one", nil, syscall.EACCES, syscall.EACCES},
+		{"permission, then a reason", syscall.EACCES, syscall.EADDRNOTAVAIL, syscall.EADDRNOTAVAIL},
+		{"permission twice", syscall.EACCES, syscall.EPERM, syscall.EACCES},
+		{"a reason first stays", syscall.EADDRNOTAVAIL, syscall.EMFILE, syscall.EADDRNOTAVAIL},
+		{"wrapped", &os.SyscallError{Syscall: "socket", Err: syscall.EACCES}, syscall.EMFILE, syscall.EMFILE},
+	}
+	for _, tc := range tests {
+		if got := telling(tc.first, tc.next); got != tc.want {
+			t.Errorf("%s: telling(%v, %v) = %v; want %v", tc.name, tc.first, tc.next, got, tc.want)
+		}
 	}
 }
