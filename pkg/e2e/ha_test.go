@@ -400,6 +400,9 @@ type haTraffic struct {
 	began                 time.Time
 	keep, download, fresh loadResult
 	keepErr, dlErr, frErr error
+	// reasons holds each dispatcher's executor counters when the traffic
+	// began, for a failure to show what each did with it.
+	reasons [2]map[string]uint64
 }
 
 // haTrafficMax bounds a fault's traffic, which normally runs until the
@@ -419,7 +422,8 @@ func (h *haLab) loadUntil(stop context.Context, args ...string) (loadResult, err
 }
 
 func (h *haLab) startTraffic(port string) *haTraffic {
-	tr := &haTraffic{ready: filepath.Join(h.run, "keepalive.ready"), began: time.Now()}
+	tr := &haTraffic{ready: filepath.Join(h.run, "keepalive.ready"),
+		reasons: [2]map[string]uint64{h.d[0].reasons(), h.d[1].reasons()}, began: time.Now()}
 	_ = os.Remove(tr.ready)
 	url := "http://" + h.vip() + ":" + port + "/"
 	ctx, stop := context.WithCancel(context.Background())
@@ -445,13 +449,33 @@ func (h *haLab) startTraffic(port string) *haTraffic {
 
 // established waits until every keep-alive connection has had a reply:
 // a fault is put on established connections, not on handshakes (500
-// dials take more than a second on a loaded machine).
-func (tr *haTraffic) established(t *testing.T) {
+// dials take more than a second on a loaded machine). If they do not
+// within 30 s it stops the traffic and says what the client saw and what
+// each dispatcher's executor did with it.
+func (tr *haTraffic) established(t *testing.T, h *haLab) {
 	t.Helper()
-	poll(t, 30*time.Second, "all 500 keep-alive connections established", func() bool {
-		_, err := os.Stat(tr.ready)
-		return err == nil
-	})
+	const limit = 30 * time.Second
+	for {
+		if _, err := os.Stat(tr.ready); err == nil {
+			break
+		}
+		if time.Since(tr.began) > limit {
+			states := h.d[0].state() + "/" + h.d[1].state()
+			tr.stop()
+			tr.wg.Wait()
+			k := tr.keep
+			t.Logf("keep-alive client: %d connections, %d broken (by last backend %v), %d requests, %d ok, errors %v, failures from %d ms to %d ms (err %v)",
+				k.Connections, k.Broken, k.BrokenByBackend, k.Requests, k.OK, k.Errors, k.FirstFailMS, k.LastFailMS, tr.keepErr)
+			t.Logf("new connections: %d of %d failed, errors %v", tr.fresh.Failed, tr.fresh.Requests, tr.fresh.Errors)
+			for i, d := range h.d {
+				t.Logf("dispatcher %d (%s) executor since the traffic began: %v", i+1, d.mac(h.env["LAB_IF"]), grown(tr.reasons[i], d.reasons()))
+			}
+			out, _ := h.inNS("r", "ip", "-br", "neigh", "show", "dev", h.env["LAB_ROUTER_IF"])
+			t.Logf("states (d1/d2) %s; the router's neighbours:\n%s", states, out)
+			t.Fatalf("after %v: still waiting for all 500 keep-alive connections established", limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	t.Logf("all 500 keep-alive connections had a reply %v after the traffic began", time.Since(tr.began).Round(time.Millisecond))
 }
 
@@ -493,7 +517,7 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	tr := h.startTraffic(port)
 	began := tr.began
 	defer tr.stop()
-	tr.established(t)
+	tr.established(t, h)
 	time.Sleep(time.Second)
 	base := h.d[1].forwarded()
 	reasons2 := h.d[1].reasons()
@@ -742,7 +766,7 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 		h.waitSteady(t, 30*time.Second)
 		tr := h.startTraffic("80")
 		defer tr.stop()
-		tr.established(t)
+		tr.established(t, h)
 		stop := make(chan struct{})
 		var both time.Duration
 		var served bool
