@@ -114,9 +114,10 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	e.net.asked = nil
 	if written, err := e.reconcile(old, next, ch, delta, stop); err != nil {
 		e.ids.Revert(delta)
-		e.host = hostBefore
 		if written {
-			e.rollback(old)
+			e.undo(old, hostBefore)
+		} else {
+			e.host = hostBefore
 		}
 		e.unask(old)
 		e.restoreSpeaker(old, ch)
@@ -126,11 +127,10 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	e.host.record(&rec, hostBefore)
 	if err := e.store.Append(rec); err != nil {
 		e.ids.Revert(delta)
-		e.host = hostBefore
-		e.rollback(old)
+		e.undo(old, hostBefore)
 		e.unask(old)
 		e.restoreSpeaker(old, ch)
-		return refuse(err)
+		return refuse(fmt.Errorf("saving the change: %w (it was taken back: nothing was applied)", err))
 	}
 	e.net.asked = nil
 	e.ed.Commit(edit)
@@ -140,8 +140,20 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	return nil
 }
 
+// undo takes back a change that wrote to the executor or the host and
+// then failed, or could not be saved: the executor and the host's
+// addresses go back to what old wants. The record of the host's addresses
+// is kept as the change left it, so that those it put on come off and
+// those it took off go back on (from the record as it was before, they
+// would stay as the change left them); what old wants of them comes from
+// before.
+func (e *Engine) undo(old lb.Config, before host) {
+	e.host.returns = before.returns
+	e.rollback(old)
+}
+
 // rollback restores the executor and the host to the configuration old
-// after a change that was written but could not be persisted.
+// (undo's work).
 func (e *Engine) rollback(old lb.Config) {
 	if !old.Executor.Started {
 		if err := e.stopExecutor(old); err != nil {

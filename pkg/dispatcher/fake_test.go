@@ -320,6 +320,8 @@ type fakeNetif struct {
 	// noRoutes makes Neighbors find no route to anything (an interface
 	// whose address is not back yet).
 	noRoutes bool
+	// refuse makes AddAddress fail for these addresses.
+	refuse map[netip.Addr]bool
 	// xdp is the XDP program eth0 reports.
 	xdp lb.XDPProgram
 	// mac, when set, is eth0's hardware address ("none": no address).
@@ -488,6 +490,9 @@ func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) (bool, error) {
 	}
 	if n.addresses[a] == ifname {
 		return false, nil
+	}
+	if n.refuse[a] {
+		return false, fmt.Errorf("adding %s to %s: refused by the test", a, ifname)
 	}
 	n.addresses[a] = ifname
 	return true, nil
