@@ -801,41 +801,67 @@ func TestFoundAddressesStay(t *testing.T) {
 }
 
 // TestRefusedChangeTakesItsAddressesOff: a change that put an address on
-// the interface and then failed (here the next address it wanted would
-// not go on) takes it off again, and puts back one it took off: nothing
-// of it is left on the host, as nothing of it is left in the
-// configuration.
+// the interface (a cluster's, a NAT return address) and then failed (here
+// the next address it wanted would not go on) takes it off again, and
+// puts back one it took off: nothing of it is left on the host, as nothing
+// of it is left in the configuration.
 func TestRefusedChangeTakesItsAddressesOff(t *testing.T) {
-	const first, second, gone = "198.18.0.101", "198.18.0.102", "198.18.0.103"
-	on := func(h *harness, a string) bool {
-		h.nif.mu.Lock()
-		defer h.nif.mu.Unlock()
-		return h.nif.addresses[netip.MustParseAddr(a)] == "eth0"
-	}
-	h := newHarness(t, t.TempDir())
-	h.mustApply(op("executor", "start", "", "interface", "eth0"), op("cluster", "add", gone, "configure", "yes"))
-	h.nif.mu.Lock()
-	h.nif.refuse = map[netip.Addr]bool{netip.MustParseAddr(second): true}
-	h.nif.mu.Unlock()
-	for range 3 { // the order in which a change puts addresses on is a map's
-		_, err := h.e.Apply(context.Background(), []config.Op{op("cluster", "remove", gone),
-			op("cluster", "add", first, "configure", "yes"), op("cluster", "add", second, "configure", "yes")})
-		if err == nil || !strings.Contains(err.Error(), "refused by the test") {
-			t.Fatalf("change: %v; want refused", err)
-		}
-		if on(h, first) || on(h, second) || !on(h, gone) {
-			t.Errorf("after the refused change: %v; want only %s", h.nif.addresses, gone)
-		}
-		if n := len(h.config().Clusters); n != 1 {
-			t.Errorf("%d clusters after the refused change", n)
-		}
-	}
-	h.restart()
-	h.nif.mu.Lock()
-	h.nif.refuse = nil
-	h.nif.mu.Unlock()
-	h.mustApply(op("cluster", "remove", gone))
-	if on(h, gone) {
-		t.Errorf("%s stayed after its cluster went: %v", gone, h.nif.addresses)
+	const first, refused, gone = "198.18.0.101", "198.18.0.102", "198.18.0.103"
+	natSrv := op("server", "add", vip+"@81@"+natSrv.String(), "returnaddress", retAddr.String(), "router", router.String())
+	for _, tc := range []struct {
+		name   string
+		change []config.Op
+		off    []string // on before the change, and after its refusal
+		on     []string // put on by the change, off after its refusal
+	}{
+		{"a cluster added, one removed", []config.Op{op("cluster", "remove", gone),
+			op("cluster", "add", first, "configure", "yes"), op("cluster", "add", refused, "configure", "yes")},
+			[]string{gone}, []string{first}},
+		{"a NAT return address", []config.Op{op("port", "add", vip+"@81", "method", "nat"), natSrv,
+			op("cluster", "add", refused, "configure", "yes")},
+			[]string{gone, vip}, []string{retAddr.String()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			on := func(h *harness, a string) bool {
+				h.nif.mu.Lock()
+				defer h.nif.mu.Unlock()
+				return h.nif.addresses[netip.MustParseAddr(a)] == "eth0"
+			}
+			h := newHarness(t, t.TempDir())
+			base(h)
+			h.nif.setMAC(router, routerHW)
+			h.mustApply(op("cluster", "add", gone, "configure", "yes"))
+			h.nif.mu.Lock()
+			h.nif.refuse = map[netip.Addr]bool{netip.MustParseAddr(refused): true}
+			h.nif.mu.Unlock()
+			clusters := len(h.config().Clusters)
+			for range 3 { // the order in which a change puts addresses on is a map's
+				_, err := h.e.Apply(context.Background(), tc.change)
+				if err == nil || !strings.Contains(err.Error(), "refused by the test") {
+					t.Fatalf("change: %v; want refused", err)
+				}
+				for _, a := range tc.off {
+					if !on(h, a) {
+						t.Errorf("after the refused change %s is not on the interface: %v", a, h.nif.addresses)
+					}
+				}
+				for _, a := range append(tc.on, refused) {
+					if on(h, a) {
+						t.Errorf("after the refused change %s is on the interface: %v", a, h.nif.addresses)
+					}
+				}
+				if n := len(h.config().Clusters); n != clusters {
+					t.Errorf("%d clusters after the refused change; want %d", n, clusters)
+				}
+			}
+			h.restart()
+			h.nif.mu.Lock()
+			h.nif.refuse = nil
+			h.nif.mu.Unlock()
+			h.mustApply(op("cluster", "remove", gone))
+			if on(h, gone) {
+				t.Errorf("%s stayed after its cluster went: %v", gone, h.nif.addresses)
+			}
+		})
 	}
 }
