@@ -25,6 +25,11 @@ const conflictWait = 200 * time.Millisecond
 // dlb puts its addresses on without duplicate address detection).
 type conflicts struct {
 	found map[netip.Addr][]string
+	// peer maps the MACs that answered for the high-availability peer's
+	// addresses (its heartbeat destinations) to the address: the peer's
+	// host answering for an address this dispatcher serves is told
+	// apart from a server's.
+	peer map[string]netip.Addr
 	// err is the last check's error, logged once.
 	err string
 }
@@ -33,10 +38,11 @@ type conflicts struct {
 // answers for the addresses of its family.
 type conflictJob []conflictAsk
 
-// conflictAsk asks, from src, who else answers for addrs.
+// conflictAsk asks, from src, who else answers for addrs, and who
+// answers for peers (the high-availability peer's addresses).
 type conflictAsk struct {
-	src   netip.Addr
-	addrs []netip.Addr
+	src          netip.Addr
+	addrs, peers []netip.Addr
 }
 
 // addrs are all the addresses the job asks about.
@@ -79,6 +85,15 @@ func (e *Engine) conflictJob() conflictJob {
 			v6.addrs = append(v6.addrs, a)
 		}
 	}
+	if active != nil {
+		for _, hb := range cfg.HA.Heartbeats {
+			if hb.Destination.Unmap().Is4() {
+				v4.peers = append(v4.peers, hb.Destination.Unmap())
+			} else {
+				v6.peers = append(v6.peers, hb.Destination)
+			}
+		}
+	}
 	var job conflictJob
 	for _, ask := range []conflictAsk{v4, v6} {
 		if ask.src.IsValid() && len(ask.addrs) > 0 {
@@ -109,27 +124,32 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 		if len(job) == 0 {
 			continue
 		}
-		found := map[netip.Addr][]string{}
+		found, peer := map[netip.Addr][]string{}, map[string]netip.Addr{}
 		var errs []string
 		for _, ask := range job {
-			answers, err := e.opts.AddressAnswerers(ctx, ask.src, ask.addrs, conflictWait)
+			answers, err := e.opts.AddressAnswerers(ctx, ask.src, append(slices.Clone(ask.addrs), ask.peers...), conflictWait)
 			if err != nil {
 				errs = append(errs, err.Error())
 			}
 			for a, macs := range answers {
 				for _, m := range macs {
-					found[a] = append(found[a], m.String())
+					if slices.Contains(ask.peers, a) {
+						peer[m.String()] = a
+					} else {
+						found[a] = append(found[a], m.String())
+					}
 				}
 			}
 		}
-		if e.do(ctx, func() { e.onConflicts(job.addrs(), found, strings.Join(errs, "; ")) }) != nil {
+		if e.do(ctx, func() { e.onConflicts(job.addrs(), found, peer, strings.Join(errs, "; ")) }) != nil {
 			return
 		}
 	}
 }
 
-// onConflicts records a round of checks of addrs, logging what changed.
-func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, errText string) {
+// onConflicts records a round of checks of addrs (and the MACs of the
+// high-availability peer), logging what changed.
+func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, peer map[string]netip.Addr, errText string) {
 	if errText != e.conflicts.err {
 		if errText != "" {
 			e.log.Warn("cannot ask who else answers ARP or neighbour solicitations for the addresses this dispatcher holds",
@@ -138,7 +158,7 @@ func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, 
 		e.conflicts.err = errText
 	}
 	old := e.conflicts.found
-	e.conflicts.found = map[netip.Addr][]string{}
+	e.conflicts.found, e.conflicts.peer = map[netip.Addr][]string{}, peer
 	for _, a := range addrs {
 		now := found[a]
 		slices.Sort(now)
@@ -148,12 +168,36 @@ func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, 
 		asked, fix := conflictOf(a)
 		switch was := old[a]; {
 		case len(now) > 0 && !slices.Equal(now, was):
+			if p, ok := e.peerOnly(now); ok {
+				e.log.Warn("the high-availability peer answers "+asked+" for an address this dispatcher serves as the active: clients may reach it past this dispatcher",
+					"address", a, "peer", p, "macs", strings.Join(now, ","), "fix", peerFix)
+				break
+			}
 			e.log.Warn("another host answers "+asked+" for an address this dispatcher holds: clients may reach it past the dispatcher",
 				"address", a, "macs", strings.Join(now, ","), "fix", fix)
 		case len(now) == 0 && len(was) > 0:
 			e.log.Info("no other host answers "+asked+" for the address any more", "address", a)
 		}
 	}
+}
+
+// peerFix is what mends the high-availability peer answering for the
+// addresses of a group this dispatcher serves.
+const peerFix = "the peer's host still holds the address: its dlbd takes it off when it runs " +
+	"(is it running? dlbctl highavailability status there), or the pair cannot hear each other"
+
+// peerOnly reports whether every MAC of macs is the high-availability
+// peer's, and the peer's address.
+func (e *Engine) peerOnly(macs []string) (netip.Addr, bool) {
+	var p netip.Addr
+	for _, m := range macs {
+		a, ok := e.conflicts.peer[m]
+		if !ok {
+			return netip.Addr{}, false
+		}
+		p = a
+	}
+	return p, len(macs) > 0
 }
 
 // conflictOf says what was asked about address a (ARP, or for IPv6
@@ -173,6 +217,11 @@ func (e *Engine) conflictWarnings() []string {
 	var out []string
 	for a, macs := range e.conflicts.found {
 		asked, fix := conflictOf(a)
+		if p, ok := e.peerOnly(macs); ok {
+			out = append(out, fmt.Sprintf("the high-availability peer %v (%s) answers %s for %v, which this dispatcher serves as the active: clients may reach it past this dispatcher; %s",
+				p, strings.Join(macs, ", "), asked, a, peerFix))
+			continue
+		}
 		out = append(out, fmt.Sprintf("another host answers %s for %v (%s): clients may reach it past the dispatcher; %s",
 			asked, a, strings.Join(macs, ", "), fix))
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -130,4 +131,52 @@ func TestAddressConflictsIPv6(t *testing.T) {
 	if want := []string{vip + " from 198.18.0.2", vip6 + " from 2001:2::2"}; !slices.Equal(asked, want) {
 		t.Errorf("asked %v; want %v", asked, want)
 	}
+}
+
+// TestAddressConflictsHAPeer: under high availability, the active asks
+// who answers for the peer's address too, and tells the peer's host
+// answering for an address it serves (the peer's dlbd not running to take
+// it off) from a server's: its own warning and fix; a server answering
+// beside the peer is the usual conflict.
+func TestAddressConflictsHAPeer(t *testing.T) {
+	logs := &testutil.LogBuffer{}
+	fa := &fakeAnswerers{macs: map[netip.Addr][]net.HardwareAddr{}, asked: map[netip.Addr]netip.Addr{}}
+	f := newFakeHA()
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		logTo(logs, false)(o)
+		o.AddressAnswerers = fa.answer
+		o.ConflictInterval = 20 * time.Millisecond
+		o.HA = f
+	})
+	base(h)
+	h.mustApply(haOps("primary")...)
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "the cluster address on", func() bool { return h.nif.has(vip) })
+	peer := netip.MustParseAddr("198.18.0.4") // haOps' heartbeat destination
+	peerMAC, server := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 4}, net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15}
+	fa.set(peer, peerMAC)
+	fa.set(netip.MustParseAddr(vip), peerMAC)
+	var w []string
+	eventually(t, "the peer's answer reported", func() bool {
+		w = h.executorWarnings("answers ARP")
+		return len(w) == 1
+	})
+	if !strings.Contains(w[0], "the high-availability peer 198.18.0.4 ("+peerMAC.String()+") answers ARP for "+vip) ||
+		!strings.Contains(w[0], "its dlbd takes it off") {
+		t.Errorf("warning %q; want the peer named, and its fix", w[0])
+	}
+	if !strings.Contains(logs.String(), "the high-availability peer answers ARP") {
+		t.Error("the peer's answer was not logged as the peer's")
+	}
+	fa.mu.Lock()
+	asked := askedList(fa.asked)
+	fa.mu.Unlock()
+	if want := []string{vip + " from 198.18.0.2", "198.18.0.4 from 198.18.0.2"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v; want %v", asked, want)
+	}
+	fa.set(netip.MustParseAddr(vip), peerMAC, server)
+	eventually(t, "a server beside the peer reported as the usual conflict", func() bool {
+		w = h.executorWarnings("answers ARP")
+		return len(w) == 1 && strings.HasPrefix(w[0], "another host answers ARP for "+vip) && strings.Contains(w[0], server.String())
+	})
 }
