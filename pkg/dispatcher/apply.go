@@ -106,6 +106,13 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	if err != nil {
 		return refuse(err)
 	}
+	// Room in the journal first: a change that could not be saved is
+	// refused before it touches anything.
+	rec := store.NewRecord(old, next, ch, delta)
+	if err := e.store.Reserve(rec, e.host.recordRoom(next, len(ch.Servers))); err != nil {
+		e.ids.Revert(delta)
+		return refuse(fmt.Errorf("saving the change: %w (nothing was applied)", err))
+	}
 	if err := e.reconfigureSpeaker(old, next, ch); err != nil {
 		e.ids.Revert(delta)
 		return refuse(err)
@@ -123,7 +130,6 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		e.restoreSpeaker(old, ch)
 		return refuse(err)
 	}
-	rec := store.NewRecord(old, next, ch, delta)
 	e.host.record(&rec, hostBefore)
 	if err := e.store.Append(rec); err != nil {
 		e.ids.Revert(delta)
@@ -426,6 +432,16 @@ func (h *host) indexReturns(cfg lb.Config) {
 			}
 		}
 	}
+}
+
+// recordRoom bounds what record adds to the journal record of a change
+// to next that touched servers: the addresses put on interfaces (and
+// found there), at most those held now and one more per cluster and per
+// server touched (a new return address). It is at least a block, so that
+// on a file system with no block free every change is refused, not only
+// those that do not fit what is left of the journal's last block.
+func (h host) recordRoom(next lb.Config, servers int) int {
+	return 4096 + 2*96*(len(h.configured)+len(h.found)+len(next.Clusters)+servers)
 }
 
 // record adds the host facts that changed since before to a record.

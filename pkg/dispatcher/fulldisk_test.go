@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,10 +13,11 @@ import (
 )
 
 // TestPrivilegedFullDiskRefusesChange: on a state directory with no room
-// left (a small tmpfs, filled), a change is refused naming why, and
-// nothing of it stays: not in the configuration, not on the host (the
-// cluster address it put on comes off), not after a restart. Once there
-// is room, the same change is saved.
+// left (a small tmpfs, filled), a change is refused naming why, before it
+// touches anything: nothing of it is in the configuration or on the host,
+// nor after a restart, and an executor stop leaves the executor as it was
+// (not stopped and started again with new tables). Once there is room, the
+// same change is saved.
 func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	dir := t.TempDir()
@@ -26,7 +26,24 @@ func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	h := newHarness(t, dir)
-	h.mustApply(op("executor", "start", "", "interface", "eth0"))
+	const saved, refused = "198.18.1.1", "198.18.1.2"
+	h.mustApply(op("executor", "start", "", "interface", "eth0"), op("cluster", "add", saved, "configure", "yes"))
+	// The journal keeps the blocks a change reserved and its record did
+	// not use, for the next ones: take them back, then fill the file
+	// system, so that no change fits.
+	journal := filepath.Join(dir, "journal.1")
+	f, err := os.OpenFile(journal, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, (fi.Size()+4095)/4096*4096, 1<<20); err != nil {
+		t.Fatalf("taking back the journal's reserved blocks: %v", err)
+	}
+	_ = f.Close()
 	fill := filepath.Join(dir, "fill")
 	if err := os.WriteFile(fill, make([]byte, 128<<10), 0o600); err == nil {
 		t.Fatal("128 KiB written into a 64 KiB tmpfs")
@@ -36,32 +53,10 @@ func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 		defer h.nif.mu.Unlock()
 		return h.nif.addresses[netip.MustParseAddr(a)] == "eth0"
 	}
-	// The journal's last page has room for a few records: changes are
-	// saved until it is full.
-	var saved []string
-	refused := ""
-	for i := range 200 {
-		a := fmt.Sprintf("198.18.1.%d", i+1)
-		err := h.apply(op("cluster", "add", a, "configure", "yes"))
-		if err == nil {
-			saved = append(saved, a)
-			continue
-		}
-		if !strings.Contains(err.Error(), "no space left on device") {
-			t.Fatalf("cluster add %s: %v; want no space left on device", a, err)
-		}
-		refused = a
-		break
-	}
-	if refused == "" {
-		t.Fatal("200 changes saved into a full state directory")
-	}
-	t.Logf("%d changes saved, then %s refused", len(saved), refused)
-	check := func(when string, want []string) {
+	check := func(when string, want ...string) {
 		t.Helper()
-		cfg := h.config()
-		if len(cfg.Clusters) != len(want) {
-			t.Errorf("%s: %d clusters; want %d", when, len(cfg.Clusters), len(want))
+		if n := len(h.config().Clusters); n != len(want) {
+			t.Errorf("%s: %d clusters; want %d", when, n, len(want))
 		}
 		for _, a := range want {
 			if !on(a) {
@@ -69,16 +64,29 @@ func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 			}
 		}
 	}
+
+	err = h.apply(op("cluster", "add", refused, "configure", "yes"))
+	if err == nil || !strings.Contains(err.Error(), "no space left on device (nothing was applied)") {
+		t.Fatalf("cluster add on a full state directory: %v; want no space left on device, nothing applied", err)
+	}
 	check("after the refusal", saved)
 	if on(refused) {
-		t.Errorf("the refused change's address %s stayed on the interface", refused)
+		t.Errorf("the refused change's address %s is on the interface", refused)
+	}
+	opens := h.opens
+	if err := h.apply(op("executor", "stop", "")); err == nil || !strings.Contains(err.Error(), "nothing was applied") {
+		t.Errorf("executor stop on a full state directory: %v; want refused", err)
+	}
+	if h.opens != opens || h.dp.state() == nil || !h.config().Executor.Started {
+		t.Errorf("after the refused stop: opened %d times more, executor loaded %v", h.opens-opens, h.dp.state() != nil)
 	}
 	h.restart()
 	check("after a restart", saved)
+
 	if err := os.Remove(fill); err != nil {
 		t.Fatal(err)
 	}
 	h.mustApply(op("cluster", "add", refused, "configure", "yes"))
 	h.restart()
-	check("once there was room, after a restart", append(saved, refused))
+	check("once there was room, after a restart", saved, refused)
 }

@@ -447,6 +447,23 @@ func (s *Store) Append(r Record) error {
 	return nil
 }
 
+// Reserve makes room in the journal for r and extra bytes more (what the
+// record will gain before it is appended), so that appending it cannot
+// fail for want of space: a change is refused before it touches the
+// executor or the host, instead of being taken back after (which an
+// executor stop cannot be without losing its tables). The blocks stay the
+// journal's, for the records that follow.
+func (s *Store) Reserve(r Record, extra int) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding journal record: %w", err)
+	}
+	if err := preallocate(s.journal, s.size, int64(len(b)+1+extra)); err != nil {
+		return fmt.Errorf("making room in the journal %s: %w", s.journal.Name(), err)
+	}
+	return nil
+}
+
 // NeedsSnapshot reports whether the journal has grown enough that a new
 // snapshot should be written.
 func (s *Store) NeedsSnapshot() bool {
