@@ -3,11 +3,8 @@ package dispatcher
 import (
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
@@ -21,33 +18,11 @@ import (
 func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
-		t.Fatalf("mounting a small tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	testutil.SmallFS(t, dir, 64<<10)
 	h := newHarness(t, dir)
 	const saved, refused = "198.18.1.1", "198.18.1.2"
 	h.mustApply(op("executor", "start", "", "interface", "eth0"), op("cluster", "add", saved, "configure", "yes"))
-	// The journal keeps the blocks a change reserved and its record did
-	// not use, for the next ones: take them back, then fill the file
-	// system, so that no change fits.
-	journal := filepath.Join(dir, "journal.1")
-	f, err := os.OpenFile(journal, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, (fi.Size()+4095)/4096*4096, 1<<20); err != nil {
-		t.Fatalf("taking back the journal's reserved blocks: %v", err)
-	}
-	_ = f.Close()
-	fill := filepath.Join(dir, "fill")
-	if err := os.WriteFile(fill, make([]byte, 128<<10), 0o600); err == nil {
-		t.Fatal("128 KiB written into a 64 KiB tmpfs")
-	}
+	fill := testutil.FillFS(t, dir)
 	on := func(a string) bool {
 		h.nif.mu.Lock()
 		defer h.nif.mu.Unlock()
@@ -65,7 +40,7 @@ func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 		}
 	}
 
-	err = h.apply(op("cluster", "add", refused, "configure", "yes"))
+	err := h.apply(op("cluster", "add", refused, "configure", "yes"))
 	if err == nil || !strings.Contains(err.Error(), "no space left on device (nothing was applied)") {
 		t.Fatalf("cluster add on a full state directory: %v; want no space left on device, nothing applied", err)
 	}

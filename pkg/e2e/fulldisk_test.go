@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestPrivilegedE2EFault19StateDirectoryFull: the file system of dlbd's
@@ -23,36 +22,12 @@ import (
 func TestPrivilegedE2EFault19StateDirectoryFull(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 2)
-	if err := os.MkdirAll(l.state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", l.state, "tmpfs", 0, "size=256k,mode=0700"); err != nil {
-		t.Fatalf("mounting a small tmpfs as the state directory: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(l.state, unix.MNT_DETACH) })
+	testutil.SmallFS(t, l.state, 256<<10)
 	l.startDlbd()
 	l.configure("generic", 10, 10)
 	before := l.executor()
 
-	// The journal keeps the blocks earlier changes reserved and did not
-	// use: take them back, then fill the file system.
-	journal := filepath.Join(l.state, "journal.1")
-	f, err := os.OpenFile(journal, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := f.Stat()
-	if err == nil {
-		err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, (fi.Size()+4095)/4096*4096, 1<<20)
-	}
-	_ = f.Close()
-	if err != nil {
-		t.Fatalf("taking back the journal's reserved blocks: %v", err)
-	}
-	fill := filepath.Join(l.state, "fill")
-	if err := os.WriteFile(fill, make([]byte, 512<<10), 0o600); err == nil {
-		t.Fatal("512 KiB written into a 256 KiB tmpfs")
-	}
+	fill := testutil.FillFS(t, l.state)
 
 	// What is left of the journal's last block takes small changes (a
 	// dlbd that reserves nothing takes a few): until one is refused.
