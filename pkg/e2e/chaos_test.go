@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // The chaos soak: continuous traffic through the VIP (new connections and
@@ -102,6 +104,11 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x646c62))
 
 	l := newLab(t, soakSpare)
+	// The state directory lives on a file system of its own, which the
+	// "state directory full" fault fills.
+	statefs := filepath.Join(l.run, "statefs")
+	testutil.SmallFS(t, statefs, 16<<20)
+	l.state = filepath.Join(statefs, "state")
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
 	vip := l.vip()
@@ -129,6 +136,7 @@ func TestPrivilegedE2EChaosSoak(t *testing.T) {
 		{name: "NFA off the interface", inject: (*soak).nfaRemoved},
 		{name: "route to the servers removed", inject: (*soak).routeRemoved},
 		{name: "cluster address off a backend", ownBackend: true, window: time.Second, inject: (*soak).clusterAddressOff},
+		{name: "state directory full", inject: (*soak).stateFull},
 	}
 
 	tr, err := startTraffic(l.env["LAB_C1_NS"], vip+":80", l.backend(soakSpare)+":80", 12, 4)
@@ -485,6 +493,37 @@ func (s *soak) filesDeleted(*rand.Rand) injected {
 	s.l.killDlbd(syscall.SIGTERM)
 	s.l.startDlbd()
 	return injected{start: start, end: s.since(), note: fmt.Sprintf("written back after %v, then dlbd restarted", back.Round(time.Millisecond))}
+}
+
+// stateFull fills the state directory's file system: a change and an
+// executor stop are refused before they touch anything (the executor
+// keeps its program), so nothing may fail; once there is room a change is
+// taken again.
+func (s *soak) stateFull(rng *rand.Rand) injected {
+	start := s.since()
+	before := s.l.executor().ProgramID
+	fill := testutil.FillFS(s.t, s.l.state)
+	refused := 0
+	for _, args := range [][]string{
+		{"server", "set", s.vip + "@8080@" + s.l.backend(soakSpare), "--weight", strconv.Itoa(1 + rng.IntN(19))},
+		{"executor", "stop"},
+	} {
+		if _, errOut, code := s.l.ctl(args...); code == 0 || !strings.Contains(errOut, "nothing was applied") {
+			s.t.Errorf("%v on a full state directory: exit %d, %q; want refused, nothing applied", args, code, errOut)
+		} else {
+			refused++
+		}
+	}
+	if r := s.l.executor(); !r.Attached || r.ProgramID != before {
+		s.t.Errorf("after an executor stop refused for a full state directory: attached %v, program %d (was %d)", r.Attached, r.ProgramID, before)
+	}
+	if err := os.Remove(fill); err != nil {
+		s.t.Error(err)
+	}
+	if _, errOut, code := s.l.ctl("server", "set", s.vip+"@8080@"+s.l.backend(soakSpare), "--weight", "10"); code != 0 {
+		s.t.Errorf("a change once there was room again: %s", errOut)
+	}
+	return injected{start: start, end: s.since(), note: fmt.Sprintf("%d of 2 refused, then a change taken", refused)}
 }
 
 // traffic is the load: keep-alive connections sending a request every
