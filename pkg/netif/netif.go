@@ -200,18 +200,12 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 	if err != nil {
 		return false, fmt.Errorf("looking up interface %q: %w", ifname, err)
 	}
-	family := netlink.FAMILY_V4
-	if addr.Is6() {
-		family = netlink.FAMILY_V6
-	}
-	have, err := netlink.AddrList(l, family)
+	has, err := holds(l, addr)
 	if err != nil {
 		return false, fmt.Errorf("listing the addresses of %s: %w", ifname, err)
 	}
-	for _, h := range have {
-		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
-			return false, nil
-		}
+	if has {
+		return false, nil
 	}
 	// As a /32 it would take the place of the broadcast route: the host
 	// would stop taking the subnet's broadcasts as broadcasts.
@@ -227,13 +221,23 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 // HoldsAddress reports whether an interface of this host (of this network
 // namespace) has addr.
 func (*Netif) HoldsAddress(addr netip.Addr) (bool, error) {
+	has, err := holds(nil, addr)
+	if err != nil {
+		return false, fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	return has, nil
+}
+
+// holds reports whether link (nil: any interface) has addr, with any
+// prefix length.
+func holds(link netlink.Link, addr netip.Addr) (bool, error) {
 	family := netlink.FAMILY_V4
 	if addr.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	have, err := netlink.AddrList(nil, family)
+	have, err := netlink.AddrList(link, family)
 	if err != nil {
-		return false, fmt.Errorf("listing the host's addresses: %w", err)
+		return false, err
 	}
 	for _, h := range have {
 		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
