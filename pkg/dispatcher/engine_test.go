@@ -822,11 +822,6 @@ func TestRefusedChangeTakesItsAddressesOff(t *testing.T) {
 			[]string{gone, vip}, []string{retAddr.String()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			on := func(h *harness, a string) bool {
-				h.nif.mu.Lock()
-				defer h.nif.mu.Unlock()
-				return h.nif.addresses[netip.MustParseAddr(a)] == "eth0"
-			}
 			h := newHarness(t, t.TempDir())
 			base(h)
 			h.nif.setMAC(router, routerHW)
@@ -841,12 +836,12 @@ func TestRefusedChangeTakesItsAddressesOff(t *testing.T) {
 					t.Fatalf("change: %v; want refused", err)
 				}
 				for _, a := range tc.off {
-					if !on(h, a) {
+					if !h.nif.has(a) {
 						t.Errorf("after the refused change %s is not on the interface: %v", a, h.nif.addresses)
 					}
 				}
 				for _, a := range append(tc.on, refused) {
-					if on(h, a) {
+					if h.nif.has(a) {
 						t.Errorf("after the refused change %s is on the interface: %v", a, h.nif.addresses)
 					}
 				}
@@ -859,7 +854,7 @@ func TestRefusedChangeTakesItsAddressesOff(t *testing.T) {
 			h.nif.refuse = nil
 			h.nif.mu.Unlock()
 			h.mustApply(op("cluster", "remove", gone))
-			if on(h, gone) {
+			if h.nif.has(gone) {
 				t.Errorf("%s stayed after its cluster went: %v", gone, h.nif.addresses)
 			}
 		})

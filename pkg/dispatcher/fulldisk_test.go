@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -23,18 +22,13 @@ func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 	const saved, refused = "198.18.1.1", "198.18.1.2"
 	h.mustApply(op("executor", "start", "", "interface", "eth0"), op("cluster", "add", saved, "configure", "yes"))
 	fill := testutil.FillFS(t, dir)
-	on := func(a string) bool {
-		h.nif.mu.Lock()
-		defer h.nif.mu.Unlock()
-		return h.nif.addresses[netip.MustParseAddr(a)] == "eth0"
-	}
 	check := func(when string, want ...string) {
 		t.Helper()
 		if n := len(h.config().Clusters); n != len(want) {
 			t.Errorf("%s: %d clusters; want %d", when, n, len(want))
 		}
 		for _, a := range want {
-			if !on(a) {
+			if !h.nif.has(a) {
 				t.Errorf("%s: %s is not on the interface", when, a)
 			}
 		}
@@ -45,7 +39,7 @@ func TestPrivilegedFullDiskRefusesChange(t *testing.T) {
 		t.Fatalf("cluster add on a full state directory: %v; want no space left on device, nothing applied", err)
 	}
 	check("after the refusal", saved)
-	if on(refused) {
+	if h.nif.has(refused) {
 		t.Errorf("the refused change's address %s is on the interface", refused)
 	}
 	opens := h.opens
