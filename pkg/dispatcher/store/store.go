@@ -200,9 +200,15 @@ type Store struct {
 	size    int64 // its size
 	last    int64 // the size of the last snapshot written
 	wg      sync.WaitGroup
-	mu      sync.Mutex // guards busy and bgErr
+	mu      sync.Mutex // guards busy, bgErr, snapped and from
 	busy    bool
 	bgErr   error
+	// snapped: the snapshot file holds the state up to journal from
+	// (read at Open or written since); journals from to n are what
+	// follows it. Without a snapshot (none written yet, or the first
+	// one failed), from is the first journal, which holds everything.
+	snapped bool
+	from    int
 }
 
 // Open reads the state in dir (creating dir when it does not exist): the
@@ -246,6 +252,7 @@ func Open(dir string) (*Store, State, error) {
 		}
 		s.n = max(snap.Journal, 1)
 		s.last = int64(len(data))
+		s.snapped = true
 	}
 	st.Config.FillDefaults()
 	st.Config.Sort()
@@ -253,6 +260,10 @@ func Open(dir string) (*Store, State, error) {
 	journals, err := s.journals()
 	if err != nil {
 		return nil, st, err
+	}
+	s.from = s.n
+	if !s.snapped && len(journals) > 0 {
+		s.from = max(journals[0], 1)
 	}
 	for _, n := range journals {
 		if n < s.n {
@@ -510,7 +521,7 @@ func (s *Store) Snapshot(st State) error {
 			s.bgErr = werr
 			return
 		}
-		s.last = size
+		s.last, s.snapped, s.from = size, true, old+1
 		for n := 1; n <= old; n++ {
 			_ = os.Remove(s.journalPath(n))
 		}
@@ -558,12 +569,14 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 // Lost reports whether the state directory no longer holds what the
 // store wrote: the journal being written is not the file at its path (it
-// was deleted, or the directory with it) or the snapshot it follows is
-// gone. What is appended then would be read by no one: the engine writes
-// the whole state again (Rewrite).
+// was deleted, or the directory with it), or the snapshot or a journal it
+// follows is gone. What is appended then would be read by no one: the
+// engine writes the whole state again (Rewrite). A snapshot that failed
+// (a full disk) loses nothing: the journals before it are kept, and
+// their being there is what is checked.
 func (s *Store) Lost() bool {
 	s.mu.Lock()
-	busy := s.busy
+	busy, snapped, from := s.busy, s.snapped, s.from
 	s.mu.Unlock()
 	if busy {
 		// A snapshot being written: the journal's predecessors go
@@ -578,9 +591,13 @@ func (s *Store) Lost() bool {
 	if err != nil || !os.SameFile(at, open) {
 		return true
 	}
-	if s.n > 1 {
-		// Journals after the first follow a snapshot.
+	if snapped {
 		if _, err := os.Stat(filepath.Join(s.dir, StateFile)); err != nil {
+			return true
+		}
+	}
+	for n := from; n < s.n; n++ {
+		if _, err := os.Stat(s.journalPath(n)); err != nil {
 			return true
 		}
 	}
@@ -611,6 +628,7 @@ func (s *Store) Rewrite(st State) error {
 	_ = s.journal.Close()
 	s.mu.Lock()
 	s.journal, s.n, s.size, s.last, s.bgErr = f, next, 0, size, nil
+	s.snapped, s.from = true, next
 	s.mu.Unlock()
 	// Journals the snapshot holds, if any are left.
 	if ns, err := s.journals(); err == nil {

@@ -135,6 +135,7 @@ func TestFilesDeletedUnderTheStore(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		snapshot bool // a snapshot was written before the deletion
+		failed   bool // the first snapshot failed (it could not replace the state file)
 		remove   func(dir string) error
 		lost     bool
 	}{
@@ -151,6 +152,15 @@ func TestFilesDeletedUnderTheStore(t *testing.T) {
 			return os.WriteFile(p, nil, 0o600)
 		}},
 		{name: "snapshot", snapshot: true, lost: true, remove: func(dir string) error { return os.Remove(filepath.Join(dir, StateFile)) }},
+		// A failed snapshot leaves no snapshot file, which is not a loss:
+		// the journals before it still hold the state.
+		{name: "nothing deleted, after a failed snapshot", failed: true, lost: false, remove: func(string) error { return nil }},
+		{name: "the first journal, after a failed snapshot", failed: true, lost: true, remove: func(dir string) error {
+			return os.Remove(filepath.Join(dir, "journal.1"))
+		}},
+		{name: "the journal after a failed snapshot", failed: true, lost: true, remove: func(dir string) error {
+			return os.Remove(filepath.Join(dir, "journal.2"))
+		}},
 		{name: "the lock file, not the store's", lost: false, remove: func(dir string) error {
 			return os.Remove(filepath.Join(dir, "dlbd.lock")) // not the store's
 		}},
@@ -170,6 +180,26 @@ func TestFilesDeletedUnderTheStore(t *testing.T) {
 					t.Fatal(err)
 				}
 				x.s.wg.Wait()
+				x.apply(op(config.Server, config.Down, "198.18.0.100@80@198.18.0.22"))
+			}
+			if c.failed {
+				// A directory where the snapshot goes: renaming the
+				// written file over it fails.
+				blocker := filepath.Join(dir, StateFile)
+				if err := os.Mkdir(blocker, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := x.s.Snapshot(x.state()); err != nil {
+					t.Fatal(err)
+				}
+				x.s.wg.Wait()
+				if x.s.bgErr == nil {
+					t.Fatal("the snapshot did not fail")
+				}
+				x.s.bgErr = nil // reported (by the next Snapshot, or Close)
+				if err := os.Remove(blocker); err != nil {
+					t.Fatal(err)
+				}
 				x.apply(op(config.Server, config.Down, "198.18.0.100@80@198.18.0.22"))
 			}
 			if lost := x.s.Lost(); lost {
