@@ -877,7 +877,7 @@ func ensureBPFFS(dir string) (mounted bool, err error) {
 	}
 	const root = "/sys/fs/bpf"
 	if probe != root {
-		return false, fmt.Errorf("pin directory %s is not on a bpf filesystem", dir)
+		return false, fmt.Errorf("pin directory %s is not on a bpf filesystem (%s is not): pins live below /sys/fs/bpf (dlbd mounts it when needed), or on a bpffs mounted elsewhere (mount -t bpf bpf DIR)", dir, probe)
 	}
 	if err := unix.Mount("bpf", root, "bpf", 0, "mode=0700"); err != nil {
 		return false, fmt.Errorf("mounting bpffs on %s: %w", root, err)

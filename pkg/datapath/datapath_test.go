@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -516,5 +517,35 @@ func TestPrivilegedHandshakeSurvivesTableSwap(t *testing.T) {
 	// An ACK without a remembered SYN is scheduled by the table.
 	if _, out := e.run(t, tcpTo(vipTCP, 80, 3002, "A").Build(t)); !bytes.Equal(out[:6], e.backend[12].MAC) {
 		t.Errorf("unknown ACK went to %x, want the new table's server", out[:6])
+	}
+}
+
+// TestPinDirNotOnBPFFS: a pin directory on another file system is refused
+// before anything is created, naming the directory, the file system it
+// found and where pins can live.
+func TestPinDirNotOnBPFFS(t *testing.T) {
+	parent := t.TempDir()
+	for _, c := range []struct {
+		name, dir, found string
+	}{
+		{name: "existing directory", dir: parent, found: parent},
+		{name: "directory to create", dir: parent + "/a/b", found: parent},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := PreparePinDir(c.dir)
+			if err == nil {
+				t.Fatalf("PreparePinDir(%s) on a temporary directory's file system: no error", c.dir)
+			}
+			for _, want := range []string{c.dir + " is not on a bpf filesystem", "(" + c.found + " is not)", "/sys/fs/bpf", "mount -t bpf"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if c.dir != c.found {
+				if _, serr := os.Stat(c.dir); serr == nil {
+					t.Errorf("%s was created", c.dir)
+				}
+			}
+		})
 	}
 }
