@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -292,19 +295,101 @@ func TestSocketChoice(t *testing.T) {
 	// Neither: the default socket. The factory records it instead of
 	// dialling /run/dlb.
 	var asked []string
+	var timeouts []time.Duration
 	e := &env{
 		stdout: &strings.Builder{}, stderr: &strings.Builder{},
 		getenv: func(string) string { return "" },
-		newClient: func(socket string) dlbClient {
-			asked = append(asked, socket)
+		newClient: func(socket string, timeout time.Duration) dlbClient {
+			asked, timeouts = append(asked, socket), append(timeouts, timeout)
 			return unreachableClient{}
 		},
 	}
 	if code := run(e, []string{"cluster", "report"}); code != exitUnreachable {
 		t.Errorf("exit %d, want %d", code, exitUnreachable)
 	}
-	if len(asked) != 1 || asked[0] != client.DefaultSocket {
-		t.Errorf("client for %q, want [%s]", asked, client.DefaultSocket)
+	if len(asked) != 1 || asked[0] != client.DefaultSocket || timeouts[0] != client.DefaultTimeout {
+		t.Errorf("client for %q waiting %v, want [%s] waiting %v", asked, timeouts, client.DefaultSocket, client.DefaultTimeout)
+	}
+}
+
+// TestNoAnswer: a dlbd that takes the request and does not answer (stopped,
+// stuck) or ends before it answers is told from one that cannot be reached:
+// exit 4, saying a change may have been applied; --timeout bounds the wait.
+func TestNoAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		hold    bool // keep the connection open, reading nothing
+		timeout string
+		want    []string
+	}{
+		{name: "stopped dlbd", hold: true, timeout: "300ms",
+			want: []string{"dlbd did not answer within 300ms at ", "is it stopped or stuck", "A change may have been applied or not", "--timeout"}},
+		{name: "dlbd that ends", hold: false, timeout: "5s",
+			want: []string{"dlbd did not answer at ", "A change may have been applied or not"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sock := filepath.Join(shortDir(t), "stuck.sock")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var held []net.Conn
+			var mu sync.Mutex
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					if !c.hold {
+						// Read the request, then end without an answer.
+						_, _ = conn.Read(make([]byte, 4096))
+						conn.Close()
+						continue
+					}
+					mu.Lock()
+					held = append(held, conn)
+					mu.Unlock()
+				}
+			}()
+			t.Cleanup(func() {
+				ln.Close()
+				<-done
+				mu.Lock()
+				for _, conn := range held {
+					conn.Close()
+				}
+				mu.Unlock()
+			})
+			for _, args := range [][]string{
+				{"server", "report"},
+				{"server", "add", "10.0.0.1@80@10.1.1.5"},
+			} {
+				start := time.Now()
+				r := dlbctl(sock, append([]string{"--timeout", c.timeout}, args...)...)
+				took := time.Since(start)
+				if r.code != exitNoAnswer {
+					t.Errorf("%v: exit %d, want %d; stderr %q", args, r.code, exitNoAnswer, r.stderr)
+				}
+				for _, want := range c.want {
+					if !strings.Contains(r.stderr, want) {
+						t.Errorf("%v: stderr %q, want it to contain %q", args, r.stderr, want)
+					}
+				}
+				if strings.Contains(r.stderr, "cannot reach dlbd") {
+					t.Errorf("%v: stderr %q says dlbd could not be reached", args, r.stderr)
+				}
+				if c.hold && took > 5*time.Second {
+					t.Errorf("%v: took %v with --timeout %s", args, took, c.timeout)
+				}
+			}
+		})
+	}
+	r := dlbctl(filepath.Join(shortDir(t), "none.sock"), "--timeout", "-1s", "server", "report")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "invalid --timeout -1s") {
+		t.Errorf("--timeout -1s: exit %d, stderr %q; want a usage error", r.code, r.stderr)
 	}
 }
 

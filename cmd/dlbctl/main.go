@@ -37,6 +37,7 @@ const (
 	exitFailed      = 1 // dlbd refused, or the command failed
 	exitUsage       = 2
 	exitUnreachable = 3
+	exitNoAnswer    = 4
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -79,7 +80,7 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	newClient      func(socket string) dlbClient
+	newClient      func(socket string, timeout time.Duration) dlbClient
 	now            func() time.Time
 	// resolver resolves the host names given for addresses.
 	resolver resolver
@@ -91,7 +92,7 @@ func osEnv() *env {
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		getenv:    os.Getenv,
-		newClient: func(socket string) dlbClient { return client.New(socket) },
+		newClient: func(socket string, timeout time.Duration) dlbClient { return client.NewTimeout(socket, timeout) },
 		now:       time.Now,
 		resolver:  net.DefaultResolver,
 	}
@@ -100,9 +101,10 @@ func osEnv() *env {
 // app is one invocation of dlbctl: the parsed global flags and how
 // operations are dispatched.
 type app struct {
-	env    *env
-	socket string
-	output string
+	env     *env
+	socket  string
+	output  string
+	timeout time.Duration
 
 	// collect, when non-nil, receives the operations that commands build
 	// instead of sending them: "file load" runs each line of a script
@@ -125,7 +127,7 @@ type app struct {
 // client returns the client for --socket, creating it on first use.
 func (a *app) client() dlbClient {
 	if a.cl == nil {
-		a.cl = a.env.newClient(a.socket)
+		a.cl = a.env.newClient(a.socket, a.timeout)
 	}
 	return a.cl
 }
@@ -183,6 +185,10 @@ func (a *app) fail(cmd *cobra.Command, err error) int {
 		fmt.Fprintf(w, "dlbctl: %v\n", err)
 		fmt.Fprintf(w, "dlbctl: is dlbd running (systemctl status dlbd)? Using %s needs root or group dlb; --socket or DLB_SOCKET name another socket.\n", a.socket)
 		return exitUnreachable
+	case errors.Is(err, client.ErrNoAnswer):
+		fmt.Fprintf(w, "dlbctl: %v\n", err)
+		fmt.Fprintf(w, "dlbctl: dlbd took the request and did not answer: is it stopped or stuck (systemctl status dlbd; journalctl -u dlbd)? A change may have been applied or not: a report shows which. --timeout waits longer.\n")
+		return exitNoAnswer
 	default:
 		// dlbd's refusals already name the field and the object.
 		fmt.Fprintf(w, "dlbctl: %v\n", err)
@@ -222,7 +228,10 @@ Exit status:
   0  success
   1  dlbd refused the command (its message is printed), or the command failed
   2  usage error: unknown command or flag, wrong arguments, bad flag value
-  3  dlbd is unreachable (not running, wrong socket, or no permission)`
+  3  dlbd is unreachable (not running, wrong socket, or no permission):
+     nothing was sent
+  4  dlbd took the request and did not answer (within --timeout, or it
+     ended): a change may have been applied or not`
 
 func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
@@ -241,6 +250,9 @@ func (a *app) newRoot() *cobra.Command {
 		// Commands report their own errors (fail), and usage errors point
 		// to --help instead of dumping the usage text.
 		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if a.timeout < 0 {
+				return usagef("invalid --timeout %s (want a duration of 0 or more: 0 waits as long as dlbd takes)", a.timeout)
+			}
 			switch a.output {
 			case "table", "json", "yaml", "":
 				return nil
@@ -264,6 +276,7 @@ func (a *app) newRoot() *cobra.Command {
 		pf := root.PersistentFlags()
 		pf.StringVar(&a.socket, "socket", sock, "dlbd's unix socket (env DLB_SOCKET)")
 		pf.StringVarP(&a.output, "output", "o", "table", "report format: table, json or yaml")
+		pf.DurationVar(&a.timeout, "timeout", client.DefaultTimeout, "how long to wait for dlbd's answer (0: no limit)")
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),

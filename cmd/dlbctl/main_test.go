@@ -217,7 +217,7 @@ func runIn(vars map[string]string, stdin string, args ...string) result {
 		stdout:    &out,
 		stderr:    &errb,
 		getenv:    func(k string) string { return vars[k] },
-		newClient: func(socket string) dlbClient { return client.New(socket) },
+		newClient: func(socket string, timeout time.Duration) dlbClient { return client.NewTimeout(socket, timeout) },
 		now:       func() time.Time { return testTime },
 		resolver:  testHosts,
 	}

@@ -20,8 +20,19 @@ import (
 // DefaultSocket is where dlbd listens by default.
 const DefaultSocket = "/run/dlb/dlbd.sock"
 
-// ErrUnreachable is returned (wrapped) when dlbd cannot be reached.
+// ErrUnreachable is returned (wrapped) when dlbd cannot be reached: no
+// connection was made, so nothing was sent.
 var ErrUnreachable = errors.New("cannot reach dlbd")
+
+// ErrNoAnswer is returned (wrapped) when dlbd took the request but did
+// not answer it: within the client's timeout (a stopped or stuck dlbd),
+// or before the connection was closed (dlbd ended). A change may or may
+// not have been applied.
+var ErrNoAnswer = errors.New("dlbd did not answer")
+
+// DefaultTimeout bounds a request (the whole exchange) of a client from
+// New.
+const DefaultTimeout = 60 * time.Second
 
 // RefusedError is returned when dlbd refused a request.
 type RefusedError struct {
@@ -40,15 +51,36 @@ type Client struct {
 	hc     *http.Client
 }
 
-// New returns a client for the dlbd listening on the unix socket path.
+// New returns a client for the dlbd listening on the unix socket path,
+// whose requests wait DefaultTimeout at most.
 func New(socket string) *Client {
+	return NewTimeout(socket, DefaultTimeout)
+}
+
+// NewTimeout is New with requests that wait timeout at most (0: no
+// limit).
+func NewTimeout(socket string, timeout time.Duration) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
 		},
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: timeout}}
+}
+
+// sendError tells a request that could not be sent from one that was
+// sent and not answered (within timeout, when it is not 0).
+func (c *Client) sendError(err error, timeout time.Duration) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Timeout() && timeout > 0 {
+		return fmt.Errorf("%w within %s at %s: %v", ErrNoAnswer, timeout, c.socket, err)
+	}
+	return fmt.Errorf("%w at %s: %v", ErrNoAnswer, c.socket, err)
 }
 
 // Apply sends a batch of operations; dlbd applies all or none.
@@ -167,7 +199,7 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
+		return c.sendError(err, c.hc.Timeout)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -67,7 +67,7 @@ func (c *Client) Trace(ctx context.Context, q TraceQuery, packet func(api.TraceP
 	hc := &http.Client{Transport: c.hc.Transport} // no timeout: a trace lasts as long as it is asked to
 	resp, err := hc.Do(req)
 	if err != nil {
-		return api.TraceEnd{}, fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
+		return api.TraceEnd{}, c.sendError(err, 0)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
