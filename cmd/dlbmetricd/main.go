@@ -94,7 +94,10 @@ TLS (optional)
   required: TLS is an extra layer, not a replacement for the secret.
 
 --once prints one collection as JSON and exits (no secret needed), to check
-scripts. dlbmetricd needs no privileges; stop it with SIGTERM or SIGINT.`
+scripts. dlbmetricd needs no privileges; stop it with SIGTERM or SIGINT.
+SIGHUP (a log rotation's, a "reload") is logged and changes nothing: the
+scripts are read at each report, the secret and TLS files at start (restart
+dlbmetricd to change those).`
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
 	var o options
@@ -195,6 +198,11 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP would end the agent, and systemd counts that a clean exit:
+	// Restart=on-failure would leave the backend without reports.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	secret := c.secret
 	if o.once {
@@ -251,9 +259,15 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		c.log.Error("telling systemd dlbmetricd is ready", "err", err)
 	}
 
-	select {
-	case <-ctx.Done():
-	case err = <-srvErr:
+	for serving := true; serving; {
+		select {
+		case <-ctx.Done():
+			serving = false
+		case err = <-srvErr:
+			serving = false
+		case <-hup:
+			c.log.Warn("SIGHUP: nothing to reload: metric scripts are read at each report, the secret and TLS files at start; restart dlbmetricd to change those (systemctl restart dlbmetricd)")
+		}
 	}
 	_, _ = daemon.SdNotify(false, "STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

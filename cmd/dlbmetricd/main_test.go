@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,6 +221,57 @@ func TestNotifiesSystemd(t *testing.T) {
 	if got := read(); got != "STOPPING=1" {
 		t.Errorf("notification at stop %q, want STOPPING=1", got)
 	}
+	if err := <-done; err != nil {
+		t.Errorf("exit: %v", err)
+	}
+}
+
+// TestSurvivesSIGHUP: a SIGHUP (a log rotation's, "kill -HUP") is logged and
+// the agent goes on answering: by default it would end the process, and
+// systemd does not restart a service that SIGHUP ended.
+func TestSurvivesSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	secret := writeFile(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr testutil.LogBuffer
+	cmd := newCommand(&bytes.Buffer{}, &stderr)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--secret-file", secret, "--proc", procFixture})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	waitLog := func(re *regexp.Regexp) []string {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			if m := re.FindStringSubmatch(stderr.String()); m != nil {
+				return m
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log: %s", re, stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	m := waitLog(regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`))
+	addr := netip.MustParseAddrPort(m[1])
+	// The agent handles SIGHUP from before it logs its address.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(regexp.MustCompile(`SIGHUP: nothing to reload`))
+	rep, err := metricserver.NewClient(metricserver.ClientOptions{}).Fetch(ctx, addr,
+		metricserver.FetchOptions{Secret: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatalf("after SIGHUP: %v", err)
+	}
+	if rep.Metrics["memload"] != 75 {
+		t.Errorf("report after SIGHUP %+v", rep)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the agent ended after SIGHUP: %v", err)
+	default:
+	}
+	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("exit: %v", err)
 	}
