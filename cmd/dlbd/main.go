@@ -135,8 +135,8 @@ errors (line and field) otherwise; it touches nothing.`,
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
 		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert, halfOpenAlertDone, executorDetached and executorAttached")
 	f.DurationVar(&o.scriptTimeout, "script-timeout", 10*time.Second, "an event script is killed when it runs longer")
-	f.Int64Var(&o.maxRequestSize, "max-request-size", server.DefaultMaxRequestSize,
-		"largest admin API request body in bytes; a larger one is refused (413) and nothing of it applied")
+	f.Int64Var(&o.maxRequestSize, "max-request-size", 0,
+		"largest admin API request body in bytes; a larger one is refused (413) and nothing of it applied (0: 512 bytes per --max-servers and 1 KiB per --max-ports, at least 8 MiB and at most 512 MiB, so that a whole configuration fits)")
 	f.DurationVar(&o.bodyTimeout, "request-timeout", server.DefaultBodyTimeout,
 		"an admin API request whose body does not arrive within this time is dropped (408)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file, suffixed with dlbd's PID")
@@ -151,6 +151,17 @@ errors (line and field) otherwise; it touches nothing.`,
 	f.StringVar(&o.metricsAddress, "metrics-address", "",
 		"serve Prometheus metrics (/metrics) and the read-only web console (/) on this HOST:PORT, e.g. 127.0.0.1:9917 (default: off)")
 	return cmd
+}
+
+// requestSizeFor is the request body limit for an executor of maxServers
+// servers and maxPorts ports: a whole configuration must fit in one
+// request ("dlbctl apply -f" of what "dlbctl get" printed). A server takes
+// 130 bytes of YAML (IPv4, NAT with its return address and router) to 380
+// (IPv6 and every setting, in JSON), a port with every setting 230 more:
+// 512 and 1,024 leave room for comments.
+func requestSizeFor(maxServers, maxPorts uint32) int64 {
+	const perServer, perPort, most = 512, 1024, 512 << 20
+	return min(max(server.DefaultMaxRequestSize, perServer*(int64(maxServers)+1)+perPort*(int64(maxPorts)+1)), most)
 }
 
 func run(ctx context.Context, o options) error {
@@ -202,7 +213,10 @@ func run(ctx context.Context, o options) error {
 	if !lb.ValidTableSize(o.maxTableSize) {
 		return fmt.Errorf("--max-table-size: %d is not a prime", o.maxTableSize)
 	}
-	if o.maxRequestSize < 1024 {
+	switch {
+	case o.maxRequestSize == 0:
+		o.maxRequestSize = requestSizeFor(o.maxServers, o.maxServices)
+	case o.maxRequestSize < 1024:
 		return fmt.Errorf("--max-request-size: %d is below 1024 bytes", o.maxRequestSize)
 	}
 	for _, t := range []struct {
