@@ -30,6 +30,11 @@ var ErrUnreachable = errors.New("cannot reach dlbd")
 // not have been applied.
 var ErrNoAnswer = errors.New("dlbd did not answer")
 
+// maxAnswer bounds an answer read into memory: a server report of the
+// largest executor (16,777,215 servers at about 400 bytes of JSON each)
+// would be larger, one of a million servers is not. A variable for tests.
+var maxAnswer = 1 << 30
+
 // DefaultTimeout bounds a request (the whole exchange) of a client from
 // New.
 const DefaultTimeout = 60 * time.Second
@@ -202,9 +207,12 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 		return c.sendError(err, c.hc.Timeout)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswer)+1))
 	if err != nil {
-		return fmt.Errorf("reading response: %w", err)
+		return fmt.Errorf("%w in full at %s: reading its answer: %v", ErrNoAnswer, c.socket, err)
+	}
+	if len(data) > maxAnswer {
+		return fmt.Errorf("reading dlbd's answer: larger than %d bytes (a report of a narrower target is smaller)", maxAnswer)
 	}
 	if resp.StatusCode != http.StatusOK {
 		re := &RefusedError{Status: resp.StatusCode, API: api.Error{Op: -1}}
