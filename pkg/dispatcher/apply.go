@@ -254,6 +254,15 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 			e.warn(p)
 		}
 	}
+	if ch.Executor || len(ch.Clusters) > 0 {
+		only := ch.Clusters
+		if ch.Executor {
+			only = nil // started, or moved to another interface
+		}
+		for _, p := range e.clusterProblems(next, only) {
+			e.warn(p)
+		}
+	}
 	if ch.Executor || natTouched(next, ch) {
 		for _, p := range e.natRouteProblems(next) {
 			e.warn(p)

@@ -860,3 +860,114 @@ func TestRefusedChangeTakesItsAddressesOff(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreachableClusterWarned: a cluster address that dlb does not put on
+// the interface and that no interface of the host has is one nothing on
+// the host answers ARP for: the change that adds it and the executor
+// report say so, with both fixes, until it is configured, put on an
+// interface or removed. A configured one, or one the host has, is not
+// named; neither is anything while the executor is stopped.
+func TestUnreachableClusterWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h) // vip, configured
+	const key = "on no interface of this host"
+	reported := func() []string { return h.executorWarnings(key) }
+	apply := func(ops ...config.Op) []string {
+		t.Helper()
+		a, err := h.e.ApplyWithNotes(context.Background(), ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, w := range a.Warnings {
+			if strings.Contains(w, key) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	if w := reported(); len(w) != 0 {
+		t.Fatalf("warnings with the cluster configured: %q", w)
+	}
+	want := "cluster " + vip2 + " is on no interface of this host and dlb does not put it on one: ARP requests and neighbour " +
+		"solicitations for it go unanswered, so clients reach it only through a router that routes it to this host; let dlb put it " +
+		"on eth0 (dlbctl cluster set " + vip2 + " --configure) or put it there yourself (ip addr add " + vip2 + "/32 dev eth0)"
+	if w := apply(op("cluster", "add", vip2)); len(w) != 1 || w[0] != want {
+		t.Errorf("adding a cluster the host does not have warned %q; want %q", w, want)
+	}
+	if w := reported(); len(w) != 1 || w[0] != want {
+		t.Errorf("report: %q; want %q", w, want)
+	}
+	// A change elsewhere does not repeat it; the report keeps it.
+	if w := apply(op("server", "set", vip+"@80@198.18.0.21", "weight", "5")); len(w) != 0 {
+		t.Errorf("a change to another cluster warned %q", w)
+	}
+	// Several: named together.
+	const vip3, vip4, vip5 = "198.18.0.103", "198.18.0.104", "198.18.0.105"
+	w := apply(op("cluster", "add", vip3+"+"+vip4+"+"+vip5))
+	if len(w) != 1 || !strings.HasPrefix(w[0], "clusters "+vip3+", "+vip4+", "+vip5+" are on no interface") ||
+		!strings.Contains(w[0], "--configure, and so on)") {
+		t.Errorf("adding three clusters warned %q", w)
+	}
+	if w := reported(); len(w) != 1 || !strings.HasPrefix(w[0], "clusters "+vip2+", "+vip3+", "+vip4+", and 1 more are on no interface") {
+		t.Errorf("report with four: %q", w)
+	}
+	h.mustApply(op("cluster", "remove", vip3+"+"+vip4+"+"+vip5))
+	// The operator puts it on an interface (or the loopback): fine.
+	v2 := netip.MustParseAddr(vip2)
+	h.nif.mu.Lock()
+	h.nif.held[v2] = true
+	h.nif.mu.Unlock()
+	if w := reported(); len(w) != 0 {
+		t.Errorf("report with the address on the host: %q", w)
+	}
+	h.nif.mu.Lock()
+	h.nif.held[v2] = false
+	h.nif.mu.Unlock()
+	if w := reported(); len(w) != 1 {
+		t.Errorf("report with the address taken off again: %q", w)
+	}
+	// Configured by dlb: fine.
+	if w := apply(op("cluster", "set", vip2, "configure", "yes")); len(w) != 0 {
+		t.Errorf("configuring it warned %q", w)
+	}
+	if w := reported(); len(w) != 0 {
+		t.Errorf("report with the cluster configured: %q", w)
+	}
+	// Executor stopped: nothing to reach.
+	h.mustApply(op("cluster", "set", vip2, "configure", "no"))
+	h.mustApply(op("executor", "stop", ""))
+	if w := reported(); len(w) != 0 {
+		t.Errorf("report with the executor stopped: %q", w)
+	}
+	// Started again: the change says it.
+	start := op("executor", "start", "")
+	start.Params = append(start.Params, config.P("interface", "eth0"))
+	if w := apply(start); len(w) != 1 || w[0] != want {
+		t.Errorf("starting the executor warned %q; want %q", w, want)
+	}
+}
+
+// TestAnnouncedClusterNotWarned: a cluster to be announced over BGP is
+// reached through the routers, even before BGP itself is set: not named
+// as one nothing answers ARP for.
+func TestAnnouncedClusterNotWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("cluster", "add", vip2, "announce", "yes")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range append(a.Warnings, h.executorWarnings("")...) {
+		if strings.Contains(w, "on no interface of this host") {
+			t.Errorf("warned %q", w)
+		}
+	}
+	if w := h.executorWarnings("on no interface"); len(w) != 0 {
+		t.Errorf("report: %q", w)
+	}
+	h.mustApply(op("cluster", "set", vip2, "announce", "no"))
+	if w := h.executorWarnings("on no interface"); len(w) != 1 {
+		t.Errorf("report with the announcement off: %q; want one warning", w)
+	}
+}

@@ -63,9 +63,6 @@ func (e *Engine) natRouteProblems(cfg lb.Config) []string {
 		if on {
 			continue
 		}
-		if len(ports) > 3 {
-			ports = append(ports[:3], fmt.Sprintf("and %d more", len(ports)-3))
-		}
 		fv := "ipv4"
 		if fam.v6 {
 			fv = "ipv6"
@@ -73,7 +70,7 @@ func (e *Engine) natRouteProblems(cfg lb.Config) []string {
 		out = append(out, fmt.Sprintf("NAT replies to %s clients have no route: no %s client gateway is set and forwarding is off on %s, "+
 			"so the connections of %s will hang; set one with \"dlbctl executor set clientgateway ADDRESS\" or enable forwarding "+
 			"(sysctl -w net.%s.conf.%s.forwarding=1)",
-			fam.name, fam.name, ex.Interface, strings.Join(ports, ", "), fv, ex.Interface))
+			fam.name, fam.name, ex.Interface, listSome(ports, 3), fv, ex.Interface))
 	}
 	return out
 }
@@ -113,9 +110,6 @@ func (e *Engine) natGROProblems(cfg lb.Config) []string {
 	if len(ports) == 0 {
 		return nil
 	}
-	if len(ports) > 3 {
-		ports = append(ports[:3], fmt.Sprintf("and %d more", len(ports)-3))
-	}
 	var out []string
 	for _, ifindex := range ifindexes {
 		name, on, err := e.opts.Netif.GRO(ifindex)
@@ -126,7 +120,7 @@ func (e *Engine) natGROProblems(cfg lb.Config) []string {
 		if on {
 			out = append(out, fmt.Sprintf("the executor runs in generic XDP mode and GRO is on for %s: merged frames of %s "+
 				"leave with wrong TCP checksums and large transfers stall; turn GRO off (ethtool -K %s gro off) "+
-				"or attach in native mode (dlbctl executor start --xdp-mode native)", name, strings.Join(ports, ", "), name))
+				"or attach in native mode (dlbctl executor start --xdp-mode native)", name, listSome(ports, 3), name))
 		}
 	}
 	return out
@@ -146,4 +140,12 @@ func natTouched(next lb.Config, ch config.Change) bool {
 // the metric polls leave from them.
 func nfaChanged(old, next lb.Config) bool {
 	return old.Executor.NFA != next.Executor.NFA || old.Executor.NFA6 != next.Executor.NFA6
+}
+
+// listSome joins the first n of items and says how many more there are.
+func listSome(items []string, n int) string {
+	if len(items) > n {
+		return strings.Join(items[:n], ", ") + fmt.Sprintf(", and %d more", len(items)-n)
+	}
+	return strings.Join(items, ", ")
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/advisors"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/doctor"
@@ -137,4 +138,53 @@ func (e *Engine) nfaProblems(cfg lb.Config) []string {
 		}
 	}
 	return out
+}
+
+// clusterProblems names the clusters of cfg (those in only, or all when
+// only is nil) that nothing on this host answers ARP or neighbour
+// solicitations for: not put on the interface by dlb (--configure), on no
+// interface of the host, not moved by high availability and not to be
+// announced over BGP. Clients on the segment cannot reach such a cluster; one a
+// router routes to this host (a static route) works, hence a warning, not
+// a refusal.
+func (e *Engine) clusterProblems(cfg lb.Config, only map[netip.Addr]config.Kind) []string {
+	if !cfg.Executor.Started || e.haOn(cfg) {
+		return nil
+	}
+	var missing []string
+	for i := range cfg.Clusters {
+		cl := &cfg.Clusters[i]
+		if only != nil {
+			if k, ok := only[cl.Address]; !ok || k == config.Removed {
+				continue
+			}
+		}
+		if cl.Configure || cl.Announce {
+			continue
+		}
+		held, err := e.opts.Netif.HoldsAddress(cl.Address)
+		if err != nil {
+			e.log.Warn("checking that the host holds a cluster address", "cluster", cl.Address, "err", err)
+			continue
+		}
+		if !held {
+			missing = append(missing, cl.Address.String())
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	first, ifname := missing[0], cfg.Executor.Interface
+	prefix := "/32"
+	if netip.MustParseAddr(first).Is6() {
+		prefix = "/128"
+	}
+	what, them, more := "cluster "+first+" is", "it", ""
+	if len(missing) > 1 {
+		what, them, more = "clusters "+listSome(missing, 3)+" are", "them", ", and so on"
+	}
+	return []string{fmt.Sprintf("%s on no interface of this host and dlb does not put %s on one: ARP requests and neighbour "+
+		"solicitations for %s go unanswered, so clients reach %s only through a router that routes %s to this host; let dlb put %s "+
+		"on %s (dlbctl cluster set %s --configure%s) or put %s there yourself (ip addr add %s%s dev %s%s)",
+		what, them, them, them, them, them, ifname, first, more, them, first, prefix, ifname, more)}
 }

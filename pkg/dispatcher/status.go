@@ -276,6 +276,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 		}
 		x.Warnings = append(x.Warnings, e.conflictWarnings()...)
 		x.Warnings = append(x.Warnings, e.nfaProblems(e.ed.Config())...)
+		x.Warnings = append(x.Warnings, e.clusterProblems(e.ed.Config(), nil)...)
 	}
 	if e.exec.dp == nil {
 		return
