@@ -72,6 +72,9 @@ type Status struct {
 	// first (at most events.RecentEvents).
 	EventCounts  map[string]uint64
 	RecentEvents []events.Record
+	// EventScriptsDropped counts the events whose scripts were not run:
+	// too many were waiting.
+	EventScriptsDropped uint64
 	// BGP is the speaker's state (with Query.BGP).
 	BGP *BGPStatus
 }
@@ -216,7 +219,7 @@ func (e *Engine) status(q Query) (*Status, error) {
 	cfg := e.ed.Config()
 	st := &Status{Config: cfg, Now: time.Now(), ManagerCycles: e.mgr.cycles, ManagerCycle: e.facts.cycle,
 		Changes: e.facts.changes, LastChange: e.facts.lastChange,
-		EventCounts: e.events.Counts(), RecentEvents: e.events.Recent(),
+		EventCounts: e.events.Counts(), RecentEvents: e.events.Recent(), EventScriptsDropped: e.events.Dropped(),
 		Ports: map[lb.ServiceKey]PortStatus{}, Servers: map[lb.BackendKey]ServerStatus{},
 		Advisors: map[health.Key]AdvisorStatus{}, Metrics: map[netip.Addr]MetricStatus{},
 		MetricRefused: map[string]int64{}}

@@ -150,6 +150,8 @@ func writeConfig(t *textWriter, st *dispatcher.Status) {
 	for _, name := range eventNames {
 		t.counter("dlb_events_total", labels("event", name), nil, st.EventCounts[name])
 	}
+	t.family("dlb_event_scripts_dropped_total", "counter", "Events whose scripts were not run: too many were waiting.")
+	t.counter("dlb_event_scripts_dropped_total", nil, nil, st.EventScriptsDropped)
 }
 
 // portRow is a port of the snapshot with its labels.

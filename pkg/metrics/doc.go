@@ -90,6 +90,7 @@
 //	dlb_metric_server_refused_reports_total{reason}  counter
 //	dlb_events_total{event}                counter: serverDown, serverUp, managerAlert, managerClear,
 //	                                       halfOpenAlert, halfOpenAlertDone
+//	dlb_event_scripts_dropped_total        counter: events whose scripts were not run (too many waiting)
 //	dlb_build_info{version,goversion}      gauge 1
 //
 // and client_golang's go_* and process_* families.

@@ -59,7 +59,7 @@ func sample() *dispatcher.Status {
 	return &dispatcher.Status{
 		Config: cfg, Now: now, ManagerCycles: 42, ManagerCycle: 1500 * time.Microsecond,
 		Changes: 7, LastChange: now.Add(-time.Minute),
-		EventCounts: map[string]uint64{events.ServerDown: 3, events.ServerUp: 2},
+		EventCounts: map[string]uint64{events.ServerDown: 3, events.ServerUp: 2}, EventScriptsDropped: 5,
 		Executor: dispatcher.ExecutorStatus{
 			Loaded: true, Attached: true, SweptAt: now.Add(-time.Second),
 			Info:        lb.DataplaneInfo{ConnTable: 262144, NATTable: 131072, HalfOpenTable: 16384, AffinityTable: 65536, MaxServices: 4096, MaxBackends: 65536},
@@ -210,6 +210,7 @@ func TestExposition(t *testing.T) {
 		{"dlb_manager_cycle_duration_seconds", nil, 0.0015, false},
 		{"dlb_events_total", map[string]string{"event": "serverDown"}, 3, false},
 		{"dlb_events_total", map[string]string{"event": "managerAlert"}, 0, false},
+		{"dlb_event_scripts_dropped_total", nil, 5, false},
 		{"dlb_port_packets_total", port("80"), 800, false},
 		{"dlb_port_bytes_total", port("80"), 80000, false},
 		{"dlb_port_new_connections_total", port("80"), 40, false},

@@ -6,7 +6,9 @@
 // event in its environment. Scripts run one at a time on their own
 // goroutine, each bounded by a timeout (package runner), so that they
 // never delay the engine; when too many wait, new events are dropped and
-// logged.
+// logged. The high-availability and executor events have a goroutine of
+// their own: a takeover's goActive does not wait behind a burst of
+// managerAlert scripts (a router lost behind a thousand ports).
 package events
 
 import (
@@ -50,8 +52,17 @@ const (
 	HighAvailChange = "highavailChange"
 )
 
-// maxQueued bounds the events waiting for a script.
+// maxQueued bounds the events waiting for a script, in each lane.
 const maxQueued = 256
+
+// dropLogEvery bounds the warnings about dropped events: one for the
+// first drop, then at most one per interval, with the count since.
+const dropLogEvery = 10 * time.Second
+
+// urgent are the events whose scripts run in a lane of their own (see the
+// package comment), in the order raised.
+var urgent = map[string]bool{GoActive: true, GoStandby: true, GoInOp: true, HighAvailChange: true,
+	ExecutorDetached: true, ExecutorAttached: true}
 
 // RecentEvents is how many of the latest events a Runner remembers for
 // Recent.
@@ -76,18 +87,26 @@ type Runner struct {
 	dir     string
 	timeout time.Duration
 	log     *slog.Logger
-	queue   chan event
+	queue   chan event // the urgent events' lane
+	other   chan event // the rest's
 
 	mu     sync.Mutex
 	counts map[string]uint64
 	recent []Record // a ring of RecentEvents, next at next%RecentEvents
 	next   int
+	// dropped counts the events dropped since the last warning about
+	// them, at warned.
+	dropped int
+	warned  time.Time
+	// droppedTotal counts every event whose script was dropped.
+	droppedTotal uint64
 }
 
 // New returns a runner of the scripts in dir (empty: none), each killed
 // after timeout.
 func New(dir string, timeout time.Duration, log *slog.Logger) *Runner {
-	return &Runner{dir: dir, timeout: timeout, log: log, queue: make(chan event, maxQueued), counts: map[string]uint64{}}
+	return &Runner{dir: dir, timeout: timeout, log: log, queue: make(chan event, maxQueued), other: make(chan event, maxQueued),
+		counts: map[string]uint64{}}
 }
 
 // Emit logs an event, counts it, remembers it among the recent ones, and
@@ -108,11 +127,32 @@ func (r *Runner) Emit(name string, env map[string]string) {
 	if r.dir == "" {
 		return
 	}
-	select {
-	case r.queue <- event{name: name, env: env, at: now}:
-	default:
-		r.log.Warn("event dropped: too many events waiting for their scripts", "event", name)
+	lane := r.other
+	if urgent[name] {
+		lane = r.queue
 	}
+	select {
+	case lane <- event{name: name, env: env, at: now}:
+	default:
+		r.drop(name, now)
+	}
+}
+
+// drop counts an event dropped for want of room, and logs the first of a
+// burst and then at most one warning per dropLogEvery.
+func (r *Runner) drop(name string, now time.Time) {
+	r.mu.Lock()
+	r.dropped++
+	r.droppedTotal++
+	n := r.dropped
+	if !r.warned.IsZero() && now.Sub(r.warned) < dropLogEvery {
+		r.mu.Unlock()
+		return
+	}
+	r.dropped, r.warned = 0, now
+	r.mu.Unlock()
+	r.log.Warn("events dropped: too many waiting for their scripts (dlb_event_scripts_dropped_total counts them all)",
+		"event", name, "dropped", n, "queued", maxQueued)
 }
 
 // Counts returns how many events of each name were raised.
@@ -120,6 +160,14 @@ func (r *Runner) Counts() map[string]uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.counts)
+}
+
+// Dropped returns how many events' scripts were not run because too many
+// were waiting (their events are counted and remembered all the same).
+func (r *Runner) Dropped() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.droppedTotal
 }
 
 // Recent returns the latest events (at most RecentEvents), oldest first.
@@ -133,16 +181,23 @@ func (r *Runner) Recent() []Record {
 	return append(slices.Clone(r.recent[i:]), r.recent[:i]...)
 }
 
-// Run runs queued events' scripts until ctx ends.
+// Run runs queued events' scripts until ctx ends: each lane's one at a
+// time, in the order raised.
 func (r *Runner) Run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-r.queue:
-			r.run(ctx, ev)
-		}
+	var wg sync.WaitGroup
+	for _, lane := range []chan event{r.queue, r.other} {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev := <-lane:
+					r.run(ctx, ev)
+				}
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // run runs the event's script with the event in its environment

@@ -1,10 +1,18 @@
 package events
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestRecentAndCounts: every event is counted by name, and Recent keeps the
@@ -51,5 +59,93 @@ func TestRecentAndCounts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// script writes an executable shell script into dir.
+func script(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUrgentEventsDoNotWait: a takeover's goActive runs while a burst of
+// managerAlert scripts is still queued (a router lost behind many ports),
+// not after them; each lane keeps the order events were raised in.
+func TestUrgentEventsDoNotWait(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	script(t, dir, ManagerAlert, `echo "alert $DLB_PORT" >> `+out+`; sleep 0.5`)
+	script(t, dir, GoStandby, `echo "standby" >> `+out)
+	script(t, dir, GoActive, `echo "active" >> `+out)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := New(dir, 5*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	for i := range 10 {
+		r.Emit(ManagerAlert, map[string]string{"DLB_PORT": fmt.Sprint(i)})
+	}
+	start := time.Now()
+	r.Emit(GoStandby, nil)
+	r.Emit(GoActive, nil)
+	var lines []string
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(out)
+		lines = strings.Fields(strings.ReplaceAll(string(b), "alert ", "alert-"))
+		if slices.Contains(lines, "active") {
+			break
+		}
+	}
+	took := time.Since(start)
+	i, j := slices.Index(lines, "standby"), slices.Index(lines, "active")
+	if j < 0 || i < 0 || i > j {
+		t.Fatalf("goStandby then goActive not run in order within 3 s: %q", lines)
+	}
+	alerts := 0
+	for _, l := range lines[:j] {
+		if strings.HasPrefix(l, "alert-") {
+			alerts++
+		}
+	}
+	t.Logf("goActive ran %v after it was raised, after %d of 10 managerAlert scripts", took.Round(time.Millisecond), alerts)
+	if alerts > 2 || took > 2*time.Second {
+		t.Errorf("goActive waited for %d managerAlert scripts (%v)", alerts, took)
+	}
+	cancel()
+	<-done
+}
+
+// TestDroppedEventsLoggedOnce: a burst of events beyond what the queue
+// holds is dropped with one warning that counts it, not one per event.
+func TestDroppedEventsLoggedOnce(t *testing.T) {
+	dir := t.TempDir()
+	script(t, dir, ManagerAlert, "sleep 5")
+	var logs testutil.LogBuffer
+	r := New(dir, 10*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+	// Run is not started: nothing leaves the queue.
+	for i := range maxQueued + 500 {
+		r.Emit(ManagerAlert, map[string]string{"DLB_PORT": fmt.Sprint(i)})
+	}
+	warnings := func() int {
+		return len(slices.DeleteFunc(strings.Split(logs.String(), "\n"), func(l string) bool { return !strings.Contains(l, "dropped") }))
+	}
+	if n := warnings(); n != 1 {
+		t.Errorf("%d warnings about dropped events; want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "dropped=1 ") {
+		t.Errorf("the warning does not count the drop: %s", logs.String())
+	}
+	// An urgent event still has room in its own lane.
+	r.Emit(GoActive, nil)
+	if n := warnings(); n != 1 {
+		t.Errorf("goActive dropped behind a full lane of managerAlert")
+	}
+	if d := r.Dropped(); d != 500 {
+		t.Errorf("Dropped() = %d, want 500", d)
+	}
+	if c := r.Counts(); c[ManagerAlert] != maxQueued+500 || c[GoActive] != 1 {
+		t.Errorf("counts %v", c)
 	}
 }
