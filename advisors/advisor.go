@@ -16,6 +16,8 @@ import (
 	"net/netip"
 	"sort"
 	"time"
+
+	"github.com/dlbproject/dlb/internal/sockopt"
 )
 
 // Target is what one probe asks about.
@@ -89,6 +91,7 @@ func (t Target) dialer(network string) *net.Dialer {
 			d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
 		} else {
 			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+			d.Control = sockopt.BindNoPort
 		}
 	}
 	return d

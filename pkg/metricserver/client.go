@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlbproject/dlb/internal/sockopt"
 )
 
 const (
@@ -144,7 +146,7 @@ func pollTransport(tlsCfg *tls.Config, src netip.Addr) *http.Transport {
 	}
 	if src.IsValid() {
 		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second,
-			LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+			LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Control: sockopt.BindNoPort}
 		t.DialContext = d.DialContext
 	}
 	return t
