@@ -185,8 +185,8 @@ func (e *Engine) unverified(cfg lb.Config, cl *lb.Cluster) bool {
 		if p == nil || p.Server(k.Addr) == nil {
 			continue
 		}
-		for _, a := range cfg.Advisors {
-			if a.Key() == k.Advisor && a.Covers(cl.Address, k.Port) {
+		for _, a := range e.advisorsOn(cfg, k.Port) {
+			if a.key == k.Advisor && a.covers(cl.Address) {
 				return true
 			}
 		}

@@ -80,15 +80,55 @@ func (e *Engine) serverStates(cfg lb.Config, cl *lb.Cluster, p *lb.Port) ([]effe
 // advisorDown reports whether an advisor covering the port found the
 // server down.
 func (e *Engine) advisorDown(cfg lb.Config, cluster netip.Addr, port uint16, server netip.Addr) bool {
-	for _, a := range cfg.Advisors {
-		if !a.Covers(cluster, port) {
+	for _, a := range e.advisorsOn(cfg, port) {
+		if !a.covers(cluster) {
 			continue
 		}
-		if h := e.health.State(health.Key{Advisor: a.Key(), Addr: server, Port: port}); h != nil && h.State == lb.AdvisorDown {
+		if h := e.health.State(health.Key{Advisor: a.key, Addr: server, Port: port}); h != nil && h.State == lb.AdvisorDown {
 			return true
 		}
 	}
 	return false
+}
+
+// advisorRef is an advisor of the index advisorsOn keeps: its key and the
+// cluster it is limited to (none: every cluster).
+type advisorRef struct {
+	key     string
+	cluster netip.Addr
+}
+
+func (a advisorRef) covers(cluster netip.Addr) bool {
+	return !a.cluster.IsValid() || a.cluster == cluster
+}
+
+// advisorIndex is cfg.Advisors by port, for the advisors list it was built
+// from (a committed configuration's slices are never written again: the
+// same first element and length are the same list).
+type advisorIndex struct {
+	first  *lb.Advisor
+	n      int
+	byPort map[uint16][]advisorRef
+}
+
+// advisorsOn returns the advisors of cfg on port, of any cluster. The
+// state of every server of a port is computed when one of its servers
+// changes state: with an advisor per port, a walk over all of them for
+// each server made 1,000 ports of 100 servers take minutes to settle
+// (100,000 first results, each walking 1,000 advisors 100 times).
+func (e *Engine) advisorsOn(cfg lb.Config, port uint16) []advisorRef {
+	x := &e.advIndex
+	var first *lb.Advisor
+	if len(cfg.Advisors) > 0 {
+		first = &cfg.Advisors[0]
+	}
+	if x.byPort == nil || x.first != first || x.n != len(cfg.Advisors) {
+		*x = advisorIndex{first: first, n: len(cfg.Advisors), byPort: map[uint16][]advisorRef{}}
+		for _, a := range cfg.Advisors {
+			x.byPort[a.Port] = append(x.byPort[a.Port], advisorRef{key: a.Key(), cluster: a.Cluster})
+		}
+	}
+	return x.byPort[port]
 }
 
 // dataplane computes the whole state of the executor's maps for cfg (at

@@ -224,10 +224,13 @@ type Engine struct {
 	// ctx lives as long as Run; probe and metric loops hang off it.
 	ctx context.Context
 
-	ed    *config.Editor // the committed configuration
-	store *store.Store
-	ids   *store.IDs
-	host  host // what the engine did to the host and must remember
+	ed *config.Editor // the committed configuration
+	// advIndex is the committed configuration's advisors by port
+	// (advisorsOn); management goroutine only.
+	advIndex advisorIndex
+	store    *store.Store
+	ids      *store.IDs
+	host     host // what the engine did to the host and must remember
 
 	exec executor // the executor, and what the engine knows it holds
 	net  *neighbors
@@ -513,7 +516,7 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-reprobe:
 			e.reprobeRound()
 		case r := <-e.health.Results():
-			e.onProbe(r)
+			e.onProbes(r)
 		case r := <-e.metrics.results:
 			e.onMetric(r)
 		case now := <-cycle.C:

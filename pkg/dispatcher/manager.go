@@ -272,11 +272,11 @@ func (e *Engine) refreshCounters(cfg lb.Config) {
 func (e *Engine) advisorSample(cfg lb.Config, cluster netip.Addr, port uint16, server netip.Addr) (float64, time.Time) {
 	var load float64
 	var at time.Time
-	for _, a := range cfg.Advisors {
-		if !a.Covers(cluster, port) {
+	for _, a := range e.advisorsOn(cfg, port) {
+		if !a.covers(cluster) {
 			continue
 		}
-		h := e.health.State(health.Key{Advisor: a.Key(), Addr: server, Port: port})
+		h := e.health.State(health.Key{Advisor: a.key, Addr: server, Port: port})
 		if h == nil || h.LastAt.IsZero() || !h.Last.Up {
 			continue
 		}

@@ -25,18 +25,54 @@ func (e *Engine) syncProbes(cfg lb.Config, ports map[uint16]bool) {
 	}
 }
 
-// onProbe applies a probe result on the management goroutine: rise/fall,
-// events, and an immediate executor update of the ports the server is on
-// when it fails or comes back — failover does not wait for the manager's
-// cycle.
-func (e *Engine) onProbe(r health.Result) {
+// probeBatch bounds the probe results onProbes applies before it updates
+// the executor.
+const probeBatch = 512
+
+// onProbes applies r and the probe results already waiting behind it (at
+// most probeBatch), then updates the executor once for every port whose
+// servers changed state. Each port's update recomputes all its servers:
+// done per result, the first results of 100,000 servers (each a change
+// from unknown) took 70 s to apply at 0.7 ms each; results that arrive
+// together now share one update per port.
+func (e *Engine) onProbes(r health.Result) {
+	cfg := e.ed.Config()
+	touched := map[lb.ServiceKey]bool{}
+	var ports []lb.ServiceKey
+	for n := 0; ; n++ {
+		for _, k := range e.onProbe(cfg, r) {
+			if !touched[k] {
+				touched[k] = true
+				ports = append(ports, k)
+			}
+		}
+		if n+1 >= probeBatch {
+			break
+		}
+		select {
+		case r = <-e.health.Results():
+			continue
+		default:
+		}
+		break
+	}
+	if len(ports) > 0 {
+		e.pushPorts(cfg, ports, "advisor")
+	}
+}
+
+// onProbe applies a probe result on the management goroutine: rise/fall
+// and events. It returns the ports the server is on when it failed or came
+// back, for an immediate executor update: failover does not wait for the
+// manager's cycle.
+func (e *Engine) onProbe(cfg lb.Config, r health.Result) []lb.ServiceKey {
 	var wasLocal bool
 	if h := e.health.State(r.Key); h != nil {
 		wasLocal = h.Last.Local
 	}
 	from, to, ok := e.health.Record(r)
 	if !ok {
-		return
+		return nil
 	}
 	switch {
 	case r.Res.Local && !wasLocal:
@@ -48,7 +84,7 @@ func (e *Engine) onProbe(r health.Result) {
 		e.log.Info("advisor probes again", "advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port)
 	}
 	if from == to {
-		return
+		return nil
 	}
 	e.log.Info("advisor changed a server's state", "advisor", r.Key.Advisor, "server", r.Key.Addr, "port", r.Key.Port,
 		"from", from, "to", to, "reason", r.Res.Reason)
@@ -63,14 +99,13 @@ func (e *Engine) onProbe(r health.Result) {
 		})
 	}
 	// The ports the server is on that an advisor with this key covers.
-	cfg := e.ed.Config()
 	var ports []lb.ServiceKey
-	for _, a := range cfg.Advisors {
-		if a.Key() != r.Key.Advisor {
+	for _, a := range e.advisorsOn(cfg, r.Key.Port) {
+		if a.key != r.Key.Advisor {
 			continue
 		}
 		for _, cl := range cfg.Clusters {
-			if !a.Covers(cl.Address, r.Key.Port) {
+			if !a.covers(cl.Address) {
 				continue
 			}
 			if p := cl.Port(r.Key.Port); p != nil && p.Server(r.Key.Addr) != nil {
@@ -78,7 +113,7 @@ func (e *Engine) onProbe(r health.Result) {
 			}
 		}
 	}
-	e.pushPorts(cfg, ports, "advisor")
+	return ports
 }
 
 // advisorProblem says why an advisor cannot probe from this host now, or

@@ -191,6 +191,12 @@ func managerReport(st *dispatcher.Status) api.ManagerReport {
 
 func advisorReports(st *dispatcher.Status) []api.AdvisorReport {
 	out := []api.AdvisorReport{}
+	// The probed servers by advisor, in one pass: a walk over all of them
+	// per advisor took minutes at 1,000 advisors of 100 servers.
+	byAdvisor := map[string][]health.Key{}
+	for k := range st.Advisors {
+		byAdvisor[k.Advisor] = append(byAdvisor[k.Advisor], k)
+	}
 	for _, a := range st.Config.Advisors {
 		r := api.AdvisorReport{Name: a.Name, Port: a.Port, Interval: a.Interval, ConnectTimeout: a.ConnectTimeout,
 			ReceiveTimeout: a.ReceiveTimeout, Retries: a.Retries, Rise: a.Rise, Fall: a.Fall,
@@ -198,12 +204,7 @@ func advisorReports(st *dispatcher.Status) []api.AdvisorReport {
 		if a.Cluster.IsValid() {
 			r.Cluster = a.Cluster.String()
 		}
-		var keys []health.Key
-		for k := range st.Advisors {
-			if k.Advisor == a.Key() {
-				keys = append(keys, k)
-			}
-		}
+		keys := byAdvisor[a.Key()]
 		slices.SortFunc(keys, func(x, y health.Key) int { return x.Addr.Compare(y.Addr) })
 		for _, k := range keys {
 			h := st.Advisors[k]
