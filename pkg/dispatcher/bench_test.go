@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 // benchEngine is an engine on fakes with clusters × ports × servers, the
@@ -19,6 +23,12 @@ import (
 // connection counts for every server. tableSize fixes the ports' Maglev
 // tables (0: chosen from the number of servers).
 func benchEngine(b *testing.B, clusters, ports, servers int, tableSize, sensitivity string) *Engine {
+	b.Helper()
+	return benchEngineWith(b, nil, clusters, ports, servers, tableSize, sensitivity)
+}
+
+// benchEngineWith is benchEngine with options changed by opt (nil: none).
+func benchEngineWith(b *testing.B, opt func(*Options), clusters, ports, servers int, tableSize, sensitivity string) *Engine {
 	b.Helper()
 	nif := newFakeNetif()
 	addrs := make([]string, servers)
@@ -28,13 +38,17 @@ func benchEngine(b *testing.B, clusters, ports, servers int, tableSize, sensitiv
 		addrs[i] = a.String()
 	}
 	dp := &fakeDatapath{}
-	e, err := New(Options{
+	o := Options{
 		StateDir:     b.TempDir(),
 		OpenDatapath: func() (Datapath, error) { return dp, nil },
 		Netif:        nif,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		MaxServices:  1 << 16, MaxBackends: 1 << 20,
-	})
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	e, err := New(o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,5 +160,53 @@ func BenchmarkChangeAt100(b *testing.B) {
 		if _, err := e.apply([]config.Op{op("server", "set", "198.18.1.1@8000@198.18.2.1", "weight", fmt.Sprint(1+i%9))}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkFirstVerdictsAt100000: 10 clusters × 100 ports × 100 servers
+// and an advisor per port (1,000), every server answering: the engine's
+// time to apply each server's first result (unknown to up), as a
+// restart does. The probes are fakes that answer at once; only the time
+// spent applying results is counted. In the lab (real probes, dlbd
+// restarted) this was 130 results a second before advisors were indexed
+// by port and results applied in batches.
+func BenchmarkFirstVerdictsAt100000(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		fp := newFakeProber()
+		e := benchEngineWith(b, func(o *Options) {
+			o.NewAdvisor = func(lb.Advisor) (advisors.Advisor, error) { return fp, nil }
+		}, 10, 100, 100, "", "5")
+		var ops []config.Op
+		for c := 0; c < 10; c++ {
+			for p := 0; p < 100; p++ {
+				ops = append(ops, op("advisor", "start", fmt.Sprintf("198.18.1.%d@%d", c+1, 8000+p), "advisor", "connect"))
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		e.ctx = ctx
+		if _, err := e.apply(ops); err != nil {
+			b.Fatal(err)
+		}
+		var spent time.Duration
+		verdicts := 0
+		for n := 0; verdicts < 100000; n++ {
+			r := <-e.health.Results()
+			start := time.Now()
+			e.onProbes(r)
+			spent += time.Since(start)
+			if n%100 == 0 {
+				verdicts = 0
+				e.health.Each(func(_ health.Key, h *health.State) {
+					if h.State != lb.AdvisorUnknown {
+						verdicts++
+					}
+				})
+			}
+		}
+		cancel()
+		e.health.Stop()
+		b.ReportMetric(spent.Seconds(), "s-applying")
+		b.ReportMetric(100000/spent.Seconds(), "results/s")
 	}
 }
