@@ -502,3 +502,33 @@ func TestExecProgramWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstVerdictUpUpdatesNothing: a server's first verdict of up changes
+// nothing the executor holds (an unknown server takes connections as an up
+// one does), so it costs no update; a down verdict, and up again after it,
+// do update at once.
+func TestFirstVerdictUpUpdatesNothing(t *testing.T) {
+	h, fp, _ := newManagedHarness(t)
+	base(h)
+	updates := func() int {
+		h.dp.mu.Lock()
+		defer h.dp.mu.Unlock()
+		return len(h.dp.updated)
+	}
+	start := op("advisor", "start", "@80")
+	start.Params = append(start.Params, config.P("advisor", "connect"), config.P("interval", "0.1"), config.P("rise", "1"), config.P("fall", "1"))
+	h.mustApply(start)
+	before := updates()
+	eventually(t, "first verdicts", func() bool {
+		a := h.advisorStates(80)
+		return len(a) == 2 && a[s2Addr].State == lb.AdvisorUp && a[netip.MustParseAddr("198.18.0.21")].State == lb.AdvisorUp
+	})
+	time.Sleep(300 * time.Millisecond) // more results, all up
+	if n := updates() - before; n != 0 {
+		t.Errorf("%d executor updates for first verdicts of up; want none", n)
+	}
+	fp.set(s2Addr, true, 0)
+	eventually(t, "s2 failed", func() bool { return !h.accepts(s2Addr, 80) })
+	fp.set(s2Addr, false, 0)
+	eventually(t, "s2 back", func() bool { return h.accepts(s2Addr, 80) })
+}

@@ -63,8 +63,8 @@ func (e *Engine) onProbes(r health.Result) {
 
 // onProbe applies a probe result on the management goroutine: rise/fall
 // and events. It returns the ports the server is on when it failed or came
-// back, for an immediate executor update: failover does not wait for the
-// manager's cycle.
+// back (down, or up from down), for an immediate executor update: failover
+// does not wait for the manager's cycle.
 func (e *Engine) onProbe(cfg lb.Config, r health.Result) []lb.ServiceKey {
 	var wasLocal bool
 	if h := e.health.State(r.Key); h != nil {
@@ -97,6 +97,12 @@ func (e *Engine) onProbe(cfg lb.Config, r health.Result) []lb.ServiceKey {
 			"DLB_SERVER": r.Key.Addr.String(), "DLB_PORT": strconv.Itoa(int(r.Key.Port)),
 			"DLB_ADVISOR": r.Key.Advisor, "DLB_REASON": r.Res.Reason,
 		})
+	}
+	if from != lb.AdvisorDown && to != lb.AdvisorDown {
+		// A first verdict of up: the server takes connections as it did
+		// while unknown (only a down verdict changes what the executor
+		// holds), and a restart's 100,000 first verdicts update nothing.
+		return nil
 	}
 	// The ports the server is on that an advisor with this key covers.
 	var ports []lb.ServiceKey
