@@ -77,26 +77,13 @@ func TestConnectCanceled(t *testing.T) {
 }
 
 // TestManyProbesFromOneSource: probes bound to the NFA leave the choice of
-// their source port to connect (IP_BIND_ADDRESS_NO_PORT): 3,000 probes in a
-// row from one source, each leaving a TIME_WAIT socket behind, all connect.
+// their source port to connect (IP_BIND_ADDRESS_NO_PORT), and 3,000 probes
+// in a row from one source all connect.
 // (A bind with port 0 walks every socket bound to the address, TIME_WAIT
 // ones included; at 100,000 servers that walk took the dispatcher's CPUs.)
 func TestManyProbesFromOneSource(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	target := loTarget(portOf(t, l.Addr()))
+	port := tcpServer(t, nil, func(net.Conn, <-chan struct{}) {}) // closes each connection
+	target := loTarget(port)
 	target.Source = netip.MustParseAddr("127.0.0.1")
 	a, _ := New("connect")
 	if d := target.dialer("tcp"); d.Control == nil || d.LocalAddr == nil {

@@ -284,15 +284,11 @@ func TestNFANotHeldWarned(t *testing.T) {
 	}
 	// The NFA taken off the host later: the report says so until it is back.
 	nfa := netip.MustParseAddr("198.18.0.2")
-	h.nif.mu.Lock()
-	h.nif.held[nfa] = false
-	h.nif.mu.Unlock()
+	h.nif.setHeld(nfa, false)
 	if w := reported(); len(w) != 1 || !strings.HasPrefix(w[0], "nfa 198.18.0.2 is not an address of this host") {
 		t.Errorf("report with the NFA taken off: %q", w)
 	}
-	h.nif.mu.Lock()
-	h.nif.held[nfa] = true
-	h.nif.mu.Unlock()
+	h.nif.setHeld(nfa, true)
 	if w := reported(); len(w) != 0 {
 		t.Errorf("report with the NFA back: %q", w)
 	}
@@ -915,15 +911,11 @@ func TestUnreachableClusterWarned(t *testing.T) {
 	h.mustApply(op("cluster", "remove", vip3+"+"+vip4+"+"+vip5))
 	// The operator puts it on an interface (or the loopback): fine.
 	v2 := netip.MustParseAddr(vip2)
-	h.nif.mu.Lock()
-	h.nif.held[v2] = true
-	h.nif.mu.Unlock()
+	h.nif.setHeld(v2, true)
 	if w := reported(); len(w) != 0 {
 		t.Errorf("report with the address on the host: %q", w)
 	}
-	h.nif.mu.Lock()
-	h.nif.held[v2] = false
-	h.nif.mu.Unlock()
+	h.nif.setHeld(v2, false)
 	if w := reported(); len(w) != 1 {
 		t.Errorf("report with the address taken off again: %q", w)
 	}

@@ -433,6 +433,14 @@ func (n *fakeNetif) GRO(ifindex int) (string, bool, error) {
 	return fmt.Sprintf("if%d", ifindex), n.gro[ifindex], nil
 }
 
+// setHeld makes the host hold a (an address the operator put on an
+// interface), or not.
+func (n *fakeNetif) setHeld(a netip.Addr, held bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.held[a] = held
+}
+
 func (n *fakeNetif) HoldsAddress(a netip.Addr) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

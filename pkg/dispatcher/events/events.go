@@ -84,11 +84,11 @@ type event struct {
 
 // Runner runs event scripts.
 type Runner struct {
-	dir     string
-	timeout time.Duration
-	log     *slog.Logger
-	queue   chan event // the urgent events' lane
-	other   chan event // the rest's
+	dir        string
+	timeout    time.Duration
+	log        *slog.Logger
+	urgentLane chan event // the urgent events' queue
+	otherLane  chan event // the rest's
 
 	mu     sync.Mutex
 	counts map[string]uint64
@@ -105,7 +105,7 @@ type Runner struct {
 // New returns a runner of the scripts in dir (empty: none), each killed
 // after timeout.
 func New(dir string, timeout time.Duration, log *slog.Logger) *Runner {
-	return &Runner{dir: dir, timeout: timeout, log: log, queue: make(chan event, maxQueued), other: make(chan event, maxQueued),
+	return &Runner{dir: dir, timeout: timeout, log: log, urgentLane: make(chan event, maxQueued), otherLane: make(chan event, maxQueued),
 		counts: map[string]uint64{}}
 }
 
@@ -127,9 +127,9 @@ func (r *Runner) Emit(name string, env map[string]string) {
 	if r.dir == "" {
 		return
 	}
-	lane := r.other
+	lane := r.otherLane
 	if urgent[name] {
-		lane = r.queue
+		lane = r.urgentLane
 	}
 	select {
 	case lane <- event{name: name, env: env, at: now}:
@@ -185,7 +185,7 @@ func (r *Runner) Recent() []Record {
 // time, in the order raised.
 func (r *Runner) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, lane := range []chan event{r.queue, r.other} {
+	for _, lane := range []chan event{r.urgentLane, r.otherLane} {
 		wg.Go(func() {
 			for {
 				select {
