@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"time"
@@ -130,31 +129,22 @@ func (e *Engine) startPoller(ctx context.Context, a netip.Addr, spec pollerSpec,
 	if err != nil {
 		return err
 	}
-	go e.metricLoop(ctx, a, gen, fetch, spec.interval)
+	loops.Repeat(ctx, spec.interval, func(ctx context.Context) { e.poll(ctx, a, gen, fetch, spec.interval) })
 	return nil
 }
 
-// metricLoop polls one server once per manager interval until ctx ends.
-func (e *Engine) metricLoop(ctx context.Context, addr netip.Addr, gen uint64, fetch MetricSource, interval time.Duration) {
-	wait := time.Duration(rand.Int64N(int64(min(interval, time.Second)) + 1))
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		fctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		values, at, err := fetch(fctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case e.metrics.results <- metricResult{addr: addr, gen: gen, values: values, at: at, err: err}:
-		case <-ctx.Done():
-			return
-		}
-		wait = time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
+// poll polls one server once and hands the report over (unless ctx
+// ended: the poller was stopped).
+func (e *Engine) poll(ctx context.Context, addr netip.Addr, gen uint64, fetch MetricSource, interval time.Duration) {
+	fctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+	values, at, err := fetch(fctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	select {
+	case e.metrics.results <- metricResult{addr: addr, gen: gen, values: values, at: at, err: err}:
+	case <-ctx.Done():
 	}
 }
 

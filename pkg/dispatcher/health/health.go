@@ -1,13 +1,13 @@
 // Package health runs the advisors' probes and keeps their verdicts: one
-// probe loop per advisor, server and port, and IBM's rise/fall hysteresis
-// over the results. The engine says which probes the configuration wants
-// (Wanted, Sync) and hands every result back to Record on its management
-// goroutine; Record says when a server changed state.
+// probe loop per advisor, server and port (loops.Repeat: only a timer
+// between probes), and IBM's rise/fall hysteresis over the results. The
+// engine says which probes the configuration wants (Wanted, Sync) and
+// hands every result back to Record on its management goroutine; Record
+// says when a server changed state.
 package health
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"time"
@@ -206,45 +206,33 @@ func (m *Monitor) start(ctx context.Context, k Key, s Spec, gen uint64) error {
 	if err != nil {
 		return err
 	}
-	go m.loop(ctx, k, gen, adv, s)
+	loops.Repeat(ctx, seconds(s.Advisor.Interval), func(ctx context.Context) { m.probe(ctx, k, gen, adv, s) })
 	return nil
 }
 
-// loop probes one server every interval (jittered by ±10 %, the first
-// probe within the first interval, so that many servers are not probed in
-// step) until ctx ends, and hands each result over.
-func (m *Monitor) loop(ctx context.Context, k Key, gen uint64, adv advisors.Advisor, spec Spec) {
-	interval := seconds(spec.Advisor.Interval)
-	wait := time.Duration(rand.Int64N(int64(min(interval, time.Second)) + 1))
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+// probe probes one server, with the advisor's retries, and hands the
+// result over (unless ctx ended: the loop was stopped).
+func (m *Monitor) probe(ctx context.Context, k Key, gen uint64, adv advisors.Advisor, spec Spec) {
+	var res advisors.Result
+	for try := 0; try <= spec.Advisor.Retries; try++ {
+		deadline := spec.Target.ConnectTimeoutOrDefault() + spec.Target.ReceiveTimeoutOrDefault()
+		pctx, cancel := context.WithTimeout(ctx, deadline)
+		start := time.Now()
+		res = adv.Probe(pctx, spec.Target)
+		cancel()
+		if res.Up && res.Load == 0 {
+			res.Load = time.Since(start)
 		}
-		var res advisors.Result
-		for try := 0; try <= spec.Advisor.Retries; try++ {
-			deadline := spec.Target.ConnectTimeoutOrDefault() + spec.Target.ReceiveTimeoutOrDefault()
-			pctx, cancel := context.WithTimeout(ctx, deadline)
-			start := time.Now()
-			res = adv.Probe(pctx, spec.Target)
-			cancel()
-			if res.Up && res.Load == 0 {
-				res.Load = time.Since(start)
-			}
-			if res.Up || ctx.Err() != nil {
-				break
-			}
+		if res.Up || ctx.Err() != nil {
+			break
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		select {
-		case m.results <- Result{Key: k, Gen: gen, Res: res, At: time.Now()}:
-		case <-ctx.Done():
-			return
-		}
-		wait = time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	select {
+	case m.results <- Result{Key: k, Gen: gen, Res: res, At: time.Now()}:
+	case <-ctx.Done():
 	}
 }
 

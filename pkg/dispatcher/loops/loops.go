@@ -1,16 +1,21 @@
-// Package loops keeps one goroutine running per key — an advisor's probes
-// of one server, a metric poller of one server — in step with what the
+// Package loops keeps one loop running per key — an advisor's probes of
+// one server, a metric poller of one server — in step with what the
 // configuration wants: a key that appears gets a loop, a key whose spec
 // changed gets its loop restarted, a key that disappears gets its loop
-// stopped. It is the one reconciler the engine uses for both.
+// stopped. It is the one reconciler the engine uses for both, and Repeat
+// is the loop both run.
 //
 // A Set is not safe for concurrent use: the engine's management goroutine
-// owns it. The loops themselves run on their own goroutines and hand their
-// results back tagged with a generation, so that a result of a loop that
-// was stopped or restarted since is recognised and dropped (Current).
+// owns it. The loops themselves run on goroutines of their own and hand
+// their results back tagged with a generation, so that a result of a loop
+// that was stopped or restarted since is recognised and dropped (Current).
 package loops
 
-import "context"
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
 
 // Set is a set of running loops keyed by K, each started from a spec S.
 type Set[K comparable, S any] struct {
@@ -27,8 +32,8 @@ type entry[S any] struct {
 }
 
 // New returns an empty set. start launches the loop of a key (it must not
-// block: start a goroutine that runs until ctx ends); an error leaves the
-// key without a loop. equal says whether two specs are the same (a changed
+// block: Repeat, or a goroutine that runs until ctx ends); an error leaves
+// the key without a loop. equal says whether two specs are the same (a changed
 // spec restarts the loop).
 func New[K comparable, S any](start func(ctx context.Context, k K, s S, gen uint64) error, equal func(a, b S) bool) *Set[K, S] {
 	return &Set[K, S]{start: start, equal: equal, running: map[K]*entry[S]{}}
@@ -116,4 +121,29 @@ func (set *Set[K, S]) StopAll() {
 	for k := range set.running {
 		set.Delete(k)
 	}
+}
+
+// Repeat runs run about every interval until ctx ends: the first time
+// within the first interval (at most a second), then interval after the
+// end of each run, jittered by ±10 %, so that many loops started together
+// do not run in step. It returns at once. Each run has a goroutine of its
+// own, and between runs the loop holds only a timer: 100,000 loops that
+// wait cost no goroutine stacks (8 KiB each at least). Runs of one loop
+// never overlap; once ctx ends, no run starts (one under way ends when run
+// returns).
+func Repeat(ctx context.Context, interval time.Duration, run func(context.Context)) {
+	var t *time.Timer
+	t = time.AfterFunc(time.Duration(1<<63-1), func() {
+		if ctx.Err() != nil {
+			return
+		}
+		run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		t.Reset(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64())))
+	})
+	// t is set before the timer can fire: it is armed only now.
+	t.Reset(time.Duration(rand.Int64N(int64(min(interval, time.Second)) + 1)))
+	context.AfterFunc(ctx, func() { t.Stop() })
 }

@@ -3,8 +3,11 @@ package loops
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recorder starts loops that only wait for their context, and records
@@ -71,5 +74,71 @@ func TestCurrent(t *testing.T) {
 	set.Delete("a")
 	if set.Current("a", gens[1]) {
 		t.Error("a stopped loop's generation is still current")
+	}
+}
+
+// TestRepeat: runs come about every interval, one at a time, the first
+// within a second even for a long interval, and none once ctx ends.
+func TestRepeat(t *testing.T) {
+	tests := []struct {
+		name     string
+		interval time.Duration
+		runFor   time.Duration // how long each run takes
+		atLeast  int           // runs within the second watched
+	}{
+		{"short interval", 10 * time.Millisecond, 0, 10},
+		{"runs longer than the interval", 5 * time.Millisecond, 20 * time.Millisecond, 5},
+		{"long interval: the first within a second", time.Hour, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var runs, inRun, overlaps atomic.Int32
+			ctx, cancel := context.WithCancel(context.Background())
+			Repeat(ctx, tt.interval, func(rctx context.Context) {
+				if inRun.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				runs.Add(1)
+				time.Sleep(tt.runFor)
+				inRun.Add(-1)
+			})
+			time.Sleep(1100 * time.Millisecond)
+			cancel()
+			if n := runs.Load(); int(n) < tt.atLeast {
+				t.Errorf("%d runs in 1.1 s, want at least %d", n, tt.atLeast)
+			}
+			if n := overlaps.Load(); n > 0 {
+				t.Errorf("runs overlapped %d times", n)
+			}
+			time.Sleep(tt.runFor + 10*time.Millisecond) // a run under way ends
+			after := runs.Load()
+			time.Sleep(100 * time.Millisecond)
+			if n := runs.Load(); n != after {
+				t.Errorf("%d runs started after ctx ended", n-after)
+			}
+		})
+	}
+}
+
+// TestRepeatHoldsNoGoroutine: waiting loops cost no goroutine each.
+func TestRepeatHoldsNoGoroutine(t *testing.T) {
+	const n = 1000
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var runs atomic.Int32
+	before := runtime.NumGoroutine()
+	for i := 0; i < n; i++ {
+		Repeat(ctx, time.Hour, func(context.Context) { runs.Add(1) })
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runs.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := runs.Load(); got != n {
+		t.Fatalf("%d of %d loops ran in 5 s", got, n)
+	}
+	time.Sleep(50 * time.Millisecond) // the last runs' goroutines end
+	if grown := runtime.NumGoroutine() - before; grown > n/10 {
+		t.Errorf("%d waiting loops hold %d goroutines", n, grown)
 	}
 }
