@@ -145,6 +145,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'Compute10000' -benchtime 50x ./manager/
 	$(GO) test -run '^$$' -bench 'ManagerCycle|Load100000|ChangeAt' -benchtime 5x ./pkg/dispatcher/
 	$(GO) test -run '^$$' -bench 'FirstVerdictsAt100000' -benchtime 1x ./pkg/dispatcher/
+	$(GO) test -run '^$$' -bench 'ProbedServers' -benchtime 1x ./pkg/dispatcher/health/
 	DLB_BENCH=1 DLB_SCALE_DLBD_FLAGS="--max-servers 131071" $(GO) test -run '^TestPrivilegedScaleReport$$' -count=1 -v -timeout 20m ./pkg/e2e/
 	$(GO) test -run '^$$' -bench 'Build' -benchtime 20x ./pkg/maglev/
 	DLBH_CLIENTS=50 $(GO) test -run '^TestRequestMemory$$' -count=1 -v ./pkg/server/

@@ -194,11 +194,11 @@ func BenchmarkFirstVerdictsAt100000(b *testing.B) {
 		var spent time.Duration
 		verdicts := 0
 		for n := 0; verdicts < 100000; n++ {
-			r := <-e.health.Results()
+			<-e.health.Ready()
 			start := time.Now()
-			e.onProbes(r)
+			e.onProbes()
 			spent += time.Since(start)
-			if n%100 == 0 {
+			if n%10 == 0 {
 				verdicts = 0
 				e.health.Each(func(_ health.Key, h *health.State) {
 					if h.State != lb.AdvisorUnknown {

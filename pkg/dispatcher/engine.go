@@ -515,10 +515,12 @@ func (e *Engine) Run(ctx context.Context) {
 			e.onNetEvent(ev)
 		case <-reprobe:
 			e.reprobeRound()
-		case r := <-e.health.Results():
-			e.onProbes(r)
-		case r := <-e.metrics.results:
-			e.onMetric(r)
+		case <-e.health.Ready():
+			e.onProbes()
+		case <-e.metrics.results.Ready():
+			for _, r := range e.metrics.results.Take(probeBatch) {
+				e.onMetric(r)
+			}
 		case now := <-cycle.C:
 			if e.ed.Config().Manager.Started {
 				e.managerCycle(now)

@@ -17,13 +17,13 @@ import (
 type pollers struct {
 	loops   *loops.Set[netip.Addr, pollerSpec]
 	reports map[netip.Addr]*metricRT
-	results chan metricResult
+	results *loops.Queue[metricResult]
 	// refused counts refused or failed reports by reason.
 	refused map[string]int64
 }
 
 func newPollers() *pollers {
-	return &pollers{reports: map[netip.Addr]*metricRT{}, results: make(chan metricResult, 64), refused: map[string]int64{}}
+	return &pollers{reports: map[netip.Addr]*metricRT{}, results: loops.NewQueue[metricResult](), refused: map[string]int64{}}
 }
 
 // metricRT is a server's last load report.
@@ -129,23 +129,20 @@ func (e *Engine) startPoller(ctx context.Context, a netip.Addr, spec pollerSpec,
 	if err != nil {
 		return err
 	}
-	loops.Repeat(ctx, spec.interval, func(ctx context.Context) { e.poll(ctx, a, gen, fetch, spec.interval) })
+	loops.Repeat(ctx, spec.interval, func(ctx context.Context, next func()) { e.poll(ctx, a, gen, fetch, spec.interval, next) })
 	return nil
 }
 
-// poll polls one server once and hands the report over (unless ctx
+// poll polls one server once and queues the report with next (unless ctx
 // ended: the poller was stopped).
-func (e *Engine) poll(ctx context.Context, addr netip.Addr, gen uint64, fetch MetricSource, interval time.Duration) {
+func (e *Engine) poll(ctx context.Context, addr netip.Addr, gen uint64, fetch MetricSource, interval time.Duration, next func()) {
 	fctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 	values, at, err := fetch(fctx)
 	cancel()
 	if ctx.Err() != nil {
 		return
 	}
-	select {
-	case e.metrics.results <- metricResult{addr: addr, gen: gen, values: values, at: at, err: err}:
-	case <-ctx.Done():
-	}
+	e.metrics.results.Put(metricResult{addr: addr, gen: gen, values: values, at: at, err: err}, next)
 }
 
 // onMetric records a poller's result on the management goroutine. A

@@ -25,36 +25,27 @@ func (e *Engine) syncProbes(cfg lb.Config, ports map[uint16]bool) {
 	}
 }
 
-// probeBatch bounds the probe results onProbes applies before it updates
-// the executor.
+// probeBatch bounds the probe results (and metric reports) the
+// management goroutine applies at once, between its other work.
 const probeBatch = 512
 
-// onProbes applies r and the probe results already waiting behind it (at
-// most probeBatch), then updates the executor once for every port whose
-// servers failed or came back. Each port's update recomputes all its
-// servers: done per result, 100,000 servers' first results took 70 s to
-// apply (0.7 ms each); results that arrive together (the down verdicts of
-// a rack lost) now share one update per port.
-func (e *Engine) onProbes(r health.Result) {
+// onProbes applies the waiting probe results (at most probeBatch), then
+// updates the executor once for every port whose servers failed or came
+// back. Each port's update recomputes all its servers: done per result,
+// 100,000 servers' first results took 70 s to apply (0.7 ms each);
+// results that arrive together (the down verdicts of a rack lost) now
+// share one update per port.
+func (e *Engine) onProbes() {
 	cfg := e.ed.Config()
 	touched := map[lb.ServiceKey]bool{}
 	var ports []lb.ServiceKey
-	for n := 0; ; n++ {
+	for _, r := range e.health.Take(probeBatch) {
 		for _, k := range e.onProbe(cfg, r) {
 			if !touched[k] {
 				touched[k] = true
 				ports = append(ports, k)
 			}
 		}
-		if n+1 >= probeBatch {
-			break
-		}
-		select {
-		case r = <-e.health.Results():
-			continue
-		default:
-		}
-		break
 	}
 	if len(ports) > 0 {
 		e.pushPorts(cfg, ports, "advisor")

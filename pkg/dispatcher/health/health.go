@@ -148,20 +148,25 @@ func (h *State) Load() (float64, bool) {
 type Monitor struct {
 	loops      *loops.Set[Key, Spec]
 	states     map[Key]*State
-	results    chan Result
+	results    *loops.Queue[Result]
 	newAdvisor func(lb.Advisor) (advisors.Advisor, error)
 }
 
 // NewMonitor returns a monitor building each probe's advisor with
 // newAdvisor.
 func NewMonitor(newAdvisor func(lb.Advisor) (advisors.Advisor, error)) *Monitor {
-	m := &Monitor{states: map[Key]*State{}, results: make(chan Result, 64), newAdvisor: newAdvisor}
+	m := &Monitor{states: map[Key]*State{}, results: loops.NewQueue[Result](), newAdvisor: newAdvisor}
 	m.loops = loops.New(m.start, sameSpec)
 	return m
 }
 
-// Results delivers the probes' results; the owner hands each to Record.
-func (m *Monitor) Results() <-chan Result { return m.results }
+// Ready receives when probe results wait to be taken.
+func (m *Monitor) Ready() <-chan struct{} { return m.results.Ready() }
+
+// Take returns the oldest waiting results, at most n; the owner hands
+// each to Record. A server is probed again only once its result was
+// taken: an owner that falls behind slows the probes down.
+func (m *Monitor) Take(n int) []Result { return m.results.Take(n) }
 
 // Sync starts, restarts and stops probe loops to match want, for the
 // ports in ports (nil: all); it forgets the states of servers no probe
@@ -206,13 +211,13 @@ func (m *Monitor) start(ctx context.Context, k Key, s Spec, gen uint64) error {
 	if err != nil {
 		return err
 	}
-	loops.Repeat(ctx, seconds(s.Advisor.Interval), func(ctx context.Context) { m.probe(ctx, k, gen, adv, s) })
+	loops.Repeat(ctx, seconds(s.Advisor.Interval), func(ctx context.Context, next func()) { m.probe(ctx, k, gen, adv, s, next) })
 	return nil
 }
 
-// probe probes one server, with the advisor's retries, and hands the
-// result over (unless ctx ended: the loop was stopped).
-func (m *Monitor) probe(ctx context.Context, k Key, gen uint64, adv advisors.Advisor, spec Spec) {
+// probe probes one server, with the advisor's retries, and queues the
+// result with next (unless ctx ended: the loop was stopped).
+func (m *Monitor) probe(ctx context.Context, k Key, gen uint64, adv advisors.Advisor, spec Spec, next func()) {
 	var res advisors.Result
 	for try := 0; try <= spec.Advisor.Retries; try++ {
 		deadline := spec.Target.ConnectTimeoutOrDefault() + spec.Target.ReceiveTimeoutOrDefault()
@@ -230,10 +235,7 @@ func (m *Monitor) probe(ctx context.Context, k Key, gen uint64, adv advisors.Adv
 	if ctx.Err() != nil {
 		return
 	}
-	select {
-	case m.results <- Result{Key: k, Gen: gen, Res: res, At: time.Now()}:
-	case <-ctx.Done():
-	}
+	m.results.Put(Result{Key: k, Gen: gen, Res: res, At: time.Now()}, next)
 }
 
 // Record applies a result: rise/fall. It returns the state before and

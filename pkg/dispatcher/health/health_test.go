@@ -60,6 +60,21 @@ func (s script) Probe(ctx context.Context, _ advisors.Target) advisors.Result {
 	}
 }
 
+// takeOne waits for the monitor's next result.
+func takeOne(t *testing.T, m *Monitor) Result {
+	t.Helper()
+	select {
+	case <-m.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no result in 10 s")
+	}
+	rs := m.Take(1)
+	if len(rs) != 1 {
+		t.Fatalf("Ready, then %d results taken", len(rs))
+	}
+	return rs[0]
+}
+
 // scripted is a monitor running one probe loop, of a connect advisor with
 // the given rise and fall, whose results the test sends on adv.
 type scripted struct {
@@ -96,7 +111,7 @@ func TestRiseFall(t *testing.T) {
 		} else {
 			adv.results <- advisors.Down("refused")
 		}
-		r := <-m.Results()
+		r := takeOne(t, m)
 		if _, _, ok := m.Record(r); !ok {
 			t.Fatal("a current loop's result was ignored")
 		}
@@ -114,7 +129,7 @@ func TestRiseFall(t *testing.T) {
 	}
 	// A result sent by the loop before it was restarted is dropped.
 	adv.results <- advisors.Result{Up: true}
-	r := <-m.Results()
+	r := takeOne(t, m)
 	a.Rise = 5
 	m.Sync(ctx, map[Key]Spec{k: {Advisor: a}}, nil)
 	if _, _, ok := m.Record(r); ok {
@@ -145,7 +160,7 @@ func TestLocalResults(t *testing.T) {
 		{local, lb.AdvisorDown},
 	} {
 		adv.results <- step.res
-		if _, _, ok := m.Record(<-m.Results()); !ok {
+		if _, _, ok := m.Record(takeOne(t, m)); !ok {
 			t.Fatal("a current loop's result was ignored")
 		}
 		if got := m.State(k).State; got != step.want {

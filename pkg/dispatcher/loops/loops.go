@@ -14,6 +14,7 @@ package loops
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -124,26 +125,91 @@ func (set *Set[K, S]) StopAll() {
 }
 
 // Repeat runs run about every interval until ctx ends: the first time
-// within the first interval (at most a second), then interval after the
-// end of each run, jittered by ±10 %, so that many loops started together
-// do not run in step. It returns at once. Each run has a goroutine of its
-// own, and between runs the loop holds only a timer: 100,000 loops that
-// wait cost no goroutine stacks (8 KiB each at least). Runs of one loop
-// never overlap; once ctx ends, no run starts (one under way ends when run
-// returns).
-func Repeat(ctx context.Context, interval time.Duration, run func(context.Context)) {
+// within the first interval (at most a second), then interval after run
+// calls next, jittered by ±10 %, so that many loops started together do
+// not run in step. It returns at once. run must call next once: at its
+// end, or later, on any goroutine (Queue.Take does, when the run's result
+// is taken). Each run has a goroutine of its own, and between runs the
+// loop holds only a timer: 100,000 loops that wait cost no goroutine
+// stacks (8 KiB each at least). Runs of one loop never overlap; once ctx
+// ends, no run starts (one under way ends when run returns).
+func Repeat(ctx context.Context, interval time.Duration, run func(ctx context.Context, next func())) {
 	var t *time.Timer
+	next := func() {
+		if ctx.Err() == nil {
+			t.Reset(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64())))
+		}
+	}
 	t = time.AfterFunc(time.Duration(1<<63-1), func() {
-		if ctx.Err() != nil {
-			return
+		if ctx.Err() == nil {
+			run(ctx, next)
 		}
-		run(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		t.Reset(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64())))
 	})
-	// t is set before the timer can fire: it is armed only now.
+	// t is set before the timer can fire or next be called: it is armed
+	// only now.
 	t.Reset(time.Duration(rand.Int64N(int64(min(interval, time.Second)) + 1)))
 	context.AfterFunc(ctx, func() { t.Stop() })
+}
+
+// Queue hands what loops produce to the goroutine that owns them, oldest
+// first, without keeping a loop's goroutine waiting: a result waiting to
+// be taken costs its own size, not a goroutine's stack. A loop's next run
+// is scheduled when its result is taken (Put's next, called by Take), so
+// an owner that falls behind slows the loops down instead of piling up
+// their results: the queue holds at most one result per loop.
+type Queue[T any] struct {
+	mu    sync.Mutex
+	items []queued[T]
+	ready chan struct{}
+}
+
+type queued[T any] struct {
+	v    T
+	next func()
+}
+
+// NewQueue returns an empty queue.
+func NewQueue[T any]() *Queue[T] { return &Queue[T]{ready: make(chan struct{}, 1)} }
+
+// Put queues v; Take calls next (nil: nothing) when v is taken.
+func (q *Queue[T]) Put(v T, next func()) {
+	q.mu.Lock()
+	q.items = append(q.items, queued[T]{v: v, next: next})
+	q.mu.Unlock()
+	q.signal()
+}
+
+// Ready receives when the queue holds something to take.
+func (q *Queue[T]) Ready() <-chan struct{} { return q.ready }
+
+// Take removes and returns the oldest items, at most n, and calls their
+// nexts. If more are left, Ready receives again.
+func (q *Queue[T]) Take(n int) []T {
+	q.mu.Lock()
+	n = min(n, len(q.items))
+	taken := q.items[:n:n]
+	q.items = q.items[n:]
+	if len(q.items) == 0 {
+		q.items = nil // let the taken part's array go
+	}
+	more := len(q.items) > 0
+	q.mu.Unlock()
+	if more {
+		q.signal()
+	}
+	out := make([]T, n)
+	for i, it := range taken {
+		out[i] = it.v
+		if it.next != nil {
+			it.next()
+		}
+	}
+	return out
+}
+
+func (q *Queue[T]) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,13 +95,14 @@ func TestRepeat(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var runs, inRun, overlaps atomic.Int32
 			ctx, cancel := context.WithCancel(context.Background())
-			Repeat(ctx, tt.interval, func(rctx context.Context) {
+			Repeat(ctx, tt.interval, func(_ context.Context, next func()) {
 				if inRun.Add(1) > 1 {
 					overlaps.Add(1)
 				}
 				runs.Add(1)
 				time.Sleep(tt.runFor)
 				inRun.Add(-1)
+				next()
 			})
 			time.Sleep(1100 * time.Millisecond)
 			cancel()
@@ -128,7 +130,7 @@ func TestRepeatHoldsNoGoroutine(t *testing.T) {
 	var runs atomic.Int32
 	before := runtime.NumGoroutine()
 	for i := 0; i < n; i++ {
-		Repeat(ctx, time.Hour, func(context.Context) { runs.Add(1) })
+		Repeat(ctx, time.Hour, func(_ context.Context, next func()) { runs.Add(1); next() })
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runs.Load() < n && time.Now().Before(deadline) {
@@ -140,5 +142,64 @@ func TestRepeatHoldsNoGoroutine(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the last runs' goroutines end
 	if grown := runtime.NumGoroutine() - before; grown > n/10 {
 		t.Errorf("%d waiting loops hold %d goroutines", n, grown)
+	}
+}
+
+// TestQueue: items come out oldest first, at most n at a time, Ready
+// receives while some are left, and each item's next is called when it is
+// taken, not before.
+func TestQueue(t *testing.T) {
+	q := NewQueue[int]()
+	var nexts []int
+	for i := 0; i < 5; i++ {
+		q.Put(i, func() { nexts = append(nexts, i) })
+	}
+	q.Put(5, nil)
+	for _, want := range [][]int{{0, 1}, {2, 3}, {4, 5}} {
+		select {
+		case <-q.Ready():
+		default:
+			t.Fatalf("Ready does not receive with %v waiting", want)
+		}
+		got := q.Take(2)
+		if !slices.Equal(got, want) {
+			t.Fatalf("Take(2) = %v, want %v", got, want)
+		}
+		if len(nexts) != min(want[1]+1, 5) {
+			t.Fatalf("after taking %v, nexts called for %v", got, nexts)
+		}
+	}
+	select {
+	case <-q.Ready():
+		t.Error("Ready receives with nothing waiting")
+	default:
+	}
+	if got := q.Take(2); len(got) != 0 {
+		t.Errorf("Take on an empty queue: %v", got)
+	}
+}
+
+// TestRepeatWaitsForTake: a loop whose result is not taken does not run
+// again; once it is taken, it does.
+func TestRepeatWaitsForTake(t *testing.T) {
+	q := NewQueue[int]()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var runs atomic.Int32
+	Repeat(ctx, 10*time.Millisecond, func(_ context.Context, next func()) { q.Put(int(runs.Add(1)), next) })
+	<-q.Ready()
+	time.Sleep(200 * time.Millisecond) // twenty intervals
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("%d runs while the first result waited, want 1", n)
+	}
+	if got := q.Take(10); !slices.Equal(got, []int{1}) {
+		t.Fatalf("took %v, want [1]", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runs.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("%d runs after the first result was taken, want 2", n)
 	}
 }
