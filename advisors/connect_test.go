@@ -95,3 +95,18 @@ func TestManyProbesFromOneSource(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeLate: a probe whose time ran out before it could connect (this
+// host ran it late) is not made: Local, not down.
+func TestProbeLate(t *testing.T) {
+	port := tcpServer(t, nil, drain)
+	for _, name := range []string{"connect", "http", "https", "ssl", "smtp"} {
+		a, _ := New(name)
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		r := a.Probe(ctx, loTarget(port))
+		cancel()
+		if r.Up || !r.Local || !strings.Contains(r.Reason, "not made") {
+			t.Errorf("%s, its deadline passed before it began: %+v, want a local result", name, r)
+		}
+	}
+}
