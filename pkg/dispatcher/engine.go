@@ -221,6 +221,7 @@ type Engine struct {
 	// this dispatcher holds (watchConflicts).
 	conflicts conflicts
 	mgmt      chan func()
+	stopped   chan struct{} // closed when Run returns: nothing takes mgmt any more
 	// ctx lives as long as Run; probe and metric loops hang off it.
 	ctx context.Context
 
@@ -339,6 +340,7 @@ func New(opts Options) (*Engine, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		mgmt:    make(chan func()),
+		stopped: make(chan struct{}),
 		ctx:     context.Background(),
 		ed:      ed,
 		store:   st,
@@ -546,7 +548,7 @@ func (e *Engine) Run(ctx context.Context) {
 			if err := e.store.Close(); err != nil {
 				e.log.Error("closing the state", "err", err)
 			}
-			close(e.mgmt)
+			close(e.stopped)
 			return
 		case f := <-e.mgmt:
 			f()
@@ -577,17 +579,14 @@ func (e *Engine) Run(ctx context.Context) {
 }
 
 // do runs f on the management goroutine and waits for it.
-func (e *Engine) do(ctx context.Context, f func()) (err error) {
+func (e *Engine) do(ctx context.Context, f func()) error {
 	done := make(chan struct{})
-	defer func() {
-		if recover() != nil { // mgmt closed: Run returned
-			err = ErrStopped
-		}
-	}()
 	select {
 	case e.mgmt <- func() { f(); close(done) }:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-e.stopped:
+		return ErrStopped
 	}
 	<-done
 	return nil

@@ -315,10 +315,10 @@ func (e *Engine) haAnnounce(cfg lb.Config, g lb.HAGroup, step int) {
 // post runs f on the management goroutine later, unless Run returned.
 func (e *Engine) post(f func()) {
 	go func() {
-		defer func() { _ = recover() }() // mgmt closed: Run returned
 		select {
 		case e.mgmt <- f:
 		case <-e.ctx.Done():
+		case <-e.stopped:
 		}
 	}()
 }
