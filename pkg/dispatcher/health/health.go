@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/internal/compact"
 	"github.com/dlbproject/dlb/pkg/dispatcher/loops"
@@ -149,13 +151,15 @@ type Monitor struct {
 	loops      *loops.Set[Key, Spec]
 	states     map[Key]*State
 	results    *loops.Queue[Result]
+	starting   int // probes in the Sync under way (loops.Spread)
+	limit      *loops.Limiter
 	newAdvisor func(lb.Advisor) (advisors.Advisor, error)
 }
 
 // NewMonitor returns a monitor building each probe's advisor with
 // newAdvisor.
 func NewMonitor(newAdvisor func(lb.Advisor) (advisors.Advisor, error)) *Monitor {
-	m := &Monitor{states: map[Key]*State{}, results: loops.NewQueue[Result](), newAdvisor: newAdvisor}
+	m := &Monitor{states: map[Key]*State{}, results: loops.NewQueue[Result](), newAdvisor: newAdvisor, limit: loops.NewLimiter(probeLimit())}
 	m.loops = loops.New(m.start, sameSpec)
 	return m
 }
@@ -173,6 +177,7 @@ func (m *Monitor) Take(n int) []Result { return m.results.Take(n) }
 // covers any more. It returns the probes that could not start.
 func (m *Monitor) Sync(ctx context.Context, want map[Key]Spec, ports map[uint16]bool) map[Key]error {
 	in := func(k Key) bool { return ports == nil || ports[k.Port] }
+	m.starting = len(want)
 	errs := m.loops.Sync(ctx, want, in)
 	forgot := 0
 	for k := range m.states {
@@ -206,18 +211,43 @@ func (m *Monitor) Each(f func(Key, *State)) {
 	}
 }
 
+// maxProbes bounds the probes under way at once. Probes wait for
+// answers, so many run together: 100,000 servers every 5 s at 1 ms each
+// are 20 at a time; but a burst (100,000 probes due together, on a
+// dispatcher that ran them late) ran 58,550 at once, 2.5 GB of goroutine
+// stacks, and ran out of descriptors. 16,384 probes that wait their whole
+// 4 s (connect and receive timeout) still make 4,096 a second.
+const maxProbes = 16384
+
+// probeLimit is maxProbes, or half of this process's descriptors if that
+// is fewer (each probe holds a socket): probes that find no descriptor
+// are not made at all.
+func probeLimit() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur/2 >= maxProbes {
+		return maxProbes
+	}
+	return max(int(lim.Cur/2), 64)
+}
+
 func (m *Monitor) start(ctx context.Context, k Key, s Spec, gen uint64) error {
 	adv, err := m.newAdvisor(s.Advisor)
 	if err != nil {
 		return err
 	}
-	loops.Repeat(ctx, seconds(s.Advisor.Interval), func(ctx context.Context, next func()) { m.probe(ctx, k, gen, adv, s, next) })
+	interval := seconds(s.Advisor.Interval)
+	loops.Repeat(ctx, loops.Spread(m.starting, interval), interval, func(ctx context.Context, next func()) {
+		m.limit.Go(func() { m.probe(ctx, k, gen, adv, s, next) })
+	})
 	return nil
 }
 
 // probe probes one server, with the advisor's retries, and queues the
 // result with next (unless ctx ended: the loop was stopped).
 func (m *Monitor) probe(ctx context.Context, k Key, gen uint64, adv advisors.Advisor, spec Spec, next func()) {
+	if ctx.Err() != nil {
+		return // stopped while it waited for its turn
+	}
 	var res advisors.Result
 	for try := 0; try <= spec.Advisor.Retries; try++ {
 		deadline := spec.Target.ConnectTimeoutOrDefault() + spec.Target.ReceiveTimeoutOrDefault()

@@ -125,15 +125,15 @@ func (set *Set[K, S]) StopAll() {
 }
 
 // Repeat runs run about every interval until ctx ends: the first time
-// within the first interval (at most a second), then interval after run
-// calls next, jittered by ±10 %, so that many loops started together do
-// not run in step. It returns at once. run must call next once: at its
-// end, or later, on any goroutine (Queue.Take does, when the run's result
-// is taken). Each run has a goroutine of its own, and between runs the
-// loop holds only a timer: 100,000 loops that wait cost no goroutine
-// stacks (8 KiB each at least). Runs of one loop never overlap; once ctx
-// ends, no run starts (one under way ends when run returns).
-func Repeat(ctx context.Context, interval time.Duration, run func(ctx context.Context, next func())) {
+// within first (uniformly: see Spread), then interval after run calls
+// next, jittered by ±10 %, so that many loops started together do not run
+// in step. It returns at once. run must call next once: at its end, or
+// later, on any goroutine (Queue.Take does, when the run's result is
+// taken). Each run has a goroutine of its own, and between runs the loop
+// holds only a timer: 100,000 loops that wait cost no goroutine stacks
+// (8 KiB each at least). Runs of one loop never overlap; once ctx ends, no
+// run starts (one under way ends when run returns).
+func Repeat(ctx context.Context, first, interval time.Duration, run func(ctx context.Context, next func())) {
 	var t *time.Timer
 	next := func() {
 		if ctx.Err() == nil {
@@ -147,8 +147,22 @@ func Repeat(ctx context.Context, interval time.Duration, run func(ctx context.Co
 	})
 	// t is set before the timer can fire or next be called: it is armed
 	// only now.
-	t.Reset(time.Duration(rand.Int64N(int64(min(interval, time.Second)) + 1)))
+	t.Reset(time.Duration(rand.Int64N(int64(max(first, 0)) + 1)))
 	context.AfterFunc(ctx, func() { t.Stop() })
+}
+
+// startRate is how many loops started together may run for the first time
+// in a second (see Spread).
+const startRate = 10000
+
+// Spread is what the first runs of n loops started together, each every
+// interval, are spread over: a second, or longer where that would start
+// more than startRate a second, up to interval (their steady rate).
+// 100,000 advisor probes started within one second ran 100,000
+// goroutines, sockets and connects at once: gigabytes of stacks, the
+// descriptors run out, and probes so late their time ran out.
+func Spread(n int, interval time.Duration) time.Duration {
+	return min(interval, max(time.Second, time.Duration(n)*time.Second/startRate))
 }
 
 // Queue hands what loops produce to the goroutine that owns them, oldest
@@ -211,5 +225,49 @@ func (q *Queue[T]) signal() {
 	select {
 	case q.ready <- struct{}{}:
 	default:
+	}
+}
+
+// Limiter runs functions on goroutines of their own, at most n at a time;
+// the others wait, oldest first, as functions, not goroutines. The zero
+// Limiter is not usable: make one with NewLimiter.
+type Limiter struct {
+	mu      sync.Mutex
+	n       int
+	running int
+	waiting []func()
+}
+
+// NewLimiter returns a limiter of n (at least 1) at a time.
+func NewLimiter(n int) *Limiter { return &Limiter{n: max(n, 1)} }
+
+// Go runs f, now if fewer than n run, otherwise once those before it ran.
+func (l *Limiter) Go(f func()) {
+	l.mu.Lock()
+	if l.running < l.n {
+		l.running++
+		l.mu.Unlock()
+		go l.run(f)
+		return
+	}
+	l.waiting = append(l.waiting, f)
+	l.mu.Unlock()
+}
+
+// run runs f, then whatever waits, until nothing does.
+func (l *Limiter) run(f func()) {
+	for f != nil {
+		f()
+		l.mu.Lock()
+		f = nil
+		if len(l.waiting) > 0 {
+			f = l.waiting[0]
+			l.waiting[0] = nil
+			l.waiting = l.waiting[1:]
+		} else {
+			l.running--
+			l.waiting = nil // let the array go
+		}
+		l.mu.Unlock()
 	}
 }

@@ -3,6 +3,7 @@ package loops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -95,7 +96,7 @@ func TestRepeat(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var runs, inRun, overlaps atomic.Int32
 			ctx, cancel := context.WithCancel(context.Background())
-			Repeat(ctx, tt.interval, func(_ context.Context, next func()) {
+			Repeat(ctx, Spread(1, tt.interval), tt.interval, func(_ context.Context, next func()) {
 				if inRun.Add(1) > 1 {
 					overlaps.Add(1)
 				}
@@ -130,7 +131,7 @@ func TestRepeatHoldsNoGoroutine(t *testing.T) {
 	var runs atomic.Int32
 	before := runtime.NumGoroutine()
 	for i := 0; i < n; i++ {
-		Repeat(ctx, time.Hour, func(_ context.Context, next func()) { runs.Add(1); next() })
+		Repeat(ctx, time.Second, time.Hour, func(_ context.Context, next func()) { runs.Add(1); next() })
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runs.Load() < n && time.Now().Before(deadline) {
@@ -186,7 +187,7 @@ func TestRepeatWaitsForTake(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var runs atomic.Int32
-	Repeat(ctx, 10*time.Millisecond, func(_ context.Context, next func()) { q.Put(int(runs.Add(1)), next) })
+	Repeat(ctx, 10*time.Millisecond, 10*time.Millisecond, func(_ context.Context, next func()) { q.Put(int(runs.Add(1)), next) })
 	<-q.Ready()
 	time.Sleep(200 * time.Millisecond) // twenty intervals
 	if n := runs.Load(); n != 1 {
@@ -201,5 +202,70 @@ func TestRepeatWaitsForTake(t *testing.T) {
 	}
 	if n := runs.Load(); n != 2 {
 		t.Errorf("%d runs after the first result was taken, want 2", n)
+	}
+}
+
+func TestSpread(t *testing.T) {
+	tests := []struct {
+		n        int
+		interval time.Duration
+		want     time.Duration
+	}{
+		{1, 5 * time.Second, time.Second},
+		{10000, 5 * time.Second, time.Second},
+		{30000, 5 * time.Second, 3 * time.Second},
+		{100000, 5 * time.Second, 5 * time.Second}, // never slower than the steady rate
+		{100000, time.Minute, 10 * time.Second},
+		{1, 100 * time.Millisecond, 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := Spread(tt.n, tt.interval); got != tt.want {
+			t.Errorf("Spread(%d, %v) = %v, want %v", tt.n, tt.interval, got, tt.want)
+		}
+	}
+}
+
+// TestLimiter: at most n run at a time, the others wait without a
+// goroutine, and all of them run; with n = 1, oldest first.
+func TestLimiter(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			const total = 50
+			l := NewLimiter(n)
+			release := make(chan struct{})
+			var running, most atomic.Int32
+			var mu sync.Mutex
+			var order []int
+			var wg sync.WaitGroup
+			before := runtime.NumGoroutine()
+			for i := 0; i < total; i++ {
+				wg.Add(1)
+				l.Go(func() {
+					defer wg.Done()
+					r := running.Add(1)
+					for m := most.Load(); r > m && !most.CompareAndSwap(m, r); m = most.Load() {
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					<-release
+					running.Add(-1)
+				})
+			}
+			if grown := runtime.NumGoroutine() - before; grown > n {
+				t.Errorf("%d functions given, %d may run: %d goroutines", total, n, grown)
+			}
+			close(release)
+			wg.Wait()
+			if m := most.Load(); m > int32(n) {
+				t.Errorf("%d ran at once, want at most %d", m, n)
+			}
+			if len(order) != total {
+				t.Fatalf("%d of %d ran", len(order), total)
+			}
+			if n == 1 && !slices.IsSorted(order) {
+				t.Errorf("order %v: waiting functions ran out of order", order)
+			}
+		})
 	}
 }
