@@ -18,9 +18,6 @@ type pollers struct {
 	loops   *loops.Set[netip.Addr, pollerSpec]
 	reports map[netip.Addr]*metricRT
 	results *loops.Queue[metricResult]
-	// starting is the number of pollers the Sync under way wants
-	// (loops.Spread).
-	starting int
 	// refused counts refused or failed reports by reason.
 	refused map[string]int64
 }
@@ -118,7 +115,6 @@ func (e *Engine) syncPollers(cfg lb.Config) {
 			delete(e.metrics.reports, a)
 		}
 	}
-	e.metrics.starting = len(want)
 	for a, err := range e.metrics.loops.Sync(e.ctx, want, nil) {
 		e.metrics.reports[a] = &metricRT{err: err.Error()}
 		e.log.Error("starting metric poller", "server", a, "err", err)
@@ -133,7 +129,7 @@ func (e *Engine) startPoller(ctx context.Context, a netip.Addr, spec pollerSpec,
 	if err != nil {
 		return err
 	}
-	loops.Repeat(ctx, loops.Spread(e.metrics.starting, spec.interval), spec.interval, func(ctx context.Context, next func()) { e.poll(ctx, a, gen, fetch, spec.interval, next) })
+	loops.Repeat(ctx, loops.Spread(e.metrics.loops.Starting(), spec.interval), spec.interval, func(ctx context.Context, next func()) { e.poll(ctx, a, gen, fetch, spec.interval, next) })
 	return nil
 }
 

@@ -151,7 +151,6 @@ type Monitor struct {
 	loops      *loops.Set[Key, Spec]
 	states     map[Key]*State
 	results    *loops.Queue[Result]
-	starting   int // probes in the Sync under way (loops.Spread)
 	limit      *loops.Limiter
 	newAdvisor func(lb.Advisor) (advisors.Advisor, error)
 }
@@ -177,7 +176,6 @@ func (m *Monitor) Take(n int) []Result { return m.results.Take(n) }
 // covers any more. It returns the probes that could not start.
 func (m *Monitor) Sync(ctx context.Context, want map[Key]Spec, ports map[uint16]bool) map[Key]error {
 	in := func(k Key) bool { return ports == nil || ports[k.Port] }
-	m.starting = len(want)
 	errs := m.loops.Sync(ctx, want, in)
 	forgot := 0
 	for k := range m.states {
@@ -236,7 +234,7 @@ func (m *Monitor) start(ctx context.Context, k Key, s Spec, gen uint64) error {
 		return err
 	}
 	interval := seconds(s.Advisor.Interval)
-	loops.Repeat(ctx, loops.Spread(m.starting, interval), interval, func(ctx context.Context, next func()) {
+	loops.Repeat(ctx, loops.Spread(m.loops.Starting(), interval), interval, func(ctx context.Context, next func()) {
 		m.limit.Go(func() { m.probe(ctx, k, gen, adv, s, next) })
 	})
 	return nil

@@ -24,6 +24,7 @@ type Set[K comparable, S any] struct {
 	equal   func(a, b S) bool
 	running map[K]*entry[S]
 	gen     uint64
+	syncing int // keys wanted by the Sync under way (Starting)
 }
 
 type entry[S any] struct {
@@ -73,6 +74,8 @@ func (set *Set[K, S]) Delete(k K) {
 // in are left alone, so that a change can reconcile only what it touched.
 // It returns the keys whose loop could not be started, with the errors.
 func (set *Set[K, S]) Sync(ctx context.Context, want map[K]S, in func(K) bool) map[K]error {
+	set.syncing = len(want)
+	defer func() { set.syncing = 0 }()
 	for k := range set.running {
 		if _, ok := want[k]; !ok && (in == nil || in(k)) {
 			set.Delete(k)
@@ -89,6 +92,10 @@ func (set *Set[K, S]) Sync(ctx context.Context, want map[K]S, in func(K) bool) m
 	}
 	return errs
 }
+
+// Starting is, for a start function, how many loops start with it: the
+// keys the Sync under way wants, or 1 (a Put of its own). Spread takes it.
+func (set *Set[K, S]) Starting() int { return max(set.syncing, 1) }
 
 // Current reports whether gen is the generation of k's running loop: a
 // result tagged with another comes from a loop stopped since.
@@ -218,6 +225,7 @@ func (q *Queue[T]) Take(n int) []T {
 			it.next()
 		}
 	}
+	clear(taken) // the array may live on under items: let what was taken go
 	return out
 }
 

@@ -269,3 +269,16 @@ func TestLimiter(t *testing.T) {
 		})
 	}
 }
+
+// TestStarting: a start function learns how many loops start with it.
+func TestStarting(t *testing.T) {
+	var set *Set[string, int]
+	var seen []int
+	set = New(func(context.Context, string, int, uint64) error { seen = append(seen, set.Starting()); return nil },
+		func(a, b int) bool { return a == b })
+	set.Sync(context.Background(), map[string]int{"a": 1, "b": 1, "c": 1}, nil)
+	_ = set.Put(context.Background(), "d", 1)
+	if !slices.Equal(seen, []int{3, 3, 3, 1}) {
+		t.Errorf("Starting() seen by the starts: %v, want [3 3 3 1]", seen)
+	}
+}
