@@ -52,6 +52,8 @@ type fakeDatapath struct {
 	described lb.XDPProgram
 	// repin is what the next Repin pins again (its pins deleted).
 	repin []string
+	// onAttach, if set, is called by Attach first.
+	onAttach func()
 }
 
 // Repin is the real datapath's pinning again of what lost its pin.
@@ -87,6 +89,9 @@ func (l *fakeLock) Renew() error {
 }
 
 func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
+	if f.onAttach != nil {
+		f.onAttach()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.attached && f.ifindex != ifindex {

@@ -127,9 +127,12 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	if err != nil {
 		return err
 	}
+	// Loading, writing the whole state and attaching are long by nature
+	// (writes of 100,000 servers, an attach waiting for the kernel): the
+	// watchdog is fed through all of them.
 	done := e.inLong("loading the executor")
+	defer done()
 	dp, err := e.opts.OpenDatapath()
-	done()
 	if err != nil {
 		return fmt.Errorf("loading the executor: %w", err)
 	}
