@@ -340,6 +340,9 @@ recorded_pid() {
 	read -r pid <"$file" || return 1
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
 	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+	# A `make build` while the lab runs replaces the binary: the kernel
+	# then names it "labhttpd (deleted)", and it is still ours to stop.
+	exe=${exe% (deleted)}
 	[[ ${exe##*/} == labhttpd ]] || return 1
 	if [[ -e /run/netns/$ns ]]; then
 		[[ $(ip netns identify "$pid" 2>/dev/null) == "$ns" ]] || return 1
