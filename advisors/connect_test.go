@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 func TestConnect(t *testing.T) {
@@ -14,16 +16,7 @@ func TestConnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.AcceptAndClose(t, l)
 	a, _ := New("connect")
 	tests := []struct {
 		name   string

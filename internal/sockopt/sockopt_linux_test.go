@@ -4,6 +4,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/dlbproject/dlb/pkg/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,16 +16,7 @@ func TestBindNoPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.AcceptAndClose(t, ln)
 	for _, c := range []struct {
 		name string
 		set  bool

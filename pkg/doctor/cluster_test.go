@@ -139,16 +139,7 @@ func TestPrivilegedProbeCluster(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.AcceptAndClose(t, ln)
 	serverMAC := s.Link(t, "dlbdpc1").Attrs().HardwareAddr.String()
 	a := netip.MustParseAddr
 	for _, tc := range []struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // BenchmarkProbedServers5000 probes 5,000 servers (loopback addresses, one
@@ -23,16 +24,7 @@ func BenchmarkProbedServers5000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testutil.AcceptAndClose(b, ln)
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 	for i := 0; i < b.N; i++ {
 		a := lb.NewAdvisor("connect", netip.Addr{}, 80)
