@@ -30,6 +30,12 @@ const (
 	// holdTime is what the dispatchers propose and the routers accept:
 	// a dispatcher that stops answering is dropped within it.
 	holdTime = 9
+	// minThrough is how many of the 1,050 keep-alive connections the
+	// dispatcher a test takes away must carry for the test to mean
+	// something. The router's 5-tuple hash gives each of the three about
+	// 350 (σ ≈ 15); a bound of 300 failed once at 299 (3.3 σ): fewer than
+	// a fifth means the spread is broken, not unlucky.
+	minThrough = 1050 / 5
 )
 
 // dispatcherProc is one dlbd of a lab of several dispatchers (scale-out,
@@ -577,8 +583,8 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		lost := s.ds[1]
 		through := per[1]
 		t.Logf("keep-alive connections through each dispatcher: %v", per)
-		if through < 300 {
-			t.Errorf("only %d connections go through the dispatcher the test takes down, want 300 or more", through)
+		if through < minThrough {
+			t.Errorf("only %d connections go through the dispatcher the test takes down, want %d or more", through, minThrough)
 		}
 		down := time.Now()
 		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "down").CombinedOutput(); err != nil {
@@ -684,8 +690,8 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		r := <-res
 		t.Logf("keep-alive connections: %d, broken %d (through the killed dispatcher: %d), backend changes %d",
 			r.Connections, r.Broken, per[2], r.BackendChanges)
-		if per[2] < 300 {
-			t.Errorf("only %d connections went through the killed dispatcher, want 300 or more", per[2])
+		if per[2] < minThrough {
+			t.Errorf("only %d connections went through the killed dispatcher, want %d or more", per[2], minThrough)
 		}
 		if r.Broken != 0 || r.Failed != 0 || r.BackendChanges != 0 {
 			t.Errorf("%d connections broken, %d requests failed, %d changed server: %v", r.Broken, r.Failed, r.BackendChanges, r.Errors)
