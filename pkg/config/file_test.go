@@ -341,6 +341,73 @@ func TestReadFileAliasBomb(t *testing.T) {
 	}
 }
 
+// TestMarshalFileInPieces: a file written with each port's servers as
+// YAML documents of their own is the same text as one written whole, for
+// any size of piece; a value that holds the placeholder's text makes it
+// write the file whole, and the same.
+func TestMarshalFileInPieces(t *testing.T) {
+	withServers := func(servers ...lb.Server) lb.Config {
+		cfg := defaultCluster()
+		cfg.Clusters[0].Ports[0].Servers = servers
+		cfg.Clusters = append(cfg.Clusters, lb.NewCluster(mustAddr("2001:2::100")))
+		p := lb.NewPort(443)
+		for i := range 7 {
+			p.Servers = append(p.Servers, lb.Server{Address: netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 15: byte(i + 1)}), Weight: uint32(i)})
+		}
+		cfg.Clusters[1].Ports = []lb.Port{lb.NewPort(80), p}
+		return cfg
+	}
+	srv := func(addr, request string) lb.Server {
+		return lb.Server{Address: mustAddr(addr), Weight: 10, AdvisorRequest: request}
+	}
+	for _, c := range []struct {
+		name string
+		cfg  lb.Config
+	}{
+		{"no clusters", lb.NewConfig()},
+		{"a port without servers", withServers()},
+		{"servers", withServers(srv("198.18.0.21", ""), srv("198.18.0.22", "GET / HTTP/1.0"), srv("198.18.0.23", "it's"))},
+		{"a request of several lines", withServers(srv("198.18.0.21", "GET / HTTP/1.0\nHost: a\n\n  indented\n"), srv("198.18.0.22", "x\n"))},
+		{"a server's value holding the placeholder", withServers(srv("198.18.0.21", "servers: "+serversPlaceholder+"0"), srv("198.18.0.22", ""))},
+		{"another value holding the placeholder", func() lb.Config {
+			cfg := withServers(srv("198.18.0.21", ""))
+			a := lb.NewAdvisor("exec", netip.Addr{}, 80)
+			a.Mode = "normal"
+			a.Program = "/bin/x\nservers: " + serversPlaceholder + "0" // a line of its own, as the placeholder is
+			cfg.Advisors = []lb.Advisor{a}
+			return cfg
+		}()},
+		{"ten thousand servers", bigConfig()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := FileNode(c.cfg)
+			root.HeadComment = fileHeader
+			want, err := encodeYAML(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, per := range []int{1, 2, 3, serversPerDocument} {
+				root := FileNode(c.cfg)
+				root.HeadComment = fileHeader
+				got, err := encodeInPieces(root, per)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != string(want) {
+					t.Fatalf("%d servers a document: the file differs from the one written whole:\n%s\nwant:\n%s", per, got, want)
+				}
+			}
+			f, err := ReadFile(want, Options{})
+			if err != nil {
+				t.Fatalf("reading the file back: %v", err)
+			}
+			if !sameConfig(c.cfg, f.Config) {
+				t.Errorf("read back differs: %+v", Diff(c.cfg, f.Config))
+			}
+		})
+	}
+}
+
 // TestMarshalFile shows what a written file looks like: defaults left
 // out, implied proportions left out, the rest in the file's words.
 func TestMarshalFile(t *testing.T) {
