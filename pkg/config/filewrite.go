@@ -44,8 +44,8 @@ const serversPlaceholder = "dlb-servers-written-apart-"
 // document ends (go-yaml/yaml#873): written whole, every server's events
 // are held at once in one queue, grown and copied as it fills (10,000
 // servers: 170 ms; in pieces 66–74 ms, BenchmarkFile10k/MarshalFile). A
-// value elsewhere in the file that holds a placeholder's text on a line of
-// its own makes it write the file whole.
+// value elsewhere in the file that holds a placeholder's text makes it
+// write the file whole.
 func encodeInPieces(root *yaml.Node, perDocument int) ([]byte, error) {
 	var lists []*yaml.Node // the servers taken out, by placeholder number
 	eachServers(root, func(slot **yaml.Node) {
