@@ -396,6 +396,31 @@ func (l *lab) loadFrom(ctx context.Context, client int, args ...string) (loadRes
 	return runLoad(exec.CommandContext(ctx, "nsenter", l.labclientArgs(client, args...)...))
 }
 
+// loadFromUntil runs labclient in client i's namespace like loadFrom, and
+// ends it early when stop is closed: labclient, sent SIGTERM, finishes
+// the requests in flight (each within its -timeout, killed if not within
+// a minute) and reports what it did. ctx's end kills it.
+func (l *lab) loadFromUntil(ctx context.Context, stop <-chan struct{}, client int, args ...string) (loadResult, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	cmd := exec.CommandContext(sctx, "nsenter", l.labclientArgs(client, args...)...)
+	cmd.Cancel = func() error {
+		if ctx.Err() != nil {
+			return cmd.Process.Kill()
+		}
+		return cmd.Process.Signal(syscall.SIGTERM)
+	}
+	cmd.WaitDelay = time.Minute
+	return runLoad(cmd)
+}
+
 // labclientArgs are nsenter's arguments to run labclient (JSON report)
 // with args in client i's namespace.
 func (l *lab) labclientArgs(client int, args ...string) []string {

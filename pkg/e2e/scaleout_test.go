@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -385,22 +386,28 @@ func (s *scaleLab) waitBFD(within time.Duration) {
 }
 
 // keepalive runs labclient's keep-alive mode from both clients: conns
-// connections in all, each sending a request every 500 ms for dur, each
-// request allowed 30 s (a connection stalled while the router converges is
-// not broken: TCP retransmits). It returns once every connection has had
-// a reply: a fault is put on established connections, not on handshakes
-// and first requests (1,050 dials take seconds on a loaded machine), and a
-// connection broken before its first reply could not be told by server.
-func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) <-chan loadResult {
+// connections in all, each sending a request every 500 ms until stop is
+// called (at most for dur), each request allowed 30 s (a connection
+// stalled while the router converges is not broken: TCP retransmits). It
+// returns once every connection has had a reply: a fault is put on
+// established connections, not on handshakes and first requests (1,050
+// dials take seconds on a loaded machine), and a connection broken before
+// its first reply could not be told by server. The result comes once the
+// load has ended; stop lets a test end it when its steps are done rather
+// than after a duration long enough for the slowest run of them.
+func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) (res <-chan loadResult, stop func()) {
 	s.t.Helper()
 	dir := s.t.TempDir()
 	ready := func(c int) string { return filepath.Join(dir, fmt.Sprintf("client%d.ready", c)) }
+	stopped := make(chan struct{})
+	stop = sync.OnceFunc(func() { close(stopped) })
+	s.t.Cleanup(stop)
 	out := make(chan loadResult, 1)
 	go func() {
 		res := make(chan loadResult, 2)
 		for c := 1; c <= 2; c++ {
 			go func() {
-				r, err := s.loadFrom(ctx, c, "-url", "http://"+s.vip()+"/", "-keepalive", "-c", strconv.Itoa(conns/2),
+				r, err := s.loadFromUntil(ctx, stopped, c, "-url", "http://"+s.vip()+"/", "-keepalive", "-c", strconv.Itoa(conns/2),
 					"-interval", "500ms", "-duration", dur.String(), "-timeout", "30s", "-ready", ready(c))
 				if err != nil {
 					r.Failed, r.Broken = -1, -1
@@ -444,7 +451,7 @@ func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) 
 		return true
 	})
 	s.t.Logf("all %d keep-alive connections had a reply %v after the load began", conns, time.Since(began).Round(time.Millisecond))
-	return out
+	return out, stop
 }
 
 // scheduled returns each dispatcher's count of connections scheduled.
@@ -480,6 +487,11 @@ func (s *scaleLab) waitScheduled(before []uint64, n uint64) []uint64 {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// afterReturn is how long a scale-out test's keep-alive load goes on
+// once the dispatcher it took away is used again: about eight requests on
+// each connection, those that move back to it included.
+const afterReturn = 4 * time.Second
 
 // runScaleOut is the scale-out test against one router daemon. The
 // router-independent parts (a killed dlbd, whose session the kernel
@@ -578,7 +590,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res := s.keepalive(ctx, 1050, 32*time.Second)
+		res, stop := s.keepalive(ctx, 1050, time.Minute)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		through := per[1]
@@ -600,6 +612,8 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		back := s.waitHops("dispatcher 2 back", 30*time.Second, all...)
 		t.Logf("link up: the router uses dispatcher 2 again %v later (%v after the loss)", back.Round(time.Millisecond),
 			time.Since(down).Round(time.Millisecond))
+		time.Sleep(afterReturn)
+		stop()
 		r := <-res
 		t.Logf("keep-alive connections: %d, broken %d (through the lost dispatcher: %d); requests: %d answered, %d failed; backend changes %d",
 			r.Connections, r.Broken, through, r.OK, r.Failed, r.BackendChanges)
@@ -629,7 +643,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res := s.keepalive(ctx, 1050, 20*time.Second)
+		res, stop := s.keepalive(ctx, 1050, time.Minute)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[0]
 		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "down").CombinedOutput(); err != nil {
@@ -647,6 +661,8 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 			t.Fatalf("link up: %v: %s", err, out)
 		}
 		s.waitHops("dispatcher 1 back", 30*time.Second, all...)
+		time.Sleep(afterReturn)
+		stop()
 		r := <-res
 		t.Logf("keep-alive connections: %d, broken %d (through the lost dispatcher: %d), backend changes %d",
 			r.Connections, r.Broken, per[0], r.BackendChanges)
@@ -669,7 +685,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res := s.keepalive(ctx, 1050, 22*time.Second)
+		res, stop := s.keepalive(ctx, 1050, time.Minute)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[2]
 		t.Logf("keep-alive connections through each dispatcher: %v", per)
@@ -687,6 +703,8 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		back := s.waitHops("dispatcher 3 restarted", 30*time.Second, all...)
 		t.Logf("dlbd restarted: announced and used again %v after it started", back.Round(time.Millisecond))
 		s.sameTables("after a restart")
+		time.Sleep(afterReturn)
+		stop()
 		r := <-res
 		t.Logf("keep-alive connections: %d, broken %d (through the killed dispatcher: %d), backend changes %d",
 			r.Connections, r.Broken, per[2], r.BackendChanges)
@@ -705,7 +723,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		defer cancel()
 		before := s.scheduled()
 		began := time.Now()
-		res := s.keepalive(ctx, 1050, 30*time.Second)
+		res, stop := s.keepalive(ctx, 1050, time.Minute)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		removed := s.backend(4)
@@ -734,6 +752,8 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		event("link up")
 		s.waitHops("dispatcher 2 back", 30*time.Second, all...)
 		event("dispatcher 2 used again")
+		time.Sleep(afterReturn)
+		stop()
 		r := <-res
 		t.Logf("failures from %d to %d ms after the load began (%s ms): %v", r.FirstFailMS, r.LastFailMS,
 			strings.Join(events, ", "), r.Errors)
