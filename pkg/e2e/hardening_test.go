@@ -23,15 +23,30 @@ import (
 )
 
 // poll checks cond every 10 ms for up to limit and returns how long it
-// took, or fails the test.
+// took, or fails the test: for a cond that is cheap (a file, a map, a
+// netlink read) and a time that is measured.
 func poll(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return pollEvery(t, 10*time.Millisecond, limit, what, cond)
+}
+
+// waitFor is poll every 200 ms: for a cond that runs a command or asks
+// dlbd (a report, a probe's result), whose time is not measured.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return pollEvery(t, 200*time.Millisecond, limit, what, cond)
+}
+
+// pollEvery checks cond every step for up to limit and returns how long
+// it took, or fails the test naming what it waited for.
+func pollEvery(t *testing.T, step, limit time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for !cond() {
 		if time.Since(start) > limit {
 			t.Fatalf("after %v: still waiting for %s", limit, what)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(step)
 	}
 	return time.Since(start)
 }

@@ -116,19 +116,6 @@ func (l *lab) newConns() map[int]uint64 {
 	return out
 }
 
-// waitFor polls cond every 200 ms for up to limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("after %v: still waiting for %s", limit, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestPrivilegedE2EHerd replays seed 000: one backend reports a much lower
 // load, its figures are 5 s old, and 500 new connections arrive inside one
 // manager interval. dlb's weights bound every backend's share; a greedy
