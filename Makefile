@@ -106,7 +106,7 @@ fuzz-inputs:
 
 ## soak: the chaos soak at length (needs root): 3 minutes of random faults (dlbd killed, interface
 ## down/up, backends restarted or given a new MAC, config churn, a second dlbd, the socket deleted)
-## under continuous traffic, with a table per fault; make test runs about 30 s (every fault once).
+## under continuous traffic, with a table per fault; make test runs about 50 s (every fault once).
 ## SOAK=10m for longer, SEED=N to replay a run.
 SOAK ?= 3m
 soak:

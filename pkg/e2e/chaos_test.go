@@ -84,7 +84,7 @@ type soak struct {
 
 func TestPrivilegedE2EChaosSoak(t *testing.T) {
 	alone(t)
-	dur := 20 * time.Second // and the round begun: one round, every fault once, about 30 s
+	dur := 20 * time.Second // and the round begun: one round, every fault once, about 50 s
 	if v := os.Getenv("DLB_SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
