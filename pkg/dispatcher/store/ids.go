@@ -184,50 +184,39 @@ func allocate(used map[uint32]bool, next *uint32, max uint32) uint32 {
 
 // Revert undoes the delta Apply returned (the last one applied).
 func (x *IDs) Revert(d *IDDelta) {
-	for k, id := range d.AddServices {
-		delete(x.Services, k)
-		delete(x.usedS, id)
-	}
-	for k, id := range d.AddBackends {
-		delete(x.Backends, k)
-		delete(x.usedB, id)
-	}
-	x.Services = compact.Map(x.Services, len(d.AddServices))
-	x.usedS = compact.Map(x.usedS, len(d.AddServices))
-	x.Backends = compact.Map(x.Backends, len(d.AddBackends))
-	x.usedB = compact.Map(x.usedB, len(d.AddBackends))
-	for k, id := range d.DelServices {
-		x.Services[k] = id
-		x.usedS[id] = true
-	}
-	for k, id := range d.DelBackends {
-		x.Backends[k] = id
-		x.usedB[id] = true
-	}
+	x.exchange(d.AddServices, d.AddBackends, d.DelServices, d.DelBackends)
 	x.NextService, x.NextBackend = d.prevService, d.prevBackend
 }
 
 // replay applies a delta read back from the journal.
 func (x *IDs) replay(d *IDDelta) {
-	for k, id := range d.DelServices {
+	x.exchange(d.DelServices, d.DelBackends, d.AddServices, d.AddBackends)
+	x.NextService, x.NextBackend = d.NextService, d.NextBackend
+}
+
+// exchange frees the ids of goneS and goneB, then gives those of
+// backS and backB again: a delta replayed is its deletions then its
+// additions, a delta reverted the other way round.
+func (x *IDs) exchange(goneS map[lb.ServiceKey]uint32, goneB map[lb.BackendKey]uint32,
+	backS map[lb.ServiceKey]uint32, backB map[lb.BackendKey]uint32) {
+	for k, id := range goneS {
 		delete(x.Services, k)
 		delete(x.usedS, id)
 	}
-	for k, id := range d.DelBackends {
+	for k, id := range goneB {
 		delete(x.Backends, k)
 		delete(x.usedB, id)
 	}
-	x.Services = compact.Map(x.Services, len(d.DelServices))
-	x.usedS = compact.Map(x.usedS, len(d.DelServices))
-	x.Backends = compact.Map(x.Backends, len(d.DelBackends))
-	x.usedB = compact.Map(x.usedB, len(d.DelBackends))
-	for k, id := range d.AddServices {
+	x.Services = compact.Map(x.Services, len(goneS))
+	x.usedS = compact.Map(x.usedS, len(goneS))
+	x.Backends = compact.Map(x.Backends, len(goneB))
+	x.usedB = compact.Map(x.usedB, len(goneB))
+	for k, id := range backS {
 		x.Services[k] = id
 		x.usedS[id] = true
 	}
-	for k, id := range d.AddBackends {
+	for k, id := range backB {
 		x.Backends[k] = id
 		x.usedB[id] = true
 	}
-	x.NextService, x.NextBackend = d.NextService, d.NextBackend
 }

@@ -372,6 +372,24 @@ func TestIDsAreStableAndNotReusedAtOnce(t *testing.T) {
 	if !reflect.DeepEqual(x.Backends, before.Backends) || x.NextBackend != before.NextBackend {
 		t.Errorf("Revert then replay: %+v, want %+v", x, before)
 	}
+	// A delta that frees and gives ids at once: Revert brings back the
+	// ids before it, replay those after it.
+	d, err = apply(op(config.Server, config.Remove, "198.18.0.100@80@198.18.0.22"), op(config.Server, config.Add, "198.18.0.100@80@198.18.0.24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.AddBackends) != 1 || len(d.DelBackends) != 1 {
+		t.Fatalf("delta %+v, want one backend freed and one given", d)
+	}
+	after := x.Clone()
+	x.Revert(d)
+	if !reflect.DeepEqual(x.Backends, before.Backends) || x.NextBackend != before.NextBackend {
+		t.Errorf("Revert: %+v, want %+v", x.Backends, before.Backends)
+	}
+	x.replay(d)
+	if !reflect.DeepEqual(x.Backends, after.Backends) || x.NextBackend != after.NextBackend {
+		t.Errorf("replay: %+v, want %+v", x.Backends, after.Backends)
+	}
 	// The table is bounded (8 backends: ids 1..7).
 	var many []string
 	for i := 0; i < 10; i++ {
