@@ -400,6 +400,9 @@ func (d *Datapath) Repin() ([]string, error) {
 	if err := os.MkdirAll(d.pinDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the pin directory again: %w", err)
 	}
+	if err := checkNotUnlinked(d.pinDir); err != nil {
+		return nil, err
+	}
 	var done []string
 	var errs []error
 	for _, name := range missing {
@@ -417,6 +420,24 @@ func (d *Datapath) Repin() ([]string, error) {
 		done = append(done, name)
 	}
 	return done, errors.Join(errs...)
+}
+
+// ErrPinDirUnlinked: the pin directory was deleted, yet dlbd still sees
+// it, as the mount point of a directory bound into its mount namespace
+// (dlbd.service binds the host's /sys/fs/bpf/dlb into a private
+// /sys/fs/bpf). Nothing can be pinned in it, and dlbd cannot make the
+// host's directory again from where it stands.
+var ErrPinDirUnlinked = errors.New("the pin directory was deleted, and this dlbd cannot make it again: " +
+	"it is the mount point of a directory bound into dlbd's mount namespace (as dlbd.service binds /sys/fs/bpf/dlb)")
+
+// checkNotUnlinked returns ErrPinDirUnlinked, with the path, when dir is
+// a directory that was deleted (no links left) but is still reachable.
+func checkNotUnlinked(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err == nil && st.Nlink == 0 {
+		return fmt.Errorf("%s: %w", dir, ErrPinDirUnlinked)
+	}
+	return nil
 }
 
 // Attached returns the current attachment, or false when the program is

@@ -5,8 +5,10 @@ package datapath
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -517,6 +519,33 @@ func TestPrivilegedHandshakeSurvivesTableSwap(t *testing.T) {
 	// An ACK without a remembered SYN is scheduled by the table.
 	if _, out := e.run(t, tcpTo(vipTCP, 80, 3002, "A").Build(t)); !bytes.Equal(out[:6], e.backend[12].MAC) {
 		t.Errorf("unknown ACK went to %x, want the new table's server", out[:6])
+	}
+}
+
+// TestCheckNotUnlinked: a directory deleted while still reachable (here
+// through a descriptor's /proc path; under dlbd.service as the mount
+// point of the host's pin directory bound in) is told from a live one,
+// and the error names the path.
+func TestCheckNotUnlinked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pins")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	if err := checkNotUnlinked(seen); err != nil {
+		t.Errorf("a live directory: %v", err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	err = checkNotUnlinked(seen)
+	if !errors.Is(err, ErrPinDirUnlinked) || !strings.Contains(err.Error(), seen) {
+		t.Errorf("a deleted directory still reachable: %v, want %v naming %s", err, ErrPinDirUnlinked, seen)
 	}
 }
 

@@ -50,8 +50,10 @@ type fakeDatapath struct {
 	// it (name, link, executor).
 	occupied  error
 	described lb.XDPProgram
-	// repin is what the next Repin pins again (its pins deleted).
-	repin []string
+	// repin is what the next Repin pins again (its pins deleted);
+	// repinErr, while set, is its failure each time.
+	repin    []string
+	repinErr error
 	// onAttach, if set, is called by Attach first.
 	onAttach func()
 }
@@ -60,6 +62,9 @@ type fakeDatapath struct {
 func (f *fakeDatapath) Repin() ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.repinErr != nil {
+		return nil, f.repinErr
+	}
 	out := f.repin
 	f.repin = nil
 	return out, nil

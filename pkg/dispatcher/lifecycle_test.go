@@ -150,6 +150,40 @@ func TestPinsDeletedUnderDlbd(t *testing.T) {
 	}
 }
 
+// TestPinsThatCannotBeMadeAgain: the executor cannot be pinned again
+// (its pin directory bound in from the host and deleted there). The
+// failure, the same each tick, is logged once, not each tick, and the
+// executor report warns with the remedy while it lasts; once the pins
+// are made again, both say so.
+func TestPinsThatCannotBeMadeAgain(t *testing.T) {
+	var logs testutil.LogBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, false))
+	base(h)
+	h.dp.mu.Lock()
+	h.dp.repinErr = errors.New("/sys/fs/bpf/dlb: the pin directory was deleted, and this dlbd cannot make it again")
+	h.dp.mu.Unlock()
+	const failed = `msg="pinning the executor again"`
+	eventually(t, "the failure logged", func() bool { return strings.Contains(logs.String(), failed) })
+	eventually(t, "the report's warning", func() bool { return len(h.executorWarnings("could not be pinned again")) == 1 })
+	w := h.executorWarnings("could not be pinned again")[0]
+	for _, want := range []string{"cannot make it again", "restart dlbd"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q does not say %q", w, want)
+		}
+	}
+	time.Sleep(20 * h.e.opts.TickInterval)
+	if n := strings.Count(logs.String(), failed); n != 1 {
+		t.Errorf("the same failure logged %d times in 20 ticks, want once:\n%s", n, logs.String())
+	}
+	h.dp.mu.Lock()
+	h.dp.repinErr = nil
+	h.dp.mu.Unlock()
+	eventually(t, "pinned again", func() bool { return strings.Contains(logs.String(), `msg="the executor is pinned again"`) })
+	if w := h.executorWarnings("could not be pinned again"); len(w) != 0 {
+		t.Errorf("pinned again, the report still warns: %v", w)
+	}
+}
+
 // TestInterfaceRecreatedTakenByAnotherProgram: the executor's interface
 // is deleted and created again, and another tool attaches its XDP program
 // to it first. The executor stays detached; its report says whose program

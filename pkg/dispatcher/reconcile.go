@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
@@ -26,7 +27,15 @@ type executor struct {
 	sweep  lb.SweepResult
 	// attach follows its interface (netevents.go).
 	attach attachState
+	// unpinned is why the executor's pins could not be made again, while
+	// they cannot (checkPins), and loggedAt when that was last logged.
+	unpinned string
+	loggedAt time.Time
 }
+
+// repinLogEvery is how often a failure to pin the executor again, the
+// same each second, is logged again while it lasts.
+const repinLogEvery = 10 * time.Minute
 
 func newExecutor() executor {
 	return executor{tables: map[uint32]table{}, groups: map[uint32]uint32{}}
@@ -188,6 +197,21 @@ type repinner interface {
 	Repin() ([]string, error)
 }
 
+// repinRemedy is what the operator does about pins that cannot be made
+// again.
+const repinRemedy = "until it is pinned, the executor forwards but cannot be adopted: a restart of dlbd loads " +
+	"a new one with empty tables, and this one leaves the interface when dlbd exits; restart dlbd at a quiet time " +
+	"(under systemd the restart makes the pin directory again)"
+
+// unpinnedWarning is the executor report's warning while the executor's
+// pins cannot be made again, or "".
+func (e *Engine) unpinnedWarning() string {
+	if e.exec.unpinned == "" || e.exec.dp == nil {
+		return ""
+	}
+	return "the executor could not be pinned again (" + e.exec.unpinned + "): " + repinRemedy
+}
+
 // checkPins pins the executor again when its pins were deleted under dlbd
 // (rm -rf of the pin directory): without them the next dlbd would load a
 // new executor with empty tables, and the program would leave the
@@ -204,8 +228,20 @@ func (e *Engine) checkPins() {
 			"dir", e.exec.dp.Info().PinDir, "pins", len(names))
 	}
 	if err != nil {
-		e.log.Error("pinning the executor again", "err", err)
+		// The same failure each tick (a pin directory dlbd cannot make
+		// again stays so until a restart) is logged when it begins or
+		// changes, and then every repinLogEvery; the report warns
+		// (unpinnedWarning) all along.
+		now := time.Now()
+		if msg := err.Error(); msg != e.exec.unpinned || now.Sub(e.exec.loggedAt) >= repinLogEvery {
+			e.log.Error("pinning the executor again", "err", err, "remedy", repinRemedy)
+			e.exec.unpinned, e.exec.loggedAt = msg, now
+		}
 		return
+	}
+	if e.exec.unpinned != "" {
+		e.log.Info("the executor is pinned again", "dir", e.exec.dp.Info().PinDir)
+		e.exec.unpinned = ""
 	}
 	if l := e.opts.PinLock; l != nil && !l.StillHeld() {
 		if err := l.Renew(); err != nil {

@@ -756,6 +756,62 @@ func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
 	l.checkNewConnections(t, "after the restart")
 }
 
+// TestPrivilegedE2EFault20PinDirectoryBoundIn: dlbd runs as dlbd.service
+// has it, its pin directory bound from the host's bpffs into a private
+// /sys/fs/bpf, and the host's directory is deleted (rm -rf) while clients
+// hold connections. dlbd cannot make it again from inside: it used to log
+// the same twenty-line error every second, forever, and say nothing in
+// its report. It now says so once, and the executor report warns with
+// what it means and what to do, while the executor, unpinned, forwards on.
+// A restart, which makes the directory again as the unit's dlbd-prepare
+// does, loads a pinned executor again.
+func TestPrivilegedE2EFault20PinDirectoryBoundIn(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.pinsBoundIn = true
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := l.holdConnections(ctx, 8, 7*time.Second)
+
+	if err := os.RemoveAll(l.pinDir); err != nil {
+		t.Fatal(err)
+	}
+	const said = "pinning the executor again"
+	poll(t, 5*time.Second, "dlbd to say it cannot pin the executor again", func() bool { return strings.Contains(l.dlbdLog(), said) })
+	var warning string
+	waitFor(t, 3*time.Second, "the executor report's warning", func() bool {
+		warning = l.executorWarning("could not be pinned again")
+		return warning != ""
+	})
+	t.Logf("executor report: %s", warning)
+	for _, w := range []string{"cannot make it again", "restart dlbd"} {
+		if !strings.Contains(warning, w) {
+			t.Errorf("the warning does not say %q", w)
+		}
+	}
+	time.Sleep(3 * time.Second) // three more of dlbd's ticks
+	if n := strings.Count(l.dlbdLog(), said); n != 1 {
+		t.Errorf("dlbd logged %q %d times in 3 s, want once", said, n)
+	}
+	checkHeld(t, held, 8)
+	l.checkNewConnections(t, "with the executor unpinned")
+
+	l.killDlbd(syscall.SIGTERM)
+	l.startDlbd()
+	if r := l.executor(); !r.Attached {
+		t.Errorf("after the restart: executor not attached (%s)", r.Error)
+	}
+	if _, err := os.Stat(filepath.Join(l.pinDir, "link")); err != nil {
+		t.Errorf("after the restart: the executor is not pinned: %v", err)
+	}
+	if w := l.executorWarning("could not be pinned again"); w != "" {
+		t.Errorf("after the restart the report still warns: %s", w)
+	}
+	l.checkNewConnections(t, "after the restart")
+}
+
 // TestPrivilegedE2EFault11InterfaceRenamed: the executor's interface is
 // renamed (ip link set X name Y, which takes it down) while clients hold
 // connections, then renamed again while no dlbd runs. The executor stays

@@ -83,6 +83,11 @@ type lab struct {
 	state  string
 	dlbd   *exec.Cmd
 	dlbdN  int
+	// pinsBoundIn runs dlbd as dlbd.service does: in a mount namespace
+	// of its own with an empty /sys/fs/bpf into which the host's pin
+	// directory is bound (TemporaryFileSystem=, BindPaths=), made first
+	// by the unit's dlbd-prepare.
+	pinsBoundIn bool
 	// pkgDir holds the packaged dlbd's socket and state (package_test.go).
 	pkgDir string
 }
@@ -198,6 +203,18 @@ func (l *lab) startDlbdWait(wait time.Duration, extra ...string) {
 	args := append([]string{"--net=/run/netns/" + l.env["LAB_DISPATCHER_NS"], filepath.Join(binDir, "dlbd"),
 		"--socket", l.sock, "--state-dir", l.state, "--pin-dir", l.pinDir, "--log-level", "debug"}, extra...)
 	cmd := exec.Command("nsenter", args...)
+	if l.pinsBoundIn {
+		prep := exec.Command(filepath.Join(repoDir, "scripts", "systemd", "dlbd-prepare"), l.pinDir, "root")
+		if out, err := prep.CombinedOutput(); err != nil {
+			l.t.Fatalf("dlbd-prepare: %v\n%s", err, out)
+		}
+		hold := filepath.Join(l.run, "pins-bound")
+		if err := os.MkdirAll(hold, 0o700); err != nil {
+			l.t.Fatal(err)
+		}
+		cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-ec", unitMounts,
+			"sh", l.pinDir, hold, "nsenter"}, args...)...)
+	}
 	logf, err := os.Create(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
 	if err != nil {
 		l.t.Fatal(err)
@@ -217,6 +234,17 @@ func (l *lab) startDlbdWait(wait time.Duration, extra ...string) {
 	}
 	l.t.Fatalf("dlbd did not answer within %s", wait)
 }
+
+// unitMounts, run by sh in dlbd's new mount namespace with the pin
+// directory, a directory to hold it for a moment and dlbd's command as
+// arguments, makes what dlbd.service gives dlbd: a private, empty
+// /sys/fs/bpf holding only the host's pin directory; then runs dlbd.
+const unitMounts = `pin=$1 hold=$2; shift 2
+mount --bind "$pin" "$hold"
+mount -t tmpfs -o mode=0755 dlbunit /sys/fs/bpf
+mkdir -p "$pin"
+mount --move "$hold" "$pin"
+exec "$@"`
 
 // killDlbd sends sig to dlbd and waits for it to exit.
 func (l *lab) killDlbd(sig syscall.Signal) {
