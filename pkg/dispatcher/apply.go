@@ -321,6 +321,22 @@ func (e *Engine) checkStore() error {
 	return nil
 }
 
+// unsavedRemedy is what the operator does about a state that cannot be
+// saved.
+const unsavedRemedy = "changes are refused until the state can be saved; dlbd forwards with what it runs. " +
+	"Make the state directory writable again; if dlbd cannot reach it any more (under dlbd.service, a state " +
+	"directory deleted on the host), save the configuration (dlbctl file save FILE), restart dlbd, then load it " +
+	"(dlbctl file load FILE)"
+
+// unsavedWarning is the executor report's warning while the state cannot
+// be saved, or "".
+func (e *Engine) unsavedWarning() string {
+	if e.unsaved.Msg() == "" {
+		return ""
+	}
+	return "the state cannot be saved (" + e.unsaved.Msg() + "): " + unsavedRemedy
+}
+
 // restoreStore is checkStore's work.
 func (e *Engine) restoreStore() error {
 	if l := e.opts.StateLock; l != nil && !l.StillHeld() {

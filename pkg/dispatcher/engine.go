@@ -234,7 +234,10 @@ type Engine struct {
 	host     host // what the engine did to the host and must remember
 
 	exec executor // the executor, and what the engine knows it holds
-	net  *neighbors
+	// unsaved is why the state cannot be saved, while it cannot (a state
+	// directory deleted that dlbd cannot make again).
+	unsaved logagg.Steady
+	net     *neighbors
 	// netEvents are the host's network changes (nil: not followed).
 	netEvents <-chan lb.NetEvent
 	// agg holds back repeated warnings (package logagg).
@@ -554,7 +557,11 @@ func (e *Engine) Run(ctx context.Context) {
 			f()
 		case <-tick.C:
 			if err := e.checkStore(); err != nil {
-				e.log.Error("saving the state", "err", err)
+				if e.unsaved.Failed(err, time.Now()) {
+					e.log.Error("saving the state", "err", err, "remedy", unsavedRemedy)
+				}
+			} else if e.unsaved.OK() {
+				e.log.Info("the state is saved again", "dir", e.opts.StateDir)
 			}
 			e.checkPins()
 			e.checkAttachment(e.ed.Config())

@@ -16,6 +16,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/lock"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 var (
@@ -580,6 +581,55 @@ func TestExecutorStartOnAnotherProgram(t *testing.T) {
 				t.Error("cluster address not configured once the interface was free")
 			}
 		})
+	}
+}
+
+// TestStateThatCannotBeSaved: the state directory is deleted and a file
+// takes its place, so that each tick fails to write the state again. The
+// failure is logged once, not each tick, with the remedy; the executor
+// report warns while it lasts; once the file is gone, the next tick
+// writes the state again, and both say so.
+func TestStateThatCannotBeSaved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lock.File(filepath.Join(dir, "dlbd.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Release() }()
+	var logs testutil.LogBuffer
+	h := newHarnessWith(t, dir, func(o *Options) {
+		o.StateLock, o.TickInterval = l, 20*time.Millisecond
+		logTo(&logs, false)(o)
+	})
+	base(h)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const failed = `msg="saving the state"`
+	eventually(t, "the failure logged", func() bool { return strings.Contains(logs.String(), failed) })
+	eventually(t, "the report's warning", func() bool { return len(h.executorWarnings("the state cannot be saved")) == 1 })
+	if w := h.executorWarnings("the state cannot be saved")[0]; !strings.Contains(w, "not a directory") || !strings.Contains(w, "dlbctl file save FILE") {
+		t.Errorf("warning %q does not say why or what to do", w)
+	}
+	time.Sleep(20 * 20 * time.Millisecond)
+	if n := strings.Count(logs.String(), failed); n != 1 {
+		t.Errorf("the same failure logged %d times in 20 ticks, want once:\n%s", n, logs.String())
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "saved again", func() bool { return strings.Contains(logs.String(), `msg="the state is saved again"`) })
+	if w := h.executorWarnings("the state cannot be saved"); len(w) != 0 {
+		t.Errorf("saved again, the report still warns: %v", w)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.json")); err != nil {
+		t.Errorf("the state was not written again: %v", err)
 	}
 }
 

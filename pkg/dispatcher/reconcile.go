@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlbproject/dlb/internal/logagg"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -27,15 +28,10 @@ type executor struct {
 	sweep  lb.SweepResult
 	// attach follows its interface (netevents.go).
 	attach attachState
-	// unpinned is why the executor's pins could not be made again, while
-	// they cannot (checkPins), and loggedAt when that was last logged.
-	unpinned string
-	loggedAt time.Time
+	// unpinned is why the executor's pins cannot be made again, while
+	// they cannot (checkPins).
+	unpinned logagg.Steady
 }
-
-// repinLogEvery is how often a failure to pin the executor again, the
-// same each second, is logged again while it lasts.
-const repinLogEvery = 10 * time.Minute
 
 func newExecutor() executor {
 	return executor{tables: map[uint32]table{}, groups: map[uint32]uint32{}}
@@ -206,10 +202,10 @@ const repinRemedy = "until it is pinned, the executor forwards but cannot be ado
 // unpinnedWarning is the executor report's warning while the executor's
 // pins cannot be made again, or "".
 func (e *Engine) unpinnedWarning() string {
-	if e.exec.unpinned == "" || e.exec.dp == nil {
+	if e.exec.unpinned.Msg() == "" || e.exec.dp == nil {
 		return ""
 	}
-	return "the executor could not be pinned again (" + e.exec.unpinned + "): " + repinRemedy
+	return "the executor could not be pinned again (" + e.exec.unpinned.Msg() + "): " + repinRemedy
 }
 
 // checkPins pins the executor again when its pins were deleted under dlbd
@@ -228,20 +224,15 @@ func (e *Engine) checkPins() {
 			"dir", e.exec.dp.Info().PinDir, "pins", len(names))
 	}
 	if err != nil {
-		// The same failure each tick (a pin directory dlbd cannot make
-		// again stays so until a restart) is logged when it begins or
-		// changes, and then every repinLogEvery; the report warns
-		// (unpinnedWarning) all along.
-		now := time.Now()
-		if msg := err.Error(); msg != e.exec.unpinned || now.Sub(e.exec.loggedAt) >= repinLogEvery {
+		// A pin directory dlbd cannot make again stays so until a
+		// restart: the report warns all along (unpinnedWarning).
+		if e.exec.unpinned.Failed(err, time.Now()) {
 			e.log.Error("pinning the executor again", "err", err, "remedy", repinRemedy)
-			e.exec.unpinned, e.exec.loggedAt = msg, now
 		}
 		return
 	}
-	if e.exec.unpinned != "" {
+	if e.exec.unpinned.OK() {
 		e.log.Info("the executor is pinned again", "dir", e.exec.dp.Info().PinDir)
-		e.exec.unpinned = ""
 	}
 	if l := e.opts.PinLock; l != nil && !l.StillHeld() {
 		if err := l.Renew(); err != nil {

@@ -280,6 +280,9 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 		if w := e.unpinnedWarning(); w != "" {
 			x.Warnings = append(x.Warnings, w)
 		}
+		if w := e.unsavedWarning(); w != "" {
+			x.Warnings = append(x.Warnings, w)
+		}
 		x.Warnings = append(x.Warnings, e.conflictWarnings()...)
 		x.Warnings = append(x.Warnings, e.nfaProblems(e.ed.Config())...)
 		x.Warnings = append(x.Warnings, e.clusterProblems(e.ed.Config(), nil)...)

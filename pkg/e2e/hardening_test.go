@@ -756,58 +756,83 @@ func TestPrivilegedE2EFault10FilesDeletedUnderDlbd(t *testing.T) {
 	l.checkNewConnections(t, "after the restart")
 }
 
-// TestPrivilegedE2EFault20PinDirectoryBoundIn: dlbd runs as dlbd.service
-// has it, its pin directory bound from the host's bpffs into a private
-// /sys/fs/bpf, and the host's directory is deleted (rm -rf) while clients
-// hold connections. dlbd cannot make it again from inside: it used to log
-// the same twenty-line error every second, forever, and say nothing in
-// its report. It now says so once, and the executor report warns with
-// what it means and what to do, while the executor, unpinned, forwards on.
-// A restart, which makes the directory again as the unit's dlbd-prepare
-// does, loads a pinned executor again.
-func TestPrivilegedE2EFault20PinDirectoryBoundIn(t *testing.T) {
+// TestPrivilegedE2EFault20UnitDirectoriesDeletedOnHost: dlbd runs in the
+// mount namespace dlbd.service gives it (unitMounts), and the host's pin
+// directory, then its state directory, then its runtime directory are
+// deleted (rm -rf) while clients hold connections. From inside, dlbd can
+// make none of them again: it used to log the same error every second
+// (every 250 ms for the socket), forever, the pins' twenty lines long, and
+// its report said nothing. It now says each once, and the executor report
+// warns with what it means and what to do, while the executor, unpinned,
+// forwards on and changes are refused. The remedy it gives works: the
+// configuration saved, dlbd restarted (the unit makes the directories
+// again), the configuration loaded: a pinned executor again.
+func TestPrivilegedE2EFault20UnitDirectoriesDeletedOnHost(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 2)
-	l.pinsBoundIn = true
+	l.unitMounts = true
+	l.sock = filepath.Join(l.run, "runtime", "dlbd.sock")
 	l.startDlbd()
 	l.configure("generic", 10, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	held := l.holdConnections(ctx, 8, 7*time.Second)
+	held := l.holdConnections(ctx, 8, 8*time.Second)
 
-	if err := os.RemoveAll(l.pinDir); err != nil {
-		t.Fatal(err)
-	}
-	const said = "pinning the executor again"
-	poll(t, 5*time.Second, "dlbd to say it cannot pin the executor again", func() bool { return strings.Contains(l.dlbdLog(), said) })
-	var warning string
-	waitFor(t, 3*time.Second, "the executor report's warning", func() bool {
-		warning = l.executorWarning("could not be pinned again")
-		return warning != ""
-	})
-	t.Logf("executor report: %s", warning)
-	for _, w := range []string{"cannot make it again", "restart dlbd"} {
-		if !strings.Contains(warning, w) {
-			t.Errorf("the warning does not say %q", w)
+	for _, c := range []struct{ dir, logged, warning string }{
+		{l.pinDir, "pinning the executor again", "could not be pinned again"},
+		{l.state, "saving the state", "the state cannot be saved"},
+	} {
+		if err := os.RemoveAll(c.dir); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, 5*time.Second, fmt.Sprintf("dlbd to log %q", c.logged), func() bool { return strings.Contains(l.dlbdLog(), c.logged) })
+		var warning string
+		waitFor(t, 3*time.Second, "the executor report's warning", func() bool {
+			warning = l.executorWarning(c.warning)
+			return warning != ""
+		})
+		t.Logf("executor report: %s", warning)
+		if !strings.Contains(warning, "restart dlbd") {
+			t.Errorf("the warning does not say what to do: %s", warning)
 		}
 	}
+	target := l.vip() + "@80@" + l.backend(1)
+	if _, errOut, code := l.ctl("server", "set", target, "--weight", "7"); code == 0 || !strings.Contains(errOut, "file save") {
+		t.Errorf("a change with the state unsaved: exit %d, %s; want it refused, saying how to keep a copy", code, errOut)
+	}
 	time.Sleep(3 * time.Second) // three more of dlbd's ticks
-	if n := strings.Count(l.dlbdLog(), said); n != 1 {
-		t.Errorf("dlbd logged %q %d times in 3 s, want once", said, n)
+	for _, said := range []string{`msg="pinning the executor again"`, `msg="saving the state"`} {
+		if n := strings.Count(l.dlbdLog(), said); n != 1 {
+			t.Errorf("dlbd logged %s %d times, want once", said, n)
+		}
 	}
 	checkHeld(t, held, 8)
-	l.checkNewConnections(t, "with the executor unpinned")
+	l.checkNewConnections(t, "with the executor unpinned and the state unsaved")
 
+	saved := filepath.Join(t.TempDir(), "saved.conf")
+	l.mustCtl("file", "save", saved)
+	// Last, the runtime directory with the API socket: dlbctl can no
+	// longer reach dlbd, which says so once (it checks every 250 ms).
+	if err := os.RemoveAll(filepath.Dir(l.sock)); err != nil {
+		t.Fatal(err)
+	}
+	const unreachable = "the API socket disappeared and cannot be created again"
+	poll(t, 5*time.Second, "dlbd to say its socket cannot be made again", func() bool { return strings.Contains(l.dlbdLog(), unreachable) })
+	time.Sleep(time.Second)
+	if n := strings.Count(l.dlbdLog(), unreachable); n != 1 {
+		t.Errorf("dlbd logged %q %d times in a second, want once", unreachable, n)
+	}
 	l.killDlbd(syscall.SIGTERM)
 	l.startDlbd()
-	if r := l.executor(); !r.Attached {
-		t.Errorf("after the restart: executor not attached (%s)", r.Error)
+	l.mustCtl("file", "load", saved)
+	if r := l.executor(); !r.Attached || len(r.Warnings) != 0 {
+		t.Errorf("after the restart and the load: attached %v (%s), warnings %q", r.Attached, r.Error, r.Warnings)
 	}
 	if _, err := os.Stat(filepath.Join(l.pinDir, "link")); err != nil {
 		t.Errorf("after the restart: the executor is not pinned: %v", err)
 	}
-	if w := l.executorWarning("could not be pinned again"); w != "" {
-		t.Errorf("after the restart the report still warns: %s", w)
+	if n := len(l.servers()); n != 2 {
+		t.Errorf("after the restart and the load: %d servers, want 2", n)
 	}
 	l.checkNewConnections(t, "after the restart")
 }

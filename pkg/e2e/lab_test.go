@@ -83,11 +83,9 @@ type lab struct {
 	state  string
 	dlbd   *exec.Cmd
 	dlbdN  int
-	// pinsBoundIn runs dlbd as dlbd.service does: in a mount namespace
-	// of its own with an empty /sys/fs/bpf into which the host's pin
-	// directory is bound (TemporaryFileSystem=, BindPaths=), made first
-	// by the unit's dlbd-prepare.
-	pinsBoundIn bool
+	// unitMounts runs dlbd in the mount namespace dlbd.service gives it
+	// (see unitMounts); the socket is then in a directory of its own.
+	unitMounts bool
 	// pkgDir holds the packaged dlbd's socket and state (package_test.go).
 	pkgDir string
 }
@@ -203,17 +201,20 @@ func (l *lab) startDlbdWait(wait time.Duration, extra ...string) {
 	args := append([]string{"--net=/run/netns/" + l.env["LAB_DISPATCHER_NS"], filepath.Join(binDir, "dlbd"),
 		"--socket", l.sock, "--state-dir", l.state, "--pin-dir", l.pinDir, "--log-level", "debug"}, extra...)
 	cmd := exec.Command("nsenter", args...)
-	if l.pinsBoundIn {
+	if l.unitMounts {
 		prep := exec.Command(filepath.Join(repoDir, "scripts", "systemd", "dlbd-prepare"), l.pinDir, "root")
 		if out, err := prep.CombinedOutput(); err != nil {
 			l.t.Fatalf("dlbd-prepare: %v\n%s", err, out)
 		}
 		hold := filepath.Join(l.run, "pins-bound")
-		if err := os.MkdirAll(hold, 0o700); err != nil {
-			l.t.Fatal(err)
+		// As systemd makes StateDirectory= and RuntimeDirectory=.
+		for _, d := range []string{hold, l.state, filepath.Dir(l.sock)} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				l.t.Fatal(err)
+			}
 		}
 		cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-ec", unitMounts,
-			"sh", l.pinDir, hold, "nsenter"}, args...)...)
+			"sh", l.pinDir, hold, l.run, l.state, filepath.Dir(l.sock), "nsenter"}, args...)...)
 	}
 	logf, err := os.Create(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
 	if err != nil {
@@ -236,14 +237,21 @@ func (l *lab) startDlbdWait(wait time.Duration, extra ...string) {
 }
 
 // unitMounts, run by sh in dlbd's new mount namespace with the pin
-// directory, a directory to hold it for a moment and dlbd's command as
-// arguments, makes what dlbd.service gives dlbd: a private, empty
-// /sys/fs/bpf holding only the host's pin directory; then runs dlbd.
-const unitMounts = `pin=$1 hold=$2; shift 2
+// directory, a directory to hold it for a moment, the lab's private
+// directory, the state directory and the socket's directory (both in the
+// private one), then dlbd's command, makes what dlbd.service gives dlbd
+// and runs it: a private, empty /sys/fs/bpf holding only the host's pin
+// directory (TemporaryFileSystem=, BindPaths=), and a read-only file
+// system but for the state and runtime directories, each bound writable
+// onto itself (ProtectSystem=strict, StateDirectory=, RuntimeDirectory=).
+const unitMounts = `pin=$1 hold=$2 run=$3 state=$4 sockdir=$5; shift 5
 mount --bind "$pin" "$hold"
 mount -t tmpfs -o mode=0755 dlbunit /sys/fs/bpf
 mkdir -p "$pin"
 mount --move "$hold" "$pin"
+mount --bind "$run" "$run"
+mount -o remount,bind,ro "$run"
+for d in "$state" "$sockdir"; do mount --bind "$d" "$d"; mount -o remount,bind,rw "$d"; done
 exec "$@"`
 
 // killDlbd sends sig to dlbd and waits for it to exit.

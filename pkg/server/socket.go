@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dlbproject/dlb/internal/logagg"
 )
 
 // DefaultSocketCheck is how often a Socket checks that its file is still
@@ -35,6 +37,9 @@ type Socket struct {
 	id      fileID            // the file it created
 	retired map[*net.UnixListener]bool
 	foreign bool // the path holds a file of someone else's (logged once)
+	// unmade is why the file cannot be created again, while it cannot
+	// (Serve's goroutine only).
+	unmade logagg.Steady
 }
 
 // fileID identifies a file across renames and re-creations.
@@ -193,16 +198,25 @@ func (s *Socket) Serve(srv *http.Server) error {
 // recreate creates the socket file again if it has disappeared, and
 // returns its new listener (nil when nothing was done).
 func (s *Socket) recreate() *net.UnixListener {
+	// Gone: the file, or its directory (ENOTDIR: a file took the
+	// directory's place).
 	_, err := os.Lstat(s.path)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
+	if err == nil || !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 		s.noteForeign()
 		return nil
 	}
 	ln, id, err := s.listen()
 	if err != nil {
-		s.log.Error("the API socket disappeared and cannot be created again", "socket", s.path, "err", err)
+		// Checked every s.check, the same failure (a directory this
+		// dlbd cannot make again) is said when it begins or changes.
+		if s.unmade.Failed(err, time.Now()) {
+			s.log.Error("the API socket disappeared and cannot be created again", "socket", s.path, "err", err,
+				"remedy", "dlbctl cannot reach this dlbd, which forwards on; make the socket's directory writable again, "+
+					"or restart dlbd (under dlbd.service the restart makes /run/dlb again)")
+		}
 		return nil
 	}
+	s.unmade.OK()
 	s.mu.Lock()
 	old := s.ln
 	s.ln, s.id, s.foreign = ln, id, false

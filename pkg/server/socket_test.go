@@ -2,12 +2,16 @@ package server
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // sockDir returns a short temporary directory: a unix socket's path must
@@ -79,6 +83,48 @@ func TestSocketRecreated(t *testing.T) {
 		}
 		if fi.Mode().Perm() != 0o660 || fi.Mode().Type() != os.ModeSocket {
 			t.Errorf("round %d: recreated with mode %v, want a socket of mode 0660", round, fi.Mode())
+		}
+	}
+}
+
+// A socket whose directory cannot be made again (here a file took its
+// place; under dlbd.service, /run/dlb deleted on the host) is said once,
+// not at every check; once the directory can be made, the socket comes
+// back and serves.
+func TestSocketThatCannotBeMadeAgain(t *testing.T) {
+	dir := filepath.Join(sockDir(t), "run")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "dlbd.sock")
+	var logs testutil.LogBuffer
+	s, err := OpenSocket(path, SocketOptions{Check: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveSocket(t, s)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const said = "cannot be created again"
+	for start := time.Now(); !strings.Contains(logs.String(), said); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("nothing said within 2 s:\n%s", logs.String())
+		}
+	}
+	time.Sleep(30 * 10 * time.Millisecond) // 30 more checks
+	if n := strings.Count(logs.String(), said); n != 1 {
+		t.Errorf("said %d times in 30 checks, want once:\n%s", n, logs.String())
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); !reachable(path); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("the socket did not come back within 2 s:\n%s", logs.String())
 		}
 	}
 }
