@@ -584,12 +584,10 @@ func TestExecutorStartOnAnotherProgram(t *testing.T) {
 	}
 }
 
-// TestStateThatCannotBeSaved: the state directory is deleted and a file
-// takes its place, so that each tick fails to write the state again. The
-// failure is logged once, not each tick, with the remedy; the executor
-// report warns while it lasts; once the file is gone, the next tick
-// writes the state again, and both say so.
-func TestStateThatCannotBeSaved(t *testing.T) {
+// lockedStateDir makes a state directory and locks it as dlbd does,
+// until the test ends.
+func lockedStateDir(t *testing.T) (string, *lock.Lock) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -598,7 +596,17 @@ func TestStateThatCannotBeSaved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Release() }()
+	t.Cleanup(func() { _ = l.Release() })
+	return dir, l
+}
+
+// TestStateThatCannotBeSaved: the state directory is deleted and a file
+// takes its place, so that each tick fails to write the state again. The
+// failure is logged once, not each tick, with the remedy; the executor
+// report warns while it lasts; once the file is gone, the next tick
+// writes the state again, and both say so.
+func TestStateThatCannotBeSaved(t *testing.T) {
+	dir, l := lockedStateDir(t)
 	var logs testutil.LogBuffer
 	h := newHarnessWith(t, dir, func(o *Options) {
 		o.StateLock, o.TickInterval = l, 20*time.Millisecond
@@ -652,15 +660,8 @@ func TestStateDeletedUnderDlbd(t *testing.T) {
 		{name: "replaced by a file", file: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "state")
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lock.File(filepath.Join(dir, "dlbd.lock"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = l.Release() }()
+			dir, l := lockedStateDir(t)
+			var err error
 			tick := time.Hour
 			if c.tick {
 				tick = 20 * time.Millisecond

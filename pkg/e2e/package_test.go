@@ -441,8 +441,9 @@ func TestPrivilegedPackage(t *testing.T) {
 // startPackagedDlbd starts the installed /usr/sbin/dlbd in the
 // dispatcher's namespace as the service would run: as user u with exactly
 // the capabilities caps (setpriv's form, "+bpf,+net_admin"), no new
-// privileges, and a private /sys/fs/bpf holding only the pin directory
-// (TemporaryFileSystem= and BindPaths= of dlbd.service).
+// privileges, and the unit's mounts (unitMounts: a private /sys/fs/bpf
+// holding only the pin directory, a read-only file system but for the
+// state and runtime directories).
 //
 // With trace set, dlbd runs under "strace -f -o trace" (started by setpriv,
 // so with the same identity and capabilities).
@@ -480,20 +481,17 @@ func (l *lab) startPackagedDlbd(u *user.User, caps, trace string) {
 	if out, err := exec.Command("/usr/lib/dlb/dlbd-prepare", l.pinDir, "dlb").CombinedOutput(); err != nil {
 		l.t.Fatalf("dlbd-prepare: %v\n%s", err, out)
 	}
-	script := `set -e
-mount --bind "$PIN" "$HOLD"
-mount -t tmpfs -o mode=0755 tmpfs /sys/fs/bpf
-mkdir -p "$PIN"
-mount --bind "$HOLD" "$PIN"
-exec nsenter --net="/run/netns/$NS" setpriv --reuid dlb --regid dlb --init-groups --no-new-privs \
-  --inh-caps="-all,$CAPS" --ambient-caps="-all,$CAPS" --bounding-set="-all,$CAPS" \
-  $TRACE /usr/sbin/dlbd --socket "$SOCK" --state-dir "$STATE" --pin-dir "$PIN" --scripts-dir /etc/dlb/scripts --log-level debug`
-	cmd := exec.Command("unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "PIN="+l.pinDir, "HOLD="+hold, "NS="+l.env["LAB_DISPATCHER_NS"], "CAPS="+caps,
-		"SOCK="+l.sock, "STATE="+l.state, "TRACE=")
+	// The unit's mounts (unitMounts), then its identity and capabilities.
+	args := []string{"--mount", "--propagation", "private", "--", "sh", "-ec", unitMounts, "sh", l.pinDir, hold, dir, l.state, run,
+		"nsenter", "--net=/run/netns/" + l.env["LAB_DISPATCHER_NS"],
+		"setpriv", "--reuid", "dlb", "--regid", "dlb", "--init-groups", "--no-new-privs",
+		"--inh-caps=-all," + caps, "--ambient-caps=-all," + caps, "--bounding-set=-all," + caps}
 	if trace != "" {
-		cmd.Env[len(cmd.Env)-1] = "TRACE=strace -f -qq -o " + trace
+		args = append(args, "strace", "-f", "-qq", "-o", trace)
 	}
+	args = append(args, "/usr/sbin/dlbd", "--socket", l.sock, "--state-dir", l.state, "--pin-dir", l.pinDir,
+		"--scripts-dir", "/etc/dlb/scripts", "--log-level", "debug")
+	cmd := exec.Command("unshare", args...)
 	l.dlbdN++
 	logf, err := os.Create(filepath.Join(l.run, fmt.Sprintf("dlbd%d.log", l.dlbdN)))
 	if err != nil {
