@@ -292,7 +292,7 @@ func newHALab(t *testing.T) *haLab {
 			// dlbd gets 30 s to restart on a loaded machine.
 			ready: 30 * time.Second}}
 		d.sock = filepath.Join(d.dir, "dlbd.sock")
-		d.args = []string{"--scripts-dir", filepath.Join(d.dir, "scripts")}
+		d.args = []string{"--scripts-dir", filepath.Join(d.dir, "scripts"), "--metrics-address", metricsAddr}
 		if err := os.MkdirAll(filepath.Join(d.dir, "scripts"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -820,6 +820,7 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 		took := poll(t, 10*time.Second, "the backup active, the primary not", func() bool {
 			return h.d[1].state() == "active" && h.d[0].state() != "active"
 		})
+		h.d[1].checkExposition("partitioned", `dlb_ha_peer_alive 0`, `dlb_ha_state{group="peer",state="active"} 1`)
 		time.Sleep(2 * time.Second)
 		if s := h.d[0].state(); s == "active" {
 			t.Errorf("the cut-off primary is active again: %s", s)
@@ -840,6 +841,10 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 		if s1, s2 := h.d[0].state(), h.d[1].state(); s1 != "active" || s2 != "standby" {
 			t.Errorf("after healing: %s and %s", s1, s2)
 		}
+		h.d[0].checkExposition("healed", `dlb_ha_state{group="local",state="active"} 1`, `dlb_ha_peer_alive 1`,
+			`dlb_ha_config_digest_match 1`, `dlb_ha_healthy 1`, `dlb_warnings 0`)
+		h.d[1].checkExposition("healed", `dlb_ha_state{group="peer",state="standby"} 1`, `dlb_ha_synced{group="peer"} 1`,
+			`dlb_ha_peer_alive 1`)
 	})
 }
 

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -79,6 +81,46 @@ func (d *dispatcherProc) start() {
 		}
 	}
 	d.t.Fatalf("dlbd %d did not answer within %v", d.i, ready)
+}
+
+// exposition returns what this dlbd serves at /metrics (on metricsAddr
+// in its own namespace, when started with --metrics-address).
+func (d *dispatcherProc) exposition() string {
+	d.t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialIn("/run/netns/" + d.ns)}}
+	resp, err := c.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		d.t.Fatalf("dispatcher %d: /metrics: %v", d.i, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		d.t.Fatalf("dispatcher %d: /metrics: %v %s", d.i, err, resp.Status)
+	}
+	return string(b)
+}
+
+// checkExposition fails the test for each of the lines (whole
+// samples, "name{labels} value") dispatcher d's exposition still lacks
+// after 5 s (a state the reports show may reach it a moment later).
+func (d *dispatcherProc) checkExposition(when string, lines ...string) {
+	d.t.Helper()
+	var missing []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		expo := d.exposition()
+		missing = missing[:0]
+		for _, l := range lines {
+			if !strings.Contains(expo, "\n"+l+"\n") {
+				missing = append(missing, l)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, l := range missing {
+		d.t.Errorf("%s: dispatcher %d's /metrics lacks %s", when, d.i, l)
+	}
 }
 
 // stop signals dlbd and waits for it to exit.
@@ -202,7 +244,7 @@ func (s *scaleLab) startDispatchers(n int) []string {
 	for i := 1; i <= n; i++ {
 		d := &dispatcherProc{t: t, i: i, ns: l.env[fmt.Sprintf("LAB_D%d_NS", i)], addr: l.env[fmt.Sprintf("LAB_D%d_ADDR", i)],
 			peer: l.env[fmt.Sprintf("LAB_D%d_PEER", i)], dir: filepath.Join(l.run, fmt.Sprintf("d%d", i)),
-			pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, i)}
+			pin: fmt.Sprintf("/sys/fs/bpf/%s-d%d", l.prefix, i), args: []string{"--metrics-address", metricsAddr}}
 		d.sock = filepath.Join(d.dir, "dlbd.sock")
 		if err := os.MkdirAll(d.dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -504,6 +546,11 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 	s.waitHops("sessions up", 30*time.Second, all...)
 	t.Logf("%s: the VIP has next hops %v", router.name(), s.nextHops())
 	s.sameTables("configured in different orders")
+	for _, d := range s.ds {
+		d.checkExposition("sessions up", `dlb_bgp_running 1`,
+			fmt.Sprintf(`dlb_bgp_neighbor_up{neighbor=%q} 1`, s.env["LAB_ROUTER_ADDR"]),
+			fmt.Sprintf(`dlb_bgp_cluster_announced{cluster=%q} 1`, s.vip()))
+	}
 
 	only := os.Getenv("DLB_SCALE_ONLY")
 	run := func(name string, f func(t *testing.T)) {
@@ -573,6 +620,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		if r.Clusters[0].Announced || r.Clusters[0].Reason != "no server takes new connections" {
 			t.Errorf("report after withdrawal: %+v", r.Clusters[0])
 		}
+		s.ds[0].checkExposition("all servers down", fmt.Sprintf(`dlb_bgp_cluster_announced{cluster=%q} 0`, s.vip()))
 		began := time.Now()
 		for _, b := range names {
 			if out, err := s.script("backend-start", b).CombinedOutput(); err != nil {

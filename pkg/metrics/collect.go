@@ -26,6 +26,9 @@ func writeStatus(t *textWriter, st *dispatcher.Status) {
 	writeServers(t, st)
 	writeAdvisors(t, st)
 	writeMetricServers(t, st)
+	writeWarnings(t, st)
+	writeHA(t, st)
+	writeBGP(t, st)
 }
 
 func writeExecutor(t *textWriter, st *dispatcher.Status) {

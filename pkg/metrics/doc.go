@@ -92,6 +92,29 @@
 //	                                       halfOpenAlert, halfOpenAlertDone
 //	dlb_event_scripts_dropped_total        counter: events whose scripts were not run (too many waiting)
 //	dlb_build_info{version,goversion}      gauge 1
+//	dlb_warnings                           gauge: the executor report's warnings (conditions that keep the
+//	                                       configuration from working as meant, each with its remedy)
 //
-// and client_golang's go_* and process_* families.
+// With high availability configured (labels group: local, peer; address;
+// source and destination of a heartbeat path; reason):
+//
+//	dlb_ha_running, dlb_ha_healthy, dlb_ha_peer_alive  gauges 0/1
+//	dlb_ha_state{group,state}              gauge 1, labelled idle, listen, active, standby, preempt or noexecutor
+//	dlb_ha_synced{group}                   gauge 0/1: a full copy of the active peer's tables
+//	dlb_ha_config_digest_match             gauge 0/1: the peer serves the same (absent while it is not heard)
+//	dlb_ha_reach_target_up{address}        gauge 0/1
+//	dlb_ha_heartbeats_sent_total, dlb_ha_heartbeats_received_total{source,destination}  counters
+//	dlb_ha_refused_total{reason}           counter
+//	dlb_ha_replication_records_sent_total, _received_total, _imported_total  counters
+//	dlb_ha_replication_ack_seconds         gauge: the latest marker's acknowledgement
+//
+// With a BGP speaker (labels neighbor, cluster):
+//
+//	dlb_bgp_running                        gauge 0/1
+//	dlb_bgp_neighbor_up{neighbor}          gauge 0/1: the session is established
+//	dlb_bgp_neighbor_prefixes_sent{neighbor}  gauge
+//	dlb_bgp_cluster_announced{cluster}     gauge 0/1, for clusters to be announced
+//
+// and client_golang's go_* and process_* families. docs/dlb-alerts.yml
+// has example alerting rules on them.
 package metrics

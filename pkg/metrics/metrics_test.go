@@ -56,7 +56,26 @@ func sample() *dispatcher.Status {
 	cl.Ports = []lb.Port{p80, p443}
 	cfg.Clusters = []lb.Cluster{cl}
 	cfg.Manager.Started, cfg.Manager.Interval = true, 2
+	cfg.Clusters[0].Announce = true
+	hb := lb.Heartbeat{Source: netip.MustParseAddr("198.18.0.2"), Destination: netip.MustParseAddr("198.18.0.4")}
+	ha := lb.HighAvailability{Role: lb.RoleBoth, Heartbeats: []lb.Heartbeat{hb}}
 	return &dispatcher.Status{
+		HA: &dispatcher.HAStatus{Config: ha, Imported: 90, DigestMatch: false, Node: lb.HAStatus{
+			Running: true, Healthy: true,
+			Groups:      []lb.HAGroupStatus{{Group: lb.GroupLocal, State: lb.HAActive}, {Group: lb.GroupPeer, State: lb.HAStandby, Synced: true}},
+			Peer:        lb.HAPeerStatus{Alive: true, Heard: true},
+			Heartbeats:  []lb.HAPathStatus{{Heartbeat: hb, Sent: 120, Received: 118}},
+			Reach:       []lb.HAReachStatus{{Address: netip.MustParseAddr("198.18.0.254"), Reachable: true}, {Address: netip.MustParseAddr("198.18.0.253")}},
+			Refused:     map[string]uint64{"replayed": 2},
+			Replication: lb.HAReplicationStatus{SentRecords: 100, ReceivedRecords: 95, LastAckRTT: 8 * time.Millisecond},
+		}},
+		BGP: &dispatcher.BGPStatus{
+			BGPStatus: lb.BGPStatus{Running: true, Neighbors: []lb.BGPNeighborStatus{
+				{Address: netip.MustParseAddr("198.18.0.254"), State: "established", Sent: 1},
+				{Address: netip.MustParseAddr("198.18.0.253"), State: "active"},
+			}},
+			Clusters: map[netip.Addr]string{vip: "no server takes new connections"},
+		},
 		Config: cfg, Now: now, ManagerCycles: 42, ManagerCycle: 1500 * time.Microsecond,
 		Changes: 7, LastChange: now.Add(-time.Minute),
 		EventCounts: map[string]uint64{events.ServerDown: 3, events.ServerUp: 2}, EventScriptsDropped: 5,
@@ -69,6 +88,7 @@ func sample() *dispatcher.Status {
 			AddressConflicts: map[netip.Addr][]string{ret: {"02:d1:b0:00:00:15", "02:d1:b0:00:00:16"}},
 			Reasons:          []lb.ReasonCount{{Reason: "pass_not_vip", Packets: 100, Bytes: 6400}, {Reason: "fwd_tx", Packets: 900, Bytes: 90000}},
 			Events:           map[string]uint64{"conn_insert_failed": 1, "affinity_hit": 5},
+			Warnings:         []string{"the state cannot be saved (...)"},
 		},
 		Ports: map[lb.ServiceKey]dispatcher.PortStatus{
 			sk80:  {ID: 1, TableSize: 211, Counters: lb.Counters{Packets: 800, Bytes: 80000, NewConns: 40, FinConns: 30}, Active: 10, HalfOpen: 2, AffinityRecords: 4, Change: 12.5, Pushed: true},
@@ -254,6 +274,30 @@ func TestExposition(t *testing.T) {
 		{"dlb_metric_server_stale", map[string]string{"server": s1.String()}, 0, false},
 		{"dlb_metric_server_stale", map[string]string{"server": s2.String()}, 1, false},
 		{"dlb_metric_server_refused_reports_total", map[string]string{"reason": "unavailable"}, 6, false},
+		{"dlb_warnings", nil, 1, false},
+		{"dlb_ha_running", nil, 1, false},
+		{"dlb_ha_healthy", nil, 1, false},
+		{"dlb_ha_state", map[string]string{"group": "local", "state": "active"}, 1, false},
+		{"dlb_ha_state", map[string]string{"group": "peer", "state": "standby"}, 1, false},
+		{"dlb_ha_state", map[string]string{"group": "peer", "state": "active"}, 0, true},
+		{"dlb_ha_synced", map[string]string{"group": "peer"}, 1, false},
+		{"dlb_ha_synced", map[string]string{"group": "local"}, 0, false},
+		{"dlb_ha_peer_alive", nil, 1, false},
+		{"dlb_ha_config_digest_match", nil, 0, false},
+		{"dlb_ha_reach_target_up", map[string]string{"address": "198.18.0.254"}, 1, false},
+		{"dlb_ha_reach_target_up", map[string]string{"address": "198.18.0.253"}, 0, false},
+		{"dlb_ha_heartbeats_sent_total", map[string]string{"source": "198.18.0.2", "destination": "198.18.0.4"}, 120, false},
+		{"dlb_ha_heartbeats_received_total", map[string]string{"source": "198.18.0.2", "destination": "198.18.0.4"}, 118, false},
+		{"dlb_ha_refused_total", map[string]string{"reason": "replayed"}, 2, false},
+		{"dlb_ha_replication_records_sent_total", nil, 100, false},
+		{"dlb_ha_replication_records_received_total", nil, 95, false},
+		{"dlb_ha_replication_records_imported_total", nil, 90, false},
+		{"dlb_ha_replication_ack_seconds", nil, 0.008, false},
+		{"dlb_bgp_running", nil, 1, false},
+		{"dlb_bgp_neighbor_up", map[string]string{"neighbor": "198.18.0.254"}, 1, false},
+		{"dlb_bgp_neighbor_up", map[string]string{"neighbor": "198.18.0.253"}, 0, false},
+		{"dlb_bgp_neighbor_prefixes_sent", map[string]string{"neighbor": "198.18.0.254"}, 1, false},
+		{"dlb_bgp_cluster_announced", map[string]string{"cluster": vip.String()}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s%v", tt.name, tt.labels), func(t *testing.T) {
@@ -277,6 +321,31 @@ func TestExposition(t *testing.T) {
 	}
 }
 
+// TestBGPClusterAnnounced: a cluster to be announced is 1 while the
+// speaker announces it and 0 while it is withdrawn (for any reason); a
+// cluster not to be announced has no series.
+func TestBGPClusterAnnounced(t *testing.T) {
+	on, off, quiet := netip.MustParseAddr("198.18.0.101"), netip.MustParseAddr("198.18.0.102"), netip.MustParseAddr("198.18.0.103")
+	cfg := lb.NewConfig()
+	for _, a := range []netip.Addr{on, off, quiet} {
+		cl := lb.NewCluster(a)
+		cl.Announce = a != quiet
+		cfg.Clusters = append(cfg.Clusters, cl)
+	}
+	st := &dispatcher.Status{Config: cfg, Now: now, LastChange: now, BGP: &dispatcher.BGPStatus{
+		Clusters: map[netip.Addr]string{on: "", off: "the executor is not attached", quiet: "not to be announced"},
+	}}
+	fams := parse(t, render(t, st))
+	for addr, want := range map[netip.Addr]float64{on: 1, off: 0} {
+		if v, ok := value(t, fams, "dlb_bgp_cluster_announced", map[string]string{"cluster": addr.String()}); !ok || v != want {
+			t.Errorf("dlb_bgp_cluster_announced{cluster=%q}: %v (present %v), want %v", addr, v, ok, want)
+		}
+	}
+	if _, ok := value(t, fams, "dlb_bgp_cluster_announced", map[string]string{"cluster": quiet.String()}); ok {
+		t.Errorf("a cluster not to be announced has a series")
+	}
+}
+
 // TestExpositionEmpty: a dlbd with no configuration and no executor still
 // serves a valid exposition, without the executor's table families.
 func TestExpositionEmpty(t *testing.T) {
@@ -286,7 +355,7 @@ func TestExpositionEmpty(t *testing.T) {
 	if v, ok := value(t, fams, "dlb_executor_loaded", nil); !ok || v != 0 {
 		t.Errorf("dlb_executor_loaded %v %v", v, ok)
 	}
-	for _, name := range []string{"dlb_executor_table_entries", "dlb_server_state", "dlb_port_alert", "dlb_advisor_state"} {
+	for _, name := range []string{"dlb_executor_table_entries", "dlb_server_state", "dlb_port_alert", "dlb_advisor_state", "dlb_ha_state", "dlb_bgp_running"} {
 		if _, ok := fams[name]; ok {
 			t.Errorf("%s present without an executor or configuration", name)
 		}
@@ -577,7 +646,8 @@ func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); 
 func runtimeVersion() string { return runtime.Version() }
 
 // TestAlertRules: the example rules in docs/ pass promtool check rules,
-// and every dlb_ family they use is one the exposition has.
+// every dlb_ family they use is one the exposition has, and those of
+// testdata/alerts_test.yml fire as it expects (promtool test rules).
 func TestAlertRules(t *testing.T) {
 	const path = "../../docs/dlb-alerts.yml"
 	b, err := os.ReadFile(path)
@@ -603,6 +673,12 @@ func TestAlertRules(t *testing.T) {
 	}
 	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	// The alerts fire on the series dlbd exposes, and only then.
+	cmd := exec.Command(promtool, "test", "rules", "alerts_test.yml")
+	cmd.Dir = "testdata"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }
 
