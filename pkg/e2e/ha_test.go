@@ -842,7 +842,7 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 			t.Errorf("after healing: %s and %s", s1, s2)
 		}
 		h.d[0].checkExposition("healed", `dlb_ha_state{group="local",state="active"} 1`, `dlb_ha_peer_alive 1`,
-			`dlb_ha_config_digest_match 1`, `dlb_ha_healthy 1`, `dlb_warnings 0`)
+			`dlb_ha_config_digest_match 1`, `dlb_ha_healthy 1`)
 		h.d[1].checkExposition("healed", `dlb_ha_state{group="peer",state="standby"} 1`, `dlb_ha_synced{group="peer"} 1`,
 			`dlb_ha_peer_alive 1`)
 	})

@@ -787,7 +787,7 @@ func TestPrivilegedE2EFault20UnitDirectoriesDeletedOnHost(t *testing.T) {
 		}
 		poll(t, 5*time.Second, fmt.Sprintf("dlbd to log %q", c.logged), func() bool { return strings.Contains(l.dlbdLog(), c.logged) })
 		var warning string
-		waitFor(t, 3*time.Second, "the executor report's warning", func() bool {
+		waitFor(t, 10*time.Second, "the executor report's warning", func() bool {
 			warning = l.executorWarning(c.warning)
 			return warning != ""
 		})
