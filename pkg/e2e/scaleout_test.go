@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -88,15 +87,7 @@ func (d *dispatcherProc) start() {
 func (d *dispatcherProc) exposition() string {
 	d.t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialIn("/run/netns/" + d.ns)}}
-	resp, err := c.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		d.t.Fatalf("dispatcher %d: /metrics: %v", d.i, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		d.t.Fatalf("dispatcher %d: /metrics: %v %s", d.i, err, resp.Status)
-	}
+	_, b, _ := scrapeOnce(d.t, c, "http://"+metricsAddr+"/metrics", false)
 	return string(b)
 }
 
