@@ -47,12 +47,7 @@ func writeExecutor(t *textWriter, st *dispatcher.Status) {
 		t.counter("dlb_executor_bytes_total", labels("reason", r.Reason), nil, r.Bytes)
 	}
 	t.family("dlb_executor_events_total", "counter", "Things the executor counted beside the per-packet reasons, by event.")
-	names := make([]string, 0, len(x.Events))
-	for name := range x.Events {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(x.Events)) {
 		t.counter("dlb_executor_events_total", labels("event", name), nil, x.Events[name])
 	}
 

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/dlbproject/dlb/pkg/dispatcher"
@@ -57,7 +58,7 @@ func writeHA(t *textWriter, st *dispatcher.Status) {
 	}
 	t.family("dlb_ha_refused_total", "counter", "Heartbeats and replication frames refused, by reason "+
 		"(malformed, unauthenticated, replayed, unconfirmed boot).")
-	for _, reason := range sortedKeys(n.Refused) {
+	for _, reason := range slices.Sorted(maps.Keys(n.Refused)) {
 		t.counter("dlb_ha_refused_total", labels("reason", reason), nil, n.Refused[reason])
 	}
 	rep := &n.Replication
@@ -112,14 +113,4 @@ func writeBGP(t *textWriter, st *dispatcher.Status) {
 			t.sample("dlb_bgp_cluster_announced", labels("cluster", cl.Address.String()), nil, bool01(known && why == ""))
 		}
 	}
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
