@@ -420,7 +420,7 @@ func (s *scaleLab) waitBFD(within time.Duration) {
 
 // keepalive runs labclient's keep-alive mode from both clients: conns
 // connections in all, each sending a request every 500 ms until stop is
-// called (at most for dur), each request allowed 30 s (a connection
+// called (for a minute at most), each request allowed 30 s (a connection
 // stalled while the router converges is not broken: TCP retransmits). It
 // returns once every connection has had a reply: a fault is put on
 // established connections, not on handshakes and first requests (1,050
@@ -428,7 +428,7 @@ func (s *scaleLab) waitBFD(within time.Duration) {
 // its first reply could not be told by server. The result comes once the
 // load has ended; stop lets a test end it when its steps are done rather
 // than after a duration long enough for the slowest run of them.
-func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) (res <-chan loadResult, stop func()) {
+func (s *scaleLab) keepalive(ctx context.Context, conns int) (res <-chan loadResult, stop func()) {
 	s.t.Helper()
 	dir := s.t.TempDir()
 	ready := func(c int) string { return filepath.Join(dir, fmt.Sprintf("client%d.ready", c)) }
@@ -441,7 +441,7 @@ func (s *scaleLab) keepalive(ctx context.Context, conns int, dur time.Duration) 
 		for c := 1; c <= 2; c++ {
 			go func() {
 				r, err := s.loadFromUntil(ctx, stopped, c, "-url", "http://"+s.vip()+"/", "-keepalive", "-c", strconv.Itoa(conns/2),
-					"-interval", "500ms", "-duration", dur.String(), "-timeout", "30s", "-ready", ready(c))
+					"-interval", "500ms", "-duration", "1m", "-timeout", "30s", "-ready", ready(c))
 				if err != nil {
 					r.Failed, r.Broken = -1, -1
 					r.Errors = map[string]int{err.Error(): 1}
@@ -629,7 +629,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res, stop := s.keepalive(ctx, 1050, time.Minute)
+		res, stop := s.keepalive(ctx, 1050)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		through := per[1]
@@ -682,7 +682,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res, stop := s.keepalive(ctx, 1050, time.Minute)
+		res, stop := s.keepalive(ctx, 1050)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[0]
 		if out, err := exec.Command("ip", "-n", lost.ns, "link", "set", s.env["LAB_IF"], "down").CombinedOutput(); err != nil {
@@ -724,7 +724,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		before := s.scheduled()
-		res, stop := s.keepalive(ctx, 1050, time.Minute)
+		res, stop := s.keepalive(ctx, 1050)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[2]
 		t.Logf("keep-alive connections through each dispatcher: %v", per)
@@ -762,7 +762,7 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		defer cancel()
 		before := s.scheduled()
 		began := time.Now()
-		res, stop := s.keepalive(ctx, 1050, time.Minute)
+		res, stop := s.keepalive(ctx, 1050)
 		per := s.waitScheduled(before, 1050)
 		lost := s.ds[1]
 		removed := s.backend(4)
