@@ -623,7 +623,7 @@ func (h *harness) status(q Query) *Status {
 func (h *harness) executorWarnings(substr string) []string {
 	h.t.Helper()
 	var out []string
-	for _, w := range h.status(Query{Tables: true}).Executor.Warnings {
+	for _, w := range h.status(Query{Warnings: true}).Executor.Warnings {
 		if strings.Contains(w, substr) {
 			out = append(out, w)
 		}

@@ -100,11 +100,11 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 				t.Errorf("warned %v, want %v:\n%s", warned, c.warned, logs.String())
 			}
 			// executor report says so too, for as long as it lasts.
-			reported := slices.ContainsFunc(h.status(Query{Tables: true}).Executor.Warnings, func(w string) bool {
+			reported := slices.ContainsFunc(h.status(Query{Warnings: true}).Executor.Warnings, func(w string) bool {
 				return strings.Contains(w, "an executor this configuration does not start is pinned, attached to eth0 (ifindex 2")
 			})
 			if reported != c.warned {
-				t.Errorf("reported %v, want %v: %q", reported, c.warned, h.status(Query{Tables: true}).Executor.Warnings)
+				t.Errorf("reported %v, want %v: %q", reported, c.warned, h.status(Query{Warnings: true}).Executor.Warnings)
 			}
 			h.dp.mu.Lock()
 			removed := h.dp.removed
@@ -612,7 +612,7 @@ func TestNATRouteWarning(t *testing.T) {
 		!strings.Contains(a.Warnings[0], "net.ipv4.conf.eth0.forwarding=1") || !strings.Contains(a.Warnings[0], vip+"@8080") {
 		t.Errorf("warnings %q", a.Warnings)
 	}
-	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 1 {
+	if w := h.status(Query{Warnings: true}).Executor.Warnings; len(w) != 1 {
 		t.Errorf("report warnings %q", w)
 	}
 	// Unrelated changes do not repeat it; the report does.
@@ -718,7 +718,7 @@ func TestNATGROWarning(t *testing.T) {
 	h.nif.gro = map[int]bool{2: true}
 	h.nif.mu.Unlock()
 	base(h)
-	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 0 {
+	if w := h.status(Query{Warnings: true}).Executor.Warnings; len(w) != 0 {
 		t.Errorf("MAC forwarding only: report warnings %q", w)
 	}
 	a, err := h.e.ApplyWithNotes(context.Background(), natPortOps())
@@ -729,14 +729,14 @@ func TestNATGROWarning(t *testing.T) {
 		!strings.Contains(a.Warnings[0], "ethtool -K if2 gro off") || !strings.Contains(a.Warnings[0], vip+"@8080") {
 		t.Errorf("warnings %q", a.Warnings)
 	}
-	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 1 || w[0] != a.Warnings[0] {
+	if w := h.status(Query{Warnings: true}).Executor.Warnings; len(w) != 1 || w[0] != a.Warnings[0] {
 		t.Errorf("report warnings %q", w)
 	}
 	// GRO off: the condition is gone.
 	h.nif.mu.Lock()
 	h.nif.gro[2] = false
 	h.nif.mu.Unlock()
-	if w := h.status(Query{Tables: true}).Executor.Warnings; len(w) != 0 {
+	if w := h.status(Query{Warnings: true}).Executor.Warnings; len(w) != 0 {
 		t.Errorf("report warnings with GRO off: %q", w)
 	}
 	// GRO on, native mode: nothing to warn about.
@@ -749,7 +749,7 @@ func TestNATGROWarning(t *testing.T) {
 	if err != nil || len(a.Warnings) != 0 {
 		t.Errorf("native mode: %v, warnings %q", err, a.Warnings)
 	}
-	if x := h.status(Query{Tables: true}).Executor; len(x.Warnings) != 0 || !x.Attached || x.AttachedMode != lb.XDPNative {
+	if x := h.status(Query{Warnings: true}).Executor; len(x.Warnings) != 0 || !x.Attached || x.AttachedMode != lb.XDPNative {
 		t.Errorf("native mode: report warnings %q, attached %v in mode %v", x.Warnings, x.Attached, x.AttachedMode)
 	}
 }
@@ -885,7 +885,7 @@ func TestInterfaceMovedToAnotherNamespace(t *testing.T) {
 	h := newHarnessWith(t, t.TempDir(), logTo(io.Discard, true))
 	base(h)
 	moved := func() bool {
-		return slices.ContainsFunc(h.status(Query{Tables: true}).Executor.Warnings, func(w string) bool {
+		return slices.ContainsFunc(h.status(Query{Warnings: true}).Executor.Warnings, func(w string) bool {
 			return strings.Contains(w, "ifindex 2, which is no interface of this network namespace")
 		})
 	}

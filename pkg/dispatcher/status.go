@@ -26,11 +26,15 @@ type Query struct {
 	Target string
 	// Counters asks for the executor's traffic counters.
 	Counters bool
-	// Tables asks for the executor's tables' memory and its warnings:
-	// the costly part of a snapshot (tens of milliseconds on a busy
-	// host, during which the engine does nothing else), which reports
-	// that do not show them leave out.
+	// Tables asks for the executor's tables' memory: the costly part of
+	// a snapshot (tens of milliseconds on a busy host, during which the
+	// engine does nothing else), which reports that do not show it leave
+	// out.
 	Tables bool
+	// Warnings asks for the executor report's warnings, which ask the
+	// kernel about every cluster address, NAT route and NFA: a report
+	// polled every second asks for them less often.
+	Warnings bool
 	// HA asks for high availability's state.
 	HA bool
 	// BGP asks for the BGP speaker's sessions and announcements.
@@ -104,7 +108,7 @@ type ExecutorStatus struct {
 	Detached      string
 	DetachedSince time.Time
 	// Warnings name conditions that keep the configuration from working
-	// as meant, while they last, with their remedy (with Query.Tables).
+	// as meant, while they last, with their remedy (with Query.Warnings).
 	Warnings []string
 	// AddressConflicts lists, per address this dispatcher holds, the
 	// Ethernet addresses of the other hosts the latest check found
@@ -240,7 +244,7 @@ func (e *Engine) status(q Query) (*Status, error) {
 			return nil, err
 		}
 	}
-	e.executorStatus(&st.Executor, stats, q.Tables)
+	e.executorStatus(&st.Executor, stats, q.Tables, q.Warnings)
 	if q.Depth > 0 {
 		e.objectStatus(st, q, stats)
 	}
@@ -264,7 +268,7 @@ func (e *Engine) status(q Query) (*Status, error) {
 	return st, nil
 }
 
-func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, detail bool) {
+func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memory, warnings bool) {
 	if e.exec.err != nil {
 		x.Err = e.exec.err.Error()
 	}
@@ -272,7 +276,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 	if len(e.conflicts.found) > 0 {
 		x.AddressConflicts = maps.Clone(e.conflicts.found)
 	}
-	if detail {
+	if warnings {
 		x.Warnings = append(e.natRouteProblems(e.ed.Config()), e.natGROProblems(e.ed.Config())...)
 		if w := e.pinnedUnstarted(); w != "" {
 			x.Warnings = append(x.Warnings, w)
@@ -294,13 +298,13 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, deta
 	x.Loaded, x.Info = true, dp.Info()
 	if a, ok := dp.Attached(); ok {
 		x.Attached, x.Attachment = true, a
-		if _, err := e.opts.Netif.LinkByIndex(a.Ifindex); detail && err != nil {
+		if _, err := e.opts.Netif.LinkByIndex(a.Ifindex); err != nil && warnings {
 			x.Warnings = append(x.Warnings, fmt.Sprintf("the executor is attached to ifindex %d, which is no interface of this network namespace "+
 				"(moved to another namespace?): it forwards there, not here, until the interface comes back", a.Ifindex))
 		}
 	}
 	x.AttachedMode = e.host.attachedMode
-	if detail {
+	if memory {
 		x.Memory = dp.Memory()
 	}
 	sw := e.exec.sweep

@@ -91,7 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "another scrape is still running", http.StatusServiceUnavailable)
 		return
 	}
-	st, err := h.src.Status(ctx, dispatcher.Query{Depth: lb.ServerDepth, Counters: true, Tables: true, HA: true, BGP: true})
+	st, err := h.src.Status(ctx, dispatcher.Query{Depth: lb.ServerDepth, Counters: true, Tables: true, Warnings: true, HA: true, BGP: true})
 	if err != nil {
 		h.opts.Logger.Warn("metrics: reading the engine's status", "err", err)
 		http.Error(w, fmt.Sprintf("reading the engine's status: %v", err), http.StatusServiceUnavailable)

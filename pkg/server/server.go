@@ -150,7 +150,7 @@ func New(e Engine, o Options) http.Handler {
 	fixed := func(q dispatcher.Query) func(*http.Request) dispatcher.Query {
 		return func(*http.Request) dispatcher.Query { return q }
 	}
-	report(api.PathExecutor, fixed(dispatcher.Query{Counters: true, Tables: true}), func(st *dispatcher.Status) any { return executorReport(st) })
+	report(api.PathExecutor, fixed(dispatcher.Query{Counters: true, Tables: true, Warnings: true}), func(st *dispatcher.Status) any { return executorReport(st) })
 	report(api.PathClusters, target(lb.ClusterDepth, true), func(st *dispatcher.Status) any { return clusterReports(st) })
 	report(api.PathPorts, target(lb.PortDepth, true), func(st *dispatcher.Status) any { return portReports(st) })
 	report(api.PathServers, target(lb.ServerDepth, true), func(st *dispatcher.Status) any { return serverReports(st) })
