@@ -2,7 +2,8 @@
 // clusters, ports and servers (configured and current weight, state, the
 // manager's reason, advisor load, active connections, new connections and
 // packets per second as small live charts), the executor's packet reasons
-// and table fill, and the recent events. The page polls a JSON snapshot
+// and table fill, the recent events, the executor report's warnings, and
+// high availability's and the BGP speaker's state when they are configured. The page polls a JSON snapshot
 // (/api/snapshot) every second, taken from the engine's status like every
 // report; its assets are embedded in dlbd and load nothing from elsewhere.
 //
@@ -20,7 +21,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/dispatcher"
@@ -46,6 +49,9 @@ type Options struct {
 	MaxServers int
 	// Interval is how often the page polls (default 1 s).
 	Interval time.Duration
+	// WarningsEvery is how often a snapshot reads the executor report's
+	// warnings (default 10 s); the snapshots between show the last ones.
+	WarningsEvery time.Duration
 	// Logger receives errors; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -55,6 +61,10 @@ type Handler struct {
 	src    Source
 	opts   Options
 	static http.Handler
+
+	mu         sync.Mutex
+	warnings   []string
+	warningsAt time.Time // zero: not read yet
 }
 
 // NewHandler returns the console's handler of src.
@@ -64,6 +74,9 @@ func NewHandler(src Source, opts Options) *Handler {
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
+	}
+	if opts.WarningsEvery <= 0 {
+		opts.WarningsEvery = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -115,12 +128,26 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 	if servers > h.opts.MaxServers {
 		depth = lb.PortDepth
 	}
-	st, err := h.src.Status(ctx, dispatcher.Query{Depth: depth, Counters: true})
+	h.mu.Lock()
+	warnings, warningsAt := h.warnings, h.warningsAt
+	h.mu.Unlock()
+	readWarnings := warningsAt.IsZero() || time.Since(warningsAt) >= h.opts.WarningsEvery
+	st, err := h.src.Status(ctx, dispatcher.Query{Depth: depth, Counters: true, Warnings: readWarnings, HA: true, BGP: true})
 	if err != nil {
 		h.fail(w, err)
 		return
 	}
+	if readWarnings {
+		warnings, warningsAt = slices.Clone(st.Executor.Warnings), time.Now()
+		h.mu.Lock()
+		h.warnings, h.warningsAt = warnings, warningsAt
+		h.mu.Unlock()
+	}
 	v := view(st, depth == lb.ServerDepth, h.opts.MaxServers)
+	if warnings != nil {
+		v.Warnings = warnings
+	}
+	v.WarningsAt = warningsAt
 	v.Version, v.Interval = h.opts.Version, int(h.opts.Interval/time.Millisecond)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -40,9 +40,12 @@ func config(servers ...netip.Addr) lb.Config {
 
 // fakeSource answers like the engine: a snapshot at the depth asked.
 type fakeSource struct {
-	cfg     lb.Config
-	err     error
-	queries []dispatcher.Query
+	cfg      lb.Config
+	err      error
+	queries  []dispatcher.Query
+	warnings []string
+	ha       *dispatcher.HAStatus
+	bgp      *dispatcher.BGPStatus
 }
 
 func (f *fakeSource) Config(context.Context) (lb.Config, error) { return f.cfg, f.err }
@@ -63,6 +66,15 @@ func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.
 			{Name: events.ServerUp, At: now.Add(-2 * time.Minute), Env: map[string]string{"DLB_SERVER": s2.String(), "DLB_PORT": "80", "DLB_ADVISOR": "http@@80"}},
 			{Name: events.ServerDown, At: now.Add(-time.Minute), Env: map[string]string{"DLB_SERVER": s2.String(), "DLB_PORT": "80", "DLB_ADVISOR": "http@@80", "DLB_REASON": "connection refused"}},
 		},
+	}
+	if q.Warnings {
+		st.Executor.Warnings = f.warnings
+	}
+	if q.HA {
+		st.HA = f.ha
+	}
+	if q.BGP {
+		st.BGP = f.bgp
 	}
 	if q.Depth >= lb.ServerDepth {
 		for _, cl := range f.cfg.Clusters {
@@ -241,6 +253,18 @@ func TestEventText(t *testing.T) {
 		{events.HalfOpenAlert, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80", "DLB_HALFOPEN": "900", "DLB_MAXHALFOPEN": "500"}, "198.18.0.100@80: 900 half-open connections, above maxhalfopen 500", true},
 		{events.HalfOpenDone, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80", "DLB_HALFOPEN": "3"}, "198.18.0.100@80: half-open connections back at or below maxhalfopen (3)", false},
 		{"haTakeover", map[string]string{"DLB_ROLE": "primary", "DLB_PEER": "198.18.0.3"}, "peer=198.18.0.3 role=primary", false},
+		{events.ExecutorDetached, map[string]string{"DLB_INTERFACE": "eth0", "DLB_REASON": "interface eth0 was deleted"},
+			"the executor's interface eth0 is gone (interface eth0 was deleted): it attaches again when an interface of that name appears", true},
+		{events.ExecutorAttached, map[string]string{"DLB_INTERFACE": "eth0", "DLB_IFINDEX": "7"}, "the executor is attached to eth0 again (ifindex 7)", false},
+		{events.GoActive, map[string]string{"DLB_HA_GROUP": "local", "DLB_HA_STATE": "active", "DLB_HA_PREVIOUS": "listen",
+			"DLB_HA_REASON": "the peer is not heard", "DLB_HA_ROLE": "primary", "DLB_HA_CLUSTERS": "198.18.0.100 198.18.0.101"},
+			"high availability: local group active (was listen): the peer is not heard; clusters 198.18.0.100 198.18.0.101", false},
+		{events.GoInOp, map[string]string{"DLB_HA_GROUP": "peer", "DLB_HA_STATE": "noexecutor", "DLB_HA_PREVIOUS": "standby", "DLB_HA_ROLE": "backup"},
+			"high availability: peer group noexecutor (was standby)", true},
+		{events.HighAvailChange, map[string]string{"DLB_HA_PEER": "no", "DLB_HA_ROLE": "backup"}, "high availability: the peer is not heard", true},
+		{events.HighAvailChange, map[string]string{"DLB_HA_PEER": "yes", "DLB_HA_ROLE": "backup"}, "high availability: the peer is heard", false},
+		{events.HighAvailChange, map[string]string{"DLB_HA_PEER": "yes", "DLB_HA_ROLE": "backup", "DLB_HA_DIGEST": "00000000000000aa",
+			"DLB_HA_PEER_DIGEST": "00000000000000bb"}, "high availability: the peer is heard; its configuration differs (digest 00000000000000bb, this one 00000000000000aa)", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,5 +273,120 @@ func TestEventText(t *testing.T) {
 				t.Errorf("%q bad %v, want %q bad %v", ev.Text, ev.Bad, tt.want, tt.bad)
 			}
 		})
+	}
+}
+
+// TestSnapshotHABGP: with high availability and BGP configured the
+// snapshot says which groups this dispatcher serves and whether it holds a
+// copy of the peer's tables, what the peer says of itself, the reach
+// targets, each BGP session and each announced cluster (withdrawn ones
+// with the reason); without them it has neither.
+func TestSnapshotHABGP(t *testing.T) {
+	since := now.Add(-time.Minute)
+	peerAddr, router := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.0.254")
+	vip2 := netip.MustParseAddr("198.18.0.101")
+	cfg := config(s1)
+	cfg.Clusters[0].Announce = true
+	cl2 := lb.NewCluster(vip2)
+	cl2.Announce = true
+	cfg.Clusters = append(cfg.Clusters, cl2, lb.NewCluster(netip.MustParseAddr("198.18.0.102")))
+	ha := &dispatcher.HAStatus{
+		Config:      lb.HighAvailability{Role: lb.RoleBackup, Recovery: lb.RecoveryAuto, Heartbeats: []lb.Heartbeat{{Destination: peerAddr}}, Reach: []netip.Addr{router}},
+		Clusters:    map[lb.HAGroup][]string{lb.GroupPeer: {vip.String(), vip2.String()}},
+		DigestMatch: true,
+		Node: lb.HAStatus{Running: true, Healthy: true,
+			Groups: []lb.HAGroupStatus{{Group: lb.GroupPeer, State: lb.HAStandby, Since: since, Reason: "the peer is active", Synced: true}},
+			Peer:   lb.HAPeerStatus{Alive: true, Heard: true, LastHeard: now, Role: lb.RolePrimary, Healthy: true, Reach: 1, Targets: 1},
+			Reach:  []lb.HAReachStatus{{Address: router, Reachable: false, LastError: "no reply"}}},
+	}
+	bgp := &dispatcher.BGPStatus{
+		BGPStatus: lb.BGPStatus{Running: true, Neighbors: []lb.BGPNeighborStatus{
+			{Address: router, State: "established", Since: since, Sent: 1, BFD: "up"},
+			{Address: peerAddr, State: "active", LastError: "hold timer expired"}}},
+		Clusters: map[netip.Addr]string{vip: "", vip2: "no server takes new connections"},
+	}
+	src := &fakeSource{cfg: cfg, ha: ha, bgp: bgp}
+	var v View
+	if err := json.Unmarshal(get(t, NewHandler(src, Options{}), http.MethodGet, "/api/snapshot").Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if q := src.queries[0]; !q.HA || !q.BGP {
+		t.Errorf("query %+v: want HA and BGP", q)
+	}
+	if v.HA == nil {
+		t.Fatal("no HA in the snapshot")
+	}
+	wantHA := HAView{Role: "backup", Recovery: "auto", Running: true, Healthy: true,
+		Groups: []HAGroupView{{Group: "peer", State: "standby", Since: since, Reason: "the peer is active", Synced: true,
+			Clusters: []string{"198.18.0.100", "198.18.0.101"}}},
+		Peer:  HAPeerView{Alive: true, Heard: true, LastHeard: now, Role: "primary", Healthy: true, SameConfig: true, Reach: 1, Targets: 1},
+		Reach: []ReachView{{Address: "198.18.0.254", Up: false, Error: "no reply"}}}
+	if got, want := mustJSON(t, v.HA), mustJSON(t, wantHA); got != want {
+		t.Errorf("HA\n got %s\nwant %s", got, want)
+	}
+	if v.BGP == nil {
+		t.Fatal("no BGP in the snapshot")
+	}
+	wantBGP := BGPView{Running: true,
+		Neighbors: []BGPNeighborView{{Address: "198.18.0.254", State: "established", Since: since, Sent: 1, BFD: "up"},
+			{Address: "198.18.0.2", State: "active", LastError: "hold timer expired"}},
+		Clusters: []AnnouncementView{{Address: "198.18.0.100", Announced: true},
+			{Address: "198.18.0.101", Reason: "no server takes new connections"}}}
+	if got, want := mustJSON(t, v.BGP), mustJSON(t, wantBGP); got != want {
+		t.Errorf("BGP\n got %s\nwant %s", got, want)
+	}
+
+	// Neither configured: neither in the snapshot (not even as null).
+	src = &fakeSource{cfg: config(s1), ha: &dispatcher.HAStatus{}, bgp: &dispatcher.BGPStatus{Clusters: map[netip.Addr]string{}}}
+	body := get(t, NewHandler(src, Options{}), http.MethodGet, "/api/snapshot").Body.String()
+	if strings.Contains(body, `"ha"`) || strings.Contains(body, `"bgp"`) {
+		t.Errorf("without high availability or BGP the snapshot has them: %s", body)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestWarningsEvery: the first snapshot reads the warnings, the next ones
+// within WarningsEvery show those without asking the engine (a warning
+// asks the kernel about every cluster address), and once it has passed
+// they are read again: a warning gone is gone from the page.
+func TestWarningsEvery(t *testing.T) {
+	src := &fakeSource{cfg: config(s1), warnings: []string{"the host does not hold 198.18.0.100"}}
+	snap := func(h *Handler) View {
+		t.Helper()
+		var v View
+		if err := json.Unmarshal(get(t, h, http.MethodGet, "/api/snapshot").Body.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	h := NewHandler(src, Options{WarningsEvery: time.Hour})
+	first := snap(h)
+	src.warnings = nil
+	second := snap(h)
+	if len(src.queries) != 2 || !src.queries[0].Warnings || src.queries[1].Warnings {
+		t.Errorf("queries %+v: want warnings asked for the first only", src.queries)
+	}
+	for i, v := range []View{first, second} {
+		if len(v.Warnings) != 1 || v.Warnings[0] != "the host does not hold 198.18.0.100" || v.WarningsAt.IsZero() {
+			t.Errorf("snapshot %d: warnings %q at %v", i+1, v.Warnings, v.WarningsAt)
+		}
+	}
+
+	h = NewHandler(src, Options{WarningsEvery: time.Nanosecond})
+	src.warnings = []string{"w"}
+	if v := snap(h); len(v.Warnings) != 1 {
+		t.Errorf("warnings %q", v.Warnings)
+	}
+	src.warnings = nil
+	if v := snap(h); len(v.Warnings) != 0 || v.Warnings == nil {
+		t.Errorf("a warning gone: the page shows %#v, want an empty list", v.Warnings)
 	}
 }

@@ -16,9 +16,17 @@ type View struct {
 	Now     time.Time `json:"now"`
 	Version string    `json:"version"`
 	// Interval is how often the page polls, in milliseconds.
-	Interval int           `json:"interval_ms"`
-	Executor ExecutorView  `json:"executor"`
-	Manager  ManagerView   `json:"manager"`
+	Interval int          `json:"interval_ms"`
+	Executor ExecutorView `json:"executor"`
+	Manager  ManagerView  `json:"manager"`
+	// Warnings are the executor report's warnings, each with its remedy,
+	// as of WarningsAt (they are read less often than the rest).
+	Warnings   []string  `json:"warnings"`
+	WarningsAt time.Time `json:"warnings_at"`
+	// HA is high availability's state (nil: not configured), BGP the
+	// speaker's (nil: no neighbour, nothing announced).
+	HA       *HAView       `json:"ha,omitempty"`
+	BGP      *BGPView      `json:"bgp,omitempty"`
 	Clusters []ClusterView `json:"clusters"`
 	// Servers counts the configured servers (each once per port); when
 	// they are more than MaxServers the snapshot is taken at port depth
@@ -117,7 +125,8 @@ type EventView struct {
 // view translates a snapshot; listed says it was taken at server depth.
 func view(st *dispatcher.Status, listed bool, maxServers int) View {
 	v := View{Now: st.Now, Servers: countServers(st.Config), ServersListed: listed, MaxServers: maxServers,
-		Changes: st.Changes, LastChange: st.LastChange, Clusters: []ClusterView{}, Events: []EventView{}}
+		Changes: st.Changes, LastChange: st.LastChange, Clusters: []ClusterView{}, Events: []EventView{},
+		Warnings: []string{}, HA: haView(st.HA), BGP: bgpView(st.BGP, st.Config)}
 	ex, x := st.Config.Executor, st.Executor
 	v.Executor = ExecutorView{Started: ex.Started, Loaded: x.Loaded, Attached: x.Attached, Interface: ex.Interface,
 		Mode: ex.XDPMode.String(), Error: x.Err, Reasons: []Reason{}, Tables: []TableFill{}}
@@ -203,6 +212,34 @@ func eventView(r events.Record) EventView {
 		ev.Text = e["DLB_CLUSTER"] + "@" + e["DLB_PORT"] + ": " + e["DLB_HALFOPEN"] + " half-open connections, above maxhalfopen " + e["DLB_MAXHALFOPEN"]
 	case events.HalfOpenDone:
 		ev.Text = e["DLB_CLUSTER"] + "@" + e["DLB_PORT"] + ": half-open connections back at or below maxhalfopen (" + e["DLB_HALFOPEN"] + ")"
+	case events.ExecutorDetached:
+		ev.Bad = true
+		ev.Text = "the executor's interface " + e["DLB_INTERFACE"] + " is gone (" + e["DLB_REASON"] + "): it attaches again when an interface of that name appears"
+	case events.ExecutorAttached:
+		ev.Text = "the executor is attached to " + e["DLB_INTERFACE"] + " again (ifindex " + e["DLB_IFINDEX"] + ")"
+	case events.GoActive, events.GoStandby, events.GoInOp, events.HighAvailChange:
+		if _, ok := e["DLB_HA_STATE"]; ok {
+			ev.Bad = e["DLB_HA_STATE"] == lb.HANoExecutor.String()
+			ev.Text = "high availability: " + e["DLB_HA_GROUP"] + " group " + e["DLB_HA_STATE"] + " (was " + e["DLB_HA_PREVIOUS"] + ")"
+			if e["DLB_HA_REASON"] != "" {
+				ev.Text += ": " + e["DLB_HA_REASON"]
+			}
+			if e["DLB_HA_CLUSTERS"] != "" {
+				ev.Text += "; clusters " + e["DLB_HA_CLUSTERS"]
+			}
+			break
+		}
+		ev.Bad = e["DLB_HA_PEER"] != "yes" || e["DLB_HA_CONFLICT"] != "" || e["DLB_HA_PEER_DIGEST"] != ""
+		ev.Text = "high availability: the peer is not heard"
+		if e["DLB_HA_PEER"] == "yes" {
+			ev.Text = "high availability: the peer is heard"
+		}
+		if e["DLB_HA_CONFLICT"] != "" {
+			ev.Text += "; " + e["DLB_HA_CONFLICT"]
+		}
+		if e["DLB_HA_PEER_DIGEST"] != "" {
+			ev.Text += "; its configuration differs (digest " + e["DLB_HA_PEER_DIGEST"] + ", this one " + e["DLB_HA_DIGEST"] + ")"
+		}
 	default:
 		keys := make([]string, 0, len(e))
 		for k := range e {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/console"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -845,6 +846,16 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 			`dlb_ha_config_digest_match 1`, `dlb_ha_healthy 1`)
 		h.d[1].checkExposition("healed", `dlb_ha_state{group="peer",state="standby"} 1`, `dlb_ha_synced{group="peer"} 1`,
 			`dlb_ha_peer_alive 1`)
+		// The web console says the same.
+		for i, want := range []struct{ group, state, peerRole string }{{"local", "active", "backup"}, {"peer", "standby", "primary"}} {
+			var v console.View
+			h.d[i].consoleSnapshot(&v)
+			if ha := v.HA; ha == nil || len(ha.Groups) != 1 || ha.Groups[0].Group != want.group || ha.Groups[0].State != want.state ||
+				want.state == "standby" && !ha.Groups[0].Synced || !ha.Peer.Alive || ha.Peer.Role != want.peerRole || !ha.Peer.SameConfig ||
+				!ha.Healthy || len(ha.Reach) != 1 || !ha.Reach[0].Up {
+				t.Errorf("healed: dispatcher %d's console shows high availability as %+v", i+1, ha)
+			}
+		}
 	})
 }
 

@@ -438,7 +438,10 @@ func (b *browserErrors) listen(ev any) {
 // Chromium while traffic flows: the page loads with no console error,
 // shows every configured server, and when a server's HTTP service stops,
 // its row shows it failed (its advisor's verdict: down) within the
-// advisor's detection time plus 2 s. Screenshots are left as artefacts.
+// advisor's detection time plus 2 s. A cluster address no host holds
+// shows as a warning; high availability and BGP, once configured, show as
+// panels of their own with what dlbd reports of them. Screenshots are left
+// as artefacts.
 func TestPrivilegedE2EConsole(t *testing.T) {
 	alone(t)
 	chromium := needTool(t, "chromium", "chromium")
@@ -449,6 +452,9 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 	l.mustCtl("advisor", "start", "http", l.vip()+"@80", "--interval", fmt.Sprint(interval), "--fall", fmt.Sprint(fall),
 		"--rise", "2", "--connecttimeout", fmt.Sprint(timeout), "--receivetimeout", fmt.Sprint(timeout))
 	l.mustCtl("manager", "start")
+	// A cluster whose address no host holds: the executor report warns.
+	const unheld = "198.18.0.150"
+	l.mustCtl("cluster", "add", unheld)
 	site := "http://" + l.forwarder(metricsAddr) + "/"
 
 	loadDone := make(chan loadResult, 1)
@@ -564,6 +570,56 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 	})
 	time.Sleep(3 * time.Second) // b2's charts fall to 0 for the picture
 	shot("console-b2-down.png")
+	if w, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("#warning-list"))); err != nil || !strings.Contains(w, "cluster "+unheld+" is on no interface of this host") {
+		t.Errorf("the warnings the page shows: %v %q, want the unheld cluster %s's", err, w, unheld)
+	}
+
+	// High availability with a peer that never answers, and a BGP
+	// neighbour that speaks no BGP (the client): their panels show what
+	// dlbd says of each.
+	secret := filepath.Join(l.run, "ha.secret")
+	if err := os.WriteFile(secret, []byte("a secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := l.env["LAB_C1_ADDR"]
+	l.mustCtl("highavailability", "backup", "add", "primary", "auto", haPort)
+	l.mustCtl("highavailability", "heartbeat", "add", l.env["LAB_NFA"], "198.18.0.250", "--secret-file", secret)
+	l.mustCtl("highavailability", "reach", "add", client)
+	l.mustCtl("bgp", "set", "--asn", "65001", "--routerid", l.env["LAB_NFA"])
+	l.mustCtl("bgp", "neighbor", "add", client, "--remote-as", "65000")
+	l.mustCtl("cluster", "set", l.vip(), "--announce", "yes")
+	panels := `(() => {
+		const q = (s) => document.querySelector(s);
+		const g = q('#ha-groups tr[data-group="local"]'), n = q('#bgp-neighbors tr[data-neighbor="` + client + `"]'),
+			c = q('#bgp-clusters tr[data-cluster="` + l.vip() + `"]'), card = q('#ha-card');
+		return [!q('#ha').hidden && !!g && !!card, g ? g.dataset.state : "", q('#ha-peer').textContent, !q('#bgp').hidden && !!n && !!c,
+			n ? n.dataset.state : "", c ? c.dataset.announced : ""];
+	})()`
+	var panel []string
+	waitFor(t, 10*time.Second, "the high-availability and BGP panels", func() bool {
+		v, err := chromedp.Run(tctx, chromedp.Evaluate[[]any](panels))
+		if err != nil || len(v) != 6 {
+			t.Fatalf("reading the panels: %v %v", v, err)
+		}
+		panel = make([]string, len(v))
+		for i := range v {
+			panel[i] = fmt.Sprint(v[i])
+		}
+		return panel[0] == "true" && panel[3] == "true"
+	})
+	t.Logf("panels: local group %s; %q; BGP neighbour %s, %s announced %s", panel[1], panel[2], panel[4], l.vip(), panel[5])
+	var st haStatusView
+	l.snapshot(&st)
+	if st.HA == nil || len(st.HA.Groups) != 1 || panel[1] != st.HA.Groups[0].State {
+		t.Errorf("the page shows the local group %q, dlbd's snapshot %+v", panel[1], st.HA)
+	}
+	if !strings.Contains(panel[2], "not heard") {
+		t.Errorf("the page says of a peer that never answered: %q", panel[2])
+	}
+	if panel[4] == "established" || panel[4] == "" {
+		t.Errorf("the page shows a session with a host that speaks no BGP as %q", panel[4])
+	}
+	shot("console-ha-bgp.png")
 	if e := errs.list(); len(e) > 0 {
 		t.Errorf("the page reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
 	}
@@ -677,5 +733,24 @@ func TestPrivilegedMetricsScaleReport(t *testing.T) {
 		if d > time.Second {
 			t.Logf("  NOT MET: a %s scrape takes %v, the goal is under 1 s", name, d)
 		}
+	}
+}
+
+// haStatusView is the part of the console's snapshot the console test
+// compares with the page.
+type haStatusView struct {
+	HA *struct {
+		Groups []struct {
+			State string `json:"state"`
+		} `json:"groups"`
+	} `json:"ha"`
+}
+
+// snapshot reads the console's /api/snapshot into v.
+func (l *lab) snapshot(v any) {
+	l.t.Helper()
+	_, body, _ := scrapeOnce(l.t, l.nsClient(), "http://"+metricsAddr+"/api/snapshot", false)
+	if err := json.Unmarshal(body, v); err != nil {
+		l.t.Fatalf("the console's snapshot: %v\n%s", err, body)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/console"
 )
 
 // Scale-out: three dispatchers announce the VIP over BGP to a router (FRR
@@ -89,6 +90,16 @@ func (d *dispatcherProc) exposition() string {
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialIn("/run/netns/" + d.ns)}}
 	_, b, _ := scrapeOnce(d.t, c, "http://"+metricsAddr+"/metrics", false)
 	return string(b)
+}
+
+// consoleSnapshot reads dispatcher d's web console snapshot into v.
+func (d *dispatcherProc) consoleSnapshot(v any) {
+	d.t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dialIn("/run/netns/" + d.ns)}}
+	_, b, _ := scrapeOnce(d.t, c, "http://"+metricsAddr+"/api/snapshot", false)
+	if err := json.Unmarshal(b, v); err != nil {
+		d.t.Fatalf("dispatcher %d's console snapshot: %v\n%s", d.i, err, b)
+	}
 }
 
 // checkExposition fails the test for each of the lines (whole
@@ -541,6 +552,14 @@ func runScaleOut(t *testing.T, router routerDaemon, full bool) {
 		d.checkExposition("sessions up", `dlb_bgp_running 1`,
 			fmt.Sprintf(`dlb_bgp_neighbor_up{neighbor=%q} 1`, s.env["LAB_ROUTER_ADDR"]),
 			fmt.Sprintf(`dlb_bgp_cluster_announced{cluster=%q} 1`, s.vip()))
+		// The web console says the same.
+		var v console.View
+		d.consoleSnapshot(&v)
+		if b := v.BGP; b == nil || !b.Running || len(b.Neighbors) != 1 || b.Neighbors[0].Address != s.env["LAB_ROUTER_ADDR"] ||
+			b.Neighbors[0].State != "established" || b.Neighbors[0].Sent != 1 || len(b.Clusters) != 1 || b.Clusters[0].Address != s.vip() ||
+			!b.Clusters[0].Announced {
+			t.Errorf("sessions up: dispatcher %d's console shows BGP as %+v", d.i, b)
+		}
 	}
 
 	only := os.Getenv("DLB_SCALE_ONLY")

@@ -287,6 +287,21 @@
         v.manager.cycles + ' cycles; the last took ' + v.manager.cycle_ms + ' ms'),
       card('configuration changes', fmtInt(v.changes), 'last: ' + new Date(v.last_change).toLocaleString()),
     );
+    if (v.ha) {
+      const c = card('high availability', haSummary(v.ha), 'role ' + v.ha.role);
+      c.id = 'ha-card';
+      root.appendChild(c);
+    }
+    if (v.bgp) {
+      const up = v.bgp.neighbors.filter(function (n) { return n.state === 'established'; }).length;
+      const ann = v.bgp.clusters.filter(function (c) { return c.announced; }).length;
+      root.appendChild(card('BGP', up + ' of ' + v.bgp.neighbors.length + ' sessions up · ' + ann + ' of ' + v.bgp.clusters.length + ' announced'));
+    }
+    if (v.warnings.length > 0) {
+      const c = card('warnings', String(v.warnings.length), 'see Warnings below');
+      c.classList.add('warn');
+      root.appendChild(c);
+    }
   }
 
   function renderReasons(v, t) {
@@ -327,6 +342,136 @@
     }
   }
 
+  // --- warnings, high availability, BGP ---
+
+  function badge(text, cls) {
+    return el('span', 'state ' + cls, text);
+  }
+
+  function since(t) {
+    const d = Date.parse(t);
+    return d > 0 ? new Date(d).toLocaleString() : '–';
+  }
+
+  function renderWarnings(v) {
+    const root = document.getElementById('warnings');
+    const list = document.getElementById('warning-list');
+    list.textContent = '';
+    for (const w of v.warnings) {
+      list.appendChild(el('li', '', w));
+    }
+    root.hidden = v.warnings.length === 0;
+    root.title = 'read ' + new Date(v.warnings_at).toLocaleTimeString() + ' (every few seconds)';
+  }
+
+  // haSummary says in a few words whether this dispatcher serves, for the
+  // summary's card.
+  function haSummary(ha) {
+    if (!ha.running) {
+      return 'not running';
+    }
+    return ha.groups.map(function (g) {
+      let s = (ha.groups.length > 1 ? g.group + ' ' : '') + g.state;
+      if (g.state === 'standby') {
+        s += g.synced ? ', synced' : ', not synced';
+      }
+      return s;
+    }).join(' · ') + (ha.peer.alive ? '' : ' · peer lost');
+  }
+
+  function renderHA(v) {
+    const root = document.getElementById('ha');
+    const ha = v.ha;
+    root.hidden = !ha;
+    if (!ha) {
+      return;
+    }
+    const self = document.getElementById('ha-self');
+    self.textContent = 'This dispatcher: role ' + ha.role + ', recovery ' + ha.recovery + ' · ';
+    if (!ha.running) {
+      self.append(badge('not running', 'no'), document.createTextNode(' ' + (ha.error || '')));
+    } else if (ha.healthy) {
+      self.append(badge('healthy', 'yes'));
+    } else {
+      self.append(badge('cannot forward', 'no'), document.createTextNode(' ' + (ha.health_reason || '')));
+    }
+    const tbody = document.querySelector('#ha-groups tbody');
+    tbody.textContent = '';
+    for (const g of ha.groups) {
+      const tr = el('tr');
+      tr.dataset.group = g.group;
+      tr.dataset.state = g.state;
+      const st = el('td');
+      st.appendChild(badge(g.state, g.state));
+      if (g.reason) {
+        st.title = g.reason;
+      }
+      tr.append(el('td', '', g.group), st, el('td', '', since(g.since)),
+        el('td', '', g.synced ? 'full copy' : (g.state === 'active' ? '–' : 'no full copy')),
+        el('td', '', g.clusters.length ? g.clusters.join(', ') : 'none'));
+      tbody.appendChild(tr);
+    }
+    const peer = document.getElementById('ha-peer');
+    peer.textContent = 'Peer: ';
+    const p = ha.peer;
+    if (p.alive) {
+      peer.append(badge('alive', 'yes'), document.createTextNode(' ' + p.role + ', ' + (p.healthy ? 'healthy' : 'cannot forward') +
+        ', reaches ' + p.reach + ' of ' + p.targets + ' targets, ' +
+        (p.same_config ? 'the same configuration' : 'a DIFFERENT configuration (its clusters, ports or servers differ)') +
+        (p.conflict ? '; ' + p.conflict : '')));
+    } else {
+      peer.append(badge('not heard', 'no'), document.createTextNode(p.heard ? ' since ' + since(p.last_heard) : ' since dlbd started'));
+    }
+    peer.dataset.alive = p.alive;
+    const reach = document.getElementById('ha-reach');
+    reach.textContent = ha.reach.length === 0 ? 'No reach target.' : 'Reach targets: ' + ha.reach.map(function (r) {
+      return r.address + (r.up ? ' answers' : ' does not answer' + (r.error ? ' (' + r.error + ')' : ''));
+    }).join(', ');
+  }
+
+  function renderBGP(v) {
+    const root = document.getElementById('bgp');
+    const b = v.bgp;
+    root.hidden = !b;
+    if (!b) {
+      return;
+    }
+    const self = document.getElementById('bgp-self');
+    self.textContent = 'Speaker: ';
+    self.append(b.running ? badge('running', 'yes') : badge('not running', 'no'));
+    if (b.error) {
+      self.append(document.createTextNode(' ' + b.error));
+    }
+    const nb = document.querySelector('#bgp-neighbors tbody');
+    nb.textContent = '';
+    for (const n of b.neighbors) {
+      const tr = el('tr');
+      tr.dataset.neighbor = n.address;
+      tr.dataset.state = n.state;
+      const st = el('td');
+      st.appendChild(badge(n.state, n.state === 'established' ? 'established' : 'no'));
+      tr.append(el('td', '', n.address), st, el('td', '', n.state === 'established' ? since(n.since) : '–'),
+        el('td', 'num', fmtInt(n.prefixes_sent)), el('td', '', n.bfd || '–'), el('td', 'reason', n.last_error || ''));
+      nb.appendChild(tr);
+    }
+    document.getElementById('bgp-neighbors').hidden = b.neighbors.length === 0;
+    const cl = document.querySelector('#bgp-clusters tbody');
+    cl.textContent = '';
+    for (const c of b.clusters) {
+      const tr = el('tr');
+      tr.dataset.cluster = c.address;
+      tr.dataset.announced = c.announced;
+      const st = el('td');
+      st.appendChild(c.announced ? badge('announced', 'yes') : badge('withdrawn', 'no'));
+      if (!c.announced) {
+        st.appendChild(document.createTextNode(' ' + c.reason));
+      }
+      tr.append(el('td', '', c.address), st);
+      cl.appendChild(tr);
+    }
+    document.getElementById('bgp-clusters').hidden = b.clusters.length === 0;
+  }
+
   function renderEvents(v) {
     const root = document.getElementById('events');
     root.textContent = '';
@@ -346,6 +491,9 @@
     seen = new Set();
     document.getElementById('version').textContent = 'dlbd ' + v.version;
     renderSummary(v, t);
+    renderWarnings(v);
+    renderHA(v);
+    renderBGP(v);
     renderClusters(v, t);
     renderReasons(v, t);
     renderTables(v);
