@@ -5,7 +5,8 @@
 // and table fill, the recent events, the executor report's warnings, and
 // high availability's and the BGP speaker's state when they are configured. The page polls a JSON snapshot
 // (/api/snapshot) every second, taken from the engine's status like every
-// report; its assets are embedded in dlbd and load nothing from elsewhere.
+// report, and shared by every page open while it is fresh; its assets are
+// embedded in dlbd and load nothing from elsewhere.
 //
 // A configuration of more than Options.MaxServers servers is shown port by
 // port, without server rows: a snapshot of every server every second
@@ -23,7 +24,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/dispatcher"
@@ -62,7 +62,13 @@ type Handler struct {
 	opts   Options
 	static http.Handler
 
-	mu         sync.Mutex
+	// one lets one snapshot be taken at a time; it guards the fields
+	// below. However many pages are open, they share the latest snapshot
+	// while it is less than half an interval old: the engine takes about
+	// one per interval, not one per viewer.
+	one        chan struct{}
+	body       []byte
+	bodyAt     time.Time
 	warnings   []string
 	warningsAt time.Time // zero: not read yet
 }
@@ -85,7 +91,7 @@ func NewHandler(src Source, opts Options) *Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	return &Handler{src: src, opts: opts, static: http.FileServerFS(sub)}
+	return &Handler{src: src, opts: opts, static: http.FileServerFS(sub), one: make(chan struct{}, 1)}
 }
 
 // The page's policy: its own scripts, styles and requests only.
@@ -118,45 +124,63 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	cfg, err := h.src.Config(ctx)
+	body, err := h.current(ctx)
 	if err != nil {
 		h.fail(w, err)
 		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		return
+	}
+	if _, err := w.Write(body); err != nil {
+		h.opts.Logger.Debug("console: writing a snapshot", "err", err)
+	}
+}
+
+// current returns the latest snapshot, encoded, while it is less than
+// half an interval old, and takes a new one otherwise; callers meanwhile
+// wait for it and share it.
+func (h *Handler) current(ctx context.Context) ([]byte, error) {
+	select {
+	case h.one <- struct{}{}:
+		defer func() { <-h.one }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the snapshot another viewer asked for: %w", ctx.Err())
+	}
+	if h.body != nil && time.Since(h.bodyAt) < h.opts.Interval/2 {
+		return h.body, nil
+	}
+	cfg, err := h.src.Config(ctx)
+	if err != nil {
+		return nil, err
 	}
 	servers := countServers(cfg)
 	depth := lb.ServerDepth
 	if servers > h.opts.MaxServers {
 		depth = lb.PortDepth
 	}
-	h.mu.Lock()
-	warnings, warningsAt := h.warnings, h.warningsAt
-	h.mu.Unlock()
-	readWarnings := warningsAt.IsZero() || time.Since(warningsAt) >= h.opts.WarningsEvery
+	readWarnings := h.warningsAt.IsZero() || time.Since(h.warningsAt) >= h.opts.WarningsEvery
 	st, err := h.src.Status(ctx, dispatcher.Query{Depth: depth, Counters: true, Warnings: readWarnings, HA: true, BGP: true})
 	if err != nil {
-		h.fail(w, err)
-		return
+		return nil, err
 	}
 	if readWarnings {
-		warnings, warningsAt = slices.Clone(st.Executor.Warnings), time.Now()
-		h.mu.Lock()
-		h.warnings, h.warningsAt = warnings, warningsAt
-		h.mu.Unlock()
+		h.warnings, h.warningsAt = slices.Clone(st.Executor.Warnings), time.Now()
 	}
 	v := view(st, depth == lb.ServerDepth, h.opts.MaxServers)
-	if warnings != nil {
-		v.Warnings = warnings
+	if h.warnings != nil {
+		v.Warnings = h.warnings
 	}
-	v.WarningsAt = warningsAt
+	v.WarningsAt = h.warningsAt
 	v.Version, v.Interval = h.opts.Version, int(h.opts.Interval/time.Millisecond)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	if r.Method == http.MethodHead {
-		return
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the snapshot: %w", err)
 	}
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		h.opts.Logger.Debug("console: writing a snapshot", "err", err)
-	}
+	h.body, h.bodyAt = append(body, '\n'), time.Now()
+	return h.body, nil
 }
 
 func (h *Handler) fail(w http.ResponseWriter, err error) {

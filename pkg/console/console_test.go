@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +41,7 @@ func config(servers ...netip.Addr) lb.Config {
 
 // fakeSource answers like the engine: a snapshot at the depth asked.
 type fakeSource struct {
+	mu       sync.Mutex
 	cfg      lb.Config
 	err      error
 	queries  []dispatcher.Query
@@ -51,6 +53,8 @@ type fakeSource struct {
 func (f *fakeSource) Config(context.Context) (lb.Config, error) { return f.cfg, f.err }
 
 func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.queries = append(f.queries, q)
 	if f.err != nil {
 		return nil, f.err
@@ -367,7 +371,9 @@ func TestWarningsEvery(t *testing.T) {
 		}
 		return v
 	}
-	h := NewHandler(src, Options{WarningsEvery: time.Hour})
+	// Interval: a snapshot shared for less than a nanosecond, so that each
+	// request takes one.
+	h := NewHandler(src, Options{WarningsEvery: time.Hour, Interval: time.Nanosecond})
 	first := snap(h)
 	src.warnings = nil
 	second := snap(h)
@@ -380,7 +386,7 @@ func TestWarningsEvery(t *testing.T) {
 		}
 	}
 
-	h = NewHandler(src, Options{WarningsEvery: time.Nanosecond})
+	h = NewHandler(src, Options{WarningsEvery: time.Nanosecond, Interval: time.Nanosecond})
 	src.warnings = []string{"w"}
 	if v := snap(h); len(v.Warnings) != 1 {
 		t.Errorf("warnings %q", v.Warnings)
@@ -388,5 +394,45 @@ func TestWarningsEvery(t *testing.T) {
 	src.warnings = nil
 	if v := snap(h); len(v.Warnings) != 0 || v.Warnings == nil {
 		t.Errorf("a warning gone: the page shows %#v, want an empty list", v.Warnings)
+	}
+}
+
+// TestSnapshotShared: pages polling at once, or within half an interval
+// of each other, share one snapshot: the engine takes one however many
+// viewers there are; once half an interval has passed, the next request
+// takes a new one.
+func TestSnapshotShared(t *testing.T) {
+	tests := []struct {
+		name     string
+		interval time.Duration
+		want     int
+	}{
+		{"within half an interval", time.Hour, 1},
+		{"each older than half an interval", time.Nanosecond, 21},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := &fakeSource{cfg: config(s1, s2)}
+			h := NewHandler(src, Options{Interval: tt.interval})
+			var wg sync.WaitGroup
+			codes := make([]int, 20)
+			for i := range codes {
+				wg.Go(func() { codes[i] = get(t, h, http.MethodGet, "/api/snapshot").Code })
+			}
+			wg.Wait()
+			if rec := get(t, h, http.MethodGet, "/api/snapshot"); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"198.18.0.100@80"`) {
+				t.Errorf("a later request: %d %s", rec.Code, rec.Body)
+			}
+			for i, c := range codes {
+				if c != 200 {
+					t.Errorf("request %d: status %d", i, c)
+				}
+			}
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			if len(src.queries) != tt.want {
+				t.Errorf("21 requests took %d snapshots, want %d", len(src.queries), tt.want)
+			}
+		})
 	}
 }
