@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -46,6 +48,7 @@ type fakeSource struct {
 	err      error
 	queries  []dispatcher.Query
 	warnings []string
+	advisors map[health.Key]dispatcher.AdvisorStatus
 	ha       *dispatcher.HAStatus
 	bgp      *dispatcher.BGPStatus
 }
@@ -74,6 +77,7 @@ func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.
 	if q.Warnings {
 		st.Executor.Warnings = f.warnings
 	}
+	st.Advisors = f.advisors
 	if q.HA {
 		st.HA = f.ha
 	}
@@ -88,8 +92,12 @@ func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.
 					if s.Address == s2 {
 						state, load = lb.ServerFailed, -1
 					}
-					st.Servers[lb.BackendKey{Service: sk80, Server: s.Address}] = dispatcher.ServerStatus{State: state, Weight: 8,
-						Reason: "advisor load", PortLoad: load, Active: 2, Counters: lb.Counters{NewConns: 25, Packets: 250}}
+					ss := dispatcher.ServerStatus{State: state, Weight: 8, Reason: "advisor load", PortLoad: load, SystemLoad: -1,
+						Active: 2, Counters: lb.Counters{NewConns: 25, Packets: 250}}
+					if s.Address == s1 {
+						ss.SystemLoad, ss.MAC = 37, net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15}
+					}
+					st.Servers[lb.BackendKey{Service: sk80, Server: s.Address}] = ss
 				}
 			}
 		}
@@ -109,7 +117,19 @@ func get(t *testing.T, h http.Handler, method, path string) *httptest.ResponseRe
 // table fill (NAT entries told apart from MAC ones), and the events newest
 // first, described.
 func TestSnapshot(t *testing.T) {
-	src := &fakeSource{cfg: config(s1, s2)}
+	cfg := config(s1, s2)
+	// An advisor of port 80 on every cluster, one of another cluster's
+	// port 80, and one of port 443: only the first's verdicts are s1's
+	// and s2's.
+	other := netip.MustParseAddr("198.18.0.101")
+	cfg.Advisors = []lb.Advisor{{Name: "http", Port: 80}, {Name: "connect", Cluster: other, Port: 80}, {Name: "ssl", Port: 443}}
+	since := now.Add(-90 * time.Second)
+	src := &fakeSource{cfg: cfg, advisors: map[health.Key]dispatcher.AdvisorStatus{
+		{Advisor: "http@@80", Addr: s1, Port: 80}:                {State: lb.AdvisorUp, LoadMS: 12, Since: since, Probes: 90},
+		{Advisor: "http@@80", Addr: s2, Port: 80}:                {State: lb.AdvisorDown, LoadMS: -1, Since: since, LastError: "connection refused", Probes: 90, Failures: 3},
+		{Advisor: "connect@198.18.0.101@80", Addr: s1, Port: 80}: {State: lb.AdvisorDown},
+		{Advisor: "ssl@@443", Addr: s1, Port: 443}:               {State: lb.AdvisorDown},
+	}}
 	h := NewHandler(src, Options{Version: "v9"})
 	rec := get(t, h, http.MethodGet, "/api/snapshot")
 	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
@@ -131,13 +151,15 @@ func TestSnapshot(t *testing.T) {
 	}
 	want := map[string]ServerView{
 		"198.18.0.100@80@198.18.0.21": {Key: "198.18.0.100@80@198.18.0.21", Address: "198.18.0.21", Weight: 10, CurrentWeight: 8, State: "up",
-			Reason: "advisor load", AdvisorLoadMS: 12, Active: 2, NewConnections: 25, Packets: 250},
+			Reason: "advisor load", AdvisorLoadMS: 12, SystemLoad: 37, Active: 2, NewConnections: 25, Packets: 250, MAC: "02:d1:b0:00:00:15",
+			Advisors: []VerdictView{{Advisor: "http@@80", State: "up", Since: since, LoadMS: 12, Probes: 90}}},
 		"198.18.0.100@80@198.18.0.22": {Key: "198.18.0.100@80@198.18.0.22", Address: "198.18.0.22", Weight: 10, CurrentWeight: 8, State: "failed",
-			Reason: "advisor load", AdvisorLoadMS: -1, Active: 2, NewConnections: 25, Packets: 250},
+			Reason: "advisor load", AdvisorLoadMS: -1, SystemLoad: -1, Active: 2, NewConnections: 25, Packets: 250,
+			Advisors: []VerdictView{{Advisor: "http@@80", State: "down", Since: since, LoadMS: -1, LastError: "connection refused", Probes: 90, Failures: 3}}},
 	}
 	for _, s := range p.Servers {
-		if s != want[s.Key] {
-			t.Errorf("server %+v, want %+v", s, want[s.Key])
+		if got, want := mustJSON(t, s), mustJSON(t, want[s.Key]); got != want {
+			t.Errorf("server\n got %s\nwant %s", got, want)
 		}
 	}
 	x := v.Executor

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -106,11 +107,30 @@ type ServerView struct {
 	Reason        string `json:"reason"`
 	// AdvisorLoadMS is IBM's PORT column: the advisors' load in ms, -1
 	// when an advisor finds the server down, 0 when none covers it.
-	AdvisorLoadMS  int64  `json:"advisor_load_ms"`
-	Active         uint64 `json:"active"`
-	NewConnections uint64 `json:"new_connections"`
-	Packets        uint64 `json:"packets"`
-	Bytes          uint64 `json:"bytes"`
+	AdvisorLoadMS int64 `json:"advisor_load_ms"`
+	// SystemLoad is IBM's SYSTEM column: the metric servers' load
+	// 0..100, -1 when none reports or the report is stale.
+	SystemLoad     float64 `json:"system_load"`
+	Active         uint64  `json:"active"`
+	NewConnections uint64  `json:"new_connections"`
+	Packets        uint64  `json:"packets"`
+	Bytes          uint64  `json:"bytes"`
+	// MAC is the next hop's Ethernet address, when resolved.
+	MAC string `json:"mac,omitempty"`
+	// Advisors are the verdicts of the advisors that probe it.
+	Advisors []VerdictView `json:"advisors"`
+}
+
+// VerdictView is one advisor's verdict on a server: its state, since
+// when (the time in state), and why the last probe failed.
+type VerdictView struct {
+	Advisor   string    `json:"advisor"`
+	State     string    `json:"state"`
+	Since     time.Time `json:"since"`
+	LoadMS    int64     `json:"load_ms"`
+	LastError string    `json:"last_error,omitempty"`
+	Probes    uint64    `json:"probes"`
+	Failures  uint64    `json:"failures"`
 }
 
 // EventView is a recent event.
@@ -172,9 +192,24 @@ func view(st *dispatcher.Status, listed bool, maxServers int) View {
 				if !ok {
 					continue
 				}
-				pv.Servers = append(pv.Servers, ServerView{Key: bk.String(), Address: s.Address.String(), Weight: s.Weight,
+				sv := ServerView{Key: bk.String(), Address: s.Address.String(), Weight: s.Weight,
 					CurrentWeight: ss.Weight, State: ss.State.String(), Reason: ss.Reason, AdvisorLoadMS: ss.PortLoad,
-					Active: ss.Active, NewConnections: ss.Counters.NewConns, Packets: ss.Counters.Packets, Bytes: ss.Counters.Bytes})
+					SystemLoad: ss.SystemLoad, Active: ss.Active, NewConnections: ss.Counters.NewConns, Packets: ss.Counters.Packets,
+					Bytes: ss.Counters.Bytes, Advisors: []VerdictView{}}
+				if ss.MAC != nil {
+					sv.MAC = ss.MAC.String()
+				}
+				for _, a := range st.Config.Advisors {
+					if !a.Covers(cl.Address, p.Number) {
+						continue
+					}
+					key := a.Key()
+					if as, ok := st.Advisors[health.Key{Advisor: key, Addr: s.Address, Port: p.Number}]; ok {
+						sv.Advisors = append(sv.Advisors, VerdictView{Advisor: key, State: as.State.String(), Since: as.Since,
+							LoadMS: as.LoadMS, LastError: as.LastError, Probes: as.Probes, Failures: as.Failures})
+					}
+				}
+				pv.Servers = append(pv.Servers, sv)
 			}
 			cv.Ports = append(cv.Ports, pv)
 		}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -562,6 +563,20 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 		if st, _ := state(i); st != "up" {
 			t.Errorf("b%d shows %q while only b2 stopped", i, st)
 		}
+	}
+	// b2's advisor cell says which advisor found it down, for how long and
+	// why; its state cell, for how long it has failed.
+	tip, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](fmt.Sprintf(
+		`(() => { const r = document.querySelector(%q); return [r.children[4].title, r.children[3].textContent, r.children[0].title]; })()`, rows[1])))
+	if err != nil || len(tip) != 3 {
+		t.Fatalf("reading b2's row: %v %v", tip, err)
+	}
+	t.Logf("b2's advisor cell: %q; state cell %q; address %q", tip[0], tip[1], tip[2])
+	if adv := "http@" + l.vip() + "@80: down for "; !strings.HasPrefix(tip[0], adv) || !strings.Contains(tip[0], "refused") {
+		t.Errorf("b2's advisor cell's title is %q, want %q… with the probe's error", tip[0], adv)
+	}
+	if !regexp.MustCompile(`^failed [0-9]+s$`).MatchString(tip[1]) || !strings.HasPrefix(tip[2], "next hop MAC 02:") {
+		t.Errorf("b2's state cell %q (want failed and for how long), address title %q", tip[1], tip[2])
 	}
 	// The event list says so too.
 	waitFor(t, 5*time.Second, "the serverDown event on the page", func() bool {

@@ -122,7 +122,7 @@
     const thead = el('thead');
     const hr = el('tr');
     for (const [name, num] of [['server', false], ['weight', true], ['current', true], ['state', false], ['advisor', true],
-      ['active', true], ['new conn/s', false], ['packets/s', false], ["manager's reason", false]]) {
+      ['system', true], ['active', true], ['new conn/s', false], ['packets/s', false], ["manager's reason", false]]) {
       hr.appendChild(el('th', num ? 'num' : '', name));
     }
     thead.appendChild(hr);
@@ -137,20 +137,73 @@
     tr.dataset.key = s.key;
     const c = {
       tr: tr, addr: el('td', '', s.address), weight: el('td', 'num'), current: el('td', 'num'),
-      state: el('td'), stateBadge: el('span', 'state'), advisor: el('td', 'num'), active: el('td', 'num'),
-      newc: chart(), pkts: chart(), reason: el('td', 'reason'),
+      state: el('td'), stateBadge: el('span', 'state'), stateFor: el('span', 'muted for'), advisor: el('td', 'num'),
+      system: el('td', 'num'), active: el('td', 'num'), newc: chart(), pkts: chart(), reason: el('td', 'reason'),
     };
-    c.state.appendChild(c.stateBadge);
+    c.state.append(c.stateBadge, c.stateFor);
     const tdNew = el('td');
     tdNew.appendChild(c.newc.wrap);
     const tdPkts = el('td');
     tdPkts.appendChild(c.pkts.wrap);
-    tr.append(c.addr, c.weight, c.current, c.state, c.advisor, c.active, tdNew, tdPkts, c.reason);
+    tr.append(c.addr, c.weight, c.current, c.state, c.advisor, c.system, c.active, tdNew, tdPkts, c.reason);
     return c;
+  }
+
+  // ago says how long before t a time was: "45s", "3m10s", "2h5m", "3d4h".
+  function ago(at, t) {
+    let sec = Math.max(0, Math.floor((t - Date.parse(at)) / 1000));
+    const parts = [[86400, 'd'], [3600, 'h'], [60, 'm'], [1, 's']];
+    for (let i = 0; i < parts.length; i++) {
+      const [n, unit] = parts[i];
+      if (sec >= n || n === 1) {
+        const hi = Math.floor(sec / n);
+        if (i + 1 < parts.length && n > 1) {
+          const [m, u2] = parts[i + 1];
+          const lo = Math.floor((sec - hi * n) / m);
+          return hi + unit + (lo > 0 ? lo + u2 : '');
+        }
+        return hi + unit;
+      }
+    }
+    return '0s';
+  }
+
+  // stateSince is when the server entered its state, as its advisors
+  // say: failed since the first advisor now finding it down did, up
+  // since the last one now finding it up did. null without advisors.
+  function stateSince(s) {
+    const down = s.state === 'failed';
+    let at = null;
+    for (const a of s.advisors) {
+      if ((a.state === 'down') !== down || !(Date.parse(a.since) > 0)) {
+        continue;
+      }
+      const ts = Date.parse(a.since);
+      if (at === null || (down ? ts < at : ts > at)) {
+        at = ts;
+      }
+    }
+    return at === null ? null : new Date(at).toISOString();
   }
 
   function renderServer(c, s, t) {
     c.tr.dataset.state = s.state;
+    c.addr.title = s.mac ? 'next hop MAC ' + s.mac : 'next hop not resolved';
+    const since = stateSince(s);
+    c.stateFor.textContent = since ? ' ' + ago(since, t) : '';
+    c.stateFor.title = since ? 'since ' + new Date(since).toLocaleString() + ', as its advisors say' : '';
+    c.advisor.title = s.advisors.map(function (a) {
+      let line = a.advisor + ': ' + a.state;
+      if (Date.parse(a.since) > 0) {
+        line += ' for ' + ago(a.since, t);
+      }
+      if (a.last_error) {
+        line += ' (' + a.last_error + ')';
+      }
+      return line + '; ' + fmtInt(a.probes) + ' probes, ' + fmtInt(a.failures) + ' failed';
+    }).join('\n') || 'no advisor probes this port';
+    c.system.textContent = s.system_load >= 0 ? fmtInt(s.system_load) : '–';
+    c.system.title = s.system_load >= 0 ? "the metric server's load, 0..100" : 'no metric server reports (or its report is stale)';
     c.weight.textContent = s.weight;
     c.current.textContent = s.current_weight;
     c.stateBadge.className = 'state ' + s.state;
