@@ -77,6 +77,8 @@ func (a *app) backendCmd() *cobra.Command {
 	f.StringVar(&o.Root, "root", "", "prefix of the persisted files and the record (for images and tests)")
 	_ = f.MarkHidden("root")
 
-	return a.noun("backend", "Prepare this host as a backend server (run on the backend)",
+	c := a.noun("backend", "Prepare this host as a backend server (run on the backend)",
 		`  dlbctl backend setup 198.18.0.100 --interface eth0 --persist`, setup)
+	c.Annotations = map[string]string{localCommand: "yes"}
+	return c
 }

@@ -537,10 +537,11 @@ func (a *app) serverOp(action string) func(*cobra.Command, []string) api.Op {
 
 func (a *app) versionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:     "version",
-		Short:   "Print dlbctl's version",
-		Example: `  dlbctl version`,
-		Args:    noArgs,
+		Annotations: map[string]string{localCommand: "yes"},
+		Use:         "version",
+		Short:       "Print dlbctl's version",
+		Example:     `  dlbctl version`,
+		Args:        noArgs,
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "dlbctl %s (admin API %s)\n", buildVersion(), api.Version)
 			return err

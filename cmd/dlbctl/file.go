@@ -82,7 +82,11 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# dlb configuration saved by \"dlbctl file save\" from %s\n", a.socket)
+	from := a.socket
+	if a.remote.Address != "" {
+		from = "https://" + a.remote.Address
+	}
+	fmt.Fprintf(&buf, "# dlb configuration saved by \"dlbctl file save\" from %s\n", from)
 	fmt.Fprintf(&buf, "# on %s.\n", a.env.now().Format(time.RFC3339))
 	fmt.Fprintf(&buf, "# \"dlbctl file load FILE\" applies it as one batch: all or nothing.\n")
 	buf.WriteString(script)

@@ -10,7 +10,8 @@
 // names, which dlbctl resolves once and sends as addresses (target.go,
 // keywords.go).
 //
-// dlbctl talks to dlbd over its admin API (package api) on a unix socket;
+// dlbctl talks to dlbd over its admin API (package api) on a unix socket
+// (or over TLS with a token at its TCP listener, --host);
 // it checks syntax only and leaves every decision about values to dlbd, so
 // that there is one authority on what a valid configuration is.
 package main
@@ -23,6 +24,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -81,6 +83,7 @@ type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	newClient      func(socket string, timeout time.Duration) dlbClient
+	newRemote      func(r client.Remote, timeout time.Duration) (dlbClient, error)
 	now            func() time.Time
 	// resolver resolves the host names given for addresses.
 	resolver resolver
@@ -93,6 +96,7 @@ func osEnv() *env {
 		stderr:    os.Stderr,
 		getenv:    os.Getenv,
 		newClient: func(socket string, timeout time.Duration) dlbClient { return client.NewTimeout(socket, timeout) },
+		newRemote: func(r client.Remote, timeout time.Duration) (dlbClient, error) { return client.NewRemote(r, timeout) },
 		now:       time.Now,
 		resolver:  net.DefaultResolver,
 	}
@@ -105,6 +109,9 @@ type app struct {
 	socket  string
 	output  string
 	timeout time.Duration
+	// remote is dlbd's TCP admin listener (--host), used instead of the
+	// socket when its address is set.
+	remote client.Remote
 
 	// collect, when non-nil, receives the operations that commands build
 	// instead of sending them: "file load" runs each line of a script
@@ -183,7 +190,11 @@ func (a *app) fail(cmd *cobra.Command, err error) int {
 		return exitUsage
 	case errors.Is(err, client.ErrUnreachable):
 		fmt.Fprintf(w, "dlbctl: %v\n", err)
-		fmt.Fprintf(w, "dlbctl: is dlbd running (systemctl status dlbd)? Using %s needs root or group dlb; --socket or DLB_SOCKET name another socket.\n", a.socket)
+		if a.remote.Address != "" {
+			fmt.Fprintf(w, "dlbctl: does dlbd listen on %s (dlbd --api-address), and does --ca-file hold what signed its certificate (dlbd --api-cert)?\n", a.remote.Address)
+		} else {
+			fmt.Fprintf(w, "dlbctl: is dlbd running (systemctl status dlbd)? Using %s needs root or group dlb; --socket or DLB_SOCKET name another socket.\n", a.socket)
+		}
 		return exitUnreachable
 	case errors.Is(err, client.ErrNoAnswer):
 		fmt.Fprintf(w, "dlbctl: %v\n", err)
@@ -221,15 +232,22 @@ the target: "dlbctl server set 10.0.0.100:80:10.1.1.5 weight 5",
 dlbctl checks syntax only; dlbd checks values and refuses a change with a
 message naming the field. Every change is applied all or none.
 
+dlbctl reaches dlbd at its unix socket, or with --host ADDRESS:PORT at its
+TCP admin listener (dlbd --api-address): over TLS, dlbd's certificate checked
+against --ca-file, sending the token of --token-file.
+
 Environment:
-  DLB_SOCKET  dlbd's socket when --socket is not given (default ` + client.DefaultSocket + `)
+  DLB_SOCKET      dlbd's socket when --socket is not given (default ` + client.DefaultSocket + `)
+  DLB_HOST        dlbd's TCP admin listener when --host is not given
+  DLB_TOKEN_FILE  --token-file when not given
+  DLB_CA_FILE     --ca-file when not given
 
 Exit status:
   0  success
   1  dlbd refused the command (its message is printed), or the command failed
   2  usage error: unknown command or flag, wrong arguments, bad flag value
-  3  dlbd is unreachable (not running, wrong socket, or no permission):
-     nothing was sent
+  3  dlbd is unreachable (not running, wrong socket, or no permission; with
+     --host also a certificate not trusted): nothing was sent
   4  dlbd took the request and did not answer (within --timeout, or it
      ended): a change may have been applied or not`
 
@@ -249,15 +267,16 @@ func (a *app) newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		// Commands report their own errors (fail), and usage errors point
 		// to --help instead of dumping the usage text.
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if a.timeout < 0 {
 				return usagef("invalid --timeout %s (want a duration of 0 or more: 0 waits as long as dlbd takes)", a.timeout)
 			}
 			switch a.output {
 			case "table", "json", "yaml", "":
-				return nil
+			default:
+				return usagef("invalid --output %q (want table, json or yaml)", a.output)
 			}
-			return usagef("invalid --output %q (want table, json or yaml)", a.output)
+			return a.useRemote(cmd)
 		},
 	}
 	root.SetOut(a.env.stdout)
@@ -275,6 +294,12 @@ func (a *app) newRoot() *cobra.Command {
 		}
 		pf := root.PersistentFlags()
 		pf.StringVar(&a.socket, "socket", sock, "dlbd's unix socket (env DLB_SOCKET)")
+		pf.StringVar(&a.remote.Address, "host", a.env.getenv("DLB_HOST"),
+			"reach dlbd at its TCP admin listener ADDRESS:PORT (dlbd --api-address) instead of its socket, over TLS (env DLB_HOST)")
+		pf.StringVar(&a.remote.TokenFile, "token-file", a.env.getenv("DLB_TOKEN_FILE"),
+			"with --host: the file holding dlbd's token (dlbd --api-token-file) (env DLB_TOKEN_FILE)")
+		pf.StringVar(&a.remote.CAFile, "ca-file", a.env.getenv("DLB_CA_FILE"),
+			"with --host: the certificates (PEM) that may sign dlbd's; default: the system's (env DLB_CA_FILE)")
 		pf.StringVarP(&a.output, "output", "o", "table", "report format: table, json or yaml")
 		pf.DurationVar(&a.timeout, "timeout", client.DefaultTimeout, "how long to wait for dlbd's answer (0: no limit)")
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
@@ -299,4 +324,42 @@ func fixedCompletion(values ...string) cobra.CompletionFunc {
 	return func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return values, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// localCommand annotates a command that does not talk to dlbd (and its
+// subcommands): it needs no client.
+const localCommand = "dlbctl-local"
+
+// useRemote makes the client the one of --host when it is set: the token
+// file and the CA certificates are read now, and a flag that goes with
+// --host only, or --socket beside it, is a usage error.
+func (a *app) useRemote(cmd *cobra.Command) error {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Annotations[localCommand] != "" || c.Name() == "help" || c.Name() == "completion" ||
+			strings.HasPrefix(c.Name(), cobra.ShellCompRequestCmd) {
+			return nil
+		}
+	}
+	f := cmd.Flags()
+	if a.remote.Address == "" {
+		if a.remote.TokenFile != "" && f.Changed("token-file") || a.remote.CAFile != "" && f.Changed("ca-file") {
+			return usagef("--token-file and --ca-file go with --host")
+		}
+		return nil
+	}
+	if f.Changed("socket") {
+		return usagef("--socket and --host name two ways to reach dlbd: give one")
+	}
+	if a.remote.TokenFile == "" {
+		return usagef("--host needs --token-file (or DLB_TOKEN_FILE): dlbd's TCP admin listener serves holders of its token only")
+	}
+	if a.cl != nil {
+		return nil
+	}
+	c, err := a.env.newRemote(a.remote, a.timeout)
+	if err != nil {
+		return usagef("--host %s: %v", a.remote.Address, err)
+	}
+	a.cl = c
+	return nil
 }

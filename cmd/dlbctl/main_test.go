@@ -218,6 +218,7 @@ func runIn(vars map[string]string, stdin string, args ...string) result {
 		stderr:    &errb,
 		getenv:    func(k string) string { return vars[k] },
 		newClient: func(socket string, timeout time.Duration) dlbClient { return client.NewTimeout(socket, timeout) },
+		newRemote: func(r client.Remote, timeout time.Duration) (dlbClient, error) { return client.NewRemote(r, timeout) },
 		now:       func() time.Time { return testTime },
 		resolver:  testHosts,
 	}

@@ -59,6 +59,9 @@ type options struct {
 	// metricsAddress is where /metrics and the web console are served
 	// ("": nowhere).
 	metricsAddress string
+	// The admin API's TCP listener: address, TLS certificate and key,
+	// and the token file ("": no listener).
+	apiAddress, apiCert, apiKey, apiTokenFile string
 	// The executor's table sizes, fixed once its maps are pinned.
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 	maxServices, maxServers, maxTableSize                             uint32
@@ -81,7 +84,8 @@ func newCommand() *cobra.Command {
 		Long: `dlbd runs the dlb dispatcher: it loads the XDP executor, keeps the
 configuration of clusters, ports and servers (changed with dlbctl and
 persisted in --state-dir after every accepted change), and serves the admin
-API on a unix socket.
+API on a unix socket (and, with --api-address, on a TCP listener over TLS to
+holders of a token: dlbctl --host).
 
 The executor's program, maps and XDP link are pinned under --pin-dir, so
 restarting or killing dlbd never stops forwarding or loses the connection
@@ -150,6 +154,12 @@ errors (line and field) otherwise; it touches nothing.`,
 	_ = cmd.MarkFlagFilename("check-config", "yaml", "yml", "json")
 	f.StringVar(&o.metricsAddress, "metrics-address", "",
 		"serve Prometheus metrics (/metrics) and the read-only web console (/) on this HOST:PORT, e.g. 127.0.0.1:9917 (default: off)")
+	f.StringVar(&o.apiAddress, "api-address", "",
+		"also serve the admin API on this ADDRESS:PORT (the NFA), over TLS and to holders of the token only: dlbctl --host (default: off)")
+	f.StringVar(&o.apiCert, "api-cert", "", "the TLS certificate (PEM, with its chain) of --api-address")
+	f.StringVar(&o.apiKey, "api-key", "", "the TLS private key (PEM) of --api-address")
+	f.StringVar(&o.apiTokenFile, "api-token-file", "",
+		"the file holding the token --api-address requires (at least 16 characters, readable by its owner only)")
 	return cmd
 }
 
@@ -228,6 +238,10 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if err := checkMetricsAddress(o.metricsAddress); err != nil {
+		return err
+	}
+	remote, err := checkRemoteAPI(o.apiAddress, o.apiCert, o.apiKey, o.apiTokenFile)
+	if err != nil {
 		return err
 	}
 
@@ -314,6 +328,13 @@ func run(ctx context.Context, o options) error {
 		}
 		defer monitorL.Close()
 	}
+	var remoteL net.Listener
+	if remote != nil {
+		if remoteL, err = net.Listen("tcp", remote.address); err != nil {
+			return fmt.Errorf("--api-address: %w", err)
+		}
+		defer remoteL.Close()
+	}
 
 	engineDone := make(chan struct{})
 	go func() {
@@ -333,8 +354,23 @@ func run(ctx context.Context, o options) error {
 	srv := server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
 		BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling,
 		ServerChecker: newServerChecker(engineExecutor(engine))})
-	srvErr := make(chan error, 2)
+	srvErr := make(chan error, 3)
 	go func() { srvErr <- sock.Serve(srv) }()
+	var remoteSrv *http.Server
+	if remoteL != nil {
+		// The same API, each request checked for the token first.
+		remoteSrv = server.NewServer(engine, server.Options{MaxRequestSize: o.maxRequestSize, SizeSetting: "dlbd --max-request-size",
+			BodyTimeout: o.bodyTimeout, IdleTimeout: o.idleTimeout, Logger: log, Profiling: o.profiling,
+			ServerChecker: newServerChecker(engineExecutor(engine))})
+		remoteSrv.Handler = server.RequireToken(remoteSrv.Handler, remote.token)
+		remoteSrv.TLSConfig = remote.tls
+		go func() {
+			if err := remoteSrv.ServeTLS(remoteL, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				srvErr <- fmt.Errorf("serving the admin API on %s: %w", remote.address, err)
+			}
+		}()
+		log.Info("serving the admin API over TLS to holders of the token", "address", remoteL.Addr().String())
+	}
 	var monitor *http.Server
 	if monitorL != nil {
 		monitor = newMonitorServer(engine, log)
@@ -369,6 +405,9 @@ func run(ctx context.Context, o options) error {
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutCtx)
+	if remoteSrv != nil {
+		_ = remoteSrv.Shutdown(shutCtx)
+	}
 	if monitor != nil {
 		_ = monitor.Shutdown(shutCtx)
 	}

@@ -1,10 +1,13 @@
-// Package client calls dlbd's admin API (package api) over its unix socket
-// as typed Go.
+// Package client calls dlbd's admin API (package api) as typed Go: over
+// its unix socket, or over TLS with a token at its TCP listener (dlbd
+// --api-address).
 package client
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
@@ -52,8 +57,13 @@ func (e *RefusedError) Error() string { return e.API.Message }
 
 // Client talks to one dlbd.
 type Client struct {
-	socket string
-	hc     *http.Client
+	// where names dlbd in errors (its socket, or https://ADDRESS); base
+	// is the URL requests go to; token, when set, is sent as a bearer
+	// token.
+	where string
+	base  string
+	token string
+	hc    *http.Client
 }
 
 // New returns a client for the dlbd listening on the unix socket path,
@@ -71,7 +81,52 @@ func NewTimeout(socket string, timeout time.Duration) *Client {
 			return d.DialContext(ctx, "unix", socket)
 		},
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: timeout}}
+	return &Client{where: socket, base: "http://dlbd", hc: &http.Client{Transport: tr, Timeout: timeout}}
+}
+
+// Remote says how to reach a dlbd's TCP admin listener (dlbd
+// --api-address).
+type Remote struct {
+	// Address is HOST:PORT.
+	Address string
+	// CAFile holds the certificates (PEM) that may sign dlbd's; empty:
+	// the system's roots.
+	CAFile string
+	// TokenFile holds the token dlbd was started with (dlbd
+	// --api-token-file).
+	TokenFile string
+}
+
+// NewRemote returns a client for a dlbd's TCP admin listener: TLS,
+// dlbd's certificate verified against r.CAFile, and the token of
+// r.TokenFile sent with every request, which waits timeout at most (0: no
+// limit).
+func NewRemote(r Remote, timeout time.Duration) (*Client, error) {
+	if _, _, err := net.SplitHostPort(r.Address); err != nil {
+		return nil, fmt.Errorf("dlbd's address %q: want HOST:PORT: %w", r.Address, err)
+	}
+	b, err := os.ReadFile(r.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the token: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return nil, fmt.Errorf("reading the token: %s is empty", r.TokenFile)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.CAFile != "" {
+		pem, err := os.ReadFile(r.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the CA certificates: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("reading the CA certificates: %s holds no PEM certificate", r.CAFile)
+		}
+	}
+	tr := &http.Transport{TLSClientConfig: cfg, TLSHandshakeTimeout: 10 * time.Second, ForceAttemptHTTP2: false}
+	return &Client{where: "https://" + r.Address, base: "https://" + r.Address, token: token,
+		hc: &http.Client{Transport: tr, Timeout: timeout}}, nil
 }
 
 // sendError tells a request that could not be sent from one that was
@@ -79,13 +134,20 @@ func NewTimeout(socket string, timeout time.Duration) *Client {
 func (c *Client) sendError(err error, timeout time.Duration) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.socket, err)
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.where, err)
+	}
+	// A TLS handshake that failed sent nothing either: a certificate not
+	// trusted, or a listener that does not speak TLS.
+	var cv *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	if errors.As(err, &cv) || errors.As(err, &rh) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return fmt.Errorf("%w at %s: TLS: %v", ErrUnreachable, c.where, err)
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.Timeout() && timeout > 0 {
-		return fmt.Errorf("%w within %s at %s: %v", ErrNoAnswer, timeout, c.socket, err)
+		return fmt.Errorf("%w within %s at %s: %v", ErrNoAnswer, timeout, c.where, err)
 	}
-	return fmt.Errorf("%w at %s: %v", ErrNoAnswer, c.socket, err)
+	return fmt.Errorf("%w at %s: %v", ErrNoAnswer, c.where, err)
 }
 
 // Apply sends a batch of operations; dlbd applies all or none.
@@ -178,7 +240,7 @@ func (c *Client) Takeover(ctx context.Context, addr string) error {
 type scriptText string
 
 func (c *Client) do(ctx context.Context, method, path, target string, body, out any) error {
-	u := "http://dlbd" + path
+	u := c.base + path
 	if target != "" {
 		u += "?target=" + url.QueryEscape(target)
 	}
@@ -202,6 +264,7 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
 	}
+	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return c.sendError(err, c.hc.Timeout)
@@ -209,7 +272,7 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswer)+1))
 	if err != nil {
-		return fmt.Errorf("%w in full at %s: reading its answer: %v", ErrNoAnswer, c.socket, err)
+		return fmt.Errorf("%w in full at %s: reading its answer: %v", ErrNoAnswer, c.where, err)
 	}
 	if len(data) > maxAnswer {
 		return fmt.Errorf("reading dlbd's answer: larger than %d bytes (a report of a narrower target is smaller)", maxAnswer)
@@ -229,4 +292,11 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 		return fmt.Errorf("decoding response: %w", err)
 	}
 	return nil
+}
+
+// authorize adds the token, when the client has one.
+func (c *Client) authorize(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 }

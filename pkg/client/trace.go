@@ -60,10 +60,11 @@ func (c *Client) Trace(ctx context.Context, q TraceQuery, packet func(api.TraceP
 	if q.Duration > 0 {
 		v.Set("duration", q.Duration.String())
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://dlbd"+api.PathTrace+"?"+v.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+api.PathTrace+"?"+v.Encode(), nil)
 	if err != nil {
 		return api.TraceEnd{}, fmt.Errorf("building request: %w", err)
 	}
+	c.authorize(req)
 	hc := &http.Client{Transport: c.hc.Transport} // no timeout: a trace lasts as long as it is asked to
 	resp, err := hc.Do(req)
 	if err != nil {

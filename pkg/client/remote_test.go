@@ -1,0 +1,99 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRemote: a remote client speaks TLS to dlbd's TCP listener, trusts
+// the certificates of its CA file, and sends its token with every request;
+// a certificate it does not trust, or a listener without TLS, is
+// unreachable (nothing sent), a wrong token is refused, and bad token or
+// CA files are refused before anything is sent.
+func TestRemote(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	var seen []string
+	dlbd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "the token is not dlbd's", "op": -1})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"interface": "eth0"})
+	})
+	srv := httptest.NewTLSServer(dlbd)
+	defer srv.Close()
+	plain := httptest.NewServer(dlbd)
+	defer plain.Close()
+	addr := strings.TrimPrefix(srv.URL, "https://")
+
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ca := write("ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	good, wrong := write("token", token+"\n"), write("wrong", "not-the-token-at-all\n")
+
+	cl, err := NewRemote(Remote{Address: addr, CAFile: ca, TokenFile: good}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cl.Executor(context.Background()); err != nil || r.Interface != "eth0" {
+		t.Fatalf("with the token: %+v %v", r, err)
+	}
+
+	cl, _ = NewRemote(Remote{Address: addr, CAFile: ca, TokenFile: wrong}, 5*time.Second)
+	_, err = cl.Executor(context.Background())
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Status != 401 || !strings.Contains(err.Error(), "not dlbd's") {
+		t.Errorf("with another token: %v", err)
+	}
+
+	n := len(seen)
+	for name, r := range map[string]Remote{
+		"a certificate not trusted": {Address: addr, TokenFile: good},
+		"a listener without TLS":    {Address: strings.TrimPrefix(plain.URL, "http://"), CAFile: ca, TokenFile: good},
+	} {
+		cl, err := NewRemote(r, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Executor(context.Background())
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "TLS") {
+			t.Errorf("%s: %v, want ErrUnreachable naming TLS", name, err)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("requests reached the API over an untrusted or plain connection: %v", seen[n:])
+	}
+
+	empty, notPEM := write("empty", "\n"), write("notpem", "hello\n")
+	for name, tt := range map[string]struct {
+		r   Remote
+		err string
+	}{
+		"no port":                        {Remote{Address: "198.18.0.2", TokenFile: good}, "want HOST:PORT"},
+		"no token file":                  {Remote{Address: addr, TokenFile: filepath.Join(dir, "missing")}, "no such file"},
+		"an empty token":                 {Remote{Address: addr, TokenFile: empty}, "is empty"},
+		"no CA file":                     {Remote{Address: addr, TokenFile: good, CAFile: filepath.Join(dir, "missing")}, "no such file"},
+		"a CA file without certificates": {Remote{Address: addr, TokenFile: good, CAFile: notPEM}, "no PEM certificate"},
+	} {
+		if _, err := NewRemote(tt.r, time.Second); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tt.err)
+		}
+	}
+}
