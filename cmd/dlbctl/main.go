@@ -305,7 +305,7 @@ func (a *app) newRoot() *cobra.Command {
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
 	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
-		a.metricCmd(), a.haCmd(), a.bgpCmd(), a.fileCmd(), a.applyCmd(), a.getCmd(), a.versionCmd())
+		a.metricCmd(), a.haCmd(), a.bgpCmd(), a.fileCmd(), a.applyCmd(), a.getCmd(), a.statusCmd(), a.versionCmd())
 	// Run on a backend host, not against dlbd (backend.go).
 	root.AddCommand(a.backendCmd())
 	return root

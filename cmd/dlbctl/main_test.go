@@ -46,6 +46,8 @@ type fakeEngine struct {
 	// addresses takeovers asked for.
 	ha        api.HAReport
 	takeovers []string
+	// bgp answers the BGP report.
+	bgp api.BGPReport
 
 	// The configuration file: what GET returns by format, what POST
 	// answers, and the files POST received with their dry_run.
@@ -125,6 +127,8 @@ func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(f.script))
 	case "GET " + api.PathHA:
 		answer(f.ha)
+	case "GET " + api.PathBGP:
+		answer(f.bgp)
 	case "POST " + api.PathTakeover:
 		var req api.TakeoverRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)

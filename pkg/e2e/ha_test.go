@@ -822,6 +822,9 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 			return h.d[1].state() == "active" && h.d[0].state() != "active"
 		})
 		h.d[1].checkExposition("partitioned", `dlb_ha_peer_alive 0`, `dlb_ha_state{group="peer",state="active"} 1`)
+		if out, errOut, code := h.d[1].ctl("status", "--check"); code != 1 || !strings.Contains(out, "the high-availability peer is not heard") {
+			t.Errorf("partitioned: dlbctl status --check on the backup: exit %d, want 1 for the lost peer:\n%s%s", code, out, errOut)
+		}
 		time.Sleep(2 * time.Second)
 		if s := h.d[0].state(); s == "active" {
 			t.Errorf("the cut-off primary is active again: %s", s)
@@ -846,7 +849,14 @@ func TestPrivilegedHARestartAndPartition(t *testing.T) {
 			`dlb_ha_config_digest_match 1`, `dlb_ha_healthy 1`)
 		h.d[1].checkExposition("healed", `dlb_ha_state{group="peer",state="standby"} 1`, `dlb_ha_synced{group="peer"} 1`,
 			`dlb_ha_peer_alive 1`)
-		// The web console says the same.
+		// dlbctl status and the web console say the same.
+		for i, d := range h.d {
+			if out, errOut, code := d.ctl("status", "--check"); code != 0 {
+				t.Errorf("healed: dlbctl status --check on dispatcher %d: exit %d:\n%s%s", i+1, code, out, errOut)
+			} else {
+				t.Logf("healed: dlbctl status on dispatcher %d:\n%s", i+1, out)
+			}
+		}
 		for i, want := range []struct{ group, state, peerRole string }{{"local", "active", "backup"}, {"peer", "standby", "primary"}} {
 			var v console.View
 			h.d[i].consoleSnapshot(&v)

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// statusReport is "dlbctl status": one look at whether the dispatcher
+// serves, composed from the executor, server, manager, high-availability
+// and BGP reports.
+type statusReport struct {
+	Executor statusExecutor `json:"executor"`
+	Ports    int            `json:"ports"`
+	// Servers counts the servers (each once per port) by state.
+	Servers map[string]int `json:"servers"`
+	// NoServer lists the ports where no server takes new connections.
+	NoServer []string      `json:"ports_without_server"`
+	Manager  statusManager `json:"manager"`
+	HA       *statusHA     `json:"high_availability,omitempty"`
+	BGP      *statusBGP    `json:"bgp,omitempty"`
+	Warnings []string      `json:"warnings"`
+	// Attention lists what needs the operator: empty when all is well.
+	Attention []string `json:"attention"`
+}
+
+type statusExecutor struct {
+	State       string `json:"state"`
+	Interface   string `json:"interface,omitempty"`
+	Mode        string `json:"mode,omitempty"`
+	Connections int    `json:"connections"`
+	Capacity    uint32 `json:"connection_capacity"`
+	Error       string `json:"error,omitempty"`
+}
+
+type statusManager struct {
+	Running  bool    `json:"running"`
+	Interval float64 `json:"interval"`
+}
+
+type statusHA struct {
+	Role    string        `json:"role"`
+	Running bool          `json:"running"`
+	Healthy bool          `json:"healthy"`
+	Groups  []statusGroup `json:"groups"`
+	Synced  bool          `json:"synced"`
+	// Peer is alive; PeerRole its role; SameConfig whether it serves the
+	// same configuration.
+	Peer       bool   `json:"peer_alive"`
+	PeerRole   string `json:"peer_role,omitempty"`
+	SameConfig bool   `json:"same_configuration"`
+}
+
+// statusGroup is a group's state: "local" are the clusters this
+// dispatcher is the preferred active for, "peer" the others.
+type statusGroup struct {
+	Group string `json:"group"`
+	State string `json:"state"`
+}
+
+type statusBGP struct {
+	Running   bool     `json:"running"`
+	Sessions  int      `json:"sessions"`
+	Up        int      `json:"sessions_up"`
+	Announce  int      `json:"clusters_to_announce"`
+	Announced int      `json:"clusters_announced"`
+	Down      []string `json:"sessions_down,omitempty"`
+	Withdrawn []string `json:"withdrawn,omitempty"` // "VIP: reason"
+}
+
+const statusLong = `Report in a few lines whether this dispatcher serves: the executor, the
+servers by state and the ports where none takes new connections, the
+manager, high availability and BGP when configured, and every warning of
+"executor report". The last line says what needs attention, if anything:
+the executor not attached, a port without a server, a warning, high
+availability not running or without its peer (or a standby without a full
+copy of the active's tables, or a peer serving another configuration), a
+BGP session down or a cluster withdrawn.
+
+With --check, dlbctl exits 1 when something needs attention (for a
+monitoring check); without it, 0 whenever dlbd answered.`
+
+func (a *app) statusCmd() *cobra.Command {
+	var check bool
+	c := &cobra.Command{
+		Use:   "status [--check]",
+		Short: "Report in a few lines whether the dispatcher serves, and what needs attention",
+		Long:  statusLong,
+		Example: `  dlbctl status
+  dlbctl status --check -o json`,
+		Args: noArgs,
+		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+			r, err := a.status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := a.print(r, func(w io.Writer) { statusTable(w, r) }); err != nil {
+				return err
+			}
+			if check && len(r.Attention) > 0 {
+				return errAttention
+			}
+			return nil
+		}),
+	}
+	c.Flags().BoolVar(&check, "check", false, "exit 1 when something needs attention")
+	return c
+}
+
+// errAttention is status --check's failure: the report said why.
+var errAttention = errors.New("needs attention (see above)")
+
+// status composes the report.
+func (a *app) status(ctx context.Context) (statusReport, error) {
+	cl := a.client()
+	r := statusReport{Servers: map[string]int{}, NoServer: []string{}, Warnings: []string{}, Attention: []string{}}
+	x, err := cl.Executor(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Executor = statusExecutor{State: x.State, Interface: x.Interface, Mode: x.AttachedMode, Connections: x.Connections,
+		Capacity: x.ConnectionCapacity, Error: x.Error}
+	if x.Detached != "" {
+		r.Executor.Error = x.Detached
+	}
+	r.Warnings = append(r.Warnings, x.Warnings...)
+	servers, err := cl.Servers(ctx, "")
+	if err != nil {
+		return r, err
+	}
+	for _, s := range servers {
+		r.Servers[s.State]++
+	}
+	m, err := cl.Manager(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Manager = statusManager{Running: m.Started, Interval: m.Interval}
+	r.Ports = len(m.Ports)
+	for _, p := range m.Ports {
+		if p.Alert {
+			r.NoServer = append(r.NoServer, fmt.Sprintf("%s@%d", p.Cluster, p.Port))
+		}
+	}
+	ha, err := cl.HA(ctx)
+	if err != nil {
+		return r, err
+	}
+	if ha.Configured {
+		h := &statusHA{Role: ha.Role, Running: ha.Running, Healthy: ha.Healthy, Synced: ha.Replication.Synced,
+			Peer: ha.Peer.Alive, PeerRole: ha.Peer.Role, SameConfig: ha.DigestMatch, Groups: []statusGroup{}}
+		for _, g := range ha.Groups {
+			h.Groups = append(h.Groups, statusGroup{Group: g.Group, State: g.State})
+		}
+		r.HA = h
+	}
+	b, err := cl.BGP(ctx)
+	if err != nil {
+		return r, err
+	}
+	if b.Configured || len(b.Neighbors) > 0 || slices.ContainsFunc(b.Clusters, func(c api.BGPClusterReport) bool { return c.Announce }) {
+		s := &statusBGP{Running: b.Running, Sessions: len(b.Neighbors)}
+		for _, n := range b.Neighbors {
+			if n.State == "established" {
+				s.Up++
+			} else {
+				s.Down = append(s.Down, n.Address+" "+n.State)
+			}
+		}
+		for _, c := range b.Clusters {
+			if !c.Announce {
+				continue
+			}
+			s.Announce++
+			if c.Announced {
+				s.Announced++
+			} else {
+				s.Withdrawn = append(s.Withdrawn, c.Address+": "+c.Reason)
+			}
+		}
+		r.BGP = s
+	}
+	r.Attention = attention(r, x)
+	return r, nil
+}
+
+// attention says what of r needs the operator.
+func attention(r statusReport, x api.ExecutorReport) []string {
+	out := []string{}
+	if x.Started && x.State != api.ExecutorAttached {
+		out = append(out, "the executor is "+x.State+orSuffix(r.Executor.Error))
+	}
+	if len(r.NoServer) > 0 {
+		out = append(out, "no server takes new connections on "+strings.Join(r.NoServer, ", "))
+	}
+	if n := len(r.Warnings); n > 0 {
+		out = append(out, fmt.Sprintf("%d %s", n, plural(n, "warning", "warnings")))
+	}
+	if h := r.HA; h != nil {
+		switch {
+		case !h.Running:
+			out = append(out, "high availability is configured and not running")
+		case !h.Peer:
+			out = append(out, "the high-availability peer is not heard")
+		case !h.SameConfig:
+			out = append(out, "the high-availability peer serves another configuration")
+		}
+		if h.Running && h.Peer && slices.ContainsFunc(h.Groups, func(g statusGroup) bool { return g.State == "standby" }) && !h.Synced {
+			out = append(out, "standing by without a full copy of the active's connection tables")
+		}
+		if h.Running && !h.Healthy {
+			out = append(out, "this dispatcher cannot forward (high availability says so to its peer)")
+		}
+	}
+	if b := r.BGP; b != nil {
+		if len(b.Down) > 0 {
+			out = append(out, "BGP sessions down: "+strings.Join(b.Down, ", "))
+		}
+		if len(b.Withdrawn) > 0 {
+			out = append(out, "clusters withdrawn: "+strings.Join(b.Withdrawn, "; "))
+		}
+	}
+	return out
+}
+
+func orSuffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+// statusTable writes the report as a few labelled lines.
+func statusTable(w io.Writer, r statusReport) {
+	x := r.Executor
+	exec := x.State
+	switch {
+	case x.Interface == "":
+	case x.State == api.ExecutorAttached:
+		exec += " to " + x.Interface
+		if x.Mode != "" {
+			exec += " (" + x.Mode + ")"
+		}
+	case x.State == api.ExecutorDetached:
+		exec += " from " + x.Interface
+	default:
+		exec += " (interface " + x.Interface + ")"
+	}
+	if x.State == api.ExecutorAttached || x.Connections > 0 {
+		exec += fmt.Sprintf(", %d of %d connections", x.Connections, x.Capacity)
+	}
+	fmt.Fprintf(w, "executor\t%s%s\n", exec, orSuffix(x.Error))
+	total := 0
+	var states []string
+	for _, st := range slices.Sorted(maps.Keys(r.Servers)) {
+		total += r.Servers[st]
+		states = append(states, fmt.Sprintf("%d %s", r.Servers[st], st))
+	}
+	line := fmt.Sprintf("%d ports, %d servers", r.Ports, total)
+	if len(states) > 0 {
+		line += ": " + strings.Join(states, ", ")
+	}
+	fmt.Fprintf(w, "servers\t%s\n", line)
+	mgr := "stopped: configured weights"
+	if r.Manager.Running {
+		mgr = fmt.Sprintf("running, every %g s", r.Manager.Interval)
+	}
+	fmt.Fprintf(w, "manager\t%s\n", mgr)
+	if h := r.HA; h != nil {
+		line := "role " + h.Role + ": "
+		if !h.Running {
+			line += "not running"
+		} else {
+			var groups []string
+			for _, g := range h.Groups {
+				whose := "its own clusters"
+				if g.Group == "peer" {
+					whose = "the peer's clusters"
+				}
+				groups = append(groups, g.State+" for "+whose)
+			}
+			line += strings.Join(groups, ", ")
+			if h.Synced {
+				line += " (synced)"
+			}
+			if h.Peer {
+				line += "; peer " + h.PeerRole + " alive"
+				if !h.SameConfig {
+					line += ", ANOTHER configuration"
+				}
+			} else {
+				line += "; peer not heard"
+			}
+		}
+		fmt.Fprintf(w, "high availability\t%s\n", line)
+	}
+	if b := r.BGP; b != nil {
+		fmt.Fprintf(w, "bgp\t%d of %d sessions up, %d of %d clusters announced\n", b.Up, b.Sessions, b.Announced, b.Announce)
+	}
+	if len(r.Warnings) == 0 {
+		fmt.Fprintf(w, "warnings\tnone\n")
+	}
+	for i, wn := range r.Warnings {
+		label := ""
+		if i == 0 {
+			label = "warnings"
+		}
+		fmt.Fprintf(w, "%s\t%d. %s\n", label, i+1, wn)
+	}
+	if len(r.Attention) == 0 {
+		fmt.Fprintf(w, "attention\tnothing needs attention\n")
+		return
+	}
+	for i, s := range r.Attention {
+		label := ""
+		if i == 0 {
+			label = "ATTENTION"
+		}
+		fmt.Fprintf(w, "%s\t%s\n", label, s)
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/dlbproject/dlb/pkg/api"
+)
+
+// TestStatus: dlbctl status sums up the executor, the servers by state,
+// the manager, high availability and BGP, lists every warning, and says
+// what needs attention; --check exits 1 then, and 0 when nothing does.
+func TestStatus(t *testing.T) {
+	healthy := func() *fakeEngine {
+		return &fakeEngine{
+			exec: api.ExecutorReport{Started: true, State: api.ExecutorAttached, Interface: "eth0", AttachedMode: "native",
+				Connections: 120, ConnectionCapacity: 262144},
+			servers: []api.ServerReport{{State: "up"}, {State: "up"}, {State: "failed"}},
+			manager: api.ManagerReport{Started: true, Interval: 2, Ports: []api.ManagerPort{{Cluster: "10.0.0.100", Port: 80}}},
+			ha: api.HAReport{Configured: true, Running: true, Healthy: true, Role: "backup", DigestMatch: true,
+				Groups: []api.HAGroupReport{{Group: "peer", State: "standby"}}, Peer: api.HAPeerReport{Alive: true, Role: "primary"},
+				Replication: api.HAReplReport{Synced: true}},
+			bgp: api.BGPReport{Configured: true, Running: true, Neighbors: []api.BGPNeighborReport{{Address: "10.0.0.254", State: "established"}},
+				Clusters: []api.BGPClusterReport{{Address: "10.0.0.100", Announce: true, Announced: true}, {Address: "10.0.0.101"}}},
+		}
+	}
+	tests := []struct {
+		name      string
+		change    func(f *fakeEngine)
+		lines     []string // in the table, in this order
+		attention []string
+	}{
+		{"all well", func(*fakeEngine) {}, []string{
+			"executor           attached to eth0 (native), 120 of 262144 connections",
+			"servers            1 ports, 3 servers: 1 failed, 2 up",
+			"manager            running, every 2 s",
+			"high availability  role backup: standby for the peer's clusters (synced); peer primary alive",
+			"bgp                1 of 1 sessions up, 1 of 1 clusters announced",
+			"warnings           none",
+			"attention          nothing needs attention",
+		}, nil},
+		{"everything wrong", func(f *fakeEngine) {
+			f.exec.State, f.exec.Detached = api.ExecutorDetached, "interface eth0 was deleted"
+			f.exec.Warnings = []string{"cluster 10.0.0.101 is on no interface of this host", "the state cannot be saved"}
+			f.manager.Ports[0].Alert = true
+			f.ha.Peer.Alive, f.ha.Replication.Synced, f.ha.Groups[0].State = false, false, "active"
+			f.bgp.Neighbors[0].State = "active"
+			f.bgp.Clusters[0].Announced, f.bgp.Clusters[0].Reason = false, "no server takes new connections"
+		}, []string{
+			"executor           detached from eth0, 120 of 262144 connections: interface eth0 was deleted",
+			"high availability  role backup: active for the peer's clusters; peer not heard",
+			"bgp                0 of 1 sessions up, 0 of 1 clusters announced",
+			"warnings           1. cluster 10.0.0.101 is on no interface of this host",
+			"                   2. the state cannot be saved",
+		}, []string{
+			"the executor is detached: interface eth0 was deleted",
+			"no server takes new connections on 10.0.0.100@80",
+			"2 warnings",
+			"the high-availability peer is not heard",
+			"BGP sessions down: 10.0.0.254 active",
+			"clusters withdrawn: 10.0.0.100: no server takes new connections",
+		}},
+		{"a standby without a copy", func(f *fakeEngine) { f.ha.Replication.Synced = false }, nil,
+			[]string{"standing by without a full copy of the active's connection tables"}},
+		{"a peer with another configuration", func(f *fakeEngine) { f.ha.DigestMatch = false }, nil,
+			[]string{"the high-availability peer serves another configuration"}},
+		{"neither HA nor BGP", func(f *fakeEngine) {
+			f.ha = api.HAReport{}
+			f.bgp = api.BGPReport{Clusters: []api.BGPClusterReport{{Address: "10.0.0.100"}}}
+		}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := healthy()
+			tt.change(f)
+			sock := serve(t, f)
+			r := dlbctl(sock, "status")
+			if r.code != exitOK {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			at := 0
+			for _, want := range tt.lines {
+				i := strings.Index(r.stdout[at:], want+"\n")
+				if i < 0 {
+					t.Fatalf("the table lacks %q after byte %d:\n%s", want, at, r.stdout)
+				}
+				at += i + len(want)
+			}
+			if tt.name == "neither HA nor BGP" && (strings.Contains(r.stdout, "high availability") || strings.Contains(r.stdout, "bgp")) {
+				t.Errorf("HA and BGP shown though neither is configured:\n%s", r.stdout)
+			}
+
+			r = dlbctl(sock, "status", "--check", "-o", "json")
+			var got statusReport
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+				t.Fatalf("status -o json: %v\n%s", err, r.stdout)
+			}
+			if strings.Join(got.Attention, "|") != strings.Join(tt.attention, "|") {
+				t.Errorf("attention\n got %q\nwant %q", got.Attention, tt.attention)
+			}
+			want := exitOK
+			if len(tt.attention) > 0 {
+				want = exitFailed
+			}
+			if r.code != want || (want == exitFailed) != strings.Contains(r.stderr, "needs attention") {
+				t.Errorf("status --check: exit %d (stderr %q), want %d", r.code, r.stderr, want)
+			}
+		})
+	}
+}
