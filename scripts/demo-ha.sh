@@ -125,12 +125,15 @@ t0=$(date +%s.%N)
 wait_for "d2 active" is 2 active
 printf 'd2 active %.1f s after the kill (the peer is dead after 4 heartbeats of 0.5 s)\n' "$(echo "$(date +%s.%N) - $t0" | bc)"
 ctl 2 highavailability status
+echo "d2's dlbctl status says what needs attention:"
+ctl 2 status
 sleep 4
 
 step "d1 comes back: it gets a full copy of d2's tables, then takes its clusters back (recovery auto)"
 start_dlbd 1
 wait_for "d1 active again" is 1 active
 ctl 1 highavailability status
+ctl 1 status
 wait "$ka" || true
 sed 's/^/    /' "$run/keepalive.txt"
 for n in 1 2; do
