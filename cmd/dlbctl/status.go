@@ -196,7 +196,7 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 func attention(r statusReport, x api.ExecutorReport) []string {
 	out := []string{}
 	if x.Started && x.State != api.ExecutorAttached {
-		out = append(out, "the executor is "+x.State+orSuffix(r.Executor.Error))
+		out = append(out, "the executor is started and "+x.State+orSuffix(r.Executor.Error))
 	}
 	if len(r.NoServer) > 0 {
 		out = append(out, "no server takes new connections on "+strings.Join(r.NoServer, ", "))

@@ -124,7 +124,7 @@ func NewRemote(r Remote, timeout time.Duration) (*Client, error) {
 			return nil, fmt.Errorf("reading the CA certificates: %s holds no PEM certificate", r.CAFile)
 		}
 	}
-	tr := &http.Transport{TLSClientConfig: cfg, TLSHandshakeTimeout: 10 * time.Second, ForceAttemptHTTP2: false}
+	tr := &http.Transport{TLSClientConfig: cfg, TLSHandshakeTimeout: 10 * time.Second}
 	return &Client{where: "https://" + r.Address, base: "https://" + r.Address, token: token,
 		hc: &http.Client{Transport: tr, Timeout: timeout}}, nil
 }

@@ -3,10 +3,11 @@
 // manager's reason, advisor load, active connections, new connections and
 // packets per second as small live charts), the executor's packet reasons
 // and table fill, the recent events, the executor report's warnings, and
-// high availability's and the BGP speaker's state when they are configured. The page polls a JSON snapshot
-// (/api/snapshot) every second, taken from the engine's status like every
-// report, and shared by every page open while it is fresh; its assets are
-// embedded in dlbd and load nothing from elsewhere.
+// high availability's and the BGP speaker's state when they are
+// configured. The page polls a JSON snapshot (/api/snapshot) every second,
+// taken from the engine's status like every report, and shared by every
+// page open while it is fresh; its assets are embedded in dlbd and load
+// nothing from elsewhere.
 //
 // A configuration of more than Options.MaxServers servers is shown port by
 // port, without server rows: a snapshot of every server every second
