@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestRemoteHost: with --host (or DLB_HOST) dlbctl reaches dlbd's TCP
@@ -31,14 +31,8 @@ func TestRemoteHost(t *testing.T) {
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "https://")
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	ca := write("ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	write := func(name, content string) string { return testutil.WriteFile(t, dir, name, content) }
+	ca := testutil.WriteCA(t, dir, srv.Certificate())
 	good, wrong := write("token", token), write("wrong", "0123456789abcdef-other")
 	sock := serve(t, &fakeEngine{}) // a socket dlbd that must not be asked
 

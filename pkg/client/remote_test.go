@@ -3,15 +3,15 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestRemote: a remote client speaks TLS to dlbd's TCP listener, trusts
@@ -38,14 +38,8 @@ func TestRemote(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "https://")
 
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	ca := write("ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	write := func(name, content string) string { return testutil.WriteFile(t, dir, name, content) }
+	ca := testutil.WriteCA(t, dir, srv.Certificate())
 	good, wrong := write("token", token+"\n"), write("wrong", "not-the-token-at-all\n")
 
 	cl, err := NewRemote(Remote{Address: addr, CAFile: ca, TokenFile: good}, 5*time.Second)

@@ -27,12 +27,7 @@ func TestPrivilegedE2ERemoteAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, key := testutil.WriteCert(t, dir, net.ParseIP(nfa))
-	token, wrong := filepath.Join(dir, "token"), filepath.Join(dir, "wrong")
-	for p, v := range map[string]string{token: "e2e-0123456789abcdef\n", wrong: "e2e-0123456789abcdeF\n"} {
-		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	token, wrong := testutil.WriteFile(t, dir, "token", "e2e-0123456789abcdef\n"), testutil.WriteFile(t, dir, "wrong", "e2e-0123456789abcdeF\n")
 	host := net.JoinHostPort(nfa, "7443")
 	l.startDlbd("--api-address", host, "--api-cert", cert, "--api-key", key, "--api-token-file", token)
 	l.configure("generic", 10, 10)

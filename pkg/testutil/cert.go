@@ -46,3 +46,21 @@ func WriteCert(t testing.TB, dir string, ips ...net.IP) (cert, key string) {
 	}
 	return cert, key
 }
+
+// WriteCA writes cert as PEM to dir/ca.pem, the file a client is given to
+// trust it, and returns its path.
+func WriteCA(t testing.TB, dir string, cert *x509.Certificate) string {
+	t.Helper()
+	return WriteFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})))
+}
+
+// WriteFile writes content to dir/name, readable by its owner only (as a
+// token or a key must be), and returns its path.
+func WriteFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
