@@ -44,6 +44,9 @@ costs little however busy the dispatcher is:
   --reason R            packets counted under reason R (repeat, or separate
                         with commas)
 
+A host name may stand for the cluster's or the server's address: dlbctl
+resolves it once, as for every target.
+
 The trace stops after --count packets, after --duration, or on Ctrl-C. One
 trace runs at a time. The frames are shown as the executor sent them on: a
 NAT-forwarded frame with its translated addresses and ports.
@@ -78,15 +81,31 @@ func (a *app) executorTraceCmd() *cobra.Command {
 				return usagef("--duration %s: want 0 (no limit) or more", duration)
 			}
 			if cluster != "" {
-				addr, port, err := parseTraceCluster(cluster)
+				spec := cluster
+				if host, port, hasPort := strings.Cut(cluster, "@"); isHostName(host) {
+					addr, err := a.resolve(cmd.Context(), "--cluster", host, 0)
+					if err != nil {
+						return err
+					}
+					if spec = addr.String(); hasPort {
+						spec += "@" + port
+					}
+				}
+				addr, port, err := parseTraceCluster(spec)
 				if err != nil {
 					return usagef("--cluster %q: %v", cluster, err)
 				}
 				q.Cluster, q.Port = addr.String(), port
 			}
-			if server != "" {
+			if isHostName(server) {
+				addr, err := a.resolve(cmd.Context(), "--server", server, 0)
+				if err != nil {
+					return err
+				}
+				q.Server = addr.String()
+			} else if server != "" {
 				if _, err := netip.ParseAddr(server); err != nil {
-					return usagef("--server %q: not an IP address", server)
+					return usagef("--server %q: not an IP address or host name", server)
 				}
 			}
 			tc, ok := a.client().(traceClient)
@@ -97,8 +116,8 @@ func (a *app) executorTraceCmd() *cobra.Command {
 		}),
 	}
 	f := c.Flags()
-	f.StringVar(&cluster, "cluster", "", "trace the packets of this cluster (VIP, or VIP@PORT)")
-	f.StringVar(&server, "server", "", "trace the packets to and from this server")
+	f.StringVar(&cluster, "cluster", "", "trace the packets of this cluster (VIP, or VIP@PORT; a host name stands for its address)")
+	f.StringVar(&server, "server", "", "trace the packets to and from this server (an address or a host name)")
 	f.StringSliceVar(&reasons, "reason", nil, "trace the packets counted under these reasons (as in executor report)")
 	f.IntVar(&count, "count", 0, "stop after this many packets (0: no limit)")
 	f.DurationVar(&duration, "duration", 0, "stop after this long, e.g. 30s (0: no limit)")

@@ -102,6 +102,13 @@ func TestExecutorTraceLines(t *testing.T) {
 		t.Errorf("filter %+v", f)
 	}
 
+	// Host names stand for the cluster's and the server's addresses.
+	r = dlbctl(sock, "executor", "trace", "--cluster", "vip1@80", "--server", "server1", "--count", "1")
+	if f := e.filters[len(e.filters)-1]; r.code != exitOK || f.Cluster != netip.MustParseAddr("198.18.0.100") || f.Port != 80 ||
+		f.Server != netip.MustParseAddr("198.18.0.21") || !strings.Contains(r.stderr, "vip1 resolved to 198.18.0.100") {
+		t.Errorf("host names: exit %d, filter %+v, stderr %q", r.code, f, r.stderr)
+	}
+
 	// -o json: one JSON object a line.
 	r = dlbctl(sock, "-o", "json", "executor", "trace")
 	if r.code != exitOK || strings.Count(r.stdout, "\n") != 3 || !strings.Contains(r.stdout, `"reason":"drop_no_backend"`) {
@@ -160,9 +167,12 @@ func TestExecutorTraceRefusals(t *testing.T) {
 		code int
 		want string
 	}{
-		{"cluster not an address", nil, []string{"--cluster", "vip1x"}, exitUsage, `--cluster "vip1x"`},
+		{"cluster not an address", nil, []string{"--cluster", "198.18.0.300"}, exitUsage, `--cluster "198.18.0.300"`},
+		{"cluster a name that does not resolve", nil, []string{"--cluster", "vip1x@80"}, exitFailed, `--cluster: cannot resolve "vip1x"`},
 		{"port 0", nil, []string{"--cluster", "198.18.0.100@0"}, exitUsage, "not a port"},
-		{"server not an address", nil, []string{"--server", "nowhere"}, exitUsage, "--server"},
+		{"port 0 of a name", nil, []string{"--cluster", "vip1@0"}, exitUsage, "not a port"},
+		{"server not an address", nil, []string{"--server", "198.18.0.300"}, exitUsage, "--server"},
+		{"server a name that does not resolve", nil, []string{"--server", "nowhere"}, exitFailed, `--server: cannot resolve "nowhere"`},
 		{"negative count", nil, []string{"--count", "-1"}, exitUsage, "--count"},
 		{"a trace is running", lb.ErrTraceRunning, nil, exitFailed, "a trace is running"},
 		{"unknown reason", lb.Errorf("reason", "nope", "unknown reason"), []string{"--reason", "nope"}, exitFailed, "unknown reason"},
@@ -175,7 +185,7 @@ func TestExecutorTraceRefusals(t *testing.T) {
 			if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, c.code, c.want)
 			}
-			if c.code == exitUsage && len(e.filters) != 0 {
+			if c.err == nil && len(e.filters) != 0 {
 				t.Error("a refused command reached dlbd")
 			}
 		})
