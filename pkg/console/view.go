@@ -186,6 +186,15 @@ func view(st *dispatcher.Status, listed bool, maxServers int) View {
 			pv := PortView{Key: sk.String(), Port: p.Number, Protocol: p.Protocol.String(), Method: p.Method.String(),
 				Alert: ps.Alert, HalfOpen: ps.HalfOpen, Active: ps.Active, NewConnections: ps.Counters.NewConns,
 				Packets: ps.Counters.Packets, Bytes: ps.Counters.Bytes, ServerCount: len(p.Servers), Servers: []ServerView{}}
+			// The advisors probing this port, once for all its servers.
+			var advisorKeys []string
+			if listed {
+				for _, a := range st.Config.Advisors {
+					if a.Covers(cl.Address, p.Number) {
+						advisorKeys = append(advisorKeys, a.Key())
+					}
+				}
+			}
 			for _, s := range p.Servers {
 				bk := lb.BackendKey{Service: sk, Server: s.Address}
 				ss, ok := st.Servers[bk]
@@ -199,11 +208,7 @@ func view(st *dispatcher.Status, listed bool, maxServers int) View {
 				if ss.MAC != nil {
 					sv.MAC = ss.MAC.String()
 				}
-				for _, a := range st.Config.Advisors {
-					if !a.Covers(cl.Address, p.Number) {
-						continue
-					}
-					key := a.Key()
+				for _, key := range advisorKeys {
 					if as, ok := st.Advisors[health.Key{Advisor: key, Addr: s.Address, Port: p.Number}]; ok {
 						sv.Advisors = append(sv.Advisors, VerdictView{Advisor: key, State: as.State.String(), Since: as.Since,
 							LoadMS: as.LoadMS, LastError: as.LastError, Probes: as.Probes, Failures: as.Failures})
