@@ -266,6 +266,9 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "warning:\t%s\n", warning)
 	}
+	if t := r.Trace; t != nil {
+		fmt.Fprintf(w, "packet trace:\trunning since %s (%s), %d packets so far\n", t.Since, t.Filter, t.Packets)
+	}
 	fmt.Fprintf(w, "nfa:\t%s\n", orNone(r.NFA))
 	fmt.Fprintf(w, "nfa6:\t%s\n", orNone(r.NFA6))
 	fmt.Fprintf(w, "client gateway:\t%s\n", orNone(r.ClientGateway))

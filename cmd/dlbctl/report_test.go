@@ -33,6 +33,7 @@ func cannedEngine() *fakeEngine {
 				{Reason: "passed", Packets: 20, Bytes: 1500},
 			},
 			Packets: 1020,
+			Trace:   &api.TraceReport{Filter: "cluster 10.0.0.100 port 80", Since: "2026-01-02T03:04:05Z", Packets: 17},
 		},
 		clusters: []api.ClusterReport{
 			{Address: "10.0.0.100", Configure: true, Ports: 2, Proportions: []int{50, 50, 0, 0},
@@ -76,6 +77,7 @@ interface:           eth0
 xdp mode:            auto, attached as generic
 attached:            yes (ifindex 3, link id 12, program id 34)
 pin dir:             /sys/fs/bpf/dlb
+packet trace:        running since 2026-01-02T03:04:05Z (cluster 10.0.0.100 port 80), 17 packets so far
 nfa:                 192.0.2.10
 nfa6:                2001:2::2
 client gateway:      192.0.2.1
@@ -273,8 +275,8 @@ func TestReportEmpty(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	// Without return addresses or events, their tables are left out.
-	for _, absent := range []string{"RETURN ADDRESS", "EVENT"} {
+	// Without return addresses, events or a trace, they are left out.
+	for _, absent := range []string{"RETURN ADDRESS", "EVENT", "packet trace"} {
 		if strings.Contains(r.stdout, absent) {
 			t.Errorf("table has %q:\n%s", absent, r.stdout)
 		}

@@ -382,6 +382,19 @@ type ExecutorReport struct {
 	Reasons []ReasonCount `json:"reasons"`
 	// Packets is the sum of Reasons' packets.
 	Packets uint64 `json:"packets"`
+	// Trace is the packet trace that runs (dlbctl executor trace), if
+	// one does.
+	Trace *TraceReport `json:"trace,omitempty"`
+}
+
+// TraceReport is a packet trace that runs.
+type TraceReport struct {
+	// Filter says what it selects ("cluster 198.18.0.100 port 80",
+	// "every packet"); Since when it started (RFC 3339); Packets how many
+	// it has handed to its client so far.
+	Filter  string `json:"filter"`
+	Since   string `json:"since"`
+	Packets uint64 `json:"packets"`
 }
 
 // TableReport is one of the executor's tables in kernel memory.

@@ -68,7 +68,8 @@ func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.
 		Executor: dispatcher.ExecutorStatus{Loaded: true, Attached: true, AttachedMode: lb.XDPGeneric,
 			Info:        lb.DataplaneInfo{ConnTable: 1000, NATTable: 500, HalfOpenTable: 64, AffinityTable: 100},
 			Connections: 10, ReturnPools: map[netip.Addr]lb.DataplanePoolUse{netip.MustParseAddr("198.18.0.200"): {Size: 100, Established: 4, HalfOpen: 1}},
-			Reasons: []lb.ReasonCount{{Reason: "fwd_tx", Packets: 500, Bytes: 50000}}},
+			Reasons: []lb.ReasonCount{{Reason: "fwd_tx", Packets: 500, Bytes: 50000}},
+			Trace:   &dispatcher.TraceStatus{Filter: lb.TraceFilter{Cluster: netip.MustParseAddr("198.18.0.100"), Port: 80}, Since: now.Add(-time.Minute), Packets: 12}},
 		RecentEvents: []events.Record{
 			{Name: events.ServerUp, At: now.Add(-2 * time.Minute), Env: map[string]string{"DLB_SERVER": s2.String(), "DLB_PORT": "80", "DLB_ADVISOR": "http@@80"}},
 			{Name: events.ServerDown, At: now.Add(-time.Minute), Env: map[string]string{"DLB_SERVER": s2.String(), "DLB_PORT": "80", "DLB_ADVISOR": "http@@80", "DLB_REASON": "connection refused"}},
@@ -165,6 +166,9 @@ func TestSnapshot(t *testing.T) {
 	x := v.Executor
 	if !x.Attached || x.Mode != "generic" || x.Interface != "eth0" || len(x.Reasons) != 1 || x.Reasons[0].Packets != 500 {
 		t.Errorf("executor %+v", x)
+	}
+	if want := "cluster 198.18.0.100 port 80, since " + now.Add(-time.Minute).UTC().Format(time.RFC3339) + ", 12 packets so far"; x.Trace != want {
+		t.Errorf("trace %q, want %q", x.Trace, want)
 	}
 	fill := map[string]TableFill{}
 	for _, tb := range x.Tables {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -42,14 +43,17 @@ type View struct {
 
 // ExecutorView is the executor's state and counters.
 type ExecutorView struct {
-	Started   bool        `json:"started"`
-	Loaded    bool        `json:"loaded"`
-	Attached  bool        `json:"attached"`
-	Interface string      `json:"interface"`
-	Mode      string      `json:"mode"`
-	Error     string      `json:"error,omitempty"`
-	Reasons   []Reason    `json:"reasons"`
-	Tables    []TableFill `json:"tables"`
+	Started   bool   `json:"started"`
+	Loaded    bool   `json:"loaded"`
+	Attached  bool   `json:"attached"`
+	Interface string `json:"interface"`
+	Mode      string `json:"mode"`
+	Error     string `json:"error,omitempty"`
+	// Trace describes the packet trace that runs (dlbctl executor
+	// trace): "" when none.
+	Trace   string      `json:"trace,omitempty"`
+	Reasons []Reason    `json:"reasons"`
+	Tables  []TableFill `json:"tables"`
 }
 
 // Reason is one of the executor's packet reasons.
@@ -152,6 +156,9 @@ func view(st *dispatcher.Status, listed bool, maxServers int) View {
 		Mode: ex.XDPMode.String(), Error: x.Err, Reasons: []Reason{}, Tables: []TableFill{}}
 	if x.Attached && x.AttachedMode != lb.XDPAuto {
 		v.Executor.Mode = x.AttachedMode.String()
+	}
+	if t := x.Trace; t != nil {
+		v.Executor.Trace = fmt.Sprintf("%s, since %s, %d packets so far", t.Filter, t.Since.UTC().Format(time.RFC3339), t.Packets)
 	}
 	for _, r := range x.Reasons {
 		v.Executor.Reasons = append(v.Executor.Reasons, Reason{Reason: r.Reason, Packets: r.Packets, Bytes: r.Bytes})

@@ -31,6 +31,8 @@ type executor struct {
 	// unpinned is why the executor's pins cannot be made again, while
 	// they cannot (checkPins).
 	unpinned logagg.Steady
+	// trace is the packet trace that runs (nil: none).
+	trace *traceRun
 }
 
 func newExecutor() executor {

@@ -129,6 +129,17 @@ type ExecutorStatus struct {
 	// Query.Counters).
 	Reasons []lb.ReasonCount
 	Events  map[string]uint64
+	// Trace is the packet trace that runs (nil: none).
+	Trace *TraceStatus
+}
+
+// TraceStatus is a packet trace that runs (dlbctl executor trace).
+type TraceStatus struct {
+	// Filter is what it selects; Since when it started; Packets how many
+	// it has handed to its client so far.
+	Filter  lb.TraceFilter
+	Since   time.Time
+	Packets uint64
 }
 
 // PortStatus is a port beyond its configuration.
@@ -290,6 +301,9 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 		x.Warnings = append(x.Warnings, e.conflictWarnings()...)
 		x.Warnings = append(x.Warnings, e.nfaProblems(e.ed.Config())...)
 		x.Warnings = append(x.Warnings, e.clusterProblems(e.ed.Config(), nil)...)
+	}
+	if e.exec.trace != nil {
+		x.Trace = e.exec.trace.status()
 	}
 	if e.exec.dp == nil {
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -30,6 +31,20 @@ var ErrExecutorNotRunning = errors.New("the executor is not running (dlbctl exec
 // next one waiting.
 const tracePoll = 50 * time.Millisecond
 
+// traceRun is the packet trace that runs, as status snapshots show it.
+type traceRun struct {
+	filter lb.TraceFilter
+	since  time.Time
+	// packets counts those handed to the trace's client (written by the
+	// goroutine that follows the trace).
+	packets atomic.Uint64
+}
+
+// status is what a snapshot shows of r.
+func (r *traceRun) status() *TraceStatus {
+	return &TraceStatus{Filter: r.filter, Since: r.since, Packets: r.packets.Load()}
+}
+
 // Trace runs a packet trace with filter f: it calls started once the
 // executor traces, then emit with every packet, until ctx is done (the
 // client went away, or its duration passed), emit returns an error (the
@@ -38,6 +53,7 @@ const tracePoll = 50 * time.Millisecond
 // (lb.ErrTraceRunning). The trace runs off the management goroutine:
 // only starting and stopping it take turns with the engine's other work.
 func (e *Engine) Trace(ctx context.Context, f lb.TraceFilter, started func(), emit func(lb.TracePacket) error) (lb.TraceStats, error) {
+	run := &traceRun{filter: f, since: time.Now()}
 	tr, err := call(ctx, e, func() (lb.PacketTrace, error) {
 		if e.exec.dp == nil {
 			return nil, ErrExecutorNotRunning
@@ -46,19 +62,41 @@ func (e *Engine) Trace(ctx context.Context, f lb.TraceFilter, started func(), em
 		if !ok {
 			return nil, ErrNoTrace
 		}
-		return t.StartTrace(f)
+		tr, err := t.StartTrace(f)
+		switch {
+		case errors.Is(err, lb.ErrTraceRunning) && e.exec.trace != nil:
+			// Say which: the operator may want to wait for it, or
+			// find who runs it.
+			o := e.exec.trace.status()
+			return nil, fmt.Errorf("%w: %s, since %s, %d packets so far",
+				err, o.Filter, o.Since.UTC().Format(time.RFC3339), o.Packets)
+		case err == nil:
+			e.exec.trace = run
+		}
+		return tr, err
 	})
 	if err != nil {
 		return lb.TraceStats{}, err
 	}
-	e.log.Info("packet trace started", "filter", fmt.Sprintf("%+v", f))
-	err = e.followTrace(ctx, tr, started, emit)
+	e.log.Info("packet trace started", "filter", f.String())
+	err = e.followTrace(ctx, tr, started, func(p lb.TracePacket) error {
+		if err := emit(p); err != nil {
+			return err
+		}
+		run.packets.Add(1)
+		return nil
+	})
 	// Stopped on the management goroutine, which may have closed the
 	// executor meanwhile (then it stopped the trace, and Stop returns
 	// its counts again); directly when the engine is gone.
 	var st lb.TraceStats
 	var serr error
-	if derr := e.do(context.Background(), func() { st, serr = tr.Stop() }); derr != nil {
+	if derr := e.do(context.Background(), func() {
+		st, serr = tr.Stop()
+		if e.exec.trace == run {
+			e.exec.trace = nil
+		}
+	}); derr != nil {
 		st, serr = tr.Stop()
 	}
 	if serr != nil {

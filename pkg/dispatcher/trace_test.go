@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,18 +128,45 @@ func TestTrace(t *testing.T) {
 		t.Fatalf("filters %+v, still running %v", tdp.filters, tdp.running != nil)
 	}
 
-	// A trace ends when its context does, and a second one meanwhile is
-	// refused; after it, a new one starts.
-	tdp.queue = nil
+	if st, err := h.e.Status(context.Background(), Query{}); err != nil || st.Executor.Trace != nil {
+		t.Fatalf("after the trace, status shows %+v (%v)", st.Executor.Trace, err)
+	}
+
+	// A trace ends when its context does; meanwhile the executor's status
+	// shows it, and a second one is refused with what runs.
+	tdp.queue = []lb.TracePacket{{Reason: "fwd_tx"}, {Reason: "fwd_tx"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	running := make(chan struct{})
+	emitted := make(chan struct{}, 2)
 	done := make(chan error, 1)
+	first := lb.TraceFilter{Cluster: netip.MustParseAddr("198.18.0.100"), Port: 80}
+	begin := time.Now()
 	go func() {
-		_, err := h.e.Trace(ctx, lb.TraceFilter{}, func() { close(running) }, func(lb.TracePacket) error { return nil })
+		_, err := h.e.Trace(ctx, first, func() { close(running) }, func(lb.TracePacket) error { emitted <- struct{}{}; return nil })
 		done <- err
 	}()
 	<-running
-	if _, err := h.e.Trace(context.Background(), lb.TraceFilter{}, nil, func(lb.TracePacket) error { return nil }); !errors.Is(err, lb.ErrTraceRunning) {
+	<-emitted
+	<-emitted
+	st2, err := h.e.Status(context.Background(), Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := st2.Executor.Trace
+	if tr == nil || tr.Filter.String() != "cluster 198.18.0.100 port 80" || tr.Since.Before(begin) || tr.Since.After(time.Now()) {
+		t.Fatalf("status of a running trace: %+v", tr)
+	}
+	// The count is taken after each packet is handed over: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); tr.Packets != 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		st2, _ = h.e.Status(context.Background(), Query{})
+		tr = st2.Executor.Trace
+	}
+	if tr.Packets != 2 {
+		t.Fatalf("running trace counts %d packets, want 2", tr.Packets)
+	}
+	_, err = h.e.Trace(context.Background(), lb.TraceFilter{}, nil, func(lb.TracePacket) error { return nil })
+	if !errors.Is(err, lb.ErrTraceRunning) || !strings.Contains(err.Error(), "cluster 198.18.0.100 port 80, since ") ||
+		!strings.Contains(err.Error(), ", 2 packets so far") {
 		t.Fatalf("second trace: %v", err)
 	}
 	cancel()
@@ -151,6 +180,9 @@ func TestTrace(t *testing.T) {
 	}
 	if tdp.running != nil {
 		t.Fatal("the trace was not stopped")
+	}
+	if st, err := h.e.Status(context.Background(), Query{}); err != nil || st.Executor.Trace != nil {
+		t.Fatalf("after the trace, status shows %+v (%v)", st.Executor.Trace, err)
 	}
 
 	// A refused filter starts nothing.

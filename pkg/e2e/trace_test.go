@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,15 +114,34 @@ func TestPrivilegedE2ETrace(t *testing.T) {
 
 	// The whole of a sequential load, traced; the trace ends on SIGINT.
 	wait := l.startTrace("--cluster", l.vip()+"@80", "-o", "json")
-	// One trace at a time.
-	if _, errOut, code := l.ctl("executor", "trace", "--count", "1"); code == 0 || !strings.Contains(errOut, "a trace is running") {
+	// One trace at a time; the refusal says which runs.
+	running := "cluster " + l.vip() + " port 80"
+	if _, errOut, code := l.ctl("executor", "trace", "--count", "1"); code == 0 ||
+		!strings.Contains(errOut, "a trace is running (one at a time): "+running+", since ") {
 		t.Errorf("a second trace: exit %d, %q", code, errOut)
 	}
 	r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "30", "-c", "1")
 	if r.Failed != 0 || r.OK != 30 {
 		t.Fatalf("%d of %d requests failed: %v", r.Failed, r.Requests, r.Errors)
 	}
+	// The executor report shows the trace while it runs, and not after.
+	if rep, errOut, code := l.ctl("executor", "report"); code != 0 || !regexp.MustCompile(
+		`packet trace: +running since \S+Z \(`+regexp.QuoteMeta(running)+`\), \d+ packets so far`).MatchString(rep) {
+		t.Errorf("executor report during a trace: exit %d %s\n%s", code, errOut, rep)
+	}
 	out := wait()
+	// dlbd notices its client went away within 50 ms.
+	for i := 0; ; i++ {
+		rep, _, _ := l.ctl("executor", "report")
+		if !strings.Contains(rep, "packet trace") {
+			break
+		}
+		if i == 20 {
+			t.Errorf("executor report 2 s after the trace:\n%s", rep)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	byServer := map[string]string{} // backend address -> lab name (b1...)
 	for i := 1; i <= 3; i++ {

@@ -158,6 +158,11 @@ func TestKeyStrings(t *testing.T) {
 		{BackendKey{Service: ServiceKey{Cluster: v4, Port: 0}, Server: netip.MustParseAddr("198.18.1.2")}, "198.18.0.1@0@198.18.1.2"},
 		{BackendKey{Service: ServiceKey{Cluster: v6, Port: 443}, Server: netip.MustParseAddr("2001:2::a")}, "2001:2::1@443@2001:2::a"},
 		{BackendKey{}, "invalid IP@0@invalid IP"},
+		{TraceFilter{}, "every packet"},
+		{TraceFilter{Cluster: v4, Port: 80}, "cluster 198.18.0.1 port 80"},
+		{TraceFilter{Cluster: v6, Server: netip.MustParseAddr("2001:2::a"), Reasons: []string{"fwd_tx", "syn_new"}},
+			"cluster 2001:2::1 server 2001:2::a reasons fwd_tx,syn_new"},
+		{TraceFilter{Reasons: []string{"pass_not_vip"}}, "reasons pass_not_vip"},
 	} {
 		if s := c.got.String(); s != c.want {
 			t.Errorf("%#v prints %q, want %q", c.got, s, c.want)

@@ -2,7 +2,9 @@ package lb
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -39,6 +41,29 @@ type TraceFilter struct {
 	// Reasons, when not empty, selects the packets counted under these
 	// reasons (the executor's reason names, as in the executor report).
 	Reasons []string
+}
+
+// String names what f selects, in dlbctl executor trace's words
+// ("cluster 198.18.0.100 port 80 reasons syn_new,conn_hit"; "every
+// packet" when nothing is set).
+func (f TraceFilter) String() string {
+	var parts []string
+	if f.Cluster.IsValid() {
+		parts = append(parts, "cluster "+f.Cluster.String())
+	}
+	if f.Port != 0 {
+		parts = append(parts, fmt.Sprintf("port %d", f.Port))
+	}
+	if f.Server.IsValid() {
+		parts = append(parts, "server "+f.Server.String())
+	}
+	if len(f.Reasons) > 0 {
+		parts = append(parts, "reasons "+strings.Join(f.Reasons, ","))
+	}
+	if len(parts) == 0 {
+		return "every packet"
+	}
+	return strings.Join(parts, " ")
 }
 
 // TracePacket is one packet of a trace: what the executor did with it.

@@ -24,6 +24,9 @@ func executorReport(st *dispatcher.Status) api.ExecutorReport {
 		ClientGateway: addrString(ex.ClientGateway), ClientGateway6: addrString(ex.ClientGateway6),
 	}
 	r.Warnings = x.Warnings
+	if t := x.Trace; t != nil {
+		r.Trace = &api.TraceReport{Filter: t.Filter.String(), Since: t.Since.UTC().Format(time.RFC3339), Packets: t.Packets}
+	}
 	switch {
 	case !ex.Started:
 		r.State = api.ExecutorStopped

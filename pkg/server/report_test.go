@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -44,5 +45,23 @@ func TestExecutorReportState(t *testing.T) {
 				t.Errorf("detached since %q", r.DetachedSince)
 			}
 		})
+	}
+}
+
+// A running packet trace is in the executor report, its filter in
+// dlbctl executor trace's words; none is left out.
+func TestExecutorReportTrace(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	cfg := lb.Config{Executor: lb.Executor{Started: true, Interface: "eth0"}}
+	x := dispatcher.ExecutorStatus{Loaded: true, Attached: true, Trace: &dispatcher.TraceStatus{
+		Filter: lb.TraceFilter{Server: netip.MustParseAddr("198.18.0.21"), Reasons: []string{"fwd_tx"}}, Since: since, Packets: 4}}
+	r := executorReport(&dispatcher.Status{Config: cfg, Executor: x})
+	want := api.TraceReport{Filter: "server 198.18.0.21 reasons fwd_tx", Since: "2026-01-02T02:04:05Z", Packets: 4}
+	if r.Trace == nil || *r.Trace != want {
+		t.Errorf("trace %+v, want %+v", r.Trace, want)
+	}
+	x.Trace = nil
+	if r := executorReport(&dispatcher.Status{Config: cfg, Executor: x}); r.Trace != nil {
+		t.Errorf("no trace runs, the report shows %+v", r.Trace)
 	}
 }

@@ -328,10 +328,15 @@
     } else if (x.error) {
       exec = 'error';
     }
+    let execTitle = x.error || '';
+    if (x.trace) {
+      exec += ', tracing';
+      execTitle = 'packet trace running: ' + x.trace;
+    }
     const root = document.getElementById('summary');
     root.textContent = '';
     root.append(
-      card('executor', exec, x.error || ''),
+      card('executor', exec, execTitle),
       card('clusters / ports / servers', v.clusters.length + ' / ' + portsN + ' / ' + fmtInt(v.servers)),
       card('active connections', fmtInt(active)),
       card('new connections/s', fmtRate(track('all:new', newc, t).rate)),
