@@ -207,8 +207,6 @@ func (c *Client) Metrics(ctx context.Context) (api.MetricReport, error) {
 	return r, err
 }
 
-// ConfigScript returns the configuration as a script of dlbctl commands
-// ("dlbctl file save").
 // BGP reports the BGP speaker.
 func (c *Client) BGP(ctx context.Context) (api.BGPReport, error) {
 	var r api.BGPReport
@@ -216,6 +214,8 @@ func (c *Client) BGP(ctx context.Context) (api.BGPReport, error) {
 	return r, err
 }
 
+// ConfigScript returns the configuration as a script of dlbctl commands
+// ("dlbctl file save").
 func (c *Client) ConfigScript(ctx context.Context) (string, error) {
 	var s scriptText
 	err := c.do(ctx, http.MethodGet, api.PathConfigScript, "", nil, &s)

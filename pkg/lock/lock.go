@@ -32,6 +32,7 @@ type HeldError struct {
 	PID int
 }
 
+// Error says who holds the lock, when that is known.
 func (e *HeldError) Error() string {
 	if e.PID > 0 {
 		return fmt.Sprintf("%s is locked by another process (pid %d)", e.Path, e.PID)
