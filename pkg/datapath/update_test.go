@@ -24,50 +24,46 @@ import (
 // the config. Two executors with equal dumps forward alike.
 func dumpMaps(t *testing.T, d *Datapath) string {
 	t.Helper()
+	// Maps are read a batch at a time (readAll): an entry at a time, the
+	// dumps took seconds per test.
 	var lines []string
-	var vk dispatcherVipKey
-	var vm dispatcherVipMeta
-	it := d.objs.Vips.Iterate()
-	for it.Next(&vk, &vm) {
-		lines = append(lines, fmt.Sprintf("vip %s %+v", vipString(vk), vm))
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	var id uint32
-	var b dispatcherBackend
-	it = d.objs.Backends.Iterate()
-	for it.Next(&id, &b) {
+	must(readAll(d.objs.Vips, func(vk dispatcherVipKey, vm dispatcherVipMeta) {
+		lines = append(lines, fmt.Sprintf("vip %s %+v", vipString(vk), vm))
+	}))
+	must(readAll(d.objs.Backends, func(id uint32, b dispatcherBackend) {
 		if b.Flags != 0 {
 			lines = append(lines, fmt.Sprintf("backend %d %+v", id, b))
 		}
-	}
-	var sk dispatcherServerKey
-	it = d.objs.ServiceServers.Iterate()
-	for it.Next(&sk, &id) {
+	}))
+	must(readAll(d.objs.ServiceServers, func(sk dispatcherServerKey, id uint32) {
 		lines = append(lines, fmt.Sprintf("server %+v %d", sk, id))
-	}
-	var innerID uint32
-	it = d.objs.MaglevTables.Iterate()
-	for it.Next(&id, &innerID) {
+	}))
+	var inner []uint32
+	must(readAll(d.objs.MaglevTables, func(id, innerID uint32) { inner = append(inner, id, innerID) }))
+	for i := 0; i < len(inner); i += 2 {
+		id, innerID := inner[i], inner[i+1]
 		m, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
 		if err != nil {
 			t.Fatal(err)
 		}
 		slots := make([]uint32, m.MaxEntries())
-		for i := range slots {
-			if err := m.Lookup(uint32(i), &slots[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
+		err = readAll(m, func(k, v uint32) { slots[k] = v })
 		m.Close()
+		must(err)
 		if len(slots) < lb.MinTableSize {
 			continue // a removed table's placeholder: forwards as no table
 		}
 		lines = append(lines, fmt.Sprintf("table %d: %d slots, sum %x", id, len(slots), lb.TableSum(slots)))
 	}
-	var port uint32
-	it = d.objs.TxPorts.Iterate()
-	for it.Next(&id, &port) {
+	must(readAll(d.objs.TxPorts, func(id, _ uint32) {
 		lines = append(lines, fmt.Sprintf("tx_port %d", id))
-	}
+	}))
 	var f dispatcherVipBloom
 	var nf dispatcherNatBloom
 	var cfg dispatcherDlbConfig
