@@ -247,7 +247,9 @@ Exit status:
   1  dlbd refused the command (its message is printed), or the command failed
   2  usage error: unknown command or flag, wrong arguments, bad flag value
   3  dlbd is unreachable (not running, wrong socket, or no permission; with
-     --host also a certificate not trusted): nothing was sent
+     --host also a certificate not trusted, or a connection dlbd closed
+     before the request: over its limit of open connections): nothing was
+     sent
   4  dlbd took the request and did not answer (within --timeout, or it
      ended): a change may have been applied or not`
 

@@ -14,9 +14,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
@@ -129,9 +131,18 @@ func NewRemote(r Remote, timeout time.Duration) (*Client, error) {
 		hc: &http.Client{Transport: tr, Timeout: timeout}}, nil
 }
 
+// sending records whether any of a request was written: req with a
+// trace that sets sent once its headers are.
+func sending(req *http.Request) (*http.Request, *atomic.Bool) {
+	sent := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), sent
+}
+
 // sendError tells a request that could not be sent from one that was
-// sent and not answered (within timeout, when it is not 0).
-func (c *Client) sendError(err error, timeout time.Duration) error {
+// sent and not answered (within timeout, when it is not 0); sent says
+// whether any of it was written (sending).
+func (c *Client) sendError(err error, timeout time.Duration, sent bool) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.where, err)
@@ -142,6 +153,12 @@ func (c *Client) sendError(err error, timeout time.Duration) error {
 	var rh tls.RecordHeaderError
 	if errors.As(err, &cv) || errors.As(err, &rh) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
 		return fmt.Errorf("%w at %s: TLS: %v", ErrUnreachable, c.where, err)
+	}
+	// Nothing of the request left this host: the connection failed
+	// before (dlbd closed it at once, over its limit of connections; a
+	// handshake that did not finish).
+	if !sent {
+		return fmt.Errorf("%w at %s: the connection failed before the request was sent: %v", ErrUnreachable, c.where, err)
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) && ue.Timeout() && timeout > 0 {
@@ -265,9 +282,10 @@ func (c *Client) do(ctx context.Context, method, path, target string, body, out 
 		req.Header.Set("Content-Type", contentType)
 	}
 	c.authorize(req)
+	req, sent := sending(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return c.sendError(err, c.hc.Timeout)
+		return c.sendError(err, c.hc.Timeout, sent.Load())
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswer)+1))

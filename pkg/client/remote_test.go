@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -73,6 +74,49 @@ func TestRemote(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Errorf("requests reached the API over an untrusted or plain connection: %v", seen[n:])
+	}
+
+	// A listener that closes each connection at once (dlbd over its
+	// limit of connections): nothing was sent. One that takes the
+	// request and closes: maybe applied.
+	closing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closing.Close()
+	go func() {
+		for {
+			c, err := closing.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	hangUp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	hangUp.StartTLS()
+	defer hangUp.Close()
+	for _, c := range []struct {
+		name, addr string
+		is         error
+		want       string
+	}{
+		{"closed at once", closing.Addr().String(), ErrUnreachable, "the connection failed before the request was sent"},
+		{"closed after the request", strings.TrimPrefix(hangUp.URL, "https://"), ErrNoAnswer, "did not answer"},
+	} {
+		cl, err := NewRemote(Remote{Address: c.addr, CAFile: ca, TokenFile: good}, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Executor(context.Background())
+		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %v with %q", c.name, err, c.is, c.want)
+		}
 	}
 
 	empty, notPEM := write("empty", "\n"), write("notpem", "hello\n")

@@ -66,9 +66,10 @@ func (c *Client) Trace(ctx context.Context, q TraceQuery, packet func(api.TraceP
 	}
 	c.authorize(req)
 	hc := &http.Client{Transport: c.hc.Transport} // no timeout: a trace lasts as long as it is asked to
+	req, sent := sending(req)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return api.TraceEnd{}, c.sendError(err, 0)
+		return api.TraceEnd{}, c.sendError(err, 0, sent.Load())
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
