@@ -333,6 +333,10 @@ func run(ctx context.Context, o options) error {
 		if remoteL, err = net.Listen("tcp", remote.address); err != nil {
 			return fmt.Errorf("--api-address: %w", err)
 		}
+		// Connections opened and left idle by a host without the
+		// token must not take the file descriptors and goroutines
+		// dlbd needs.
+		remoteL = server.LimitConns(remoteL, server.DefaultMaxConns, server.DefaultMaxConnsPerIP, log)
 		defer remoteL.Close()
 	}
 
