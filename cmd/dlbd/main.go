@@ -28,6 +28,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/bgp"
 	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/connlimit"
 	"github.com/dlbproject/dlb/pkg/datapath"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
 	"github.com/dlbproject/dlb/pkg/doctor"
@@ -323,7 +324,7 @@ func run(ctx context.Context, o options) error {
 
 	var monitorL net.Listener
 	if o.metricsAddress != "" {
-		if monitorL, err = listenMonitor(o.metricsAddress); err != nil {
+		if monitorL, err = listenMonitor(o.metricsAddress, log); err != nil {
 			return err
 		}
 		defer monitorL.Close()
@@ -336,7 +337,7 @@ func run(ctx context.Context, o options) error {
 		// Connections opened and left idle by a host without the
 		// token must not take the file descriptors and goroutines
 		// dlbd needs.
-		remoteL = server.LimitConns(remoteL, server.DefaultMaxConns, server.DefaultMaxConnsPerIP, log)
+		remoteL = connlimit.New(remoteL, "admin API", connlimit.DefaultTotal, connlimit.DefaultPerClient, log)
 		defer remoteL.Close()
 	}
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/connlimit"
 	"github.com/dlbproject/dlb/pkg/console"
 	"github.com/dlbproject/dlb/pkg/metrics"
 )
@@ -34,13 +35,15 @@ type monitorSource interface {
 	console.Source
 }
 
-// listenMonitor opens the listener of /metrics and the web console (/).
-func listenMonitor(addr string) (net.Listener, error) {
+// listenMonitor opens the listener of /metrics and the web console (/),
+// with connlimit's limits (scrapers and console pages are few; idle
+// connections left open must not take dlbd's descriptors).
+func listenMonitor(addr string, log *slog.Logger) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-address: %w", err)
 	}
-	return l, nil
+	return connlimit.New(l, "metrics and console", connlimit.DefaultTotal, connlimit.DefaultPerClient, log), nil
 }
 
 // newMonitorServer serves /metrics and the web console on one listener.

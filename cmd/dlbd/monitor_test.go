@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/connlimit"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -106,6 +107,42 @@ func TestPrivilegedMonitor(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "http://"+addr+"/metrics") {
 		t.Errorf("dlbd did not log where it serves metrics; stderr:\n%s", p.stderr)
+	}
+
+	// Idle connections a host leaves open take its own places, not the
+	// others': holding 32 from 127.0.0.1, a scrape from it fails, one
+	// from 127.0.0.2 is served.
+	http.DefaultClient.CloseIdleConnections()
+	scrapeFrom := func(src string) error {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
+		tr := &http.Transport{DialContext: d.DialContext}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://" + addr + "/metrics")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	var idle []net.Conn
+	for range connlimit.DefaultPerClient {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	if err := scrapeFrom("127.0.0.1"); err == nil {
+		t.Error("a scrape from a host holding 32 idle connections was served")
+	}
+	if err := scrapeFrom("127.0.0.2"); err != nil {
+		t.Errorf("a scrape from another host, while one holds 32 idle connections: %v", err)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	if !strings.Contains(p.stderr.String(), "metrics and console: connections refused, over the limit") {
+		t.Errorf("no log line of the refused connection; stderr:\n%s", p.stderr)
 	}
 
 	// Another dlbd on the same address cannot listen: it exits with an

@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/dlbproject/dlb/pkg/connlimit"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 )
 
@@ -232,6 +233,10 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
+	// Requests are not authenticated (reports are signed): a host may
+	// open connections and leave them idle; they must not take the
+	// agent's descriptors or the dispatchers' places.
+	ln = connlimit.New(ln, "metric server", connlimit.DefaultTotal, connlimit.DefaultPerClient, c.log)
 	srv := &http.Server{
 		Handler:           agent,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/connlimit"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
@@ -143,6 +145,38 @@ func TestServe(t *testing.T) {
 	}
 	if rep.Agent != "web1" || rep.Metrics["custom"] != 42 || rep.Metrics["memload"] != 75 {
 		t.Errorf("report %+v", rep)
+	}
+
+	// Idle connections one host leaves open take that host's places, not
+	// the others': holding 32 from 127.0.0.1, a fetch from it fails, one
+	// from 127.0.0.2 is served.
+	fetchFrom := func(src string) error {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
+		tr := &http.Transport{DialContext: d.DialContext}
+		defer tr.CloseIdleConnections()
+		_, err := metricserver.NewClient(metricserver.ClientOptions{Transport: tr}).Fetch(ctx, addr,
+			metricserver.FetchOptions{Secret: []byte("0123456789abcdef0123")})
+		return err
+	}
+	var idle []net.Conn
+	for range connlimit.DefaultPerClient {
+		c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	if err := fetchFrom("127.0.0.1"); err == nil {
+		t.Error("a fetch from a host holding 32 idle connections was served")
+	}
+	if err := fetchFrom("127.0.0.2"); err != nil {
+		t.Errorf("a fetch from another host, while one holds 32 idle connections: %v", err)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	if !strings.Contains(stderr.String(), "metric server: connections refused, over the limit") {
+		t.Errorf("no log line of the refused connection: %s", stderr.String())
 	}
 
 	cancel()

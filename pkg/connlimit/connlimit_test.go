@@ -1,4 +1,4 @@
-package server
+package connlimit
 
 import (
 	"bytes"
@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// TestLimitConns: connections beyond the limit of one client address, or
+// TestNew: connections beyond the limit of one client address, or
 // of all, are closed at once and counted; the others are served; a
 // closed connection frees its place; the refusal is logged once, not per
 // connection.
-func TestLimitConns(t *testing.T) {
+func TestNew(t *testing.T) {
 	for _, c := range []struct {
 		name         string
 		total, perIP int
@@ -34,7 +34,7 @@ func TestLimitConns(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logBuf syncBuffer
-			l := LimitConns(inner, c.total, c.perIP, slog.New(slog.NewTextHandler(&logBuf, nil)))
+			l := New(inner, "test API", c.total, c.perIP, slog.New(slog.NewTextHandler(&logBuf, nil)))
 			defer l.Close()
 			// The server echoes a line on each connection it accepts.
 			var wg sync.WaitGroup
@@ -77,7 +77,7 @@ func TestLimitConns(t *testing.T) {
 			if got := l.Refused(); got != uint64(want) {
 				t.Errorf("counted %d refused, want %d", got, want)
 			}
-			if n := strings.Count(logBuf.String(), "connections refused"); n != 1 {
+			if n := strings.Count(logBuf.String(), "test API: connections refused"); n != 1 {
 				t.Errorf("%d log lines about refusals, want 1:\n%s", n, logBuf.String())
 			}
 			// The first connection closes (client and server side):

@@ -1,4 +1,8 @@
-package server
+// Package connlimit bounds the connections a network listener keeps open,
+// in all and per client address: dlbd's TCP admin API and monitor, and
+// dlbmetricd, face networks where a host may open connections and leave
+// them idle.
+package connlimit
 
 import (
 	"log/slog"
@@ -9,30 +13,32 @@ import (
 	"time"
 )
 
-// Defaults of LimitConns: enough for every operator and script of a
+// Defaults of New: enough for every operator, scraper and script of a
 // site, few enough that connections opened and left idle (each holds a
-// goroutine and a file descriptor until its header timeout) cannot take
-// what the dispatcher needs for its probes and maps.
+// goroutine and a file descriptor until its server's header timeout)
+// cannot take what the daemon needs for its own work.
 const (
-	DefaultMaxConns      = 256
-	DefaultMaxConnsPerIP = 32
+	DefaultTotal     = 256
+	DefaultPerClient = 32
 )
 
-// LimitConns returns l with at most total connections open at once, and
-// at most perIP from one address. A connection beyond either limit is
+// New returns l with at most total connections open at once, and at most
+// perIP from one address; name says which listener it is in log lines
+// ("admin API"). A connection beyond either limit is
 // closed as soon as it is accepted (its client sees the connection
 // closed, at once, rather than waiting behind the others), and counted;
 // log hears of refusals at most once a minute.
-func LimitConns(l net.Listener, total, perIP int, log *slog.Logger) *LimitedListener {
+func New(l net.Listener, name string, total, perIP int, log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LimitedListener{Listener: l, total: total, perIP: perIP, log: log, open: map[netip.Addr]int{}}
+	return &Listener{Listener: l, name: name, total: total, perIP: perIP, log: log, open: map[netip.Addr]int{}}
 }
 
-// LimitedListener is a listener with LimitConns' limits.
-type LimitedListener struct {
+// Listener is a listener with New's limits.
+type Listener struct {
 	net.Listener
+	name         string
 	total, perIP int
 	log          *slog.Logger
 
@@ -45,11 +51,11 @@ type LimitedListener struct {
 }
 
 // Refused counts the connections closed for a limit.
-func (l *LimitedListener) Refused() uint64 { return l.refused.Load() }
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // Accept returns the next connection within the limits, closing those
 // beyond them.
-func (l *LimitedListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -72,20 +78,20 @@ func (l *LimitedListener) Accept() (net.Conn, error) {
 
 // noteRefused counts a refused connection and logs it at most once a
 // minute, with how many were refused since.
-func (l *LimitedListener) noteRefused(ip netip.Addr) {
+func (l *Listener) noteRefused(ip netip.Addr) {
 	n := l.refused.Add(1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.loggedAt.IsZero() && time.Since(l.loggedAt) < time.Minute {
 		return
 	}
-	l.log.Warn("admin API: connections refused, over the limit of open connections",
+	l.log.Warn(l.name+": connections refused, over the limit of open connections",
 		"client", ip.String(), "refused", n-l.logged, "total_limit", l.total, "per_client_limit", l.perIP)
 	l.loggedAt, l.logged = time.Now(), n
 }
 
 // release is called once per connection, when it closes.
-func (l *LimitedListener) release(ip netip.Addr) {
+func (l *Listener) release(ip netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n--
@@ -107,7 +113,7 @@ func remoteIP(c net.Conn) netip.Addr {
 // Close is called).
 type limitedConn struct {
 	net.Conn
-	l    *LimitedListener
+	l    *Listener
 	ip   netip.Addr
 	once sync.Once
 }
