@@ -143,6 +143,10 @@ func keys[K comparable, V any](m map[K]V) []K {
 	return out
 }
 
+// acceptRetry is how long accept waits after a failed Accept (out of
+// descriptors) before it tries again.
+const acceptRetry = 100 * time.Millisecond
+
 // accept takes the peer's replication connections on one address.
 func (n *Node) accept(ctx context.Context, _ netip.Addr, l net.Listener) {
 	defer n.wg.Done()
@@ -151,6 +155,13 @@ func (n *Node) accept(ctx context.Context, _ netip.Addr, l net.Listener) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			// Out of descriptors, say: wait before trying again
+			// rather than spin.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(acceptRetry):
 			}
 			continue
 		}
