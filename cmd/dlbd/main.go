@@ -204,6 +204,12 @@ func run(ctx context.Context, o options) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// A log reader that went away (a pipe to a logger that ended) must
+	// not end the daemon: unless SIGPIPE is caught, Go exits on a write
+	// to a broken standard error. Caught, the write fails and the log
+	// line is lost. (Caught, not ignored: programs it starts get the
+	// default back.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	for _, t := range []struct {
 		flag   string
 		v      uint32

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -460,5 +461,75 @@ func TestPrivilegedWatchdogWhileLoading(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), `busy; feeding systemd's watchdog while it works" operation="loading the executor"`) {
 		t.Errorf("no log line about the busy loop; stderr:\n%s", p.stderr)
+	}
+}
+
+// TestPrivilegedLogReaderGone: dlbd whose standard error is a pipe whose
+// reader went away (a logger that ended) goes on serving: each change is
+// applied and answered, its log lines lost. Before, its next log line
+// ended it with SIGPIPE, in the middle of a change.
+func TestPrivilegedLogReaderGone(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d := newDirs(t, t.TempDir(), "pipe")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
+		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
+	cmd.Env = append(os.Environ(), runEnv+"=1")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	// The reader takes dlbd's first line, and goes.
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil || !strings.Contains(line, "dlbd started") {
+		t.Fatalf("dlbd's first line: %q %v", line, err)
+	}
+	r.Close()
+	for start := time.Now(); !serving(d.socket); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("dlbd does not serve its socket")
+		}
+	}
+	cl := client.New(d.socket)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		addr := fmt.Sprintf("198.18.0.%d", 100+i)
+		if _, err := cl.Apply(ctx, api.Op{Object: "cluster", Action: "add", Target: addr}); err != nil {
+			t.Fatalf("cluster add %s with the log reader gone: %v", addr, err)
+		}
+	}
+	cls, err := cl.Clusters(ctx, "")
+	if err != nil || len(cls) != 5 {
+		t.Fatalf("clusters after the adds: %d, %v", len(cls), err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		t.Fatalf("dlbd ended: %v", err)
+	default:
+	}
+	// It still stops cleanly on SIGTERM.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil {
+			t.Errorf("dlbd after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("dlbd did not stop on SIGTERM")
 	}
 }
