@@ -1,7 +1,6 @@
 package connlimit
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestNew: connections beyond the limit of one client address, or
@@ -33,7 +34,7 @@ func TestNew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logBuf syncBuffer
+			var logBuf testutil.LogBuffer
 			l := New(inner, "test API", c.total, c.perIP, slog.New(slog.NewTextHandler(&logBuf, nil)))
 			defer l.Close()
 			// The server echoes a line on each connection it accepts.
@@ -127,22 +128,4 @@ func isRefused(t *testing.T, cc net.Conn) bool {
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
