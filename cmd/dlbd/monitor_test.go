@@ -124,23 +124,14 @@ func TestPrivilegedMonitor(t *testing.T) {
 		resp.Body.Close()
 		return nil
 	}
-	var idle []net.Conn
-	for range connlimit.DefaultPerClient {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle = append(idle, c)
-	}
+	release := testutil.HoldConns(t, addr, connlimit.DefaultPerClient)
 	if err := scrapeFrom("127.0.0.1"); err == nil {
 		t.Error("a scrape from a host holding 32 idle connections was served")
 	}
 	if err := scrapeFrom("127.0.0.2"); err != nil {
 		t.Errorf("a scrape from another host, while one holds 32 idle connections: %v", err)
 	}
-	for _, c := range idle {
-		c.Close()
-	}
+	release()
 	if !strings.Contains(p.stderr.String(), "metrics and console: connections refused, over the limit") {
 		t.Errorf("no log line of the refused connection; stderr:\n%s", p.stderr)
 	}

@@ -158,23 +158,14 @@ func TestServe(t *testing.T) {
 			metricserver.FetchOptions{Secret: []byte("0123456789abcdef0123")})
 		return err
 	}
-	var idle []net.Conn
-	for range connlimit.DefaultPerClient {
-		c, err := net.DialTimeout("tcp", addr.String(), 2*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idle = append(idle, c)
-	}
+	release := testutil.HoldConns(t, addr.String(), connlimit.DefaultPerClient)
 	if err := fetchFrom("127.0.0.1"); err == nil {
 		t.Error("a fetch from a host holding 32 idle connections was served")
 	}
 	if err := fetchFrom("127.0.0.2"); err != nil {
 		t.Errorf("a fetch from another host, while one holds 32 idle connections: %v", err)
 	}
-	for _, c := range idle {
-		c.Close()
-	}
+	release()
 	if !strings.Contains(stderr.String(), "metric server: connections refused, over the limit") {
 		t.Errorf("no log line of the refused connection: %s", stderr.String())
 	}
