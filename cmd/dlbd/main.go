@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/dlbproject/dlb/internal/logqueue"
 	"github.com/dlbproject/dlb/pkg/bgp"
 	"github.com/dlbproject/dlb/pkg/client"
 	"github.com/dlbproject/dlb/pkg/config"
@@ -193,7 +194,12 @@ func run(ctx context.Context, o options) error {
 	if err := level.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Log lines go through a queue: a stuck reader of standard error
+	// (journald, a logger) costs lines, not dlbd's answers, probes and
+	// takeovers. Closed last, after dlbd's last line.
+	logq := logqueue.New(os.Stderr, 0)
+	defer logq.Close(2 * time.Second)
+	log := slog.New(slog.NewTextHandler(logq, &slog.HandlerOptions{Level: level}))
 	wdLimit := watchdogLimit(log)
 	// From the start: a SIGTERM while dlbd starts must stop it cleanly
 	// (releasing what it took), not kill it.

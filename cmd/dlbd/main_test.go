@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -531,5 +532,75 @@ func TestPrivilegedLogReaderGone(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("dlbd did not stop on SIGTERM")
+	}
+}
+
+// TestPrivilegedLogReaderStuck: dlbd whose standard error is a pipe
+// nobody reads (a logger stopped, journald stuck) goes on answering:
+// 400 changes, far more log than the pipe holds, are each applied and
+// answered; once the pipe is read, their lines are there, in order.
+// Before, dlbd stopped answering after about 250 (the pipe's 64 KiB),
+// every goroutine waiting on a log line.
+func TestPrivilegedLogReaderStuck(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d := newDirs(t, t.TempDir(), "stuck")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
+		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
+	cmd.Env = append(os.Environ(), runEnv+"=1")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done //nolint:errcheck // killed: its exit status says nothing
+	})
+	for start := time.Now(); !serving(d.socket); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("dlbd does not serve its socket")
+		}
+	}
+	cl := client.New(d.socket)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	apply := func(op api.Op) {
+		t.Helper()
+		opCtx, opCancel := context.WithTimeout(ctx, 5*time.Second)
+		defer opCancel()
+		if _, err := cl.Apply(opCtx, op); err != nil {
+			t.Fatalf("%s %s %s with nobody reading dlbd's log: %v", op.Object, op.Action, op.Target, err)
+		}
+	}
+	apply(api.Op{Object: "cluster", Action: "add", Target: "198.18.0.100"})
+	apply(api.Op{Object: "port", Action: "add", Target: "198.18.0.100@80"})
+	const pairs = 200
+	for i := range pairs {
+		target := fmt.Sprintf("198.18.0.100@80@198.18.3.%d", i%250+1)
+		apply(api.Op{Object: "server", Action: "add", Target: target})
+		apply(api.Op{Object: "server", Action: "remove", Target: target})
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), "msg=applied"); n != 2+2*pairs {
+		t.Errorf("%d changes logged, want %d", n, 2+2*pairs)
+	}
+	if len(out) <= 64<<10 {
+		t.Errorf("dlbd logged %d bytes, no more than the pipe holds: the test shows nothing", len(out))
+	}
+	if !strings.HasSuffix(strings.TrimSpace(string(out)), `msg="dlbd stopped; the executor stays pinned and keeps forwarding"`) {
+		t.Errorf("the log does not end with dlbd's last line:\n...%s", out[max(0, len(out)-500):])
 	}
 }

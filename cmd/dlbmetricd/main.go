@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/dlbproject/dlb/internal/logqueue"
 	"github.com/dlbproject/dlb/pkg/connlimit"
 	"github.com/dlbproject/dlb/pkg/metricserver"
 )
@@ -190,7 +191,11 @@ func check(o options, stderr io.Writer) (config, error) {
 }
 
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
-	c, err := check(o, stderr)
+	// Log lines go through a queue: a stuck reader of standard error
+	// costs lines, not the reports the dispatchers wait for.
+	logq := logqueue.New(stderr, 0)
+	defer logq.Close(2 * time.Second)
+	c, err := check(o, logq)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,138 @@
+// Package logqueue is a log sink that never makes its writers wait: the
+// daemons' log lines go through it to standard error, whose reader (a
+// pipe to journald or to a logger) may stall. A daemon whose every
+// goroutine blocks on a log line stops answering, probing and taking
+// over; one that drops lines while its reader is stuck goes on, and says
+// how many it dropped once the reader is back.
+package logqueue
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DefaultMax is the most a Writer holds for its reader by default: some
+// thousands of lines, a few seconds of a busy daemon's debug log.
+const DefaultMax = 1 << 20
+
+// Writer queues each Write (one log line, as slog's handlers write them)
+// and writes it to its output on a goroutine of its own, in order. While
+// the queue holds max bytes, a line is dropped and counted; where lines
+// were dropped, the output has a line saying how many. (Memory: the
+// queue, and the batch being written, each at most max bytes.)
+type Writer struct {
+	out io.Writer
+	max int
+
+	mu      sync.Mutex
+	queue   []entry
+	size    int
+	dropped uint64
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+}
+
+// entry is a queued line, or (line nil) how many lines were dropped
+// there.
+type entry struct {
+	line    []byte
+	dropped uint64
+}
+
+// New returns a Writer to out holding at most max bytes (DefaultMax when
+// max <= 0). Close it to write what it holds before the program ends.
+func New(out io.Writer, max int) *Writer {
+	if max <= 0 {
+		max = DefaultMax
+	}
+	w := &Writer{out: out, max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// Write queues a copy of p. It never waits for the output, and never
+// fails: a line that does not fit, or comes after Close, is dropped.
+func (w *Writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if w.closed || w.size+len(p) > w.max {
+		w.dropped++
+		if !w.closed {
+			if n := len(w.queue); n > 0 && w.queue[n-1].line == nil {
+				w.queue[n-1].dropped++
+			} else {
+				w.queue = append(w.queue, entry{dropped: 1})
+			}
+		}
+		w.mu.Unlock()
+		return len(p), nil
+	}
+	w.queue = append(w.queue, entry{line: append([]byte(nil), p...)})
+	w.size += len(p)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// Dropped counts the lines dropped so far.
+func (w *Writer) Dropped() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dropped
+}
+
+// run writes the queued lines until Close.
+func (w *Writer) run() {
+	defer close(w.done)
+	notice := slog.New(slog.NewTextHandler(w.out, nil))
+	var told uint64 // drops already said
+	for {
+		<-w.wake
+		for {
+			w.mu.Lock()
+			batch, closed := w.queue, w.closed
+			w.queue, w.size = nil, 0
+			w.mu.Unlock()
+			for _, e := range batch {
+				if e.line != nil {
+					_, _ = w.out.Write(e.line)
+					continue
+				}
+				told += e.dropped
+				notice.Warn("log lines dropped: the log's reader did not keep up", "dropped", e.dropped, "since_start", told)
+			}
+			if closed {
+				return
+			}
+			if len(batch) == 0 {
+				break
+			}
+		}
+	}
+}
+
+// Close stops taking lines, and waits at most timeout for those queued
+// to be written (the reader may be stuck). It reports whether they were.
+func (w *Writer) Close(timeout time.Duration) bool {
+	w.mu.Lock()
+	already := w.closed
+	w.closed = true
+	w.mu.Unlock()
+	if !already {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-w.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
