@@ -24,10 +24,10 @@ const (
 
 // New returns l with at most total connections open at once, and at most
 // perIP from one address; name says which listener it is in log lines
-// ("admin API"). A connection beyond either limit is
-// closed as soon as it is accepted (its client sees the connection
-// closed, at once, rather than waiting behind the others), and counted;
-// log hears of refusals at most once a minute.
+// ("admin API"). A connection beyond either limit is closed as soon as it
+// is accepted (its client sees it closed at once, rather than waiting
+// behind the others) and counted; log hears of refusals at most once a
+// minute.
 func New(l net.Listener, name string, total, perIP int, log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
