@@ -334,6 +334,9 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, d := range state.Dropped {
+		opts.Logger.Warn("state: " + d)
+	}
 	ed, err := config.NewEditor(state.Config, config.Options{KnownAdvisor: knownAdvisor, CheckRequest: advisors.CheckRequest})
 	if err != nil {
 		st.Close()

@@ -68,6 +68,9 @@ type State struct {
 	// on, per group: a restarted dlbd whose executor kept forwarding
 	// resumes them.
 	HAStates [lb.NumHAGroups]lb.HAState
+	// Dropped says what Open left out: a journal's last record cut
+	// short by a crash (it was never acknowledged). The engine logs it.
+	Dropped []string
 }
 
 // snapshot is the state file's format.
@@ -334,6 +337,7 @@ func (s *Store) replay(n int, st *State) error {
 				if err := os.Truncate(path, int64(len(data)-len(line))); err != nil {
 					return fmt.Errorf("dropping the torn last record of %s: %w", path, err)
 				}
+				st.Dropped = append(st.Dropped, fmt.Sprintf("the last record of %s (line %d, %d bytes) was cut short, as by a crash while it was written (before it was acknowledged): dropped", path, i+1, len(line)))
 				break
 			}
 			return fmt.Errorf("reading journal %s line %d: %w", path, i+1, err)

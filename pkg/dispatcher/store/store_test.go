@@ -250,10 +250,16 @@ func TestTornLastRecordIsDropped(t *testing.T) {
 	}
 	y := openSession(t, dir)
 	sameState(t, y.st, want)
+	if len(y.st.Dropped) != 1 || !strings.Contains(y.st.Dropped[0], "the last record of "+path+" (line 10, ") {
+		t.Errorf("Dropped %q, want the torn record named", y.st.Dropped)
+	}
 	// The journal goes on after the dropped record.
 	y.apply(op(config.Server, config.Set, "198.18.0.100@80@198.18.0.22", "weight", "4"))
 	y.s.Close()
 	z := openSession(t, dir)
+	if len(z.st.Dropped) != 0 {
+		t.Errorf("Dropped %q after a clean close", z.st.Dropped)
+	}
 	if s := z.st.Config.Cluster(netip.MustParseAddr("198.18.0.100")).Port(80).Server(netip.MustParseAddr("198.18.0.22")); s.Weight != 4 {
 		t.Errorf("weight %d after the record that followed the torn one", s.Weight)
 	}
