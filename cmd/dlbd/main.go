@@ -197,7 +197,7 @@ func run(ctx context.Context, o options) error {
 	// Log lines go through a queue: a stuck reader of standard error
 	// (journald, a logger) costs lines, not dlbd's answers, probes and
 	// takeovers. Closed last, after dlbd's last line.
-	logq := logqueue.New(os.Stderr, 0)
+	logq := logqueue.New(os.Stderr, 0, 0)
 	defer logq.Close(2 * time.Second)
 	log := slog.New(slog.NewTextHandler(logq, &slog.HandlerOptions{Level: level}))
 	wdLimit := watchdogLimit(log)

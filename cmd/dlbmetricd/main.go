@@ -193,7 +193,7 @@ func check(o options, stderr io.Writer) (config, error) {
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	// Log lines go through a queue: a stuck reader of standard error
 	// costs lines, not the reports the dispatchers wait for.
-	logq := logqueue.New(stderr, 0)
+	logq := logqueue.New(stderr, 0, 0)
 	defer logq.Close(2 * time.Second)
 	c, err := check(o, logq)
 	if err != nil {

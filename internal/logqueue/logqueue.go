@@ -1,9 +1,9 @@
-// Package logqueue is a log sink that never makes its writers wait: the
-// daemons' log lines go through it to standard error, whose reader (a
-// pipe to journald or to a logger) may stall. A daemon whose every
-// goroutine blocks on a log line stops answering, probing and taking
-// over; one that drops lines while its reader is stuck goes on, and says
-// how many it dropped once the reader is back.
+// Package logqueue is a log sink that does not let a stuck reader hold
+// its writers: the daemons' log lines go through it to standard error,
+// whose reader (a pipe to journald or to a logger) may stall. A daemon
+// whose every goroutine blocks on a log line stops answering, probing and
+// taking over; one that queues, then drops, lines while its reader is
+// stuck goes on, and says how many it dropped once the reader is back.
 package logqueue
 
 import (
@@ -13,23 +13,38 @@ import (
 	"time"
 )
 
-// DefaultMax is the most a Writer holds for its reader by default: some
-// thousands of lines, a few seconds of a busy daemon's debug log.
-const DefaultMax = 1 << 20
+// Defaults of New.
+const (
+	// DefaultMax is the most a Writer holds for its reader: some
+	// thousands of lines, seconds of a busy daemon's debug log.
+	DefaultMax = 1 << 20
+	// DefaultWait is how long a Write waits for its line to be written
+	// while the reader keeps up.
+	DefaultWait = 100 * time.Millisecond
+)
 
-// Writer queues each Write (one log line, as slog's handlers write them)
-// and writes it to its output on a goroutine of its own, in order. While
-// the queue holds max bytes, a line is dropped and counted; where lines
-// were dropped, the output has a line saying how many. (Memory: the
-// queue, and the batch being written, each at most max bytes.)
+// Writer hands each Write (one log line, as slog's handlers write them)
+// to a goroutine of its own that writes the lines to its output, in
+// order. While the output keeps up, a Write returns once its line is
+// written, as a direct write would; when a line waits longer than the
+// wait, Writes stop waiting (lines queue) until the queue is empty
+// again. While the queue holds max bytes a line is dropped and counted;
+// where lines were dropped, the output has a line saying how many.
+// (Memory: the queue, and the batch being written, each at most max
+// bytes.)
 type Writer struct {
-	out io.Writer
-	max int
+	out  io.Writer
+	max  int
+	wait time.Duration
 
 	mu      sync.Mutex
 	queue   []entry
 	size    int
 	dropped uint64
+	queued  uint64        // lines queued so far
+	written uint64        // lines written so far
+	moved   chan struct{} // closed (and replaced) when written grows
+	stuck   bool          // a line waited longer than wait; the queue has not emptied since
 	closed  bool
 	wake    chan struct{}
 	done    chan struct{}
@@ -43,18 +58,25 @@ type entry struct {
 }
 
 // New returns a Writer to out holding at most max bytes (DefaultMax when
-// max <= 0). Close it to write what it holds before the program ends.
-func New(out io.Writer, max int) *Writer {
+// max <= 0), whose Writes wait at most wait for their line (DefaultWait
+// when wait <= 0). Close it to write what it holds before the program
+// ends.
+func New(out io.Writer, max int, wait time.Duration) *Writer {
 	if max <= 0 {
 		max = DefaultMax
 	}
-	w := &Writer{out: out, max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if wait <= 0 {
+		wait = DefaultWait
+	}
+	w := &Writer{out: out, max: max, wait: wait, moved: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go w.run()
 	return w
 }
 
-// Write queues a copy of p. It never waits for the output, and never
-// fails: a line that does not fit, or comes after Close, is dropped.
+// Write queues a copy of p and waits, at most the Writer's wait, for it
+// to be written. It never fails: a line that does not fit, or comes after
+// Close, is dropped.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	if w.closed || w.size+len(p) > w.max {
@@ -71,12 +93,35 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	w.queue = append(w.queue, entry{line: append([]byte(nil), p...)})
 	w.size += len(p)
+	w.queued++
+	seq, stuck, moved := w.queued, w.stuck, w.moved
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	return len(p), nil
+	if stuck {
+		return len(p), nil
+	}
+	timer := time.NewTimer(w.wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-moved:
+			w.mu.Lock()
+			written := w.written
+			moved = w.moved
+			w.mu.Unlock()
+			if written >= seq {
+				return len(p), nil
+			}
+		case <-timer.C:
+			w.mu.Lock()
+			w.stuck = true
+			w.mu.Unlock()
+			return len(p), nil
+		}
+	}
 }
 
 // Dropped counts the lines dropped so far.
@@ -97,14 +142,22 @@ func (w *Writer) run() {
 			w.mu.Lock()
 			batch, closed := w.queue, w.closed
 			w.queue, w.size = nil, 0
+			if len(batch) == 0 {
+				w.stuck = false
+			}
 			w.mu.Unlock()
 			for _, e := range batch {
-				if e.line != nil {
-					_, _ = w.out.Write(e.line)
+				if e.line == nil {
+					told += e.dropped
+					notice.Warn("log lines dropped: the log's reader did not keep up", "dropped", e.dropped, "since_start", told)
 					continue
 				}
-				told += e.dropped
-				notice.Warn("log lines dropped: the log's reader did not keep up", "dropped", e.dropped, "since_start", told)
+				_, _ = w.out.Write(e.line)
+				w.mu.Lock()
+				w.written++
+				close(w.moved)
+				w.moved = make(chan struct{})
+				w.mu.Unlock()
 			}
 			if closed {
 				return

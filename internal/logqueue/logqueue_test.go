@@ -41,20 +41,28 @@ func TestWriter(t *testing.T) {
 		lines int
 		max   int
 		kept  int // at least; at most twice as many and one (a batch in flight, the queue behind it)
+		wait  time.Duration
 	}{
-		{"output keeps up", false, 100, 1 << 20, 100},
-		{"output stuck", true, 100, 10 * 8, 10}, // each line is 8 bytes
+		// A wait no scheduling delay reaches: each Write returns
+		// with its line out.
+		{"output keeps up", false, 100, 1 << 20, 100, 10 * time.Second},
+		{"output stuck", true, 100, 10 * 8, 10, 20 * time.Millisecond}, // each line is 8 bytes
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := &gate{open: make(chan struct{})}
 			if !c.stuck {
 				close(g.open)
 			}
-			w := New(g, c.max)
+			w := New(g, c.max, c.wait)
 			start := time.Now()
 			for i := range c.lines {
 				if _, err := fmt.Fprintf(w, "line %02d\n", i); err != nil {
 					t.Fatal(err)
+				}
+				// While the output keeps up, a line is out when its
+				// Write returns, as a direct write's would be.
+				if want := fmt.Sprintf("line %02d\n", i); !c.stuck && !strings.HasSuffix(g.String(), want) {
+					t.Fatalf("Write of %q returned before the line was written", want)
 				}
 			}
 			if took := time.Since(start); took > time.Second {
@@ -115,8 +123,20 @@ func TestWriter(t *testing.T) {
 func TestCloseStuck(t *testing.T) {
 	g := &gate{open: make(chan struct{})}
 	defer close(g.open)
-	w := New(g, 0)
+	w := New(g, 0, 20*time.Millisecond)
+	start0 := time.Now()
 	fmt.Fprintln(w, "held")
+	// The first line waits its 20 ms, the next ones not at all.
+	if took := time.Since(start0); took < 20*time.Millisecond || took > time.Second {
+		t.Errorf("the first Write to a stuck output returned after %v, want its 20ms wait", took)
+	}
+	start1 := time.Now()
+	for range 100 {
+		fmt.Fprintln(w, "queued")
+	}
+	if took := time.Since(start1); took > 100*time.Millisecond {
+		t.Errorf("100 Writes behind a stuck one took %v: they waited", took)
+	}
 	start := time.Now()
 	if w.Close(100 * time.Millisecond) {
 		t.Error("Close reported the lines written, the output being stuck")
