@@ -91,12 +91,22 @@ func startDlbdArgs(t *testing.T, d dirs, extra ...string) *dlbd {
 // with extra flags after the directories', and kills it at the test's end.
 func launchDlbd(t *testing.T, d dirs, wrap []string, extra ...string) *dlbd {
 	t.Helper()
+	return launchDlbdTo(t, d, nil, wrap, extra...)
+}
+
+// launchDlbdTo is launchDlbd with dlbd's standard error going to stderr
+// (nil: the buffer p.stderr).
+func launchDlbdTo(t *testing.T, d dirs, stderr io.Writer, wrap []string, extra ...string) *dlbd {
+	t.Helper()
 	args := append(append(wrap, os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
 		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug"), extra...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runEnv+"=1")
 	p := &dlbd{cmd: cmd, stderr: &testutil.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
+	if stderr != nil {
+		cmd.Stderr = stderr
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -476,20 +486,8 @@ func TestPrivilegedLogReaderGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
-		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
-	cmd.Env = append(os.Environ(), runEnv+"=1")
-	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := launchDlbdTo(t, d, w, nil)
 	w.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done //nolint:errcheck // killed: its exit status says nothing
-	})
 	// The reader takes dlbd's first line, and goes.
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil || !strings.Contains(line, "dlbd started") {
@@ -515,23 +513,17 @@ func TestPrivilegedLogReaderGone(t *testing.T) {
 		t.Fatalf("clusters after the adds: %d, %v", len(cls), err)
 	}
 	select {
-	case err := <-done:
-		done <- err
+	case err := <-p.done:
+		p.done <- err
 		t.Fatalf("dlbd ended: %v", err)
 	default:
 	}
 	// It still stops cleanly on SIGTERM.
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			t.Errorf("dlbd after SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("dlbd did not stop on SIGTERM")
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Errorf("dlbd after SIGTERM: %v", err)
 	}
 }
 
@@ -549,20 +541,8 @@ func TestPrivilegedLogReaderStuck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "--state-dir", d.state, "--pin-dir", d.pins,
-		"--socket", d.socket, "--scripts-dir", filepath.Join(d.state, "scripts"), "--log-level", "debug")
-	cmd.Env = append(os.Environ(), runEnv+"=1")
-	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := launchDlbdTo(t, d, w, nil)
 	w.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done //nolint:errcheck // killed: its exit status says nothing
-	})
 	for start := time.Now(); !serving(d.socket); time.Sleep(10 * time.Millisecond) {
 		if time.Since(start) > 20*time.Second {
 			t.Fatal("dlbd does not serve its socket")
@@ -587,7 +567,7 @@ func TestPrivilegedLogReaderStuck(t *testing.T) {
 		apply(api.Op{Object: "server", Action: "add", Target: target})
 		apply(api.Op{Object: "server", Action: "remove", Target: target})
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	out, err := io.ReadAll(r)
