@@ -494,11 +494,7 @@ func TestPrivilegedLogReaderGone(t *testing.T) {
 		t.Fatalf("dlbd's first line: %q %v", line, err)
 	}
 	r.Close()
-	for start := time.Now(); !serving(d.socket); time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("dlbd does not serve its socket")
-		}
-	}
+	waitServing(t, d.socket, 20*time.Second, p)
 	cl := client.New(d.socket)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -543,11 +539,7 @@ func TestPrivilegedLogReaderStuck(t *testing.T) {
 	defer r.Close()
 	p := launchDlbdTo(t, d, w, nil)
 	w.Close()
-	for start := time.Now(); !serving(d.socket); time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("dlbd does not serve its socket")
-		}
-	}
+	waitServing(t, d.socket, 20*time.Second, p)
 	cl := client.New(d.socket)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
