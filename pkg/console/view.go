@@ -1,7 +1,6 @@
 package console
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -158,7 +157,7 @@ func view(st *dispatcher.Status, listed bool, maxServers int) View {
 		v.Executor.Mode = x.AttachedMode.String()
 	}
 	if t := x.Trace; t != nil {
-		v.Executor.Trace = fmt.Sprintf("%s, since %s, %d packets so far", t.Filter, t.Since.UTC().Format(time.RFC3339), t.Packets)
+		v.Executor.Trace = t.String()
 	}
 	for _, r := range x.Reasons {
 		v.Executor.Reasons = append(v.Executor.Reasons, Reason{Reason: r.Reason, Packets: r.Packets, Bytes: r.Bytes})

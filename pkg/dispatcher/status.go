@@ -142,6 +142,12 @@ type TraceStatus struct {
 	Packets uint64
 }
 
+// String describes the trace: "cluster 198.18.0.100 port 80, since
+// 2026-12-05T23:56:34Z, 12 packets so far".
+func (t *TraceStatus) String() string {
+	return fmt.Sprintf("%s, since %s, %d packets so far", t.Filter, t.Since.UTC().Format(time.RFC3339), t.Packets)
+}
+
 // PortStatus is a port beyond its configuration.
 type PortStatus struct {
 	// ID is its service id; TableSize its Maglev table's slots (0: no

@@ -67,9 +67,7 @@ func (e *Engine) Trace(ctx context.Context, f lb.TraceFilter, started func(), em
 		case errors.Is(err, lb.ErrTraceRunning) && e.exec.trace != nil:
 			// Say which: the operator may want to wait for it, or
 			// find who runs it.
-			o := e.exec.trace.status()
-			return nil, fmt.Errorf("%w: %s, since %s, %d packets so far",
-				err, o.Filter, o.Since.UTC().Format(time.RFC3339), o.Packets)
+			return nil, fmt.Errorf("%w: %s", err, e.exec.trace.status())
 		case err == nil:
 			e.exec.trace = run
 		}
