@@ -48,6 +48,7 @@ type options struct {
 	stateDir      string
 	pinDir        string
 	logLevel      string
+	logFormat     string
 	scriptsDir    string
 	scriptTimeout time.Duration
 	// The admin API's limits.
@@ -138,6 +139,7 @@ errors (line and field) otherwise; it touches nothing.`,
 	f.Uint32Var(&o.maxTableSize, "max-table-size", def.MaxTableSize,
 		"largest Maglev table of a port, a prime; a port's table is a prime of about 100 slots per server up to this (fixed once pinned)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value) or json (one object a line, for collectors)")
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",
 		"directory of event scripts run on serverDown, serverUp, managerAlert, managerClear, halfOpenAlert, halfOpenAlertDone, executorDetached and executorAttached")
 	f.DurationVar(&o.scriptTimeout, "script-timeout", 10*time.Second, "an event script is killed when it runs longer")
@@ -197,9 +199,13 @@ func run(ctx context.Context, o options) error {
 	// Log lines go through a queue: a stuck reader of standard error
 	// (journald, a logger) costs lines, not dlbd's answers, probes and
 	// takeovers. Closed last, after dlbd's last line.
-	logq := logqueue.New(os.Stderr, 0, 0)
+	format, err := logqueue.Format(o.logFormat, &slog.HandlerOptions{Level: level})
+	if err != nil {
+		return fmt.Errorf("--log-format: %w", err)
+	}
+	logq := logqueue.New(os.Stderr, logqueue.Options{Handler: format})
 	defer logq.Close(2 * time.Second)
-	log := slog.New(slog.NewTextHandler(logq, &slog.HandlerOptions{Level: level}))
+	log := slog.New(format(logq))
 	wdLimit := watchdogLimit(log)
 	// From the start: a SIGTERM while dlbd starts must stop it cleanly
 	// (releasing what it took), not kill it.

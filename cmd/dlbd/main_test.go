@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -574,5 +575,48 @@ func TestPrivilegedLogReaderStuck(t *testing.T) {
 	}
 	if !strings.HasSuffix(strings.TrimSpace(string(out)), `msg="dlbd stopped; the executor stays pinned and keeps forwarding"`) {
 		t.Errorf("the log does not end with dlbd's last line:\n...%s", out[max(0, len(out)-500):])
+	}
+}
+
+// TestPrivilegedLogFormat: --log-format json makes every line a JSON
+// object (for collectors); another format is refused, naming the flag,
+// before dlbd touches anything.
+func TestPrivilegedLogFormat(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	base := t.TempDir()
+	d := newDirs(t, base, "json")
+	p := startDlbdArgs(t, d, "--log-format", "json")
+	waitServing(t, d.socket, 20*time.Second, p)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t, 20*time.Second); err != nil {
+		t.Fatalf("dlbd: %v; stderr:\n%s", err, p.stderr)
+	}
+	var msgs []string
+	for _, line := range strings.Split(strings.TrimSpace(p.stderr.String()), "\n") {
+		var rec struct {
+			Time  time.Time `json:"time"`
+			Level string    `json:"level"`
+			Msg   string    `json:"msg"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Time.IsZero() || rec.Level == "" {
+			t.Fatalf("a line that is not a JSON log record: %q (%v)", line, err)
+		}
+		msgs = append(msgs, rec.Msg)
+	}
+	if len(msgs) < 2 || msgs[0] != "dlbd started" || !strings.HasPrefix(msgs[len(msgs)-1], "dlbd stopped") {
+		t.Errorf("messages %q, want dlbd started ... dlbd stopped", msgs)
+	}
+
+	d2 := newDirs(t, base, "xml")
+	p2 := startDlbdArgs(t, d2, "--log-format", "xml")
+	err := p2.wait(t, 20*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(p2.stderr.String(), `--log-format: "xml" is not a log format: text or json`) {
+		t.Errorf("--log-format xml: %v; stderr:\n%s", err, p2.stderr)
+	}
+	if exists(d2.state) {
+		t.Error("a refused --log-format made the state directory")
 	}
 }

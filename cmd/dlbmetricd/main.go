@@ -45,6 +45,7 @@ type options struct {
 	tlsKey        string
 	clientCA      string
 	logLevel      string
+	logFormat     string
 	once          bool
 }
 
@@ -132,6 +133,7 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&o.clientCA, "client-ca", "", "PEM CA bundle: require client certificates signed by it (needs --tls-cert)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value) or json (one object a line)")
 	f.BoolVar(&o.once, "once", false, "print one collection as JSON and exit (no secret needed)")
 	return cmd
 }
@@ -151,7 +153,11 @@ func check(o options, stderr io.Writer) (config, error) {
 	if err := level.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
 		return c, fmt.Errorf("--log-level: %w", err)
 	}
-	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	format, err := logqueue.Format(o.logFormat, &slog.HandlerOptions{Level: level})
+	if err != nil {
+		return c, fmt.Errorf("--log-format: %w", err)
+	}
+	c.log = slog.New(format(stderr))
 	if o.scriptTimeout <= 0 {
 		return c, fmt.Errorf("--script-timeout: %s is not positive", o.scriptTimeout)
 	}
@@ -193,7 +199,11 @@ func check(o options, stderr io.Writer) (config, error) {
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	// Log lines go through a queue: a stuck reader of standard error
 	// costs lines, not the reports the dispatchers wait for.
-	logq := logqueue.New(stderr, 0, 0)
+	format, err := logqueue.Format(o.logFormat, nil)
+	if err != nil {
+		return fmt.Errorf("--log-format: %w", err)
+	}
+	logq := logqueue.New(stderr, logqueue.Options{Handler: format})
 	defer logq.Close(2 * time.Second)
 	c, err := check(o, logq)
 	if err != nil {

@@ -67,6 +67,7 @@ func TestFlagValidation(t *testing.T) {
 		{"missing scripts dir", []string{"--secret-file", good, "--scripts-dir", filepath.Join(dir, "nope")}, "--scripts-dir"},
 		{"scripts dir is a file", []string{"--secret-file", good, "--scripts-dir", good}, "not a directory"},
 		{"bad log level", []string{"--secret-file", good, "--log-level", "loud"}, "--log-level"},
+		{"bad log format", []string{"--secret-file", good, "--log-format", "xml"}, `--log-format: "xml" is not a log format: text or json`},
 		{"bad listen", []string{"--secret-file", good, "--listen", "10004"}, "--listen"},
 		{"client CA without cert", []string{"--secret-file", good, "--client-ca", good}, "--client-ca needs --tls-cert"},
 		{"cert without key", []string{"--secret-file", good, "--tls-cert", good}, "--tls-cert"},

@@ -7,6 +7,7 @@
 package logqueue
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -33,9 +34,10 @@ const (
 // (Memory: the queue, and the batch being written, each at most max
 // bytes.)
 type Writer struct {
-	out  io.Writer
-	max  int
-	wait time.Duration
+	out    io.Writer
+	max    int
+	wait   time.Duration
+	notice *slog.Logger // writes the lines that say lines were dropped
 
 	mu      sync.Mutex
 	queue   []entry
@@ -57,21 +59,47 @@ type entry struct {
 	dropped uint64
 }
 
-// New returns a Writer to out holding at most max bytes (DefaultMax when
-// max <= 0), whose Writes wait at most wait for their line (DefaultWait
-// when wait <= 0). Close it to write what it holds before the program
-// ends.
-func New(out io.Writer, max int, wait time.Duration) *Writer {
-	if max <= 0 {
-		max = DefaultMax
+// Options are a Writer's; zero values mean the defaults.
+type Options struct {
+	// Max is the most the queue holds, in bytes (DefaultMax).
+	Max int
+	// Wait is how long a Write waits for its line (DefaultWait).
+	Wait time.Duration
+	// Handler makes the handler, writing to the output, of the lines
+	// that say lines were dropped: the format of the others (nil: slog's
+	// text handler).
+	Handler func(io.Writer) slog.Handler
+}
+
+// New returns a Writer to out. Close it to write what it holds before the
+// program ends.
+func New(out io.Writer, o Options) *Writer {
+	if o.Max <= 0 {
+		o.Max = DefaultMax
 	}
-	if wait <= 0 {
-		wait = DefaultWait
+	if o.Wait <= 0 {
+		o.Wait = DefaultWait
 	}
-	w := &Writer{out: out, max: max, wait: wait, moved: make(chan struct{}),
+	if o.Handler == nil {
+		o.Handler = func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, nil) }
+	}
+	w := &Writer{out: out, max: o.Max, wait: o.Wait, notice: slog.New(o.Handler(out)), moved: make(chan struct{}),
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go w.run()
 	return w
+}
+
+// Format returns the handler maker of a log format the daemons take
+// (--log-format): "text" (slog's key=value lines) or "json" (one JSON
+// object a line, for collectors), with opts.
+func Format(name string, opts *slog.HandlerOptions) (func(io.Writer) slog.Handler, error) {
+	switch name {
+	case "text":
+		return func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, opts) }, nil
+	case "json":
+		return func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, opts) }, nil
+	}
+	return nil, fmt.Errorf("%q is not a log format: text or json", name)
 }
 
 // Write queues a copy of p and waits, at most the Writer's wait, for it
@@ -134,7 +162,6 @@ func (w *Writer) Dropped() uint64 {
 // run writes the queued lines until Close.
 func (w *Writer) run() {
 	defer close(w.done)
-	notice := slog.New(slog.NewTextHandler(w.out, nil))
 	var told uint64 // drops already said
 	for {
 		<-w.wake
@@ -149,7 +176,7 @@ func (w *Writer) run() {
 			for _, e := range batch {
 				if e.line == nil {
 					told += e.dropped
-					notice.Warn("log lines dropped: the log's reader did not keep up", "dropped", e.dropped, "since_start", told)
+					w.notice.Warn("log lines dropped: the log's reader did not keep up", "dropped", e.dropped, "since_start", told)
 					continue
 				}
 				_, _ = w.out.Write(e.line)

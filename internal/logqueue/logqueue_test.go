@@ -53,7 +53,7 @@ func TestWriter(t *testing.T) {
 			if !c.stuck {
 				close(g.open)
 			}
-			w := New(g, c.max, c.wait)
+			w := New(g, Options{Max: c.max, Wait: c.wait})
 			start := time.Now()
 			for i := range c.lines {
 				if _, err := fmt.Fprintf(w, "line %02d\n", i); err != nil {
@@ -123,7 +123,7 @@ func TestWriter(t *testing.T) {
 func TestCloseStuck(t *testing.T) {
 	g := &gate{open: make(chan struct{})}
 	defer close(g.open)
-	w := New(g, 0, 20*time.Millisecond)
+	w := New(g, Options{Wait: 20 * time.Millisecond})
 	start0 := time.Now()
 	fmt.Fprintln(w, "held")
 	// The first line waits its 20 ms, the next ones not at all.
@@ -148,5 +148,34 @@ func TestCloseStuck(t *testing.T) {
 	fmt.Fprintln(w, "after close")
 	if w.Dropped() != before+1 {
 		t.Errorf("a line after Close was not dropped: %d, then %d", before, w.Dropped())
+	}
+}
+
+// TestFormat: the formats the daemons take, the drop notice in the
+// format of the other lines, and a clear refusal of another.
+func TestFormat(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+	}{
+		{"text", `level=WARN msg="log lines dropped: the log's reader did not keep up" dropped=1 since_start=1`},
+		{"json", `"level":"WARN","msg":"log lines dropped: the log's reader did not keep up","dropped":1,"since_start":1}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, err := Format(c.name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := &gate{open: make(chan struct{})}
+			close(g.open)
+			w := New(g, Options{Max: 10, Handler: h})
+			fmt.Fprintln(w, "a line longer than ten bytes")
+			w.Close(5 * time.Second)
+			if !strings.Contains(g.String(), c.want) {
+				t.Errorf("output %q lacks %q", g.String(), c.want)
+			}
+		})
+	}
+	if _, err := Format("xml", nil); err == nil || err.Error() != `"xml" is not a log format: text or json` {
+		t.Errorf("Format(xml): %v", err)
 	}
 }
