@@ -145,19 +145,24 @@ type config struct {
 	tls    *tls.Config
 }
 
-// check validates the options and loads the secret and TLS files; it is
-// everything that can refuse to start.
-func check(o options, stderr io.Writer) (config, error) {
-	var c config
+// logFormat reads --log-level and --log-format: the handler maker of
+// the agent's log lines.
+func logFormat(o options) (func(io.Writer) slog.Handler, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
-		return c, fmt.Errorf("--log-level: %w", err)
+		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	format, err := logqueue.Format(o.logFormat, &slog.HandlerOptions{Level: level})
 	if err != nil {
-		return c, fmt.Errorf("--log-format: %w", err)
+		return nil, fmt.Errorf("--log-format: %w", err)
 	}
-	c.log = slog.New(format(stderr))
+	return format, nil
+}
+
+// check validates the options and loads the secret and TLS files; it is
+// everything that can refuse to start. The log goes to log.
+func check(o options, log *slog.Logger) (config, error) {
+	c := config{log: log}
 	if o.scriptTimeout <= 0 {
 		return c, fmt.Errorf("--script-timeout: %s is not positive", o.scriptTimeout)
 	}
@@ -199,13 +204,13 @@ func check(o options, stderr io.Writer) (config, error) {
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	// Log lines go through a queue: a stuck reader of standard error
 	// costs lines, not the reports the dispatchers wait for.
-	format, err := logqueue.Format(o.logFormat, nil)
+	format, err := logFormat(o)
 	if err != nil {
-		return fmt.Errorf("--log-format: %w", err)
+		return err
 	}
 	logq := logqueue.New(stderr, logqueue.Options{Handler: format})
 	defer logq.Close(2 * time.Second)
-	c, err := check(o, logq)
+	c, err := check(o, slog.New(format(logq)))
 	if err != nil {
 		return err
 	}
