@@ -5,35 +5,27 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // gate is an output that blocks every write until opened, as a pipe
 // whose reader stopped.
 type gate struct {
-	mu   sync.Mutex
-	b    strings.Builder
+	testutil.LogBuffer
 	open chan struct{}
 }
 
 func (g *gate) Write(p []byte) (int, error) {
 	<-g.open
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.b.Write(p)
-}
-
-func (g *gate) String() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.b.String()
+	return g.LogBuffer.Write(p)
 }
 
 // TestWriter: lines reach the output in order; while the output is stuck
-// a writer never waits and the lines beyond the bound are dropped; the
-// output says, where lines are missing, how many.
+// only the first writer waits (its wait) and the lines beyond the bound
+// are dropped; the output says, where lines are missing, how many.
 func TestWriter(t *testing.T) {
 	for _, c := range []struct {
 		name  string
