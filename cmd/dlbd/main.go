@@ -71,7 +71,10 @@ type options struct {
 }
 
 func main() {
+	// Every error is printed here, once: one from a flag or an argument
+	// cobra refused (silenced there) as well as one run returned.
 	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "dlbd:", err)
 		os.Exit(1)
 	}
 }
@@ -108,21 +111,12 @@ errors (line and field) otherwise; it touches nothing.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.checkConfig != "" {
-				err := checkConfig(o.checkConfig, cmd.OutOrStdout())
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "dlbd:", err)
-				}
-				return err
+				return checkConfig(o.checkConfig, cmd.OutOrStdout())
 			}
 			if defErr != nil {
-				fmt.Fprintln(os.Stderr, "dlbd:", defErr)
 				return defErr
 			}
-			err := run(cmd.Context(), o)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "dlbd:", err)
-			}
-			return err
+			return run(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()

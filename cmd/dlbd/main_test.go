@@ -167,6 +167,46 @@ func exists(path string) bool {
 // first one's PID, having touched nothing: not its own socket, not the
 // other directory, not the state. One on the running one's socket exits
 // before it creates either directory.
+// TestRefusedFlags runs dlbd with flags and arguments it refuses: each
+// exits 1 with one line naming what was wrong, before it makes anything.
+func TestRefusedFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	state, sock, pins := filepath.Join(dir, "state"), filepath.Join(dir, "dlbd.sock"), filepath.Join(dir, "pins")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"--stat-dir", state}, "dlbd: unknown flag: --stat-dir\n"},
+		{"argument", []string{"eth0"}, `dlbd: unknown command "eth0" for "dlbd"` + "\n"},
+		{"flag without its value", []string{"--check-config"}, "dlbd: flag needs an argument: --check-config\n"},
+		{"bad number", []string{"--conn-table-size", "many"}, `dlbd: invalid argument "many" for "--conn-table-size" flag: strconv.ParseUint: parsing "many": invalid syntax` + "\n"},
+		{"value out of range", []string{"--conn-table-size", "5"}, "dlbd: --conn-table-size: 5 is outside 1024..67108864\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-test.run=^$", "--", "--state-dir", state, "--socket", sock, "--pin-dir", pins}, tc.args...)
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), runEnv+"=1")
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("exit: %v, want status 1", err)
+			}
+			if errb.String() != tc.want || out.Len() != 0 {
+				t.Errorf("stderr %q (stdout %q), want %q", errb.String(), out.String(), tc.want)
+			}
+			for _, p := range []string{state, sock, pins} {
+				if exists(p) {
+					t.Errorf("dlbd made %s", p)
+				}
+			}
+		})
+	}
+}
+
 func TestPrivilegedOneDlbdPerDir(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	base := t.TempDir()

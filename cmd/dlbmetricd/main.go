@@ -50,9 +50,21 @@ type options struct {
 }
 
 func main() {
-	if err := newCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+	if err := execute(context.Background(), newCommand(os.Stdout, os.Stderr), os.Stderr, os.Args[1:]); err != nil {
 		os.Exit(1)
 	}
+}
+
+// execute runs cmd with args and prints its error to stderr, whatever it
+// is: a flag or an argument cobra refused (silenced there) as well as an
+// error run returned.
+func execute(ctx context.Context, cmd *cobra.Command, stderr io.Writer, args []string) error {
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "dlbmetricd:", err)
+	}
+	return err
 }
 
 const long = `dlbmetricd is the Metric Server agent of dlb: it runs on a backend server
@@ -113,11 +125,7 @@ func newCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := run(cmd.Context(), o, stdout, stderr)
-			if err != nil {
-				fmt.Fprintln(stderr, "dlbmetricd:", err)
-			}
-			return err
+			return run(cmd.Context(), o, stdout, stderr)
 		},
 	}
 	cmd.SetOut(stdout)

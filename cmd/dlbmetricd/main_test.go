@@ -35,11 +35,10 @@ func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string
 	return p
 }
 
-func execute(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+// runAgent runs dlbmetricd with args as main does.
+func runAgent(ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	var out, errb testutil.LogBuffer
-	cmd := newCommand(&out, &errb)
-	cmd.SetArgs(args)
-	err = cmd.ExecuteContext(ctx)
+	err = execute(ctx, newCommand(&out, &errb), &errb, args)
 	return out.String(), errb.String(), err
 }
 
@@ -71,25 +70,28 @@ func TestFlagValidation(t *testing.T) {
 		{"bad listen", []string{"--secret-file", good, "--listen", "10004"}, "--listen"},
 		{"client CA without cert", []string{"--secret-file", good, "--client-ca", good}, "--client-ca needs --tls-cert"},
 		{"cert without key", []string{"--secret-file", good, "--tls-cert", good}, "--tls-cert"},
-		{"argument", []string{"--secret-file", good, "extra"}, "unknown command"},
+		{"argument", []string{"--secret-file", good, "extra"}, `unknown command "extra"`},
+		{"unknown flag", []string{"--secret-file", good, "--lsiten", ":10004"}, "unknown flag: --lsiten"},
+		{"flag without its value", []string{"--secret-file"}, "flag needs an argument: --secret-file"},
 	} {
 		if tc.name == "unreadable secret" && os.Geteuid() == 0 {
 			continue // root reads any file
 		}
-		_, stderr, err := execute(context.Background(), tc.args...)
+		_, stderr, err := runAgent(context.Background(), tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 			continue
 		}
-		if tc.name != "argument" && !strings.Contains(stderr, "dlbmetricd: ") {
-			t.Errorf("%s: stderr %q lacks the error", tc.name, stderr)
+		// Once, whether cobra refused the flag or run the value.
+		if want := "dlbmetricd: " + err.Error() + "\n"; stderr != want {
+			t.Errorf("%s: stderr %q, want %q", tc.name, stderr, want)
 		}
 	}
 }
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	stdout, _, err := execute(context.Background(), "--help")
+	stdout, _, err := runAgent(context.Background(), "--help")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +189,7 @@ func TestServe(t *testing.T) {
 
 func TestOnce(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, err := execute(context.Background(), "--once", "--proc", procFixture, "--name", "web2")
+	stdout, stderr, err := runAgent(context.Background(), "--once", "--proc", procFixture, "--name", "web2")
 	if err != nil {
 		t.Fatalf("%v: %s", err, stderr)
 	}
