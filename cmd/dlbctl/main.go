@@ -344,6 +344,13 @@ func (a *app) useRemote(cmd *cobra.Command) error {
 	}
 	f := cmd.Flags()
 	if a.remote.Address == "" {
+		if err := client.CheckSocketPath(a.socket); err != nil {
+			from := "--socket"
+			if !f.Changed("socket") {
+				from = "DLB_SOCKET"
+			}
+			return usagef("%s: %v", from, err)
+		}
 		if a.remote.TokenFile != "" && f.Changed("token-file") || a.remote.CAFile != "" && f.Changed("ca-file") {
 			return usagef("--token-file and --ca-file go with --host")
 		}

@@ -58,6 +58,11 @@ func TestRemoteHost(t *testing.T) {
 		{"--socket and --host", nil, []string{"--socket", sock, "--host", host, "--token-file", good, "cluster", "report"},
 			exitUsage, []string{"give one"}, 0},
 		{"a local command", map[string]string{"DLB_HOST": host}, []string{"version"}, exitOK, nil, 0},
+		{"a socket path too long", nil, []string{"--socket", "/run/" + strings.Repeat("d", 103), "cluster", "report"}, exitUsage,
+			[]string{"dlbctl: --socket: /run/ddd", "is 108 bytes long; a unix socket's path holds at most 107\n"}, 0},
+		{"DLB_SOCKET too long", map[string]string{"DLB_SOCKET": "/run/" + strings.Repeat("d", 103)}, []string{"cluster", "report"},
+			exitUsage, []string{"dlbctl: DLB_SOCKET: /run/ddd", "is 108 bytes long"}, 0},
+		{"an empty --socket", nil, []string{"--socket=", "cluster", "report"}, exitUsage, []string{"dlbctl: --socket: the socket's path is empty"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -253,6 +253,9 @@ func run(ctx context.Context, o options) error {
 	if err := checkMetricsAddress(o.metricsAddress); err != nil {
 		return err
 	}
+	if err := client.CheckSocketPath(o.socket); err != nil {
+		return fmt.Errorf("--socket: %w", err)
+	}
 	remote, err := checkRemoteAPI(o.apiAddress, o.apiCert, o.apiKey, o.apiTokenFile)
 	if err != nil {
 		return err

@@ -183,6 +183,8 @@ func TestRefusedFlags(t *testing.T) {
 		{"flag without its value", []string{"--check-config"}, "dlbd: flag needs an argument: --check-config\n"},
 		{"bad number", []string{"--conn-table-size", "many"}, `dlbd: invalid argument "many" for "--conn-table-size" flag: strconv.ParseUint: parsing "many": invalid syntax` + "\n"},
 		{"value out of range", []string{"--conn-table-size", "5"}, "dlbd: --conn-table-size: 5 is outside 1024..67108864\n"},
+		{"socket path too long", []string{"--socket", "/run/" + strings.Repeat("d", 103)},
+			"dlbd: --socket: /run/" + strings.Repeat("d", 103) + " is 108 bytes long; a unix socket's path holds at most 107\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"-test.run=^$", "--", "--state-dir", state, "--socket", sock, "--pin-dir", pins}, tc.args...)

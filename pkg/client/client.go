@@ -27,6 +27,22 @@ import (
 // DefaultSocket is where dlbd listens by default.
 const DefaultSocket = "/run/dlb/dlbd.sock"
 
+// MaxSocketPath is the longest path a unix socket may have: the 108 bytes
+// of the kernel's sun_path less the terminating NUL.
+const MaxSocketPath = 107
+
+// CheckSocketPath returns an error naming what is wrong when path cannot
+// name a unix socket (the kernel would answer "invalid argument").
+func CheckSocketPath(path string) error {
+	switch {
+	case path == "":
+		return errors.New("the socket's path is empty")
+	case len(path) > MaxSocketPath:
+		return fmt.Errorf("%s is %d bytes long; a unix socket's path holds at most %d", path, len(path), MaxSocketPath)
+	}
+	return nil
+}
+
 // ErrUnreachable is returned (wrapped) when dlbd cannot be reached: no
 // connection was made, so nothing was sent.
 var ErrUnreachable = errors.New("cannot reach dlbd")

@@ -113,3 +113,23 @@ func TestErrors(t *testing.T) {
 		t.Errorf("an answer of %d bytes: %v", len(body), err)
 	}
 }
+
+// TestCheckSocketPath checks the limit against the kernel's: a socket of
+// MaxSocketPath bytes listens, one a byte longer is refused by both.
+func TestCheckSocketPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{len(dir) + 2, MaxSocketPath, MaxSocketPath + 1} {
+		path := dir + "/" + strings.Repeat("s", n-len(dir)-1)
+		checked := CheckSocketPath(path)
+		ln, err := net.Listen("unix", path)
+		if err == nil {
+			ln.Close()
+		}
+		if (checked == nil) != (err == nil) {
+			t.Errorf("%d bytes: CheckSocketPath says %v, the kernel %v", n, checked, err)
+		}
+	}
+	if err := CheckSocketPath(""); err == nil || err.Error() != "the socket's path is empty" {
+		t.Errorf("an empty path: %v", err)
+	}
+}
