@@ -344,7 +344,9 @@ func (a *app) useRemote(cmd *cobra.Command) error {
 	}
 	f := cmd.Flags()
 	if a.remote.Address == "" {
-		if err := client.CheckSocketPath(a.socket); err != nil {
+		// A line of a script (a.collect) reaches dlbd through the "file
+		// load" that runs it, which checked its socket.
+		if err := client.CheckSocketPath(a.socket); err != nil && a.collect == nil {
 			from := "--socket"
 			if !f.Changed("socket") {
 				from = "DLB_SOCKET"
