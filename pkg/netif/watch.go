@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"time"
 
@@ -42,9 +43,9 @@ const resubscribeDelay = time.Second
 // the socket's buffer), Watch subscribes again, re-reads the state and
 // reports NetResync followed by the differences.
 func (n *Netif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
-	ns, err := netns.Get()
+	ns, err := threadNetns()
 	if err != nil {
-		return nil, fmt.Errorf("getting the network namespace: %w", err)
+		return nil, err
 	}
 	w := &watcher{ns: ns, out: make(chan lb.NetEvent, watchBuffer)}
 	// Routing netlink only: a handle of every family would open an XFRM
@@ -71,6 +72,31 @@ func (n *Netif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
 	return w.out, nil
 }
 
+// threadNetns returns the network namespace of the calling thread when it
+// is not the process's, and netns.None() when it is. Subscriptions are
+// opened again later from another thread, and so in a namespace named by
+// its handle; but entering one (setns, which the netlink package does for
+// every handle given, even the namespace the thread is in) takes
+// CAP_SYS_ADMIN, which dlbd.service does not grant. The process's own
+// namespace needs no handle: every thread of the process is in it.
+func threadNetns() (netns.NsHandle, error) {
+	ns, err := netns.Get()
+	if err != nil {
+		return netns.None(), fmt.Errorf("getting the network namespace: %w", err)
+	}
+	own, err := netns.GetFromPid(os.Getpid())
+	if err != nil {
+		ns.Close()
+		return netns.None(), fmt.Errorf("getting the process's network namespace: %w", err)
+	}
+	defer own.Close()
+	if ns.Equal(own) {
+		ns.Close()
+		return netns.None(), nil
+	}
+	return ns, nil
+}
+
 // watcher is one Watch.
 type watcher struct {
 	ns    netns.NsHandle
@@ -86,7 +112,9 @@ type watcher struct {
 
 func (w *watcher) close() {
 	w.h.Close()
-	w.ns.Close()
+	if w.ns.IsOpen() {
+		w.ns.Close()
+	}
 }
 
 // subscribe opens the three subscriptions in the watcher's namespace.
