@@ -154,7 +154,7 @@ func unitSyscalls(t *testing.T, unit string) map[string]bool {
 }
 
 // capNumbers are the capabilities dlbd.service may name.
-var capNumbers = map[string]uint{"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
+var capNumbers = map[string]uint{"CAP_NET_BIND_SERVICE": 10, "CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_PERFMON": 38, "CAP_BPF": 39}
 
 // unitCaps reads a unit's CapabilityBoundingSet and AmbientCapabilities.
 func unitCaps(t *testing.T, unit string) (bounding, ambient []string) {
@@ -382,6 +382,9 @@ func TestPrivilegedPackage(t *testing.T) {
 	if err := syscall.Stat(l.pinDir, &st); err != nil || fmt.Sprint(st.Uid) != u.Uid {
 		t.Errorf("pin directory %s: %v, uid %d", l.pinDir, err, st.Uid)
 	}
+	// A BGP speaker on its standard port.
+	l.mustCtl("bgp", "set", "--asn", "65001", "--routerid", l.env["LAB_NFA"], "--listen-port", "179")
+	l.mustCtl("bgp", "remove")
 	// Nothing dlbd did needs more than the unit grants: not one error in
 	// its log. (Following the host's netlink events once entered its own
 	// network namespace again, which takes CAP_SYS_ADMIN, and dlbd fell
