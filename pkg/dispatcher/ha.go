@@ -93,7 +93,6 @@ type haEngine struct {
 	// Replication counts: records imported, refused (no such server
 	// here), batches.
 	imported, unknown uint64
-	lastLag           time.Duration
 	healthy           bool
 	healthReason      string
 	announcements     uint64

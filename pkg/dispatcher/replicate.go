@@ -203,7 +203,6 @@ func (e *Engine) haFlush(cfg lb.Config, g lb.HAGroup) uint64 {
 // dispatcher's ids.
 func (e *Engine) haImport(b lb.ConnBatch) {
 	if len(b.Records) > 0 {
-		e.ha.lastLag = time.Since(b.Sent)
 		if ct, ok := e.connTables(); ok {
 			entries := make([]lb.ConnEntry, 0, len(b.Records))
 			for _, r := range b.Records {
