@@ -601,8 +601,8 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	return res
 }
 
-// The faults of issue 13, each with its repair, and one more around the
-// program: its interface recreated.
+// The faults of issue 13, each with its repair, and two more around the
+// program: its interface recreated, and dlbd frozen and resumed.
 var haFaults = []haFault{
 	{
 		name: "dlbd SIGKILL and executor detached",
@@ -676,6 +676,26 @@ var haFaults = []haFault{
 		restore: func(t *testing.T, h *haLab) { h.mustNS("sw", "ip", "link", "set", h.d[0].peer, "up") },
 	},
 	{
+		// dlbd frozen (SIGSTOP: a debugger, a paused VM or cgroup, a
+		// process stuck in the kernel) with its executor attached: the
+		// executor forwards on, dlbd says nothing. Resumed (SIGCONT),
+		// dlbd wakes up with every timer run out, believing itself the
+		// active, and must take its clusters back as after any fault:
+		// only once it has the connections the backup made meanwhile.
+		name: "dlbd frozen (SIGSTOP), then resumed",
+		cuts: true,
+		mode: "nat",
+		inject: func(t *testing.T, h *haLab) func() error {
+			p := h.d[0].cmd.Process
+			return func() error { return p.Signal(syscall.SIGSTOP) }
+		},
+		restore: func(t *testing.T, h *haLab) {
+			if err := h.d[0].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatalf("resuming dlbd: %v", err)
+			}
+		},
+	},
+	{
 		// The router stops answering the primary's pings (a route that
 		// prohibits its address): the backup reaches more targets.
 		name: "reach target lost",
@@ -694,7 +714,7 @@ var haFaults = []haFault{
 
 // TestPrivilegedHAFailover puts every fault of issue 13 on the active
 // dispatcher, in MAC mode and in NAT mode, and the interface deleted and
-// recreated (NAT mode; both with DLB_HA_ALL_MODES=1). DLB_HA_ONLY=regexp
+// recreated and dlbd frozen (NAT mode; both with DLB_HA_ALL_MODES=1). DLB_HA_ONLY=regexp
 // runs only the cases whose "mode/fault" name matches.
 func TestPrivilegedHAFailover(t *testing.T) {
 	alone(t)
