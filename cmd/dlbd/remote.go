@@ -9,7 +9,12 @@ import (
 	"strconv"
 
 	"github.com/dlbproject/dlb/pkg/server"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
+
+// maxPEMFile bounds --api-cert and --api-key (a certificate with its
+// chain is a few KiB).
+const maxPEMFile = 1 << 20
 
 // remoteAPI is the admin API's TCP listener as the flags ask for it: off
 // unless --api-address is given, and then only with TLS and a token.
@@ -45,7 +50,17 @@ func checkRemoteAPI(address, cert, key, tokenFile string) (*remoteAPI, error) {
 	if cert == "" || key == "" || tokenFile == "" {
 		return nil, errors.New("--api-address needs --api-cert, --api-key and --api-token-file: the admin API is served over TLS, to holders of the token only")
 	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
+	// tls.LoadX509KeyPair would read a named pipe or a device without
+	// end: dlbd would hang at its start.
+	certPEM, err := smallfile.Read(cert, maxPEMFile)
+	if err != nil {
+		return nil, fmt.Errorf("--api-cert: %w", err)
+	}
+	keyPEM, err := smallfile.Read(key, maxPEMFile)
+	if err != nil {
+		return nil, fmt.Errorf("--api-key: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("--api-cert/--api-key: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dlbproject/dlb/pkg/testutil"
@@ -22,6 +23,10 @@ func TestCheckRemoteAPI(t *testing.T) {
 	}
 	open := filepath.Join(dir, "open")
 	if err := os.WriteFile(open, []byte("0123456789abcdef0123\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -43,6 +48,10 @@ func TestCheckRemoteAPI(t *testing.T) {
 		{"a certificate that is not one", "198.18.0.2:7443", token, key, token, "--api-cert/--api-key"},
 		{"the key of nothing", "198.18.0.2:7443", cert, cert, token, "--api-cert/--api-key"},
 		{"a token others can read", "198.18.0.2:7443", cert, key, open, "--api-token-file: reading the token"},
+		// Files that never end or never open: refused, not waited for.
+		{"a device as certificate", "198.18.0.2:7443", "/dev/zero", key, token, "--api-cert: /dev/zero is a character device, not a regular file"},
+		{"a named pipe as key", "198.18.0.2:7443", cert, fifo, token, "--api-key: " + fifo + " is a named pipe, not a regular file"},
+		{"a named pipe as token", "198.18.0.2:7443", cert, key, fifo, "--api-token-file: reading the token: " + fifo + " is a named pipe"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,12 +16,12 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 // DefaultSocket is where dlbd listens by default.
@@ -115,6 +115,13 @@ type Remote struct {
 	TokenFile string
 }
 
+// The largest token file (dlbd refuses a larger one) and CA file (a
+// system's whole bundle is a few hundred KiB) NewRemote reads.
+const (
+	maxTokenFile = 4095
+	maxPEMFile   = 16 << 20
+)
+
 // NewRemote returns a client for a dlbd's TCP admin listener: TLS,
 // dlbd's certificate verified against r.CAFile, and the token of
 // r.TokenFile sent with every request, which waits timeout at most (0: no
@@ -123,7 +130,9 @@ func NewRemote(r Remote, timeout time.Duration) (*Client, error) {
 	if _, _, err := net.SplitHostPort(r.Address); err != nil {
 		return nil, fmt.Errorf("dlbd's address %q: want HOST:PORT: %w", r.Address, err)
 	}
-	b, err := os.ReadFile(r.TokenFile)
+	// Files of a bounded size, and regular ones: a named pipe or a device
+	// named by mistake would hang dlbctl or fill its memory.
+	b, err := smallfile.Read(r.TokenFile, maxTokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading the token: %w", err)
 	}
@@ -133,7 +142,7 @@ func NewRemote(r Remote, timeout time.Duration) (*Client, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if r.CAFile != "" {
-		pem, err := os.ReadFile(r.CAFile)
+		pem, err := smallfile.Read(r.CAFile, maxPEMFile)
 		if err != nil {
 			return nil, fmt.Errorf("reading the CA certificates: %w", err)
 		}

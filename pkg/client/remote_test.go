@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,41 @@ func TestRemote(t *testing.T) {
 	} {
 		if _, err := NewRemote(tt.r, time.Second); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%s: %v, want an error with %q", name, err, tt.err)
+		}
+	}
+}
+
+// TestRemoteFiles: token and CA files that are not regular files of a
+// bounded size are refused at once, not read without end or waited for.
+func TestRemoteFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := testutil.WriteFile(t, dir, "token", "0123456789abcdef-token\n")
+	huge := testutil.WriteFile(t, dir, "huge", strings.Repeat("x", 5000))
+	for _, tc := range []struct {
+		name string
+		r    Remote
+		want string
+	}{
+		{"a device as token", Remote{TokenFile: "/dev/zero"}, "reading the token: /dev/zero is a character device, not a regular file"},
+		{"a named pipe as token", Remote{TokenFile: fifo}, "reading the token: " + fifo + " is a named pipe, not a regular file"},
+		{"a token too large", Remote{TokenFile: huge}, "reading the token: " + huge + " is larger than 4095 bytes"},
+		{"a device as CA file", Remote{TokenFile: good, CAFile: "/dev/urandom"}, "reading the CA certificates: /dev/urandom is a character device, not a regular file"},
+		{"a named pipe as CA file", Remote{TokenFile: good, CAFile: fifo}, "reading the CA certificates: " + fifo + " is a named pipe, not a regular file"},
+	} {
+		tc.r.Address = "127.0.0.1:7443"
+		done := make(chan error, 1)
+		go func() { _, err := NewRemote(tc.r, time.Second); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: NewRemote still reading after 5 s", tc.name)
 		}
 	}
 }

@@ -3,12 +3,11 @@ package server
 import (
 	"crypto/subtle"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 // MinTokenLength is the shortest token a TCP admin listener accepts: the
@@ -16,34 +15,28 @@ import (
 // configuration.
 const MinTokenLength = 16
 
+// MaxTokenFile is the largest token file ReadToken reads.
+const MaxTokenFile = 4095
+
 // ReadToken reads the token of a TCP admin listener from path: its
 // content, surrounding white space left out. The file must be readable by
 // its owner only and hold at least MinTokenLength characters.
 func ReadToken(path string) (string, error) {
-	f, err := os.Open(path)
+	// Not os.Open: opening a named pipe would wait for a writer.
+	f, st, err := smallfile.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("reading the token: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("reading the token: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("reading the token: %s is not a regular file", path)
-	}
 	if st.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("reading the token: %s is readable or writable by group or others (mode %04o): chmod 600 %s", path, st.Mode().Perm(), path)
 	}
-	const limit = 4096
-	b, err := io.ReadAll(io.LimitReader(f, limit))
+	b, err := smallfile.ReadFrom(f, st, MaxTokenFile)
 	if err != nil {
-		return "", fmt.Errorf("reading the token: %s: %w", path, err)
+		return "", fmt.Errorf("reading the token: %w", err)
 	}
 	token := strings.TrimSpace(string(b))
 	switch {
-	case len(b) == limit:
-		return "", fmt.Errorf("reading the token: %s is larger than %d bytes", path, limit-1)
 	case len(token) < MinTokenLength:
 		return "", fmt.Errorf("reading the token: %s holds %d characters, fewer than %d (e.g. head -c 32 /dev/urandom | base64 > %s)", path, len(token), MinTokenLength, path)
 	case strings.ContainsAny(token, " \t\r\n"):
