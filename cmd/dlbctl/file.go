@@ -34,7 +34,7 @@ FILE is kept unless --force is given. FILE "-" writes to standard output.`,
 		},
 		RunE: a.runE(a.fileSave),
 	}
-	save.Flags().Bool("force", false, "overwrite FILE if it exists")
+	save.Flags().Bool("force", false, "overwrite FILE if it exists (a regular file, keeping its mode; through a symbolic link, keeping the link)")
 
 	load := &cobra.Command{
 		Use:   "load FILE",
@@ -75,6 +75,11 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 	if !toStdout && !force {
 		if _, err := os.Lstat(path); err == nil {
 			return usagef("%s exists; use --force to overwrite it", path)
+		}
+	}
+	if !toStdout && force {
+		if _, _, err := saveTarget(path); err != nil {
+			return err
 		}
 	}
 	script, err := a.client().ConfigScript(cmd.Context())
@@ -123,10 +128,64 @@ func scriptCounts(script string) (clusters, ports, servers int) {
 	return clusters, ports, servers
 }
 
+// saveTarget returns the file a forced save replaces at path and the mode
+// it gives it: path itself, new (mode 0644) or a regular file (its mode
+// kept); or, for a symbolic link, the regular file the link leads to, so
+// that the link stays (a configuration kept elsewhere and linked into
+// /etc). Anything else at path, a device such as /dev/null, a named pipe
+// or a directory, is refused: renamed over, it would be replaced by a
+// regular file.
+func saveTarget(path string) (string, os.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return path, 0o644, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("saving to %s: %w", path, err)
+	}
+	target := path
+	if fi.Mode()&os.ModeSymlink != 0 {
+		if target, err = filepath.EvalSymlinks(path); err != nil {
+			return "", 0, fmt.Errorf("saving to %s, a symbolic link: %w", path, err)
+		}
+		if fi, err = os.Stat(target); err != nil {
+			return "", 0, fmt.Errorf("saving to %s: %w", path, err)
+		}
+	}
+	if !fi.Mode().IsRegular() {
+		return "", 0, usagef("%s is %s, not a regular file: name a file, or - for standard output", path, fileKind(fi.Mode()))
+	}
+	return target, fi.Mode().Perm(), nil
+}
+
+// fileKind names what a file that is not regular is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a " + m.Type().String() + " file"
+}
+
 // writeFileAtomic writes data to path through a temporary file in the
 // same directory, so that a reader (or a crash) never sees half a file.
-// Without force an existing path is kept.
+// Without force an existing path is kept; with it, what saveTarget names
+// is replaced.
 func writeFileAtomic(path string, data []byte, force bool) (err error) {
+	mode := os.FileMode(0o644)
+	if force {
+		if path, mode, err = saveTarget(path); err != nil {
+			return err
+		}
+	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -142,7 +201,7 @@ func writeFileAtomic(path string, data []byte, force bool) (err error) {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", tmp, err)
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(mode); err != nil {
 		f.Close()
 		return fmt.Errorf("setting the mode of %s: %w", tmp, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,13 +108,68 @@ func TestFileSaveOverwrite(t *testing.T) {
 		t.Errorf("--force did not replace the file: %q", data)
 	}
 	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v (%v), want 0644", fi.Mode(), err)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v (%v), want the replaced file's 0600", fi.Mode(), err)
 	}
 	// No temporary file is left behind.
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %v, want only dlb.cfg", entries)
+	}
+
+	// A symbolic link stays, and the file it leads to is replaced.
+	real := filepath.Join(dir, "real.cfg")
+	if err := os.WriteFile(real, []byte("old\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.cfg")
+	if err := os.Symlink("real.cfg", link); err != nil {
+		t.Fatal(err)
+	}
+	if r := dlbctl(sock, "file", "save", "--force", link); r.code != exitOK {
+		t.Fatalf("--force through a link: exit %d: %s", r.code, r.stderr)
+	}
+	if to, err := os.Readlink(link); err != nil || to != "real.cfg" {
+		t.Errorf("the link now: %q, %v", to, err)
+	}
+	if data, _ := os.ReadFile(real); !strings.HasPrefix(string(data), "# dlb configuration") {
+		t.Errorf("the linked file holds %q", data)
+	}
+	if fi, err := os.Stat(real); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("the linked file's mode %v (%v), want 0640", fi.Mode(), err)
+	}
+
+	// Not a regular file: refused before dlbd is asked, left alone.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toNull := filepath.Join(dir, "null")
+	if err := os.Symlink("/dev/null", toNull); err != nil {
+		t.Fatal(err)
+	}
+	n := eng.requestCount()
+	for _, c := range []struct{ path, want string }{
+		{fifo, fifo + " is a named pipe, not a regular file"},
+		{dir, dir + " is a directory, not a regular file"},
+		{toNull, toNull + " is a character device, not a regular file"},
+	} {
+		r := dlbctl(sock, "file", "save", "--force", c.path)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("save to %s: exit %d, stderr %q, want %q", c.path, r.code, r.stderr, c.want)
+		}
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the named pipe now: %v, %v", fi, err)
+	}
+	if fi, err := os.Lstat(toNull); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link to /dev/null now: %v, %v", fi, err)
+	}
+	if eng.requestCount() != n {
+		t.Errorf("dlbd was asked for a save that could not be written")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 5 {
+		t.Errorf("directory holds %v, want dlb.cfg, real.cfg, link.cfg, fifo and null", entries)
 	}
 
 	// A directory that does not exist fails without a usage error.
