@@ -15,6 +15,8 @@ set -euo pipefail
 export LAB_PREFIX=${LAB_PREFIX:-dlbdemoh}
 # shellcheck source=scripts/demo-lib.sh
 source "$(dirname "$0")/demo-lib.sh"
+# Before the trap below: a demo that finds the lab in use leaves it alone.
+demo_claim_lab /sys/fs/bpf/"${LAB_PREFIX}"-d1 /sys/fs/bpf/"${LAB_PREFIX}"-d2
 
 run=$(mktemp -d /tmp/dlbdemoh.XXXXXX)
 pids=(0 0 0)
@@ -30,6 +32,7 @@ cleanup() {
 	"$lab" down >/dev/null 2>&1
 	rm -rf "$run"
 	demo_release_bpffs
+	demo_release_lab
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -14,6 +14,8 @@ set -euo pipefail
 export LAB_PREFIX=${LAB_PREFIX:-dlbdemox}
 # shellcheck source=scripts/demo-lib.sh
 source "$(dirname "$0")/demo-lib.sh"
+# Before the trap below: a demo that finds the lab in use leaves it alone.
+demo_claim_lab /sys/fs/bpf/"${LAB_PREFIX}"-d1 /sys/fs/bpf/"${LAB_PREFIX}"-d2 /sys/fs/bpf/"${LAB_PREFIX}"-d3
 
 router=
 if [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/zebra ]; then
@@ -45,6 +47,7 @@ cleanup() {
 	"$lab" down >/dev/null 2>&1
 	rm -rf "$run"
 	demo_release_bpffs
+	demo_release_lab
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

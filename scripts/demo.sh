@@ -14,6 +14,8 @@ set -euo pipefail
 export LAB_PREFIX=${LAB_PREFIX:-dlbdemo}
 # shellcheck source=scripts/demo-lib.sh
 source "$(dirname "$0")/demo-lib.sh"
+# Before the trap below: a demo that finds the lab in use leaves it alone.
+demo_claim_lab "/sys/fs/bpf/${LAB_PREFIX}"
 requests=${DEMO_REQUESTS:-3000}
 # Where dlbd serves /metrics and the web console: the dispatcher
 # namespace's loopback.
@@ -35,6 +37,7 @@ cleanup() {
 	"$lab" down >/dev/null 2>&1
 	rm -rf "$run"
 	demo_release_bpffs
+	demo_release_lab
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

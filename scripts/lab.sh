@@ -140,8 +140,10 @@ commands:
                                  and ${NAT_NET6}:/$PLEN6 on the NAT segment; -x N (2..$MAX_DISPATCHERS) makes N
                                  dispatchers (${P}d, ${P}d2.., $NFA, $NET.4..) and puts the clients on
                                  $CLIENT_NET.0/$PLEN behind the router ${P}r, which does ECMP (scale-out; IPv4 only)
-  down                           remove everything the lab made, even if half-created;
-                                 idempotent; kills only PIDs it recorded
+  down [--stale]                 remove everything the lab made, even if half-created;
+                                 idempotent; kills only PIDs it recorded, and with --stale
+                                 every process left in the lab's namespaces too (a lab whose
+                                 owner was killed before it could stop what it started there)
   exec ROLE CMD [ARG...]         run CMD in ROLE's network namespace (nsenter --net);
                                  ROLE is d, d2..dX, sw, c1..cK, b1..bN, r or n1..nN
   relink ROLE                    delete ROLE's dlbeth0 (d, c1..cK or b1..bN) and create it again
@@ -738,7 +740,12 @@ on_up_exit() {
 }
 
 cmd_down() {
-	(($# == 0)) || usage_error "down takes no arguments"
+	local stale=0
+	case $# in
+	0) ;;
+	1) [[ $1 == --stale ]] || usage_error "down takes no argument but --stale" && stale=1 ;;
+	*) usage_error "down takes no argument but --stale" ;;
+	esac
 	require_root down
 	local f name ns pid removed=0 failed=0 left
 	if [[ -d $LAB_RUN ]]; then
@@ -758,6 +765,13 @@ cmd_down() {
 	# veth pairs go with their namespaces.
 	for ns in $(lab_namespaces); do
 		left=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ') || true
+		if [[ -n $left ]] && ((stale)); then
+			for pid in $left; do
+				stop_pid "$pid"
+			done
+			info "stopped what was left in $ns (pids ${left% })"
+			left=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ') || true
+		fi
 		if [[ -n $left ]]; then
 			info "warning: processes not started by $PROG still run in $ns (pids ${left% }); they keep its network namespace alive after removal"
 		fi

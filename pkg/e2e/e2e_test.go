@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -335,4 +336,35 @@ func TestPrivilegedE2ENativeMode(t *testing.T) {
 		t.Fatalf("%d of %d requests failed in native mode: %v", r.Failed, r.Requests, r.Errors)
 	}
 	checkShares(t, r, map[string]int{"b1": 10, "b2": 10, "b3": 10})
+}
+
+// TestPrivilegedLabDownStale: "lab.sh down --stale" (make demo's cleanup of
+// a lab a killed demo left) stops what still runs in the lab's namespaces,
+// which plain "down" only warns about.
+func TestPrivilegedLabDownStale(t *testing.T) {
+	parallel(t)
+	l := newLabPrefix(t, "dlbk", "-n", "1", "-c", "1")
+	// A process lab.sh did not start, as a killed demo's dlbd is.
+	left := exec.Command("nsenter", "--net=/run/netns/"+l.env["LAB_DISPATCHER_NS"], "sleep", "300")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- left.Wait() }()
+	t.Cleanup(func() { _ = left.Process.Kill() })
+	out, err := l.script("down", "--stale").CombinedOutput()
+	if err != nil {
+		t.Fatalf("lab down --stale: %v\n%s", err, out)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the process left in the dispatcher's namespace still runs after down --stale:\n%s", out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("stopped what was left in %s (pids %d)", l.env["LAB_DISPATCHER_NS"], left.Process.Pid)) {
+		t.Errorf("down --stale did not say what it stopped:\n%s", out)
+	}
+	if ns, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(ns), l.prefix) {
+		t.Errorf("namespaces left: %s", ns)
+	}
 }
