@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
+	"runtime"
 	"slices"
 	"time"
 
@@ -43,15 +43,20 @@ const resubscribeDelay = time.Second
 // the socket's buffer), Watch subscribes again, re-reads the state and
 // reports NetResync followed by the differences.
 func (n *Netif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
-	ns, err := threadNetns()
+	// One thread for the handle and the first subscriptions: the
+	// namespace they are opened in is the one w.ns names.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ns, err := netns.Get()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("getting the network namespace: %w", err)
 	}
 	w := &watcher{ns: ns, out: make(chan lb.NetEvent, watchBuffer)}
 	// Routing netlink only: a handle of every family would open an XFRM
 	// socket too, which loads xfrm_user or fails where modules are not
-	// loaded on demand.
-	if w.h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE); err != nil {
+	// loaded on demand. Opened in the thread's namespace as it is: given
+	// a namespace, the netlink package enters it (see subscribe).
+	if w.h, err = netlink.NewHandleAt(netns.None(), unix.NETLINK_ROUTE); err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}
@@ -72,31 +77,6 @@ func (n *Netif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
 	return w.out, nil
 }
 
-// threadNetns returns the network namespace of the calling thread when it
-// is not the process's, and netns.None() when it is. Subscriptions are
-// opened again later from another thread, and so in a namespace named by
-// its handle; but entering one (setns, which the netlink package does for
-// every handle given, even the namespace the thread is in) takes
-// CAP_SYS_ADMIN, which dlbd.service does not grant. The process's own
-// namespace needs no handle: every thread of the process is in it.
-func threadNetns() (netns.NsHandle, error) {
-	ns, err := netns.Get()
-	if err != nil {
-		return netns.None(), fmt.Errorf("getting the network namespace: %w", err)
-	}
-	own, err := netns.GetFromPid(os.Getpid())
-	if err != nil {
-		ns.Close()
-		return netns.None(), fmt.Errorf("getting the process's network namespace: %w", err)
-	}
-	defer own.Close()
-	if ns.Equal(own) {
-		ns.Close()
-		return netns.None(), nil
-	}
-	return ns, nil
-}
-
 // watcher is one Watch.
 type watcher struct {
 	ns    netns.NsHandle
@@ -112,9 +92,7 @@ type watcher struct {
 
 func (w *watcher) close() {
 	w.h.Close()
-	if w.ns.IsOpen() {
-		w.ns.Close()
-	}
+	w.ns.Close()
 }
 
 // subscribe opens the three subscriptions in the watcher's namespace.
@@ -123,7 +101,6 @@ func (w *watcher) subscribe() error {
 	links := make(chan netlink.LinkUpdate, 64)
 	addrs := make(chan netlink.AddrUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 64)
-	ns := w.ns
 	// A subscription that opened closes its channel when done closes; one
 	// that did not never will, so its channel is closed here.
 	fail := func(what string, err error, unopened ...func()) error {
@@ -137,6 +114,21 @@ func (w *watcher) subscribe() error {
 		return fmt.Errorf("subscribing to %s changes: %w", what, err)
 	}
 	closeLinks, closeAddrs, closeNeighs := func() { close(links) }, func() { close(addrs) }, func() { close(neighs) }
+	// The subscriptions are opened again, after the kernel dropped
+	// events, from whichever thread runs the watcher then. The netlink
+	// package enters the namespace it is given (setns) for every socket,
+	// even the one the thread is in, which takes CAP_SYS_ADMIN:
+	// dlbd.service does not grant it. So the namespace is given only when
+	// this thread is in another one (a test's thread may be).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ns := w.ns
+	if cur, err := netns.Get(); err == nil {
+		if cur.Equal(w.ns) {
+			ns = netns.None()
+		}
+		cur.Close()
+	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns}); err != nil {
 		return fail("interface", err, closeLinks, closeAddrs, closeNeighs)
 	}
