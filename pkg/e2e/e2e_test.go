@@ -357,7 +357,10 @@ func TestPrivilegedLabDownStale(t *testing.T) {
 		t.Fatalf("lab down --stale: %v\n%s", err, out)
 	}
 	select {
-	case <-done:
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the process left in the dispatcher's namespace ended by itself, not stopped")
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("the process left in the dispatcher's namespace still runs after down --stale:\n%s", out)
 	}
