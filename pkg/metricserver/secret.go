@@ -13,16 +13,17 @@ const maxSecretFile = 4096
 
 // ErrSecretPermissions is wrapped by LoadSecret's error when the secret
 // file may be read or written by its group or by others.
-var ErrSecretPermissions = errors.New("secret file is accessible by group or others")
+var ErrSecretPermissions = smallfile.ErrNotPrivate
 
 // LoadSecret reads a shared secret from a file. The secret is the file's
 // content without leading and trailing white space (so a file written with
 // "echo" or base64 works), and must be at least MinSecretLen bytes long.
 //
 // The file must be a regular file (or a symbolic link to one) of at most
-// 4 KiB that neither its group nor others may access (mode 0600 or 0400;
-// systemd's LoadCredential= files qualify). The error for a wider mode wraps
-// ErrSecretPermissions and names the chmod that fixes it.
+// 4 KiB that no one but its owner and this process's user may access (mode
+// 0600 or 0400, or an ACL that names no one else, as systemd gives a
+// LoadCredential= file). The error for a wider access wraps
+// ErrSecretPermissions and names the command that fixes it.
 func LoadSecret(path string) ([]byte, error) {
 	if path == "" {
 		return nil, errors.New("no secret file given")
@@ -32,8 +33,8 @@ func LoadSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("opening secret file: %w", err)
 	}
 	defer f.Close()
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s has mode %04o; run: chmod 600 %s", ErrSecretPermissions, path, perm, path)
+	if err := smallfile.Private(f, fi); err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
 	}
 	b, err := smallfile.ReadFrom(f, fi, maxSecretFile)
 	if err != nil {

@@ -28,8 +28,8 @@ func ReadToken(path string) (string, error) {
 		return "", fmt.Errorf("reading the token: %w", err)
 	}
 	defer f.Close()
-	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("reading the token: %s is readable or writable by group or others (mode %04o): chmod 600 %s", path, st.Mode().Perm(), path)
+	if err := smallfile.Private(f, st); err != nil {
+		return "", fmt.Errorf("reading the token: %w", err)
 	}
 	b, err := smallfile.ReadFrom(f, st, MaxTokenFile)
 	if err != nil {
