@@ -232,6 +232,18 @@ func readSecretFile(path string) ([]byte, error) {
 	return smallfile.Read(path, maxSecretFile)
 }
 
+// secretExposed says why users other than the file's owner and dlbd's
+// may read the secret file at path (nil: they may not, or it cannot be
+// opened).
+func secretExposed(path string) error {
+	f, fi, err := smallfile.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	return smallfile.Private(f, fi)
+}
+
 func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
 	b, err := n.opts.ReadSecret(h.SecretFile)
 	if err != nil {
@@ -275,6 +287,14 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		return nil
 	}
 	key, err := n.readSecret(h)
+	if err == nil {
+		// Warned, not refused: refusing would stop a running pair at
+		// the upgrade that brought the check.
+		if exposed := secretExposed(h.SecretFile); exposed != nil {
+			n.log.Warn("others may read the shared secret file, and with it forge heartbeats and replication: make it private",
+				"file", h.SecretFile, "err", exposed)
+		}
+	}
 	if err != nil {
 		// Refused changes never get here (Check reads it first); a
 		// start whose secret file went away does: status says why the

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // A pair of Nodes on loopback addresses, each driven by a small stand-in
@@ -515,6 +516,40 @@ func TestReadSecretFile(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestNodeWarnsOfAnExposedSecret: a secret file others may read is
+// logged (not refused: that would stop a running pair at an upgrade); a
+// private one is not.
+func TestNodeWarnsOfAnExposedSecret(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o644, true}, {0o600, false}} {
+		path := filepath.Join(dir, fmt.Sprintf("secret-%o", tc.mode))
+		if err := os.WriteFile(path, []byte("secret-secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		var logs testutil.LogBuffer
+		n := New(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
+		n.SetHealth(true, "")
+		h := testConfig(lb.RolePrimary, addrA, addrB, freePort(t))
+		h.SecretFile = path
+		if err := n.Configure(h, 1); err != nil {
+			t.Fatal(err)
+		}
+		n.Stop(false)
+		warned := strings.Contains(logs.String(), "others may read the shared secret file") &&
+			strings.Contains(logs.String(), "has mode 0644; run: chmod 600 "+path)
+		if warned != tc.warn {
+			t.Errorf("mode %04o: warned %v, want %v; log:\n%s", tc.mode, warned, tc.warn, logs.String())
 		}
 	}
 }
