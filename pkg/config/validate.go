@@ -341,6 +341,11 @@ func checkServer(p *lb.Port, obj string, s lb.Server, v4 bool) error {
 	if s.Weight > p.WeightBound {
 		return lb.Errorf("weight", obj, "%d is outside 0..%d (the port's weightbound)", s.Weight, p.WeightBound)
 	}
+	for _, f := range []struct{ name, v string }{{"advisorrequest", s.AdvisorRequest}, {"advisorresponse", s.AdvisorResponse}} {
+		if len(f.v) > lb.MaxAdvisorText {
+			return lb.Errorf(f.name, obj, "%d bytes, more than %d (a probe sends the request, or looks for the response, at every interval)", len(f.v), lb.MaxAdvisorText)
+		}
+	}
 	return nil
 }
 

@@ -59,6 +59,15 @@ func TestValidate(t *testing.T) {
 		{"port 0", func(c *lb.Config) { c.Clusters[0].Ports[0].Number = 0 }, "port"},
 		{"duplicate port", func(c *lb.Config) { c.Clusters[0].Ports = append(c.Clusters[0].Ports, c.Clusters[0].Ports[0]) }, "port"},
 		{"weight above weightbound", func(c *lb.Config) { c.Clusters[0].Ports[0].Servers[0].Weight = 21 }, "weight"},
+		{"advisorrequest at its limit", func(c *lb.Config) {
+			c.Clusters[0].Ports[0].Servers[0].AdvisorRequest = "GET /" + strings.Repeat("a", lb.MaxAdvisorText-5)
+		}, ""},
+		{"advisorrequest over its limit", func(c *lb.Config) {
+			c.Clusters[0].Ports[0].Servers[0].AdvisorRequest = "GET /" + strings.Repeat("a", lb.MaxAdvisorText-4)
+		}, "advisorrequest"},
+		{"advisorresponse over its limit", func(c *lb.Config) {
+			c.Clusters[0].Ports[0].Servers[0].AdvisorResponse = strings.Repeat("a", lb.MaxAdvisorText+1)
+		}, "advisorresponse"},
 		{"weightbound 0", func(c *lb.Config) { c.Clusters[0].Ports[0].WeightBound = 0 }, "weightbound"},
 		{"weightbound 101", func(c *lb.Config) { c.Clusters[0].Ports[0].WeightBound = 101 }, "weightbound"},
 		{"staletimeout 0", func(c *lb.Config) { c.Clusters[0].Ports[0].StaleTimeout = 0 }, "staletimeout"},

@@ -25,6 +25,11 @@ const (
 	MaxTimeout = 7 * 24 * 3600
 	// MaxHalfOpen bounds a port's maxhalfopen.
 	MaxHalfOpen = 1 << 30
+	// MaxAdvisorText bounds a server's advisorrequest and advisorresponse
+	// (bytes): the request goes to the server at every probe, and both
+	// into every report and saved configuration. A web server's own limit
+	// on a request line is about this (Apache's LimitRequestLine, 8190).
+	MaxAdvisorText = 8 << 10
 )
 
 // Protocol is the transport protocol a port balances.
