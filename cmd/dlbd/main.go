@@ -403,11 +403,16 @@ func run(ctx context.Context, o options) error {
 			"console", "http://"+monitorL.Addr().String()+"/")
 	}
 	log.Info("dlbd started", "version", version, "socket", o.socket, "state_dir", o.stateDir, "pin_dir", o.pinDir)
+	notifier := make(chan struct{})
 	go func() {
+		defer close(notifier)
 		// systemd (Type=notify) learns that dlbd is ready when its API
-		// answers; see notify.go.
+		// answers; see notify.go. A dlbd stopped before that is not a
+		// failure to say so.
 		if err := notifyReady(ctx, apiReady(o.socket), time.Minute, log); err != nil {
-			log.Error("telling systemd dlbd is ready", "err", err)
+			if ctx.Err() == nil {
+				log.Error("telling systemd dlbd is ready", "err", err)
+			}
 			return
 		}
 		if wdLimit > 0 {
@@ -432,6 +437,7 @@ func run(ctx context.Context, o options) error {
 		_ = monitor.Shutdown(shutCtx)
 	}
 	<-engineDone
+	<-notifier // it ends with ctx: no line comes after the last
 	log.Info("dlbd stopped; the executor stays pinned and keeps forwarding")
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the API: %w", err)

@@ -620,6 +620,34 @@ func TestPrivilegedLogReaderStuck(t *testing.T) {
 	}
 }
 
+// TestPrivilegedStoppedWhileStarting: a dlbd stopped right after it
+// started, before it told systemd it is ready, logs no error for that and
+// nothing after its last line.
+func TestPrivilegedStoppedWhileStarting(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	base := t.TempDir()
+	for i := range 5 {
+		d := newDirs(t, base, fmt.Sprintf("early%d", i))
+		p := startDlbd(t, d)
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(p.stderr.String(), `msg="dlbd started"`); {
+			if time.Now().After(deadline) {
+				t.Fatalf("dlbd did not start; stderr:\n%s", p.stderr)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.wait(t, 20*time.Second); err != nil {
+			t.Fatalf("dlbd: %v; stderr:\n%s", err, p.stderr)
+		}
+		out := strings.TrimSpace(p.stderr.String())
+		if strings.Contains(out, "level=ERROR") || !strings.HasSuffix(out, `msg="dlbd stopped; the executor stays pinned and keeps forwarding"`) {
+			t.Fatalf("run %d: an error, or a line after the last (%d bytes):\n%s", i, len(out), out)
+		}
+	}
+}
+
 // TestPrivilegedLogFormat: --log-format json makes every line a JSON
 // object (for collectors); another format is refused, naming the flag,
 // before dlbd touches anything.

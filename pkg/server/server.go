@@ -415,9 +415,15 @@ func respond(w http.ResponseWriter, log *slog.Logger, v any, err error) {
 		ae.Op = oe.Index
 	}
 	status := http.StatusInternalServerError
-	if ae.Field != "" {
+	switch {
+	case ae.Field != "":
 		status = http.StatusBadRequest
-	} else {
+	case errors.Is(err, context.Canceled):
+		// The client went away, or dlbd is stopping: nothing failed,
+		// and no one reads the answer.
+		status = http.StatusServiceUnavailable
+		log.Debug("request abandoned", "err", err)
+	default:
 		log.Error("request failed", "err", err)
 	}
 	writeError(w, status, ae)
