@@ -721,7 +721,9 @@ var haFaults = []haFault{
 // TestPrivilegedHAFailover puts every fault of issue 13 on the active
 // dispatcher, in MAC mode and in NAT mode, and the interface deleted and
 // recreated (NAT mode); with DLB_HA_ALL_MODES=1 (make soak-ha) that in both
-// modes too, and dlbd frozen and resumed. DLB_HA_ONLY=regexp
+// modes too, and dlbd frozen and resumed. Then, on the same lab, a dlbd
+// restart on the active and a partition (restartAndPartition; DLB_HA_ONLY
+// ="restart and partition" runs only them). DLB_HA_ONLY=regexp
 // runs only the cases whose "mode/fault" name matches.
 func TestPrivilegedHAFailover(t *testing.T) {
 	alone(t)
@@ -746,6 +748,9 @@ func TestPrivilegedHAFailover(t *testing.T) {
 				t.FailNow()
 			}
 		}
+	}
+	if only == nil || only.MatchString("restart and partition") {
+		h.restartAndPartition(t)
 	}
 	t.Log("figures (mode, fault: the router sending to the backup after the fault, new connections failed, established broken, download):")
 	for _, r := range results {
@@ -783,14 +788,12 @@ func (h *haLab) watchStates(stop <-chan struct{}) (both time.Duration, backupSer
 	}
 }
 
-// TestPrivilegedHARestartAndPartition: a dlbd restart on the active
-// causes no takeover and breaks nothing; a partition that cuts the
-// active off from its peer and its reach target leaves two actives for
-// less than the detection time, and after healing one stays active.
-func TestPrivilegedHARestartAndPartition(t *testing.T) {
-	alone(t)
-	h := newHALab(t)
-
+// restartAndPartition: a dlbd restart on the active causes no takeover
+// and breaks nothing; a partition that cuts the active off from its peer
+// and its reach target leaves two actives for less than the detection
+// time, and after healing one stays active. TestPrivilegedHAFailover runs
+// it on its lab after the faults (a lab of its own cost make test 8 s).
+func (h *haLab) restartAndPartition(t *testing.T) {
 	t.Run("dlbd restart on the active", func(t *testing.T) {
 		h.waitSteady(t, 30*time.Second)
 		tr := h.startTraffic("80")
