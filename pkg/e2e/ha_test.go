@@ -565,6 +565,14 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	// The lab's dispatchers have one interface: a redirect is a frame
 	// sent towards an interface that is not this one (a stale next hop).
 	if now := h.d[0].reasons()["fwd_redirect"]; now > redirects && f.name != haFaults[0].name {
+		// What d1's namespace and executor hold now, for the cause (seen
+		// once, CI run 145, NAT "namespace isolated" right after
+		// "interface deleted and recreated"; not found).
+		links, _ := h.inNS("d", "ip", "-o", "link", "show")
+		routes, _ := h.inNS("d", "ip", "route", "show", "table", "all")
+		neigh, _ := h.inNS("d", "ip", "neigh", "show")
+		rep, _, _ := h.d[0].ctl("executor", "report", "-o", "json")
+		t.Logf("d1 after the repair:\nlinks:\n%s\nroutes:\n%s\nneighbours:\n%s\nexecutor: %s", links, routes, neigh, rep)
 		t.Errorf("%s %s: d1 redirected %d frames to another interface (a stale next hop)", mode, f.name, now-redirects)
 	}
 	if r1 := h.d[0].status().Replication; f.cuts && r1.Sessions == sessions {
