@@ -565,9 +565,13 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 	// The lab's dispatchers have one interface: a redirect is a frame
 	// sent towards an interface that is not this one (a stale next hop).
 	if now := h.d[0].reasons()["fwd_redirect"]; now > redirects && f.name != haFaults[0].name {
-		// What d1's namespace and executor hold now, for the cause (seen
-		// once, CI run 145, NAT "namespace isolated" right after
-		// "interface deleted and recreated"; not found).
+		// What d1's namespace and executor hold now. Seen once (CI run
+		// 145, NAT "namespace isolated" right after "interface deleted
+		// and recreated"); the likely cause, read in the code, not
+		// reproduced: a NAT handshake whose SYN-ACK cached the hop
+		// through the old interface in its half-open slot, completed
+		// after the re-attach, whose sweep of stale hops covers
+		// nat_ports only (closing note, "Found on the way").
 		links, _ := h.inNS("d", "ip", "-o", "link", "show")
 		routes, _ := h.inNS("d", "ip", "route", "show", "table", "all")
 		neigh, _ := h.inNS("d", "ip", "neigh", "show")
