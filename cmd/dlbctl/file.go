@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
 func (a *app) fileCmd() *cobra.Command {
@@ -153,26 +154,9 @@ func saveTarget(path string) (string, os.FileMode, error) {
 		}
 	}
 	if !fi.Mode().IsRegular() {
-		return "", 0, usagef("%s is %s, not a regular file: name a file, or - for standard output", path, fileKind(fi.Mode()))
+		return "", 0, usagef("%s is %s, not a regular file: name a file, or - for standard output", path, smallfile.Kind(fi.Mode()))
 	}
 	return target, fi.Mode().Perm(), nil
-}
-
-// fileKind names what a file that is not regular is.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a block device"
-	}
-	return "a " + m.Type().String() + " file"
 }
 
 // writeFileAtomic writes data to path through a temporary file in the

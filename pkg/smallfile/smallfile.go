@@ -30,7 +30,7 @@ func Open(path string) (*os.File, fs.FileInfo, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		_ = f.Close()
-		return nil, nil, fmt.Errorf("%s is %s, not a regular file", path, kind(fi.Mode()))
+		return nil, nil, fmt.Errorf("%s is %s, not a regular file", path, Kind(fi.Mode()))
 	}
 	return f, fi, nil
 }
@@ -72,8 +72,9 @@ func tooLarge(path string, max int64) error {
 	return fmt.Errorf("%s is larger than %d bytes", path, max)
 }
 
-// kind names what a file that is not regular is.
-func kind(m fs.FileMode) string {
+// Kind names what a file that is not regular is: "a directory", "a named
+// pipe", "a character device"...
+func Kind(m fs.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "a directory"
