@@ -1025,7 +1025,15 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	rv->service = vm->service;
 	rv->state = closing ? FLOW_CLOSING : FLOW_ESTABLISHED;
 	rv->flags = h->flags;
-	rv->hop = h->hop;
+	/* The hop cached at the SYN-ACK goes out through the interface the
+	 * client's ACK came in on, unless routing is asymmetric or that
+	 * interface was deleted and created again (with a new index) during
+	 * the handshake, after dlbd's sweep of stale hops in nat_ports. Keep
+	 * it only then; else the next reply looks it up again. */
+	if (h->hop.ifindex == ctx->ingress_ifindex)
+		rv->hop = h->hop;
+	else
+		rv->flags &= ~NAT_F_NEXT_HOP;
 	ip_copy(&rv->client, &h->client);
 	ip_copy(&rv->vip, &h->vip);
 	struct nat_flow *fv = &sc->natf.e.flow;

@@ -282,6 +282,19 @@ func (e *testEnv) run(t testing.TB, in []byte) (uint32, []byte) {
 	return ret, out[:len(in)]
 }
 
+// runOn runs the program on a frame that came in through interface
+// ifindex and returns its verdict.
+func (e *testEnv) runOn(t testing.TB, in []byte, ifindex int) uint32 {
+	t.Helper()
+	ctx := xdpMd{DataEnd: uint32(len(in)), IngressIfindex: uint32(ifindex)}
+	ret, err := e.dp.objs.DlbXdp.Run(&ebpf.RunOptions{Data: in, DataOut: make([]byte, len(in)+256), Context: ctx})
+	if err != nil {
+		t.Fatalf("running program on interface %d: %v", ifindex, err)
+	}
+	e.runs++
+	return ret
+}
+
 func (e *testEnv) stats(t testing.TB) lb.DataplaneStats {
 	t.Helper()
 	st, err := e.dp.Stats()

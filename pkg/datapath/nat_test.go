@@ -390,20 +390,22 @@ func TestPrivilegedApplyRefusesBadNAT(t *testing.T) {
 	}
 }
 
-// TestPrivilegedNATRoutingNextHop: without a client gateway, a NAT reply
-// goes to the next hop the routing table gives, looked up once per
-// connection; an unresolved neighbour passes the translated reply to the
-// host stack, and no route drops it.
-func TestPrivilegedNATRoutingNextHop(t *testing.T) {
-	e := newTestEnv(t)
+// newRoutedEnv is a test environment without client gateways, whose NAT
+// replies go to the next hop the routing table gives: the client subnets
+// are on the dummy interface, where clientAddr's and client6's MAC is
+// clientMAC.
+func newRoutedEnv(t *testing.T) (e *testEnv, link netlink.Link, clientMAC net.HardwareAddr) {
+	t.Helper()
+	e = newTestEnv(t)
 	st := e.fixtureState()
 	st.ClientGateway, st.ClientGateway6 = lb.DataplaneNextHop{}, lb.DataplaneNextHop{}
 	if err := e.dp.Apply(st); err != nil {
 		t.Fatal(err)
 	}
 	// The client subnets are on dlbdp0, where one client's MAC is known.
-	clientMAC := mac(0x55)
-	link, err := netlink.LinkByIndex(e.dummy)
+	clientMAC = mac(0x55)
+	var err error
+	link, err = netlink.LinkByIndex(e.dummy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,6 +430,15 @@ func TestPrivilegedNATRoutingNextHop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return e, link, clientMAC
+}
+
+// TestPrivilegedNATRoutingNextHop: without a client gateway, a NAT reply
+// goes to the next hop the routing table gives, looked up once per
+// connection; an unresolved neighbour passes the translated reply to the
+// host stack, and no route drops it.
+func TestPrivilegedNATRoutingNextHop(t *testing.T) {
+	e, link, clientMAC := newRoutedEnv(t)
 
 	reply := func(port uint16) []byte {
 		return testutil.Frame{Src: natServer, Dst: retAddr, Proto: "tcp", SrcPort: 8080, DstPort: port, Flags: "PA", Payload: []byte("srv")}.Build(t)
@@ -486,6 +497,60 @@ func TestPrivilegedNATRoutingNextHop(t *testing.T) {
 	in := testutil.Frame{Src: nat6Server, Dst: ret6, Proto: "tcp", SrcPort: 8080, DstPort: 45003, Flags: "PA"}.Build(t)
 	if v, out := e.run(t, in); v != xdpRedirect || !bytes.Equal(out[0:6], clientMAC) {
 		t.Errorf("IPv6 reply: verdict %d to %x, want a redirect to %s", v, out[0:6], clientMAC)
+	}
+}
+
+// TestPrivilegedNATHopCheckedAtACK: the next hop a NAT handshake's
+// SYN-ACK looked up towards its client is kept at the ACK only when the
+// ACK came in through that hop's interface. An ACK from another interface
+// (routing is asymmetric, or the interface was deleted and created again
+// with a new index during the handshake, which dlbd's sweep of nat_ports
+// cannot see) leaves the connection without a hop, and its first reply
+// looks it up again.
+func TestPrivilegedNATHopCheckedAtACK(t *testing.T) {
+	e, _, clientMAC := newRoutedEnv(t)
+	cases := []struct {
+		name  string
+		sport uint16
+		ackOn int    // the ACK's ingress interface
+		fibs  uint64 // lookups at the first reply after the ACK
+	}{
+		{"ACK through the hop's interface: hop kept", 3200, e.dummy, 0},
+		{"ACK through another interface: looked up again", 3201, 1, 1},
+	}
+	for _, c := range cases {
+		t := &namedT{t, c.name}
+		k := key(vipNAT, 80, c.sport, 6)
+		port := natPort(k, 0, 1024, 65535)
+		fromServer := func(flags string) []byte {
+			return testutil.Frame{Src: natServer, Dst: retAddr, Proto: "tcp", SrcPort: 8080, DstPort: port, Flags: flags, Payload: []byte("srv")}.Build(t)
+		}
+		if v, _ := e.run(t, tcpTo(vipNAT, 80, c.sport, "S").Build(t)); v != xdpTX {
+			t.Fatalf("SYN: verdict %d", v)
+		}
+		before := e.stats(t)
+		if v, out := e.run(t, fromServer("SA")); v != xdpRedirect || !bytes.Equal(out[0:6], clientMAC) {
+			t.Fatalf("SYN-ACK: verdict %d to %x, want a redirect to %s", v, out[0:6], clientMAC)
+		}
+		if d := e.stats(t).Events["fib_lookup"] - before.Events["fib_lookup"]; d != 1 {
+			t.Errorf("SYN-ACK: fib lookups +%d, want +1", d)
+		}
+		before = e.stats(t)
+		if v := e.runOn(t, tcpTo(vipNAT, 80, c.sport, "A").Build(t), c.ackOn); v != xdpTX && v != xdpRedirect {
+			t.Fatalf("ACK: verdict %d", v)
+		}
+		if d := e.stats(t).Events["halfopen_promoted"] - before.Events["halfopen_promoted"]; d != 1 {
+			t.Fatalf("ACK: %d half-open connections promoted, want 1", d)
+		}
+		for i, want := range []uint64{c.fibs, 0} {
+			before = e.stats(t)
+			if v, out := e.run(t, fromServer("PA")); v != xdpRedirect || !bytes.Equal(out[0:6], clientMAC) {
+				t.Errorf("reply %d: verdict %d to %x, want a redirect to %s", i+1, v, out[0:6], clientMAC)
+			}
+			if d := e.stats(t).Events["fib_lookup"] - before.Events["fib_lookup"]; d != want {
+				t.Errorf("reply %d: fib lookups +%d, want +%d", i+1, d, want)
+			}
+		}
 	}
 }
 

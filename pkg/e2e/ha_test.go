@@ -568,10 +568,11 @@ func (h *haLab) runFault(t *testing.T, mode, port string, f haFault) faultResult
 		// What d1's namespace and executor hold now. Seen once (CI run
 		// 145, NAT "namespace isolated" right after "interface deleted
 		// and recreated"); the likely cause, read in the code, not
-		// reproduced: a NAT handshake whose SYN-ACK cached the hop
+		// reproduced here: a NAT handshake whose SYN-ACK cached the hop
 		// through the old interface in its half-open slot, completed
 		// after the re-attach, whose sweep of stale hops covers
-		// nat_ports only (closing note, "Found on the way").
+		// nat_ports only. The executor now drops such a hop at the ACK
+		// (TestPrivilegedNATHopCheckedAtACK).
 		links, _ := h.inNS("d", "ip", "-o", "link", "show")
 		routes, _ := h.inNS("d", "ip", "route", "show", "table", "all")
 		neigh, _ := h.inNS("d", "ip", "neigh", "show")
