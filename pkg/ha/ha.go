@@ -287,14 +287,6 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		return nil
 	}
 	key, err := n.readSecret(h)
-	if err == nil {
-		// Warned, not refused: refusing would stop a running pair at
-		// the upgrade that brought the check.
-		if exposed := secretExposed(h.SecretFile); exposed != nil {
-			n.log.Warn("others may read the shared secret file, and with it forge heartbeats and replication: make it private",
-				"file", h.SecretFile, "err", exposed)
-		}
-	}
 	if err != nil {
 		// Refused changes never get here (Check reads it first); a
 		// start whose secret file went away does: status says why the
@@ -305,6 +297,12 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		}
 		n.mu.Unlock()
 		return err
+	}
+	// Warned, not refused: refusing would stop a running pair at the
+	// upgrade that brought the check.
+	if exposed := secretExposed(h.SecretFile); exposed != nil {
+		n.log.Warn("others may read the shared secret file, and with it forge heartbeats and replication: make it private",
+			"file", h.SecretFile, "err", exposed)
 	}
 	n.mu.Lock()
 	rebind := !n.running || n.cfg.Port != h.Port || !slices.Equal(n.cfg.Sources(), h.Sources())
