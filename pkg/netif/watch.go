@@ -56,7 +56,7 @@ func (n *Netif) Watch(ctx context.Context) (<-chan lb.NetEvent, error) {
 	// socket too, which loads xfrm_user or fails where modules are not
 	// loaded on demand. Opened in the thread's namespace as it is: given
 	// a namespace, the netlink package enters it (see subscribe).
-	if w.h, err = netlink.NewHandleAt(netns.None(), unix.NETLINK_ROUTE); err != nil {
+	if w.h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("opening netlink: %w", err)
 	}
