@@ -28,15 +28,7 @@ func LoadSecret(path string) ([]byte, error) {
 	if path == "" {
 		return nil, errors.New("no secret file given")
 	}
-	f, fi, err := smallfile.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening secret file: %w", err)
-	}
-	defer f.Close()
-	if err := smallfile.Private(f, fi); err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
-	}
-	b, err := smallfile.ReadFrom(f, fi, maxSecretFile)
+	b, err := smallfile.ReadPrivate(path, maxSecretFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading secret file: %w", err)
 	}

@@ -22,16 +22,8 @@ const MaxTokenFile = 4095
 // content, surrounding white space left out. The file must be readable by
 // its owner only and hold at least MinTokenLength characters.
 func ReadToken(path string) (string, error) {
-	// Not os.Open: opening a named pipe would wait for a writer.
-	f, st, err := smallfile.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("reading the token: %w", err)
-	}
-	defer f.Close()
-	if err := smallfile.Private(f, st); err != nil {
-		return "", fmt.Errorf("reading the token: %w", err)
-	}
-	b, err := smallfile.ReadFrom(f, st, MaxTokenFile)
+	// Not os.ReadFile: opening a named pipe would wait for a writer.
+	b, err := smallfile.ReadPrivate(path, MaxTokenFile)
 	if err != nil {
 		return "", fmt.Errorf("reading the token: %w", err)
 	}

@@ -46,6 +46,21 @@ func Read(path string, max int64) ([]byte, error) {
 	return ReadFrom(f, fi, max)
 }
 
+// ReadPrivate returns the content of the regular file at path, which
+// must hold at most max bytes and be private to its owner and this
+// process's user (see Private): a secret, a token.
+func ReadPrivate(path string, max int64) ([]byte, error) {
+	f, fi, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := Private(f, fi); err != nil {
+		return nil, err
+	}
+	return ReadFrom(f, fi, max)
+}
+
 // ReadFrom reads a file Open returned (fi its description), which must
 // hold at most max bytes.
 func ReadFrom(f *os.File, fi fs.FileInfo, max int64) ([]byte, error) {

@@ -1,6 +1,7 @@
 package smallfile
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -61,6 +62,45 @@ func TestRead(t *testing.T) {
 		if w, ok := strings.CutPrefix(tc.want, "ERR "); ok {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %q, %v; want an error with %q", tc.name, got, err, w)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// ReadPrivate reads what Read reads, and only from a private file.
+func TestReadPrivate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, path string
+		want       string // content, or the error's words after "ERR "
+		notPrivate bool   // the error wraps ErrNotPrivate
+	}{
+		{"0600", write("a", "secret\n", 0o600), "secret\n", false},
+		{"0400", write("b", "secret\n", 0o400), "secret\n", false},
+		{"0644", write("c", "secret\n", 0o644), "ERR has mode 0644", true},
+		{"too large", write("d", strings.Repeat("s", 65), 0o600), "ERR larger than 64 bytes", false},
+		{"too large and not private", write("e", strings.Repeat("s", 65), 0o640), "ERR has mode 0640", true},
+		{"missing", filepath.Join(dir, "nope"), "ERR no such file", false},
+		{"endless device", "/dev/zero", "ERR is a character device, not a regular file", false},
+	} {
+		got, err := ReadPrivate(tc.path, 64)
+		if w, ok := strings.CutPrefix(tc.want, "ERR "); ok {
+			if err == nil || !strings.Contains(err.Error(), w) || errors.Is(err, ErrNotPrivate) != tc.notPrivate {
+				t.Errorf("%s: %q, %v; want an error with %q (not private: %v)", tc.name, got, err, w, tc.notPrivate)
 			}
 			continue
 		}
