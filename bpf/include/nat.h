@@ -585,6 +585,11 @@ __noinline int dlb_nat_reserve(struct nat_args *a)
 				if (owns(&h->client, &h->vip, h->client_port, h->vip_port, &a->fk) &&
 				    (__u32)o == halfopen_tag(h, cfg->hash_seed)) {
 					a->retx = 1;
+					/* The SYN-ACK may not have reached the client
+					 * through the hop it cached (its neighbour's MAC
+					 * changed, or its interface was recreated): the
+					 * next one looks the hop up again. */
+					h->flags &= ~NAT_F_NEXT_HOP;
 					a->backend = h->backend;
 					a->slot = idx;
 					a->owner = o;
