@@ -302,10 +302,20 @@ func (d *Datapath) eachNATPort(each func(dispatcherNatKey, dispatcherNatRev)) er
 // looked up once: a lookup is a netlink dump of every link (about 60 µs
 // here), and dlbd asks at every start, over every NAT entry.
 func (d *Datapath) ForgetStaleHops() (int, error) {
-	return d.forgetStaleHops(onceEach(func(ifindex uint32) bool {
+	live := onceEach(func(ifindex uint32) bool {
 		_, err := net.InterfaceByIndex(int(ifindex))
 		return err == nil
-	}))
+	})
+	return d.forgetHops(func(h dispatcherNextHop) bool { return !live(h.Ifindex) })
+}
+
+// ForgetHopsTo clears the next hop that NAT entries cached towards their
+// clients where stale says so of its interface and MAC: a neighbour whose
+// MAC changed (a router replaced, a VRRP pair's backup taking over with
+// its own MAC) no longer answers at the old one. The next reply looks the
+// hop up again. It returns how many entries it cleared.
+func (d *Datapath) ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr) bool) (int, error) {
+	return d.forgetHops(func(h dispatcherNextHop) bool { return stale(int(h.Ifindex), h.Mac[:]) })
 }
 
 // onceEach returns live remembering its answer for each interface index.
@@ -321,27 +331,27 @@ func onceEach(live func(ifindex uint32) bool) func(uint32) bool {
 	}
 }
 
-// forgetStaleHops is ForgetStaleHops with the test of an interface's
-// existence given.
-func (d *Datapath) forgetStaleHops(live func(ifindex uint32) bool) (int, error) {
+// forgetHops clears the cached next hops that stale says are stale, and
+// returns how many it cleared.
+func (d *Datapath) forgetHops(stale func(dispatcherNextHop) bool) (int, error) {
 	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
-	var stale []dispatcherNatKey
+	var found []dispatcherNatKey
 	err := d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) {
-		if r.Flags&cached != 0 && !live(r.Hop.Ifindex) {
-			stale = append(stale, k)
+		if r.Flags&cached != 0 && stale(r.Hop) {
+			found = append(found, k)
 		}
 	})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, k := range stale {
+	for _, k := range found {
 		// Read again: the entry may have changed since the scan.
 		r, ok, err := d.getNATPort(k)
 		if err != nil {
 			return n, err
 		}
-		if !ok || r.Flags&cached == 0 || live(r.Hop.Ifindex) {
+		if !ok || r.Flags&cached == 0 || !stale(r.Hop) {
 			continue
 		}
 		r.Flags &^= cached

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -554,6 +555,46 @@ func TestPrivilegedNATHopCheckedAtACK(t *testing.T) {
 	}
 }
 
+// TestPrivilegedNATHopForgottenAtSYNRetransmit: a retransmitted SYN says
+// the SYN-ACK may not have reached the client through the hop it cached
+// (the neighbour's MAC changed, or its interface was recreated): the
+// next SYN-ACK looks the hop up again, and caches it.
+func TestPrivilegedNATHopForgottenAtSYNRetransmit(t *testing.T) {
+	e, _, clientMAC := newRoutedEnv(t)
+	const sport = 3300
+	k := key(vipNAT, 80, sport, 6)
+	port := natPort(k, 0, 1024, 65535)
+	synAck := testutil.Frame{Src: natServer, Dst: retAddr, Proto: "tcp", SrcPort: 8080, DstPort: port, Flags: "SA"}.Build(t)
+	syn := tcpTo(vipNAT, 80, sport, "S").Build(t)
+	steps := []struct {
+		name string
+		in   []byte
+		want uint32
+		fibs uint64
+	}{
+		{"SYN", syn, xdpTX, 0},
+		{"SYN-ACK: looked up", synAck, xdpRedirect, 1},
+		{"SYN-ACK again: cached", synAck, xdpRedirect, 0},
+		{"SYN retransmitted", syn, xdpTX, 0},
+		{"SYN-ACK after it: looked up again", synAck, xdpRedirect, 1},
+		{"SYN-ACK again: cached again", synAck, xdpRedirect, 0},
+	}
+	for _, st := range steps {
+		before := e.stats(t)
+		v, out := e.run(t, st.in)
+		after := e.stats(t)
+		if v != st.want || (v == xdpRedirect && !bytes.Equal(out[0:6], clientMAC)) {
+			t.Fatalf("%s: verdict %d to %x, want %d", st.name, v, out[0:6], st.want)
+		}
+		if d := after.Events["fib_lookup"] - before.Events["fib_lookup"]; d != st.fibs {
+			t.Errorf("%s: fib lookups +%d, want +%d", st.name, d, st.fibs)
+		}
+	}
+	if n := e.stats(t).Events["halfopen_retransmit"]; n != 1 {
+		t.Errorf("%d retransmitted SYNs counted, want 1", n)
+	}
+}
+
 // namedT prefixes a test's errors with a case name.
 type namedT struct {
 	*testing.T
@@ -567,51 +608,72 @@ func (t *namedT) Errorf(format string, args ...any) {
 
 // TestPrivilegedForgetStaleHops: a NAT entry's cached next hop towards
 // its client is cleared when its interface is gone (a recreated
-// interface has a new index), and kept when it still exists; entries
-// without a cached hop are left alone.
+// interface has a new index), or when its neighbour's MAC changed, and
+// kept otherwise; entries without a cached hop are left alone.
 func TestPrivilegedForgetStaleHops(t *testing.T) {
 	e := newTestEnv(t)
 	const gone, here = 4242, 7
+	oldMAC, otherMAC := [6]uint8{2, 0, 0, 0, 0, 1}, [6]uint8{2, 0, 0, 0, 0, 2}
 	portKey := func(port uint16) dispatcherNatKey {
 		rk := dispatcherNatKey{Port: htons(port), Proto: 6, Family: 4}
 		rk.Addr.Addr, _ = addrBytes(retAddr)
 		return rk
 	}
 	cached := uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
-	for sport, ifindex := range map[uint16]uint32{1: gone, 2: here, 3: 0} {
-		port := 40000 + sport
-		e.putNAT(t, natConn{key: key(vipNAT, 80, sport, 6), backend: 60, service: 6, ret: retAddr, port: port})
+	hops := map[uint16]dispatcherNextHop{
+		40001: {Mac: oldMAC, Ifindex: gone},
+		40002: {Mac: oldMAC, Ifindex: here},
+		40003: {Mac: otherMAC, Ifindex: here},
+		40004: {}, // none cached
+	}
+	for port, hop := range hops {
+		e.putNAT(t, natConn{key: key(vipNAT, 80, port-40000, 6), backend: 60, service: 6, ret: retAddr, port: port})
 		r, ok, err := e.dp.getNATPort(portKey(port))
 		if err != nil || !ok {
 			t.Fatalf("reading the nat_ports entry: %v (present %v)", err, ok)
 		}
-		if ifindex != 0 {
+		if hop.Ifindex != 0 {
 			r.Flags |= cached
-			r.Hop = dispatcherNextHop{Mac: [6]uint8{2, 0, 0, 0, 0, 1}, Ifindex: ifindex}
+			r.Hop = hop
 		}
 		if err := e.dp.putNATPort(portKey(port), r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := e.dp.forgetStaleHops(func(ifindex uint32) bool { return ifindex != gone })
-	if err != nil || n != 1 {
-		t.Fatalf("forgot %d hops (%v), want 1", n, err)
+	ifGone := func(h dispatcherNextHop) bool { return h.Ifindex == gone }
+	macMoved := func(ifindex int, mac net.HardwareAddr) bool {
+		return ifindex == here && bytes.Equal(mac, oldMAC[:])
 	}
-	for port, want := range map[uint16]dispatcherNextHop{40001: {}, 40002: {Mac: [6]uint8{2, 0, 0, 0, 0, 1}, Ifindex: here}, 40003: {}} {
-		r, ok, err := e.dp.getNATPort(portKey(port))
-		if err != nil || !ok {
-			t.Fatalf("port %d: %v (present %v)", port, err, ok)
+	for _, pass := range []struct {
+		name   string
+		forget func() (int, error)
+		n      int
+		left   []uint16 // ports whose hop is still cached
+	}{
+		{"interface gone", func() (int, error) { return e.dp.forgetHops(ifGone) }, 1, []uint16{40002, 40003}},
+		{"interface gone, again", func() (int, error) { return e.dp.forgetHops(ifGone) }, 0, []uint16{40002, 40003}},
+		{"a neighbour's MAC moved", func() (int, error) { return e.dp.ForgetHopsTo(macMoved) }, 1, []uint16{40003}},
+		{"a neighbour's MAC moved, again", func() (int, error) { return e.dp.ForgetHopsTo(macMoved) }, 0, []uint16{40003}},
+	} {
+		if n, err := pass.forget(); err != nil || n != pass.n {
+			t.Errorf("%s: forgot %d hops (%v), want %d", pass.name, n, err, pass.n)
 		}
-		if r.Hop != want || (r.Flags&cached != 0) != (want.Ifindex != 0) {
-			t.Errorf("port %d: flags %#x hop %+v, want hop %+v", port, r.Flags, r.Hop, want)
+		for port, hop := range hops {
+			want := dispatcherNextHop{}
+			if slices.Contains(pass.left, port) {
+				want = hop
+			}
+			r, ok, err := e.dp.getNATPort(portKey(port))
+			if err != nil || !ok {
+				t.Fatalf("%s: port %d: %v (present %v)", pass.name, port, err, ok)
+			}
+			if r.Hop != want || (r.Flags&cached != 0) != (want.Ifindex != 0) {
+				t.Errorf("%s: port %d: flags %#x hop %+v, want hop %+v", pass.name, port, r.Flags, r.Hop, want)
+			}
+			if r.Backend != 60 || r.Service != 6 {
+				t.Errorf("%s: port %d: the rest of the entry changed: %+v", pass.name, port, r)
+			}
 		}
-		if r.Backend != 60 || r.Service != 6 {
-			t.Errorf("port %d: the rest of the entry changed: %+v", port, r)
-		}
-	}
-	// Nothing stale left: a second pass clears nothing.
-	if n, err := e.dp.forgetStaleHops(func(ifindex uint32) bool { return ifindex != gone }); err != nil || n != 0 {
-		t.Errorf("second pass forgot %d (%v)", n, err)
 	}
 }
 

@@ -45,6 +45,10 @@ type fakeDatapath struct {
 	// ForgetStaleHops calls, forgotAttached those made while attached.
 	staleAtAttach           []uint32
 	forgets, forgotAttached int
+	// hops are the next hops NAT entries cached (ForgetHopsTo clears
+	// them); hopPasses counts ForgetHopsTo calls.
+	hops      []movedHop
+	hopPasses int
 	// occupied refuses Attach as the kernel does when the interface
 	// runs another XDP program; described is what DescribeXDP adds to
 	// it (name, link, executor).
@@ -134,6 +138,25 @@ func (f *fakeDatapath) ForgetStaleHops() (int, error) {
 		f.forgotAttached++
 	}
 	return 0, nil
+}
+
+// ForgetHopsTo is the real datapath's clearing of the client hops NAT
+// entries cached to a MAC that moved.
+func (f *fakeDatapath) ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr) bool) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hopPasses++
+	n := len(f.hops)
+	f.hops = slices.DeleteFunc(f.hops, func(h movedHop) bool { return stale(h.ifindex, h.mac[:]) })
+	return n - len(f.hops), nil
+}
+
+// cachedHops returns the hops NAT entries still cache, and how many
+// passes cleared them.
+func (f *fakeDatapath) cachedHops() ([]movedHop, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.hops), f.hopPasses
 }
 
 func (f *fakeDatapath) Attached() (lb.Attachment, bool) {

@@ -643,6 +643,109 @@ func TestNATRouteWarning(t *testing.T) {
 	}
 }
 
+// A neighbour whose MAC changes or goes (a router replaced, a VRRP
+// backup taking over with a MAC of its own) has the NAT entries that
+// cached a hop to its old MAC look their hop up again: at once, a burst
+// of changes in one pass a second at most, and again at the sweeps while
+// a handshake begun before may still complete with it. Without NAT ports
+// that route their replies (none, or a client gateway), nothing is done.
+func TestNeighborMACMovedNATHops(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	m := func(b byte) [6]byte { return [6]byte{2, 0, 0, 0, 0x77, b} }
+	moved := func(ifindex int, old [6]byte) lb.NetEvent {
+		return lb.NetEvent{Kind: lb.NetNeighborChanged, Ifindex: ifindex, Ifname: "eth0", Addr: netip.MustParseAddr("198.18.0.250"),
+			MAC: net.HardwareAddr{2, 0, 0, 0, 0x77, 0xff}, OldMAC: old[:]}
+	}
+	h.dp.mu.Lock()
+	h.dp.hops = []movedHop{{2, m(1)}, {2, m(2)}, {3, m(1)}, {2, m(3)}}
+	h.dp.mu.Unlock()
+
+	// No NAT port: a change does not look through the NAT entries.
+	h.nif.events <- moved(2, m(1))
+	time.Sleep(50 * time.Millisecond)
+	if hops, passes := h.dp.cachedHops(); passes != 0 || len(hops) != 4 {
+		t.Fatalf("without NAT: %d passes, hops %v", passes, hops)
+	}
+
+	h.mustApply(natPortOps()...)
+	h.nif.events <- moved(2, m(1))
+	eventually(t, "the hop to the old MAC forgotten", func() bool {
+		hops, passes := h.dp.cachedHops()
+		return passes == 1 && slices.Equal(hops, []movedHop{{2, m(2)}, {3, m(1)}, {2, m(3)}})
+	})
+	// Within a second, another change waits for the sweep, which also
+	// looks again for the first.
+	h.nif.events <- moved(2, m(2))
+	time.Sleep(50 * time.Millisecond)
+	if _, passes := h.dp.cachedHops(); passes != 1 {
+		t.Errorf("a second pass within a second: %d passes", passes)
+	}
+	h.dp.mu.Lock()
+	h.dp.hops = append(h.dp.hops, movedHop{2, m(1)}) // a handshake completed since
+	h.dp.mu.Unlock()
+	if err := h.e.do(context.Background(), h.e.sweepConns); err != nil {
+		t.Fatal(err)
+	}
+	if hops, passes := h.dp.cachedHops(); passes != 2 || !slices.Equal(hops, []movedHop{{3, m(1)}, {2, m(3)}}) {
+		t.Errorf("after the sweep: %d passes, hops %v", passes, hops)
+	}
+
+	// A client gateway: replies no longer take hops from the routing table.
+	gw := op("executor", "set", "")
+	gw.Params = append(gw.Params, config.P("clientgateway", "198.18.0.1"))
+	h.nif.setMAC(netip.MustParseAddr("198.18.0.1"), net.HardwareAddr{2, 0, 0, 0, 0, 1})
+	h.mustApply(gw)
+	time.Sleep(movedHopGap) // a pass may come: for the MACs that moved before
+	h.nif.events <- moved(2, m(3))
+	time.Sleep(50 * time.Millisecond)
+	if hops, _ := h.dp.cachedHops(); !slices.Equal(hops, []movedHop{{3, m(1)}, {2, m(3)}}) {
+		t.Errorf("with a client gateway: hops %v", hops)
+	}
+}
+
+// movedHops watches a MAC for movedHopWatch, passes at most once per
+// movedHopGap but at the sweep, from any clock: a zero time of the last
+// pass (none yet) is long enough ago.
+func TestMovedHopsDue(t *testing.T) {
+	t0 := time.Unix(0, 0) // a clock near zero
+	mac := net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	var m movedHops
+	if m.due(t0, true) {
+		t.Error("due with nothing moved")
+	}
+	m.add(2, mac, t0)
+	m.add(2, net.HardwareAddr{1, 2, 3}, t0) // not a MAC: ignored
+	steps := []struct {
+		name  string
+		at    time.Duration
+		sweep bool
+		want  bool
+	}{
+		{"first pass", 0, false, true},
+		{"half a second later", 500 * time.Millisecond, false, false},
+		{"half a second later, at the sweep", 500 * time.Millisecond, true, true},
+		{"a second after the last pass", 1500 * time.Millisecond, false, true},
+		{"just before the watch ends", movedHopWatch - time.Millisecond, true, true},
+		{"the watch over", movedHopWatch, true, false},
+	}
+	for _, st := range steps {
+		now := t0.Add(st.at)
+		if got := m.due(now, st.sweep); got != st.want {
+			t.Errorf("%s: due %v, want %v", st.name, got, st.want)
+		}
+		if st.want {
+			m.swept = now
+		}
+		if got, want := m.stale(2, mac), st.at < movedHopWatch; got != want {
+			t.Errorf("%s: stale %v, want %v", st.name, got, want)
+		}
+	}
+	if m.stale(3, mac) || m.stale(2, nil) {
+		t.Error("another interface or no MAC is stale")
+	}
+}
+
 // Probes and metric polls leave from the NFA of the server's family, and
 // follow it when it changes.
 func TestProbesAndPollsUseTheNFA(t *testing.T) {

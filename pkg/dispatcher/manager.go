@@ -336,6 +336,7 @@ func (e *Engine) sweepConns() {
 		return
 	}
 	e.exec.sweep, e.facts.sweptAt = res, time.Now()
+	e.forgetMovedHops(true)
 	if res.Expired > 0 {
 		e.log.Debug("swept connections", "expired", res.Expired, "left", res.Entries)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -27,7 +28,10 @@ import (
 //     configuration follows the name (followRename);
 //   - an address dlbd configured removed, or its interface set up again:
 //     it is put back;
-//   - a next hop's MAC changed: the ports behind it are rewritten at once.
+//   - a next hop's MAC changed: the ports behind it are rewritten at once;
+//   - any neighbour's MAC changed or went: the NAT connections whose
+//     replies go to its old MAC (a hop from the routing table) look their
+//     hop up again (movedHops).
 //
 // A MAC that changes without the kernel hearing of it (a host that does
 // not announce its new MAC) is found by verifying every next hop's MAC by
@@ -107,6 +111,9 @@ drain:
 				restore[a] = "it was removed"
 			}
 		case lb.NetNeighborChanged:
+			if ev.OldMAC != nil && e.exec.dp != nil && routesNATReplies(cfg) {
+				e.exec.moved.add(ev.Ifindex, ev.OldMAC, time.Now())
+			}
 			if e.exec.dp == nil || !e.followsHop(cfg, ev.Addr) {
 				continue
 			}
@@ -147,6 +154,7 @@ drain:
 	if len(changed) > 0 {
 		e.applyHops(cfg, slices.Collect(maps.Keys(changed)))
 	}
+	e.forgetMovedHops(false)
 }
 
 // followsHop reports whether a is a next hop of cfg: a server's, a
@@ -386,6 +394,114 @@ func (e *Engine) forgetStaleHops() {
 	} else if n > 0 {
 		e.log.Info("forgot the NAT next hops cached through the old interface; the next replies look them up again", "entries", n)
 	}
+}
+
+// movedHops are the interfaces and MACs that neighbours had before their
+// MAC changed or went (a router replaced, a VRRP backup taking over with
+// a MAC of its own), each until when NAT entries that cached a hop to it
+// are looked for: the executor caches the hop a reply takes towards its
+// client (found in the routing table when no client gateway is set) for
+// the connection's life, and a handshake under way when the MAC changed
+// may still complete with the old one for DLB_HALF_OPEN_SECONDS.
+type movedHops struct {
+	until map[movedHop]time.Time
+	// swept is when entries were last looked through.
+	swept time.Time
+}
+
+type movedHop struct {
+	ifindex int
+	mac     [6]byte
+}
+
+// movedHopWatch is how long after a neighbour's MAC changed NAT entries
+// that cached the old one are looked for: a half-open NAT connection's
+// life, and a sweep more.
+const movedHopWatch = 32 * time.Second
+
+// movedHopGap is the least time between two passes through the NAT
+// entries for moved hops, but at the sweep (a burst of neighbour changes
+// takes one pass).
+const movedHopGap = time.Second
+
+// add records that a neighbour on ifindex had mac until now.
+func (m *movedHops) add(ifindex int, mac net.HardwareAddr, now time.Time) {
+	if len(mac) != 6 {
+		return
+	}
+	if m.until == nil {
+		m.until = map[movedHop]time.Time{}
+	}
+	m.until[movedHop{ifindex, [6]byte(mac)}] = now.Add(movedHopWatch)
+}
+
+// due drops the hops watched long enough and reports whether a pass is
+// due now: some are left, and (unless sweep) the last pass is
+// movedHopGap old.
+func (m *movedHops) due(now time.Time, sweep bool) bool {
+	for h, until := range m.until {
+		if !now.Before(until) {
+			delete(m.until, h)
+		}
+	}
+	return len(m.until) > 0 && (sweep || now.Sub(m.swept) >= movedHopGap)
+}
+
+// stale reports whether a hop through ifindex to mac is a moved one.
+func (m *movedHops) stale(ifindex int, mac net.HardwareAddr) bool {
+	if len(mac) != 6 {
+		return false
+	}
+	_, ok := m.until[movedHop{ifindex, [6]byte(mac)}]
+	return ok
+}
+
+// hopMover is a Datapath whose NAT entries cache next hops towards
+// clients, with their MAC (package datapath's does).
+type hopMover interface {
+	ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr) bool) (int, error)
+}
+
+// forgetMovedHops clears the next hops NAT entries cached to a
+// neighbour's MAC that changed: the next reply of each looks its hop up
+// again. sweep says it is called at the connection sweep.
+func (e *Engine) forgetMovedHops(sweep bool) {
+	now := time.Now()
+	if !e.exec.moved.due(now, sweep) {
+		return
+	}
+	hm, ok := e.exec.dp.(hopMover)
+	if !ok {
+		return
+	}
+	e.exec.moved.swept = now
+	if n, err := hm.ForgetHopsTo(e.exec.moved.stale); err != nil {
+		e.log.Warn("forgetting the NAT next hops cached to a neighbour's old MAC", "err", err)
+	} else if n > 0 {
+		e.log.Info("forgot the NAT next hops cached to a neighbour's old MAC; the next replies look them up again", "entries", n)
+	}
+}
+
+// routesNATReplies reports whether the executor of cfg may send NAT
+// replies to the next hop the routing table gives (a NAT port of a
+// family without a client gateway).
+func routesNATReplies(cfg lb.Config) bool {
+	ex := cfg.Executor
+	for _, cl := range cfg.Clusters {
+		gw := ex.ClientGateway
+		if cl.Address.Is6() {
+			gw = ex.ClientGateway6
+		}
+		if gw.IsValid() {
+			continue
+		}
+		for _, p := range cl.Ports {
+			if p.Method == lb.NAT {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // attached records that the executor is attached to link again.

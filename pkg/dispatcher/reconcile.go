@@ -33,6 +33,9 @@ type executor struct {
 	unpinned logagg.Steady
 	// trace is the packet trace that runs (nil: none).
 	trace *traceRun
+	// moved are the neighbours' MACs that changed lately, whose cached
+	// NAT hops are cleared (netevents.go).
+	moved movedHops
 }
 
 func newExecutor() executor {

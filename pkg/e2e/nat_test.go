@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -96,6 +97,48 @@ func (l *lab) startNAT(v6 bool, servers int) (vip string) {
 	}
 	l.waitServersUp()
 	return vip
+}
+
+// TestPrivilegedE2ENATClientMACChange: a NAT client whose MAC changes (a
+// NIC replaced, a VM moved; the same as a router replaced, or a VRRP
+// backup taking over with a MAC of its own) keeps its established
+// connections. The executor caches the next hop each NAT connection's
+// replies take (from the routing table: no client gateway here), and
+// dlbd clears those cached to the old MAC once the kernel hears of the
+// new one (here from the client's ARP request for the cluster address).
+// Before, the replies went on to the old MAC, which no one answers.
+func TestPrivilegedE2ENATClientMACChange(t *testing.T) {
+	parallel(t)
+	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1")
+	l.startDlbd()
+	l.startNAT(false, 2)
+	const conns = 40
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := l.holdConnections(ctx, conns, 8*time.Second)
+	time.Sleep(time.Second) // replies on every connection, their hops cached
+
+	const newMAC = "02:dd:00:00:00:99"
+	client, ifname := l.env["LAB_C1_ADDR"], l.env["LAB_IF"]
+	for _, args := range [][]string{
+		{"ip", "link", "set", "dev", ifname, "address", newMAC},
+		// The client asks for the cluster address's MAC again, and the
+		// dispatcher's kernel learns the new one from the request.
+		{"ip", "neigh", "flush", "dev", ifname},
+	} {
+		if out, err := l.inNS("c1", args...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	took := waitFor(t, 5*time.Second, "the dispatcher to learn the client's new MAC", func() bool {
+		out, _ := l.inNS("d", "ip", "neigh", "show", client, "dev", ifname)
+		return strings.Contains(out, newMAC)
+	})
+	t.Logf("the dispatcher learnt the client's new MAC %v after the change", took.Round(time.Millisecond))
+	checkHeld(t, held, conns)
+	if r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10"); r.OK != 200 {
+		t.Errorf("new connections after the change: %d of 200 answered: %v", r.OK, r.Errors)
+	}
 }
 
 // hostPort joins an address and a port, bracketing IPv6.

@@ -54,9 +54,11 @@ type NetEvent struct {
 	Ifname  string
 	// Prefix is the address of address events, with its prefix length.
 	Prefix netip.Prefix
-	// Addr and MAC are the neighbour and its MAC of neighbour events.
-	Addr netip.Addr
-	MAC  net.HardwareAddr
+	// Addr and MAC are the neighbour and its MAC of neighbour events;
+	// OldMAC is the MAC it had before (nil: none usable).
+	Addr   netip.Addr
+	MAC    net.HardwareAddr
+	OldMAC net.HardwareAddr
 }
 
 // String describes the event for logs: "link up dlb0 (3)", "neighbour

@@ -410,7 +410,8 @@ func (s *netState) setNeigh(ifindex int, a netip.Addr, mac net.HardwareAddr) []l
 		*s = newNetState()
 	}
 	k := neighKey{ifindex, a}
-	if old, ok := s.neighs[k]; ok == (mac != nil) && bytes.Equal(old, mac) {
+	old, ok := s.neighs[k]
+	if ok == (mac != nil) && bytes.Equal(old, mac) {
 		return nil
 	}
 	if mac == nil {
@@ -418,7 +419,7 @@ func (s *netState) setNeigh(ifindex int, a netip.Addr, mac net.HardwareAddr) []l
 	} else {
 		s.neighs[k] = slices.Clone(mac)
 	}
-	return []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: ifindex, Ifname: s.links[ifindex].name, Addr: a, MAC: slices.Clone(mac)}}
+	return []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: ifindex, Ifname: s.links[ifindex].name, Addr: a, MAC: slices.Clone(mac), OldMAC: old}}
 }
 
 // replace makes the state snap and returns the events for the

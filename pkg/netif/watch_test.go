@@ -70,8 +70,8 @@ func TestNetStateChanges(t *testing.T) {
 		{"neighbours", []step{
 			{neigh(3, mac(9)), []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: nb, MAC: mac(9)}}},
 			{neigh(3, mac(9)), nil}, // refreshed
-			{neigh(3, mac(10)), []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: nb, MAC: mac(10)}}},
-			{neigh(3, nil), []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: nb}}},
+			{neigh(3, mac(10)), []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: nb, MAC: mac(10), OldMAC: mac(9)}}},
+			{neigh(3, nil), []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: nb, OldMAC: mac(10)}}},
 			{neigh(3, nil), nil},
 			{neigh(4, mac(10)), []lb.NetEvent{{Kind: lb.NetNeighborChanged, Ifindex: 4, Addr: nb, MAC: mac(10)}}},
 		}},
@@ -111,8 +111,8 @@ func TestNetStateReplace(t *testing.T) {
 		{Kind: lb.NetLinkUp, Ifindex: 7, Ifname: "dlbh7"},
 		{Kind: lb.NetAddressRemoved, Ifindex: 2, Ifname: "dlbh0", Prefix: p1},
 		{Kind: lb.NetAddressAdded, Ifindex: 2, Ifname: "dlbh0", Prefix: p2},
-		{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "dlbh0", Addr: n2},
-		{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "dlbh0", Addr: n1, MAC: mac(10)},
+		{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "dlbh0", Addr: n2, OldMAC: mac(1)},
+		{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "dlbh0", Addr: n1, MAC: mac(10), OldMAC: mac(9)},
 		{Kind: lb.NetLinkRemoved, Ifindex: 5, Ifname: "dlbh5"},
 	}
 	if !reflect.DeepEqual(got, want) {
