@@ -856,6 +856,16 @@ int dlb_nat_ctl(struct nat_ctl *c)
 	} else if (op == NAT_CTL_DEL_PORT && e && (!c->expect_seen || e->rev.last_seen == c->expect_seen) &&
 		   natp_delete(pos, slot, in->hash, cfg->natp_buckets)) {
 		c->result = 0;
+	} else if (op == NAT_CTL_FORGET_HOP && e && (e->rev.flags & NAT_F_NEXT_HOP)) {
+		/* Only the flag and the hop are written: the state and last_seen
+		 * the data path changed since pkg/datapath read the entry stay. */
+		const struct next_hop *h = &e->rev.hop, *want = &in->e.rev.hop;
+		if (h->ifindex == want->ifindex && *(const __u32 *)h->mac == *(const __u32 *)want->mac &&
+		    *(const __u16 *)&h->mac[4] == *(const __u16 *)&want->mac[4]) {
+			e->rev.flags &= ~NAT_F_NEXT_HOP;
+			__builtin_memset(&e->rev.hop, 0, sizeof(e->rev.hop));
+			c->result = 0;
+		}
 	}
 	return 0;
 }

@@ -332,6 +332,7 @@ enum nat_ctl_op {
 	NAT_CTL_PUT_PORT = 3, /* write p */
 	NAT_CTL_DEL_FLOW = 4, /* remove f.key's entry if its last_seen is expect_seen (or that is 0) */
 	NAT_CTL_DEL_PORT = 5, /* remove p.key's entry, likewise */
+	NAT_CTL_FORGET_HOP = 6, /* clear p.key's cached next hop if it is still p.rev.hop */
 };
 
 /* The context of the dlb_nat_ctl syscall program, by which pkg/datapath

@@ -335,31 +335,32 @@ func onceEach(live func(ifindex uint32) bool) func(uint32) bool {
 // returns how many it cleared.
 func (d *Datapath) forgetHops(stale func(dispatcherNextHop) bool) (int, error) {
 	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
-	var found []dispatcherNatKey
+	type cachedHop struct {
+		key dispatcherNatKey
+		hop dispatcherNextHop
+	}
+	var found []cachedHop
 	err := d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) {
 		if r.Flags&cached != 0 && stale(r.Hop) {
-			found = append(found, k)
+			found = append(found, cachedHop{k, r.Hop})
 		}
 	})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, k := range found {
-		// Read again: the entry may have changed since the scan.
-		r, ok, err := d.getNATPort(k)
-		if err != nil {
-			return n, err
-		}
-		if !ok || r.Flags&cached == 0 || !stale(r.Hop) {
-			continue
-		}
-		r.Flags &^= cached
-		r.Hop = dispatcherNextHop{}
-		if err := d.putNATPort(k, r); err != nil {
+	for _, f := range found {
+		// The executor clears the hop if it is still the one found: the
+		// entry may have changed since the scan (closing, refreshed,
+		// gone), and only the hop is written.
+		c := dispatcherNatCtl{Op: uint32(dispatcherNatCtlOpNAT_CTL_FORGET_HOP),
+			P: dispatcherNatPortEntry{Key: f.key, Rev: dispatcherNatRev{Hop: f.hop}}}
+		if err := d.natCtl(&c); err != nil {
 			return n, fmt.Errorf("clearing a stale next hop: %w", err)
 		}
-		n++
+		if c.Result == ctlDone {
+			n++
+		}
 	}
 	return n, nil
 }

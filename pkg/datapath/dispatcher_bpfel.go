@@ -267,12 +267,13 @@ type dispatcherNatCtl struct {
 type dispatcherNatCtlOp uint32
 
 const (
-	dispatcherNatCtlOpNAT_CTL_GET_FLOW dispatcherNatCtlOp = 0
-	dispatcherNatCtlOpNAT_CTL_GET_PORT dispatcherNatCtlOp = 1
-	dispatcherNatCtlOpNAT_CTL_PUT_FLOW dispatcherNatCtlOp = 2
-	dispatcherNatCtlOpNAT_CTL_PUT_PORT dispatcherNatCtlOp = 3
-	dispatcherNatCtlOpNAT_CTL_DEL_FLOW dispatcherNatCtlOp = 4
-	dispatcherNatCtlOpNAT_CTL_DEL_PORT dispatcherNatCtlOp = 5
+	dispatcherNatCtlOpNAT_CTL_GET_FLOW   dispatcherNatCtlOp = 0
+	dispatcherNatCtlOpNAT_CTL_GET_PORT   dispatcherNatCtlOp = 1
+	dispatcherNatCtlOpNAT_CTL_PUT_FLOW   dispatcherNatCtlOp = 2
+	dispatcherNatCtlOpNAT_CTL_PUT_PORT   dispatcherNatCtlOp = 3
+	dispatcherNatCtlOpNAT_CTL_DEL_FLOW   dispatcherNatCtlOp = 4
+	dispatcherNatCtlOpNAT_CTL_DEL_PORT   dispatcherNatCtlOp = 5
+	dispatcherNatCtlOpNAT_CTL_FORGET_HOP dispatcherNatCtlOp = 6
 )
 
 type dispatcherNatFlags uint32

@@ -677,6 +677,73 @@ func TestPrivilegedForgetStaleHops(t *testing.T) {
 	}
 }
 
+// TestPrivilegedForgetHopKeepsTheRest: clearing a stale hop writes only
+// the hop: what the data path changed in the entry since the scan read
+// it (closing, a reply's time) stays, and a hop cached anew since is not
+// cleared.
+func TestPrivilegedForgetHopKeepsTheRest(t *testing.T) {
+	e := newTestEnv(t)
+	oldMAC := [6]uint8{2, 0, 0, 0, 0, 1}
+	const ifindex = 7
+	portKey := func(port uint16) dispatcherNatKey {
+		rk := dispatcherNatKey{Port: htons(port), Proto: 6, Family: 4}
+		rk.Addr.Addr, _ = addrBytes(retAddr)
+		return rk
+	}
+	cached := uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+	for _, c := range []struct {
+		name    string
+		since   func(r *dispatcherNatRev) // what the data path did after the scan
+		cleared bool
+	}{
+		{"closed and refreshed since", func(r *dispatcherNatRev) {
+			r.State, r.LastSeen = uint8(dispatcherFlowStateFLOW_CLOSING), r.LastSeen+1e9
+		}, true},
+		{"a new hop cached since", func(r *dispatcherNatRev) { r.Hop.Mac[5] = 9 }, false},
+	} {
+		const port = 40010
+		e.putNAT(t, natConn{key: key(vipNAT, 80, 10, 6), backend: 60, service: 6, ret: retAddr, port: port})
+		r, ok, err := e.dp.getNATPort(portKey(port))
+		if err != nil || !ok {
+			t.Fatalf("%s: reading the nat_ports entry: %v (present %v)", c.name, err, ok)
+		}
+		r.Flags |= cached
+		r.Hop = dispatcherNextHop{Mac: oldMAC, Ifindex: ifindex}
+		if err := e.dp.putNATPort(portKey(port), r); err != nil {
+			t.Fatal(err)
+		}
+		want := r
+		n, err := e.dp.forgetHops(func(h dispatcherNextHop) bool {
+			if h.Mac != oldMAC {
+				return false
+			}
+			// The entry was read: the data path changes it now (at
+			// each call: a clearing that read it again since would
+			// write back an older copy).
+			c.since(&want)
+			if err := e.dp.putNATPort(portKey(port), want); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.cleared {
+			want.Flags &^= cached
+			want.Hop = dispatcherNextHop{}
+		}
+		got, ok, err := e.dp.getNATPort(portKey(port))
+		if err != nil || !ok {
+			t.Fatalf("%s: reading the entry again: %v (present %v)", c.name, err, ok)
+		}
+		if got != want || (n == 1) != c.cleared {
+			t.Errorf("%s: cleared %d, entry %+v, want %+v", c.name, n, got, want)
+		}
+		e.clearTables(t)
+	}
+}
+
 // TestOnceEach: ForgetStaleHops asks the host about each interface once,
 // however many NAT entries cached a hop through it.
 func TestOnceEach(t *testing.T) {
