@@ -75,6 +75,9 @@ drain:
 	cfg := e.ed.Config()
 	ex := cfg.Executor
 	var attachment, resync, rehop bool
+	// NAT replies routed by the executor cache hops that a neighbour's
+	// MAC change makes stale.
+	routedNAT := e.exec.dp != nil && routesNATReplies(cfg)
 	restore := map[netip.Addr]string{} // address -> why
 	var refresh []netip.Addr
 	changed := map[netip.Addr]bool{}
@@ -111,7 +114,7 @@ drain:
 				restore[a] = "it was removed"
 			}
 		case lb.NetNeighborChanged:
-			if ev.OldMAC != nil && e.exec.dp != nil && routesNATReplies(cfg) {
+			if ev.OldMAC != nil && routedNAT {
 				e.exec.moved.add(ev.Ifindex, ev.OldMAC, time.Now())
 			}
 			if e.exec.dp == nil || !e.followsHop(cfg, ev.Addr) {

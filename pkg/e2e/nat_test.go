@@ -115,7 +115,7 @@ func TestPrivilegedE2ENATClientMACChange(t *testing.T) {
 	const conns = 40
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	held := l.holdConnections(ctx, conns, 8*time.Second)
+	held := l.holdConnections(ctx, conns, 5*time.Second)
 	time.Sleep(time.Second) // replies on every connection, their hops cached
 
 	const newMAC = "02:dd:00:00:00:99"
