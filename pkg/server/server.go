@@ -418,9 +418,9 @@ func respond(w http.ResponseWriter, log *slog.Logger, v any, err error) {
 	switch {
 	case ae.Field != "":
 		status = http.StatusBadRequest
-	case errors.Is(err, context.Canceled):
-		// The client went away, or dlbd is stopping: nothing failed,
-		// and no one reads the answer.
+	case errors.Is(err, context.Canceled), errors.Is(err, dispatcher.ErrStopped):
+		// The client went away, or dlbd is stopping (the request came
+		// as the engine stopped): nothing failed.
 		status = http.StatusServiceUnavailable
 		log.Debug("request abandoned", "err", err)
 	default:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -291,6 +292,35 @@ func TestSizeString(t *testing.T) {
 	for n, want := range map[int64]string{8 << 20: "8 MiB", 1024: "1 KiB", 1536: "1536 bytes", 3 << 30: "3072 MiB", 1000: "1000 bytes"} {
 		if got := sizeString(n); got != want {
 			t.Errorf("sizeString(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// respond answers a refusal 400 naming the field, a request abandoned (the
+// client gone, or dlbd stopping under it) 503 without an error logged,
+// and anything else 500 with an error logged.
+func TestRespondStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+		logged bool // an ERROR line
+	}{
+		{"a refusal", lb.Errorf("weight", "x", "not a number"), http.StatusBadRequest, false},
+		{"the client went away", fmt.Errorf("applying: %w", context.Canceled), http.StatusServiceUnavailable, false},
+		{"dlbd stopping", fmt.Errorf("reading: %w", dispatcher.ErrStopped), http.StatusServiceUnavailable, false},
+		{"a failure", fmt.Errorf("writing the state: %w", io.ErrShortWrite), http.StatusInternalServerError, true},
+	} {
+		var logs strings.Builder
+		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		w := httptest.NewRecorder()
+		respond(w, log, nil, tc.err)
+		var ae api.Error
+		if err := json.Unmarshal(w.Body.Bytes(), &ae); err != nil || ae.Message != tc.err.Error() {
+			t.Errorf("%s: body %q (%v)", tc.name, w.Body, err)
+		}
+		if w.Code != tc.status || strings.Contains(logs.String(), "level=ERROR") != tc.logged {
+			t.Errorf("%s: status %d, logged %q; want %d, an error logged: %v", tc.name, w.Code, logs.String(), tc.status, tc.logged)
 		}
 	}
 }
