@@ -121,9 +121,6 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if len(job) == 0 {
-			continue
-		}
 		found, peer := map[netip.Addr][]string{}, map[string]netip.Addr{}
 		var errs []string
 		for _, ask := range job {
@@ -141,6 +138,8 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 				}
 			}
 		}
+		// A round with nothing to ask (nothing held, every group
+		// standby) clears what the last one found.
 		if e.do(ctx, func() { e.onConflicts(job.addrs(), found, peer, strings.Join(errs, "; ")) }) != nil {
 			return
 		}
@@ -212,10 +211,17 @@ func conflictOf(a netip.Addr) (asked, fix string) {
 		"is not answered for): take it off there"
 }
 
-// conflictWarnings are the report's lines for the conflicts found.
+// conflictWarnings are the report's lines for the conflicts found, for
+// the addresses this dispatcher still holds: under high availability, a
+// group that went standby since the last check (a partition healed) no
+// longer has its addresses answered for by this host.
 func (e *Engine) conflictWarnings() []string {
 	var out []string
+	held := e.conflictJob().addrs()
 	for a, macs := range e.conflicts.found {
+		if !slices.Contains(held, a) {
+			continue
+		}
 		asked, fix := conflictOf(a)
 		if p, ok := e.peerOnly(macs); ok {
 			out = append(out, fmt.Sprintf("the high-availability peer %v (%s) answers %s for %v, which this dispatcher serves as the active: clients may reach it past this dispatcher; %s",

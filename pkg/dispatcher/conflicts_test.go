@@ -179,4 +179,24 @@ func TestAddressConflictsHAPeer(t *testing.T) {
 		w = h.executorWarnings("answers ARP")
 		return len(w) == 1 && strings.HasPrefix(w[0], "another host answers ARP for "+vip) && strings.Contains(w[0], server.String())
 	})
+
+	// The group goes standby (a partition healed): this dispatcher no
+	// longer serves the address, and what was found for it is not
+	// reported, at once, nor after the next rounds (which ask nothing).
+	f.set(lb.GroupLocal, lb.HAStandby)
+	eventually(t, "the cluster address off", func() bool { return !h.nif.has(vip) })
+	if w := h.executorWarnings("answers ARP"); len(w) != 0 {
+		t.Errorf("standby: warnings %q", w)
+	}
+	time.Sleep(100 * time.Millisecond) // rounds of checks
+	if w := h.executorWarnings("answers ARP"); len(w) != 0 {
+		t.Errorf("standby, after the next rounds: warnings %q", w)
+	}
+	var found int
+	if err := h.e.do(context.Background(), func() { found = len(h.e.conflicts.found) }); err != nil {
+		t.Fatal(err)
+	}
+	if found != 0 {
+		t.Errorf("standby: %d addresses still recorded as answered for", found)
+	}
 }
