@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -24,6 +23,31 @@ import (
 // may set after dlbd or outside it. Refusing would break both; a warning
 // names the remedy at the moment the operator can act on it.
 
+// routedNATPorts lists the NAT ports of a family (v6: IPv6) whose
+// replies go to the next hop the routing table gives: the family has no
+// client gateway.
+func routedNATPorts(cfg lb.Config, v6 bool) []string {
+	gw := cfg.Executor.ClientGateway
+	if v6 {
+		gw = cfg.Executor.ClientGateway6
+	}
+	if gw.IsValid() {
+		return nil
+	}
+	var ports []string
+	for _, cl := range cfg.Clusters {
+		if cl.Address.Is6() != v6 {
+			continue
+		}
+		for _, p := range cl.Ports {
+			if p.Method == lb.NAT {
+				ports = append(ports, lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String())
+			}
+		}
+	}
+	return ports
+}
+
 // natRouteProblems says, per family, why NAT replies of cfg cannot reach
 // clients: NAT ports of that family, no client gateway of it, and
 // forwarding off on the executor's interface.
@@ -34,24 +58,10 @@ func (e *Engine) natRouteProblems(cfg lb.Config) []string {
 	}
 	var out []string
 	for _, fam := range []struct {
-		v6      bool
-		gateway netip.Addr
-		name    string
-	}{{false, ex.ClientGateway, "IPv4"}, {true, ex.ClientGateway6, "IPv6"}} {
-		if fam.gateway.IsValid() {
-			continue
-		}
-		var ports []string
-		for _, cl := range cfg.Clusters {
-			if cl.Address.Is6() != fam.v6 {
-				continue
-			}
-			for _, p := range cl.Ports {
-				if p.Method == lb.NAT {
-					ports = append(ports, lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String())
-				}
-			}
-		}
+		v6   bool
+		name string
+	}{{false, "IPv4"}, {true, "IPv6"}} {
+		ports := routedNATPorts(cfg, fam.v6)
 		if len(ports) == 0 {
 			continue
 		}

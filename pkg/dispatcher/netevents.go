@@ -77,7 +77,7 @@ drain:
 	var attachment, resync, rehop bool
 	// NAT replies routed by the executor cache hops that a neighbour's
 	// MAC change makes stale.
-	routedNAT := e.exec.dp != nil && routesNATReplies(cfg)
+	routedNAT := e.exec.dp != nil && (len(routedNATPorts(cfg, false)) > 0 || len(routedNATPorts(cfg, true)) > 0)
 	restore := map[netip.Addr]string{} // address -> why
 	var refresh []netip.Addr
 	changed := map[netip.Addr]bool{}
@@ -379,9 +379,11 @@ func (e *Engine) reattachFailed(link lb.Link, err error) {
 }
 
 // hopForgetter is a Datapath whose NAT entries cache next hops towards
-// clients, with their interface index (package datapath's does).
+// clients (package datapath's does): ForgetStaleHops clears those through
+// an interface that is gone, ForgetHopsTo those stale says are.
 type hopForgetter interface {
 	ForgetStaleHops() (int, error)
+	ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr) bool) (int, error)
 }
 
 // forgetStaleHops clears the next hops NAT entries cached through an
@@ -459,12 +461,6 @@ func (m *movedHops) stale(ifindex int, mac net.HardwareAddr) bool {
 	return ok
 }
 
-// hopMover is a Datapath whose NAT entries cache next hops towards
-// clients, with their MAC (package datapath's does).
-type hopMover interface {
-	ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr) bool) (int, error)
-}
-
 // forgetMovedHops clears the next hops NAT entries cached to a
 // neighbour's MAC that changed: the next reply of each looks its hop up
 // again. sweep says it is called at the connection sweep.
@@ -473,38 +469,16 @@ func (e *Engine) forgetMovedHops(sweep bool) {
 	if !e.exec.moved.due(now, sweep) {
 		return
 	}
-	hm, ok := e.exec.dp.(hopMover)
+	hf, ok := e.exec.dp.(hopForgetter)
 	if !ok {
 		return
 	}
 	e.exec.moved.swept = now
-	if n, err := hm.ForgetHopsTo(e.exec.moved.stale); err != nil {
+	if n, err := hf.ForgetHopsTo(e.exec.moved.stale); err != nil {
 		e.log.Warn("forgetting the NAT next hops cached to a neighbour's old MAC", "err", err)
 	} else if n > 0 {
 		e.log.Info("forgot the NAT next hops cached to a neighbour's old MAC; the next replies look them up again", "entries", n)
 	}
-}
-
-// routesNATReplies reports whether the executor of cfg may send NAT
-// replies to the next hop the routing table gives (a NAT port of a
-// family without a client gateway).
-func routesNATReplies(cfg lb.Config) bool {
-	ex := cfg.Executor
-	for _, cl := range cfg.Clusters {
-		gw := ex.ClientGateway
-		if cl.Address.Is6() {
-			gw = ex.ClientGateway6
-		}
-		if gw.IsValid() {
-			continue
-		}
-		for _, p := range cl.Ports {
-			if p.Method == lb.NAT {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // attached records that the executor is attached to link again.
