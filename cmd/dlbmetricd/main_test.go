@@ -22,19 +22,6 @@ import (
 
 const procFixture = "../../pkg/metricserver/testdata/proc/a"
 
-// writeFile writes a file with mode into dir.
-func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // runAgent runs dlbmetricd with args as main does.
 func runAgent(ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	var out, errb testutil.LogBuffer
@@ -45,11 +32,11 @@ func runAgent(ctx context.Context, args ...string) (stdout, stderr string, err e
 func TestFlagValidation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	good := writeFile(t, dir, "good", "0123456789abcdef0123\n", 0o600)
-	worldReadable := writeFile(t, dir, "world", "0123456789abcdef0123\n", 0o644)
-	groupReadable := writeFile(t, dir, "group", "0123456789abcdef0123\n", 0o640)
-	empty := writeFile(t, dir, "empty", "", 0o600)
-	unreadable := writeFile(t, dir, "unreadable", "0123456789abcdef0123\n", 0o000)
+	good := testutil.WriteFileMode(t, dir, "good", "0123456789abcdef0123\n", 0o600)
+	worldReadable := testutil.WriteFileMode(t, dir, "world", "0123456789abcdef0123\n", 0o644)
+	groupReadable := testutil.WriteFileMode(t, dir, "group", "0123456789abcdef0123\n", 0o640)
+	empty := testutil.WriteFileMode(t, dir, "empty", "", 0o600)
+	unreadable := testutil.WriteFileMode(t, dir, "unreadable", "0123456789abcdef0123\n", 0o000)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -112,12 +99,12 @@ func TestHelp(t *testing.T) {
 func TestServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	secret := writeFile(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
+	secret := testutil.WriteFileMode(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
 	scripts := filepath.Join(dir, "scripts")
 	if err := os.Mkdir(scripts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, scripts, "custom", "#!/bin/sh\necho 42\n", 0o755)
+	testutil.WriteFileMode(t, scripts, "custom", "#!/bin/sh\necho 42\n", 0o755)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -207,7 +194,7 @@ func TestOnce(t *testing.T) {
 // READY=1 once it listens, and STOPPING=1 when it stops.
 func TestNotifiesSystemd(t *testing.T) {
 	dir := t.TempDir()
-	secret := writeFile(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
+	secret := testutil.WriteFileMode(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
 	sock := filepath.Join(dir, "notify")
 	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -259,7 +246,7 @@ func TestNotifiesSystemd(t *testing.T) {
 // systemd does not restart a service that SIGHUP ended.
 func TestSurvivesSIGHUP(t *testing.T) {
 	dir := t.TempDir()
-	secret := writeFile(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
+	secret := testutil.WriteFileMode(t, dir, "secret", "0123456789abcdef0123\n", 0o600)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr testutil.LogBuffer

@@ -7,20 +7,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 func TestLoadSecret(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	file := func(name, content string, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return testutil.WriteFileMode(t, dir, name, content, mode)
 	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {

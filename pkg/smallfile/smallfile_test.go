@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // Every kind of file an operator may name by mistake is refused at once,
@@ -16,7 +18,7 @@ import (
 // for ever (/dev/zero).
 func TestRead(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string { return writeFile(t, dir, name, content, 0o600) }
+	write := func(name, content string) string { return testutil.WriteFile(t, dir, name, content) }
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -68,7 +70,9 @@ func TestRead(t *testing.T) {
 // ReadPrivate reads what Read reads, and only from a private file.
 func TestReadPrivate(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string, mode os.FileMode) string { return writeFile(t, dir, name, content, mode) }
+	write := func(name, content string, mode os.FileMode) string {
+		return testutil.WriteFileMode(t, dir, name, content, mode)
+	}
 	for _, tc := range []struct {
 		name, path string
 		want       string // content, or the error's words after "ERR "
@@ -93,18 +97,4 @@ func TestReadPrivate(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
 		}
 	}
-}
-
-// writeFile writes content to the file name in dir with mode (not
-// narrowed by the umask) and returns its path.
-func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -58,8 +58,18 @@ func WriteCA(t testing.TB, dir string, cert *x509.Certificate) string {
 // token or a key must be), and returns its path.
 func WriteFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
+	return WriteFileMode(t, dir, name, content, 0o600)
+}
+
+// WriteFileMode writes content to dir/name with mode (not narrowed by the
+// umask) and returns its path.
+func WriteFileMode(t testing.TB, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
 		t.Fatal(err)
 	}
 	return p
