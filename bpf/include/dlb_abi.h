@@ -306,7 +306,7 @@ struct nat_rev {
 	__u32 service;
 	__u8 state; /* enum flow_state: closing once the server sent FIN or RST */
 	__u8 flags; /* NAT_F_* */
-	__u16 pad;
+	__u16 route_gen; /* dlb_config's route_gen when hop was looked up */
 	struct next_hop hop; /* towards the client, once resolved (NAT_F_NEXT_HOP) */
 };
 
@@ -348,7 +348,8 @@ struct nat_ctl {
 /* Flags of a nat_rev or halfopen. */
 enum nat_flags {
 	/* NAT_F_NEXT_HOP: hop holds the next hop towards the client, looked
-	 * up in the routing table (unused when a client gateway is set). */
+	 * up in the routing table under route_gen (unused when a client
+	 * gateway is set). */
 	NAT_F_NEXT_HOP = 1 << 0,
 };
 
@@ -371,7 +372,8 @@ struct halfopen {
 	__be16 client_port;
 	__be16 vip_port;
 	__u8 flags; /* NAT_F_* */
-	__u8 pad2[3];
+	__u8 pad2;
+	__u16 route_gen; /* dlb_config's route_gen when hop was looked up */
 	__u32 backend;
 	__u32 service;
 	struct next_hop hop; /* towards the client, once resolved (NAT_F_NEXT_HOP) */
@@ -502,7 +504,10 @@ struct dlb_config {
 	__u32 hash_seed;    /* seed of the flow hash; equal on every dispatcher */
 	__u8 nfa_family;    /* DLB_FAMILY_IPV4, or DLB_FAMILY_NONE when unset */
 	__u8 nfa6_family;   /* DLB_FAMILY_IPV6, or DLB_FAMILY_NONE when unset */
-	__u8 pad[2];
+	/* Changes when the host's routes may have: a next hop towards a NAT
+	 * client cached under another generation (nat_rev, halfopen) is
+	 * looked up again. */
+	__u16 route_gen;
 	__u32 abi_version;  /* DLB_ABI_VERSION of the executor that wrote it */
 	__u32 halfopen_mask;/* slots of nat_halfopen - 1 (a power of two - 1) */
 	__u32 conn_buckets; /* buckets of the connection table's index (conn_index entries) */

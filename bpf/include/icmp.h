@@ -183,6 +183,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 	__be16 client_port, vip_port;
 	__u32 id, service;
 	__u8 *flags;
+	__u16 *gen;
 	struct next_hop *cached;
 
 	ip_copy(&nk.addr, &q->src);
@@ -198,6 +199,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 		id = r->backend;
 		service = r->service;
 		flags = &r->flags;
+		gen = &r->route_gen;
 		cached = &r->hop;
 	} else {
 		__u64 owner;
@@ -211,6 +213,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 		id = h->backend;
 		service = h->service;
 		flags = &h->flags;
+		gen = &h->route_gen;
 		cached = &h->hop;
 	}
 	struct backend *b = backend_ok(id, service);
@@ -218,7 +221,7 @@ static __always_inline int icmp_from_server(struct xdp_md *ctx, struct pkt *pk, 
 		return verdict(ctx, STAT_PASS_ICMP_NO_FLOW, XDP_PASS);
 	struct next_hop hop = {};
 	int rc = client_hop(ctx, pk->cfg, family, q->proto, vip, client, vip_port, client_port,
-			    l3_len(family, pk->l3, data_end), flags, cached, &hop);
+			    l3_len(family, pk->l3, data_end), flags, gen, cached, &hop);
 	if (rc == HOP_NO_ROUTE)
 		return verdict(ctx, STAT_DROP_NO_ROUTE, XDP_DROP);
 	/* As the client would have received it: outer VIP -> C, quoted

@@ -134,12 +134,13 @@ static __always_inline int nat_rewrite(int family, void *l3, void *l4, __u8 prot
 
 /* client_hop resolves the next hop towards a NAT client into *out: the
  * configured client gateway, the hop cached in the connection's entry
- * (*flags has NAT_F_NEXT_HOP), or a routing-table lookup whose result is
- * cached there. */
+ * (*flags has NAT_F_NEXT_HOP, looked up under the routes' current
+ * generation *gen), or a routing-table lookup whose result is cached
+ * there. */
 static __always_inline int client_hop(struct xdp_md *ctx, const struct dlb_config *cfg, int family, __u8 proto,
 				      const struct dlb_ip *vip, const struct dlb_ip *client, __be16 vip_port,
-				      __be16 client_port, __u16 tot_len, __u8 *flags, struct next_hop *cached,
-				      struct next_hop *out)
+				      __be16 client_port, __u16 tot_len, __u8 *flags, __u16 *gen,
+				      struct next_hop *cached, struct next_hop *out)
 {
 	const struct next_hop *gw = family == DLB_FAMILY_IPV4 ? &cfg->gw4 : &cfg->gw6;
 
@@ -147,7 +148,8 @@ static __always_inline int client_hop(struct xdp_md *ctx, const struct dlb_confi
 		*out = *gw;
 		return 0;
 	}
-	if (*flags & NAT_F_NEXT_HOP) {
+	__u16 route_gen = cfg->route_gen;
+	if ((*flags & NAT_F_NEXT_HOP) && *gen == route_gen) {
 		*out = *cached;
 		return 0;
 	}
@@ -184,6 +186,7 @@ static __always_inline int client_hop(struct xdp_md *ctx, const struct dlb_confi
 	__builtin_memcpy(cached->mac, p->dmac, ETH_ALEN);
 	__builtin_memcpy(cached->src_mac, p->smac, ETH_ALEN);
 	cached->ifindex = p->ifindex;
+	*gen = route_gen;
 	*flags |= NAT_F_NEXT_HOP;
 	*out = *cached;
 	return 0;
@@ -376,7 +379,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 			r->last_seen = now;
 		}
 		rc = client_hop(ctx, pk->cfg, family, fk->proto, &r->vip, &r->client, r->vip_port, r->client_port,
-				l3_len(family, pk->l3, data_end), &r->flags, &r->hop, &hop);
+				l3_len(family, pk->l3, data_end), &r->flags, &r->route_gen, &r->hop, &hop);
 		if (rc == HOP_NO_ROUTE)
 			return verdict(ctx, STAT_DROP_NO_ROUTE, XDP_DROP);
 		if (nat_rewrite(family, pk->l3, pk->l4, fk->proto, data_end, &r->vip, &r->client, r->vip_port,
@@ -397,7 +400,7 @@ static __always_inline int nat_reply(struct xdp_md *ctx, struct pkt *pk, int fam
 	if (!b || !ip_eq(&b->addr, &fk->src) || server_port(b, h->vip_port) != fk->sport)
 		return -1;
 	rc = client_hop(ctx, pk->cfg, family, fk->proto, &h->vip, &h->client, h->vip_port, h->client_port,
-			l3_len(family, pk->l3, data_end), &h->flags, &h->hop, &hop);
+			l3_len(family, pk->l3, data_end), &h->flags, &h->route_gen, &h->hop, &hop);
 	if (rc == HOP_NO_ROUTE)
 		return verdict(ctx, STAT_DROP_NO_ROUTE, XDP_DROP);
 	if (nat_rewrite(family, pk->l3, pk->l4, fk->proto, data_end, &h->vip, &h->client, h->vip_port, h->client_port))
@@ -1035,9 +1038,10 @@ static __always_inline int nat_promote(struct xdp_md *ctx, struct pkt *pk, const
 	 * interface was deleted and created again (with a new index) during
 	 * the handshake, after dlbd's sweep of stale hops in nat_ports. Keep
 	 * it only then; else the next reply looks it up again. */
-	if (h->hop.ifindex == ctx->ingress_ifindex)
+	if (h->hop.ifindex == ctx->ingress_ifindex) {
 		rv->hop = h->hop;
-	else
+		rv->route_gen = h->route_gen;
+	} else
 		rv->flags &= ~NAT_F_NEXT_HOP;
 	ip_copy(&rv->client, &h->client);
 	ip_copy(&rv->vip, &h->vip);

@@ -293,6 +293,20 @@ func (d *Datapath) eachNATPort(each func(dispatcherNatKey, dispatcherNatRev)) er
 		func(e *dispatcherNatPortEntry) { each(e.Key, e.Rev) })
 }
 
+// RoutesChanged tells the executor that the host's routes may have
+// changed: every next hop a NAT entry cached towards its client (looked up
+// in the routing table, when no client gateway is set) is looked up again
+// at the entry's next reply, once. Nothing is written but the config
+// map's route generation, whatever the number of entries.
+func (d *Datapath) RoutesChanged() error {
+	cfg := d.applied.cfg
+	cfg.RouteGen++
+	if err := d.applyConfig(cfg); err != nil {
+		return fmt.Errorf("marking the cached NAT next hops stale: %w", err)
+	}
+	return nil
+}
+
 // ForgetStaleHops clears the next hop that NAT entries cached towards
 // their clients (looked up in the routing table, when no client gateway
 // is set) where its interface no longer exists: an interface deleted and

@@ -260,6 +260,9 @@ func (d *Datapath) checkConfig() error {
 		return fmt.Errorf("%w under %s: Maglev tables have at most %d entries, this dlbd uses %d", ErrIncompatiblePins, d.pinDir, cfg.MaglevSize, d.maxTable)
 	}
 	cfg.MaglevSize = d.maxTable
+	// Routes may have changed while no dlbd watched them: hops cached
+	// before are looked up again.
+	cfg.RouteGen++
 	cfg.HashSeed = DefaultHashSeed
 	cfg.AbiVersion = abi
 	cfg.HalfopenMask = d.objs.NatHalfopen.MaxEntries() - 1

@@ -103,7 +103,7 @@ type dispatcherDlbConfig struct {
 	HashSeed     uint32
 	NfaFamily    uint8
 	Nfa6Family   uint8
-	Pad          [2]uint8
+	RouteGen     uint16
 	AbiVersion   uint32
 	HalfopenMask uint32
 	ConnBuckets  uint32
@@ -235,7 +235,8 @@ type dispatcherHalfopen struct {
 	ClientPort uint16
 	VipPort    uint16
 	Flags      uint8
-	Pad2       [3]uint8
+	Pad2       uint8
+	RouteGen   uint16
 	Backend    uint32
 	Service    uint32
 	Hop        dispatcherNextHop
@@ -344,7 +345,7 @@ type dispatcherNatRev struct {
 	Service    uint32
 	State      uint8
 	Flags      uint8
-	Pad        uint16
+	RouteGen   uint16
 	Hop        dispatcherNextHop
 }
 

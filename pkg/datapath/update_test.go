@@ -76,7 +76,8 @@ func dumpMaps(t *testing.T, d *Datapath) string {
 	if err := d.objs.Config.Lookup(uint32(0), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg.VipsGen = 0 // how often vips changed, not what they hold
+	cfg.VipsGen = 0  // how often vips changed, not what they hold
+	cfg.RouteGen = 0 // how often routes may have changed, likewise
 	lines = append(lines, fmt.Sprintf("filters %x %x", f.Bits, nf), fmt.Sprintf("config %+v", cfg))
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
