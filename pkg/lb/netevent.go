@@ -32,10 +32,14 @@ const (
 	// differences. A consumer that keeps its own state may re-read it
 	// instead.
 	NetResync
+	// NetRouteChanged: a route (to Prefix, through Ifindex; 0 for a route
+	// of several next hops or none) was added, replaced or removed, in
+	// any routing table.
+	NetRouteChanged
 )
 
 var netEventNames = [...]string{"", "link added", "link removed", "link up", "link down",
-	"address added", "address removed", "neighbour changed", "resync"}
+	"address added", "address removed", "neighbour changed", "resync", "route changed"}
 
 // String names the kind ("link added").
 func (k NetEventKind) String() string {
@@ -52,7 +56,8 @@ type NetEvent struct {
 	// interface that is gone before its name was known).
 	Ifindex int
 	Ifname  string
-	// Prefix is the address of address events, with its prefix length.
+	// Prefix is the address of address events, with its prefix length,
+	// and the destination of route events.
 	Prefix netip.Prefix
 	// Addr and MAC are the neighbour and its MAC of neighbour events;
 	// OldMAC is the MAC it had before (nil: none usable).
@@ -65,7 +70,7 @@ type NetEvent struct {
 // changed 198.18.0.9 on 3: 02:00:00:00:00:09".
 func (e NetEvent) String() string {
 	switch e.Kind {
-	case NetAddressAdded, NetAddressRemoved:
+	case NetAddressAdded, NetAddressRemoved, NetRouteChanged:
 		return fmt.Sprintf("%s %s on %s (%d)", e.Kind, e.Prefix, e.Ifname, e.Ifindex)
 	case NetNeighborChanged:
 		mac := "none"

@@ -37,7 +37,10 @@ const resubscribeDelay = time.Second
 //     addition), or set administratively up or down;
 //   - an address added to or removed from an interface;
 //   - the MAC of a unicast neighbour (IPv4 or IPv6) changed, appeared or
-//     stopped being usable (failed, deleted).
+//     stopped being usable (failed, deleted);
+//   - a route added, replaced or removed, in any table (not the routes the
+//     kernel clones for its own cache). Routes are not kept: each
+//     message is reported, even one that changes nothing.
 //
 // When the kernel drops events (a consumer too slow, a burst larger than
 // the socket's buffer), Watch subscribes again, re-reads the state and
@@ -88,6 +91,7 @@ type watcher struct {
 	links  chan netlink.LinkUpdate
 	addrs  chan netlink.AddrUpdate
 	neighs chan netlink.NeighUpdate
+	routes chan netlink.RouteUpdate
 }
 
 func (w *watcher) close() {
@@ -95,12 +99,13 @@ func (w *watcher) close() {
 	w.ns.Close()
 }
 
-// subscribe opens the three subscriptions in the watcher's namespace.
+// subscribe opens the four subscriptions in the watcher's namespace.
 func (w *watcher) subscribe() error {
 	done := make(chan struct{})
 	links := make(chan netlink.LinkUpdate, 64)
 	addrs := make(chan netlink.AddrUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 64)
+	routes := make(chan netlink.RouteUpdate, 64)
 	// A subscription that opened closes its channel when done closes; one
 	// that did not never will, so its channel is closed here.
 	fail := func(what string, err error, unopened ...func()) error {
@@ -111,9 +116,11 @@ func (w *watcher) subscribe() error {
 		drain(links)
 		drain(addrs)
 		drain(neighs)
+		drain(routes)
 		return fmt.Errorf("subscribing to %s changes: %w", what, err)
 	}
 	closeLinks, closeAddrs, closeNeighs := func() { close(links) }, func() { close(addrs) }, func() { close(neighs) }
+	closeRoutes := func() { close(routes) }
 	// The subscriptions are opened again, after the kernel dropped
 	// events, from whichever thread runs the watcher then. The netlink
 	// package enters the namespace it is given (setns) for every socket,
@@ -130,15 +137,18 @@ func (w *watcher) subscribe() error {
 		cur.Close()
 	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("interface", err, closeLinks, closeAddrs, closeNeighs)
+		return fail("interface", err, closeLinks, closeAddrs, closeNeighs, closeRoutes)
 	}
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("address", err, closeAddrs, closeNeighs)
+		return fail("address", err, closeAddrs, closeNeighs, closeRoutes)
 	}
 	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("neighbour", err, closeNeighs)
+		return fail("neighbour", err, closeNeighs, closeRoutes)
 	}
-	w.done, w.links, w.addrs, w.neighs = done, links, addrs, neighs
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &ns}); err != nil {
+		return fail("route", err, closeRoutes)
+	}
+	w.done, w.links, w.addrs, w.neighs, w.routes = done, links, addrs, neighs, routes
 	return nil
 }
 
@@ -152,7 +162,8 @@ func (w *watcher) unsubscribe() {
 	drain(w.links)
 	drain(w.addrs)
 	drain(w.neighs)
-	w.done, w.links, w.addrs, w.neighs = nil, nil, nil, nil
+	drain(w.routes)
+	w.done, w.links, w.addrs, w.neighs, w.routes = nil, nil, nil, nil, nil
 }
 
 // drain reads c until it is closed, in the background.
@@ -191,6 +202,11 @@ func (w *watcher) run(ctx context.Context) {
 					mac = usableMAC(u.Neigh)
 				}
 				evs = w.state.setNeigh(u.LinkIndex, a, mac)
+			}
+		case u, open := <-w.routes:
+			ok = open
+			if ev, valid := routeEvent(u); open && valid {
+				evs = []lb.NetEvent{ev}
 			}
 		}
 		if !ok {
@@ -287,6 +303,30 @@ func prefixOf(n net.IPNet) (netip.Prefix, bool) {
 	}
 	bits, _ := n.Mask.Size()
 	return netip.PrefixFrom(a.Unmap(), bits), true
+}
+
+// routeEvent is the event of a route message: not one of the routes the
+// kernel clones for its cache (IPv6 exceptions), nor of another family.
+// A route without a destination is its family's default route.
+func routeEvent(u netlink.RouteUpdate) (lb.NetEvent, bool) {
+	if u.Flags&unix.RTM_F_CLONED != 0 || (u.Type != unix.RTM_NEWROUTE && u.Type != unix.RTM_DELROUTE) {
+		return lb.NetEvent{}, false
+	}
+	var p netip.Prefix
+	switch {
+	case u.Dst != nil:
+		var ok bool
+		if p, ok = prefixOf(*u.Dst); !ok {
+			return lb.NetEvent{}, false
+		}
+	case u.Family == netlink.FAMILY_V4:
+		p = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	case u.Family == netlink.FAMILY_V6:
+		p = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	default:
+		return lb.NetEvent{}, false
+	}
+	return lb.NetEvent{Kind: lb.NetRouteChanged, Ifindex: u.LinkIndex, Prefix: p}, true
 }
 
 // neighAddr returns a neighbour entry's address if it is a unicast IPv4

@@ -270,6 +270,32 @@ func TestPrivilegedWatch(t *testing.T) {
 		watchFor(t, ch, s+" deleted", neighIs(nil))
 	}
 
+	// Routes: added, replaced, removed, each reported with its
+	// destination and interface.
+	for _, r := range []struct{ dst, via, other string }{
+		{"198.18.5.0/24", "198.18.0.254", "198.18.0.253"},
+		{"2001:2:5::/48", "2001:2::fe", "2001:2::fd"},
+	} {
+		p := netip.MustParsePrefix(r.dst)
+		route := func(via string) *netlink.Route {
+			return &netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
+				Gw: netip.MustParseAddr(via).AsSlice()}
+		}
+		routeIs := func(ev lb.NetEvent) bool {
+			return ev.Kind == lb.NetRouteChanged && ev.Prefix == p && ev.Ifindex == idx && ev.Ifname == name
+		}
+		for _, op := range []struct {
+			name string
+			do   func(*netlink.Route) error
+			via  string
+		}{{"added", netlink.RouteAdd, r.via}, {"moved to another router", netlink.RouteReplace, r.other}, {"removed", netlink.RouteDel, r.other}} {
+			if err := op.do(route(op.via)); err != nil {
+				t.Fatalf("route to %s %s: %v", r.dst, op.name, err)
+			}
+			watchFor(t, ch, "route to "+r.dst+" "+op.name, routeIs)
+		}
+	}
+
 	p := netip.MustParsePrefix("198.18.0.1/24")
 	if err := netlink.AddrDel(l, &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
 		t.Fatal(err)
@@ -328,6 +354,7 @@ func TestNetEventString(t *testing.T) {
 		"neighbour changed 198.18.0.9 on 3: 02:00:00:00:00:09": {Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: netip.MustParseAddr("198.18.0.9"), MAC: mac(9)},
 		"neighbour changed 198.18.0.9 on 3: none":              {Kind: lb.NetNeighborChanged, Ifindex: 3, Addr: netip.MustParseAddr("198.18.0.9")},
 		"resync": {Kind: lb.NetResync},
+		"route changed 198.18.5.0/24 on dlbh0 (3)": {Kind: lb.NetRouteChanged, Ifindex: 3, Ifname: "dlbh0", Prefix: netip.MustParsePrefix("198.18.5.0/24")},
 	} {
 		if got := want.String(); got != ev {
 			t.Errorf("%q, want %q", got, ev)
