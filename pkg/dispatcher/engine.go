@@ -521,6 +521,8 @@ func (e *Engine) Run(ctx context.Context) {
 				continue
 			}
 			e.onNetEvent(ev)
+		case now := <-e.exec.routes.due:
+			e.tellRoutesMoved(now)
 		case <-reprobe:
 			e.reprobeRound()
 		case <-e.health.Ready():

@@ -49,6 +49,8 @@ type fakeDatapath struct {
 	// them); hopPasses counts ForgetHopsTo calls.
 	hops      []movedHop
 	hopPasses int
+	// routeTells counts RoutesChanged calls.
+	routeTells int
 	// occupied refuses Attach as the kernel does when the interface
 	// runs another XDP program; described is what DescribeXDP adds to
 	// it (name, link, executor).
@@ -149,6 +151,22 @@ func (f *fakeDatapath) ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr
 	n := len(f.hops)
 	f.hops = slices.DeleteFunc(f.hops, func(h movedHop) bool { return stale(h.ifindex, h.mac[:]) })
 	return n - len(f.hops), nil
+}
+
+// RoutesChanged is the real datapath's having every cached client hop
+// looked up again.
+func (f *fakeDatapath) RoutesChanged() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routeTells++
+	return nil
+}
+
+// routesTold returns how many times RoutesChanged was called.
+func (f *fakeDatapath) routesTold() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.routeTells
 }
 
 // cachedHops returns the hops NAT entries still cache, and how many

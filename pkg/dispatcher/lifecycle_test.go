@@ -704,6 +704,93 @@ func TestNeighborMACMovedNATHops(t *testing.T) {
 	}
 }
 
+// A route change (a client's router replaced by another, a routing
+// daemon's update) has every NAT connection that routes its replies look
+// its hop up again: the executor is told at once, of a burst's others
+// once, routeMovesGap later; a resync of the network watch may hide route
+// changes and tells it too. Without NAT ports that route their replies
+// (none, or a client gateway), it is not told.
+func TestRouteChangedNATHops(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	route := lb.NetEvent{Kind: lb.NetRouteChanged, Ifindex: 2, Ifname: "eth0", Prefix: netip.MustParsePrefix("198.18.5.0/24")}
+	quietFor := func(what string, want int) {
+		t.Helper()
+		time.Sleep(routeMovesGap + 100*time.Millisecond)
+		if n := h.dp.routesTold(); n != want {
+			t.Errorf("%s: told %d times, want %d", what, n, want)
+		}
+	}
+
+	h.nif.events <- route
+	quietFor("without NAT", 0)
+
+	h.mustApply(natPortOps()...)
+	h.nif.events <- route
+	eventually(t, "told", func() bool { return h.dp.routesTold() == 1 })
+	for range 3 {
+		h.nif.events <- route
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := h.dp.routesTold(); n != 1 {
+		t.Errorf("a burst within %v: told %d times, want 1 so far", routeMovesGap, n)
+	}
+	eventually(t, "the burst told once, at the gap's end", func() bool { return h.dp.routesTold() == 2 })
+	quietFor("after the burst", 2)
+
+	h.nif.events <- lb.NetEvent{Kind: lb.NetResync}
+	eventually(t, "told at a resync", func() bool { return h.dp.routesTold() == 3 })
+
+	// A client gateway: replies no longer take hops from the routing table.
+	gw := op("executor", "set", "")
+	gw.Params = append(gw.Params, config.P("clientgateway", "198.18.0.1"))
+	h.nif.setMAC(netip.MustParseAddr("198.18.0.1"), net.HardwareAddr{2, 0, 0, 0, 0, 1})
+	h.mustApply(gw)
+	h.nif.events <- route
+	quietFor("with a client gateway", 3)
+}
+
+// routesMoved tells the executor at once when it was last told
+// routeMovesGap ago or never (from any clock: a clock near zero), and
+// otherwise sets one wait for the gap's end, whatever the changes meanwhile.
+func TestRoutesMovedGap(t *testing.T) {
+	dp := &fakeDatapath{}
+	e := &Engine{log: slog.New(slog.DiscardHandler), exec: newExecutor()}
+	e.exec.dp = dp
+	t0 := time.Unix(0, 0) // a clock near zero
+	steps := []struct {
+		name string
+		at   time.Duration
+		told int  // times told after it
+		wait bool // a wait set
+	}{
+		{"first change: at once", 0, 1, false},
+		{"100 ms later: waits", 100 * time.Millisecond, 1, true},
+		{"another meanwhile: the same wait", 200 * time.Millisecond, 1, true},
+	}
+	for _, st := range steps {
+		e.routesMoved(t0.Add(st.at))
+		if n := dp.routesTold(); n != st.told || (e.exec.routes.due != nil) != st.wait {
+			t.Errorf("%s: told %d times, waiting %v; want %d, %v", st.name, n, e.exec.routes.due != nil, st.told, st.wait)
+		}
+	}
+	first := e.exec.routes.due
+	e.tellRoutesMoved(t0.Add(routeMovesGap))
+	if n := dp.routesTold(); n != 2 || e.exec.routes.due != nil || first == nil {
+		t.Errorf("at the gap's end: told %d times, waiting %v", n, e.exec.routes.due != nil)
+	}
+	e.routesMoved(t0.Add(2 * routeMovesGap))
+	if n := dp.routesTold(); n != 3 {
+		t.Errorf("a gap after the last: told %d times, want 3", n)
+	}
+	e.exec.dp = nil // the executor stopped meanwhile
+	e.exec.routes.due = first
+	e.tellRoutesMoved(t0.Add(3 * routeMovesGap))
+	if e.exec.routes.due != nil {
+		t.Error("a wait left without an executor")
+	}
+}
+
 // movedHops watches a MAC for movedHopWatch, passes at most once per
 // movedHopGap but at the sweep, from any clock: a zero time of the last
 // pass (none yet) is long enough ago.

@@ -31,7 +31,10 @@ import (
 //   - a next hop's MAC changed: the ports behind it are rewritten at once;
 //   - any neighbour's MAC changed or went: the NAT connections whose
 //     replies go to its old MAC (a hop from the routing table) look their
-//     hop up again (movedHops).
+//     hop up again (movedHops);
+//   - a route changed (a client's router replaced by another, a routing
+//     daemon's update): every NAT connection whose replies take their hop
+//     from the routing table looks it up again, once (routeMoves).
 //
 // A MAC that changes without the kernel hearing of it (a host that does
 // not announce its new MAC) is found by verifying every next hop's MAC by
@@ -74,7 +77,7 @@ drain:
 	}
 	cfg := e.ed.Config()
 	ex := cfg.Executor
-	var attachment, resync, rehop bool
+	var attachment, resync, rehop, routes bool
 	// NAT replies routed by the executor cache hops that a neighbour's
 	// MAC change makes stale.
 	routedNAT := e.exec.dp != nil && (len(routedNATPorts(cfg, false)) > 0 || len(routedNATPorts(cfg, true)) > 0)
@@ -126,6 +129,8 @@ drain:
 			case hopRefresh:
 				refresh = append(refresh, ev.Addr)
 			}
+		case lb.NetRouteChanged:
+			routes = true
 		case lb.NetResync:
 			resync = true
 		}
@@ -139,6 +144,7 @@ drain:
 			}
 		}
 		rehop = true
+		routes = true
 	}
 	if rehop {
 		refresh = append(refresh, e.net.allHops(cfg)...)
@@ -158,6 +164,9 @@ drain:
 		e.applyHops(cfg, slices.Collect(maps.Keys(changed)))
 	}
 	e.forgetMovedHops(false)
+	if routes && routedNAT {
+		e.routesMoved(time.Now())
+	}
 }
 
 // followsHop reports whether a is a next hop of cfg: a server's, a
@@ -380,10 +389,59 @@ func (e *Engine) reattachFailed(link lb.Link, err error) {
 
 // hopForgetter is a Datapath whose NAT entries cache next hops towards
 // clients (package datapath's does): ForgetStaleHops clears those through
-// an interface that is gone, ForgetHopsTo those stale says are.
+// an interface that is gone, ForgetHopsTo those stale says are, and
+// RoutesChanged has every one looked up again.
 type hopForgetter interface {
 	ForgetStaleHops() (int, error)
 	ForgetHopsTo(stale func(ifindex int, mac net.HardwareAddr) bool) (int, error)
+	RoutesChanged() error
+}
+
+// routeMoves coalesces the route changes the executor is told of (each
+// has every NAT connection that routes its replies look its hop up again
+// at its next reply): the first at once, those of the next routeMovesGap
+// together at its end. A routing daemon's churn (a BGP feed) then costs a
+// connection one routing-table lookup per routeMovesGap at most.
+type routeMoves struct {
+	// told is when the executor was last told.
+	told time.Time
+	// due fires when the changes waiting are to be told; nil when none
+	// wait.
+	due <-chan time.Time
+}
+
+// routeMovesGap is the least time between two route changes told to the
+// executor.
+const routeMovesGap = 250 * time.Millisecond
+
+// routesMoved tells the executor that routes changed, at once or, within
+// routeMovesGap of the last time, at its end (the engine's loop waits for
+// e.exec.routes.due).
+func (e *Engine) routesMoved(now time.Time) {
+	r := &e.exec.routes
+	if r.due != nil {
+		return
+	}
+	if wait := routeMovesGap - now.Sub(r.told); wait > 0 {
+		r.due = time.After(wait)
+		return
+	}
+	e.tellRoutesMoved(now)
+}
+
+// tellRoutesMoved tells the executor, if one runs, that routes changed.
+func (e *Engine) tellRoutesMoved(now time.Time) {
+	e.exec.routes.due = nil
+	hf, ok := e.exec.dp.(hopForgetter)
+	if !ok {
+		return
+	}
+	e.exec.routes.told = now
+	if err := hf.RoutesChanged(); err != nil {
+		e.log.Warn("having the NAT next hops towards clients looked up again after a route change", "err", err)
+		return
+	}
+	e.log.Debug("routes changed: NAT replies look their next hop up again")
 }
 
 // forgetStaleHops clears the next hops NAT entries cached through an

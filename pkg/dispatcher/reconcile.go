@@ -36,6 +36,9 @@ type executor struct {
 	// moved are the neighbours' MACs that changed lately, whose cached
 	// NAT hops are cleared (netevents.go).
 	moved movedHops
+	// routes coalesces the route changes told to the executor
+	// (netevents.go).
+	routes routeMoves
 }
 
 func newExecutor() executor {
