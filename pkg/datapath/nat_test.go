@@ -562,69 +562,85 @@ func TestPrivilegedNATHopCheckedAtACK(t *testing.T) {
 // client moved to another router, or back.
 func TestPrivilegedNATHopFollowsRoutes(t *testing.T) {
 	e, link, clientMAC := newRoutedEnv(t)
-	router, routerMAC := netip.MustParseAddr("198.18.1.254"), mac(0x66)
-	if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: e.dummy, State: netlink.NUD_PERMANENT, IP: router.AsSlice(), HardwareAddr: routerMAC}); err != nil {
-		t.Fatal(err)
-	}
-	viaRouter := &netlink.Route{LinkIndex: e.dummy, Dst: &net.IPNet{IP: clientAddr.AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: router.AsSlice()}
-	addRoute := func() {
-		if err := netlink.RouteAdd(viaRouter); err != nil {
-			t.Fatal(err)
-		}
-	}
-	delRoute := func() {
-		if err := netlink.RouteDel(viaRouter); err != nil {
-			t.Fatal(err)
-		}
-	}
-	changed := func() {
-		if err := e.dp.RoutesChanged(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const sport = 3400
-	port := natPort(key(vipNAT, 80, sport, 6), 0, 1024, 65535)
-	fromServer := func(flags string) []byte {
-		return testutil.Frame{Src: natServer, Dst: retAddr, Proto: "tcp", SrcPort: 8080, DstPort: port, Flags: flags, Payload: []byte("srv")}.Build(t)
-	}
-	steps := []struct {
-		name   string
-		before []func() // done before the frame is sent
-		in     []byte
-		ackOn  int              // the frame's ingress interface; 0: loopback
-		to     net.HardwareAddr // the destination MAC of a redirected frame
-		fibs   uint64
+	routerMAC := mac(0x66)
+	// No subtests: the packets must run on this goroutine's thread, in
+	// the test's network namespace, whose routes the lookups read.
+	for _, fam := range []struct {
+		name                         string
+		client, vip, server, ret, gw netip.Addr
+		family                       int
 	}{
-		{"SYN", nil, tcpTo(vipNAT, 80, sport, "S").Build(t), 0, nil, 0},
-		{"SYN-ACK: looked up", nil, fromServer("SA"), 0, clientMAC, 1},
-		{"route moved, not said: SYN-ACK cached", []func(){addRoute}, fromServer("SA"), 0, clientMAC, 0},
-		{"routes changed: SYN-ACK looked up again", []func(){changed}, fromServer("SA"), 0, routerMAC, 1},
-		{"ACK: promoted with its hop", nil, tcpTo(vipNAT, 80, sport, "A").Build(t), e.dummy, nil, 0},
-		{"reply: the hop promoted", nil, fromServer("PA"), 0, routerMAC, 0},
-		{"route moved back, said: reply looked up again", []func(){delRoute, changed}, fromServer("PA"), 0, clientMAC, 1},
-		{"reply: cached again", nil, fromServer("PA"), 0, clientMAC, 0},
-		{"routes said changed, unchanged: looked up once", []func(){changed}, fromServer("PA"), 0, clientMAC, 1},
-	}
-	for _, st := range steps {
-		for _, f := range st.before {
-			f()
+		{"IPv4", clientAddr, vipNAT, natServer, retAddr, netip.MustParseAddr("198.18.1.254"), netlink.FAMILY_V4},
+		{"IPv6", client6, vip6NAT, nat6Server, ret6, netip.MustParseAddr("2001:2:0:1::fe"), netlink.FAMILY_V6},
+	} {
+		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: e.dummy, Family: fam.family, State: netlink.NUD_PERMANENT,
+			IP: fam.gw.AsSlice(), HardwareAddr: routerMAC}); err != nil {
+			t.Fatal(err)
 		}
-		before := e.stats(t)
-		var v uint32
-		var out []byte
-		if st.ackOn != 0 {
-			v = e.runOn(t, st.in, st.ackOn)
-		} else {
-			v, out = e.run(t, st.in)
+		bits := fam.client.BitLen()
+		viaRouter := &netlink.Route{LinkIndex: e.dummy, Dst: &net.IPNet{IP: fam.client.AsSlice(), Mask: net.CIDRMask(bits, bits)}, Gw: fam.gw.AsSlice()}
+		addRoute := func() {
+			if err := netlink.RouteAdd(viaRouter); err != nil {
+				t.Fatal(err)
+			}
 		}
-		switch {
-		case st.to == nil && v != xdpTX && v != xdpRedirect:
-			t.Fatalf("%s: verdict %d", st.name, v)
-		case st.to != nil && (v != xdpRedirect || !bytes.Equal(out[0:6], st.to) || !bytes.Equal(out[6:12], link.Attrs().HardwareAddr)):
-			t.Fatalf("%s: verdict %d to %x, want a redirect to %s", st.name, v, out[0:6], st.to)
+		delRoute := func() {
+			if err := netlink.RouteDel(viaRouter); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if d := e.stats(t).Events["fib_lookup"] - before.Events["fib_lookup"]; d != st.fibs {
-			t.Errorf("%s: fib lookups +%d, want +%d", st.name, d, st.fibs)
+		changed := func() {
+			if err := e.dp.RoutesChanged(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const sport = 3400
+		fromClient := func(flags string) []byte {
+			return testutil.Frame{Src: fam.client, Dst: fam.vip, Proto: "tcp", SrcPort: sport, DstPort: 80, Flags: flags, Payload: []byte("dlb")}.Build(t)
+		}
+		port := natPort(FlowKey{Src: fam.client, Dst: fam.vip, SrcPort: sport, DstPort: 80, Proto: 6}, 0, 1024, 65535)
+		fromServer := func(flags string) []byte {
+			return testutil.Frame{Src: fam.server, Dst: fam.ret, Proto: "tcp", SrcPort: 8080, DstPort: port, Flags: flags, Payload: []byte("srv")}.Build(t)
+		}
+		steps := []struct {
+			name   string
+			before []func() // done before the frame is sent
+			in     []byte
+			ackOn  int              // the frame's ingress interface; 0: loopback
+			to     net.HardwareAddr // the destination MAC of a redirected frame
+			fibs   uint64
+		}{
+			{"SYN", nil, fromClient("S"), 0, nil, 0},
+			{"SYN-ACK: looked up", nil, fromServer("SA"), 0, clientMAC, 1},
+			{"route moved, not said: SYN-ACK cached", []func(){addRoute}, fromServer("SA"), 0, clientMAC, 0},
+			{"routes changed: SYN-ACK looked up again", []func(){changed}, fromServer("SA"), 0, routerMAC, 1},
+			{"ACK: promoted with its hop", nil, fromClient("A"), e.dummy, nil, 0},
+			{"reply: the hop promoted", nil, fromServer("PA"), 0, routerMAC, 0},
+			{"route moved back, said: reply looked up again", []func(){delRoute, changed}, fromServer("PA"), 0, clientMAC, 1},
+			{"reply: cached again", nil, fromServer("PA"), 0, clientMAC, 0},
+			{"routes said changed, unchanged: looked up once", []func(){changed}, fromServer("PA"), 0, clientMAC, 1},
+		}
+		for _, st := range steps {
+			for _, f := range st.before {
+				f()
+			}
+			before := e.stats(t)
+			var v uint32
+			var out []byte
+			if st.ackOn != 0 {
+				v = e.runOn(t, st.in, st.ackOn)
+			} else {
+				v, out = e.run(t, st.in)
+			}
+			switch {
+			case st.to == nil && v != xdpTX && v != xdpRedirect:
+				t.Fatalf("%s: %s: verdict %d", fam.name, st.name, v)
+			case st.to != nil && (v != xdpRedirect || !bytes.Equal(out[0:6], st.to) || !bytes.Equal(out[6:12], link.Attrs().HardwareAddr)):
+				t.Fatalf("%s: %s: verdict %d to %x, want a redirect to %s", fam.name, st.name, v, out[0:6], st.to)
+			}
+			if d := e.stats(t).Events["fib_lookup"] - before.Events["fib_lookup"]; d != st.fibs {
+				t.Errorf("%s: %s: fib lookups +%d, want +%d", fam.name, st.name, d, st.fibs)
+			}
 		}
 	}
 }

@@ -99,45 +99,74 @@ func (l *lab) startNAT(v6 bool, servers int) (vip string) {
 	return vip
 }
 
-// TestPrivilegedE2ENATClientMACChange: a NAT client whose MAC changes (a
-// NIC replaced, a VM moved; the same as a router replaced, or a VRRP
-// backup taking over with a MAC of its own) keeps its established
-// connections. The executor caches the next hop each NAT connection's
-// replies take (from the routing table: no client gateway here), and
-// dlbd clears those cached to the old MAC once the kernel hears of the
-// new one (here from the client's ARP request for the cluster address).
-// Before, the replies went on to the old MAC, which no one answers.
-func TestPrivilegedE2ENATClientMACChange(t *testing.T) {
+// TestPrivilegedE2ENATClientMoves: a NAT client keeps its established
+// connections when the way to it changes. The executor caches the next hop
+// each NAT connection's replies take (from the routing table: no client
+// gateway here), and dlbd has it looked up again
+//
+//   - when the client's MAC changes (a NIC replaced, a VM moved; the same
+//     as a router replaced, or a VRRP backup taking over with a MAC of its
+//     own): once the kernel hears of the new one (here from the client's
+//     ARP request for the cluster address), the hops cached to the old MAC
+//     are cleared;
+//   - when the route to the client moves to another router (here the
+//     dispatcher's route to client 1 moves from client 2, which forwards
+//     for it, to the lab's router; then client 2 stops forwarding, as a
+//     failed router would): every cached hop is looked up again.
+//
+// Before each, the replies went on to the old MAC or router, which no
+// longer delivers them.
+func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 	parallel(t)
-	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1")
+	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "2")
 	l.startDlbd()
 	l.startNAT(false, 2)
 	const conns = 40
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	held := l.holdConnections(ctx, conns, 5*time.Second)
-	time.Sleep(time.Second) // replies on every connection, their hops cached
-
-	const newMAC = "02:dd:00:00:00:99"
 	client, ifname := l.env["LAB_C1_ADDR"], l.env["LAB_IF"]
-	for _, args := range [][]string{
-		{"ip", "link", "set", "dev", ifname, "address", newMAC},
-		// The client asks for the cluster address's MAC again, and the
-		// dispatcher's kernel learns the new one from the request.
-		{"ip", "neigh", "flush", "dev", ifname},
-	} {
-		if out, err := l.inNS("c1", args...); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
+	run := func(t *testing.T, role string, args ...string) {
+		t.Helper()
+		if out, err := l.inNS(role, args...); err != nil {
+			t.Fatalf("in %s: %v: %v\n%s", role, args, err, out)
 		}
 	}
-	took := waitFor(t, 5*time.Second, "the dispatcher to learn the client's new MAC", func() bool {
-		out, _ := l.inNS("d", "ip", "neigh", "show", client, "dev", ifname)
-		return strings.Contains(out, newMAC)
+
+	t.Run("MACChanged", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		held := l.holdConnections(ctx, conns, 5*time.Second)
+		time.Sleep(time.Second) // replies on every connection, their hops cached
+		const newMAC = "02:dd:00:00:00:99"
+		run(t, "c1", "ip", "link", "set", "dev", ifname, "address", newMAC)
+		// The client asks for the cluster address's MAC again, and the
+		// dispatcher's kernel learns the new one from the request.
+		run(t, "c1", "ip", "neigh", "flush", "dev", ifname)
+		took := waitFor(t, 5*time.Second, "the dispatcher to learn the client's new MAC", func() bool {
+			out, _ := l.inNS("d", "ip", "neigh", "show", client, "dev", ifname)
+			return strings.Contains(out, newMAC)
+		})
+		t.Logf("the dispatcher learnt the client's new MAC %v after the change", took.Round(time.Millisecond))
+		checkHeld(t, held, conns)
 	})
-	t.Logf("the dispatcher learnt the client's new MAC %v after the change", took.Round(time.Millisecond))
-	checkHeld(t, held, conns)
+
+	t.Run("RouteMoved", func(t *testing.T) {
+		router1, router2 := l.env["LAB_C2_ADDR"], l.env["LAB_ROUTER_ADDR"]
+		// Client 2 forwards for client 1; neither router tells the
+		// dispatcher of the shorter way (an ICMP redirect).
+		for _, role := range []string{"c2", "r"} {
+			run(t, role, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf."+ifname+".send_redirects=0")
+		}
+		run(t, "d", "ip", "route", "add", client+"/32", "via", router1, "dev", ifname)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		held := l.holdConnections(ctx, conns, 5*time.Second)
+		time.Sleep(time.Second) // replies on every connection, their hops cached
+		run(t, "d", "ip", "route", "replace", client+"/32", "via", router2, "dev", ifname)
+		run(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=0")
+		checkHeld(t, held, conns)
+	})
+
 	if r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10"); r.OK != 200 {
-		t.Errorf("new connections after the change: %d of 200 answered: %v", r.OK, r.Errors)
+		t.Errorf("new connections after the changes: %d of 200 answered: %v", r.OK, r.Errors)
 	}
 }
 
