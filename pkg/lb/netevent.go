@@ -32,14 +32,13 @@ const (
 	// differences. A consumer that keeps its own state may re-read it
 	// instead.
 	NetResync
-	// NetRouteChanged: a route (to Prefix, through Ifindex; 0 for a route
-	// of several next hops or none) was added, replaced or removed, in
-	// any routing table.
+	// NetRouteChanged: routes were added, replaced or removed, in any
+	// routing table; one event for many (which, it does not say).
 	NetRouteChanged
 )
 
 var netEventNames = [...]string{"", "link added", "link removed", "link up", "link down",
-	"address added", "address removed", "neighbour changed", "resync", "route changed"}
+	"address added", "address removed", "neighbour changed", "resync", "routes changed"}
 
 // String names the kind ("link added").
 func (k NetEventKind) String() string {
@@ -56,8 +55,7 @@ type NetEvent struct {
 	// interface that is gone before its name was known).
 	Ifindex int
 	Ifname  string
-	// Prefix is the address of address events, with its prefix length,
-	// and the destination of route events.
+	// Prefix is the address of address events, with its prefix length.
 	Prefix netip.Prefix
 	// Addr and MAC are the neighbour and its MAC of neighbour events;
 	// OldMAC is the MAC it had before (nil: none usable).
@@ -70,7 +68,7 @@ type NetEvent struct {
 // changed 198.18.0.9 on 3: 02:00:00:00:00:09".
 func (e NetEvent) String() string {
 	switch e.Kind {
-	case NetAddressAdded, NetAddressRemoved, NetRouteChanged:
+	case NetAddressAdded, NetAddressRemoved:
 		return fmt.Sprintf("%s %s on %s (%d)", e.Kind, e.Prefix, e.Ifname, e.Ifindex)
 	case NetNeighborChanged:
 		mac := "none"
@@ -78,7 +76,7 @@ func (e NetEvent) String() string {
 			mac = e.MAC.String()
 		}
 		return fmt.Sprintf("%s %s on %d: %s", e.Kind, e.Addr, e.Ifindex, mac)
-	case NetResync:
+	case NetResync, NetRouteChanged:
 		return e.Kind.String()
 	}
 	return fmt.Sprintf("%s %s (%d)", e.Kind, e.Ifname, e.Ifindex)

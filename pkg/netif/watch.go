@@ -38,9 +38,11 @@ const resubscribeDelay = time.Second
 //   - an address added to or removed from an interface;
 //   - the MAC of a unicast neighbour (IPv4 or IPv6) changed, appeared or
 //     stopped being usable (failed, deleted);
-//   - a route added, replaced or removed, in any table (not the routes the
-//     kernel clones for its own cache). Routes are not kept: each
-//     message is reported, even one that changes nothing.
+//   - routes added, replaced or removed, in any table (not the routes the
+//     kernel clones for its own cache): one NetRouteChanged for the
+//     messages read together (a routing daemon loading a table sends
+//     thousands), which are not kept or compared: a message that changes
+//     nothing is a change.
 //
 // When the kernel drops events (a consumer too slow, a burst larger than
 // the socket's buffer), Watch subscribes again, re-reads the state and
@@ -91,7 +93,7 @@ type watcher struct {
 	links  chan netlink.LinkUpdate
 	addrs  chan netlink.AddrUpdate
 	neighs chan netlink.NeighUpdate
-	routes chan netlink.RouteUpdate
+	routes <-chan struct{}
 }
 
 func (w *watcher) close() {
@@ -105,7 +107,6 @@ func (w *watcher) subscribe() error {
 	links := make(chan netlink.LinkUpdate, 64)
 	addrs := make(chan netlink.AddrUpdate, 64)
 	neighs := make(chan netlink.NeighUpdate, 64)
-	routes := make(chan netlink.RouteUpdate, 64)
 	// A subscription that opened closes its channel when done closes; one
 	// that did not never will, so its channel is closed here.
 	fail := func(what string, err error, unopened ...func()) error {
@@ -116,11 +117,9 @@ func (w *watcher) subscribe() error {
 		drain(links)
 		drain(addrs)
 		drain(neighs)
-		drain(routes)
 		return fmt.Errorf("subscribing to %s changes: %w", what, err)
 	}
 	closeLinks, closeAddrs, closeNeighs := func() { close(links) }, func() { close(addrs) }, func() { close(neighs) }
-	closeRoutes := func() { close(routes) }
 	// The subscriptions are opened again, after the kernel dropped
 	// events, from whichever thread runs the watcher then. The netlink
 	// package enters the namespace it is given (setns) for every socket,
@@ -137,16 +136,17 @@ func (w *watcher) subscribe() error {
 		cur.Close()
 	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("interface", err, closeLinks, closeAddrs, closeNeighs, closeRoutes)
+		return fail("interface", err, closeLinks, closeAddrs, closeNeighs)
 	}
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("address", err, closeAddrs, closeNeighs, closeRoutes)
+		return fail("address", err, closeAddrs, closeNeighs)
 	}
 	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("neighbour", err, closeNeighs, closeRoutes)
+		return fail("neighbour", err, closeNeighs)
 	}
-	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: &ns}); err != nil {
-		return fail("route", err, closeRoutes)
+	routes, err := subscribeRoutes(ns, done)
+	if err != nil {
+		return fail("route", err)
 	}
 	w.done, w.links, w.addrs, w.neighs, w.routes = done, links, addrs, neighs, routes
 	return nil
@@ -203,10 +203,10 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				evs = w.state.setNeigh(u.LinkIndex, a, mac)
 			}
-		case u, open := <-w.routes:
+		case _, open := <-w.routes:
 			ok = open
-			if ev, valid := routeEvent(u); open && valid {
-				evs = []lb.NetEvent{ev}
+			if open {
+				evs = []lb.NetEvent{{Kind: lb.NetRouteChanged}}
 			}
 		}
 		if !ok {
@@ -215,7 +215,7 @@ func (w *watcher) run(ctx context.Context) {
 			evs = w.resync(ctx)
 		}
 		for _, ev := range evs {
-			if ev.Kind != lb.NetResync && ev.Ifname == "" {
+			if ev.Kind != lb.NetResync && ev.Kind != lb.NetRouteChanged && ev.Ifname == "" {
 				ev.Ifname = w.name(ev.Ifindex)
 			}
 			select {
@@ -303,30 +303,6 @@ func prefixOf(n net.IPNet) (netip.Prefix, bool) {
 	}
 	bits, _ := n.Mask.Size()
 	return netip.PrefixFrom(a.Unmap(), bits), true
-}
-
-// routeEvent is the event of a route message: not one of the routes the
-// kernel clones for its cache (IPv6 exceptions), nor of another family.
-// A route without a destination is its family's default route.
-func routeEvent(u netlink.RouteUpdate) (lb.NetEvent, bool) {
-	if u.Flags&unix.RTM_F_CLONED != 0 || (u.Type != unix.RTM_NEWROUTE && u.Type != unix.RTM_DELROUTE) {
-		return lb.NetEvent{}, false
-	}
-	var p netip.Prefix
-	switch {
-	case u.Dst != nil:
-		var ok bool
-		if p, ok = prefixOf(*u.Dst); !ok {
-			return lb.NetEvent{}, false
-		}
-	case u.Family == netlink.FAMILY_V4:
-		p = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-	case u.Family == netlink.FAMILY_V6:
-		p = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-	default:
-		return lb.NetEvent{}, false
-	}
-	return lb.NetEvent{Kind: lb.NetRouteChanged, Ifindex: u.LinkIndex, Prefix: p}, true
 }
 
 // neighAddr returns a neighbour entry's address if it is a unicast IPv4
