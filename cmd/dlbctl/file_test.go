@@ -418,11 +418,12 @@ func (fakeNetif) DelAddress(string, netip.Addr) error         { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
 	return nil, errors.New("no watch in this fake")
 }
-func (fakeNetif) Reprobe(int, []netip.Addr, time.Duration) error { return nil }
-func (fakeNetif) ForgetNeighbors([]netip.Addr) error             { return nil }
-func (fakeNetif) Forwarding(string, bool) (bool, error)          { return true, nil }
-func (fakeNetif) GRO(int) (string, bool, error)                  { return "eth0", false, nil }
-func (fakeNetif) HoldsAddress(netip.Addr) (bool, error)          { return true, nil }
+func (fakeNetif) Reprobe(int, []netip.Addr, time.Duration) error              { return nil }
+func (fakeNetif) ForgetNeighbors([]netip.Addr) error                          { return nil }
+func (fakeNetif) NeighborsAt([]lb.NATHop) (map[lb.NATHop][]netip.Addr, error) { return nil, nil }
+func (fakeNetif) Forwarding(string, bool) (bool, error)                       { return true, nil }
+func (fakeNetif) GRO(int) (string, bool, error)                               { return "eth0", false, nil }
+func (fakeNetif) HoldsAddress(netip.Addr) (bool, error)                       { return true, nil }
 
 // realDaemon runs dispatcher's engine over the fakes and serves it.
 func realDaemon(t *testing.T) string {

@@ -553,6 +553,16 @@ func TestPrivilegedNATHopCheckedAtACK(t *testing.T) {
 			}
 		}
 	}
+	// The sweep counts the connections that cache each hop: dlbd verifies
+	// the MACs of the neighbours they name.
+	res, err := e.dp.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[lb.NATHop]int{{Ifindex: e.dummy, MAC: [6]byte(clientMAC)}: len(cases)}
+	if !maps.Equal(res.NATHops, want) {
+		t.Errorf("swept NAT hops %v, want %v", res.NATHops, want)
+	}
 }
 
 // TestPrivilegedNATHopFollowsRoutes: a NAT connection's next hop towards

@@ -367,6 +367,7 @@ func (d *Datapath) sweep(now uint64) (lb.SweepResult, error) {
 			AffinityServices: map[uint32]uint64{},
 			AffinityBackends: map[uint32]uint64{},
 			ReturnPools:      map[netip.Addr]lb.DataplanePoolUse{},
+			NATHops:          map[lb.NATHop]int{},
 		},
 		swept:   map[uint32]uint64{},
 		seen:    map[dispatcherAffinityKey]uint64{},
@@ -499,7 +500,13 @@ func (s *sweeper) pool(addr [16]uint8, family uint8) (netip.Addr, lb.DataplanePo
 // are, closing when either saw FIN or RST.
 func (s *sweeper) nat() error {
 	revs := map[dispatcherNatKey]dispatcherNatRev{}
-	if err := s.d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) { revs[k] = r }); err != nil {
+	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+	if err := s.d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) {
+		revs[k] = r
+		if r.Flags&cached != 0 {
+			s.res.NATHops[lb.NATHop{Ifindex: int(r.Hop.Ifindex), MAC: r.Hop.Mac}]++
+		}
+	}); err != nil {
 		return fmt.Errorf("reading nat_ports: %w", err)
 	}
 	type pair struct {

@@ -109,6 +109,9 @@ type Netif interface {
 	// the neighbour entries Neighbors made for addrs.
 	Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error
 	ForgetNeighbors(addrs []netip.Addr) error
+	// NeighborsAt returns the addresses of the neighbours that have one
+	// of hops' MACs on its interface, per hop.
+	NeighborsAt(hops []lb.NATHop) (map[lb.NATHop][]netip.Addr, error)
 	// Forwarding reports whether an interface forwards IPv4 (ipv6: IPv6)
 	// packets.
 	Forwarding(ifname string, ipv6 bool) (bool, error)

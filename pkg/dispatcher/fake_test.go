@@ -357,6 +357,8 @@ type fakeNetif struct {
 	// verified.
 	entries             map[netip.Addr]bool
 	forgotten, reprobed []netip.Addr
+	// natNeighbors is what NeighborsAt finds.
+	natNeighbors map[lb.NATHop][]netip.Addr
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
 	// held are the host's own addresses besides those AddAddress put on
@@ -466,6 +468,19 @@ func (n *fakeNetif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration
 	defer n.mu.Unlock()
 	n.reprobed = append(n.reprobed, addrs...)
 	return nil
+}
+
+// NeighborsAt returns the neighbours natNeighbors lists for hops.
+func (n *fakeNetif) NeighborsAt(hops []lb.NATHop) (map[lb.NATHop][]netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[lb.NATHop][]netip.Addr{}
+	for _, h := range hops {
+		if addrs, ok := n.natNeighbors[h]; ok {
+			out[h] = slices.Clone(addrs)
+		}
+	}
+	return out, nil
 }
 
 func (n *fakeNetif) ForgetNeighbors(addrs []netip.Addr) error {

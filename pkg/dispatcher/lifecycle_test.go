@@ -505,6 +505,64 @@ func TestReprobeRounds(t *testing.T) {
 	}
 }
 
+// The neighbours NAT replies go to (the MACs NAT entries cache, found at
+// each sweep) are verified in turn with the configured next hops, a batch
+// a round each; none once no entry caches a hop.
+func TestReprobeNATHops(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		o.TickInterval, o.ReprobeInterval, o.ReprobeBatch = time.Hour, -1, 2
+	})
+	base(h)
+	router, client, other := netip.MustParseAddr("198.18.0.254"), netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("198.18.0.12")
+	rh, ch := lb.NATHop{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0xfe}}, lb.NATHop{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0x0b}}
+	h.nif.mu.Lock()
+	h.nif.natNeighbors = map[lb.NATHop][]netip.Addr{rh: {router}, ch: {client},
+		{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0x0c}}: {other}} // no entry caches it
+	h.nif.mu.Unlock()
+	rounds := func(n int) []netip.Addr {
+		t.Helper()
+		h.nif.mu.Lock()
+		h.nif.reprobed = nil
+		h.nif.mu.Unlock()
+		for range n {
+			if err := h.e.do(context.Background(), h.e.reprobeRound); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.nif.mu.Lock()
+		defer h.nif.mu.Unlock()
+		return slices.Clone(h.nif.reprobed)
+	}
+	sweep := func(hops map[lb.NATHop]int) {
+		t.Helper()
+		h.dp.mu.Lock()
+		h.dp.swept.NATHops = hops
+		h.dp.mu.Unlock()
+		if err := h.e.do(context.Background(), h.e.sweepConns); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if got := rounds(3); len(got) != 6 || slices.Contains(got, router) || slices.Contains(got, client) {
+		t.Errorf("before any sweep found NAT hops: reprobed %v, want the servers only", got)
+	}
+	sweep(map[lb.NATHop]int{rh: 3, ch: 1})
+	got := rounds(2)
+	var nat []netip.Addr
+	for _, a := range got {
+		if a == router || a == client || a == other {
+			nat = append(nat, a)
+		}
+	}
+	if want := []netip.Addr{client, router, client, router}; !slices.Equal(nat, want) {
+		t.Errorf("after the sweep: NAT neighbours reprobed %v, want %v (all reprobed: %v)", nat, want, got)
+	}
+	sweep(nil)
+	if got := rounds(2); slices.Contains(got, router) || slices.Contains(got, client) {
+		t.Errorf("no hop cached any more: reprobed %v", got)
+	}
+}
+
 // executor stop removes every pin, loaded or not, and says which.
 func TestStopRemovesPins(t *testing.T) {
 	t.Run("loaded", func(t *testing.T) {

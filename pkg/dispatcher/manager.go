@@ -337,6 +337,7 @@ func (e *Engine) sweepConns() {
 	}
 	e.exec.sweep, e.facts.sweptAt = res, time.Now()
 	e.forgetMovedHops(true)
+	e.findNATHops(res.NATHops)
 	if res.Expired > 0 {
 		e.log.Debug("swept connections", "expired", res.Expired, "left", res.Entries)
 	}

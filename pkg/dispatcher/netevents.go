@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -38,7 +39,8 @@ import (
 //
 // A MAC that changes without the kernel hearing of it (a host that does
 // not announce its new MAC) is found by verifying every next hop's MAC by
-// broadcast now and then (reprobeRound).
+// broadcast now and then (reprobeRound): the configured ones, and the
+// neighbours NAT replies go to (natHopProbes).
 
 // maxNetBurst bounds the events handled together.
 const maxNetBurst = 1024
@@ -615,19 +617,61 @@ func (e *Engine) applyHops(cfg lb.Config, changed []netip.Addr) {
 	e.checkAlerts(cfg, ports)
 }
 
+// natHopProbes are the neighbours that NAT replies go to (their MACs are
+// cached in NAT entries, found at each sweep), verified by broadcast in
+// turn like the configured next hops: a router whose MAC changed without
+// the kernel hearing of it (no gratuitous ARP, and no traffic of the
+// host's own through it) is found, and the Watch event of its new MAC has
+// the NAT entries look their hop up again (movedHops).
+type natHopProbes struct {
+	neighbors []natNeighbor
+	cursor    int
+}
+
+type natNeighbor struct {
+	ifindex int
+	addr    netip.Addr
+}
+
+// findNATHops looks up the neighbours that hops (the next hops NAT entries
+// cache, from a sweep) are the MACs of.
+func (e *Engine) findNATHops(hops map[lb.NATHop]int) {
+	p := &e.exec.natHops
+	if len(hops) == 0 {
+		p.neighbors, p.cursor = nil, 0
+		return
+	}
+	found, err := e.opts.Netif.NeighborsAt(slices.Collect(maps.Keys(hops)))
+	if err != nil {
+		e.log.Warn("finding the neighbours NAT replies go to", "err", err)
+		return
+	}
+	var ns []natNeighbor
+	for h, addrs := range found {
+		for _, a := range addrs {
+			ns = append(ns, natNeighbor{h.Ifindex, a})
+		}
+	}
+	slices.SortFunc(ns, func(a, b natNeighbor) int {
+		return cmp.Or(cmp.Compare(a.ifindex, b.ifindex), a.addr.Compare(b.addr))
+	})
+	p.neighbors = ns
+	if p.cursor >= len(ns) {
+		p.cursor = 0
+	}
+}
+
 // reprobeRound verifies, by broadcast, the MACs of the next batch of next
-// hops; the answers come back as neighbour events (onNetEvent).
+// hops, and of neighbours NAT replies go to; the answers come back as
+// neighbour events (onNetEvent).
 func (e *Engine) reprobeRound() {
 	if e.exec.dp == nil || e.exec.attach.detached != "" {
 		return
 	}
 	cfg := e.ed.Config()
 	hops := e.net.order(cfg)
-	if len(hops) == 0 {
-		return
-	}
-	n := min(len(hops), e.opts.ReprobeBatch)
 	byIf := map[int][]netip.Addr{}
+	n := min(len(hops), e.opts.ReprobeBatch)
 	for i := range n {
 		a := hops[(e.net.cursor+i)%len(hops)]
 		// Unresolved hops are being resolved already; a hop with an
@@ -636,7 +680,20 @@ func (e *Engine) reprobeRound() {
 			byIf[nb.Ifindex] = append(byIf[nb.Ifindex], a)
 		}
 	}
-	e.net.cursor = (e.net.cursor + n) % len(hops)
+	if n > 0 {
+		e.net.cursor = (e.net.cursor + n) % len(hops)
+	}
+	p := &e.exec.natHops
+	n = min(len(p.neighbors), e.opts.ReprobeBatch)
+	for i := range n {
+		nb := p.neighbors[(p.cursor+i)%len(p.neighbors)]
+		if !slices.Contains(byIf[nb.ifindex], nb.addr) {
+			byIf[nb.ifindex] = append(byIf[nb.ifindex], nb.addr)
+		}
+	}
+	if n > 0 {
+		p.cursor = (p.cursor + n) % len(p.neighbors)
+	}
 	for ifindex, list := range byIf {
 		// A hop the host's own traffic confirmed within a quarter of the
 		// interval needs no reprobe. Not within the whole interval: the

@@ -39,6 +39,9 @@ type executor struct {
 	// routes coalesces the route changes told to the executor
 	// (netevents.go).
 	routes routeMoves
+	// natHops are the neighbours NAT replies go to, as the last sweep
+	// found them, verified in turn with the next hops (reprobeRound).
+	natHops natHopProbes
 }
 
 func newExecutor() executor {

@@ -242,6 +242,16 @@ type SweepResult struct {
 	AffinityExpired int
 	// ReturnPools is the NAT port use of every return address in use.
 	ReturnPools map[netip.Addr]DataplanePoolUse
+	// NATHops counts the NAT entries that cache each next hop towards
+	// their clients (looked up in the routing table: no client gateway).
+	NATHops map[NATHop]int
+}
+
+// NATHop is a next hop NAT replies are sent to: an interface and the MAC
+// of a neighbour on it (a router, or a client on the same link).
+type NATHop struct {
+	Ifindex int
+	MAC     [6]byte
 }
 
 // DataplanePoolUse is how much of a return address's NAT port pool is in

@@ -8,12 +8,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/ndframe"
 )
 
@@ -104,6 +106,38 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NeighborsAt returns the addresses of the neighbours that have one of
+// hops' MACs on its interface, per hop: the routers (and clients on the
+// same link) that NAT replies are sent to, found by the MAC the executor
+// cached, for Reprobe to verify. Entries without a usable MAC (failed,
+// being resolved) are left out.
+func (*Netif) NeighborsAt(hops []lb.NATHop) (map[lb.NATHop][]netip.Addr, error) {
+	want := make(map[lb.NATHop]bool, len(hops))
+	for _, h := range hops {
+		want[h] = true
+	}
+	out := map[lb.NATHop][]netip.Addr{}
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		table, err := neighTable(0, family)
+		if err != nil {
+			return nil, err
+		}
+		for a, e := range table {
+			mac := usableMAC(e)
+			if mac == nil {
+				continue
+			}
+			if h := (lb.NATHop{Ifindex: e.LinkIndex, MAC: [6]byte(mac)}); want[h] {
+				out[h] = append(out[h], a)
+			}
+		}
+	}
+	for _, addrs := range out {
+		slices.SortFunc(addrs, netip.Addr.Compare)
+	}
+	return out, nil
 }
 
 // neighTable reads the neighbour table of one family on an interface (0:

@@ -3,9 +3,11 @@
 package netif
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
@@ -471,5 +474,50 @@ func TestPrivilegedHoldsAddress(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("HoldsAddress(%s) = %v, %v; want %v", addr, got, err, want)
 		}
+	}
+}
+
+// NeighborsAt finds, per interface and MAC, the neighbours that have it
+// (IPv4 and IPv6, several addresses for one MAC): the routers NAT replies
+// go to, by the MAC the executor cached. Entries without a usable MAC,
+// other MACs and other interfaces are left out.
+func TestPrivilegedNeighborsAt(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	idx := a.Attrs().Index
+	router, client := [6]byte{2, 0, 0, 0, 0, 0xfe}, [6]byte{2, 0, 0, 0, 0, 0x0b}
+	for _, n := range []struct {
+		addr  string
+		mac   [6]byte
+		state int
+	}{
+		{"198.18.0.254", router, netlink.NUD_REACHABLE},
+		{"198.18.0.253", router, netlink.NUD_STALE},
+		{"2001:2::fe", router, netlink.NUD_PERMANENT},
+		{"198.18.0.11", client, netlink.NUD_REACHABLE},
+		{"198.18.0.12", [6]byte{2, 0, 0, 0, 0, 0x0c}, netlink.NUD_REACHABLE},
+		{"198.18.0.13", client, netlink.NUD_FAILED},
+	} {
+		ip := netip.MustParseAddr(n.addr)
+		fam := netlink.FAMILY_V4
+		if ip.Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: fam, State: n.state, IP: ip.AsSlice(),
+			HardwareAddr: net.HardwareAddr(n.mac[:])}); err != nil {
+			t.Fatalf("%s: %v", n.addr, err)
+		}
+	}
+	rh, ch := lb.NATHop{Ifindex: idx, MAC: router}, lb.NATHop{Ifindex: idx, MAC: client}
+	got, err := New().NeighborsAt([]lb.NATHop{rh, ch, {Ifindex: idx + 100, MAC: router}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[lb.NATHop][]netip.Addr{
+		rh: {netip.MustParseAddr("198.18.0.253"), netip.MustParseAddr("198.18.0.254"), netip.MustParseAddr("2001:2::fe")},
+		ch: {netip.MustParseAddr("198.18.0.11")},
+	}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("neighbours %v, want %v", got, want)
 	}
 }
