@@ -112,7 +112,11 @@ func (l *lab) startNAT(v6 bool, servers int) (vip string) {
 //   - when the route to the client moves to another router (here the
 //     dispatcher's route to client 1 moves from client 2, which forwards
 //     for it, to the lab's router; then client 2 stops forwarding, as a
-//     failed router would): every cached hop is looked up again.
+//     failed router would): every cached hop is looked up again;
+//   - when a router's MAC changes silently (client 2 routing again, then
+//     given a new MAC without a gratuitous ARP): dlbd verifies the MACs
+//     of the neighbours NAT replies go to, as it does its next hops', and
+//     the new one has the hops cached to the old one cleared.
 //
 // Before each, the replies went on to the old MAC or router, which no
 // longer delivers them.
@@ -162,6 +166,20 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 		time.Sleep(time.Second) // replies on every connection, their hops cached
 		run(t, "d", "ip", "route", "replace", client+"/32", "via", router2, "dev", ifname)
 		run(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=0")
+		checkHeld(t, held, conns)
+	})
+
+	t.Run("RouterMACChangedSilently", func(t *testing.T) {
+		// Client 2 routes for client 1 again, then takes a new MAC
+		// without telling anyone (no gratuitous ARP: arp_notify is off),
+		// and no traffic of the dispatcher's own goes through it.
+		run(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+		run(t, "d", "ip", "route", "replace", client+"/32", "via", l.env["LAB_C2_ADDR"], "dev", ifname)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		held := l.holdConnections(ctx, conns, 5*time.Second)
+		time.Sleep(time.Second) // replies on every connection, their hops cached
+		run(t, "c2", "ip", "link", "set", "dev", ifname, "address", "02:dd:00:00:00:98")
 		checkHeld(t, held, conns)
 	})
 
