@@ -421,6 +421,7 @@ func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
 func (fakeNetif) Reprobe(int, []netip.Addr, time.Duration) error              { return nil }
 func (fakeNetif) ForgetNeighbors([]netip.Addr) error                          { return nil }
 func (fakeNetif) NeighborsAt([]lb.NATHop) (map[lb.NATHop][]netip.Addr, error) { return nil, nil }
+func (fakeNetif) ReprobeUnmanaged(int, []netip.Addr, time.Duration) error     { return nil }
 func (fakeNetif) Forwarding(string, bool) (bool, error)                       { return true, nil }
 func (fakeNetif) GRO(int) (string, bool, error)                               { return "eth0", false, nil }
 func (fakeNetif) HoldsAddress(netip.Addr) (bool, error)                       { return true, nil }

@@ -110,8 +110,10 @@ type Netif interface {
 	Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error
 	ForgetNeighbors(addrs []netip.Addr) error
 	// NeighborsAt returns the addresses of the neighbours that have one
-	// of hops' MACs on its interface, per hop.
+	// of hops' MACs on its interface, per hop; ReprobeUnmanaged verifies
+	// their MACs like Reprobe, leaving their entries the kernel's.
 	NeighborsAt(hops []lb.NATHop) (map[lb.NATHop][]netip.Addr, error)
+	ReprobeUnmanaged(ifindex int, addrs []netip.Addr, fresh time.Duration) error
 	// Forwarding reports whether an interface forwards IPv4 (ipv6: IPv6)
 	// packets.
 	Forwarding(ifname string, ipv6 bool) (bool, error)

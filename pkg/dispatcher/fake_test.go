@@ -357,8 +357,10 @@ type fakeNetif struct {
 	// verified.
 	entries             map[netip.Addr]bool
 	forgotten, reprobed []netip.Addr
-	// natNeighbors is what NeighborsAt finds.
+	// natNeighbors is what NeighborsAt finds, reprobedNAT what
+	// ReprobeUnmanaged verified.
 	natNeighbors map[lb.NATHop][]netip.Addr
+	reprobedNAT  []netip.Addr
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
 	// held are the host's own addresses besides those AddAddress put on
@@ -467,6 +469,14 @@ func (n *fakeNetif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.reprobed = append(n.reprobed, addrs...)
+	return nil
+}
+
+// ReprobeUnmanaged records what it verifies in reprobedNAT.
+func (n *fakeNetif) ReprobeUnmanaged(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.reprobedNAT = append(n.reprobedNAT, addrs...)
 	return nil
 }
 

@@ -507,7 +507,9 @@ func TestReprobeRounds(t *testing.T) {
 
 // The neighbours NAT replies go to (the MACs NAT entries cache, found at
 // each sweep) are verified in turn with the configured next hops, a batch
-// a round each; none once no entry caches a hop.
+// a round, without making their entries dlbd's (ReprobeUnmanaged); one
+// that is a next hop too is verified as one; none once no entry caches a
+// hop.
 func TestReprobeNATHops(t *testing.T) {
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
 		o.TickInterval, o.ReprobeInterval, o.ReprobeBatch = time.Hour, -1, 2
@@ -515,14 +517,15 @@ func TestReprobeNATHops(t *testing.T) {
 	base(h)
 	router, client, other := netip.MustParseAddr("198.18.0.254"), netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("198.18.0.12")
 	rh, ch := lb.NATHop{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0xfe}}, lb.NATHop{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0x0b}}
+	sh := lb.NATHop{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0x15}} // a server's: a next hop too
 	h.nif.mu.Lock()
-	h.nif.natNeighbors = map[lb.NATHop][]netip.Addr{rh: {router}, ch: {client},
+	h.nif.natNeighbors = map[lb.NATHop][]netip.Addr{rh: {router}, ch: {client}, sh: {s1},
 		{Ifindex: 2, MAC: [6]byte{2, 0, 0, 0, 0, 0x0c}}: {other}} // no entry caches it
 	h.nif.mu.Unlock()
-	rounds := func(n int) []netip.Addr {
+	rounds := func(n int) (hops, nat []netip.Addr) {
 		t.Helper()
 		h.nif.mu.Lock()
-		h.nif.reprobed = nil
+		h.nif.reprobed, h.nif.reprobedNAT = nil, nil
 		h.nif.mu.Unlock()
 		for range n {
 			if err := h.e.do(context.Background(), h.e.reprobeRound); err != nil {
@@ -531,7 +534,7 @@ func TestReprobeNATHops(t *testing.T) {
 		}
 		h.nif.mu.Lock()
 		defer h.nif.mu.Unlock()
-		return slices.Clone(h.nif.reprobed)
+		return slices.Clone(h.nif.reprobed), slices.Clone(h.nif.reprobedNAT)
 	}
 	sweep := func(hops map[lb.NATHop]int) {
 		t.Helper()
@@ -542,24 +545,19 @@ func TestReprobeNATHops(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	servers := []netip.Addr{s1, s2, s1, s2, s1, s2} // base's two, two a round
 
-	if got := rounds(3); len(got) != 6 || slices.Contains(got, router) || slices.Contains(got, client) {
-		t.Errorf("before any sweep found NAT hops: reprobed %v, want the servers only", got)
+	if hops, nat := rounds(3); !slices.Equal(hops, servers) || len(nat) != 0 {
+		t.Errorf("before any sweep found NAT hops: reprobed %v and %v, want the servers only", hops, nat)
 	}
-	sweep(map[lb.NATHop]int{rh: 3, ch: 1})
-	got := rounds(2)
-	var nat []netip.Addr
-	for _, a := range got {
-		if a == router || a == client || a == other {
-			nat = append(nat, a)
-		}
-	}
-	if want := []netip.Addr{client, router, client, router}; !slices.Equal(nat, want) {
-		t.Errorf("after the sweep: NAT neighbours reprobed %v, want %v (all reprobed: %v)", nat, want, got)
+	sweep(map[lb.NATHop]int{rh: 3, ch: 1, sh: 2})
+	// Sorted: client (.11), s1 (.21), router (.254), two a round.
+	if hops, nat := rounds(3); !slices.Equal(hops, servers) || !slices.Equal(nat, []netip.Addr{client, router, client, router}) {
+		t.Errorf("after the sweep: reprobed %v and, unmanaged, %v; want the servers and client, router, client, router", hops, nat)
 	}
 	sweep(nil)
-	if got := rounds(2); slices.Contains(got, router) || slices.Contains(got, client) {
-		t.Errorf("no hop cached any more: reprobed %v", got)
+	if _, nat := rounds(2); len(nat) != 0 {
+		t.Errorf("no hop cached any more: reprobed %v unmanaged", nat)
 	}
 }
 

@@ -683,16 +683,24 @@ func (e *Engine) reprobeRound() {
 	if n > 0 {
 		e.net.cursor = (e.net.cursor + n) % len(hops)
 	}
+	// The neighbours NAT replies go to, but those that are next hops
+	// too: their entries are dlbd's, kept managed.
 	p := &e.exec.natHops
+	natIf := map[int][]netip.Addr{}
 	n = min(len(p.neighbors), e.opts.ReprobeBatch)
 	for i := range n {
 		nb := p.neighbors[(p.cursor+i)%len(p.neighbors)]
-		if !slices.Contains(byIf[nb.ifindex], nb.addr) {
-			byIf[nb.ifindex] = append(byIf[nb.ifindex], nb.addr)
+		if _, hop := e.net.neigh[nb.addr]; !hop {
+			natIf[nb.ifindex] = append(natIf[nb.ifindex], nb.addr)
 		}
 	}
 	if n > 0 {
 		p.cursor = (p.cursor + n) % len(p.neighbors)
+	}
+	for ifindex, list := range natIf {
+		if err := e.opts.Netif.ReprobeUnmanaged(ifindex, list, e.opts.ReprobeInterval/4); err != nil {
+			e.log.Warn("verifying the MAC addresses of the neighbours NAT replies go to", "ifindex", ifindex, "err", err)
+		}
 	}
 	for ifindex, list := range byIf {
 		// A hop the host's own traffic confirmed within a quarter of the

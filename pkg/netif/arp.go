@@ -28,7 +28,7 @@ const arpListen = 250 * time.Millisecond
 // verify: those on none of the interface's subnets (the kernel picks the
 // source address then), and all of them when dlbd may not open a packet
 // socket.
-func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Neigh) ([]netip.Addr, error) {
+func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Neigh, manage bool) ([]netip.Addr, error) {
 	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("looking up interface %d: %w", ifindex, err)
@@ -78,17 +78,19 @@ func requestARP(ifindex int, addrs []netip.Addr, table map[netip.Addr]netlink.Ne
 			errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 			continue
 		}
-		asked[a] = arpQuestion{src: src, had: table[a].HardwareAddr}
+		asked[a] = arpQuestion{src: src, had: table[a].HardwareAddr, manage: manage || table[a].FlagsExt&netlink.NTF_EXT_MANAGED != 0}
 	}
 	go listenARP(fd, h, ifindex, mac, asked, time.Now().Add(arpListen))
 	return unsent, errors.Join(errs...)
 }
 
 // arpQuestion is an ARP request Reprobe sent: from src, about an entry
-// that had the MAC had.
+// that had the MAC had, to be made managed again (manage) once a new MAC
+// is put in.
 type arpQuestion struct {
-	src netip.Addr
-	had net.HardwareAddr
+	src    netip.Addr
+	had    net.HardwareAddr
+	manage bool
 }
 
 // arpSource is the address of own to ask about a from: one whose subnet
@@ -115,7 +117,7 @@ func arpSource(own []netlink.Addr, a netip.Addr) (netip.Addr, bool) {
 // listenARP reads the ARP replies to the questions asked until deadline
 // (or all are answered), puts each MAC that differs from the one the
 // entry had into the neighbour table (then made managed again by
-// resolve), then closes fd and h. The first reply for an address counts.
+// resolve, if it is to be), then closes fd and h. The first reply for an address counts.
 func listenARP(fd int, h *netlink.Handle, ifindex int, mac net.HardwareAddr, asked map[netip.Addr]arpQuestion, deadline time.Time) {
 	defer h.Close()
 	defer unix.Close(fd)
@@ -152,7 +154,7 @@ func listenARP(fd int, h *netlink.Handle, ifindex int, mac net.HardwareAddr, ask
 			continue
 		}
 		if h.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_REACHABLE,
-			IP: r.sender.AsSlice(), HardwareAddr: r.senderMAC}) == nil {
+			IP: r.sender.AsSlice(), HardwareAddr: r.senderMAC}) == nil && q.manage {
 			_ = resolve(h, ifindex, netlink.FAMILY_V4, r.sender.AsSlice())
 		}
 	}

@@ -46,7 +46,22 @@ import (
 // the host's own traffic confirmed within the last fresh (a TCP peer's
 // acknowledgements, an advisor's probe: the MAC works). An address without
 // an entry is resolved afresh. Reprobe returns without waiting for answers.
+// Every entry it verifies is left managed (the kernel keeps it resolved):
+// dlbd's next hops.
 func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
+	return reprobe(ifindex, addrs, fresh, true)
+}
+
+// ReprobeUnmanaged verifies the MACs of addrs like Reprobe, but leaves the
+// entries as the kernel keeps them (managed or not), and an address
+// without an entry alone: the neighbours NAT replies go to, which the
+// kernel learnt and may forget.
+func (*Netif) ReprobeUnmanaged(ifindex int, addrs []netip.Addr, fresh time.Duration) error {
+	return reprobe(ifindex, addrs, fresh, false)
+}
+
+// reprobe is Reprobe; manage says whether every entry is made managed.
+func reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration, manage bool) error {
 	var errs []error
 	for family, list := range byFamily(addrs) {
 		table, err := neighTable(ifindex, family)
@@ -64,7 +79,7 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 			case found && len(e.HardwareAddr) == 6 &&
 				e.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE) != 0:
 				ask = append(ask, a)
-				if e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
+				if manage && e.FlagsExt&netlink.NTF_EXT_MANAGED == 0 {
 					// Made managed again (an administrative update
 					// without the flag clears it), as the kernel's way
 					// does; on a valid entry this holds nothing back.
@@ -72,6 +87,8 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 						errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 					}
 				}
+			case !found && !manage:
+				// Gone since it was named: nothing to verify.
 			default:
 				kernel = append(kernel, a)
 			}
@@ -81,7 +98,7 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 			if family == netlink.FAMILY_V6 {
 				unsent, err = solicit(ifindex, ask)
 			} else {
-				unsent, err = requestARP(ifindex, ask, table)
+				unsent, err = requestARP(ifindex, ask, table, manage)
 			}
 			if err != nil {
 				errs = append(errs, err)
@@ -89,7 +106,8 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 			kernel = append(kernel, unsent...)
 		}
 		for _, a := range kernel {
-			if _, found := table[a]; found {
+			e, found := table[a]
+			if found {
 				// From a valid state the kernel confirms the MAC it has,
 				// by unicast; from a failed one it asks everyone. The
 				// update must not carry the managed flag: with it, the
@@ -100,7 +118,12 @@ func (*Netif) Reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration) erro
 					continue
 				}
 			}
-			if err := resolve(here, ifindex, family, a.AsSlice()); err != nil {
+			if manage || e.FlagsExt&netlink.NTF_EXT_MANAGED != 0 {
+				err = resolve(here, ifindex, family, a.AsSlice())
+			} else {
+				err = here.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: family, IP: a.AsSlice(), Flags: netlink.NTF_USE})
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 			}
 		}

@@ -198,6 +198,66 @@ func TestPrivilegedReprobe(t *testing.T) {
 	}
 }
 
+// ReprobeUnmanaged corrects a wrong MAC like Reprobe but leaves the entry
+// the kernel's (not managed: the kernel may forget it), and creates none
+// for an address without one.
+func TestPrivilegedReprobeUnmanaged(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, bMAC := pair(t, testutil.InNewNetNS(t))
+	wrong := net.HardwareAddr{0x02, 0, 0, 0, 0xee, 0xee}
+	idx := a.Attrs().Index
+	for _, s := range []string{"198.18.0.9", "2001:2::9"} {
+		ip := netip.MustParseAddr(s)
+		fam := netlink.FAMILY_V4
+		if ip.Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		if _, errs := New().Neighbors([]netip.Addr{ip}); len(errs) > 0 { // the link is ready
+			t.Fatal(errs)
+		}
+		for start := time.Now(); ; time.Sleep(time.Millisecond) {
+			if n, ok := entry(t, a, ip); ok && n.HardwareAddr.String() == bMAC.String() {
+				break
+			}
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("%s: not resolved within 3 s", s)
+			}
+		}
+		// As the kernel learns a neighbour: not managed; and wrong.
+		if err := netlink.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: fam, IP: ip.AsSlice()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: fam, State: netlink.NUD_STALE, IP: ip.AsSlice(), HardwareAddr: wrong}); err != nil {
+			t.Fatal(err)
+		}
+		if err := New().ReprobeUnmanaged(idx, []netip.Addr{ip}, 0); err != nil {
+			t.Fatal(err)
+		}
+		var n netlink.Neigh
+		for start := time.Now(); ; time.Sleep(time.Millisecond) {
+			var ok bool
+			if n, ok = entry(t, a, ip); ok && n.HardwareAddr.String() == bMAC.String() {
+				break
+			}
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("%s: entry %+v 3 s after the reprobe, want MAC %v", s, n, bMAC)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // a managed flag would be put on after the MAC
+		if n, _ = entry(t, a, ip); n.FlagsExt&netlink.NTF_EXT_MANAGED != 0 {
+			t.Errorf("%s: the entry was made managed: %+v", s, n)
+		}
+	}
+	absent := netip.MustParseAddr("198.18.0.99")
+	if err := New().ReprobeUnmanaged(idx, []netip.Addr{absent}, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n, ok := entry(t, a, absent); ok {
+		t.Errorf("an entry made for an address without one: %+v", n)
+	}
+}
+
 // A reprobe nobody answers leaves the entry as it was: the host's packets
 // to the neighbour keep going out to the MAC it had, rather than waiting
 // in the kernel's queue for an answer (up to a second per unanswered
