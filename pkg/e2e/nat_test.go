@@ -137,7 +137,7 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 	t.Run("MACChanged", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		held := l.holdConnections(ctx, conns, 5*time.Second)
+		held := l.holdConnections(ctx, conns, 3*time.Second)
 		time.Sleep(time.Second) // replies on every connection, their hops cached
 		const newMAC = "02:dd:00:00:00:99"
 		run(t, "c1", "ip", "link", "set", "dev", ifname, "address", newMAC)
@@ -162,7 +162,7 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 		run(t, "d", "ip", "route", "add", client+"/32", "via", router1, "dev", ifname)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		held := l.holdConnections(ctx, conns, 5*time.Second)
+		held := l.holdConnections(ctx, conns, 3*time.Second)
 		time.Sleep(time.Second) // replies on every connection, their hops cached
 		run(t, "d", "ip", "route", "replace", client+"/32", "via", router2, "dev", ifname)
 		run(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=0")
@@ -177,7 +177,7 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 		run(t, "d", "ip", "route", "replace", client+"/32", "via", l.env["LAB_C2_ADDR"], "dev", ifname)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		held := l.holdConnections(ctx, conns, 5*time.Second)
+		held := l.holdConnections(ctx, conns, 3*time.Second)
 		time.Sleep(time.Second) // replies on every connection, their hops cached
 		run(t, "c2", "ip", "link", "set", "dev", ifname, "address", "02:dd:00:00:00:98")
 		checkHeld(t, held, conns)
