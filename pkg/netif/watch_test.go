@@ -203,12 +203,7 @@ func quiet(t *testing.T, ch <-chan lb.NetEvent, d time.Duration, what string, ma
 func TestPrivilegedWatch(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	testutil.InNewNetNS(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := New().Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, cancel := startWatch(t)
 	const name = "dlbhw0"
 	is := func(k lb.NetEventKind) func(lb.NetEvent) bool {
 		return func(ev lb.NetEvent) bool { return ev.Kind == k && ev.Ifname == name }
@@ -349,6 +344,19 @@ func TestPrivilegedWatch(t *testing.T) {
 	}
 }
 
+// startWatch starts a Watch in the calling thread's namespace, ended when
+// the test ends or cancel is called.
+func startWatch(t *testing.T) (<-chan lb.NetEvent, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch, err := New().Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch, cancel
+}
+
 func TestNetEventString(t *testing.T) {
 	for ev, want := range map[string]lb.NetEvent{
 		"link up dlbh0 (3)":                                    {Kind: lb.NetLinkUp, Ifindex: 3, Ifname: "dlbh0"},
@@ -378,12 +386,7 @@ func TestPrivilegedWatchResync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := New().Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, _ := startWatch(t)
 	const n = 3000
 	want := map[netip.Addr]bool{}
 	for i := range n {
@@ -452,12 +455,7 @@ func TestPrivilegedWatchRouteBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := New().Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, _ := startWatch(t)
 	var mu sync.Mutex
 	var events int
 	var last time.Time
