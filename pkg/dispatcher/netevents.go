@@ -661,6 +661,20 @@ func (e *Engine) findNATHops(hops map[lb.NATHop]int) {
 	}
 }
 
+// nextBatch returns the next n items of list (fewer if it has fewer) from
+// *cursor on, wrapping around, and moves *cursor past them.
+func nextBatch[T any](list []T, cursor *int, n int) []T {
+	n = min(len(list), n)
+	out := make([]T, n)
+	for i := range out {
+		out[i] = list[(*cursor+i)%len(list)]
+	}
+	if n > 0 {
+		*cursor = (*cursor + n) % len(list)
+	}
+	return out
+}
+
 // reprobeRound verifies, by broadcast, the MACs of the next batch of next
 // hops, and of neighbours NAT replies go to; the answers come back as
 // neighbour events (onNetEvent).
@@ -669,33 +683,21 @@ func (e *Engine) reprobeRound() {
 		return
 	}
 	cfg := e.ed.Config()
-	hops := e.net.order(cfg)
 	byIf := map[int][]netip.Addr{}
-	n := min(len(hops), e.opts.ReprobeBatch)
-	for i := range n {
-		a := hops[(e.net.cursor+i)%len(hops)]
+	for _, a := range nextBatch(e.net.order(cfg), &e.net.cursor, e.opts.ReprobeBatch) {
 		// Unresolved hops are being resolved already; a hop with an
 		// error is not reachable by MAC.
 		if nb := e.net.neigh[a]; nb.MAC != nil && nb.Ifindex > 0 && e.net.errs[a] == nil {
 			byIf[nb.Ifindex] = append(byIf[nb.Ifindex], a)
 		}
 	}
-	if n > 0 {
-		e.net.cursor = (e.net.cursor + n) % len(hops)
-	}
 	// The neighbours NAT replies go to, but those that are next hops
 	// too: their entries are dlbd's, kept managed.
-	p := &e.exec.natHops
 	natIf := map[int][]netip.Addr{}
-	n = min(len(p.neighbors), e.opts.ReprobeBatch)
-	for i := range n {
-		nb := p.neighbors[(p.cursor+i)%len(p.neighbors)]
+	for _, nb := range nextBatch(e.exec.natHops.neighbors, &e.exec.natHops.cursor, e.opts.ReprobeBatch) {
 		if _, hop := e.net.neigh[nb.addr]; !hop {
 			natIf[nb.ifindex] = append(natIf[nb.ifindex], nb.addr)
 		}
-	}
-	if n > 0 {
-		p.cursor = (p.cursor + n) % len(p.neighbors)
 	}
 	for ifindex, list := range natIf {
 		if err := e.opts.Netif.ReprobeUnmanaged(ifindex, list, e.opts.ReprobeInterval/4); err != nil {
