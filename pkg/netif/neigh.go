@@ -118,12 +118,7 @@ func reprobe(ifindex int, addrs []netip.Addr, fresh time.Duration, manage bool) 
 					continue
 				}
 			}
-			if manage || e.FlagsExt&netlink.NTF_EXT_MANAGED != 0 {
-				err = resolve(here, ifindex, family, a.AsSlice())
-			} else {
-				err = here.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: family, IP: a.AsSlice(), Flags: netlink.NTF_USE})
-			}
-			if err != nil {
+			if err := resolveAs(here, ifindex, family, a.AsSlice(), manage || e.FlagsExt&netlink.NTF_EXT_MANAGED != 0); err != nil {
 				errs = append(errs, fmt.Errorf("reprobing %s: %w", a, err))
 			}
 		}

@@ -180,8 +180,16 @@ var here = &netlink.Handle{}
 // managed entry, so that the kernel keeps it resolved. The managed flag is
 // given every time: an administrative update without it clears it.
 func resolve(h *netlink.Handle, ifindex, family int, ip net.IP) error {
-	n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: ip, Flags: netlink.NTF_USE,
-		FlagsExt: netlink.NTF_EXT_MANAGED}
+	return resolveAs(h, ifindex, family, ip, true)
+}
+
+// resolveAs is resolve, of a managed entry or (managed false) of one the
+// kernel may forget.
+func resolveAs(h *netlink.Handle, ifindex, family int, ip net.IP, managed bool) error {
+	n := &netlink.Neigh{LinkIndex: ifindex, Family: family, IP: ip, Flags: netlink.NTF_USE}
+	if managed {
+		n.FlagsExt = netlink.NTF_EXT_MANAGED
+	}
 	err := h.NeighSet(n)
 	if err != nil && n.FlagsExt != 0 {
 		// Kernels before 5.16 have no managed entries.
