@@ -3,9 +3,9 @@
 package netif
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink/nl"
@@ -127,22 +127,15 @@ func readRoutes(f *os.File, changed chan<- struct{}) {
 // added, replaced or removed, not one the kernel clones for its cache
 // (IPv6 exceptions).
 func routeChange(b []byte) bool {
-	const rtmFlags = unix.NLMSG_HDRLEN + 8 // struct rtmsg's rtm_flags
-	for len(b) >= unix.NLMSG_HDRLEN {
-		l := int(binary.NativeEndian.Uint32(b[0:4]))
-		if l < unix.NLMSG_HDRLEN || l > len(b) {
-			return false
-		}
-		typ := binary.NativeEndian.Uint16(b[4:6])
-		if (typ == unix.RTM_NEWROUTE || typ == unix.RTM_DELROUTE) && l >= rtmFlags+4 &&
-			binary.NativeEndian.Uint32(b[rtmFlags:rtmFlags+4])&unix.RTM_F_CLONED == 0 {
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if (m.Header.Type == unix.RTM_NEWROUTE || m.Header.Type == unix.RTM_DELROUTE) && len(m.Data) >= unix.SizeofRtMsg &&
+			nl.DeserializeRtMsg(m.Data).Flags&unix.RTM_F_CLONED == 0 {
 			return true
 		}
-		l = (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
-		if l > len(b) {
-			return false
-		}
-		b = b[l:]
 	}
 	return false
 }
