@@ -293,6 +293,10 @@ func (d *Datapath) eachNATPort(each func(dispatcherNatKey, dispatcherNatRev)) er
 		func(e *dispatcherNatPortEntry) { each(e.Key, e.Rev) })
 }
 
+// hopCached is the flag of a NAT entry that caches its next hop towards
+// its client (NAT_F_NEXT_HOP).
+const hopCached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+
 // RoutesChanged tells the executor that the host's routes may have
 // changed: every next hop a NAT entry cached towards its client (looked up
 // in the routing table, when no client gateway is set) is looked up again
@@ -348,14 +352,13 @@ func onceEach(live func(ifindex uint32) bool) func(uint32) bool {
 // forgetHops clears the cached next hops that stale says are stale, and
 // returns how many it cleared.
 func (d *Datapath) forgetHops(stale func(dispatcherNextHop) bool) (int, error) {
-	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
 	type cachedHop struct {
 		key dispatcherNatKey
 		hop dispatcherNextHop
 	}
 	var found []cachedHop
 	err := d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) {
-		if r.Flags&cached != 0 && stale(r.Hop) {
+		if r.Flags&hopCached != 0 && stale(r.Hop) {
 			found = append(found, cachedHop{k, r.Hop})
 		}
 	})

@@ -719,7 +719,7 @@ func TestPrivilegedForgetStaleHops(t *testing.T) {
 		rk.Addr.Addr, _ = addrBytes(retAddr)
 		return rk
 	}
-	cached := uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+	cached := hopCached
 	hops := map[uint16]dispatcherNextHop{
 		40001: {Mac: oldMAC, Ifindex: gone},
 		40002: {Mac: oldMAC, Ifindex: here},
@@ -790,7 +790,7 @@ func TestPrivilegedForgetHopKeepsTheRest(t *testing.T) {
 		rk.Addr.Addr, _ = addrBytes(retAddr)
 		return rk
 	}
-	cached := uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
+	cached := hopCached
 	for _, c := range []struct {
 		name    string
 		since   func(r *dispatcherNatRev) // what the data path did after the scan

@@ -500,10 +500,9 @@ func (s *sweeper) pool(addr [16]uint8, family uint8) (netip.Addr, lb.DataplanePo
 // are, closing when either saw FIN or RST.
 func (s *sweeper) nat() error {
 	revs := map[dispatcherNatKey]dispatcherNatRev{}
-	const cached = uint8(dispatcherNatFlagsNAT_F_NEXT_HOP)
 	if err := s.d.eachNATPort(func(k dispatcherNatKey, r dispatcherNatRev) {
 		revs[k] = r
-		if r.Flags&cached != 0 {
+		if r.Flags&hopCached != 0 {
 			s.res.NATHops[lb.NATHop{Ifindex: int(r.Hop.Ifindex), MAC: r.Hop.Mac}]++
 		}
 	}); err != nil {
