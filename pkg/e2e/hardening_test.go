@@ -54,9 +54,16 @@ func pollEvery(t *testing.T, step, limit time.Duration, what string, cond func()
 // mustNS runs a command in a lab namespace and fails the test if it fails.
 func (l *lab) mustNS(role string, args ...string) string {
 	l.t.Helper()
+	return l.mustNSFor(l.t, role, args...)
+}
+
+// mustNSFor is mustNS failing t (a subtest of the lab's test, whose
+// goroutine may not fail its parent).
+func (l *lab) mustNSFor(t testing.TB, role string, args ...string) string {
+	t.Helper()
 	out, err := l.inNS(role, args...)
 	if err != nil {
-		l.t.Fatalf("%s: %v: %v\n%s", role, args, err, out)
+		t.Fatalf("%s: %v: %v\n%s", role, args, err, out)
 	}
 	return out
 }

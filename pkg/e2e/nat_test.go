@@ -127,12 +127,6 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 	l.startNAT(false, 2)
 	const conns = 40
 	client, ifname := l.env["LAB_C1_ADDR"], l.env["LAB_IF"]
-	run := func(t *testing.T, role string, args ...string) {
-		t.Helper()
-		if out, err := l.inNS(role, args...); err != nil {
-			t.Fatalf("in %s: %v: %v\n%s", role, args, err, out)
-		}
-	}
 
 	t.Run("MACChanged", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -140,10 +134,10 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 		held := l.holdConnections(ctx, conns, 3*time.Second)
 		time.Sleep(time.Second) // replies on every connection, their hops cached
 		const newMAC = "02:dd:00:00:00:99"
-		run(t, "c1", "ip", "link", "set", "dev", ifname, "address", newMAC)
+		l.mustNSFor(t, "c1", "ip", "link", "set", "dev", ifname, "address", newMAC)
 		// The client asks for the cluster address's MAC again, and the
 		// dispatcher's kernel learns the new one from the request.
-		run(t, "c1", "ip", "neigh", "flush", "dev", ifname)
+		l.mustNSFor(t, "c1", "ip", "neigh", "flush", "dev", ifname)
 		took := waitFor(t, 5*time.Second, "the dispatcher to learn the client's new MAC", func() bool {
 			out, _ := l.inNS("d", "ip", "neigh", "show", client, "dev", ifname)
 			return strings.Contains(out, newMAC)
@@ -157,15 +151,15 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 		// Client 2 forwards for client 1; neither router tells the
 		// dispatcher of the shorter way (an ICMP redirect).
 		for _, role := range []string{"c2", "r"} {
-			run(t, role, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf."+ifname+".send_redirects=0")
+			l.mustNSFor(t, role, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf."+ifname+".send_redirects=0")
 		}
-		run(t, "d", "ip", "route", "add", client+"/32", "via", router1, "dev", ifname)
+		l.mustNSFor(t, "d", "ip", "route", "add", client+"/32", "via", router1, "dev", ifname)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		held := l.holdConnections(ctx, conns, 3*time.Second)
 		time.Sleep(time.Second) // replies on every connection, their hops cached
-		run(t, "d", "ip", "route", "replace", client+"/32", "via", router2, "dev", ifname)
-		run(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=0")
+		l.mustNSFor(t, "d", "ip", "route", "replace", client+"/32", "via", router2, "dev", ifname)
+		l.mustNSFor(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=0")
 		checkHeld(t, held, conns)
 	})
 
@@ -173,13 +167,13 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 		// Client 2 routes for client 1 again, then takes a new MAC
 		// without telling anyone (no gratuitous ARP: arp_notify is off),
 		// and no traffic of the dispatcher's own goes through it.
-		run(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=1")
-		run(t, "d", "ip", "route", "replace", client+"/32", "via", l.env["LAB_C2_ADDR"], "dev", ifname)
+		l.mustNSFor(t, "c2", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+		l.mustNSFor(t, "d", "ip", "route", "replace", client+"/32", "via", l.env["LAB_C2_ADDR"], "dev", ifname)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		held := l.holdConnections(ctx, conns, 3*time.Second)
 		time.Sleep(time.Second) // replies on every connection, their hops cached
-		run(t, "c2", "ip", "link", "set", "dev", ifname, "address", "02:dd:00:00:00:98")
+		l.mustNSFor(t, "c2", "ip", "link", "set", "dev", ifname, "address", "02:dd:00:00:00:98")
 		checkHeld(t, held, conns)
 	})
 

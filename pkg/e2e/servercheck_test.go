@@ -37,14 +37,6 @@ func checkResults(r api.ServerCheckReport) map[string]string {
 	return m
 }
 
-// labRun runs a command in a lab namespace and fails the test if it fails.
-func (l *lab) labRun(role string, args ...string) {
-	l.t.Helper()
-	if out, err := l.inNS(role, args...); err != nil {
-		l.t.Fatalf("%s: %v: %v\n%s", role, args, err, out)
-	}
-}
-
 // TestPrivilegedE2EServerCheck checks, from the dispatcher, a correctly
 // prepared backend and backends with one mistake each: each mistake fails
 // the check that names it (and only that one), and after the fix the check
@@ -61,8 +53,8 @@ func TestPrivilegedE2EServerCheck(t *testing.T) {
 	// on the server's own address only. b5: rp_filter 1, with its route
 	// to the client leaving by a second link (to the same switch).
 	// b6: MTU 1400.
-	l.labRun("b2", "ip", "addr", "del", vip+"/32", "dev", "lo")
-	l.labRun("b3", "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=0", "net.ipv4.conf.lo.arp_ignore=0", "net.ipv4.conf.dlbeth0.arp_ignore=0",
+	l.mustNS("b2", "ip", "addr", "del", vip+"/32", "dev", "lo")
+	l.mustNS("b3", "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=0", "net.ipv4.conf.lo.arp_ignore=0", "net.ipv4.conf.dlbeth0.arp_ignore=0",
 		"net.ipv4.conf.all.arp_announce=0", "net.ipv4.conf.lo.arp_announce=0", "net.ipv4.conf.dlbeth0.arp_announce=0")
 	if out, err := l.script("backend-stop", "b4").CombinedOutput(); err != nil {
 		t.Fatalf("stopping b4's server: %v\n%s", err, out)
@@ -75,11 +67,11 @@ func TestPrivilegedE2EServerCheck(t *testing.T) {
 		"peer", "name", swPort, "netns", l.env["LAB_SWITCH_NS"]).CombinedOutput(); err != nil {
 		t.Fatalf("adding b5's second link: %v\n%s", err, out)
 	}
-	l.labRun("sw", "ip", "link", "set", swPort, "master", l.env["LAB_BRIDGE"], "up")
-	l.labRun("b5", "ip", "link", "set", asym, "up")
-	l.labRun("b5", "ip", "route", "add", checkClient+"/32", "dev", asym)
-	l.labRun("b5", "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.dlbeth0.rp_filter=1")
-	l.labRun("b6", "ip", "link", "set", "dlbeth0", "mtu", "1400")
+	l.mustNS("sw", "ip", "link", "set", swPort, "master", l.env["LAB_BRIDGE"], "up")
+	l.mustNS("b5", "ip", "link", "set", asym, "up")
+	l.mustNS("b5", "ip", "route", "add", checkClient+"/32", "dev", asym)
+	l.mustNS("b5", "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.dlbeth0.rp_filter=1")
+	l.mustNS("b6", "ip", "link", "set", "dlbeth0", "mtu", "1400")
 
 	all := []string{"arp-server", "arp-cluster", "accept", "reply-source", "mtu", "rp-filter"}
 	want := map[int]map[string]string{
@@ -118,7 +110,7 @@ func TestPrivilegedE2EServerCheck(t *testing.T) {
 	// The fixes the checks print.
 	record := t.TempDir()
 	for _, b := range []string{"b2", "b3"} {
-		l.labRun(b, filepath.Join(binDir, "dlbctl"), "backend", "setup", vip, "--interface", "dlbeth0", "--root", filepath.Join(record, b))
+		l.mustNS(b, filepath.Join(binDir, "dlbctl"), "backend", "setup", vip, "--interface", "dlbeth0", "--root", filepath.Join(record, b))
 	}
 	if out, err := l.script("backend-stop", "b4").CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -126,8 +118,8 @@ func TestPrivilegedE2EServerCheck(t *testing.T) {
 	if out, err := l.script("backend-start", "b4").CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	l.labRun("b5", "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=2", "net.ipv4.conf.dlbeth0.rp_filter=2")
-	l.labRun("b6", "ip", "link", "set", "dlbeth0", "mtu", "1500")
+	l.mustNS("b5", "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=2", "net.ipv4.conf.dlbeth0.rp_filter=2")
+	l.mustNS("b6", "ip", "link", "set", "dlbeth0", "mtu", "1500")
 	for i := 1; i <= 6; i++ {
 		r, code := l.serverCheck(i)
 		if !r.OK || code != 0 {
@@ -174,7 +166,7 @@ func TestPrivilegedE2EServerCheckIPv6(t *testing.T) {
 		t.Errorf("b1: exit %d, %v from %s, MAC %s; want exit 0, %v from %s, MAC %s", code, got, r.Source, r.ServerMAC,
 			prepared, l.env["LAB_NFA6"], l.env["LAB_B1_MAC"])
 	}
-	l.labRun("b2", "ip", "-6", "addr", "del", vip6+"/128", "dev", "lo")
+	l.mustNS("b2", "ip", "-6", "addr", "del", vip6+"/128", "dev", "lo")
 	r, code = check(2)
 	got := checkResults(r)
 	t.Logf("b2 without the IPv6 cluster address: %v", got)
@@ -186,7 +178,7 @@ func TestPrivilegedE2EServerCheckIPv6(t *testing.T) {
 			t.Errorf("accept's fix %q; want dlbctl backend setup %s", c.Fix, vip6)
 		}
 	}
-	l.labRun("b2", "ip", "-6", "addr", "add", vip6+"/128", "dev", "lo", "nodad")
+	l.mustNS("b2", "ip", "-6", "addr", "add", vip6+"/128", "dev", "lo", "nodad")
 	if r, code := check(2); code != 0 || !maps.Equal(checkResults(r), prepared) {
 		t.Errorf("b2 with the address back: exit %d, %v", code, checkResults(r))
 	}
