@@ -122,6 +122,12 @@ type Datapath struct {
 	natOrphans map[natHalf]uint64
 	// pinnedMaps are the maps pinned by name, by name (see Repin).
 	pinnedMaps map[string]*ebpf.Map
+	// repl is the executor of another ABI that Open found pinned, until
+	// Attach replaces it (replace.go); replaced and replacedABI say that
+	// Attach did, and the old one's version.
+	repl        *replacement
+	replaced    bool
+	replacedABI uint32
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -136,7 +142,10 @@ var (
 // Open loads the executor's program and maps, adopting whatever a previous
 // dlbd pinned under opts.PinDir: the maps keep their contents (connections
 // included) and, if a link is pinned, the new program replaces the old one
-// on it without detaching. Open mounts bpffs on /sys/fs/bpf if needed.
+// on it without detaching. An executor of another ABI pinned there (an
+// upgrade) is not adopted but replaced: this one gets maps of its own,
+// and Attach puts it in the old one's place (see replace.go). Open mounts
+// bpffs on /sys/fs/bpf if needed.
 func Open(opts Options) (_ *Datapath, err error) {
 	if opts.PinDir == "" {
 		opts.PinDir = DefaultPinDir
@@ -200,11 +209,18 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maxTable: outer.InnerMap.MaxEntries,
 		extra: map[int]link.Link{}}
-	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
-		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
-	})
+	oldABI, otherABI, err := pinnedABI(opts.PinDir)
+	if err != nil {
+		return nil, err
+	}
+	load := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: opts.PinDir}}
+	if otherABI {
+		d.repl = &replacement{oldABI: oldABI, names: unpinned(spec)}
+		load = &ebpf.CollectionOptions{}
+	}
+	err = spec.LoadAndAssign(&d.objs, load)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		return nil, fmt.Errorf("%w under %s: %v (restart dlbd with the table sizes it was started with, or run \"dlbctl executor stop\" to remove them; an upgrade across an executor ABI change needs the latter)", ErrIncompatiblePins, opts.PinDir, err)
+		return nil, fmt.Errorf("%w under %s: %v (restart dlbd with the table sizes it was started with, or run \"dlbctl executor stop\" to remove them)", ErrIncompatiblePins, opts.PinDir, err)
 	}
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -233,11 +249,17 @@ func Open(opts Options) (_ *Datapath, err error) {
 			return nil, fmt.Errorf("preparing the connection tables: %w", err)
 		}
 	}
-	if err := d.adoptLink(); err != nil {
-		return nil, err
-	}
-	if err := d.pinProgram(); err != nil {
-		return nil, err
+	if d.repl != nil {
+		if err := d.holdOld(d.repl); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := d.adoptLink(); err != nil {
+			return nil, err
+		}
+		if err := d.pinProgram(); err != nil {
+			return nil, err
+		}
 	}
 	if err := d.loadApplied(); err != nil {
 		return nil, fmt.Errorf("reading pinned state: %w", err)
@@ -380,6 +402,9 @@ func (d *Datapath) Repin() ([]string, error) {
 		Pin(string) error
 		Unpin() error
 	}
+	if d.repl != nil { // the pins are the older executor's until Attach
+		return nil, nil
+	}
 	want := map[string]pinnable{progPin: d.objs.DlbXdp}
 	if d.xdp != nil {
 		want[linkPin] = d.xdp
@@ -471,6 +496,9 @@ func linkAttachment(l link.Link) (lb.Attachment, bool) {
 // the mode of an existing link. A link whose interface was deleted is
 // dropped and the program attached afresh.
 func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
+	if d.repl != nil {
+		return d.replaceOld(ifindex, mode)
+	}
 	if d.xdp != nil && severed(d.xdp) {
 		l := d.xdp
 		d.xdp = nil
@@ -650,6 +678,9 @@ func (d *Datapath) Close() error {
 	if d.trace != nil {
 		_, _ = d.trace.Stop()
 	}
+	if d.repl != nil {
+		d.repl.releaseOld()
+	}
 	if d.xdp != nil {
 		d.xdp.Close()
 		d.xdp = nil
@@ -677,8 +708,14 @@ func (d *Datapath) Remove() error {
 // It removes the pins it did not load too: links whose interface was
 // deleted, a program pin left by an interrupted restart. It returns the
 // names of the pins it removed, sorted. The directory itself stays: dlbd
-// holds its lock on it.
+// holds its lock on it. While an executor of another ABI is pinned and
+// not yet replaced (see Open), it only closes: the pins are that one's.
 func (d *Datapath) RemovePins() ([]string, error) {
+	if d.repl != nil {
+		// The pins are the older executor's, which forwards as it did
+		// before Open: this one was never in its place.
+		return nil, d.Close()
+	}
 	var removed []string
 	var errs []error
 	for ifindex := range d.extra {

@@ -190,12 +190,26 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		e.host.attachedMode = mode
 	}
 	e.exec.attach = attachState{ifindex: link.Index, dropped: e.exec.attach.dropped}
+	if r, ok := dp.(abiReplacer); ok {
+		if abi, replaced := r.Replaced(); replaced {
+			e.log.Warn("replaced the executor a dlbd of another version had pinned (another executor ABI): "+
+				"its tables could not be read, so MAC-mode connections go on to the server the Maglev table gives "+
+				"them (the same while the servers and weights are); its NAT connections and affinity records are lost",
+				"old_abi", abi)
+		}
+	}
 	if err := e.configureAddresses(cfg); err != nil {
 		undo()
 		return lb.Errorf("configure", "", "%v", err)
 	}
 	e.exec.err = nil
 	return nil
+}
+
+// abiReplacer is a Datapath that can take the place of an executor of
+// another ABI pinned by an older (or newer) dlbd (package datapath's can).
+type abiReplacer interface {
+	Replaced() (oldABI uint32, replaced bool)
 }
 
 // repinner is a Datapath that can pin itself again (package datapath's

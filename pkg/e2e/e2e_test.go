@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -197,6 +198,78 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 	r = l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "600", "-c", "20")
 	if r.Failed != 0 || r.PerBackend["b3"] != 0 {
 		t.Errorf("after restart: %d failed, b3 (down) got %d", r.Failed, r.PerBackend["b3"])
+	}
+}
+
+// TestPrivilegedE2EUpgradeAcrossABI: dlbd started over an executor that
+// a dlbd of another version pinned (an upgrade that changed the
+// executor's maps; here its config map has another layout) takes its
+// place on the same link instead of refusing it: the keep-alive
+// connections through the cluster go on, each to its server (the Maglev
+// table is the same), none broken, the new maps are pinned, and dlbd
+// manages the executor. Before, the old executor forwarded on unmanaged
+// (no advisor, no change reached it) until "dlbctl executor stop", which
+// broke every connection.
+func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
+	parallel(t)
+	l := newLab(t, 2)
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	before := l.executor()
+	connsID := pinnedMapID(t, filepath.Join(l.pinDir, "conns"))
+
+	load := make(chan loadResult, 1)
+	go func() {
+		r, err := l.load(context.Background(), "-url", "http://"+l.vip()+"/", "-keepalive", "-c", "40", "-interval", "50ms",
+			"-duration", "6s", "-timeout", "3s")
+		if err != nil {
+			t.Error(err)
+		}
+		load <- r
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	l.killDlbd(syscall.SIGTERM)
+	// The pins now look like another version's: its config map has
+	// another layout.
+	cfgPin := filepath.Join(l.pinDir, "config")
+	if err := os.Remove(cfgPin); err != nil {
+		t.Fatal(err)
+	}
+	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Pin(cfgPin); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	l.startDlbd()
+	r := <-load
+	t.Logf("keep-alive connections across the replacement: %d, broken %d, backend changes %d; requests %d, failed %d",
+		r.Connections, r.Broken, r.BackendChanges, r.Requests, r.Failed)
+	if r.Connections != 40 || r.Broken != 0 || r.BackendChanges != 0 || r.Failed != 0 {
+		t.Errorf("across the replacement: %d connections, %d broken, %d changed backend, %d requests failed: %v",
+			r.Connections, r.Broken, r.BackendChanges, r.Failed, r.Errors)
+	}
+	after := l.executor()
+	if !after.Attached || after.LinkID != before.LinkID || after.ProgramID == before.ProgramID {
+		t.Errorf("after the replacement: attached %v, link %d program %d; want link %d with a new program (was %d)",
+			after.Attached, after.LinkID, after.ProgramID, before.LinkID, before.ProgramID)
+	}
+	if id := pinnedMapID(t, filepath.Join(l.pinDir, "conns")); id == connsID {
+		t.Errorf("the older executor's connection table (map %d) is still pinned", id)
+	}
+	if after.Connections < 40 {
+		t.Errorf("the new connection table holds %d connections, want the 40 kept alive", after.Connections)
+	}
+	if log := l.dlbdLog(); !strings.Contains(log, "replaced the executor a dlbd of another version had pinned") {
+		t.Errorf("dlbd did not log the replacement:\n%s", log)
+	}
+	// dlbd manages the executor it put in place: a change takes effect.
+	l.mustCtl("server", "down", fmt.Sprintf("%s@80@%s", l.vip(), l.backend(2)))
+	r = l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10")
+	if r.Failed != 0 || r.PerBackend["b2"] != 0 {
+		t.Errorf("after the replacement: %d failed, b2 (down) got %d", r.Failed, r.PerBackend["b2"])
 	}
 }
 

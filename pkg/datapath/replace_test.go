@@ -1,0 +1,231 @@
+//go:build linux
+
+package datapath
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/dlbproject/dlb/pkg/lb"
+)
+
+// setPinnedABI writes abi into the executor's pinned config map, as an
+// executor of that ABI would have.
+func setPinnedABI(t *testing.T, pinDir string, abi uint32) {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, dispatcherMapConfig), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var cfg dispatcherDlbConfig
+	if err := m.Lookup(uint32(0), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.AbiVersion = abi
+	if err := m.Update(uint32(0), &cfg, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pinnedMapID returns the id of the map pinned under pinDir as name.
+func pinnedMapID(t *testing.T, pinDir, name string) ebpf.MapID {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return id
+}
+
+// TestPrivilegedReplaceOtherABI: an executor pinned by a dlbd of another
+// executor ABI (an upgrade) is not refused but replaced. Open leaves it
+// forwarding, on its links and under its pins, and so does a start that
+// fails before Attach (RemovePins); Attach puts the new program on the
+// old links (the same links: no moment without a program on the
+// interface), moves every pin to the new maps (the config map's ABI
+// version is this one's) and removes the pins of maps the old one had
+// and this one has not; the next Open adopts it.
+func TestPrivilegedReplaceOtherABI(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	peer, err := netlink.LinkByName("dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
+		t.Fatalf("attachInterface: %v", err)
+	}
+	old, ok := e.dp.Attached()
+	if !ok {
+		t.Fatal("not attached")
+	}
+	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
+	oldConns := pinnedMapID(t, e.pinDir, dispatcherMapConns)
+	// A map the older executor had and this one has not.
+	gone, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Pin(filepath.Join(e.pinDir, "old_only")); err != nil {
+		t.Fatal(err)
+	}
+	gone.Close()
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	abi := uint32(dispatcherDlbConstsDLB_ABI_VERSION)
+	setPinnedABI(t, e.pinDir, abi-1)
+
+	// oldInPlace checks that the old executor is as it was: its program
+	// on its link, its pins.
+	oldInPlace := func(when string) {
+		t.Helper()
+		a, ok, err := PinnedAttachment(e.pinDir)
+		if err != nil || !ok || a.LinkID != old.LinkID || a.ProgramID != old.ProgramID || a.Ifindex != e.dummy {
+			t.Errorf("%s: pinned attachment %+v %v (%v), want the old one %+v", when, a, ok, err, old)
+		}
+		if got, _, err := pinnedABI(e.pinDir); err != nil || got != abi-1 {
+			t.Errorf("%s: pinned ABI %d (%v), want %d", when, got, err, abi-1)
+		}
+		if id := pinnedMapID(t, e.pinDir, dispatcherMapConns); id != oldConns {
+			t.Errorf("%s: conns pinned is map %d, want the old %d", when, id, oldConns)
+		}
+	}
+
+	// A start that fails before Attach leaves the old executor alone.
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open over another ABI: %v", err)
+	}
+	if _, ok := dp.Attached(); ok {
+		t.Error("attached before Attach")
+	}
+	oldInPlace("after Open")
+	if removed, err := dp.RemovePins(); err != nil || len(removed) != 0 {
+		t.Errorf("RemovePins before Attach: removed %v, %v; want nothing", removed, err)
+	}
+	oldInPlace("after a failed start")
+
+	// The start that succeeds.
+	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open over another ABI: %v", err)
+	}
+	e.dp = dp // the cleanup removes this one
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	oldInPlace("after Apply")
+	if _, replaced := dp.Replaced(); replaced {
+		t.Error("Replaced before Attach")
+	}
+	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if got, replaced := dp.Replaced(); !replaced || got != abi-1 {
+		t.Errorf("Replaced() = %d, %v; want %d, true", got, replaced, abi-1)
+	}
+	now, ok := dp.Attached()
+	if !ok || now.LinkID != old.LinkID || now.Ifindex != e.dummy || now.ProgramID == old.ProgramID {
+		t.Errorf("after Attach: %+v %v; want link %d on %d with a new program", now, ok, old.LinkID, e.dummy)
+	}
+	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peer.Attrs().Index || as[1].ProgramID != now.ProgramID {
+		t.Errorf("attachments after Attach: %+v", as)
+	}
+	if got, differs, err := pinnedABI(e.pinDir); err != nil || differs || got != abi {
+		t.Errorf("pinned ABI after Attach: %d %v %v, want %d", got, differs, err, abi)
+	}
+	if id := pinnedMapID(t, e.pinDir, dispatcherMapConns); id == oldConns {
+		t.Errorf("conns still pinned as the old map %d", id)
+	}
+	if p := pins(t, e.pinDir); slices.Contains(p, "old_only") || slices.Contains(p, progPin+"_new") {
+		t.Errorf("pins after Attach: %v", p)
+	}
+	// The old table's entry is not carried over; the flow's next packet
+	// goes to its Maglev server and enters the new table.
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); ok {
+		t.Error("the old table's entry is in the new one")
+	}
+	if got, _ := e.run(t, tcpTo(vipTCP, 80, 7, "A").Build(t)); got != xdpTX {
+		t.Errorf("verdict %d for an established flow's packet after the replacement", got)
+	}
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+		t.Error("the flow's packet did not enter the new table")
+	}
+	if err := dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next dlbd adopts it.
+	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open after the replacement: %v", err)
+	}
+	e.dp = dp
+	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID {
+		t.Errorf("not adopted: %+v %v", a, ok)
+	}
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+		t.Error("the new table's entry was lost at the next Open")
+	}
+}
+
+// TestPrivilegedReplaceOtherConfigLayout: an executor whose config map has
+// another layout (no ABI version can be read from it) is replaced too.
+func TestPrivilegedReplaceOtherConfigLayout(t *testing.T) {
+	e := newTestEnv(t)
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	old, _ := e.dp.Attached()
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.pinDir, dispatcherMapConfig)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open over another config layout: %v", err)
+	}
+	e.dp = dp
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if abi, replaced := dp.Replaced(); !replaced || abi != 0 {
+		t.Errorf("Replaced() = %d, %v; want 0 (unknown), true", abi, replaced)
+	}
+	if now, ok := dp.Attached(); !ok || now.LinkID != old.LinkID || now.ProgramID == old.ProgramID {
+		t.Errorf("after Attach: %+v %v; want link %d with a new program", now, ok, old.LinkID)
+	}
+	if _, differs, err := pinnedABI(e.pinDir); err != nil || differs {
+		t.Errorf("pinned config after Attach: differs %v, %v", differs, err)
+	}
+}
