@@ -120,10 +120,10 @@ soak:
 	  $(GO) test -count=1 -v -timeout 60m -run '^TestPrivilegedE2EChaosSoak$$' ./pkg/e2e/
 
 ## soak-ha: only the high-availability faults, each in MAC and NAT mode (make test runs most of
-## them too), dlbd frozen and resumed among them, about 3.5 min; DLB_HA_ONLY=regexp picks cases
-## by "mode/fault"
+## them too), dlbd frozen and resumed among them, then the standby upgraded across an executor
+## ABI change before a takeover, about 4 min; DLB_HA_ONLY=regexp picks cases by "mode/fault"
 soak-ha:
-	DLB_REQUIRE_PRIVILEGED=1 DLB_HA_ALL_MODES=1 $(GO) test -count=1 -v -timeout 30m -run '^TestPrivilegedHAFailover$$' ./pkg/e2e/
+	DLB_REQUIRE_PRIVILEGED=1 DLB_HA_ALL_MODES=1 $(GO) test -count=1 -v -timeout 30m -run '^TestPrivilegedHA(Failover|UpgradeAcrossABI)$$' ./pkg/e2e/
 
 ## test-kernels: the data-path tests under Debian 12's own kernels (its default 6.1, and 6.12),
 ## each booted in qemu without KVM, to check which releases' verifiers accept the executor

@@ -229,20 +229,7 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	}()
 	time.Sleep(1500 * time.Millisecond)
 	l.killDlbd(syscall.SIGTERM)
-	// The pins now look like another version's: its config map has
-	// another layout.
-	cfgPin := filepath.Join(l.pinDir, "config")
-	if err := os.Remove(cfgPin); err != nil {
-		t.Fatal(err)
-	}
-	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Pin(cfgPin); err != nil {
-		t.Fatal(err)
-	}
-	other.Close()
+	pinOtherVersion(t, l.pinDir)
 	l.startDlbd()
 	r := <-load
 	t.Logf("keep-alive connections across the replacement: %d, broken %d, backend changes %d; requests %d, failed %d",
@@ -270,6 +257,25 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	r = l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10")
 	if r.Failed != 0 || r.PerBackend["b2"] != 0 {
 		t.Errorf("after the replacement: %d failed, b2 (down) got %d", r.Failed, r.PerBackend["b2"])
+	}
+}
+
+// pinOtherVersion makes the executor pinned under pinDir look like
+// another version's, as after an upgrade that changed the executor's
+// maps: its config map gets another layout.
+func pinOtherVersion(t *testing.T, pinDir string) {
+	t.Helper()
+	cfgPin := filepath.Join(pinDir, "config")
+	if err := os.Remove(cfgPin); err != nil {
+		t.Fatal(err)
+	}
+	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Pin(cfgPin); err != nil {
+		t.Fatal(err)
 	}
 }
 

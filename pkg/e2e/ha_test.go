@@ -772,6 +772,54 @@ func TestPrivilegedHAFailover(t *testing.T) {
 	}
 }
 
+// TestPrivilegedHAUpgradeAcrossABI (make soak-ha, not make test: 30 s):
+// the rolling upgrade README.md describes, across an executor ABI change.
+// In each mode, the standby's dlbd is restarted over pins of another
+// version: it replaces its executor, takes a full copy of the active's
+// tables again, and when the active then dies (dlbd SIGKILLed, executor
+// detached) it serves every connection the active had, NAT ones
+// included.
+func TestPrivilegedHAUpgradeAcrossABI(t *testing.T) {
+	alone(t)
+	if os.Getenv("DLB_HA_ALL_MODES") != "1" {
+		t.Skip("make soak-ha runs it (DLB_HA_ALL_MODES=1)")
+	}
+	h := newHALab(t)
+	for _, m := range []struct{ mode, port string }{{"nat", "81"}, {"mac", "80"}} {
+		h.waitSteady(t, 30*time.Second)
+		tr := h.startTraffic(m.port)
+		tr.established(t, h)
+		d := h.d[1]
+		d.stop(syscall.SIGTERM)
+		pinOtherVersion(t, d.pin)
+		d.start()
+		synced := h.waitSteady(t, 30*time.Second)
+		log, err := os.ReadFile(filepath.Join(d.dir, fmt.Sprintf("dlbd%d.log", d.runs)))
+		if err != nil || !strings.Contains(string(log), "replaced the executor a dlbd of another version had pinned") {
+			t.Errorf("%s: the standby's dlbd did not replace its executor (%v):\n%s", m.mode, err, log)
+		}
+		h.d[0].stop(syscall.SIGKILL)
+		if err := os.RemoveAll(h.d[0].pin); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, 10*time.Second, "the upgraded backup active", func() bool { return h.d[1].state() == "active" })
+		time.Sleep(3 * time.Second)
+		tr.stop()
+		tr.wg.Wait()
+		t.Logf("%s: the standby replaced its executor and had a full copy again %v later; after the takeover: "+
+			"keep-alive %d connections, %d broken; download ok %v; new connections failed %d of %d",
+			m.mode, synced.Round(time.Millisecond), tr.keep.Connections, tr.keep.Broken, tr.download.OK == 1, tr.fresh.Failed, tr.fresh.Requests)
+		if tr.keepErr != nil || tr.keep.Broken != 0 || tr.keep.Connections < 500 {
+			t.Errorf("%s: keep-alive: %v, %d of %d broken: %v", m.mode, tr.keepErr, tr.keep.Broken, tr.keep.Connections, tr.keep.Errors)
+		}
+		if tr.dlErr != nil || tr.download.OK != 1 {
+			t.Errorf("%s: download: %v %+v", m.mode, tr.dlErr, tr.download)
+		}
+		h.d[0].start()
+		poll(t, 30*time.Second, "the primary active again", func() bool { return h.d[0].state() == "active" })
+	}
+}
+
 // watchStates polls both dispatchers' states every 20 ms until stop is
 // closed, and returns the longest time both were active at once and
 // whether the backup was ever active or preempting.
