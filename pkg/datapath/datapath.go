@@ -494,7 +494,9 @@ func linkAttachment(l link.Link) (lb.Attachment, bool) {
 // already attached to that interface (adopted from a previous dlbd), Attach
 // keeps that attachment and returns lb.XDPAuto: the kernel does not report
 // the mode of an existing link. A link whose interface was deleted is
-// dropped and the program attached afresh.
+// dropped and the program attached afresh. While an executor of another
+// ABI is pinned (see Open), Attach takes its place on its links and pins
+// this one's maps instead.
 func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	if d.repl != nil {
 		return d.replaceOld(ifindex, mode)

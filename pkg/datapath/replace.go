@@ -136,29 +136,29 @@ func (d *Datapath) Replaced() (oldABI uint32, replaced bool) {
 
 // replaceOld is Attach while an executor of another ABI is pinned: the
 // program takes the old one's place on its link (or is attached afresh
-// when the old one has none on ifindex), on its other interfaces' links
-// too, then the pins move to this executor's maps.
+// when the old one has none), on its other interfaces' links too, then
+// the pins move to this executor's maps. An old link on another interface
+// is refused as Attach refuses an adopted one (ErrOtherInterface), with
+// nothing changed.
 func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	r := d.repl
 	got := lb.XDPAuto
-	if r.link != nil {
-		if a, ok := linkAttachment(r.link); ok && a.Ifindex == ifindex {
-			if err := r.link.Update(d.objs.DlbXdp); err != nil {
-				return 0, fmt.Errorf("replacing the older executor's program on its link: %w", err)
-			}
-			d.xdp, r.link = r.link, nil
+	if r.link != nil && severed(r.link) { // its interface went since Open
+		l := r.link
+		r.link = nil
+		if err := d.dropSevered(l, filepath.Join(d.pinDir, linkPin)); err != nil {
+			return 0, err
 		}
 	}
-	if d.xdp == nil {
-		// The old executor leaves its interface: another than the
-		// configured one (or it had none).
-		if r.link != nil {
-			r.link.Close()
-			r.link = nil
-			if err := os.Remove(filepath.Join(d.pinDir, linkPin)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return 0, fmt.Errorf("unpinning the older executor's link: %w", err)
-			}
+	if r.link != nil {
+		if a, ok := linkAttachment(r.link); ok && a.Ifindex != ifindex {
+			return 0, fmt.Errorf("%w (ifindex %d)", ErrOtherInterface, a.Ifindex)
 		}
+		if err := r.link.Update(d.objs.DlbXdp); err != nil {
+			return 0, fmt.Errorf("replacing the older executor's program on its link: %w", err)
+		}
+		d.xdp, r.link = r.link, nil
+	} else {
 		l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
 		if err != nil {
 			return 0, err
@@ -168,7 +168,9 @@ func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 	for i, l := range r.extra {
 		delete(r.extra, i)
 		if err := l.Update(d.objs.DlbXdp); err != nil {
-			// Its interface went since Open: the link goes too.
+			// Its interface went since Open (or the link takes no
+			// other program): the link goes, not the older program
+			// with the older maps beside this one.
 			if err := d.dropSevered(l, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(i))); err != nil {
 				return got, err
 			}

@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -119,6 +120,19 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 		t.Errorf("RemovePins before Attach: removed %v, %v; want nothing", removed, err)
 	}
 	oldInPlace("after a failed start")
+
+	// One asked to attach elsewhere is refused, as an adopted one is.
+	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open over another ABI: %v", err)
+	}
+	if _, err := dp.Attach(peer.Attrs().Index, lb.XDPGeneric); !errors.Is(err, ErrOtherInterface) {
+		t.Errorf("Attach to another interface: %v, want ErrOtherInterface", err)
+	}
+	if _, err := dp.RemovePins(); err != nil {
+		t.Error(err)
+	}
+	oldInPlace("after a start on another interface")
 
 	// The start that succeeds.
 	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
