@@ -683,19 +683,25 @@ func (d *Datapath) Close() error {
 	if d.repl != nil {
 		d.repl.releaseOld()
 	}
-	if d.xdp != nil {
-		d.xdp.Close()
-		d.xdp = nil
-	}
-	for i, l := range d.extra {
-		l.Close()
-		delete(d.extra, i)
-	}
+	closeLinks(&d.xdp, d.extra)
 	if d.empty != nil {
 		d.empty.Close()
 		d.empty = nil
 	}
 	return d.objs.Close()
+}
+
+// closeLinks closes *main (then nil) and the links of extra (then
+// empty). Closing a pinned link leaves it attached.
+func closeLinks(main *link.Link, extra map[int]link.Link) {
+	if *main != nil {
+		(*main).Close()
+		*main = nil
+	}
+	for i, l := range extra {
+		l.Close()
+		delete(extra, i)
+	}
 }
 
 // Remove detaches the program, unpins every object and closes the

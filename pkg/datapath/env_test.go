@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -173,6 +174,28 @@ func openTestEnv(t testing.TB, opts Options) *testEnv {
 		e.backend[b.ID] = b
 	}
 	return e
+}
+
+// attachBoth attaches the executor to the veth pair's both ends in
+// generic mode (dlbdp0 by Attach, dlbdp1 by attachInterface), and returns
+// the first's attachment and the second's index.
+func (e *testEnv) attachBoth(t *testing.T) (lb.Attachment, int) {
+	t.Helper()
+	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	peer, err := netlink.LinkByName("dlbdp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
+		t.Fatalf("attachInterface: %v", err)
+	}
+	a, ok := e.dp.Attached()
+	if !ok {
+		t.Fatal("not attached")
+	}
+	return a, peer.Attrs().Index
 }
 
 func fill(m uint32, f func(slot uint32) uint32) []uint32 {

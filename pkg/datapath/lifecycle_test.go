@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -76,20 +74,7 @@ func testSweep(t *testing.T, e *testEnv) {
 // the maps and their contents, and replaces the program on the link.
 func TestPrivilegedAdoption(t *testing.T) {
 	e := newTestEnv(t)
-	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
-		t.Fatalf("Attach: %v", err)
-	}
-	peer, err := netlink.LinkByName("dlbdp1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
-		t.Fatalf("attachInterface: %v", err)
-	}
-	a1, ok := e.dp.Attached()
-	if !ok {
-		t.Fatal("not attached")
-	}
+	a1, peerIndex := e.attachBoth(t)
 	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
 	if err := e.dp.Close(); err != nil {
 		t.Fatal(err)
@@ -108,7 +93,7 @@ func TestPrivilegedAdoption(t *testing.T) {
 		t.Errorf("program %d not replaced", a2.ProgramID)
 	}
 	// The second interface's link was adopted too, with the new program.
-	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peer.Attrs().Index || as[1].ProgramID != a2.ProgramID {
+	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peerIndex || as[1].ProgramID != a2.ProgramID {
 		t.Errorf("attachments after Open: %+v", as)
 	}
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {

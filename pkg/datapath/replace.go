@@ -229,12 +229,5 @@ func (d *Datapath) movePins(names []string) error {
 // releaseOld lets go of the old executor's links without touching them:
 // it forwards on, under its pins, as before Open.
 func (r *replacement) releaseOld() {
-	if r.link != nil {
-		r.link.Close()
-		r.link = nil
-	}
-	for i, l := range r.extra {
-		l.Close()
-		delete(r.extra, i)
-	}
+	closeLinks(&r.link, r.extra)
 }

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // setPinnedABI writes abi into the executor's pinned config map, as an
@@ -34,22 +34,6 @@ func setPinnedABI(t *testing.T, pinDir string, abi uint32) {
 	}
 }
 
-// pinnedMapID returns the id of the map pinned under pinDir as name.
-func pinnedMapID(t *testing.T, pinDir, name string) ebpf.MapID {
-	t.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	info, err := m.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := info.ID()
-	return id
-}
-
 // TestPrivilegedReplaceOtherABI: an executor pinned by a dlbd of another
 // executor ABI (an upgrade) is not refused but replaced. Open leaves it
 // forwarding, on its links and under its pins, and so does a start that
@@ -60,22 +44,9 @@ func pinnedMapID(t *testing.T, pinDir, name string) ebpf.MapID {
 // and this one has not; the next Open adopts it.
 func TestPrivilegedReplaceOtherABI(t *testing.T) {
 	e := newTestEnv(t)
-	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
-		t.Fatalf("Attach: %v", err)
-	}
-	peer, err := netlink.LinkByName("dlbdp1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
-		t.Fatalf("attachInterface: %v", err)
-	}
-	old, ok := e.dp.Attached()
-	if !ok {
-		t.Fatal("not attached")
-	}
+	old, peerIndex := e.attachBoth(t)
 	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
-	oldConns := pinnedMapID(t, e.pinDir, dispatcherMapConns)
+	oldConns := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns))
 	// A map the older executor had and this one has not.
 	gone, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
@@ -102,7 +73,7 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 		if got, _, err := pinnedABI(e.pinDir); err != nil || got != abi-1 {
 			t.Errorf("%s: pinned ABI %d (%v), want %d", when, got, err, abi-1)
 		}
-		if id := pinnedMapID(t, e.pinDir, dispatcherMapConns); id != oldConns {
+		if id := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns)); id != oldConns {
 			t.Errorf("%s: conns pinned is map %d, want the old %d", when, id, oldConns)
 		}
 	}
@@ -126,7 +97,7 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open over another ABI: %v", err)
 	}
-	if _, err := dp.Attach(peer.Attrs().Index, lb.XDPGeneric); !errors.Is(err, ErrOtherInterface) {
+	if _, err := dp.Attach(peerIndex, lb.XDPGeneric); !errors.Is(err, ErrOtherInterface) {
 		t.Errorf("Attach to another interface: %v, want ErrOtherInterface", err)
 	}
 	if _, err := dp.RemovePins(); err != nil {
@@ -157,13 +128,13 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 	if !ok || now.LinkID != old.LinkID || now.Ifindex != e.dummy || now.ProgramID == old.ProgramID {
 		t.Errorf("after Attach: %+v %v; want link %d on %d with a new program", now, ok, old.LinkID, e.dummy)
 	}
-	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peer.Attrs().Index || as[1].ProgramID != now.ProgramID {
+	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peerIndex || as[1].ProgramID != now.ProgramID {
 		t.Errorf("attachments after Attach: %+v", as)
 	}
 	if got, differs, err := pinnedABI(e.pinDir); err != nil || differs || got != abi {
 		t.Errorf("pinned ABI after Attach: %d %v %v, want %d", got, differs, err, abi)
 	}
-	if id := pinnedMapID(t, e.pinDir, dispatcherMapConns); id == oldConns {
+	if id := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns)); id == oldConns {
 		t.Errorf("conns still pinned as the old map %d", id)
 	}
 	if p := pins(t, e.pinDir); slices.Contains(p, "old_only") || slices.Contains(p, progPin+"_new") {

@@ -95,16 +95,7 @@ func TestPrivilegedReopenAfterInterfaceRecreated(t *testing.T) {
 // replaces the severed link instead of refusing it as another interface.
 func TestPrivilegedAttachAfterInterfaceRecreated(t *testing.T) {
 	e := newTestEnv(t)
-	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
-		t.Fatalf("Attach: %v", err)
-	}
-	peer, err := netlink.LinkByName("dlbdp1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
-		t.Fatalf("AttachInterface: %v", err)
-	}
+	e.attachBoth(t)
 	idx := recreateVeth(t)
 	if a, ok := e.dp.Attached(); ok {
 		t.Errorf("reported attached %+v after the interface was deleted", a)
@@ -125,16 +116,7 @@ func TestPrivilegedAttachAfterInterfaceRecreated(t *testing.T) {
 // upgrade, and says what it removed; the directory stays (dlbd locks it).
 func TestPrivilegedRemoveLeavesNoPins(t *testing.T) {
 	e := newTestEnv(t)
-	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
-		t.Fatalf("Attach: %v", err)
-	}
-	peer, err := netlink.LinkByName("dlbdp1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.dp.attachInterface(peer.Attrs().Index, lb.XDPGeneric); err != nil {
-		t.Fatalf("AttachInterface: %v", err)
-	}
+	e.attachBoth(t)
 	recreateVeth(t)
 	if err := e.dp.objs.DlbXdp.Pin(e.pinDir + "/" + progPin + "_new"); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // checkShares fails unless every backend's share of r is within ±5
@@ -158,7 +159,7 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 	l.startDlbd()
 	l.configure("generic", 10, 10, 10)
 	before := l.executor()
-	connsID := pinnedMapID(t, filepath.Join(l.pinDir, "conns"))
+	connsID := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns"))
 
 	load := make(chan loadResult, 1)
 	go func() {
@@ -185,7 +186,7 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 	if after.ProgramID == before.ProgramID {
 		t.Errorf("program %d not replaced on restart", after.ProgramID)
 	}
-	if id := pinnedMapID(t, filepath.Join(l.pinDir, "conns")); id != connsID {
+	if id := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns")); id != connsID {
 		t.Errorf("connection table map %d after restart, was %d", id, connsID)
 	}
 	if after.Connections == 0 {
@@ -216,7 +217,7 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	l.startDlbd()
 	l.configure("generic", 10, 10)
 	before := l.executor()
-	connsID := pinnedMapID(t, filepath.Join(l.pinDir, "conns"))
+	connsID := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns"))
 
 	load := make(chan loadResult, 1)
 	go func() {
@@ -243,7 +244,7 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 		t.Errorf("after the replacement: attached %v, link %d program %d; want link %d with a new program (was %d)",
 			after.Attached, after.LinkID, after.ProgramID, before.LinkID, before.ProgramID)
 	}
-	if id := pinnedMapID(t, filepath.Join(l.pinDir, "conns")); id == connsID {
+	if id := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns")); id == connsID {
 		t.Errorf("the older executor's connection table (map %d) is still pinned", id)
 	}
 	if after.Connections < 40 {
@@ -277,21 +278,6 @@ func pinOtherVersion(t *testing.T, pinDir string) {
 	if err := other.Pin(cfgPin); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func pinnedMapID(t *testing.T, path string) ebpf.MapID {
-	t.Helper()
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if err != nil {
-		t.Fatalf("loading pinned map %s: %v", path, err)
-	}
-	defer m.Close()
-	info, err := m.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := info.ID()
-	return id
 }
 
 // configView is the configuration part of the reports (no counters), for
