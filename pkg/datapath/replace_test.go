@@ -214,3 +214,73 @@ func TestPrivilegedReplaceOtherConfigLayout(t *testing.T) {
 		t.Errorf("pinned config after Attach: differs %v, %v", differs, err)
 	}
 }
+
+// TestPrivilegedReplaceAfterACrash: a dlbd that died half-way through a
+// replacement (its program already on the link, some maps pinned in the
+// old ones' place, not the config map) leaves pins that the next Open
+// replaces again, whole.
+func TestPrivilegedReplaceAfterACrash(t *testing.T) {
+	e := newTestEnv(t)
+	old, _ := e.attachBoth(t)
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	abi := uint32(dispatcherDlbConstsDLB_ABI_VERSION)
+	setPinnedABI(t, e.pinDir, abi-1)
+
+	// The dlbd that dies: its program on the link, conns pinned.
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open over another ABI: %v", err)
+	}
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if err := dp.repl.link.Update(dp.objs.DlbXdp); err != nil {
+		t.Fatal(err)
+	}
+	half, _ := linkAttachment(dp.repl.link)
+	conns := filepath.Join(e.pinDir, dispatcherMapConns)
+	if err := os.Remove(conns); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.objs.Conns.Pin(conns); err != nil {
+		t.Fatal(err)
+	}
+	halfConns := testutil.PinnedMapID(t, conns)
+	if err := dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if half.ProgramID == old.ProgramID {
+		t.Fatal("the program was not swapped")
+	}
+
+	// The next dlbd.
+	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open after a half-done replacement: %v", err)
+	}
+	e.dp = dp
+	if dp.repl == nil {
+		t.Fatal("the half-done replacement was adopted, not replaced again")
+	}
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	now, ok := dp.Attached()
+	if !ok || now.LinkID != old.LinkID || now.ProgramID == half.ProgramID || now.ProgramID == old.ProgramID {
+		t.Errorf("after Attach: %+v %v; want link %d with a third program", now, ok, old.LinkID)
+	}
+	if got, differs, err := pinnedABI(e.pinDir); err != nil || differs || got != abi {
+		t.Errorf("pinned ABI after Attach: %d %v %v, want %d", got, differs, err, abi)
+	}
+	if id := testutil.PinnedMapID(t, conns); id == halfConns {
+		t.Errorf("conns still pinned as the half-done replacement's map %d", id)
+	}
+	if got, _ := e.run(t, tcpTo(vipTCP, 80, 7, "A").Build(t)); got != xdpTX {
+		t.Errorf("verdict %d after the replacement", got)
+	}
+}
