@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlbproject/dlb/internal/logagg"
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -196,6 +197,11 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 				"its tables could not be read, so MAC-mode connections go on to the server the Maglev table gives "+
 				"them (the same while the servers and weights are); its NAT connections and affinity records are lost",
 				"old_abi", abi)
+			reason := "the pinned executor's maps were of another version"
+			if abi != 0 {
+				reason = fmt.Sprintf("the pinned executor's maps were of executor ABI %d", abi)
+			}
+			e.events.Emit(events.ExecutorReplaced, map[string]string{"DLB_INTERFACE": link.Name, "DLB_REASON": reason})
 		}
 	}
 	if err := e.configureAddresses(cfg); err != nil {

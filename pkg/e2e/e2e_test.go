@@ -207,14 +207,23 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 // executor's maps; here its config map has another layout) takes its
 // place on the same link instead of refusing it: the keep-alive
 // connections through the cluster go on, each to its server (the Maglev
-// table is the same), none broken, the new maps are pinned, and dlbd
-// manages the executor. Before, the old executor forwarded on unmanaged
+// table is the same), none broken, the new maps are pinned, the event
+// executorReplaced runs its script, and dlbd manages the executor. Before, the old executor forwarded on unmanaged
 // (no advisor, no change reached it) until "dlbctl executor stop", which
 // broke every connection.
 func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 2)
-	l.startDlbd()
+	scripts := filepath.Join(l.run, "scripts")
+	events := filepath.Join(l.run, "events.log")
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_INTERFACE $DLB_REASON\" >> " + events + "\n"
+	if err := os.WriteFile(filepath.Join(scripts, "executorReplaced"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l.startDlbd("--scripts-dir", scripts)
 	l.configure("generic", 10, 10)
 	before := l.executor()
 	connsID := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns"))
@@ -231,7 +240,7 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	l.killDlbd(syscall.SIGTERM)
 	pinOtherVersion(t, l.pinDir)
-	l.startDlbd()
+	l.startDlbd("--scripts-dir", scripts)
 	// While they run, the keep-alive connections enter the new table
 	// (the report counts them at dlbd's sweeps, every 2 s).
 	waitFor(t, 5*time.Second, "the new connection table to hold the 40 keep-alive connections", func() bool {
@@ -255,6 +264,11 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	if log := l.dlbdLog(); !strings.Contains(log, "replaced the executor a dlbd of another version had pinned") {
 		t.Errorf("dlbd did not log the replacement:\n%s", log)
 	}
+	want := "executorReplaced " + l.env["LAB_IF"] + " the pinned executor's maps were of another version"
+	waitFor(t, 3*time.Second, "the executorReplaced event script", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Contains(string(b), want)
+	})
 	// dlbd manages the executor it put in place: a change takes effect.
 	l.mustCtl("server", "down", fmt.Sprintf("%s@80@%s", l.vip(), l.backend(2)))
 	r = l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10")

@@ -1,7 +1,8 @@
 // Package events runs the operator's event scripts, IBM style: when a
 // server goes down or up, when a port has no server left (managerAlert)
 // or has one again, when half-open connections pass maxhalfopen, when the
-// executor loses its interface or attaches to it again, dlbd runs
+// executor loses its interface or attaches to it again or replaces an
+// older version's, dlbd runs
 // the executable named after the event in the scripts directory, with the
 // event in its environment. Scripts run one at a time on their own
 // goroutine, each bounded by a timeout (package runner), so that they
@@ -40,6 +41,11 @@ const (
 	// DLB_IFINDEX). dlb's own, beside IBM's.
 	ExecutorDetached = "executorDetached"
 	ExecutorAttached = "executorAttached"
+	// ExecutorReplaced: dlbd put its executor in the place of one a dlbd
+	// of another version had pinned, whose tables it could not adopt
+	// (DLB_INTERFACE, DLB_REASON): NAT connections and affinity records
+	// were lost. dlb's own.
+	ExecutorReplaced = "executorReplaced"
 	// High availability: this dispatcher serves a group of clusters
 	// (goActive), stands by for it (goStandby), or cannot forward
 	// (goInOp: its executor is stopped, detached or its interface
@@ -62,7 +68,7 @@ const dropLogEvery = 10 * time.Second
 // urgent are the events whose scripts run in a lane of their own (see the
 // package comment), in the order raised.
 var urgent = map[string]bool{GoActive: true, GoStandby: true, GoInOp: true, HighAvailChange: true,
-	ExecutorDetached: true, ExecutorAttached: true}
+	ExecutorDetached: true, ExecutorAttached: true, ExecutorReplaced: true}
 
 // RecentEvents is how many of the latest events a Runner remembers for
 // Recent.
