@@ -214,15 +214,7 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 2)
-	scripts := filepath.Join(l.run, "scripts")
-	events := filepath.Join(l.run, "events.log")
-	if err := os.MkdirAll(scripts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_INTERFACE $DLB_REASON\" >> " + events + "\n"
-	if err := os.WriteFile(filepath.Join(scripts, "executorReplaced"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	scripts, events := eventScripts(t, []string{"executorReplaced"}, "DLB_INTERFACE", "DLB_REASON")
 	l.startDlbd("--scripts-dir", scripts)
 	l.configure("generic", 10, 10)
 	before := l.executor()

@@ -99,14 +99,7 @@ func (l *lab) floodPhase(name, port string, count int) {
 func TestPrivilegedE2ESYNFlood(t *testing.T) {
 	alone(t)
 	l := newLabArgs(t, "-n", "3", "-r", "2", "-c", "2")
-	scripts := t.TempDir()
-	events := filepath.Join(t.TempDir(), "events")
-	for _, ev := range []string{"halfOpenAlert", "halfOpenAlertDone"} {
-		script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_CLUSTER $DLB_PORT\" >> " + events + "\n"
-		if err := os.WriteFile(filepath.Join(scripts, ev), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scripts, events := eventScripts(t, []string{"halfOpenAlert", "halfOpenAlertDone"}, "DLB_CLUSTER", "DLB_PORT")
 	// The NAT table also holds the legitimate connections of the test
 	// (thousands, each kept for the FIN timeout after it closes).
 	const table, natTable = 4096, 16384

@@ -224,17 +224,7 @@ func (l *lab) checkNewConnections(t *testing.T, when string) {
 func TestPrivilegedE2EFault4InterfaceRecreated(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 2)
-	scripts := filepath.Join(l.run, "scripts")
-	events := filepath.Join(l.run, "events.log")
-	if err := os.MkdirAll(scripts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range []string{"executorDetached", "executorAttached"} {
-		script := "#!/bin/sh\necho \"$DLB_EVENT $DLB_INTERFACE $DLB_REASON\" >> " + events + "\n"
-		if err := os.WriteFile(filepath.Join(scripts, ev), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scripts, events := eventScripts(t, []string{"executorDetached", "executorAttached"}, "DLB_INTERFACE", "DLB_REASON")
 	l.startDlbd("--scripts-dir", scripts)
 	l.configure("generic", 10, 10)
 	ifname, vip := l.env["LAB_IF"], l.vip()

@@ -486,6 +486,26 @@ func (l *lab) mustLoad(args ...string) loadResult {
 	return r
 }
 
+// eventScripts writes, in a directory of its own, an event script for
+// each of names that appends the event's name and the values of vars
+// (DLB_INTERFACE, ...) as a line to a log; it returns the directory (for
+// --scripts-dir) and the log's path.
+func eventScripts(t *testing.T, names []string, vars ...string) (dir, log string) {
+	t.Helper()
+	dir, log = t.TempDir(), filepath.Join(t.TempDir(), "events.log")
+	line := "$DLB_EVENT"
+	for _, v := range vars {
+		line += " $" + v
+	}
+	script := "#!/bin/sh\necho \"" + line + "\" >> " + log + "\n"
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, log
+}
+
 // inNS runs a command in one of the lab's namespaces.
 func (l *lab) inNS(role string, args ...string) (string, error) {
 	out, err := l.script(append([]string{"exec", role}, args...)...).CombinedOutput()
