@@ -250,7 +250,8 @@ func Open(opts Options) (_ *Datapath, err error) {
 		}
 	}
 	if d.repl != nil {
-		if err := d.holdOld(d.repl); err != nil {
+		// The old executor's links, for Attach to put this one on.
+		if d.repl.link, d.repl.extra, err = d.pinnedLinks(); err != nil {
 			return nil, err
 		}
 	} else {
@@ -299,24 +300,22 @@ func (d *Datapath) checkConfig() error {
 }
 
 // adoptLink replaces the program on the pinned XDP links, if there are
-// any: the main one and those of attachInterface.
+// any: the main one and those of attachInterface (these only with the
+// main one).
 func (d *Datapath) adoptLink() error {
-	l, err := d.adoptOne(filepath.Join(d.pinDir, linkPin))
-	if err != nil || l == nil {
+	main, extra, err := d.pinnedLinks()
+	if err == nil && main != nil {
+		d.xdp, err = d.adoptOne(main, filepath.Join(d.pinDir, linkPin))
+	}
+	if err != nil || d.xdp == nil {
+		closeLinks(new(link.Link), extra)
 		return err
 	}
-	d.xdp = l
-	entries, err := os.ReadDir(d.pinDir)
-	if err != nil {
-		return fmt.Errorf("reading pin directory: %w", err)
-	}
-	for _, e := range entries {
-		ifindex, err := strconv.Atoi(strings.TrimPrefix(e.Name(), extraLinkPin))
-		if !strings.HasPrefix(e.Name(), extraLinkPin) || err != nil {
-			continue
-		}
-		l, err := d.adoptOne(filepath.Join(d.pinDir, e.Name()))
+	for ifindex, l := range extra {
+		delete(extra, ifindex)
+		l, err := d.adoptOne(l, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(ifindex)))
 		if err != nil {
+			closeLinks(new(link.Link), extra)
 			return err
 		}
 		if l != nil {
@@ -326,20 +325,52 @@ func (d *Datapath) adoptLink() error {
 	return nil
 }
 
-// adoptOne loads the link pinned at path and puts the program on it.
-func (d *Datapath) adoptOne(path string) (link.Link, error) {
-	l, err := link.LoadPinnedLink(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+// pinnedLinks loads the XDP links pinned under the pin directory: the
+// executor's (nil when none is) and those of attachInterface, by
+// interface index. A link whose interface was deleted is unpinned and
+// dropped, not returned.
+func (d *Datapath) pinnedLinks() (main link.Link, extra map[int]link.Link, err error) {
+	extra = map[int]link.Link{}
+	defer func() {
+		if err != nil {
+			closeLinks(&main, extra)
+		}
+	}()
+	entries, err := os.ReadDir(d.pinDir)
 	if err != nil {
-		return nil, fmt.Errorf("loading pinned link %s: %w", path, err)
+		return nil, nil, fmt.Errorf("reading pin directory: %w", err)
 	}
-	if severed(l) {
-		return nil, d.dropSevered(l, path)
+	for _, e := range entries {
+		ifindex, aerr := strconv.Atoi(strings.TrimPrefix(e.Name(), extraLinkPin))
+		isExtra := strings.HasPrefix(e.Name(), extraLinkPin) && aerr == nil
+		if e.Name() != linkPin && !isExtra {
+			continue
+		}
+		path := filepath.Join(d.pinDir, e.Name())
+		l, err := link.LoadPinnedLink(path, nil)
+		if err != nil {
+			return main, extra, fmt.Errorf("loading pinned link %s: %w", path, err)
+		}
+		if severed(l) {
+			if err := d.dropSevered(l, path); err != nil {
+				return main, extra, err
+			}
+			continue
+		}
+		if isExtra {
+			extra[ifindex] = l
+		} else {
+			main = l
+		}
 	}
+	return main, extra, nil
+}
+
+// adoptOne puts the program on l, pinned at path; a link severed since it
+// was loaded is dropped (nil, no error).
+func (d *Datapath) adoptOne(l link.Link, path string) (link.Link, error) {
 	if err := l.Update(d.objs.DlbXdp); err != nil {
-		if errors.Is(err, unix.ENOLINK) { // severed since the check
+		if errors.Is(err, unix.ENOLINK) { // severed since it was loaded
 			return nil, d.dropSevered(l, path)
 		}
 		l.Close()

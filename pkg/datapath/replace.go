@@ -94,40 +94,6 @@ func unpinned(spec *ebpf.CollectionSpec) []string {
 	return names
 }
 
-// holdOld takes the old executor's links, to replace its program on them
-// in Attach. Links whose interface was deleted are dropped.
-func (d *Datapath) holdOld(r *replacement) error {
-	entries, err := os.ReadDir(d.pinDir)
-	if err != nil {
-		return fmt.Errorf("reading pin directory: %w", err)
-	}
-	r.extra = map[int]link.Link{}
-	for _, e := range entries {
-		ifindex, err := strconv.Atoi(strings.TrimPrefix(e.Name(), extraLinkPin))
-		isExtra := strings.HasPrefix(e.Name(), extraLinkPin) && err == nil
-		if e.Name() != linkPin && !isExtra {
-			continue
-		}
-		path := filepath.Join(d.pinDir, e.Name())
-		l, err := link.LoadPinnedLink(path, nil)
-		if err != nil {
-			return fmt.Errorf("loading pinned link %s: %w", path, err)
-		}
-		if severed(l) {
-			if err := d.dropSevered(l, path); err != nil {
-				return err
-			}
-			continue
-		}
-		if isExtra {
-			r.extra[ifindex] = l
-		} else {
-			r.link = l
-		}
-	}
-	return nil
-}
-
 // Replaced reports whether Open found an executor of another ABI that
 // Attach replaced, and its version (0: unknown).
 func (d *Datapath) Replaced() (oldABI uint32, replaced bool) {
