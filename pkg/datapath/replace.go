@@ -80,17 +80,10 @@ func unpinned(spec *ebpf.CollectionSpec) []string {
 			names = append(names, name)
 		}
 	}
-	slices.SortFunc(names, func(a, b string) int {
-		switch {
-		case a == b:
-			return 0
-		case a == dispatcherMapConfig:
-			return 1
-		case b == dispatcherMapConfig:
-			return -1
-		}
-		return strings.Compare(a, b)
-	})
+	slices.Sort(names)
+	if i := slices.Index(names, dispatcherMapConfig); i >= 0 {
+		names = append(slices.Delete(names, i, i+1), dispatcherMapConfig)
+	}
 	return names
 }
 

@@ -284,3 +284,23 @@ func TestPrivilegedReplaceAfterACrash(t *testing.T) {
 		t.Errorf("verdict %d after the replacement", got)
 	}
 }
+
+// TestUnpinned: the maps pinned by name are unpinned and listed sorted,
+// the config map last (its ABI version marks a whole replacement).
+func TestUnpinned(t *testing.T) {
+	spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{
+		dispatcherMapConfig: {Pinning: ebpf.PinByName},
+		"vips":              {Pinning: ebpf.PinByName},
+		"affinity":          {Pinning: ebpf.PinByName},
+		"scratch":           {Pinning: ebpf.PinNone},
+	}}
+	got := unpinned(spec)
+	if want := []string{"affinity", "vips", dispatcherMapConfig}; !slices.Equal(got, want) {
+		t.Errorf("unpinned: %v, want %v", got, want)
+	}
+	for name, m := range spec.Maps {
+		if m.Pinning != ebpf.PinNone {
+			t.Errorf("%s still pinned by name", name)
+		}
+	}
+}
