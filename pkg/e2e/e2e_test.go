@@ -223,7 +223,7 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	load := make(chan loadResult, 1)
 	go func() {
 		r, err := l.load(context.Background(), "-url", "http://"+l.vip()+"/", "-keepalive", "-c", "40", "-interval", "50ms",
-			"-duration", "8s", "-timeout", "3s")
+			"-duration", "10s", "-timeout", "3s")
 		if err != nil {
 			t.Error(err)
 		}
