@@ -102,22 +102,19 @@ func (d *Datapath) Replaced() (oldABI uint32, replaced bool) {
 func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	r := d.repl
 	got := lb.XDPAuto
-	if r.link != nil && severed(r.link) { // its interface went since Open
-		l := r.link
-		r.link = nil
-		if err := d.dropSevered(l, filepath.Join(d.pinDir, linkPin)); err != nil {
-			return 0, err
-		}
-	}
 	if r.link != nil {
 		if a, ok := linkAttachment(r.link); ok && a.Ifindex != ifindex {
 			return 0, fmt.Errorf("%w (ifindex %d)", ErrOtherInterface, a.Ifindex)
 		}
-		if err := r.link.Update(d.objs.DlbXdp); err != nil {
-			return 0, fmt.Errorf("replacing the older executor's program on its link: %w", err)
+		// As an adoption: a link severed since Open is dropped.
+		l := r.link
+		r.link = nil
+		var err error
+		if d.xdp, err = d.adoptOne(l, filepath.Join(d.pinDir, linkPin)); err != nil {
+			return 0, err
 		}
-		d.xdp, r.link = r.link, nil
-	} else {
+	}
+	if d.xdp == nil {
 		l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
 		if err != nil {
 			return 0, err

@@ -304,3 +304,34 @@ func TestUnpinned(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedReplaceSeveredLink: the old executor's interface deleted
+// and created again between Open and Attach: its severed link is dropped
+// and the new program attached afresh to the new interface.
+func TestPrivilegedReplaceSeveredLink(t *testing.T) {
+	e := newTestEnv(t)
+	old, _ := e.attachBoth(t)
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setPinnedABI(t, e.pinDir, uint32(dispatcherDlbConstsDLB_ABI_VERSION)-1)
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+	if err != nil {
+		t.Fatalf("Open over another ABI: %v", err)
+	}
+	e.dp = dp
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	idx := recreateVeth(t)
+	if _, err := dp.Attach(idx, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach to the recreated interface: %v", err)
+	}
+	now, ok := dp.Attached()
+	if !ok || now.Ifindex != idx || now.LinkID == old.LinkID {
+		t.Errorf("after Attach: %+v %v; want a new link on %d (the old was %d)", now, ok, idx, old.LinkID)
+	}
+	if abi, replaced := dp.Replaced(); !replaced || abi != uint32(dispatcherDlbConstsDLB_ABI_VERSION)-1 {
+		t.Errorf("Replaced() = %d, %v", abi, replaced)
+	}
+}
