@@ -122,12 +122,11 @@ type Datapath struct {
 	natOrphans map[natHalf]uint64
 	// pinnedMaps are the maps pinned by name, by name (see Repin).
 	pinnedMaps map[string]*ebpf.Map
-	// repl is the executor of another ABI that Open found pinned, until
-	// Attach replaces it (replace.go); replaced and replacedABI say that
-	// Attach did, and the old one's version.
-	repl        *replacement
-	replaced    bool
-	replacedABI uint32
+	// repl is the executor of another ABI or of other sizes that Open
+	// found pinned, until Attach replaces it (replace.go); replaced says
+	// what Attach did then (nil: nothing replaced).
+	repl     *replacement
+	replaced *lb.Replacement
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -213,14 +212,28 @@ func Open(opts Options) (_ *Datapath, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var resized []string
+	if !otherABI {
+		if resized, err = resizedPins(opts.PinDir, spec, d.maxTable); err != nil {
+			return nil, err
+		}
+	}
 	load := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: opts.PinDir}}
-	if otherABI {
-		d.repl = &replacement{oldABI: oldABI, names: unpinned(spec)}
+	if otherABI || len(resized) > 0 {
+		d.repl = &replacement{oldABI: oldABI, names: unpinned(spec), resized: resized}
 		load = &ebpf.CollectionOptions{}
+		if len(resized) > 0 {
+			// Without the old tables (a map's pin deleted), the
+			// replacement goes on as across an ABI change.
+			d.repl.tables, d.repl.affinity, d.repl.carryErr = pinnedTables(opts.PinDir)
+		}
 	}
 	err = spec.LoadAndAssign(&d.objs, load)
+	if err != nil && d.repl != nil {
+		d.repl.releaseOld()
+	}
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		return nil, fmt.Errorf("%w under %s: %v (restart dlbd with the table sizes it was started with, or run \"dlbctl executor stop\" to remove them)", ErrIncompatiblePins, opts.PinDir, err)
+		return nil, fmt.Errorf("%w under %s: %v (run \"dlbctl executor stop\" to remove them)", ErrIncompatiblePins, opts.PinDir, err)
 	}
 	if err != nil {
 		var ve *ebpf.VerifierError

@@ -4,11 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -30,6 +33,15 @@ import (
 // server the Maglev table gives it, the same as before when the servers
 // and weights are; NAT connections (their return ports) and affinity
 // records are lost.
+//
+// An executor of this ABI whose tables have other sizes than this dlbd's
+// options (a restart with other table-size flags) is replaced the same
+// way, but its tables can be read: Attach carries their entries over
+// (connections, NAT mappings, affinity records, with their ages and the
+// backend ids the state directory keeps), once before the new program
+// takes the old one's place and once after, for what changed in between.
+// Half-open NAT handshakes are not carried (the client's next SYN makes
+// another), nor the counters.
 
 // replacement is what Open found of an executor of another ABI, until
 // Attach replaces it.
@@ -42,6 +54,18 @@ type replacement struct {
 	// link and extra are the old executor's links (nil, empty: none).
 	link  link.Link
 	extra map[int]link.Link
+	// resized is what has other sizes than this executor's (see
+	// resizedPins), when the ABI is the same; tables and affinity are
+	// then the old executor's, to carry over, and scan what of them was
+	// carried.
+	resized  []string
+	tables   []table
+	affinity *ebpf.Map
+	scan     lb.ConnScan
+	// carried and lost count what was carried over and what could not be,
+	// and carryErr says why.
+	carried, lost int
+	carryErr      error
 }
 
 // pinnedABI reads the ABI version of the executor pinned under pinDir:
@@ -49,25 +73,134 @@ type replacement struct {
 // dlbd's (abi is 0 when the config map's layout differs, so that no
 // version can be read).
 func pinnedABI(pinDir string) (abi uint32, differs bool, err error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, dispatcherMapConfig), &ebpf.LoadPinOptions{ReadOnly: true})
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, nil
+	cfg, layout, err := pinnedConfig(pinDir)
+	if err != nil || !layout {
+		return 0, !layout, err
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("reading the pinned config map: %w", err)
-	}
-	defer m.Close()
-	var cfg dispatcherDlbConfig
-	if m.ValueSize() != uint32(binary.Size(cfg)) || m.Type() != ebpf.Array {
-		return 0, true, nil
-	}
-	if err := m.Lookup(uint32(0), &cfg); err != nil {
-		return 0, false, fmt.Errorf("reading the pinned config map: %w", err)
-	}
-	if cfg.MaglevSize == 0 { // never written: nothing to adopt or replace
+	if cfg == nil { // none, or never written: nothing to adopt or replace
 		return 0, false, nil
 	}
 	return cfg.AbiVersion, cfg.AbiVersion != uint32(dispatcherDlbConstsDLB_ABI_VERSION), nil
+}
+
+// pinnedConfig reads the config map of the executor pinned under pinDir:
+// nil when none is pinned or it was never written; layout is false when
+// the map has another layout than this dlbd's.
+func pinnedConfig(pinDir string) (cfg *dispatcherDlbConfig, layout bool, err error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, dispatcherMapConfig), &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, true, fmt.Errorf("reading the pinned config map: %w", err)
+	}
+	defer m.Close()
+	cfg = new(dispatcherDlbConfig)
+	if m.ValueSize() != uint32(binary.Size(*cfg)) || m.Type() != ebpf.Array {
+		return nil, false, nil
+	}
+	if err := m.Lookup(uint32(0), cfg); err != nil {
+		return nil, true, fmt.Errorf("reading the pinned config map: %w", err)
+	}
+	if cfg.MaglevSize == 0 {
+		return nil, true, nil
+	}
+	return cfg, true, nil
+}
+
+// sizeLabels names the maps whose sizes dlbd's options set, as resizedPins
+// reports them.
+var sizeLabels = map[string]string{
+	dispatcherMapConns:       "connection table",
+	dispatcherMapNatFlows:    "NAT tables",
+	dispatcherMapNatHalfopen: "half-open table",
+	dispatcherMapAffinity:    "affinity table",
+	dispatcherMapMaglevInfo:  "services",
+	dispatcherMapBackends:    "backends",
+}
+
+// resizedPins compares the maps of this ABI's executor pinned under
+// pinDir with spec's, and its Maglev table size with maglev: it returns
+// what has another size, as "connection table 4096 -> 8192" (the maps
+// sized from those, by name only when nothing else differs), nothing
+// when the sizes are the same or nothing is pinned.
+func resizedPins(pinDir string, spec *ebpf.CollectionSpec, maglev uint32) ([]string, error) {
+	var labelled, other []string
+	names := slices.Sorted(maps.Keys(spec.Maps))
+	for _, name := range names {
+		ms := spec.Maps[name]
+		if ms.Pinning != ebpf.PinByName || ms.MaxEntries == 0 {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the pinned map %s: %w", name, err)
+		}
+		n := m.MaxEntries()
+		m.Close()
+		if n == ms.MaxEntries {
+			continue
+		}
+		if label, ok := sizeLabels[name]; ok {
+			labelled = append(labelled, fmt.Sprintf("%s %d -> %d", label, n, ms.MaxEntries))
+		} else {
+			other = append(other, fmt.Sprintf("%s %d -> %d", name, n, ms.MaxEntries))
+		}
+	}
+	cfg, _, err := pinnedConfig(pinDir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil && cfg.MaglevSize != maglev {
+		labelled = append(labelled, fmt.Sprintf("Maglev tables %d -> %d", cfg.MaglevSize, maglev))
+	}
+	if len(labelled) > 0 {
+		return labelled, nil
+	}
+	return other, nil
+}
+
+// pinnedTables opens the connection tables and affinity map pinned under
+// pinDir, to read (see carryOver).
+func pinnedTables(pinDir string) (_ []table, _ *ebpf.Map, err error) {
+	var opened []*ebpf.Map
+	defer func() {
+		if err != nil {
+			for _, m := range opened {
+				m.Close()
+			}
+		}
+	}()
+	load := func(name string) (*ebpf.Map, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), nil)
+		if err != nil {
+			return nil, fmt.Errorf("opening the older executor's map %s: %w", name, err)
+		}
+		opened = append(opened, m)
+		return m, nil
+	}
+	var tabs []table
+	for _, names := range [][4]string{
+		{dispatcherMapConns, dispatcherMapConnUsed, dispatcherMapConnCursor, dispatcherMapConnIndex},
+		{dispatcherMapNatFlows, dispatcherMapNatFlowUsed, dispatcherMapNatFlowCursor, dispatcherMapNatFlowIndex},
+		{dispatcherMapNatPorts, dispatcherMapNatPortUsed, dispatcherMapNatPortCursor, dispatcherMapNatPortIndex},
+	} {
+		t := table{name: names[0]}
+		for i, dst := range []**ebpf.Map{&t.entries, &t.used, &t.cursor, &t.index} {
+			if *dst, err = load(names[i]); err != nil {
+				return nil, nil, err
+			}
+		}
+		tabs = append(tabs, t)
+	}
+	affinity, err := load(dispatcherMapAffinity)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tabs, affinity, nil
 }
 
 // unpinned takes the pinning off spec's maps, and returns the names of
@@ -87,10 +220,13 @@ func unpinned(spec *ebpf.CollectionSpec) []string {
 	return names
 }
 
-// Replaced reports whether Open found an executor of another ABI that
-// Attach replaced, and its version (0: unknown).
-func (d *Datapath) Replaced() (oldABI uint32, replaced bool) {
-	return d.replacedABI, d.replaced
+// Replaced reports whether Open found an executor of another ABI, or of
+// other table sizes, that Attach replaced, and what it did.
+func (d *Datapath) Replaced() (lb.Replacement, bool) {
+	if d.replaced == nil {
+		return lb.Replacement{}, false
+	}
+	return *d.replaced, true
 }
 
 // replaceOld is Attach while an executor of another ABI is pinned: the
@@ -102,6 +238,9 @@ func (d *Datapath) Replaced() (oldABI uint32, replaced bool) {
 func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	r := d.repl
 	got := lb.XDPAuto
+	// What the old executor's tables hold now, then (below) what changed
+	// until this program took its place.
+	d.carryOver(r)
 	if r.link != nil {
 		if a, ok := linkAttachment(r.link); ok && a.Ifindex != ifindex {
 			return 0, fmt.Errorf("%w (ifindex %d)", ErrOtherInterface, a.Ifindex)
@@ -134,12 +273,50 @@ func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 		}
 		d.extra[i] = l
 	}
+	d.carryOver(r)
 	if err := d.movePins(r.names); err != nil {
 		return got, err
 	}
 	d.repl = nil
-	d.replaced, d.replacedABI = true, r.oldABI
+	r.releaseOld()
+	d.replaced = &lb.Replacement{OldABI: r.oldABI, Resized: r.resized, Carried: r.carried, Lost: r.lost}
+	if r.carryErr != nil {
+		d.replaced.Err = r.carryErr.Error()
+	}
 	return got, nil
+}
+
+// carryOver writes into this executor's tables the old one's entries
+// that are new or changed since its last call (all at the first), when
+// the old one is of this ABI (resized). The configuration is written
+// first: the entries name backends by the ids the state directory keeps,
+// and those this executor lacks are not carried. What could not be
+// carried is counted, and why kept: the replacement goes on.
+func (d *Datapath) carryOver(r *replacement) {
+	if r.tables == nil {
+		return
+	}
+	first := r.scan.State == nil
+	var entries []lb.ConnEntry
+	err := scanConns(r.tables, r.affinity, &r.scan, false, time.Duration(math.MaxInt64), func(e lb.ConnEntry) {
+		entries = append(entries, e)
+	})
+	n, perr := d.PutConns(entries)
+	if first && perr == nil {
+		// Tables smaller than what they are given evict, as the
+		// executor does when full: what they hold is what was carried
+		// (nothing else writes them before Attach).
+		n = 0
+		perr = scanConns(d.tables(), d.objs.Affinity, &lb.ConnScan{}, true, 0, func(lb.ConnEntry) { n++ })
+		if perr == nil && n < len(entries) {
+			perr = fmt.Errorf("%d entries did not fit in the new tables", len(entries)-n)
+		}
+	}
+	r.carried += n
+	r.lost += max(0, len(entries)-n)
+	if err = errors.Join(err, perr); err != nil && r.carryErr == nil {
+		r.carryErr = fmt.Errorf("carrying the older executor's entries over: %w", err)
+	}
 }
 
 // movePins pins this executor's maps in place of the old one's (the
@@ -186,4 +363,13 @@ func (d *Datapath) movePins(names []string) error {
 // it forwards on, under its pins, as before Open.
 func (r *replacement) releaseOld() {
 	closeLinks(&r.link, r.extra)
+	for _, t := range r.tables {
+		for _, m := range []*ebpf.Map{t.entries, t.used, t.cursor, t.index} {
+			m.Close()
+		}
+	}
+	if r.affinity != nil {
+		r.affinity.Close()
+	}
+	r.tables, r.affinity = nil, nil
 }

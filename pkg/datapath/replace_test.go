@@ -4,10 +4,12 @@ package datapath
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -121,8 +123,8 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
-	if got, replaced := dp.Replaced(); !replaced || got != abi-1 {
-		t.Errorf("Replaced() = %d, %v; want %d, true", got, replaced, abi-1)
+	if got, replaced := dp.Replaced(); !replaced || got.OldABI != abi-1 || got.Resized != nil || got.Carried != 0 {
+		t.Errorf("Replaced() = %+v, %v; want ABI %d, nothing resized or carried, true", got, replaced, abi-1)
 	}
 	now, ok := dp.Attached()
 	if !ok || now.LinkID != old.LinkID || now.Ifindex != e.dummy || now.ProgramID == old.ProgramID {
@@ -204,8 +206,8 @@ func TestPrivilegedReplaceOtherConfigLayout(t *testing.T) {
 	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
-	if abi, replaced := dp.Replaced(); !replaced || abi != 0 {
-		t.Errorf("Replaced() = %d, %v; want 0 (unknown), true", abi, replaced)
+	if got, replaced := dp.Replaced(); !replaced || got.OldABI != 0 {
+		t.Errorf("Replaced() = %+v, %v; want ABI 0 (unknown), true", got, replaced)
 	}
 	if now, ok := dp.Attached(); !ok || now.LinkID != old.LinkID || now.ProgramID == old.ProgramID {
 		t.Errorf("after Attach: %+v %v; want link %d with a new program", now, ok, old.LinkID)
@@ -331,7 +333,138 @@ func TestPrivilegedReplaceSeveredLink(t *testing.T) {
 	if !ok || now.Ifindex != idx || now.LinkID == old.LinkID {
 		t.Errorf("after Attach: %+v %v; want a new link on %d (the old was %d)", now, ok, idx, old.LinkID)
 	}
-	if abi, replaced := dp.Replaced(); !replaced || abi != uint32(dispatcherDlbConstsDLB_ABI_VERSION)-1 {
-		t.Errorf("Replaced() = %d, %v", abi, replaced)
+	if got, replaced := dp.Replaced(); !replaced || got.OldABI != uint32(dispatcherDlbConstsDLB_ABI_VERSION)-1 {
+		t.Errorf("Replaced() = %+v, %v", got, replaced)
+	}
+}
+
+// TestPrivilegedReplaceResized: an executor of this ABI pinned with other
+// table sizes (dlbd restarted with other size options) is replaced as one
+// of another ABI is, and what its tables hold is carried over into the
+// new ones: MAC connections, both halves of NAT connections and affinity
+// records, with their states and ages, a second pass carrying what the
+// old one changed since the first. A new table too small keeps what fits
+// and counts the rest lost; the next Open with the same sizes adopts.
+func TestPrivilegedReplaceResized(t *testing.T) {
+	e := newTestEnv(t) // a connection table of 4096
+	old, _ := e.attachBoth(t)
+	mk := func(dst netip.Addr, sport uint16) FlowKey {
+		return FlowKey{Src: netip.MustParseAddr("198.18.2.11"), Dst: dst, SrcPort: sport, DstPort: 80, Proto: 6}
+	}
+	client := netip.MustParseAddr("198.18.2.11")
+	const macConns = 100
+	for i := range macConns {
+		e.putConn(t, conn{key: mk(vipTCP, uint16(2000+i)), backend: 10, service: 1, idle: 3})
+	}
+	natKey := mk(vipNAT, 5004)
+	e.putNAT(t, natConn{key: natKey, backend: 60, service: 6, ret: retAddr, port: 30000, idle: 2})
+	e.putAffinity(t, client, 14, 91, 4)
+	oldConns := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns))
+	olddp := e.dp // the old dlbd, still running while the new one starts
+	on := func(dp *Datapath, f func()) {
+		e.dp, dp = dp, e.dp
+		defer func() { e.dp = dp }()
+		f()
+	}
+
+	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 8192})
+	if err != nil {
+		t.Fatalf("Open with another connection table size: %v", err)
+	}
+	e.dp = dp
+	if dp.repl == nil || !slices.Equal(dp.repl.resized, []string{"connection table 4096 -> 8192"}) {
+		t.Fatalf("Open did not find the sizes changed: %+v", dp.repl)
+	}
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	// The first pass carries everything; the second what changed since.
+	dp.carryOver(dp.repl)
+	if r := dp.repl; r.carried != macConns+3 || r.lost != 0 || r.carryErr != nil {
+		t.Fatalf("first pass: carried %d, lost %d (%v); want %d, 0", r.carried, r.lost, r.carryErr, macConns+3)
+	}
+	on(olddp, func() {
+		e.putConn(t, conn{key: mk(vipTCP, 2000), backend: 10, service: 1, closing: true})
+		e.putConn(t, conn{key: mk(vipTCP, 3000), backend: 10, service: 1})
+	})
+	dp.carryOver(dp.repl)
+	if r := dp.repl; r.carried != macConns+5 {
+		t.Errorf("second pass: carried %d in all, want %d (a changed entry and a new one more)", r.carried, macConns+5)
+	}
+	if err := olddp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	got, replaced := dp.Replaced()
+	if !replaced || got.Carried != macConns+5 || got.Lost != 0 || got.Err != "" || len(got.Resized) != 1 {
+		t.Errorf("Replaced() = %+v, %v; want %d carried, nothing lost", got, replaced, macConns+5)
+	}
+	if now, ok := dp.Attached(); !ok || now.LinkID != old.LinkID || now.ProgramID == old.ProgramID {
+		t.Errorf("after Attach: %+v %v; want link %d with a new program", now, ok, old.LinkID)
+	}
+	if id := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns)); id == oldConns {
+		t.Errorf("conns still pinned as the old map %d", id)
+	}
+	if n := dp.objs.Conns.MaxEntries(); n != 8192 {
+		t.Errorf("the new connection table holds %d entries, want 8192", n)
+	}
+	if f, ok := e.getConn(t, mk(vipTCP, 2000)); !ok || f.Backend != 10 || f.State != uint8(dispatcherFlowStateFLOW_CLOSING) {
+		t.Errorf("the changed MAC entry after the replacement: %+v %v", f, ok)
+	}
+	if f, ok := e.getConn(t, mk(vipTCP, 2001)); !ok || f.Backend != 10 {
+		t.Errorf("a MAC entry after the replacement: %+v %v", f, ok)
+	} else if age := time.Duration(coarseNow() - f.LastSeen); age < 2*time.Second || age > 5*time.Second {
+		t.Errorf("a MAC entry's age %v after the replacement, want about 3 s", age)
+	}
+	if _, ok := e.getConn(t, mk(vipTCP, 3000)); !ok {
+		t.Error("the MAC entry the old executor made after the first pass was not carried")
+	}
+	if nf, nr, ok := e.getNAT(t, natKey); !ok || nf.Backend != 60 || htons(nf.NatPort) != 30000 || htons(nr.ClientPort) != 5004 {
+		t.Errorf("NAT entry after the replacement: %+v %+v %v", nf, nr, ok)
+	}
+	if r, ok := e.affinityOf(t, client, 14); !ok || r.Backend != 91 {
+		t.Errorf("affinity record after the replacement: %+v %v", r, ok)
+	}
+	if err := dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Into a table too small for them all: what fits is carried.
+	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 64})
+	if err != nil {
+		t.Fatalf("Open with a smaller connection table: %v", err)
+	}
+	e.dp = dp
+	if err := dp.Apply(e.state); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if _, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	got, replaced = dp.Replaced()
+	if !replaced || got.Lost == 0 || got.Carried+got.Lost > macConns+4 || got.Carried < 3 || got.Err == "" {
+		t.Errorf("Replaced() into a table of 64 = %+v, %v; want some carried, the rest lost and why", got, replaced)
+	}
+	t.Logf("into a table of 64: %+v", got)
+	if _, _, ok := e.getNAT(t, natKey); !ok {
+		t.Error("the NAT entry (its tables kept their size) was not carried")
+	}
+	if err := dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next dlbd with the same sizes adopts it.
+	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 64})
+	if err != nil {
+		t.Fatalf("Open with the same sizes: %v", err)
+	}
+	e.dp = dp
+	if dp.repl != nil {
+		t.Errorf("replaced again with the same sizes: %+v", dp.repl.resized)
+	}
+	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID {
+		t.Errorf("not adopted: %+v %v", a, ok)
 	}
 }

@@ -64,8 +64,14 @@ func changed(m *slotMark, fp, seen uint64, full bool, refresh uint64) bool {
 // entry of the MAC and NAT connection tables and of the affinity table
 // that is new or changed since s's last scan (every entry when full).
 func (d *Datapath) ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f func(lb.ConnEntry)) error {
+	return scanConns(d.tables(), d.objs.Affinity, s, full, refresh, f)
+}
+
+// scanConns is ScanConns of the connection tables tabs (conns, nat_flows,
+// nat_ports) and the affinity map affinity: this executor's, or an older
+// one's being replaced (carryOver).
+func scanConns(tabs []table, affinity *ebpf.Map, s *lb.ConnScan, full bool, refresh time.Duration, f func(lb.ConnEntry)) error {
 	st, _ := s.State.(*scanState)
-	tabs := d.tables()
 	if st == nil || len(st.tables[0]) != int(tabs[0].entries.MaxEntries()) {
 		st = &scanState{affinity: map[dispatcherAffinityKey]slotMark{}, seed: maphash.MakeSeed()}
 		for i, t := range tabs {
@@ -148,7 +154,7 @@ func (d *Datapath) ScanConns(s *lb.ConnScan, full bool, refresh time.Duration, f
 		}
 	}
 	seen := map[dispatcherAffinityKey]bool{}
-	err = batchRead(d.objs.Affinity, func(k dispatcherAffinityKey, r dispatcherAffinityRecord) {
+	err = batchRead(affinity, func(k dispatcherAffinityKey, r dispatcherAffinityRecord) {
 		seen[k] = true
 		rr := r
 		rr.LastSeen = 0

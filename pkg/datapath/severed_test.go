@@ -3,12 +3,14 @@
 package datapath
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -142,19 +144,33 @@ func TestPrivilegedRemoveLeavesNoPins(t *testing.T) {
 	e.dp = reopen(t, e.pinDir)
 }
 
-// TestPrivilegedRemovePinsWithoutOpen: pins that cannot be opened (here:
-// maps of another size) are removed by the package-level RemovePins, which
-// "executor stop" uses when there is no executor loaded.
+// TestPrivilegedRemovePinsWithoutOpen: pins that cannot be opened (here: a
+// map of another value size, its ABI version unchanged) are removed by the
+// package-level RemovePins, which "executor stop" uses when there is no
+// executor loaded.
 func TestPrivilegedRemovePinsWithoutOpen(t *testing.T) {
 	e := newTestEnv(t)
 	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
+	backends := e.dp.objs.Backends.MaxEntries()
 	if err := e.dp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 8192}); err == nil {
-		t.Fatal("Open with another size succeeded")
+	path := filepath.Join(e.pinDir, dispatcherMapBackends)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: backends})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if _, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096}); !errors.Is(err, ErrIncompatiblePins) {
+		t.Fatalf("Open over a map of another layout: %v, want ErrIncompatiblePins", err)
 	}
 	before := pins(t, e.pinDir)
 	// What is not the executor's stays.

@@ -191,17 +191,9 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		e.host.attachedMode = mode
 	}
 	e.exec.attach = attachState{ifindex: link.Index, dropped: e.exec.attach.dropped}
-	if r, ok := dp.(abiReplacer); ok {
-		if abi, replaced := r.Replaced(); replaced {
-			e.log.Warn("replaced the executor a dlbd of another version had pinned (another executor ABI): "+
-				"its tables could not be read, so MAC-mode connections go on to the server the Maglev table gives "+
-				"them (the same while the servers and weights are); its NAT connections and affinity records are lost",
-				"old_abi", abi)
-			reason := "the pinned executor's maps were of another version"
-			if abi != 0 {
-				reason = fmt.Sprintf("the pinned executor's maps were of executor ABI %d", abi)
-			}
-			e.events.Emit(events.ExecutorReplaced, map[string]string{"DLB_INTERFACE": link.Name, "DLB_REASON": reason})
+	if r, ok := dp.(replacer); ok {
+		if rep, replaced := r.Replaced(); replaced {
+			e.logReplacement(link.Name, rep)
 		}
 	}
 	if err := e.configureAddresses(cfg); err != nil {
@@ -212,10 +204,39 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	return nil
 }
 
-// abiReplacer is a Datapath that can take the place of an executor of
-// another ABI pinned by an older (or newer) dlbd (package datapath's can).
-type abiReplacer interface {
-	Replaced() (oldABI uint32, replaced bool)
+// replacer is a Datapath that can take the place of an executor pinned by
+// an older (or newer) dlbd of another ABI, or by one with other table
+// sizes (package datapath's can).
+type replacer interface {
+	Replaced() (lb.Replacement, bool)
+}
+
+// logReplacement says, in the log and with the executorReplaced event,
+// that the executor took the place of the one pinned before it on
+// interface ifname, and why.
+func (e *Engine) logReplacement(ifname string, rep lb.Replacement) {
+	var reason string
+	if len(rep.Resized) > 0 {
+		resized := strings.Join(rep.Resized, ", ")
+		reason = "the pinned executor's tables had other sizes: " + resized
+		args := []any{"resized", resized, "carried", rep.Carried, "lost", rep.Lost}
+		msg := "replaced the executor pinned with other table sizes: its connections and affinity records are carried over"
+		if rep.Lost == 0 && rep.Err == "" {
+			e.log.Info(msg, args...)
+		} else {
+			e.log.Warn(msg+", not all", append(args, "err", rep.Err)...)
+		}
+	} else {
+		e.log.Warn("replaced the executor a dlbd of another version had pinned (another executor ABI): "+
+			"its tables could not be read, so MAC-mode connections go on to the server the Maglev table gives "+
+			"them (the same while the servers and weights are); its NAT connections and affinity records are lost",
+			"old_abi", rep.OldABI)
+		reason = "the pinned executor's maps were of another version"
+		if rep.OldABI != 0 {
+			reason = fmt.Sprintf("the pinned executor's maps were of executor ABI %d", rep.OldABI)
+		}
+	}
+	e.events.Emit(events.ExecutorReplaced, map[string]string{"DLB_INTERFACE": ifname, "DLB_REASON": reason})
 }
 
 // repinner is a Datapath that can pin itself again (package datapath's

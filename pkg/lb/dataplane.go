@@ -274,6 +274,24 @@ type Attachment struct {
 	ProgramID uint32
 }
 
+// Replacement is what a dlbd did when it replaced the executor a dlbd
+// before it had pinned, instead of adopting it: that one was of another
+// executor ABI (an upgrade), or its tables of other sizes (a restart
+// with other table-size flags).
+type Replacement struct {
+	// OldABI is the old executor's ABI version (0: unknown).
+	OldABI uint32
+	// Resized says what changed size, as "connection table 4096 -> 8192";
+	// empty when the ABI changed (the old tables could not be read).
+	Resized []string
+	// Carried counts the connection-table entries and affinity records
+	// carried over from the old executor's tables into the new ones; Lost
+	// those that could not be (the new tables full, or a table left
+	// half-replaced by a dlbd that died), and Err why ("": nothing lost).
+	Carried, Lost int
+	Err           string
+}
+
 // Link is a network interface.
 type Link struct {
 	// Index and Name identify it; MAC is its hardware address.
