@@ -65,7 +65,8 @@ type options struct {
 	// The admin API's TCP listener: address, TLS certificate and key,
 	// and the token file ("": no listener).
 	apiAddress, apiCert, apiKey, apiTokenFile string
-	// The executor's table sizes, fixed once its maps are pinned.
+	// The executor's table sizes; other sizes at a restart replace the
+	// pinned executor (its connections carried over).
 	connTableSize, natTableSize, halfOpenTableSize, affinityTableSize uint32
 	maxServices, maxServers, maxTableSize                             uint32
 }
@@ -123,15 +124,15 @@ errors (line and field) otherwise; it touches nothing.`,
 	f.StringVar(&o.socket, "socket", client.DefaultSocket, "unix socket of the admin API (mode 0660)")
 	f.StringVar(&o.stateDir, "state-dir", "/var/lib/dlb", "directory of the persisted configuration")
 	f.StringVar(&o.pinDir, "pin-dir", datapath.DefaultPinDir, "bpffs directory where the executor is pinned")
-	f.Uint32Var(&o.connTableSize, "conn-table-size", def.ConnTableSize, "capacity of the connection table (fixed once pinned)")
-	f.Uint32Var(&o.natTableSize, "nat-table-size", def.NATTableSize, "capacity of the NAT connection tables (fixed once pinned)")
+	f.Uint32Var(&o.connTableSize, "conn-table-size", def.ConnTableSize, "capacity of the connection table (another size at a restart: connections carried over)")
+	f.Uint32Var(&o.natTableSize, "nat-table-size", def.NATTableSize, "capacity of the NAT connection tables (another size at a restart: connections carried over)")
 	f.Uint32Var(&o.halfOpenTableSize, "halfopen-table-size", def.HalfOpenTableSize,
-		"slots of the NAT half-open table, a power of two; at most a quarter of the smallest return-address port pool (fixed once pinned)")
-	f.Uint32Var(&o.affinityTableSize, "affinity-table-size", def.AffinityTableSize, "capacity of the affinity-record table (fixed once pinned)")
-	f.Uint32Var(&o.maxServers, "max-servers", def.MaxBackends-1, "servers the executor holds, counting each server once per port (fixed once pinned)")
-	f.Uint32Var(&o.maxServices, "max-ports", def.MaxServices-1, "ports (cluster@port) the executor holds (fixed once pinned)")
+		"slots of the NAT half-open table, a power of two; at most a quarter of the smallest return-address port pool (another size at a restart: connections carried over)")
+	f.Uint32Var(&o.affinityTableSize, "affinity-table-size", def.AffinityTableSize, "capacity of the affinity-record table (another size at a restart: connections carried over)")
+	f.Uint32Var(&o.maxServers, "max-servers", def.MaxBackends-1, "servers the executor holds, counting each server once per port (another size at a restart: connections carried over)")
+	f.Uint32Var(&o.maxServices, "max-ports", def.MaxServices-1, "ports (cluster@port) the executor holds (another size at a restart: connections carried over)")
 	f.Uint32Var(&o.maxTableSize, "max-table-size", def.MaxTableSize,
-		"largest Maglev table of a port, a prime; a port's table is a prime of about 100 slots per server up to this (fixed once pinned)")
+		"largest Maglev table of a port, a prime; a port's table is a prime of about 100 slots per server up to this (another size at a restart: connections carried over)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text (key=value) or json (one object a line, for collectors)")
 	f.StringVar(&o.scriptsDir, "scripts-dir", "/etc/dlb/scripts",

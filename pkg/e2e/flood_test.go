@@ -146,34 +146,51 @@ func TestPrivilegedE2ESYNFlood(t *testing.T) {
 	}
 }
 
-// TestPrivilegedE2ETableSizeChangeRefused: a dlbd restarted with other
-// table sizes over the pinned executor refuses to adopt it, says why, and
-// leaves it forwarding as it was; restarted with the original sizes it
-// adopts it again.
-func TestPrivilegedE2ETableSizeChangeRefused(t *testing.T) {
+// TestPrivilegedE2ETableSizeChange: dlbd restarted with other table sizes
+// under NAT keep-alive load replaces the pinned executor with one of the
+// new sizes, in place on its link, and carries its connections over: no
+// NAT connection (whose return port only the tables know) breaks or
+// changes server; dlbd logs it and runs the executorReplaced script.
+func TestPrivilegedE2ETableSizeChange(t *testing.T) {
 	parallel(t)
-	l := newLab(t, 2)
-	l.startDlbd("--conn-table-size", "4096", "--nat-table-size", "8192")
-	l.configure("generic", 10, 10)
-	linkID := l.executor().LinkID
-	l.killDlbd(syscall.SIGTERM)
+	l := newLabArgs(t, "-n", "1", "-r", "2", "-c", "1")
+	scripts, events := eventScripts(t, []string{"executorReplaced"}, "DLB_INTERFACE", "DLB_REASON")
+	l.startDlbd("--conn-table-size", "4096", "--nat-table-size", "8192", "--scripts-dir", scripts)
+	vip := l.startNAT(false, 2)
+	before := l.executor()
 
-	for _, flags := range [][]string{{"--conn-table-size", "8192", "--nat-table-size", "8192"}, {"--conn-table-size", "4096", "--nat-table-size", "16384"}} {
-		l.startDlbd(flags...)
-		ex := l.executor()
-		t.Logf("restarted with %v: executor error %q", flags, ex.Error)
-		if ex.Attached || !strings.Contains(ex.Error, "table sizes") {
-			t.Errorf("restarted with %v: attached %v, error %q; want a refusal naming the table sizes", flags, ex.Attached, ex.Error)
+	load := make(chan loadResult, 1)
+	go func() {
+		r, err := l.load(context.Background(), "-url", "http://"+vip+"/", "-keepalive", "-c", "40", "-interval", "50ms",
+			"-duration", "7s", "-timeout", "3s")
+		if err != nil {
+			t.Error(err)
 		}
-		// The pinned executor keeps forwarding meanwhile.
-		if r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "200", "-c", "10"); r.OK != 200 {
-			t.Errorf("while refused: %d of 200 connections answered", r.OK)
-		}
-		l.killDlbd(syscall.SIGTERM)
+		load <- r
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	l.killDlbd(syscall.SIGTERM)
+	l.startDlbd("--conn-table-size", "8192", "--nat-table-size", "16384", "--scripts-dir", scripts)
+	r := <-load
+	t.Logf("NAT keep-alive connections across the resize: %d, broken %d, backend changes %d; requests %d, failed %d",
+		r.Connections, r.Broken, r.BackendChanges, r.Requests, r.Failed)
+	if r.Connections != 40 || r.Broken != 0 || r.BackendChanges != 0 || r.Failed != 0 {
+		t.Errorf("across the resize: %d connections, %d broken, %d changed server, %d requests failed: %v",
+			r.Connections, r.Broken, r.BackendChanges, r.Failed, r.Errors)
 	}
-	l.startDlbd("--conn-table-size", "4096", "--nat-table-size", "8192")
-	ex := l.executor()
-	if !ex.Attached || ex.Error != "" || ex.LinkID != linkID || ex.ConnectionCapacity != 4096 || ex.NATCapacity != 8192 {
-		t.Errorf("restarted with the original sizes: %+v", ex)
+	after := l.executor()
+	if !after.Attached || after.Error != "" || after.LinkID != before.LinkID || after.ProgramID == before.ProgramID ||
+		after.ConnectionCapacity != 8192 || after.NATCapacity != 16384 {
+		t.Errorf("after the resize: %+v; want link %d with a new program and tables of 8192 and 16384", after, before.LinkID)
 	}
+	log := l.dlbdLog()
+	if !strings.Contains(log, "replaced the executor pinned with other table sizes") || strings.Contains(log, "not all") {
+		t.Errorf("dlbd did not log a whole carry-over:\n%s", log)
+	}
+	want := "executorReplaced " + l.env["LAB_IF"] +
+		" the pinned executor's tables had other sizes: connection table 4096 -> 8192, NAT tables 8192 -> 16384"
+	waitFor(t, 3*time.Second, "the executorReplaced event script", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Contains(string(b), want)
+	})
 }
