@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -183,16 +182,7 @@ func TestPrivilegedE2EConfigReload(t *testing.T) {
 	}
 	l.waitServersUp()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	held := make(chan loadResult, 1)
-	go func() {
-		r, err := l.load(ctx, "-url", "http://"+l.vip()+"/", "-keepalive", "-c", "40", "-interval", "50ms", "-duration", "10s", "-timeout", "3s")
-		if err != nil {
-			t.Error(err)
-		}
-		held <- r
-	}()
+	held := l.keepAlive("http://"+l.vip()+"/", "10s")
 	time.Sleep(2 * time.Second) // the connections are established
 
 	if err := os.WriteFile(path, []byte(after), 0o644); err != nil {

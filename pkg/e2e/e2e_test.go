@@ -220,15 +220,7 @@ func TestPrivilegedE2EUpgradeAcrossABI(t *testing.T) {
 	before := l.executor()
 	connsID := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns"))
 
-	load := make(chan loadResult, 1)
-	go func() {
-		r, err := l.load(context.Background(), "-url", "http://"+l.vip()+"/", "-keepalive", "-c", "40", "-interval", "50ms",
-			"-duration", "10s", "-timeout", "3s")
-		if err != nil {
-			t.Error(err)
-		}
-		load <- r
-	}()
+	load := l.keepAlive("http://"+l.vip()+"/", "10s")
 	time.Sleep(1500 * time.Millisecond)
 	l.killDlbd(syscall.SIGTERM)
 	pinOtherVersion(t, l.pinDir)

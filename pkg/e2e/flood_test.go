@@ -159,15 +159,7 @@ func TestPrivilegedE2ETableSizeChange(t *testing.T) {
 	vip := l.startNAT(false, 2)
 	before := l.executor()
 
-	load := make(chan loadResult, 1)
-	go func() {
-		r, err := l.load(context.Background(), "-url", "http://"+vip+"/", "-keepalive", "-c", "40", "-interval", "50ms",
-			"-duration", "7s", "-timeout", "3s")
-		if err != nil {
-			t.Error(err)
-		}
-		load <- r
-	}()
+	load := l.keepAlive("http://"+vip+"/", "7s")
 	time.Sleep(1500 * time.Millisecond)
 	l.killDlbd(syscall.SIGTERM)
 	l.startDlbd("--conn-table-size", "8192", "--nat-table-size", "16384", "--scripts-dir", scripts)

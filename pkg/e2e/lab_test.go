@@ -427,6 +427,22 @@ func (l *lab) load(ctx context.Context, args ...string) (loadResult, error) {
 	return l.loadFrom(ctx, 1, args...)
 }
 
+// keepAlive runs labclient's keep-alive mode from client 1 in the
+// background for duration: 40 connections to url, a request on each every
+// 50 ms; the result arrives on the channel when it ends.
+func (l *lab) keepAlive(url, duration string) <-chan loadResult {
+	res := make(chan loadResult, 1)
+	go func() {
+		r, err := l.load(context.Background(), "-url", url, "-keepalive", "-c", "40", "-interval", "50ms",
+			"-duration", duration, "-timeout", "3s")
+		if err != nil {
+			l.t.Error(err)
+		}
+		res <- r
+	}()
+	return res
+}
+
 // loadFrom runs labclient in client i's namespace; ctx's end kills it.
 func (l *lab) loadFrom(ctx context.Context, client int, args ...string) (loadResult, error) {
 	return runLoad(exec.CommandContext(ctx, "nsenter", l.labclientArgs(client, args...)...))
