@@ -50,8 +50,9 @@ const (
 
 // Errors returned by the data path.
 var (
-	// ErrIncompatiblePins is returned when the pinned maps were created
-	// with other sizes or layouts than this dlbd uses.
+	// ErrIncompatiblePins is returned when pinned maps of this executor
+	// ABI have another layout than this dlbd's (other sizes are replaced,
+	// see Open).
 	ErrIncompatiblePins = errors.New("pinned executor maps are incompatible")
 	// ErrOtherInterface is returned by Attach when the pinned link is
 	// attached to another interface.
@@ -142,8 +143,9 @@ var (
 // dlbd pinned under opts.PinDir: the maps keep their contents (connections
 // included) and, if a link is pinned, the new program replaces the old one
 // on it without detaching. An executor of another ABI pinned there (an
-// upgrade) is not adopted but replaced: this one gets maps of its own,
-// and Attach puts it in the old one's place (see replace.go). Open mounts
+// upgrade), or with tables of other sizes than opts asks for, is not
+// adopted but replaced: this one gets maps of its own, and Attach puts it
+// in the old one's place (see replace.go). Open mounts
 // bpffs on /sys/fs/bpf if needed.
 func Open(opts Options) (_ *Datapath, err error) {
 	if opts.PinDir == "" {
@@ -539,8 +541,8 @@ func linkAttachment(l link.Link) (lb.Attachment, bool) {
 // keeps that attachment and returns lb.XDPAuto: the kernel does not report
 // the mode of an existing link. A link whose interface was deleted is
 // dropped and the program attached afresh. While an executor of another
-// ABI is pinned (see Open), Attach takes its place on its links and pins
-// this one's maps instead.
+// ABI or of other table sizes is pinned (see Open), Attach takes its place
+// on its links and pins this one's maps instead.
 func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	if d.repl != nil {
 		return d.replaceOld(ifindex, mode)

@@ -115,8 +115,8 @@ var sizeLabels = map[string]string{
 	dispatcherMapNatFlows:    "NAT tables",
 	dispatcherMapNatHalfopen: "half-open table",
 	dispatcherMapAffinity:    "affinity table",
-	dispatcherMapMaglevInfo:  "services",
-	dispatcherMapBackends:    "backends",
+	dispatcherMapMaglevInfo:  "port slots",
+	dispatcherMapBackends:    "server slots",
 }
 
 // resizedPins compares the maps of this ABI's executor pinned under
@@ -229,22 +229,25 @@ func (d *Datapath) Replaced() (lb.Replacement, bool) {
 	return *d.replaced, true
 }
 
-// replaceOld is Attach while an executor of another ABI is pinned: the
-// program takes the old one's place on its link (or is attached afresh
-// when the old one has none), on its other interfaces' links too, then
-// the pins move to this executor's maps. An old link on another interface
+// replaceOld is Attach while an executor of another ABI or of other
+// sizes is pinned: the program takes the old one's place on its link (or
+// is attached afresh when the old one has none), on its other interfaces'
+// links too, then the pins move to this executor's maps. The old tables'
+// entries are carried over first when they can be read (see carryOver). An old link on another interface
 // is refused as Attach refuses an adopted one (ErrOtherInterface), with
 // nothing changed.
 func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 	r := d.repl
 	got := lb.XDPAuto
-	// What the old executor's tables hold now, then (below) what changed
-	// until this program took its place.
-	d.carryOver(r)
 	if r.link != nil {
 		if a, ok := linkAttachment(r.link); ok && a.Ifindex != ifindex {
 			return 0, fmt.Errorf("%w (ifindex %d)", ErrOtherInterface, a.Ifindex)
 		}
+	}
+	// What the old executor's tables hold now, then (below) what changed
+	// until this program took its place.
+	d.carryOver(r)
+	if r.link != nil {
 		// As an adoption: a link severed since Open is dropped.
 		l := r.link
 		r.link = nil
