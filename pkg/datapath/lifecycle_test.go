@@ -115,21 +115,6 @@ func TestPrivilegedAdoption(t *testing.T) {
 	}
 }
 
-// TestPrivilegedIncompatiblePins: opening pinned maps with another
-// connection-table size is refused, not silently recreated.
-func TestPrivilegedIncompatiblePins(t *testing.T) {
-	e := newTestEnv(t)
-	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
-	_, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 8192})
-	if !errors.Is(err, ErrIncompatiblePins) {
-		t.Fatalf("Open with another size: %v, want ErrIncompatiblePins", err)
-	}
-	t.Logf("refused: %v", err)
-	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
-		t.Error("the pinned table lost its entry")
-	}
-}
-
 // TestPrivilegedSweepJustBooted: the sweep of a dispatcher whose clock is
 // smaller than every timeout (3 s after boot: staletimeout 300, fintimeout
 // 60, stickytime 60, half-open 30) expires nothing, and counts entries

@@ -4,7 +4,6 @@ package datapath
 
 import (
 	"bytes"
-	"errors"
 	"maps"
 	"net"
 	"net/netip"
@@ -304,27 +303,6 @@ func reasonDelta(before, after lb.DataplaneStats, reason string) uint64 {
 		}
 	}
 	return 0
-}
-
-// TestPrivilegedIncompatibleNewTables: restarting over pinned maps with
-// other NAT, half-open or affinity table sizes is refused.
-func TestPrivilegedIncompatibleNewTables(t *testing.T) {
-	e := newTestEnv(t)
-	for _, opts := range []Options{
-		{NATTableSize: 1024},
-		{HalfOpenTableSize: 1024},
-		{AffinityTableSize: 1024},
-	} {
-		opts.PinDir, opts.ConnTableSize = e.pinDir, 4096
-		_, err := Open(opts)
-		if !errors.Is(err, ErrIncompatiblePins) {
-			t.Errorf("Open with %+v: %v, want ErrIncompatiblePins", opts, err)
-			continue
-		}
-		t.Logf("refused: %v", err)
-	}
-	// Pins of another ABI version are not refused but replaced:
-	// TestPrivilegedReplaceOtherABI.
 }
 
 // TestPrivilegedApplyRefusesBadNAT: invalid NAT configurations are refused

@@ -4,10 +4,12 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -466,5 +468,66 @@ func TestPrivilegedReplaceResized(t *testing.T) {
 	}
 	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID {
 		t.Errorf("not adopted: %+v %v", a, ok)
+	}
+}
+
+// TestPrivilegedResizedPins: Open tells each size option that differs
+// from the pinned executor's by what it sizes (the maps sized from it not
+// named), and replaces nothing when they are the same. A start that goes
+// no further than Open leaves the pins as they were, entries included.
+func TestPrivilegedResizedPins(t *testing.T) {
+	e := newTestEnv(t) // a connection table of 4096, the object's other sizes
+	def, err := Defaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conns := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns))
+	for _, c := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{}, ""},
+		{Options{ConnTableSize: 8192}, "connection table 4096 -> 8192"},
+		{Options{NATTableSize: 8192}, fmt.Sprintf("NAT tables %d -> 8192", def.NATTableSize)},
+		{Options{HalfOpenTableSize: 1024}, fmt.Sprintf("half-open table %d -> 1024", def.HalfOpenTableSize)},
+		{Options{AffinityTableSize: 1024}, fmt.Sprintf("affinity table %d -> 1024", def.AffinityTableSize)},
+		{Options{MaxServices: 512}, fmt.Sprintf("port slots %d -> 512", def.MaxServices)},
+		{Options{MaxBackends: 2048}, fmt.Sprintf("server slots %d -> 2048", def.MaxBackends)},
+		{Options{MaxTableSize: 1021}, fmt.Sprintf("Maglev tables %d -> 1021", def.MaxTableSize)},
+		{Options{ConnTableSize: 8192, AffinityTableSize: 1024}, fmt.Sprintf("affinity table %d -> 1024, connection table 4096 -> 8192", def.AffinityTableSize)},
+	} {
+		opts := c.opts
+		opts.PinDir = e.pinDir
+		if opts.ConnTableSize == 0 {
+			opts.ConnTableSize = 4096
+		}
+		dp, err := Open(opts)
+		if err != nil {
+			t.Fatalf("Open(%+v): %v", c.opts, err)
+		}
+		var got string
+		if dp.repl != nil {
+			got = strings.Join(dp.repl.resized, ", ")
+		}
+		if got != c.want || (dp.repl != nil) != (c.want != "") {
+			t.Errorf("Open(%+v): replacing %v, resized %q; want %q", c.opts, dp.repl != nil, got, c.want)
+		}
+		if err := dp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if id := testutil.PinnedMapID(t, filepath.Join(e.pinDir, dispatcherMapConns)); id != conns {
+			t.Fatalf("after Open(%+v) and Close: conns pinned is map %d, want %d", c.opts, id, conns)
+		}
+	}
+	e.dp = reopen(t, e.pinDir)
+	if e.dp.repl != nil {
+		t.Errorf("the last Open replaced: %v", e.dp.repl.resized)
+	}
+	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+		t.Error("the pinned table lost its entry")
 	}
 }
