@@ -35,6 +35,14 @@ type table struct {
 	entries, used, cursor, index *ebpf.Map
 }
 
+// tableMaps are the names of the connection tables' maps: entries, bitmap,
+// cursors and index, as in table.
+var tableMaps = [][4]string{
+	{dispatcherMapConns, dispatcherMapConnUsed, dispatcherMapConnCursor, dispatcherMapConnIndex},
+	{dispatcherMapNatFlows, dispatcherMapNatFlowUsed, dispatcherMapNatFlowCursor, dispatcherMapNatFlowIndex},
+	{dispatcherMapNatPorts, dispatcherMapNatPortUsed, dispatcherMapNatPortCursor, dispatcherMapNatPortIndex},
+}
+
 // tabIndexBuckets returns how many index buckets a table of capacity
 // entries has: about 1.4 ways per entry, so that a key's two buckets are
 // full only when the table is (bpf/include/dlb_maps.h sizes the maps the

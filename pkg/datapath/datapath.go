@@ -191,12 +191,8 @@ func Open(opts Options) (_ *Datapath, err error) {
 	}
 	// The connection tables' bitmaps and indexes are sized by their
 	// capacities.
-	for _, t := range [][3]string{
-		{dispatcherMapConns, dispatcherMapConnUsed, dispatcherMapConnIndex},
-		{dispatcherMapNatFlows, dispatcherMapNatFlowUsed, dispatcherMapNatFlowIndex},
-		{dispatcherMapNatPorts, dispatcherMapNatPortUsed, dispatcherMapNatPortIndex},
-	} {
-		if err := sizeTable(spec, t[0], t[1], t[2]); err != nil {
+	for _, t := range tableMaps {
+		if err := sizeTable(spec, t[0], t[1], t[3]); err != nil {
 			return nil, err
 		}
 	}

@@ -183,11 +183,7 @@ func pinnedTables(pinDir string) (_ []table, _ *ebpf.Map, err error) {
 		return m, nil
 	}
 	var tabs []table
-	for _, names := range [][4]string{
-		{dispatcherMapConns, dispatcherMapConnUsed, dispatcherMapConnCursor, dispatcherMapConnIndex},
-		{dispatcherMapNatFlows, dispatcherMapNatFlowUsed, dispatcherMapNatFlowCursor, dispatcherMapNatFlowIndex},
-		{dispatcherMapNatPorts, dispatcherMapNatPortUsed, dispatcherMapNatPortCursor, dispatcherMapNatPortIndex},
-	} {
+	for _, names := range tableMaps {
 		t := table{name: names[0]}
 		for i, dst := range []**ebpf.Map{&t.entries, &t.used, &t.cursor, &t.index} {
 			if *dst, err = load(names[i]); err != nil {
