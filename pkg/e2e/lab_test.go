@@ -443,6 +443,19 @@ func (l *lab) keepAlive(url, duration string) <-chan loadResult {
 	return res
 }
 
+// checkKeptAlive logs what keepAlive's connections saw across what
+// happened meanwhile, and fails the test unless all 40 lasted, each on
+// its server, and every request was answered.
+func checkKeptAlive(t *testing.T, across string, r loadResult) {
+	t.Helper()
+	t.Logf("keep-alive connections across %s: %d, broken %d, backend changes %d; requests %d, failed %d",
+		across, r.Connections, r.Broken, r.BackendChanges, r.Requests, r.Failed)
+	if r.Connections != 40 || r.Broken != 0 || r.BackendChanges != 0 || r.Failed != 0 {
+		t.Errorf("across %s: %d connections, %d broken, %d changed server, %d requests failed: %v",
+			across, r.Connections, r.Broken, r.BackendChanges, r.Failed, r.Errors)
+	}
+}
+
 // loadFrom runs labclient in client i's namespace; ctx's end kills it.
 func (l *lab) loadFrom(ctx context.Context, client int, args ...string) (loadResult, error) {
 	return runLoad(exec.CommandContext(ctx, "nsenter", l.labclientArgs(client, args...)...))
