@@ -78,9 +78,14 @@ func TestPrivilegedMonitor(t *testing.T) {
 		}
 	}
 
+	// The connections of these requests are from 127.0.0.3: one still
+	// counted by dlbd when the test holds 127.0.0.1's places below would
+	// take one of them.
+	from3 := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}, Timeout: 2 * time.Second}
+	client := &http.Client{Transport: &http.Transport{DialContext: from3.DialContext}, Timeout: 5 * time.Second}
 	get := func(path string) (int, string, http.Header) {
 		t.Helper()
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := client.Get("http://" + addr + path)
 		if err != nil {
 			t.Fatalf("GET %s: %v; stderr:\n%s", path, err, p.stderr)
 		}
@@ -112,7 +117,7 @@ func TestPrivilegedMonitor(t *testing.T) {
 	// Idle connections a host leaves open take its own places, not the
 	// others': holding 32 from 127.0.0.1, a scrape from it fails, one
 	// from 127.0.0.2 is served.
-	http.DefaultClient.CloseIdleConnections()
+	client.CloseIdleConnections()
 	scrapeFrom := func(src string) error {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
 		tr := &http.Transport{DialContext: d.DialContext}
