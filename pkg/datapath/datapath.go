@@ -218,12 +218,15 @@ func Open(opts Options) (_ *Datapath, err error) {
 	}
 	load := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: opts.PinDir}}
 	if otherABI || len(resized) > 0 {
-		d.repl = &replacement{oldABI: oldABI, names: unpinned(spec), resized: resized}
+		d.repl = &replacement{rep: lb.Replacement{OldABI: oldABI, Resized: resized}, names: unpinned(spec)}
 		load = &ebpf.CollectionOptions{}
 		if len(resized) > 0 {
 			// Without the old tables (a map's pin deleted), the
 			// replacement goes on as across an ABI change.
-			d.repl.tables, d.repl.affinity, d.repl.carryErr = pinnedTables(opts.PinDir)
+			var terr error
+			if d.repl.tables, d.repl.affinity, terr = pinnedTables(opts.PinDir); terr != nil {
+				d.repl.rep.Err = terr.Error()
+			}
 		}
 	}
 	err = spec.LoadAndAssign(&d.objs, load)

@@ -46,26 +46,21 @@ import (
 // replacement is what Open found of an executor of another ABI, until
 // Attach replaces it.
 type replacement struct {
-	// oldABI is the old executor's ABI version, 0 when its config map
-	// has another layout (so no version can be read).
-	oldABI uint32
+	// rep is what the replacement did, for Replaced: the old executor's
+	// ABI version (0 when its config map has another layout, so that no
+	// version can be read), what has other sizes (see resizedPins; only
+	// when the ABI is the same), what was carried over and lost, and why.
+	rep lb.Replacement
 	// names are the maps to pin, by name, the config map last.
 	names []string
 	// link and extra are the old executor's links (nil, empty: none).
 	link  link.Link
 	extra map[int]link.Link
-	// resized is what has other sizes than this executor's (see
-	// resizedPins), when the ABI is the same; tables and affinity are
-	// then the old executor's, to carry over, and scan what of them was
-	// carried.
-	resized  []string
+	// tables and affinity are the old executor's when it has other sizes,
+	// to carry over; scan is what of them was carried.
 	tables   []table
 	affinity *ebpf.Map
 	scan     lb.ConnScan
-	// carried and lost count what was carried over and what could not be,
-	// and carryErr says why.
-	carried, lost int
-	carryErr      error
 }
 
 // pinnedABI reads the ABI version of the executor pinned under pinDir:
@@ -278,10 +273,7 @@ func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 	}
 	d.repl = nil
 	r.releaseOld()
-	d.replaced = &lb.Replacement{OldABI: r.oldABI, Resized: r.resized, Carried: r.carried, Lost: r.lost}
-	if r.carryErr != nil {
-		d.replaced.Err = r.carryErr.Error()
-	}
+	d.replaced = &r.rep
 	return got, nil
 }
 
@@ -311,10 +303,10 @@ func (d *Datapath) carryOver(r *replacement) {
 			perr = fmt.Errorf("%d entries did not fit in the new tables", len(entries)-n)
 		}
 	}
-	r.carried += n
-	r.lost += max(0, len(entries)-n)
-	if err = errors.Join(err, perr); err != nil && r.carryErr == nil {
-		r.carryErr = fmt.Errorf("carrying the older executor's entries over: %w", err)
+	r.rep.Carried += n
+	r.rep.Lost += max(0, len(entries)-n)
+	if err = errors.Join(err, perr); err != nil && r.rep.Err == "" {
+		r.rep.Err = fmt.Sprintf("carrying the older executor's entries over: %v", err)
 	}
 }
 

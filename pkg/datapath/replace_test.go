@@ -374,7 +374,7 @@ func TestPrivilegedReplaceResized(t *testing.T) {
 		t.Fatalf("Open with another connection table size: %v", err)
 	}
 	e.dp = dp
-	if dp.repl == nil || !slices.Equal(dp.repl.resized, []string{"connection table 4096 -> 8192"}) {
+	if dp.repl == nil || !slices.Equal(dp.repl.rep.Resized, []string{"connection table 4096 -> 8192"}) {
 		t.Fatalf("Open did not find the sizes changed: %+v", dp.repl)
 	}
 	if err := dp.Apply(e.state); err != nil {
@@ -382,16 +382,16 @@ func TestPrivilegedReplaceResized(t *testing.T) {
 	}
 	// The first pass carries everything; the second what changed since.
 	dp.carryOver(dp.repl)
-	if r := dp.repl; r.carried != macConns+3 || r.lost != 0 || r.carryErr != nil {
-		t.Fatalf("first pass: carried %d, lost %d (%v); want %d, 0", r.carried, r.lost, r.carryErr, macConns+3)
+	if r := dp.repl.rep; r.Carried != macConns+3 || r.Lost != 0 || r.Err != "" {
+		t.Fatalf("first pass: carried %d, lost %d (%v); want %d, 0", r.Carried, r.Lost, r.Err, macConns+3)
 	}
 	on(olddp, func() {
 		e.putConn(t, conn{key: mk(vipTCP, 2000), backend: 10, service: 1, closing: true})
 		e.putConn(t, conn{key: mk(vipTCP, 3000), backend: 10, service: 1})
 	})
 	dp.carryOver(dp.repl)
-	if r := dp.repl; r.carried != macConns+5 {
-		t.Errorf("second pass: carried %d in all, want %d (a changed entry and a new one more)", r.carried, macConns+5)
+	if r := dp.repl.rep; r.Carried != macConns+5 {
+		t.Errorf("second pass: carried %d in all, want %d (a changed entry and a new one more)", r.Carried, macConns+5)
 	}
 	if err := olddp.Close(); err != nil {
 		t.Fatal(err)
@@ -464,7 +464,7 @@ func TestPrivilegedReplaceResized(t *testing.T) {
 	}
 	e.dp = dp
 	if dp.repl != nil {
-		t.Errorf("replaced again with the same sizes: %+v", dp.repl.resized)
+		t.Errorf("replaced again with the same sizes: %+v", dp.repl.rep.Resized)
 	}
 	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID {
 		t.Errorf("not adopted: %+v %v", a, ok)
@@ -511,7 +511,7 @@ func TestPrivilegedResizedPins(t *testing.T) {
 		}
 		var got string
 		if dp.repl != nil {
-			got = strings.Join(dp.repl.resized, ", ")
+			got = strings.Join(dp.repl.rep.Resized, ", ")
 		}
 		if got != c.want || (dp.repl != nil) != (c.want != "") {
 			t.Errorf("Open(%+v): replacing %v, resized %q; want %q", c.opts, dp.repl != nil, got, c.want)
@@ -525,7 +525,7 @@ func TestPrivilegedResizedPins(t *testing.T) {
 	}
 	e.dp = reopen(t, e.pinDir)
 	if e.dp.repl != nil {
-		t.Errorf("the last Open replaced: %v", e.dp.repl.resized)
+		t.Errorf("the last Open replaced: %v", e.dp.repl.rep.Resized)
 	}
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
 		t.Error("the pinned table lost its entry")
