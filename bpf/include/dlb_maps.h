@@ -383,6 +383,13 @@ struct {
  * verifier knows it). */
 volatile const __u32 stats_stride = MAX_BACKENDS;
 
+/* dlb_build identifies the program as loaded: a digest of this object and
+ * of the sizes and constants it was loaded with, which the loader sets. The
+ * program never reads it; a restarting dlbd reads it in the pinned program's
+ * read-only data to tell whether that program is the one it would load, and
+ * then adopts it instead of loading (and verifying) its own. */
+volatile const __u8 dlb_build[32] = {};
+
 /* backend_swept: connections per backend that the daemon's sweeper expired
  * while still established (counted as finished). Written only by the
  * daemon, so it needs no per-CPU split. */

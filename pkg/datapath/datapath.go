@@ -128,6 +128,15 @@ type Datapath struct {
 	// what Attach did then (nil: nothing replaced).
 	repl     *replacement
 	replaced *lb.Replacement
+	// progAdopted: Open adopted the pinned program (adopt.go); else
+	// notAdopted says why not.
+	progAdopted bool
+	notAdopted  string
+	// progMaps names the maps the object does not pin by name, which
+	// pinProgram pins with the program (progMapPinName); data holds
+	// those of them the generated objects do not.
+	progMaps []string
+	data     dataSections
 }
 
 // The maps sized by the number of services and of backends, with their
@@ -141,8 +150,9 @@ var (
 
 // Open loads the executor's program and maps, adopting whatever a previous
 // dlbd pinned under opts.PinDir: the maps keep their contents (connections
-// included) and, if a link is pinned, the new program replaces the old one
-// on it without detaching. An executor of another ABI pinned there (an
+// included); the pinned program is adopted, not loaded again, when it is
+// the one Open would load (adopt.go); otherwise, if a link is pinned, the
+// new program replaces the old one on it without detaching. An executor of another ABI pinned there (an
 // upgrade), or with tables of other sizes than opts asks for, is not
 // adopted but replaced: this one gets maps of its own, and Attach puts it
 // in the old one's place (see replace.go). Open mounts
@@ -206,6 +216,11 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maxTable: outer.InnerMap.MaxEntries,
 		extra: map[int]link.Link{}}
+	for _, name := range sortedKeys(spec.Maps) {
+		if spec.Maps[name].Pinning != ebpf.PinByName {
+			d.progMaps = append(d.progMaps, name)
+		}
+	}
 	oldABI, otherABI, err := pinnedABI(opts.PinDir)
 	if err != nil {
 		return nil, err
@@ -229,7 +244,35 @@ func Open(opts Options) (_ *Datapath, err error) {
 			}
 		}
 	}
-	err = spec.LoadAndAssign(&d.objs, load)
+	sum := buildDigest(spec)
+	if err := spec.Variables[dispatcherVarDlbBuild].Set(sum); err != nil {
+		return nil, fmt.Errorf("setting the build digest: %w", err)
+	}
+	var adopt *adoption
+	if d.repl != nil {
+		d.notAdopted = "the pinned executor is replaced"
+	} else if adopt, d.notAdopted, err = pinnedProgram(opts.PinDir, spec, d.progMaps, sum); err != nil {
+		// Loading is what always worked.
+		adopt, d.notAdopted, err = nil, fmt.Sprintf("adopting the pinned program: %v", err), nil
+	}
+	if adopt != nil {
+		load.MapReplacements = adopt.maps
+		var o syscallObjects
+		if err = spec.LoadAndAssign(&o, load); err == nil {
+			d.objs, d.data, adopt.prog = o.objects(adopt.prog), o.dataSections, nil
+			d.progAdopted = true
+		}
+		adopt.close()
+		if err != nil {
+			// Not expected (the program's maps were checked); a
+			// load of its own is the way that always worked.
+			d.notAdopted = fmt.Sprintf("adopting the pinned program: %v", err)
+			load.MapReplacements = nil
+			err = d.loadAll(spec, load)
+		}
+	} else {
+		err = d.loadAll(spec, load)
+	}
 	if err != nil && d.repl != nil {
 		d.repl.releaseOld()
 	}
@@ -251,6 +294,12 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	if err := d.checkConfig(); err != nil {
 		return nil, err
+	}
+	if d.progAdopted {
+		// A trace of a dlbd that was killed while it ran.
+		if err := d.objs.DlbTraceOn.Set(uint32(0)); err != nil {
+			return nil, fmt.Errorf("stopping an earlier dlbd's trace: %w", err)
+		}
 	}
 	d.pinnedMaps = map[string]*ebpf.Map{}
 	for name, m := range d.mapsByName() {
@@ -280,6 +329,16 @@ func Open(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("reading pinned state: %w", err)
 	}
 	return d, nil
+}
+
+// loadAll loads spec's every object into d.
+func (d *Datapath) loadAll(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
+	var o allObjects
+	if err := spec.LoadAndAssign(&o, opts); err != nil {
+		return err
+	}
+	d.objs, d.data = o.dispatcherObjects, o.dataSections
+	return nil
 }
 
 // checkConfig initialises the config map, or checks that a pinned one was
@@ -421,16 +480,63 @@ func (d *Datapath) dropSevered(l link.Link, path string) error {
 // interface was deleted) and removed; dlbd logs them.
 func (d *Datapath) Dropped() []string { return slices.Clone(d.dropped) }
 
-// pinProgram pins the program, replacing a previous pin atomically.
+// pinProgram pins the program and the maps of progMaps (under
+// progMapPinName), each replacing a previous pin atomically, the maps
+// first, and removes the pins of program maps this object does not have.
 func (d *Datapath) pinProgram() error {
-	tmp := filepath.Join(d.pinDir, progPin+"_new") // bpffs refuses names with dots
-	_ = os.Remove(tmp)
-	if err := d.objs.DlbXdp.Pin(tmp); err != nil {
+	maps := d.allMaps()
+	own := map[string]bool{}
+	for _, name := range d.progMaps {
+		m := maps[name]
+		if m == nil {
+			continue
+		}
+		pin := progMapPinName(name)
+		own[pin] = true
+		if err := pinMapAs(m, d.pinDir, pin); err != nil {
+			return fmt.Errorf("pinning the program's map %s: %w", name, err)
+		}
+	}
+	if err := pinReplacing(d.objs.DlbXdp, d.pinDir, progPin); err != nil {
 		return fmt.Errorf("pinning program: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(d.pinDir, progPin)); err != nil {
+	entries, err := os.ReadDir(d.pinDir)
+	if err != nil {
+		return fmt.Errorf("reading pin directory: %w", err)
+	}
+	for _, e := range entries {
+		if name := e.Name(); strings.HasPrefix(name, progMapPin) && !own[name] {
+			if err := os.Remove(filepath.Join(d.pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("removing an older program's map pin %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// pinMapAs pins m as dir/name like pinReplacing, through a clone of m:
+// m itself stays unpinned, so that RemovePins, which unpins the maps
+// pinned by name, leaves it to the pin directory's sweep.
+func pinMapAs(m *ebpf.Map, dir, name string) error {
+	c, err := m.Clone()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return pinReplacing(c, dir, name)
+}
+
+// pinReplacing pins o as dir/name, replacing what is pinned there
+// atomically (through a temporary pin of its own).
+func pinReplacing(o interface{ Pin(string) error }, dir, name string) error {
+	tmp := filepath.Join(dir, name+"_new") // bpffs refuses names with dots
+	_ = os.Remove(tmp)
+	if err := o.Pin(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("pinning program: %w", err)
+		return err
 	}
 	return nil
 }
@@ -459,6 +565,12 @@ func (d *Datapath) Repin() ([]string, error) {
 	}
 	for name, m := range d.pinnedMaps {
 		want[name] = m
+	}
+	maps := d.allMaps()
+	for _, name := range d.progMaps {
+		if m := maps[name]; m != nil {
+			want[progMapPinName(name)] = clonePin{m}
+		}
 	}
 	var missing []string
 	for name := range want {
@@ -494,6 +606,15 @@ func (d *Datapath) Repin() ([]string, error) {
 	}
 	return done, errors.Join(errs...)
 }
+
+// clonePin pins a map of the program's own through a clone (pinMapAs).
+type clonePin struct{ m *ebpf.Map }
+
+func (c clonePin) Pin(path string) error {
+	return pinMapAs(c.m, filepath.Dir(path), filepath.Base(path))
+}
+
+func (c clonePin) Unpin() error { return nil }
 
 // ErrPinDirUnlinked: the pin directory was deleted, yet dlbd still sees
 // it, as the mount point of a directory bound into its mount namespace
@@ -733,6 +854,7 @@ func (d *Datapath) Close() error {
 		d.empty.Close()
 		d.empty = nil
 	}
+	d.data.close()
 	return d.objs.Close()
 }
 
@@ -910,10 +1032,14 @@ func pinNames() (map[string]bool, error) {
 
 // isExecutorPin reports whether name is one of the executor's pins: a
 // map of the object, the program (and its temporary name while it is
-// replaced), the main link or a link of AttachInterface.
+// replaced) and its own maps (progMapPin), the main link or a link of
+// AttachInterface.
 func isExecutorPin(name string, maps map[string]bool) bool {
 	switch name {
 	case linkPin, progPin, progPin + "_new":
+		return true
+	}
+	if strings.HasPrefix(name, progMapPin) {
 		return true
 	}
 	if n, ok := strings.CutPrefix(name, extraLinkPin); ok {
@@ -929,6 +1055,18 @@ func isExecutorPin(name string, maps map[string]bool) bool {
 func (d *Datapath) mapsByName() map[string]*ebpf.Map {
 	v := reflect.ValueOf(&d.objs.dispatcherMaps).Elem()
 	out := make(map[string]*ebpf.Map, v.NumField())
+	for i := 0; i < v.NumField(); i++ {
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
+			out[v.Type().Field(i).Tag.Get("ebpf")] = m
+		}
+	}
+	return out
+}
+
+// allMaps is mapsByName with the data sections.
+func (d *Datapath) allMaps() map[string]*ebpf.Map {
+	out := d.mapsByName()
+	v := reflect.ValueOf(&d.data).Elem()
 	for i := 0; i < v.NumField(); i++ {
 		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
 			out[v.Type().Field(i).Tag.Get("ebpf")] = m

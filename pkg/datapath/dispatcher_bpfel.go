@@ -636,6 +636,7 @@ const (
 	dispatcherVarDlbBtfTraceFlags   = "dlb_btf_trace_flags"
 	dispatcherVarDlbBtfTraceStat    = "dlb_btf_trace_stat"
 	dispatcherVarDlbBtfVipFlags     = "dlb_btf_vip_flags"
+	dispatcherVarDlbBuild           = "dlb_build"
 	dispatcherVarDlbTraceFilter     = "dlb_trace_filter"
 	dispatcherVarDlbTraceKey        = "dlb_trace_key"
 	dispatcherVarDlbTraceOn         = "dlb_trace_on"
@@ -754,6 +755,7 @@ type dispatcherVariableSpecs struct {
 	DlbBtfTraceFlags   *ebpf.VariableSpec `ebpf:"dlb_btf_trace_flags"`
 	DlbBtfTraceStat    *ebpf.VariableSpec `ebpf:"dlb_btf_trace_stat"`
 	DlbBtfVipFlags     *ebpf.VariableSpec `ebpf:"dlb_btf_vip_flags"`
+	DlbBuild           *ebpf.VariableSpec `ebpf:"dlb_build"`
 	DlbTraceFilter     *ebpf.VariableSpec `ebpf:"dlb_trace_filter"`
 	DlbTraceKey        *ebpf.VariableSpec `ebpf:"dlb_trace_key"`
 	DlbTraceOn         *ebpf.VariableSpec `ebpf:"dlb_trace_on"`
@@ -882,6 +884,7 @@ type dispatcherVariables struct {
 	DlbBtfTraceFlags   *ebpf.Variable `ebpf:"dlb_btf_trace_flags"`
 	DlbBtfTraceStat    *ebpf.Variable `ebpf:"dlb_btf_trace_stat"`
 	DlbBtfVipFlags     *ebpf.Variable `ebpf:"dlb_btf_vip_flags"`
+	DlbBuild           *ebpf.Variable `ebpf:"dlb_build"`
 	DlbTraceFilter     *ebpf.Variable `ebpf:"dlb_trace_filter"`
 	DlbTraceKey        *ebpf.Variable `ebpf:"dlb_trace_key"`
 	DlbTraceOn         *ebpf.Variable `ebpf:"dlb_trace_on"`

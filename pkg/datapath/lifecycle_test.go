@@ -6,7 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -71,47 +77,152 @@ func testSweep(t *testing.T, e *testEnv) {
 }
 
 // TestPrivilegedAdoption: a second Open on the same pins adopts the link,
-// the maps and their contents, and replaces the program on the link.
+// the maps and their contents; it adopts the pinned program too when that
+// is of the same build and uses the pinned maps, and otherwise replaces
+// the program on the links with its own.
 func TestPrivilegedAdoption(t *testing.T) {
-	e := newTestEnv(t)
-	a1, peerIndex := e.attachBoth(t)
-	e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
-	if err := e.dp.Close(); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		name string
+		// before runs after the first Datapath is closed.
+		before func(t *testing.T, e *testEnv)
+		salt   string // buildSalt of the second Open: another build
+		// adopted: the second Open adopts the program; why: else why not.
+		adopted bool
+		why     string
+	}{
+		{name: "same build", adopted: true},
+		{name: "other build", salt: "another build", why: "the pinned program is of another build"},
+		{name: "map pin deleted", before: func(t *testing.T, e *testEnv) {
+			if err := os.Remove(filepath.Join(e.pinDir, dispatcherMapReasonStats)); err != nil {
+				t.Fatal(err)
+			}
+		}, why: "the pin of map reason_stats is missing"},
+		{name: "another map pinned", before: func(t *testing.T, e *testEnv) {
+			// As if the pin had been deleted and the map made again
+			// while no dlbd ran.
+			spec, err := loadDispatcher()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms := spec.Maps[dispatcherMapReasonStats].Copy()
+			ms.Pinning = ebpf.PinNone
+			m, err := ebpf.NewMap(ms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if err := pinReplacing(m, e.pinDir, dispatcherMapReasonStats); err != nil {
+				t.Fatal(err)
+			}
+		}, why: "the pinned program uses a map (id "},
+		{name: "program's own map pin deleted", before: func(t *testing.T, e *testEnv) {
+			if err := os.Remove(filepath.Join(e.pinDir, progMapPin+"bss")); err != nil {
+				t.Fatal(err)
+			}
+		}, why: "the pin of the program's map .bss is missing"},
+		{name: "program pin deleted", before: func(t *testing.T, e *testEnv) {
+			if err := os.Remove(filepath.Join(e.pinDir, progPin)); err != nil {
+				t.Fatal(err)
+			}
+		}, why: "no program is pinned"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			a1, peerIndex := e.attachBoth(t)
+			e.putConn(t, conn{key: key(vipTCP, 80, 7, 6), backend: 10, service: 1})
+			// A trace left on, as by a dlbd killed while it traced.
+			if err := e.dp.objs.DlbTraceOn.Set(uint32(1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.dp.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.before != nil {
+				tc.before(t, e)
+			}
+			buildSalt = tc.salt
+			t.Cleanup(func() { buildSalt = "" })
 
-	dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
-	if err != nil {
-		t.Fatalf("second Open: %v", err)
-	}
-	e.dp = dp // the cleanup removes this one
-	a2, ok := dp.Attached()
-	if !ok || a2.LinkID != a1.LinkID || a2.Ifindex != e.dummy {
-		t.Fatalf("after Open: %+v %v, want link %d on %d", a2, ok, a1.LinkID, e.dummy)
-	}
-	if a2.ProgramID == a1.ProgramID {
-		t.Errorf("program %d not replaced", a2.ProgramID)
-	}
-	// The second interface's link was adopted too, with the new program.
-	if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peerIndex || as[1].ProgramID != a2.ProgramID {
-		t.Errorf("attachments after Open: %+v", as)
-	}
-	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
-		t.Error("connection entry lost")
-	}
-	if len(dp.applied.backends) != len(e.state.Backends) || len(dp.applied.tables) != len(e.state.Services)-1 {
-		t.Errorf("adopted %d backends and %d tables", len(dp.applied.backends), len(dp.applied.tables))
-	}
-	// Attaching again to the same interface keeps the link; another one is refused.
-	if m, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil || m != lb.XDPAuto {
-		t.Errorf("re-Attach: %v %v", m, err)
-	}
-	if _, err := dp.Attach(1, lb.XDPGeneric); !errors.Is(err, ErrOtherInterface) {
-		t.Errorf("Attach elsewhere: %v", err)
-	}
-	// The executor keeps working on the adopted maps.
-	if got, _ := e.run(t, tcpTo(vipTCP, 80, 7, "A").Build(t)); got != xdpTX {
-		t.Errorf("verdict %d after adoption", got)
+			dp, err := Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
+			if err != nil {
+				t.Fatalf("second Open: %v", err)
+			}
+			e.dp = dp // the cleanup removes this one
+			if adopted, why := dp.ProgramAdopted(); adopted != tc.adopted || !strings.HasPrefix(why, tc.why) || (tc.why == "") != (why == "") {
+				t.Errorf("ProgramAdopted() = %v, %q; want %v, %q", adopted, why, tc.adopted, tc.why)
+			}
+			// Every pin is there again, the program's own maps too.
+			own := []string{progPin, dispatcherMapReasonStats}
+			for _, name := range dp.progMaps {
+				own = append(own, progMapPinName(name))
+			}
+			if len(own) < 12 {
+				t.Errorf("the program's own maps: %v; want its data sections, trace and scratch maps", dp.progMaps)
+			}
+			for _, name := range own {
+				if _, err := os.Stat(filepath.Join(e.pinDir, name)); err != nil {
+					t.Errorf("after Open: %v", err)
+				}
+			}
+			a2, ok := dp.Attached()
+			if !ok || a2.LinkID != a1.LinkID || a2.Ifindex != e.dummy {
+				t.Fatalf("after Open: %+v %v, want link %d on %d", a2, ok, a1.LinkID, e.dummy)
+			}
+			if tc.adopted && a2.ProgramID != a1.ProgramID {
+				t.Errorf("program %d replaced by %d, want it adopted", a1.ProgramID, a2.ProgramID)
+			}
+			if !tc.adopted && a2.ProgramID == a1.ProgramID {
+				t.Errorf("program %d not replaced", a2.ProgramID)
+			}
+			if info, err := dp.objs.DlbXdp.Info(); err != nil {
+				t.Error(err)
+			} else if id, _ := info.ID(); uint32(id) != a2.ProgramID {
+				t.Errorf("the Datapath's program is %d, the link's %d", id, a2.ProgramID)
+			}
+			if on, err := dp.Tracing(); err != nil || on {
+				t.Errorf("Tracing() = %v, %v after Open; want the earlier trace off", on, err)
+			}
+			// The second interface's link was adopted too, with the program.
+			if as := dp.attachments(); len(as) != 2 || as[1].Ifindex != peerIndex || as[1].ProgramID != a2.ProgramID {
+				t.Errorf("attachments after Open: %+v", as)
+			}
+			if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
+				t.Error("connection entry lost")
+			}
+			if len(dp.applied.backends) != len(e.state.Backends) || len(dp.applied.tables) != len(e.state.Services)-1 {
+				t.Errorf("adopted %d backends and %d tables", len(dp.applied.backends), len(dp.applied.tables))
+			}
+			// Attaching again to the same interface keeps the link; another one is refused.
+			if m, err := dp.Attach(e.dummy, lb.XDPGeneric); err != nil || m != lb.XDPAuto {
+				t.Errorf("re-Attach: %v %v", m, err)
+			}
+			if _, err := dp.Attach(1, lb.XDPGeneric); !errors.Is(err, ErrOtherInterface) {
+				t.Errorf("Attach elsewhere: %v", err)
+			}
+			// The executor keeps working on the adopted maps, and the
+			// syscall programs reach the program's own maps: a trace
+			// sees its packets.
+			tr, err := dp.StartTrace(lb.TraceFilter{})
+			if err != nil {
+				t.Fatalf("StartTrace: %v", err)
+			}
+			defer func() { _, _ = tr.Stop() }()
+			if got, _ := e.run(t, tcpTo(vipTCP, 80, 7, "A").Build(t)); got != xdpTX {
+				t.Errorf("verdict %d after adoption", got)
+			}
+			p, err := tr.Next(time.Now().Add(2 * time.Second))
+			if err != nil {
+				t.Fatalf("trace after Open: %v", err)
+			}
+			if p.Verdict != "tx" || p.Dst.Port() != 80 {
+				t.Errorf("traced %+v, want the packet to port 80 sent on", p)
+			}
+			// The syscall programs, loaded again, write the pinned table.
+			e.putConn(t, conn{key: key(vipTCP, 80, 8, 6), backend: 10, service: 1})
+			if _, ok := e.getConn(t, key(vipTCP, 80, 8, 6)); !ok {
+				t.Error("a connection written after Open is not found")
+			}
+		})
 	}
 }
 

@@ -340,7 +340,8 @@ func (d *Datapath) movePins(names []string) error {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if e.IsDir() || d.pinnedMaps[name] != nil || name == progPin || name == linkPin || strings.HasPrefix(name, extraLinkPin) {
+		if e.IsDir() || d.pinnedMaps[name] != nil || name == progPin || name == linkPin || strings.HasPrefix(name, extraLinkPin) ||
+			strings.HasPrefix(name, progMapPin) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(d.pinDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -165,8 +165,12 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 		t.Fatalf("Open after the replacement: %v", err)
 	}
 	e.dp = dp
-	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID {
-		t.Errorf("not adopted: %+v %v", a, ok)
+	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID || a.ProgramID != now.ProgramID {
+		t.Errorf("not adopted: %+v %v; want link %d with program %d", a, ok, old.LinkID, now.ProgramID)
+	}
+	// The replacement pinned its program's own maps too.
+	if adopted, why := dp.ProgramAdopted(); !adopted {
+		t.Errorf("the replacing program was not adopted at the next Open: %s", why)
 	}
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
 		t.Error("the new table's entry was lost at the next Open")
