@@ -149,7 +149,7 @@ test-unit:
 bench:
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReport$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH=1 $(GO) test -run '^TestBenchReplication$$' -count=1 -v ./pkg/datapath/
-	DLB_BENCH_LOAD=- $(GO) test -run '^TestBenchLoad$$' -count=1 -v ./pkg/datapath/
+	DLB_BENCH_LOAD=- $(GO) test -run '^TestBench(Load|Restart)$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH_CHURN=- $(GO) test -run '^TestBenchChurn$$' -count=1 -v ./pkg/datapath/
 	DLB_BENCH=1 $(GO) test -run '^TestPrivilegedMetricsScaleReport$$' -count=1 -v ./pkg/e2e/
 	$(GO) test -run '^$$' -bench 'Write100k' -benchtime 5x ./pkg/metrics/

@@ -302,11 +302,18 @@ func run(ctx context.Context, o options) error {
 		StateLock: owned.state,
 		PinLock:   owned.pins,
 		OpenDatapath: func() (dispatcher.Datapath, error) {
+			start := time.Now()
 			dp, err := datapath.Open(datapath.Options{PinDir: o.pinDir, ConnTableSize: o.connTableSize,
 				NATTableSize: o.natTableSize, HalfOpenTableSize: o.halfOpenTableSize, AffinityTableSize: o.affinityTableSize,
 				MaxServices: o.maxServices + 1, MaxBackends: o.maxServers + 1, MaxTableSize: o.maxTableSize})
 			if err != nil {
 				return nil, err
+			}
+			took := time.Since(start).Round(time.Millisecond)
+			if adopted, why := dp.ProgramAdopted(); adopted {
+				log.Info("adopted the pinned executor program: the same build, not loaded again", "took", took)
+			} else {
+				log.Info("loaded the executor program", "not_adopted", why, "took", took)
 			}
 			return dp, nil
 		},

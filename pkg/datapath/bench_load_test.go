@@ -98,3 +98,53 @@ func TestBenchLoad(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 }
+
+// TestBenchRestart measures what a restart's Open costs: with the pinned
+// program of another build, which Open loads (and the verifier checks)
+// again, and with the same build, which Open adopts. Each round opens a
+// new build (a buildSalt of its own) over the pins, then opens the same
+// build again, closing each (pins kept). Opt-in like TestBenchLoad:
+// DLB_BENCH_LOAD set.
+func TestBenchRestart(t *testing.T) {
+	if os.Getenv("DLB_BENCH_LOAD") == "" {
+		t.Skip("measuring a restart's Open: set DLB_BENCH_LOAD=-")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("loading the executor needs root")
+	}
+	pinDir := newPinDir(t)
+	t.Cleanup(func() {
+		buildSalt = ""
+		if _, err := RemovePins(pinDir); err != nil {
+			t.Error(err)
+		}
+	})
+	open := func(wantAdopted bool) time.Duration {
+		start := time.Now()
+		dp, err := Open(Options{PinDir: pinDir})
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		if adopted, why := dp.ProgramAdopted(); adopted != wantAdopted {
+			t.Fatalf("Open adopted %v (%s), want %v", adopted, why, wantAdopted)
+		}
+		if err := dp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return took
+	}
+	var loaded, adopted []time.Duration
+	for round := 0; round < benchLoadRounds; round++ {
+		buildSalt = fmt.Sprintf("bench round %d", round)
+		loaded = append(loaded, open(false))
+		adopted = append(adopted, open(true))
+	}
+	slices.Sort(loaded)
+	slices.Sort(adopted)
+	l, a := loaded[len(loaded)/2], adopted[len(adopted)/2]
+	t.Logf("restart's Open, %d rounds (medians, min–max): another build, loaded %v (%v–%v); the same build, adopted %v (%v–%v): %.1f× faster",
+		benchLoadRounds, l.Round(time.Millisecond), loaded[0].Round(time.Millisecond), loaded[len(loaded)-1].Round(time.Millisecond),
+		a.Round(time.Millisecond), adopted[0].Round(time.Millisecond), adopted[len(adopted)-1].Round(time.Millisecond),
+		float64(l)/float64(a))
+}

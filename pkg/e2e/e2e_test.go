@@ -152,7 +152,7 @@ func TestPrivilegedE2EServerDown(t *testing.T) {
 }
 
 // TestPrivilegedE2EKillDlbd SIGKILLs dlbd under traffic: no connection
-// fails, and the restarted dlbd adopts the pinned link and maps.
+// fails, and the restarted dlbd adopts the pinned link, maps and program.
 func TestPrivilegedE2EKillDlbd(t *testing.T) {
 	parallel(t)
 	l := newLab(t, 3)
@@ -183,8 +183,12 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 	if !after.Attached || after.LinkID != before.LinkID {
 		t.Errorf("restarted dlbd: attached %v link %d, want the pinned link %d", after.Attached, after.LinkID, before.LinkID)
 	}
-	if after.ProgramID == before.ProgramID {
-		t.Errorf("program %d not replaced on restart", after.ProgramID)
+	// The same dlbd's program is adopted, not loaded (and verified) again.
+	if after.ProgramID != before.ProgramID {
+		t.Errorf("program %d replaced by %d on restart, want it adopted", before.ProgramID, after.ProgramID)
+	}
+	if log := l.dlbdLog(); !strings.Contains(log, "adopted the pinned executor program") {
+		t.Errorf("the restarted dlbd did not log that it adopted the program:\n%s", log)
 	}
 	if id := testutil.PinnedMapID(t, filepath.Join(l.pinDir, "conns")); id != connsID {
 		t.Errorf("connection table map %d after restart, was %d", id, connsID)
@@ -192,7 +196,7 @@ func TestPrivilegedE2EKillDlbd(t *testing.T) {
 	if after.Connections == 0 {
 		t.Error("connection table empty after restart")
 	}
-	t.Logf("link %d kept; program %d -> %d; conns map %d kept with %d entries", before.LinkID, before.ProgramID, after.ProgramID, connsID, after.Connections)
+	t.Logf("link %d kept; program %d, %d after; conns map %d kept with %d entries", before.LinkID, before.ProgramID, after.ProgramID, connsID, after.Connections)
 
 	// The restarted dlbd manages the executor: a change takes effect.
 	l.mustCtl("server", "down", fmt.Sprintf("%s@80@%s", l.vip(), l.backend(3)))

@@ -404,6 +404,11 @@ func TestPrivilegedPackage(t *testing.T) {
 	// advisors and forwarding, is one the filter allows.
 	trace := filepath.Join(l.pkgDir, "run", "strace")
 	l.startPackagedDlbd(u, strings.Join(setprivCaps, ","), trace)
+	// The restart adopts the pinned program through its pins alone
+	// (opening a map by its id would take CAP_SYS_ADMIN).
+	if log := l.dlbdLog(); !strings.Contains(log, "adopted the pinned executor program") {
+		t.Errorf("the restart under the unit's capabilities did not adopt the pinned program:\n%s", log)
+	}
 	if rep, code := l.serverCheck(1); code != 0 || !rep.OK {
 		t.Errorf("server check under strace: exit %d: %+v", code, rep.Checks)
 	}
