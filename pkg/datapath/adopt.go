@@ -156,6 +156,7 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 	// their ids are needed: the load opens them again) and the
 	// program's own (taken over).
 	pinned := map[ebpf.MapID]string{}
+	var ownMissing string
 	for _, name := range sortedKeys(spec.Maps) {
 		pin, own := name, slices.Contains(progMaps, name)
 		if own {
@@ -166,7 +167,8 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, pin), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			if own {
-				return nil, fmt.Sprintf("the pin of the program's map %s is missing", name), nil
+				ownMissing = name
+				continue
 			}
 			return nil, fmt.Sprintf("the pin of map %s is missing", name), nil
 		}
@@ -185,6 +187,12 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 		} else {
 			m.Close()
 		}
+	}
+	switch {
+	case ownMissing != "" && len(a.maps) == 0:
+		return nil, "the pinned program's own maps are not pinned (a dlbd older than this one pinned it)", nil
+	case ownMissing != "":
+		return nil, fmt.Sprintf("the pin of the program's map %s is missing", ownMissing), nil
 	}
 	for _, id := range ids {
 		if _, ok := pinned[id]; !ok {

@@ -120,6 +120,16 @@ func TestPrivilegedAdoption(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, why: "the pin of the program's map .bss is missing"},
+		{name: "an older dlbd's program", before: func(t *testing.T, e *testEnv) {
+			// Pinned by a dlbd that did not pin the program's own maps.
+			for _, name := range pins(t, e.pinDir) {
+				if strings.HasPrefix(name, progMapPin) {
+					if err := os.Remove(filepath.Join(e.pinDir, name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}, why: "the pinned program's own maps are not pinned (a dlbd older than this one pinned it)"},
 		{name: "program pin deleted", before: func(t *testing.T, e *testEnv) {
 			if err := os.Remove(filepath.Join(e.pinDir, progPin)); err != nil {
 				t.Fatal(err)
