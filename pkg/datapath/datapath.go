@@ -152,11 +152,11 @@ var (
 // dlbd pinned under opts.PinDir: the maps keep their contents (connections
 // included); the pinned program is adopted, not loaded again, when it is
 // the one Open would load (adopt.go); otherwise, if a link is pinned, the
-// new program replaces the old one on it without detaching. An executor of another ABI pinned there (an
-// upgrade), or with tables of other sizes than opts asks for, is not
-// adopted but replaced: this one gets maps of its own, and Attach puts it
-// in the old one's place (see replace.go). Open mounts
-// bpffs on /sys/fs/bpf if needed.
+// new program replaces the old one on it without detaching. An executor
+// of another ABI pinned there (an upgrade), or with tables of other sizes
+// than opts asks for, is not adopted but replaced: this one gets maps of
+// its own, and Attach puts it in the old one's place (see replace.go).
+// Open mounts bpffs on /sys/fs/bpf if needed.
 func Open(opts Options) (_ *Datapath, err error) {
 	if opts.PinDir == "" {
 		opts.PinDir = DefaultPinDir
@@ -610,10 +610,12 @@ func (d *Datapath) Repin() ([]string, error) {
 // clonePin pins a map of the program's own through a clone (pinMapAs).
 type clonePin struct{ m *ebpf.Map }
 
+// Pin pins the map at path through a clone.
 func (c clonePin) Pin(path string) error {
 	return pinMapAs(c.m, filepath.Dir(path), filepath.Base(path))
 }
 
+// Unpin does nothing: the map itself was never pinned.
 func (c clonePin) Unpin() error { return nil }
 
 // ErrPinDirUnlinked: the pin directory was deleted, yet dlbd still sees
