@@ -1055,20 +1055,18 @@ func isExecutorPin(name string, maps map[string]bool) bool {
 // read off the generated struct so that a map added to the C code is never
 // forgotten here.
 func (d *Datapath) mapsByName() map[string]*ebpf.Map {
-	v := reflect.ValueOf(&d.objs.dispatcherMaps).Elem()
-	out := make(map[string]*ebpf.Map, v.NumField())
-	for i := 0; i < v.NumField(); i++ {
-		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
-			out[v.Type().Field(i).Tag.Get("ebpf")] = m
-		}
-	}
-	return out
+	return taggedMaps(map[string]*ebpf.Map{}, &d.objs.dispatcherMaps)
 }
 
 // allMaps is mapsByName with the data sections.
 func (d *Datapath) allMaps() map[string]*ebpf.Map {
-	out := d.mapsByName()
-	v := reflect.ValueOf(&d.data).Elem()
+	return taggedMaps(d.mapsByName(), &d.data)
+}
+
+// taggedMaps adds the maps of the struct *objs points to (fields tagged
+// with their names, as bpf2go makes them) to out, and returns it.
+func taggedMaps(out map[string]*ebpf.Map, objs any) map[string]*ebpf.Map {
+	v := reflect.ValueOf(objs).Elem()
 	for i := 0; i < v.NumField(); i++ {
 		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
 			out[v.Type().Field(i).Tag.Get("ebpf")] = m
