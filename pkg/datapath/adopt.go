@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -56,7 +57,7 @@ func buildDigest(spec *ebpf.CollectionSpec) [32]byte {
 			}
 		}
 	}
-	for _, name := range sortedKeys(spec.Maps) {
+	for _, name := range slices.Sorted(maps.Keys(spec.Maps)) {
 		m := spec.Maps[name]
 		str(name)
 		word(uint64(m.Type))
@@ -69,7 +70,7 @@ func buildDigest(spec *ebpf.CollectionSpec) [32]byte {
 			word(uint64(m.InnerMap.ValueSize))
 		}
 	}
-	for _, name := range sortedKeys(spec.Variables) {
+	for _, name := range slices.Sorted(maps.Keys(spec.Variables)) {
 		v := spec.Variables[name]
 		if !v.Constant() || name == dispatcherVarDlbBuild {
 			continue
@@ -81,15 +82,6 @@ func buildDigest(spec *ebpf.CollectionSpec) [32]byte {
 	var sum [32]byte
 	h.Sum(sum[:0])
 	return sum
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // adoption is a pinned program Open may adopt, with the maps it uses that
@@ -157,7 +149,7 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 	// program's own (taken over).
 	pinned := map[ebpf.MapID]string{}
 	var ownMissing string
-	for _, name := range sortedKeys(spec.Maps) {
+	for _, name := range slices.Sorted(maps.Keys(spec.Maps)) {
 		pin, own := name, slices.Contains(progMaps, name)
 		if own {
 			pin = progMapPinName(name)

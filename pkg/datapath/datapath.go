@@ -15,6 +15,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -216,7 +217,7 @@ func Open(opts Options) (_ *Datapath, err error) {
 
 	d := &Datapath{pinDir: opts.PinDir, innerSpec: outer.InnerMap.Copy(), maxTable: outer.InnerMap.MaxEntries,
 		extra: map[int]link.Link{}}
-	for _, name := range sortedKeys(spec.Maps) {
+	for _, name := range slices.Sorted(maps.Keys(spec.Maps)) {
 		if spec.Maps[name].Pinning != ebpf.PinByName {
 			d.progMaps = append(d.progMaps, name)
 		}
@@ -484,10 +485,10 @@ func (d *Datapath) Dropped() []string { return slices.Clone(d.dropped) }
 // progMapPinName), each replacing a previous pin atomically, the maps
 // first, and removes the pins of program maps this object does not have.
 func (d *Datapath) pinProgram() error {
-	maps := d.allMaps()
+	all := d.allMaps()
 	own := map[string]bool{}
 	for _, name := range d.progMaps {
-		m := maps[name]
+		m := all[name]
 		if m == nil {
 			continue
 		}
@@ -566,9 +567,9 @@ func (d *Datapath) Repin() ([]string, error) {
 	for name, m := range d.pinnedMaps {
 		want[name] = m
 	}
-	maps := d.allMaps()
+	all := d.allMaps()
 	for _, name := range d.progMaps {
-		if m := maps[name]; m != nil {
+		if m := all[name]; m != nil {
 			want[progMapPinName(name)] = clonePin{m}
 		}
 	}
