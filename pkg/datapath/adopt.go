@@ -147,7 +147,7 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 	// The maps pinned under pinDir, by id: the object's by name (only
 	// their ids are needed: the load opens them again) and the
 	// program's own (taken over).
-	pinned := map[ebpf.MapID]string{}
+	pinned := map[ebpf.MapID]bool{}
 	var ownMissing string
 	for _, name := range slices.Sorted(maps.Keys(spec.Maps)) {
 		pin, own := name, slices.Contains(progMaps, name)
@@ -173,7 +173,7 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 			return nil, "", fmt.Errorf("reading pinned map %s: %w", pin, err)
 		}
 		id, _ := mi.ID()
-		pinned[id] = name
+		pinned[id] = true
 		if own {
 			a.maps[name] = m
 		} else {
@@ -187,7 +187,7 @@ func pinnedProgram(pinDir string, spec *ebpf.CollectionSpec, progMaps []string, 
 		return nil, fmt.Sprintf("the pin of the program's map %s is missing", ownMissing), nil
 	}
 	for _, id := range ids {
-		if _, ok := pinned[id]; !ok {
+		if !pinned[id] {
 			return nil, fmt.Sprintf("the pinned program uses a map (id %d) not pinned under %s", id, pinDir), nil
 		}
 	}
