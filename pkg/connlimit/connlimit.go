@@ -65,8 +65,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		if l.n >= l.total || l.open[ip] >= l.perIP {
 			l.mu.Unlock()
-			_ = c.Close()
+			// Counted before the client can see the close: a
+			// count read once it did includes it.
 			l.noteRefused(ip)
+			_ = c.Close()
 			continue
 		}
 		l.n++
