@@ -176,6 +176,23 @@ func openTestEnv(t testing.TB, opts Options) *testEnv {
 	return e
 }
 
+// reopen closes the test's executor (its pins stay) and opens it again
+// with opts under the same pin directory, as a restarted dlbd does; the
+// cleanup removes the new one.
+func (e *testEnv) reopen(t testing.TB, opts Options) *Datapath {
+	t.Helper()
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts.PinDir = e.pinDir
+	dp, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open again: %v", err)
+	}
+	e.dp = dp
+	return dp
+}
+
 // attachBoth attaches the executor to the veth pair's both ends in
 // generic mode (dlbdp0 by Attach, dlbdp1 by attachInterface), and returns
 // the first's attachment and the second's index.

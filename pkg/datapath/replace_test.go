@@ -155,16 +155,8 @@ func TestPrivilegedReplaceOtherABI(t *testing.T) {
 	if _, ok := e.getConn(t, key(vipTCP, 80, 7, 6)); !ok {
 		t.Error("the flow's packet did not enter the new table")
 	}
-	if err := dp.Close(); err != nil {
-		t.Fatal(err)
-	}
-
 	// The next dlbd adopts it.
-	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 4096})
-	if err != nil {
-		t.Fatalf("Open after the replacement: %v", err)
-	}
-	e.dp = dp
+	dp = e.reopen(t, Options{ConnTableSize: 4096})
 	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID || a.ProgramID != now.ProgramID {
 		t.Errorf("not adopted: %+v %v; want link %d with program %d", a, ok, old.LinkID, now.ProgramID)
 	}
@@ -457,18 +449,13 @@ func TestPrivilegedReplaceResized(t *testing.T) {
 	if _, _, ok := e.getNAT(t, natKey); !ok {
 		t.Error("the NAT entry (its tables kept their size) was not carried")
 	}
-	if err := dp.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The next dlbd with the same sizes adopts it.
-	dp, err = Open(Options{PinDir: e.pinDir, ConnTableSize: 64})
-	if err != nil {
-		t.Fatalf("Open with the same sizes: %v", err)
-	}
-	e.dp = dp
+	// The next dlbd with the same sizes adopts it, its program too.
+	dp = e.reopen(t, Options{ConnTableSize: 64})
 	if dp.repl != nil {
 		t.Errorf("replaced again with the same sizes: %+v", dp.repl.rep.Resized)
+	}
+	if adopted, why := dp.ProgramAdopted(); !adopted {
+		t.Errorf("the program of the new sizes was not adopted at the next Open: %s", why)
 	}
 	if a, ok := dp.Attached(); !ok || a.LinkID != old.LinkID {
 		t.Errorf("not adopted: %+v %v", a, ok)
