@@ -216,10 +216,8 @@ type dataSections struct {
 
 // close closes the maps.
 func (s *dataSections) close() {
-	for _, m := range []*ebpf.Map{s.Rodata, s.Bss} {
-		if m != nil {
-			m.Close()
-		}
+	for _, m := range taggedMaps(map[string]*ebpf.Map{}, s) {
+		m.Close()
 	}
 }
 
