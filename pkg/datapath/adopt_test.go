@@ -3,6 +3,8 @@
 package datapath
 
 import (
+	"maps"
+	"reflect"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -77,5 +79,50 @@ func TestBuildDigest(t *testing.T) {
 	}
 	if v := spec.Variables[dispatcherVarDlbBuild]; !v.Constant() || v.Size() != 32 {
 		t.Errorf("dlb_build: %v; want 32 bytes of read-only data", v)
+	}
+}
+
+// TestSyscallObjectsCoverPrograms: what an adopting Open loads names every
+// program of the object but the XDP one, which it adopts; a program added
+// to the C code and missing here would be nil in an adopted executor.
+func TestSyscallObjectsCoverPrograms(t *testing.T) {
+	tags := func(v any) map[string]bool {
+		out := map[string]bool{}
+		typ := reflect.TypeOf(v).Elem()
+		for i := 0; i < typ.NumField(); i++ {
+			if tag := typ.Field(i).Tag.Get("ebpf"); tag != "" && typ.Field(i).Type == reflect.TypeOf((*ebpf.Program)(nil)) {
+				out[tag] = true
+			}
+		}
+		return out
+	}
+	want := tags(&dispatcherPrograms{})
+	delete(want, "dlb_xdp")
+	if got := tags(&syscallObjects{}); !maps.Equal(got, want) {
+		t.Errorf("syscallObjects loads programs %v; want every one but dlb_xdp: %v", got, want)
+	}
+	// objects puts each back in its place.
+	var o syscallObjects
+	progs := map[string]*ebpf.Program{}
+	v := reflect.ValueOf(&o).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if tag := v.Type().Field(i).Tag.Get("ebpf"); v.Field(i).Type() == reflect.TypeOf((*ebpf.Program)(nil)) {
+			p := new(ebpf.Program)
+			progs[tag] = p
+			v.Field(i).Set(reflect.ValueOf(p))
+		}
+	}
+	xdp := new(ebpf.Program)
+	objs := o.objects(xdp)
+	pv := reflect.ValueOf(&objs.dispatcherPrograms).Elem()
+	for i := 0; i < pv.NumField(); i++ {
+		tag := pv.Type().Field(i).Tag.Get("ebpf")
+		want := progs[tag]
+		if tag == "dlb_xdp" {
+			want = xdp
+		}
+		if got := pv.Field(i).Interface().(*ebpf.Program); got != want {
+			t.Errorf("objects: program %s is not the one loaded", tag)
+		}
 	}
 }
