@@ -49,6 +49,9 @@ func TestPrivilegedE2EBGPFile(t *testing.T) {
 		}
 		return d.mustCtl("apply", "-f", path)
 	}
+	// The router first: each dispatcher's first attempt at its session
+	// then finds it listening (a refused one is tried again 5 s later).
+	router.start(t, l.env["LAB_ROUTER_NS"], routerAddr, addrs)
 	for _, d := range s.ds {
 		out := apply(d, file(d, true, true))
 		for _, want := range []string{
@@ -61,9 +64,8 @@ func TestPrivilegedE2EBGPFile(t *testing.T) {
 			}
 		}
 	}
-	router.start(t, l.env["LAB_ROUTER_NS"], routerAddr, addrs)
 	took := s.waitHops("configured by files", 60*time.Second, addrs...)
-	t.Logf("the router reaches the VIP through %v %v after it started", s.nextHops(), took.Round(time.Millisecond))
+	t.Logf("the router reaches the VIP through %v %v after the files were applied", s.nextHops(), took.Round(time.Millisecond))
 
 	d1, d2 := s.ds[0], s.ds[1]
 	// get | apply: nothing changes, the session stays up.

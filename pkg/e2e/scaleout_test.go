@@ -210,10 +210,12 @@ func newScaleLab(t *testing.T, router routerDaemon) *scaleLab {
 		t.Fatalf("lab has %d dispatchers", n)
 	}
 	addrs := s.startDispatchers(n)
+	// The router first: each dispatcher's first attempt at its session
+	// then finds it listening (a refused one is tried again 5 s later).
+	router.start(t, l.env["LAB_ROUTER_NS"], l.env["LAB_ROUTER_ADDR"], addrs)
 	for _, d := range s.ds {
 		s.configure(d)
 	}
-	router.start(t, l.env["LAB_ROUTER_NS"], l.env["LAB_ROUTER_ADDR"], addrs)
 	return s
 }
 
@@ -954,31 +956,41 @@ func (f *frr) stop() {
 	if f.dir == "" {
 		return
 	}
+	// Each daemon takes about 2 s to end on SIGTERM (6 s one after the
+	// other): they are told at once.
+	var files []string
 	for _, d := range []string{"bgpd", "bfdd", "zebra"} {
-		stopPidFile(filepath.Join(f.dir, d+".pid"))
+		files = append(files, filepath.Join(f.dir, d+".pid"))
 	}
+	stopPidFiles(files...)
 	_ = os.RemoveAll(f.dir)
 }
 
-// stopPidFile ends the daemon whose PID a file holds (one this test
-// started), waiting up to 5 s.
-func stopPidFile(file string) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return
-	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	for i := 0; i < 50; i++ {
-		if syscall.Kill(pid, 0) != nil {
-			return
+// stopPidFiles ends the daemons whose PIDs the files hold (ones this
+// test started): SIGTERM to each at once, then SIGKILL to those still
+// running 5 s later.
+func stopPidFiles(files ...string) {
+	var pids []int
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
 		}
-		time.Sleep(100 * time.Millisecond)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 1 {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGTERM) == nil {
+			pids = append(pids, pid)
+		}
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 50 && len(pids) > 0; i++ {
+		time.Sleep(100 * time.Millisecond)
+		pids = slices.DeleteFunc(pids, func(pid int) bool { return syscall.Kill(pid, 0) != nil })
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // bird runs BIRD 2 with merge paths (ECMP in the kernel) in a namespace.
@@ -1057,7 +1069,7 @@ func (b *bird) stop() {
 	if b.dir == "" {
 		return
 	}
-	stopPidFile(filepath.Join(b.dir, "bird.pid"))
+	stopPidFiles(filepath.Join(b.dir, "bird.pid"))
 	_ = os.RemoveAll(b.dir)
 }
 
