@@ -118,7 +118,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		return refuse(err)
 	}
 	hostBefore := e.host.clone()
-	e.net.asked = nil
+	e.net.ClearAsked()
 	if written, err := e.reconcile(old, next, ch, delta, stop); err != nil {
 		e.ids.Revert(delta)
 		if written {
@@ -138,7 +138,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		e.restoreSpeaker(old, ch)
 		return refuse(fmt.Errorf("saving the change: %w (it was taken back: nothing was applied)", err))
 	}
-	e.net.asked = nil
+	e.net.ClearAsked()
 	e.ed.Commit(edit)
 	e.facts.changes++
 	e.facts.lastChange = time.Now()
@@ -186,27 +186,23 @@ func (e *Engine) rollback(old lb.Config) {
 // neighbour entries of next hops the configuration cfg (which stays) does
 // not use while the executor runs.
 func (e *Engine) unask(cfg lb.Config) {
-	asked := e.net.asked
-	e.net.asked = nil
+	asked := e.net.TakeAsked()
 	if len(asked) == 0 {
 		return
 	}
 	if e.exec.dp == nil { // nothing is needed while the executor is down
-		for _, a := range asked {
-			delete(e.net.neigh, a)
-			delete(e.net.errs, a)
-		}
+		e.net.Drop(asked...)
 		slices.SortFunc(asked, netip.Addr.Compare)
 		e.forgetNeighbors(slices.Compact(asked))
 		return
 	}
-	e.forgetNeighbors(e.net.forget(cfg, asked))
+	e.forgetNeighbors(e.net.Forget(cfg, asked))
 }
 
 // afterCommit updates what the engine derives from the configuration,
 // for what the change touched.
 func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store.IDDelta) {
-	if gone := e.net.update(old, next, ch); len(gone) > 0 && e.exec.dp != nil {
+	if gone := e.net.Update(old, next, ch); len(gone) > 0 && e.exec.dp != nil {
 		e.forgetNeighbors(gone)
 	}
 	e.mgr.forget(old, next, ch)
@@ -398,15 +394,7 @@ func (e *Engine) dropAffinity(old, next lb.Config, ch config.Change) {
 
 // serverOf returns the server a key names in cfg.
 func serverOf(cfg lb.Config, k lb.BackendKey) (lb.Server, bool) {
-	cl := cfg.Cluster(k.Service.Cluster)
-	if cl == nil {
-		return lb.Server{}, false
-	}
-	p := cl.Port(k.Service.Port)
-	if p == nil {
-		return lb.Server{}, false
-	}
-	s := p.Server(k.Server)
+	s := cfg.Server(k)
 	if s == nil {
 		return lb.Server{}, false
 	}

@@ -44,7 +44,7 @@ func (e *Engine) serverStates(cfg lb.Config, cl *lb.Cluster, p *lb.Port) ([]effe
 			w = uint32(rts[i].weight)
 		}
 		if h := s.NextHop(); h != hop || i == 0 {
-			hop, resolved = h, e.net.neigh[h].MAC != nil
+			hop, resolved = h, e.net.MAC(h) != nil
 		}
 		st := lb.ServerUp
 		switch {
@@ -68,7 +68,7 @@ func (e *Engine) serverStates(cfg lb.Config, cl *lb.Cluster, p *lb.Port) ([]effe
 		// advisors' verdict is overruled; operator decisions stand.
 		w := max(p.WeightBound/2, 1)
 		for i, s := range p.Servers {
-			if out[i].state == lb.ServerFailed && e.net.neigh[s.NextHop()].MAC != nil {
+			if out[i].state == lb.ServerFailed && e.net.MAC(s.NextHop()) != nil {
 				out[i].weight, out[i].accept = w, true
 				anyAccept = true
 			}
@@ -175,7 +175,7 @@ func (e *Engine) portsUpdate(u *lb.DataplaneUpdate, cfg lb.Config, ports []lb.Se
 		var members []maglev.Backend
 		for i, s := range p.Servers {
 			bk := lb.BackendKey{Service: k, Server: s.Address}
-			nb := e.net.neigh[s.NextHop()]
+			nb, _ := e.net.Neighbor(s.NextHop())
 			b := lb.DataplaneBackend{
 				ID: e.ids.Backends[bk], Service: sid, Address: s.Address,
 				MAC: nb.MAC, SrcMAC: nb.IfMAC, Ifindex: nb.Ifindex,

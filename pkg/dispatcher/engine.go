@@ -49,6 +49,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/dispatcher/loops"
+	"github.com/dlbproject/dlb/pkg/dispatcher/nexthop"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -242,7 +243,7 @@ type Engine struct {
 	// unsaved is why the state cannot be saved, while it cannot (a state
 	// directory deleted that dlbd cannot make again).
 	unsaved logagg.Steady
-	net     *neighbors
+	net     *nexthop.Table
 	// netEvents are the host's network changes (nil: not followed).
 	netEvents <-chan lb.NetEvent
 	// agg holds back repeated warnings (package logagg).
@@ -358,7 +359,7 @@ func New(opts Options) (*Engine, error) {
 		ids:     state.IDs,
 		host:    host{configured: state.Configured, found: state.Found, attachedMode: state.AttachedMode},
 		exec:    newExecutor(),
-		net:     newNeighbors(),
+		net:     nexthop.New(),
 		mgr:     newManagerState(),
 		health:  health.NewMonitor(opts.NewAdvisor),
 		metrics: newPollers(),
@@ -369,7 +370,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	e.metrics.loops = loops.New(e.startPoller, samePoller)
 	cfg := ed.Config()
-	e.net.index(cfg)
+	e.net.Index(cfg)
 	e.host.indexReturns(cfg)
 	e.ha.digest.full(cfg)
 	if e.haOn(cfg) {

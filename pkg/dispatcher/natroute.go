@@ -111,7 +111,7 @@ func (e *Engine) natGROProblems(cfg lb.Config) []string {
 			}
 			ports = append(ports, lb.ServiceKey{Cluster: cl.Address, Port: p.Number}.String())
 			for _, s := range p.Servers {
-				if nb, ok := e.net.neigh[s.NextHop()]; ok && nb.Ifindex != 0 && !slices.Contains(ifindexes, nb.Ifindex) {
+				if nb, ok := e.net.Neighbor(s.NextHop()); ok && nb.Ifindex != 0 && !slices.Contains(ifindexes, nb.Ifindex) {
 					ifindexes = append(ifindexes, nb.Ifindex)
 				}
 			}

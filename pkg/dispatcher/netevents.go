@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/dispatcher/nexthop"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -125,10 +126,10 @@ drain:
 			if e.exec.dp == nil || !e.followsHop(cfg, ev.Addr) {
 				continue
 			}
-			switch e.net.fromEvent(ev, e.log) {
-			case hopChanged:
+			switch e.net.FromEvent(ev, e.log) {
+			case nexthop.Changed:
 				changed[ev.Addr] = true
-			case hopRefresh:
+			case nexthop.Refresh:
 				refresh = append(refresh, ev.Addr)
 			}
 		case lb.NetRouteChanged:
@@ -149,7 +150,7 @@ drain:
 		routes = true
 	}
 	if rehop {
-		refresh = append(refresh, e.net.allHops(cfg)...)
+		refresh = append(refresh, nexthop.AllHops(cfg)...)
 	}
 	if attachment {
 		e.checkAttachment(cfg)
@@ -158,7 +159,7 @@ drain:
 		e.restoreAddresses(restore)
 	}
 	if len(refresh) > 0 && e.exec.dp != nil {
-		for _, a := range e.net.refresh(e.opts.Netif, e.log, refresh) {
+		for _, a := range e.net.Refresh(e.opts.Netif, e.log, refresh) {
 			changed[a] = true
 		}
 	}
@@ -174,7 +175,7 @@ drain:
 // followsHop reports whether a is a next hop of cfg: a server's, a
 // router or a client gateway.
 func (e *Engine) followsHop(cfg lb.Config, a netip.Addr) bool {
-	if _, ok := e.net.ports[a]; ok {
+	if e.net.Users(a) != nil {
 		return true
 	}
 	return a.IsValid() && (a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6)
@@ -343,9 +344,9 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.reattachFailed(link, lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", occupied(e.exec.dp, link)))
 		return
 	}
-	e.net.moved(e.exec.attach.ifindex, link)
+	e.net.Moved(e.exec.attach.ifindex, link)
 	err := e.writeBeforeAttach(cfg)
-	e.net.asked = nil
+	e.net.ClearAsked()
 	if err != nil {
 		e.reattachFailed(link, err)
 		return
@@ -598,7 +599,7 @@ func (e *Engine) applyHops(cfg lb.Config, changed []netip.Addr) {
 		if a == cfg.Executor.ClientGateway || a == cfg.Executor.ClientGateway6 {
 			gateway = true
 		}
-		for k := range e.net.ports[a] {
+		for k := range e.net.Users(a) {
 			if !seen[k] {
 				seen[k] = true
 				ports = append(ports, k)
@@ -684,10 +685,10 @@ func (e *Engine) reprobeRound() {
 	}
 	cfg := e.ed.Config()
 	byIf := map[int][]netip.Addr{}
-	for _, a := range nextBatch(e.net.order(cfg), &e.net.cursor, e.opts.ReprobeBatch) {
+	for _, a := range e.net.Batch(cfg, e.opts.ReprobeBatch) {
 		// Unresolved hops are being resolved already; a hop with an
 		// error is not reachable by MAC.
-		if nb := e.net.neigh[a]; nb.MAC != nil && nb.Ifindex > 0 && e.net.errs[a] == nil {
+		if nb, _ := e.net.Neighbor(a); nb.MAC != nil && nb.Ifindex > 0 && e.net.Err(a) == nil {
 			byIf[nb.Ifindex] = append(byIf[nb.Ifindex], a)
 		}
 	}
@@ -695,7 +696,7 @@ func (e *Engine) reprobeRound() {
 	// too: their entries are dlbd's, kept managed.
 	natIf := map[int][]netip.Addr{}
 	for _, nb := range nextBatch(e.exec.natHops.neighbors, &e.exec.natHops.cursor, e.opts.ReprobeBatch) {
-		if _, hop := e.net.neigh[nb.addr]; !hop {
+		if _, hop := e.net.Neighbor(nb.addr); !hop {
 			natIf[nb.ifindex] = append(natIf[nb.ifindex], nb.addr)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/dlbproject/dlb/internal/logagg"
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/dispatcher/nexthop"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -92,13 +93,13 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	fresh := freshHops(old, next, ch)
 	var unknown []netip.Addr
 	for _, a := range fresh {
-		if e.net.neigh[a].MAC == nil {
+		if e.net.MAC(a) == nil {
 			unknown = append(unknown, a)
 		}
 	}
-	e.unresolved = e.net.wait(e.opts.Netif, e.log, unknown, min(e.opts.ResolveWait, loopResolveWait))
+	e.unresolved = e.net.Wait(e.opts.Netif, e.log, unknown, min(e.opts.ResolveWait, loopResolveWait))
 	for _, a := range fresh {
-		if err := e.net.errs[a]; err != nil {
+		if err := e.net.Err(a); err != nil {
 			return false, lb.Errorf(hopRole(next, a), a.String(), "%v", err)
 		}
 	}
@@ -402,7 +403,7 @@ func ethernet(mac net.HardwareAddr) bool {
 // that are gone: what must hold before the program is attached, for the
 // first frame it sees must not be sent to an index that no longer exists.
 func (e *Engine) writeBeforeAttach(cfg lb.Config) error {
-	e.net.wait(e.opts.Netif, e.log, e.net.allHops(cfg), e.opts.ResolveWait)
+	e.net.Wait(e.opts.Netif, e.log, nexthop.AllHops(cfg), e.opts.ResolveWait)
 	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
 		return fmt.Errorf("applying to the executor: %w", err)
 	}
@@ -446,8 +447,8 @@ func (e *Engine) stopExecutor(cfg lb.Config) error {
 	e.exec.groups = map[uint32]uint32{}
 	e.exec.sweep = lb.SweepResult{}
 	e.exec.attach = attachState{}
-	e.forgetNeighbors(e.net.allHops(cfg))
-	e.net.neigh, e.net.errs = map[netip.Addr]lb.Neighbor{}, map[netip.Addr]error{}
+	e.forgetNeighbors(nexthop.AllHops(cfg))
+	e.net.Clear()
 	if len(removed) > 0 {
 		e.note(fmt.Sprintf("removed %d pins%s: %s", len(removed), where, strings.Join(removed, ", ")))
 	} else {
@@ -463,7 +464,7 @@ func (e *Engine) stopExecutor(cfg lb.Config) error {
 func (e *Engine) globals(cfg lb.Config) lb.DataplaneGlobals {
 	ex := cfg.Executor
 	return lb.DataplaneGlobals{NFA: ex.NFA, NFA6: ex.NFA6,
-		ClientGateway: e.net.hop(ex.ClientGateway), ClientGateway6: e.net.hop(ex.ClientGateway6)}
+		ClientGateway: e.net.Hop(ex.ClientGateway), ClientGateway6: e.net.Hop(ex.ClientGateway6)}
 }
 
 // hopRole names what a next hop is in cfg, for refusals: "router",

@@ -391,7 +391,7 @@ func (e *Engine) objectStatus(st *Status, q Query, stats lb.DataplaneStats) {
 				}
 				ss := ServerStatus{ID: id, State: states[i].state, Weight: states[i].weight, NewWeight: states[i].weight,
 					Counters: stats.Backend(id), Active: sw.Active[id], AffinityRecords: sw.AffinityBackends[id],
-					PortLoad: e.portLoad(cfg, cl, p, s), SystemLoad: -1, MAC: e.net.neigh[s.NextHop()].MAC}
+					PortLoad: e.portLoad(cfg, cl, p, s), SystemLoad: -1, MAC: e.net.MAC(s.NextHop())}
 				if rt := e.mgr.backends[bk]; rt != nil {
 					ss.ACTV, ss.NEWC, ss.Reason = rt.actv, rt.newc, rt.reason
 					if cfg.Manager.Started {

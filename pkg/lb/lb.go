@@ -453,6 +453,21 @@ func (p *Port) Server(addr netip.Addr) *Server {
 	return &p.Servers[i]
 }
 
+// Server returns a pointer to the server k names, or nil when its
+// cluster, port or server is not in the configuration. The configuration
+// must be sorted (Sort).
+func (c *Config) Server(k BackendKey) *Server {
+	cl := c.Cluster(k.Service.Cluster)
+	if cl == nil {
+		return nil
+	}
+	p := cl.Port(k.Service.Port)
+	if p == nil {
+		return nil
+	}
+	return p.Server(k.Server)
+}
+
 // ServiceKey identifies a balanced port: a cluster address and a port number.
 type ServiceKey struct {
 	// Cluster is the cluster address.
