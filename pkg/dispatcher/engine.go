@@ -26,12 +26,15 @@
 // apply.go (a change, from request to commit), reconcile.go (the executor
 // and the host), netevents.go (the host's network changing under dlbd),
 // dataplane.go (what a port's maps hold: states, weights, Maglev tables),
-// neighbors.go, natroute.go (NAT replies without a route), manager.go (the
-// manager's cycle and alerts), probes.go (advisors, wired to package
-// health), pollers.go (metric servers), status.go (snapshots for
-// reports), bgp.go (what the BGP speaker announces, through the Speaker
-// interface); store/ (ids and the state files), health/, loops/ (the
-// reconciler both use), events/.
+// neighbors.go (the next hops resolved, on nexthop/'s table), natroute.go
+// (NAT replies without a route), manager.go (the manager's cycle and
+// alerts), probes.go (advisors, wired to package health), pollers.go
+// (metric servers), status.go (snapshots for reports), bgp.go (what the
+// BGP speaker announces, through the Speaker interface), ha.go (high
+// availability, through the HighAvailability interface); store/ (ids and
+// the state files), health/, loops/ (the reconciler both use), events/,
+// nexthop/ (how each next hop is reached), cfgdigest/ (the configuration
+// digest a high-availability pair compares).
 package dispatcher
 
 import (
@@ -372,7 +375,7 @@ func New(opts Options) (*Engine, error) {
 	cfg := ed.Config()
 	e.net.Index(cfg)
 	e.host.indexReturns(cfg)
-	e.ha.digest.full(cfg)
+	e.ha.digest.Full(cfg)
 	if e.haOn(cfg) {
 		// What the previous dlbd served, it serves again until the
 		// function decides otherwise; whether that holds (the executor
@@ -487,7 +490,7 @@ func (e *Engine) Run(ctx context.Context) {
 		e.publishTakeoverPlan(cfg)
 		go e.runFastTakeover(ctx, e.opts.HA.Activated())
 		if cfg.HA.Enabled() {
-			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.sum); err != nil {
+			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.Sum()); err != nil {
 				e.log.Error("high availability: starting", "err", err)
 			}
 			e.haHealth()

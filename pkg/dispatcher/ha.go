@@ -2,15 +2,13 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/cfgdigest"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/dispatcher/store"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -87,7 +85,7 @@ type haEngine struct {
 	mismatch  bool
 	// digest is the configuration's digest, kept up to date change by
 	// change (digestOf).
-	digest digestState
+	digest cfgdigest.Digest
 	// fast is the takeover's fast path (takeover.go).
 	fast fastTakeover
 	// Replication counts: records imported, refused (no such server
@@ -260,7 +258,7 @@ func (e *Engine) haSync() {
 	if len(changes) > 0 {
 		e.persistHAStates()
 	}
-	mismatch := st.Peer.Alive && st.Peer.Digest != e.ha.digest.sum
+	mismatch := st.Peer.Alive && st.Peer.Digest != e.ha.digest.Sum()
 	if st.Peer.Alive != e.ha.peerAlive || st.Peer.Conflict != e.ha.conflict || mismatch != e.ha.mismatch {
 		e.ha.peerAlive, e.ha.conflict, e.ha.mismatch = st.Peer.Alive, st.Peer.Conflict, mismatch
 		env := map[string]string{"DLB_HA_PEER": yes(st.Peer.Alive), "DLB_HA_ROLE": cfg.HA.Role.String()}
@@ -269,10 +267,10 @@ func (e *Engine) haSync() {
 			e.log.Error("high availability: inconsistent pair", "conflict", st.Peer.Conflict)
 		}
 		if mismatch {
-			env["DLB_HA_DIGEST"] = digestText(e.ha.digest.sum)
-			env["DLB_HA_PEER_DIGEST"] = digestText(st.Peer.Digest)
+			env["DLB_HA_DIGEST"] = cfgdigest.Text(e.ha.digest.Sum())
+			env["DLB_HA_PEER_DIGEST"] = cfgdigest.Text(st.Peer.Digest)
 			e.log.Warn("high availability: the peer's configuration differs from this one",
-				"digest", digestText(e.ha.digest.sum), "peer", digestText(st.Peer.Digest))
+				"digest", cfgdigest.Text(e.ha.digest.Sum()), "peer", cfgdigest.Text(st.Peer.Digest))
 		}
 		e.events.Emit(events.HighAvailChange, env)
 	}
@@ -337,13 +335,13 @@ func (e *Engine) persistHAStates() {
 
 // haConfigure starts, changes or stops the function after a change.
 func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
-	e.ha.digest.update(old, next, ch)
+	e.ha.digest.Update(old, next, ch)
 	if e.opts.HA == nil {
 		return
 	}
 	e.publishTakeoverPlan(next)
 	if !ch.HA && e.haOn(next) {
-		e.opts.HA.SetDigest(e.ha.digest.sum)
+		e.opts.HA.SetDigest(e.ha.digest.Sum())
 		if ch.Executor {
 			e.haHealth()
 		}
@@ -352,7 +350,7 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 	if !ch.HA {
 		return
 	}
-	if err := e.opts.HA.Configure(next.HA, e.ha.digest.sum); err != nil {
+	if err := e.opts.HA.Configure(next.HA, e.ha.digest.Sum()); err != nil {
 		e.log.Error("high availability: configuring", "err", err)
 	}
 	if !next.HA.Enabled() {
@@ -453,7 +451,7 @@ type HAStatus struct {
 
 // haStatus takes the snapshot.
 func (e *Engine) haStatus(cfg lb.Config) *HAStatus {
-	st := &HAStatus{Config: cfg.HA.Clone(), Digest: e.ha.digest.sum, Clusters: map[lb.HAGroup][]string{},
+	st := &HAStatus{Config: cfg.HA.Clone(), Digest: e.ha.digest.Sum(), Clusters: map[lb.HAGroup][]string{},
 		Imported: e.ha.imported, Unknown: e.ha.unknown, Announcements: e.ha.announcements}
 	if e.opts.HA != nil {
 		st.Node = e.opts.HA.Status()
@@ -464,98 +462,3 @@ func (e *Engine) haStatus(cfg lb.Config) *HAStatus {
 	}
 	return st
 }
-
-// digestState is the configuration's digest: the XOR of a hash of each
-// cluster's, port's and server's own settings, so that a change updates
-// it in what it touched. Two dispatchers that serve the same clusters
-// have the same digest, whatever order they were configured in. The
-// executor's settings (its interface and NFA differ between the two),
-// the advisors, the manager and high availability are left out.
-type digestState struct {
-	sum uint64
-}
-
-func hashOf(parts ...any) uint64 {
-	h := fnv.New64a()
-	for _, p := range parts {
-		b, _ := json.Marshal(p)
-		h.Write(b)
-		h.Write([]byte{0})
-	}
-	return h.Sum64()
-}
-
-func clusterHash(cl lb.Cluster) uint64 {
-	cl.Ports = nil
-	return hashOf("cluster", cl)
-}
-
-func portHash(cl netip.Addr, p lb.Port) uint64 {
-	p.Servers = nil
-	return hashOf("port", cl, p)
-}
-
-func serverHash(k lb.ServiceKey, s lb.Server) uint64 {
-	return hashOf("server", k, s)
-}
-
-// full computes the digest of cfg.
-func (d *digestState) full(cfg lb.Config) {
-	d.sum = 0
-	for _, cl := range cfg.Clusters {
-		d.sum ^= clusterHash(cl)
-		for _, p := range cl.Ports {
-			d.sum ^= portHash(cl.Address, p)
-			k := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
-			for _, s := range p.Servers {
-				d.sum ^= serverHash(k, s)
-			}
-		}
-	}
-}
-
-// update follows a change.
-func (d *digestState) update(old, next lb.Config, ch config.Change) {
-	for a, kind := range ch.Clusters {
-		if kind != config.Added {
-			if cl := old.Cluster(a); cl != nil {
-				d.sum ^= clusterHash(*cl)
-			}
-		}
-		if kind != config.Removed {
-			if cl := next.Cluster(a); cl != nil {
-				d.sum ^= clusterHash(*cl)
-			}
-		}
-	}
-	for k, kind := range ch.Ports {
-		if kind != config.Added {
-			if p := portOf(old, k); p != nil {
-				d.sum ^= portHash(k.Cluster, *p)
-			}
-		}
-		if kind != config.Removed {
-			if p := portOf(next, k); p != nil {
-				d.sum ^= portHash(k.Cluster, *p)
-			}
-		}
-	}
-	for k, kind := range ch.Servers {
-		if kind != config.Added {
-			if s, ok := serverOf(old, k); ok {
-				d.sum ^= serverHash(k.Service, s)
-			}
-		}
-		if kind != config.Removed {
-			if s, ok := serverOf(next, k); ok {
-				d.sum ^= serverHash(k.Service, s)
-			}
-		}
-	}
-}
-
-// digestText formats a digest as reports show it.
-func digestText(d uint64) string { return fmt.Sprintf("%016x", d) }
-
-// DigestText formats a configuration digest as reports show it.
-func DigestText(d uint64) string { return digestText(d) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/cfgdigest"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -335,10 +336,10 @@ func TestHADigest(t *testing.T) {
 	if da != db {
 		t.Errorf("digests %x and %x of the same clusters configured in two orders", da, db)
 	}
-	var full digestState
-	full.full(a.config())
-	if full.sum != da {
-		t.Errorf("incremental digest %x, computed whole %x", da, full.sum)
+	var full cfgdigest.Digest
+	full.Full(a.config())
+	if full.Sum() != da {
+		t.Errorf("incremental digest %x, computed whole %x", da, full.Sum())
 	}
 	b.mustApply(op("server", "set", vip+"@80@198.18.0.23", "weight", "3"))
 	if db2 := b.status(Query{HA: true}).HA.Digest; db2 == da {

@@ -552,10 +552,7 @@ func addressesTouched(old, next lb.Config, ch config.Change) bool {
 
 // portOf returns the port a key names in cfg, or nil.
 func portOf(cfg lb.Config, k lb.ServiceKey) *lb.Port {
-	if cl := cfg.Cluster(k.Cluster); cl != nil {
-		return cl.Port(k.Port)
-	}
-	return nil
+	return cfg.Port(k)
 }
 
 // updateReturns updates the count of servers per return address.

@@ -457,15 +457,22 @@ func (p *Port) Server(addr netip.Addr) *Server {
 // cluster, port or server is not in the configuration. The configuration
 // must be sorted (Sort).
 func (c *Config) Server(k BackendKey) *Server {
-	cl := c.Cluster(k.Service.Cluster)
-	if cl == nil {
-		return nil
-	}
-	p := cl.Port(k.Service.Port)
+	p := c.Port(k.Service)
 	if p == nil {
 		return nil
 	}
 	return p.Server(k.Server)
+}
+
+// Port returns a pointer to the port k names, or nil when its cluster or
+// port is not in the configuration. The configuration must be sorted
+// (Sort).
+func (c *Config) Port(k ServiceKey) *Port {
+	cl := c.Cluster(k.Cluster)
+	if cl == nil {
+		return nil
+	}
+	return cl.Port(k.Port)
 }
 
 // ServiceKey identifies a balanced port: a cluster address and a port number.

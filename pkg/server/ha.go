@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/dispatcher"
+	"github.com/dlbproject/dlb/pkg/dispatcher/cfgdigest"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -55,7 +56,7 @@ func haReport(st *dispatcher.Status) api.HAReport {
 	}
 	c, n := h.Config, h.Node
 	r := api.HAReport{Configured: c.Configured(), Running: n.Running, Error: n.Error, Role: c.Role.String(),
-		Healthy: n.Healthy, HealthReason: n.HealthReason, Refused: n.Refused, Digest: dispatcher.DigestText(h.Digest),
+		Healthy: n.Healthy, HealthReason: n.HealthReason, Refused: n.Refused, Digest: cfgdigest.Text(h.Digest),
 		DigestMatch: h.DigestMatch, Announced: h.Announcements}
 	if c.Role != lb.RoleNone {
 		r.Recovery, r.Port = c.Recovery.String(), c.Port
@@ -64,7 +65,7 @@ func haReport(st *dispatcher.Status) api.HAReport {
 		r.IntervalMS, r.Count, r.SecretFile = c.IntervalMS(), c.DeadCount(), c.SecretFile
 	}
 	if n.Running {
-		r.Boot = dispatcher.DigestText(n.Boot)
+		r.Boot = cfgdigest.Text(n.Boot)
 	}
 	ago := func(t time.Time) float64 {
 		if t.IsZero() {
@@ -85,7 +86,7 @@ func haReport(st *dispatcher.Status) api.HAReport {
 		Reach: p.Reach, Targets: p.Targets, Conflict: p.Conflict}
 	if p.Heard {
 		r.Peer.SecondsAgo = ago(p.LastHeard)
-		r.Peer.Role, r.Peer.Recovery, r.Peer.Digest = p.Role.String(), p.Recovery.String(), dispatcher.DigestText(p.Digest)
+		r.Peer.Role, r.Peer.Recovery, r.Peer.Digest = p.Role.String(), p.Recovery.String(), cfgdigest.Text(p.Digest)
 		for _, g := range n.Groups {
 			r.Peer.States = append(r.Peer.States, p.States[g.Group].String())
 		}
