@@ -139,7 +139,7 @@ func (e *Engine) natGROProblems(cfg lb.Config) []string {
 // natTouched reports whether a change touched a NAT port (or made one).
 func natTouched(next lb.Config, ch config.Change) bool {
 	for k := range ch.Ports {
-		if p := portOf(next, k); p != nil && p.Method == lb.NAT {
+		if p := next.Port(k); p != nil && p.Method == lb.NAT {
 			return true
 		}
 	}

@@ -532,10 +532,10 @@ func addressesTouched(old, next lb.Config, ch config.Change) bool {
 		return true
 	}
 	for k := range ch.Ports {
-		if p := portOf(next, k); p != nil && p.Method == lb.NAT {
+		if p := next.Port(k); p != nil && p.Method == lb.NAT {
 			return true
 		}
-		if p := portOf(old, k); p != nil && p.Method == lb.NAT {
+		if p := old.Port(k); p != nil && p.Method == lb.NAT {
 			return true
 		}
 	}
@@ -550,15 +550,10 @@ func addressesTouched(old, next lb.Config, ch config.Change) bool {
 	return false
 }
 
-// portOf returns the port a key names in cfg, or nil.
-func portOf(cfg lb.Config, k lb.ServiceKey) *lb.Port {
-	return cfg.Port(k)
-}
-
 // updateReturns updates the count of servers per return address.
 func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
 	count := func(cfg lb.Config, k lb.BackendKey, d int) {
-		p := portOf(cfg, k.Service)
+		p := cfg.Port(k.Service)
 		if p == nil || p.Method != lb.NAT {
 			return
 		}
@@ -579,7 +574,7 @@ func (h *host) updateReturns(old, next lb.Config, ch config.Change) {
 		if kind != config.Changed {
 			continue
 		}
-		op, np := portOf(old, k), portOf(next, k)
+		op, np := old.Port(k), next.Port(k)
 		if op == nil || np == nil || op.Method == np.Method {
 			continue
 		}
