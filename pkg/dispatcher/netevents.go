@@ -685,7 +685,7 @@ func (e *Engine) reprobeRound() {
 	}
 	cfg := e.ed.Config()
 	byIf := map[int][]netip.Addr{}
-	for _, a := range e.net.Batch(cfg, e.opts.ReprobeBatch) {
+	for _, a := range nextBatch(e.net.Order(cfg), &e.exec.hopCursor, e.opts.ReprobeBatch) {
 		// Unresolved hops are being resolved already; a hop with an
 		// error is not reachable by MAC.
 		if nb, _ := e.net.Neighbor(a); nb.MAC != nil && nb.Ifindex > 0 && e.net.Err(a) == nil {

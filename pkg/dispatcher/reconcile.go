@@ -44,6 +44,8 @@ type executor struct {
 	// natHops are the neighbours NAT replies go to, as the last sweep
 	// found them, verified in turn with the next hops (reprobeRound).
 	natHops natHopProbes
+	// hopCursor is where reprobeRound's next batch of next hops starts.
+	hopCursor int
 }
 
 func newExecutor() executor {

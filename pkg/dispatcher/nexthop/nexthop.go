@@ -31,11 +31,10 @@ type Table struct {
 	errs  map[netip.Addr]error
 	// ports counts, per next hop, the servers of each port that use it.
 	ports map[netip.Addr]map[lb.ServiceKey]int
-	// sorted lists the next hops in a stable order for Batch, rebuilt
-	// when stale; cursor is where the next batch starts.
+	// sorted lists the next hops in a stable order (Order), rebuilt
+	// when stale.
 	sorted []netip.Addr
 	stale  bool
-	cursor int
 	// asked lists the addresses the current change asked the kernel to
 	// resolve, so that a refused change can take them back.
 	asked []netip.Addr
@@ -119,24 +118,16 @@ func (t *Table) Forget(cfg lb.Config, addrs []netip.Addr) []netip.Addr {
 	return out
 }
 
-// Batch returns the next n next hops of cfg (fewer if it has fewer), in a
-// stable order from where the last batch ended, wrapping around: calls
-// in a row go through every hop.
-func (t *Table) Batch(cfg lb.Config, n int) []netip.Addr {
+// Order returns cfg's next hops sorted, the same slice until the hops
+// change (Index, Update): a stable order for a round-robin through them.
+// The caller must not change it.
+func (t *Table) Order(cfg lb.Config) []netip.Addr {
 	if t.stale || t.sorted == nil {
 		t.sorted = AllHops(cfg)
 		slices.SortFunc(t.sorted, netip.Addr.Compare)
 		t.stale = false
 	}
-	n = min(len(t.sorted), n)
-	out := make([]netip.Addr, n)
-	for i := range out {
-		out[i] = t.sorted[(t.cursor+i)%len(t.sorted)]
-	}
-	if n > 0 {
-		t.cursor = (t.cursor + n) % len(t.sorted)
-	}
-	return out
+	return t.sorted
 }
 
 // Event says what a neighbour event means for a next hop.

@@ -2,7 +2,6 @@ package nexthop
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -14,7 +13,7 @@ import (
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var discard = slog.New(slog.DiscardHandler)
 
 func mac(s string) net.HardwareAddr {
 	m, err := net.ParseMAC(s)
@@ -207,25 +206,22 @@ func TestMoved(t *testing.T) {
 	}
 }
 
-func TestBatch(t *testing.T) {
+func TestOrder(t *testing.T) {
 	cfg := testConfig()
 	tab := New()
 	tab.Index(cfg)
-	all := AllHops(cfg) // s1, s2, router, gw
-	slices.SortFunc(all, netip.Addr.Compare)
-	var seen []netip.Addr
-	for range 3 {
-		seen = append(seen, tab.Batch(cfg, 3)...)
+	want := []netip.Addr{gw, s1, s2, router} // sorted: 198.18.0.1, .0.21, .0.22, .1.1
+	if got := tab.Order(cfg); !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
 	}
-	want := append(append(slices.Clone(all), all...), all[:1]...)
-	if !slices.Equal(seen, want) {
-		t.Errorf("three batches of 3: %v, want %v", seen, want)
-	}
-	if got := tab.Batch(cfg, 10); len(got) != len(all) {
-		t.Errorf("a batch larger than the hops: %v", got)
-	}
-	if got := tab.Batch(lb.Config{}, 3); len(got) != 3 {
+	if got := tab.Order(lb.Config{}); !slices.Equal(got, want) {
 		t.Errorf("the order is kept until the hops change: %v", got)
+	}
+	next := cfg.Clone()
+	next.Clusters[0].Ports[0].Servers = nil // s2 goes; s1 stays on port 81
+	tab.Update(cfg, next, config.Diff(cfg, next))
+	if got, want := tab.Order(next), []netip.Addr{gw, s1, router}; !slices.Equal(got, want) {
+		t.Errorf("after a change: %v, want %v", got, want)
 	}
 }
 
