@@ -84,7 +84,7 @@ type haEngine struct {
 	conflict  string
 	mismatch  bool
 	// digest is the configuration's digest, kept up to date change by
-	// change (digestOf).
+	// change (package cfgdigest).
 	digest cfgdigest.Digest
 	// fast is the takeover's fast path (takeover.go).
 	fast fastTakeover
