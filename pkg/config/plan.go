@@ -496,15 +496,7 @@ func (pl *planner) quiesce(old, next lb.Config, ch Change) {
 }
 
 func serverAt(cfg lb.Config, k lb.BackendKey) (lb.Server, bool) {
-	cl := cfg.Cluster(k.Service.Cluster)
-	if cl == nil {
-		return lb.Server{}, false
-	}
-	p := cl.Port(k.Service.Port)
-	if p == nil {
-		return lb.Server{}, false
-	}
-	s := p.Server(k.Server)
+	s := cfg.Server(k)
 	if s == nil {
 		return lb.Server{}, false
 	}

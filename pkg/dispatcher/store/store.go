@@ -165,7 +165,7 @@ func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
 			r.DelPorts = append(r.DelPorts, k)
 			continue
 		}
-		if p := lookupPort(next, k); p != nil {
+		if p := next.Port(k); p != nil {
 			x := *p
 			x.Servers = nil
 			r.Ports = append(r.Ports, portRecord{Cluster: k.Cluster, Port: x})
@@ -176,7 +176,7 @@ func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
 			r.DelServers = append(r.DelServers, k)
 			continue
 		}
-		if p := lookupPort(next, k.Service); p != nil {
+		if p := next.Port(k.Service); p != nil {
 			if s := p.Server(k.Server); s != nil {
 				r.Servers = append(r.Servers, serverRecord{Service: k.Service, Server: *s})
 			}
@@ -186,13 +186,6 @@ func NewRecord(old, next lb.Config, ch config.Change, d *IDDelta) Record {
 		r.IDs = d
 	}
 	return r
-}
-
-func lookupPort(cfg lb.Config, k lb.ServiceKey) *lb.Port {
-	if cl := cfg.Cluster(k.Cluster); cl != nil {
-		return cl.Port(k.Port)
-	}
-	return nil
 }
 
 // Store is an open state directory.
@@ -369,7 +362,7 @@ func apply(st *State, r *Record) {
 		cfg.Advisors = slices.Clone(*r.Advisors)
 	}
 	for _, k := range r.DelServers {
-		if p := lookupPort(*cfg, k.Service); p != nil {
+		if p := cfg.Port(k.Service); p != nil {
 			p.Servers = slices.DeleteFunc(p.Servers, func(s lb.Server) bool { return s.Address == k.Server })
 		}
 	}
@@ -404,7 +397,7 @@ func apply(st *State, r *Record) {
 		cl.Ports = slices.Insert(cl.Ports, i, p.Port)
 	}
 	for _, s := range r.Servers {
-		p := lookupPort(*cfg, s.Service)
+		p := cfg.Port(s.Service)
 		if p == nil {
 			continue
 		}
