@@ -189,3 +189,32 @@ func TestFieldErrorOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestFindByKey: a configuration finds a port and a server by key, and
+// says nil for each missing level.
+func TestFindByKey(t *testing.T) {
+	vip, srv := netip.MustParseAddr("198.18.0.100"), netip.MustParseAddr("198.18.0.21")
+	p := NewPort(80)
+	p.Servers = []Server{{Address: srv, Weight: 7}}
+	cfg := Config{Clusters: []Cluster{{Address: vip, Ports: []Port{p}}}}
+	cfg.Sort()
+	for _, c := range []struct {
+		name             string
+		key              BackendKey
+		wantPort, wantSv bool
+	}{
+		{"present", BackendKey{Service: ServiceKey{Cluster: vip, Port: 80}, Server: srv}, true, true},
+		{"another server", BackendKey{Service: ServiceKey{Cluster: vip, Port: 80}, Server: netip.MustParseAddr("198.18.0.22")}, true, false},
+		{"another port", BackendKey{Service: ServiceKey{Cluster: vip, Port: 81}, Server: srv}, false, false},
+		{"another cluster", BackendKey{Service: ServiceKey{Cluster: netip.MustParseAddr("198.18.0.101"), Port: 80}, Server: srv}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := cfg.Port(c.key.Service); (got != nil) != c.wantPort || got != nil && got.Number != c.key.Service.Port {
+				t.Errorf("Port(%v) = %+v", c.key.Service, got)
+			}
+			if got := cfg.Server(c.key); (got != nil) != c.wantSv || got != nil && got.Weight != 7 {
+				t.Errorf("Server(%v) = %+v", c.key, got)
+			}
+		})
+	}
+}
