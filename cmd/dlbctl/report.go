@@ -58,6 +58,12 @@ func (a *app) portReportCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "report [VIP@PORT]",
 		Short: "Report ports, their parameters and counters",
+		Long: `Report ports, their parameters and counters.
+
+` + countersHelp + `
+HALFOPEN counts the port's connections whose SYN was forwarded and whose
+handshake has not completed (ALERT: above --maxhalfopen); AFFINITY the live
+affinity records of its servers.`,
 		Example: `  dlbctl port report
   dlbctl port report @80            # port 80 of every cluster`,
 		Args: a.targetArgs(2, targetOpts{optional: true, partial: true}),
@@ -75,6 +81,12 @@ func (a *app) serverReportCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "report [VIP@PORT@ADDR]",
 		Short: "Report servers: configured and current weight, state, counters and MAC address",
+		Long: `Report servers: configured and current weight, state, counters and MAC address.
+
+WEIGHT is the configured weight, CURRENT the one the executor uses now (the
+manager's, while it runs). ` + countersHelp + `
+AFFINITY counts the live affinity records naming the server; MAC is its next
+hop's (the router's, for NAT servers behind one).`,
 		Example: `  dlbctl server report
   dlbctl server report 10.0.0.100@80        # every server of the port
   dlbctl server report 10.0.0.100:80:10.1.1.5
@@ -90,6 +102,17 @@ func (a *app) serverReportCmd() *cobra.Command {
 		}),
 	}
 }
+
+// countersHelp says what the counter columns of the port and server
+// reports count.
+const countersHelp = `PACKETS and BYTES count what the executor forwarded (NAT:
+both ways), NEWC the connections it scheduled, FIN those that saw a FIN or
+an RST, gave way to a new connection from the same client port or expired
+while established, all since the executor's tables were created (a dlbd
+restart keeps them). ACTV counts the
+established connections dlbd found at its latest sweep of the connection
+table, every 2 s: just after a burst of short connections, ACTV still
+shows some that FIN already counts.`
 
 // nonNil makes an empty report print as [] rather than null, as dlbd
 // sends it.

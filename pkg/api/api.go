@@ -305,13 +305,25 @@ type Error struct {
 	Path string `json:"path,omitempty"`
 }
 
-// Counters count traffic of a cluster, port or server.
+// Counters count traffic of a cluster, port or server. Packets, Bytes,
+// NewConnections and FinishedConnections count from the moment the
+// executor's tables were created (a dlbd restart keeps them);
+// ActiveConnections is a count at the latest sweep.
 type Counters struct {
-	Packets             uint64 `json:"packets"`
-	Bytes               uint64 `json:"bytes"`
+	// Packets and Bytes count what the executor forwarded (NAT: both
+	// ways).
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	// NewConnections counts connections scheduled (NEWC);
+	// FinishedConnections those that saw a FIN or an RST, gave way to a
+	// new connection from the same client port, or expired while
+	// established (FIN).
 	NewConnections      uint64 `json:"new_connections"`
 	FinishedConnections uint64 `json:"finished_connections"`
-	ActiveConnections   uint64 `json:"active_connections"`
+	// ActiveConnections counts the established connections dlbd found
+	// at its latest sweep of the connection table, every 2 s (ACTV): it
+	// lags NewConnections and FinishedConnections by up to a sweep.
+	ActiveConnections uint64 `json:"active_connections"`
 }
 
 // ReasonCount counts packets the executor handled for one reason.
