@@ -172,6 +172,11 @@ func plural(n int, one, many string) string {
 	return many
 }
 
+// counted is n and the noun that goes with it: "1 port", "2 ports".
+func counted(n int, one, many string) string {
+	return fmt.Sprintf("%d %s", n, plural(n, one, many))
+}
+
 func (a *app) getCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get [-o yaml|json]",

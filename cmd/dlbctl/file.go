@@ -104,7 +104,8 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	clusters, ports, servers := scriptCounts(script)
-	fmt.Fprintf(a.env.stdout, "saved %d clusters, %d ports and %d servers to %s\n", clusters, ports, servers, path)
+	fmt.Fprintf(a.env.stdout, "saved %s, %s and %s to %s\n", counted(clusters, "cluster", "clusters"), counted(ports, "port", "ports"),
+		counted(servers, "server", "servers"), path)
 	return nil
 }
 
@@ -338,7 +339,7 @@ func (a *app) fileLoad(cmd *cobra.Command, args []string) error {
 		}
 		return err
 	}
-	fmt.Fprintf(a.env.stdout, "%s: applied %d operations\n", path, res.Applied)
+	fmt.Fprintf(a.env.stdout, "%s: applied %s\n", path, counted(res.Applied, "operation", "operations"))
 	return a.printResult(res)
 }
 

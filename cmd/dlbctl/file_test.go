@@ -35,7 +35,7 @@ func TestFileSave(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if want := "saved 1 clusters, 1 ports and 2 servers to " + path + "\n"; r.stdout != want {
+	if want := "saved 1 cluster, 1 port and 2 servers to " + path + "\n"; r.stdout != want {
 		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
 	data, err := os.ReadFile(path)

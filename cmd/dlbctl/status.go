@@ -264,7 +264,7 @@ func statusTable(w io.Writer, r statusReport) {
 		total += r.Servers[st]
 		states = append(states, fmt.Sprintf("%d %s", r.Servers[st], st))
 	}
-	line := fmt.Sprintf("%d ports, %d servers", r.Ports, total)
+	line := counted(r.Ports, "port", "ports") + ", " + counted(total, "server", "servers")
 	if len(states) > 0 {
 		line += ": " + strings.Join(states, ", ")
 	}

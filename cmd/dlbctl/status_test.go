@@ -33,7 +33,7 @@ func TestStatus(t *testing.T) {
 	}{
 		{"all well", func(*fakeEngine) {}, []string{
 			"executor           attached to eth0 (native), 120 of 262144 connections",
-			"servers            1 ports, 3 servers: 1 failed, 2 up",
+			"servers            1 port, 3 servers: 1 failed, 2 up",
 			"manager            running, every 2 s",
 			"high availability  role backup: standby for the peer's clusters (synced); peer primary alive",
 			"bgp                1 of 1 sessions up, 1 of 1 clusters announced",

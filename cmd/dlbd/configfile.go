@@ -71,9 +71,17 @@ func checkConfig(path string, w io.Writer) error {
 			servers += len(p.Servers)
 		}
 	}
-	_, err = fmt.Fprintf(w, "%s: configuration OK: %d clusters, %d ports, %d servers, %d advisors\n",
-		path, len(f.Config.Clusters), ports, servers, len(f.Config.Advisors))
+	_, err = fmt.Fprintf(w, "%s: configuration OK: %s, %s, %s, %s\n", path, counted(len(f.Config.Clusters), "cluster"),
+		counted(ports, "port"), counted(servers, "server"), counted(len(f.Config.Advisors), "advisor"))
 	return err
+}
+
+// counted is n and the noun that goes with it: "1 port", "2 ports".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // replacer is the engine as the configuration file needs it.

@@ -52,7 +52,7 @@ func TestCheckConfig(t *testing.T) {
 		code           int
 		stdout, stderr string
 	}{
-		{"valid", goodFile, 0, "configuration OK: 1 clusters, 1 ports, 2 servers, 1 advisors\n", ""},
+		{"valid", goodFile, 0, "configuration OK: 1 cluster, 1 port, 2 servers, 1 advisor\n", ""},
 		{"a bad weight", strings.Replace(goodFile, "198.18.0.22\n", "198.18.0.22\n            weight: 50\n", 1), 1, "",
 			"line 8: clusters[0].ports[0].servers[1].weight: 50 is outside 0..20 (the port's weightbound)\n"},
 		{"an unknown advisor", strings.Replace(goodFile, "name: http", "name: gopher", 1), 1, "",

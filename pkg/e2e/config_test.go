@@ -79,7 +79,7 @@ func TestPrivilegedE2EConfigFile(t *testing.T) {
 		}
 		return string(out), code
 	}
-	if out, code := check(good); code != 0 || !strings.Contains(out, "configuration OK: 1 clusters, 1 ports, 2 servers") {
+	if out, code := check(good); code != 0 || !strings.Contains(out, "configuration OK: 1 cluster, 1 port, 2 servers") {
 		t.Fatalf("--check-config of a valid file: exit %d: %s", code, out)
 	}
 	if out, code := check(bad); code != 1 || !strings.Contains(out, "line 13: clusters[0].ports[0].servers[0].weight: 50 is outside 0..20") {
