@@ -291,7 +291,7 @@ func haTable(w io.Writer, r api.HAReport) {
 	fmt.Fprintf(w, "replication:\tsending %v, receiving %v, synced %v, sent %d, received %d, imported %d, lag %.1f ms\n",
 		rp.Sending, rp.Receiving, rp.Synced, rp.SentRecords, rp.ReceivedRecords, rp.Imported, rp.LagMS)
 	if len(r.Refused) > 0 {
-		fmt.Fprintf(w, "refused:\t%v\n", r.Refused)
+		fmt.Fprintf(w, "refused:\t%s\n", byReason(r.Refused))
 	}
 	fmt.Fprintf(w, "\nHEARTBEAT\tSENT\tRECEIVED\tLAST_HEARD\tERROR\n")
 	for _, h := range r.Heartbeats {

@@ -96,14 +96,16 @@ func TestHAStatusAndTakeover(t *testing.T) {
 			States: []string{"active"}, Digest: "00000000000000aa"},
 		Heartbeats:  []api.HAHeartbeatReport{{Source: "198.18.0.4", Destination: "198.18.0.2", Sent: 10, Received: 9, SecondsAgo: 0.2}},
 		Reach:       []api.HAReachReport{{Address: "198.18.0.254", Reachable: true}},
-		Replication: api.HAReplReport{Receiving: true, Synced: true, ReceivedRecords: 500, Imported: 500}}}
+		Replication: api.HAReplReport{Receiving: true, Synced: true, ReceivedRecords: 500, Imported: 500},
+		Refused:     map[string]uint64{"unconfirmed boot": 1, "bad secret": 2}}}
 	sock := serve(t, eng)
 	r := dlbctl(sock, "highavailability", "status")
 	if r.code != exitOK {
 		t.Fatalf("status: exit %d: %s", r.code, r.stderr)
 	}
 	for _, want := range []string{"role:", "backup, recovery auto, port 12345 (running)", "STANDBY", "peer active",
-		"config digest:", "same as the peer's", "198.18.0.4 -> 198.18.0.2", "synced true", "198.18.0.254"} {
+		"config digest:", "same as the peer's", "198.18.0.4 -> 198.18.0.2", "synced true", "198.18.0.254",
+		"refused:", " bad secret 2, unconfirmed boot 1\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}

@@ -419,7 +419,7 @@ func metricTable(w io.Writer, r api.MetricReport) {
 		fmt.Fprintf(w, "cluster %s:\t%s\n", c.Cluster, strings.Join(c.Metrics, " "))
 	}
 	if len(r.Refused) > 0 {
-		fmt.Fprintf(w, "refused:\t%v\n", r.Refused)
+		fmt.Fprintf(w, "refused:\t%s\n", byReason(r.Refused))
 	}
 	fmt.Fprintln(w, "\nSERVER\tAGE\tSTALE\tVALUES\tLAST_ERROR")
 	for _, s := range r.Servers {

@@ -114,6 +114,16 @@ established connections dlbd found at its latest sweep of the connection
 table, every 2 s: just after a burst of short connections, ACTV still
 shows some that FIN already counts.`
 
+// byReason formats counts by reason, in the reasons' order: "bad
+// secret 2, unconfirmed boot 1".
+func byReason[N int64 | uint64](counts map[string]N) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // nonNil makes an empty report print as [] rather than null, as dlbd
 // sends it.
 func nonNil[T any](s []T) []T {

@@ -290,3 +290,16 @@ func TestPrefixReport(t *testing.T) {
 		t.Errorf("exit %d (%s):\n%s", r.code, r.stderr, r.stdout)
 	}
 }
+
+// TestRefusedByReason: the reports' refused counts read as reasons and
+// counts in the reasons' order, not as a Go map.
+func TestRefusedByReason(t *testing.T) {
+	var b strings.Builder
+	metricTable(&b, api.MetricReport{Source: "agent", Port: 10004, Refused: map[string]int64{"stale": 3, "bad signature": 1}})
+	if !strings.Contains(b.String(), "refused:\tbad signature 1, stale 3\n") {
+		t.Errorf("metric report:\n%s", b.String())
+	}
+	if got := byReason(map[string]uint64{}); got != "" {
+		t.Errorf("no counts: %q", got)
+	}
+}
