@@ -440,3 +440,26 @@ func TestHAFoundAddressesMove(t *testing.T) {
 	f.set(lb.GroupLocal, lb.HAStandby)
 	eventually(t, "the address off once standing by", func() bool { return !h.nif.has(vip) })
 }
+
+// TestHAFullCopySweeps: once a full copy of the peer's tables is in, the
+// executor report counts its connections at once, not at the next
+// periodic sweep (an hour away here); an incremental batch waits for it.
+func TestHAFullCopySweeps(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(haOps("backup")...)
+	connections := func() int { return h.status(Query{}).Executor.Connections }
+	before := connections()
+	h.dp.mu.Lock()
+	h.dp.swept = lb.SweepResult{Entries: before + 300, Active: map[uint32]uint64{}}
+	h.dp.mu.Unlock()
+	f.recv <- lb.ConnBatch{Marker: 1}
+	if n := connections(); n != before {
+		t.Errorf("after an incremental batch: %d connections, want %d (the last sweep's)", n, before)
+	}
+	f.recv <- lb.ConnBatch{Marker: 2, Full: true}
+	if n := connections(); n != before+300 {
+		t.Errorf("right after a full copy: %d connections, want %d", n, before+300)
+	}
+}

@@ -226,4 +226,9 @@ func (e *Engine) haImport(b lb.ConnBatch) {
 	if b.Marker != 0 {
 		e.opts.HA.Imported(b.Marker)
 	}
+	if b.Full {
+		// The reports count the copy's connections now, not at the next
+		// sweep: a takeback right after the copy showed 0 for up to 2 s.
+		e.sweepConns()
+	}
 }
