@@ -8,10 +8,13 @@
 package netif
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -38,13 +41,48 @@ type Netif struct{}
 // New returns a Netif.
 func New() *Netif { return &Netif{} }
 
-// LinkByName returns the named interface.
+// ErrNoInterface: the host has no interface of the name given.
+var ErrNoInterface = errors.New("no interface")
+
+// LinkByName returns the named interface. When there is none, the error
+// (ErrNoInterface) names the Ethernet interfaces there are: a misspelt
+// name is then plain to see.
 func (*Netif) LinkByName(name string) (lb.Link, error) {
 	l, err := netlink.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return lb.Link{}, fmt.Errorf("%w %q on this host (%s)", ErrNoInterface, name, ethernetNames())
+	}
 	if err != nil {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: %w", name, err)
 	}
 	return toLink(l), nil
+}
+
+// maxNamesShown bounds the interfaces an error lists.
+const maxNamesShown = 8
+
+// ethernetNames says which interfaces of the host have an Ethernet
+// address, in name order, at most maxNamesShown of them.
+func ethernetNames() string {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Sprintf("listing its interfaces: %v", err)
+	}
+	var names []string
+	for _, l := range links {
+		if mac := l.Attrs().HardwareAddr; len(mac) == 6 && !bytes.Equal(mac, make([]byte, 6)) {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	slices.Sort(names)
+	switch n := len(names); {
+	case n == 0:
+		return "it has no Ethernet interface"
+	case n > maxNamesShown:
+		return fmt.Sprintf("its Ethernet interfaces: %s and %d more", strings.Join(names[:maxNamesShown], ", "), n-maxNamesShown)
+	}
+	return "its Ethernet interfaces: " + strings.Join(names, ", ")
 }
 
 // LinkByIndex returns the interface with the given index.
