@@ -118,7 +118,13 @@ func New(dir string, timeout time.Duration, log *slog.Logger) *Runner {
 // Emit logs an event, counts it, remembers it among the recent ones, and
 // queues its script, if the scripts directory is set. It never blocks.
 func (r *Runner) Emit(name string, env map[string]string) {
-	r.log.Info("event", "event", name, "env", env)
+	attrs := make([]any, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		attrs = append(attrs, slog.String(k, env[k]))
+	}
+	// A group, not the map: the text log reads env.DLB_PORT=80, not
+	// env="map[DLB_PORT:80]".
+	r.log.Info("event", "event", name, slog.Group("env", attrs...))
 	now := time.Now()
 	r.mu.Lock()
 	r.counts[name]++

@@ -149,3 +149,27 @@ func TestDroppedEventsLoggedOnce(t *testing.T) {
 		t.Errorf("counts %v", c)
 	}
 }
+
+// TestEmitLogsTheEnvironment: an event's log line carries its variables
+// as attributes, in the text log and in the JSON log alike.
+func TestEmitLogsTheEnvironment(t *testing.T) {
+	env := map[string]string{"DLB_PORT": "80", "DLB_CLUSTER": "198.18.0.100"}
+	for _, c := range []struct {
+		name    string
+		handler func(io.Writer) slog.Handler
+		want    string
+	}{
+		{"text", func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, nil) },
+			"msg=event event=serverDown env.DLB_CLUSTER=198.18.0.100 env.DLB_PORT=80\n"},
+		{"json", func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, nil) },
+			`"msg":"event","event":"serverDown","env":{"DLB_CLUSTER":"198.18.0.100","DLB_PORT":"80"}}` + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b strings.Builder
+			New("", 0, slog.New(c.handler(&b))).Emit(ServerDown, env)
+			if !strings.HasSuffix(b.String(), c.want) {
+				t.Errorf("logged %q, want it to end in %q", b.String(), c.want)
+			}
+		})
+	}
+}
