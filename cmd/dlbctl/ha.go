@@ -241,7 +241,11 @@ func haTable(w io.Writer, r api.HAReport) {
 			run += ": " + r.Error
 		}
 	}
-	fmt.Fprintf(w, "role:\t%s, recovery %s, port %d (%s)\n", r.Role, r.Recovery, r.Port, run)
+	if r.Recovery == "" {
+		fmt.Fprintf(w, "role:\t%s (%s)\n", r.Role, run)
+	} else {
+		fmt.Fprintf(w, "role:\t%s, recovery %s, port %d (%s)\n", r.Role, r.Recovery, r.Port, run)
+	}
 	health := "executor forwarding"
 	switch {
 	case !r.Healthy && r.HealthReason != "":

@@ -156,3 +156,21 @@ func TestHATableHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestHAStatusNotRunning: configured in part, high availability says
+// what it lacks, in its status and in dlbctl status, and a missing role
+// shows no empty recovery and port.
+func TestHAStatusNotRunning(t *testing.T) {
+	why := "no role yet (highavailability backup add primary|backup|both auto|manual PORT)"
+	eng := &fakeEngine{ha: api.HAReport{Configured: true, Role: "none", Error: why,
+		Heartbeats: []api.HAHeartbeatReport{{Source: "198.18.0.2", Destination: "198.18.0.4"}}}}
+	sock := serve(t, eng)
+	r := dlbctl(sock, "highavailability", "status")
+	if want := " none (not running: " + why + ")\n"; r.code != exitOK || !strings.Contains(r.stdout, want) {
+		t.Errorf("highavailability status: exit %d, want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	r = dlbctl(sock, "status")
+	if want := "high availability is configured and not running: " + why; !strings.Contains(r.stdout, want) {
+		t.Errorf("status: want %q in\n%s", want, r.stdout)
+	}
+}

@@ -47,8 +47,10 @@ type statusManager struct {
 }
 
 type statusHA struct {
-	Role    string        `json:"role"`
-	Running bool          `json:"running"`
+	Role    string `json:"role"`
+	Running bool   `json:"running"`
+	// Error says why it does not run, when it says.
+	Error   string        `json:"error,omitempty"`
 	Healthy bool          `json:"healthy"`
 	Groups  []statusGroup `json:"groups"`
 	Synced  bool          `json:"synced"`
@@ -155,7 +157,7 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 		return r, err
 	}
 	if ha.Configured {
-		h := &statusHA{Role: ha.Role, Running: ha.Running, Healthy: ha.Healthy, Synced: ha.Replication.Synced,
+		h := &statusHA{Role: ha.Role, Running: ha.Running, Error: ha.Error, Healthy: ha.Healthy, Synced: ha.Replication.Synced,
 			Peer: ha.Peer.Alive, PeerRole: ha.Peer.Role, SameConfig: ha.DigestMatch, Groups: []statusGroup{}}
 		for _, g := range ha.Groups {
 			h.Groups = append(h.Groups, statusGroup{Group: g.Group, State: g.State})
@@ -207,7 +209,7 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 	if h := r.HA; h != nil {
 		switch {
 		case !h.Running:
-			out = append(out, "high availability is configured and not running")
+			out = append(out, "high availability is configured and not running"+orSuffix(h.Error))
 		case !h.Peer:
 			out = append(out, "the high-availability peer is not heard")
 		case !h.SameConfig:

@@ -61,6 +61,14 @@ func haReport(st *dispatcher.Status) api.HAReport {
 	if c.Role != lb.RoleNone {
 		r.Recovery, r.Port = c.Recovery.String(), c.Port
 	}
+	// Configured in part, it does not run: say what it lacks.
+	switch {
+	case r.Error != "" || !c.Configured():
+	case c.Role == lb.RoleNone:
+		r.Error = "no role yet (highavailability backup add primary|backup|both auto|manual PORT)"
+	case len(c.Heartbeats) == 0:
+		r.Error = "no heartbeat yet (highavailability heartbeat add SOURCE DESTINATION --secret-file FILE)"
+	}
 	if len(c.Heartbeats) > 0 {
 		r.IntervalMS, r.Count, r.SecretFile = c.IntervalMS(), c.DeadCount(), c.SecretFile
 	}

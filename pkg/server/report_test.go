@@ -65,3 +65,34 @@ func TestExecutorReportTrace(t *testing.T) {
 		t.Errorf("no trace runs, the report shows %+v", r.Trace)
 	}
 }
+
+// TestHAReportSaysWhatIsMissing: high availability configured in part
+// does not run, and its report says which command it still needs; one
+// whose function failed keeps the function's error.
+func TestHAReportSaysWhatIsMissing(t *testing.T) {
+	hb := []lb.Heartbeat{{Source: netip.MustParseAddr("198.18.0.2"), Destination: netip.MustParseAddr("198.18.0.4")}}
+	for _, c := range []struct {
+		name string
+		cfg  lb.HighAvailability
+		node lb.HAStatus
+		want string
+	}{
+		{"nothing", lb.HighAvailability{}, lb.HAStatus{}, ""},
+		{"a heartbeat, no role", lb.HighAvailability{Heartbeats: hb, SecretFile: "/etc/dlb/ha.secret"}, lb.HAStatus{},
+			"no role yet (highavailability backup add primary|backup|both auto|manual PORT)"},
+		{"a role, no heartbeat", lb.HighAvailability{Role: lb.RolePrimary, Port: 7700}, lb.HAStatus{},
+			"no heartbeat yet (highavailability heartbeat add SOURCE DESTINATION --secret-file FILE)"},
+		{"reach targets only", lb.HighAvailability{Reach: []netip.Addr{netip.MustParseAddr("198.18.0.254")}}, lb.HAStatus{},
+			"no role yet (highavailability backup add primary|backup|both auto|manual PORT)"},
+		{"both, failed", lb.HighAvailability{Role: lb.RolePrimary, Port: 7700, Heartbeats: hb}, lb.HAStatus{Error: "cannot read the shared secret"},
+			"cannot read the shared secret"},
+		{"both, running", lb.HighAvailability{Role: lb.RolePrimary, Port: 7700, Heartbeats: hb}, lb.HAStatus{Running: true}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := haReport(&dispatcher.Status{HA: &dispatcher.HAStatus{Config: c.cfg, Node: c.node}})
+			if r.Error != c.want {
+				t.Errorf("error %q, want %q", r.Error, c.want)
+			}
+		})
+	}
+}
