@@ -23,11 +23,12 @@ type statusReport struct {
 	// Servers counts the servers (each once per port) by state.
 	Servers map[string]int `json:"servers"`
 	// NoServer lists the ports where no server takes new connections.
-	NoServer []string      `json:"ports_without_server"`
-	Manager  statusManager `json:"manager"`
-	HA       *statusHA     `json:"high_availability,omitempty"`
-	BGP      *statusBGP    `json:"bgp,omitempty"`
-	Warnings []string      `json:"warnings"`
+	NoServer []string       `json:"ports_without_server"`
+	Manager  statusManager  `json:"manager"`
+	Metrics  *statusMetrics `json:"metric_servers,omitempty"`
+	HA       *statusHA      `json:"high_availability,omitempty"`
+	BGP      *statusBGP     `json:"bgp,omitempty"`
+	Warnings []string       `json:"warnings"`
 	// Attention lists what needs the operator: empty when all is well.
 	Attention []string `json:"attention"`
 }
@@ -39,6 +40,18 @@ type statusExecutor struct {
 	Connections int    `json:"connections"`
 	Capacity    uint32 `json:"connection_capacity"`
 	Error       string `json:"error,omitempty"`
+}
+
+// statusMetrics is the metric servers' side, when metrics are
+// configured: how many servers report, and why those that are up and do
+// not report fail.
+type statusMetrics struct {
+	Source    string `json:"source"`
+	Servers   int    `json:"servers"`
+	Reporting int    `json:"reporting"`
+	// Failing: "ADDRESS: LAST ERROR" of the servers that are up and whose
+	// report is stale after an error.
+	Failing []string `json:"failing"`
 }
 
 type statusManager struct {
@@ -80,9 +93,10 @@ type statusBGP struct {
 
 const statusLong = `Report in a few lines whether this dispatcher serves: the executor, the
 servers by state and the ports where none takes new connections, the
-manager, high availability and BGP when configured, and every warning of
-"executor report". The last line says what needs attention, if anything:
-the executor not attached, a port without a server, a warning, high
+manager, the metric servers, high availability and BGP when configured, and
+every warning of "executor report". The last line says what needs
+attention, if anything: the executor not attached, a port without a server,
+a warning, a server that is up and whose metric reports fail, high
 availability not running or without its peer (or a standby without a full
 copy of the active's tables, or a peer serving another configuration), a
 BGP session down or a cluster withdrawn.
@@ -138,8 +152,12 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 	if err != nil {
 		return r, err
 	}
+	up := map[string]bool{}
 	for _, s := range servers {
 		r.Servers[s.State]++
+		if s.State == "up" {
+			up[s.Address] = true
+		}
 	}
 	m, err := cl.Manager(ctx)
 	if err != nil {
@@ -151,6 +169,24 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 		if p.Alert {
 			r.NoServer = append(r.NoServer, fmt.Sprintf("%s@%d", p.Cluster, p.Port))
 		}
+	}
+	mr, err := cl.Metrics(ctx)
+	if err != nil {
+		return r, err
+	}
+	if len(mr.Clusters) > 0 {
+		ms := &statusMetrics{Source: mr.Source, Servers: len(mr.Servers), Failing: []string{}}
+		for _, s := range mr.Servers {
+			switch {
+			case !s.Stale:
+				ms.Reporting++
+			case s.LastError != "" && up[s.Address]:
+				// Without an error the first report may be on its way;
+				// a server that is not up is not expected to report.
+				ms.Failing = append(ms.Failing, s.Address+": "+s.LastError)
+			}
+		}
+		r.Metrics = ms
 	}
 	ha, err := cl.HA(ctx)
 	if err != nil {
@@ -205,6 +241,15 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 	}
 	if n := len(r.Warnings); n > 0 {
 		out = append(out, fmt.Sprintf("%d %s", n, plural(n, "warning", "warnings")))
+	}
+	if m := r.Metrics; m != nil && len(m.Failing) > 0 {
+		shown := m.Failing[:min(len(m.Failing), 3)]
+		more := ""
+		if n := len(m.Failing) - len(shown); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		out = append(out, fmt.Sprintf("no metric report from %s that %s up: %s%s", counted(len(m.Failing), "server", "servers"),
+			plural(len(m.Failing), "is", "are"), strings.Join(shown, "; "), more))
 	}
 	if h := r.HA; h != nil {
 		switch {
@@ -276,6 +321,9 @@ func statusTable(w io.Writer, r statusReport) {
 		mgr = fmt.Sprintf("running, every %g s", r.Manager.Interval)
 	}
 	fmt.Fprintf(w, "manager\t%s\n", mgr)
+	if m := r.Metrics; m != nil {
+		fmt.Fprintf(w, "metric servers\t%d of %d reporting (%s)\n", m.Reporting, m.Servers, m.Source)
+	}
 	if h := r.HA; h != nil {
 		line := "role " + h.Role + ": "
 		if !h.Running {

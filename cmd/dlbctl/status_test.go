@@ -16,7 +16,10 @@ func TestStatus(t *testing.T) {
 		return &fakeEngine{
 			exec: api.ExecutorReport{Started: true, State: api.ExecutorAttached, Interface: "eth0", AttachedMode: "native",
 				Connections: 120, ConnectionCapacity: 262144},
-			servers: []api.ServerReport{{State: "up"}, {State: "up"}, {State: "failed"}},
+			servers: []api.ServerReport{{Address: "10.0.1.5", State: "up"}, {Address: "10.0.1.6", State: "up"}, {Address: "10.0.1.7", State: "failed"}},
+			// The failed server's metric report is stale too, as expected.
+			metrics: api.MetricReport{Source: "dlbmetricd", Clusters: []api.MetricCluster{{Cluster: "10.0.0.100", Metrics: []string{"cpuload"}}},
+				Servers: []api.MetricServer{{Address: "10.0.1.5"}, {Address: "10.0.1.6"}, {Address: "10.0.1.7", Stale: true, LastError: "connection refused"}}},
 			manager: api.ManagerReport{Started: true, Interval: 2, Ports: []api.ManagerPort{{Cluster: "10.0.0.100", Port: 80}}},
 			ha: api.HAReport{Configured: true, Running: true, Healthy: true, Role: "backup", DigestMatch: true,
 				Groups: []api.HAGroupReport{{Group: "peer", State: "standby"}}, Peer: api.HAPeerReport{Alive: true, Role: "primary"},
@@ -35,6 +38,7 @@ func TestStatus(t *testing.T) {
 			"executor           attached to eth0 (native), 120 of 262144 connections",
 			"servers            1 port, 3 servers: 1 failed, 2 up",
 			"manager            running, every 2 s",
+			"metric servers     2 of 3 reporting (dlbmetricd)",
 			"high availability  role backup: standby for the peer's clusters (synced); peer primary alive",
 			"bgp                1 of 1 sessions up, 1 of 1 clusters announced",
 			"warnings           none",
@@ -61,6 +65,17 @@ func TestStatus(t *testing.T) {
 			"BGP sessions down: 10.0.0.254 active",
 			"clusters withdrawn: 10.0.0.100: no server takes new connections",
 		}},
+		{"metric reports failing", func(f *fakeEngine) {
+			for i := range 2 {
+				f.metrics.Servers[i].Stale, f.metrics.Servers[i].LastError = true, "reading secret file: no such file"
+			}
+		}, []string{"metric servers     0 of 3 reporting (dlbmetricd)"}, []string{
+			"no metric report from 2 servers that are up: 10.0.1.5: reading secret file: no such file; 10.0.1.6: reading secret file: no such file",
+		}},
+		{"metric reports not in yet", func(f *fakeEngine) {
+			f.metrics.Servers[0].Stale = true
+		}, []string{"metric servers     1 of 3 reporting (dlbmetricd)"}, nil},
+		{"no metrics", func(f *fakeEngine) { f.metrics = api.MetricReport{Source: "dlbmetricd"} }, nil, nil},
 		{"a standby without a copy", func(f *fakeEngine) { f.ha.Replication.Synced = false }, nil,
 			[]string{"standing by without a full copy of the active's connection tables"}},
 		{"a peer with another configuration", func(f *fakeEngine) { f.ha.DigestMatch = false }, nil,
@@ -86,6 +101,9 @@ func TestStatus(t *testing.T) {
 					t.Fatalf("the table lacks %q after byte %d:\n%s", want, at, r.stdout)
 				}
 				at += i + len(want)
+			}
+			if tt.name == "no metrics" && strings.Contains(r.stdout, "metric") {
+				t.Errorf("metric servers shown though no metric is configured:\n%s", r.stdout)
 			}
 			if tt.name == "neither HA nor BGP" && (strings.Contains(r.stdout, "high availability") || strings.Contains(r.stdout, "bgp")) {
 				t.Errorf("HA and BGP shown though neither is configured:\n%s", r.stdout)
