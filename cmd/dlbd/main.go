@@ -326,6 +326,7 @@ func run(ctx context.Context, o options) error {
 		ScriptsDir:       o.scriptsDir,
 		ScriptTimeout:    o.scriptTimeout,
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
+		CheckMetrics:     checkMetrics,
 		MetricErrorClass: metricErrorClass,
 		HA:               ha.New(ha.Options{Logger: log}), // runs once configured
 		Speaker:          bgp.New(log),                    // runs once "bgp set" configured it
@@ -491,6 +492,29 @@ func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Ad
 			}, nil
 		}
 	}
+}
+
+// checkMetrics refuses metric settings newMetricSource could not make
+// pollers of: a Prometheus query that does not parse; for dlbmetricd, no
+// secret file or one LoadSecret refuses (missing, open to others, too
+// short).
+func checkMetrics(ms lb.MetricServer, names []string) error {
+	if ms.Source == "prometheus" {
+		for _, n := range names {
+			if _, err := metricserver.ParsePromQuery(n); err != nil {
+				return lb.Errorf("metric", n, "%v", err)
+			}
+		}
+		return nil
+	}
+	if ms.SecretFile == "" {
+		return lb.Errorf("secretfile", "", "dlbmetricd's reports are authenticated with a shared secret: "+
+			"dlbctl metric set --secret-file FILE first")
+	}
+	if _, err := metricserver.LoadSecret(ms.SecretFile); err != nil {
+		return lb.Errorf("secretfile", ms.SecretFile, "%v", err)
+	}
+	return nil
 }
 
 // metricErrorClass names why a metric report was refused.

@@ -102,6 +102,9 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	if err := e.haCheck(next, ch); err != nil {
 		return refuse(err)
 	}
+	if err := e.metricCheck(old, next, ch); err != nil {
+		return refuse(err)
+	}
 	delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
 	if err != nil {
 		return refuse(err)

@@ -203,6 +203,10 @@ type Options struct {
 	// Addr: the kernel's choice); nil makes "metric add" refuse to start
 	// pollers (logged).
 	NewMetricSource func(ms lb.MetricServer, server, source netip.Addr, names []string) (MetricSource, error)
+	// CheckMetrics refuses metric settings and names the metric source
+	// could not fetch (a query that does not parse, a secret file that
+	// cannot be read); nil checks nothing.
+	CheckMetrics func(ms lb.MetricServer, names []string) error
 	// NewAdvisor builds the probe an advisor configuration names; the
 	// default is package advisors' (tests substitute fakes).
 	NewAdvisor func(lb.Advisor) (advisors.Advisor, error)

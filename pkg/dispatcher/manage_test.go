@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -531,4 +533,65 @@ func TestFirstVerdictUpUpdatesNothing(t *testing.T) {
 	eventually(t, "s2 failed", func() bool { return !h.accepts(s2Addr, 80) })
 	fp.set(s2Addr, false, 0)
 	eventually(t, "s2 back", func() bool { return h.accepts(s2Addr, 80) })
+}
+
+// TestMetricCheck: a change that leaves metrics the source cannot fetch
+// is refused, changing nothing; the check runs when the metric settings
+// or the metrics asked for change, not for other changes.
+func TestMetricCheck(t *testing.T) {
+	var checked [][]string
+	bad := map[string]bool{"bad{": true}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		o.CheckMetrics = func(ms lb.MetricServer, names []string) error {
+			checked = append(checked, names)
+			for _, n := range names {
+				if bad[n] {
+					return lb.Errorf("metric", n, "does not parse")
+				}
+			}
+			if ms.SecretFile == "/missing" {
+				return lb.Errorf("secretfile", ms.SecretFile, "cannot be read")
+			}
+			return nil
+		}
+	})
+	base(h)
+	add := func(names ...string) config.Op {
+		m := op("metric", "add", vip)
+		m.Params = append(m.Params, config.P("metrics", names...))
+		return m
+	}
+	secret := func(f string) config.Op {
+		s := op("metric", "set", "")
+		s.Params = append(s.Params, config.P("secretfile", f))
+		return s
+	}
+	steps := []struct {
+		name    string
+		op      config.Op
+		field   string   // the refusal's field; "" accepted
+		checked []string // the names checked; nil: no check
+	}{
+		{"a secret file, no metrics yet", secret("/missing"), "", nil},
+		{"a metric, the secret missing", add("cpuload"), "secretfile", []string{"cpuload"}},
+		{"the secret mended", secret("/etc/dlb/metric.secret"), "", nil},
+		{"a metric", add("cpuload"), "", []string{"cpuload"}},
+		{"a query that does not parse", add("bad{"), "metric", []string{"bad{", "cpuload"}},
+		{"a change of something else", op("port", "add", vip+"@8080"), "", nil},
+		{"the secret broken again", secret("/missing"), "secretfile", []string{"cpuload"}},
+	}
+	for _, s := range steps {
+		checked = nil
+		before := h.config()
+		err := h.apply(s.op)
+		if lb.FieldOf(err) != s.field || (err == nil) != (s.field == "") {
+			t.Errorf("%s: %v, want a refusal of field %q", s.name, err, s.field)
+		}
+		if err != nil && !reflect.DeepEqual(h.config(), before) {
+			t.Errorf("%s: refused, yet the configuration changed", s.name)
+		}
+		if (len(checked) > 0) != (s.checked != nil) || s.checked != nil && !slices.Equal(checked[len(checked)-1], s.checked) {
+			t.Errorf("%s: checked %q, want %q", s.name, checked, s.checked)
+		}
+	}
 }

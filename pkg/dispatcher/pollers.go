@@ -83,6 +83,35 @@ func wantedPollers(cfg lb.Config) map[netip.Addr]pollerSpec {
 	return want
 }
 
+// metricNames lists the metric names the clusters of cfg ask for, sorted.
+func metricNames(cfg lb.Config) []string {
+	var names []string
+	for _, cl := range cfg.Clusters {
+		for _, m := range cl.Metrics {
+			if !slices.Contains(names, m) {
+				names = append(names, m)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// metricCheck refuses a change that leaves metrics asked for which the
+// metric source cannot fetch (Options.CheckMetrics). It checks when the
+// change touches the metric settings or the names asked for: a change of
+// anything else goes through whatever the metric settings are.
+func (e *Engine) metricCheck(old, next lb.Config, ch config.Change) error {
+	if e.opts.CheckMetrics == nil {
+		return nil
+	}
+	names := metricNames(next)
+	if len(names) == 0 || !ch.MetricServer && slices.Equal(names, metricNames(old)) {
+		return nil
+	}
+	return e.opts.CheckMetrics(next.MetricServer, names)
+}
+
 // pollersTouched reports whether a change can change the pollers: a
 // cluster with metrics (or that had some) touched, or the metric or
 // manager settings.
