@@ -17,7 +17,8 @@ import (
 // -1) and changes nothing.
 //
 // With dryRun nothing is changed: next is validated, and checked against
-// the executor's capacity, as it would be. Either way Replace returns the
+// the executor's capacity, the high-availability function and the metric
+// source, as it would be. Either way Replace returns the
 // configuration it replaced (or would replace), so that the caller can
 // say what changed (config.Plan); when next equals it, nothing is done.
 func (e *Engine) Replace(ctx context.Context, next lb.Config, dryRun bool) (lb.Config, error) {
@@ -42,6 +43,13 @@ func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 		return old, nil
 	}
 	if dryRun {
+		// What change would refuse before touching anything.
+		if err := e.haCheck(edit.Next, ch); err != nil {
+			return old, &config.OpError{Index: -1, Err: err}
+		}
+		if err := e.metricCheck(old, edit.Next, ch); err != nil {
+			return old, &config.OpError{Index: -1, Err: err}
+		}
 		delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
 		if err != nil {
 			return old, &config.OpError{Index: -1, Err: err}

@@ -218,3 +218,24 @@ func TestReplaceAllOrNothing(t *testing.T) {
 		t.Errorf("%d backends, want 7", n)
 	}
 }
+
+// TestReplaceDryRunChecksMetrics: a dry run refuses what the change would
+// refuse for the metric source ("apply --diff" said "would apply" to a
+// file the apply then refused), changing nothing.
+func TestReplaceDryRunChecksMetrics(t *testing.T) {
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+		o.CheckMetrics = func(lb.MetricServer, []string) error { return lb.Errorf("secretfile", "", "no secret file") }
+	})
+	base(h)
+	before := h.config()
+	next := before.Clone()
+	next.Cluster(netip.MustParseAddr(vip)).Metrics = []string{"cpuload"}
+	for _, dry := range []bool{true, false} {
+		if _, err := h.replace(next, dry); lb.FieldOf(err) != "secretfile" {
+			t.Errorf("dry run %v: %v, want the metric source's refusal", dry, err)
+		}
+		if !reflect.DeepEqual(h.config(), before) {
+			t.Errorf("dry run %v: the configuration changed", dry)
+		}
+	}
+}
