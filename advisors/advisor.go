@@ -15,9 +15,11 @@ import (
 	"net"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/dlbproject/dlb/internal/sockopt"
+	"github.com/dlbproject/dlb/internal/suggest"
 )
 
 // Target is what one probe asks about.
@@ -166,7 +168,11 @@ func register(name string, f func() Advisor) {
 func New(name string) (Advisor, error) {
 	f, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown advisor %q (known: %v)", name, Names())
+		msg := fmt.Sprintf("unknown advisor %q", name)
+		if s := suggest.Closest(name, Names()); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		return nil, fmt.Errorf("%s; known: %s", msg, strings.Join(Names(), ", "))
 	}
 	return f(), nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dlbproject/dlb/internal/suggest"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -343,7 +344,7 @@ func (p *fileParser) mapping(n *yaml.Node, path string, allowed []string) (map[s
 		}
 		if !slices.Contains(allowed, key) {
 			msg := fmt.Sprintf("unknown key %q", key)
-			if s := closest(key, allowed); s != "" {
+			if s := suggest.Closest(key, allowed); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			return nil, p.errAt(k.Line, kp, key, "%s; keys here: %s", msg, strings.Join(allowed, ", "))
@@ -368,38 +369,6 @@ func lastKey(path string) string {
 		path = path[:i]
 	}
 	return path
-}
-
-// closest returns the key of allowed nearest to key, if one is near.
-func closest(key string, allowed []string) string {
-	best, bestD := "", max(1, len(key)/3)+1
-	for _, a := range allowed {
-		if d := editDistance(key, a); d < bestD {
-			best, bestD = a, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // readObject reads a mapping whose keys are fs into x, and records where
