@@ -26,7 +26,9 @@ dispatcher's NFA, and reports each check with pass or fail and the fix:
   rp-filter     with --client ADDR, it also answers a SYN from that client
                 address: its reverse-path filter lets clients in. ADDR must
                 be held by no host on the dispatcher's link: the dispatcher
-                answers ARP for it while the probe lasts. A reply the
+                answers ARP for it while the probe lasts (an address a host
+                there holds is skipped, saying so: the server answers that
+                host out of the dispatcher's sight). A reply the
                 server routes through another router cannot be seen from
                 the dispatcher, and then this check fails too.
 

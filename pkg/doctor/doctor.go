@@ -139,6 +139,9 @@ type observations struct {
 	viaServer    synResult
 	client       synResult
 	clientProbed bool
+	// clientHolders answered ARP for the client address, on the link:
+	// the server's reply goes to them, out of the probes' sight.
+	clientHolders []net.HardwareAddr
 }
 
 // Run checks the server.
@@ -191,12 +194,45 @@ func probe(ctx context.Context, l link, p Params) (observations, error) {
 		return obs, err
 	}
 	if p.Client.IsValid() && p.Client.Is4() {
-		obs.clientProbed = true
-		if obs.client, err = synProbe(ctx, l, p, p.Client, p.VIP, obs.serverMAC, p.Client); err != nil {
-			return obs, err
+		if onLink(p.Interface, p.Client) {
+			// A host that holds the client address gets the server's
+			// reply, which the probe would then miss.
+			held, err := q.answerers(ctx, l, p.Source, []netip.Addr{p.Client}, p.Timeout/2)
+			if err != nil {
+				return obs, err
+			}
+			obs.clientHolders = held[p.Client]
+		}
+		if len(obs.clientHolders) == 0 {
+			obs.clientProbed = true
+			if obs.client, err = synProbe(ctx, l, p, p.Client, p.VIP, obs.serverMAC, p.Client); err != nil {
+				return obs, err
+			}
 		}
 	}
 	return obs, nil
+}
+
+// onLink says whether addr is in a network of the interface's addresses.
+func onLink(ifname string, addr netip.Addr) bool {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return false
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			ones, _ := n.Mask.Size()
+			if ok && netip.PrefixFrom(ip.Unmap(), ones).Masked().Contains(addr) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // arpServer asks for the server's MAC, up to three times within
@@ -398,6 +434,11 @@ func evaluate(p Params, o observations) []Check {
 	case v6:
 		cs = append(cs, Check{Name: CheckRPFilter, Result: Skip,
 			Detail: "IPv6 has no reverse-path filter setting (a firewall's rpfilter match is not checked)"})
+	case len(o.clientHolders) > 0:
+		cs = append(cs, Check{Name: CheckRPFilter, Result: Skip,
+			Detail: fmt.Sprintf("the client address %v is held by %s on %s's link: the server answers it there, out of this dispatcher's sight "+
+				"(--client takes an address no host holds, which the dispatcher answers ARP for while it probes, or one behind a router)",
+				p.Client, macList(o.clientHolders), p.Interface)})
 	case !o.clientProbed:
 		cs = append(cs, Check{Name: CheckRPFilter, Result: Skip,
 			Detail: "no client address given (--client ADDR: an address whose packets reach the server through this dispatcher)"})
@@ -413,4 +454,17 @@ func evaluate(p Params, o observations) []Check {
 			Fix: fmt.Sprintf("on %v: sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.IF.rp_filter=2 (loose mode), or route %v back through IF", p.Server, p.Client)})
 	}
 	return cs
+}
+
+// macList names the hosts of MAC addresses: "the host 02:...", or "the
+// hosts 02:..., 02:...".
+func macList(macs []net.HardwareAddr) string {
+	s := make([]string, len(macs))
+	for i, m := range macs {
+		s[i] = m.String()
+	}
+	if len(s) == 1 {
+		return "the host " + s[0]
+	}
+	return "the hosts " + strings.Join(s, ", ")
 }

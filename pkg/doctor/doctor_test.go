@@ -139,6 +139,9 @@ func TestEvaluate(t *testing.T) {
 			map[string]string{CheckAccept: Pass, CheckRPFilter: Fail}, "reverse-path filter"},
 		{"no client given", func(o *observations) { o.clientProbed, o.client = false, synResult{} },
 			map[string]string{CheckRPFilter: Skip}, ""},
+		{"a client address a host on the link holds", func(o *observations) {
+			o.clientProbed, o.client, o.clientHolders = false, synResult{}, []net.HardwareAddr{macC}
+		}, map[string]string{CheckRPFilter: Skip}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := good

@@ -127,6 +127,24 @@ func TestPrivilegedE2EServerCheck(t *testing.T) {
 		}
 	}
 
+	// A client address a host on the link holds (the lab's client): the
+	// server answers that host, out of the dispatcher's sight, and the
+	// reverse-path check says so instead of failing.
+	client := strings.Fields(l.env["LAB_CLIENT_ADDRS"])[0]
+	out, errOut, code := l.ctl("server", "check", fmt.Sprintf("%s@80@%s", vip, l.backend(1)), "--client", client, "-o", "json")
+	var held api.ServerCheckReport
+	if err := json.Unmarshal([]byte(out), &held); err != nil {
+		t.Fatalf("server check with --client %s: exit %d: %v\n%s%s", client, code, err, out, errOut)
+	}
+	for _, c := range held.Checks {
+		if c.Name == "rp-filter" && (c.Result != api.CheckSkip || !strings.Contains(c.Detail, "held by the host "+strings.Fields(l.env["LAB_CLIENT_MACS"])[0])) {
+			t.Errorf("--client %s, held by the lab's client: rp-filter %s: %s", client, c.Result, c.Detail)
+		}
+	}
+	if !held.OK || code != 0 {
+		t.Errorf("--client %s: exit %d, checks %+v", client, code, held.Checks)
+	}
+
 	// And the prepared backends take real traffic through the VIP.
 	res := l.mustLoad("-url", "http://"+vip+"/", "-n", "600", "-c", "10")
 	if res.Failed != 0 {
