@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlbproject/dlb/pkg/api"
 	"github.com/dlbproject/dlb/pkg/client"
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/smallfile"
 )
 
@@ -73,14 +74,13 @@ func (a *app) fileSave(cmd *cobra.Command, args []string) error {
 	toStdout := path == "-"
 	// Checked before asking dlbd, so that a mistyped name costs nothing;
 	// writeFileAtomic checks again without a race.
-	if !toStdout && !force {
-		if _, err := os.Lstat(path); err == nil {
-			return usagef("%s exists; use --force to overwrite it", path)
-		}
-	}
-	if !toStdout && force {
+	if !toStdout {
+		// What --force could not replace is refused as such first.
 		if _, _, err := saveTarget(path); err != nil {
 			return err
+		}
+		if _, err := os.Lstat(path); err == nil && !force {
+			return usagef("%s exists; use --force to overwrite it", path)
 		}
 	}
 	script, err := a.client().ConfigScript(cmd.Context())
@@ -319,6 +319,10 @@ func (a *app) fileLoad(cmd *cobra.Command, args []string) error {
 	data, err := readBounded(path)
 	if err != nil {
 		return fmt.Errorf("reading script: %w", err)
+	}
+	if n, ok := config.FileLine(data); ok {
+		return usagef("%s:%d: this is a configuration file (YAML or JSON), not a script of dlbctl commands: "+
+			"\"dlbctl apply -f %s\" applies it", path, n, path)
 	}
 	ops, lines, err := a.parseScript(path, string(data))
 	if err != nil {

@@ -154,9 +154,13 @@ func TestFileSaveOverwrite(t *testing.T) {
 		{dir, dir + " is a directory, not a regular file"},
 		{toNull, toNull + " is a character device, not a regular file"},
 	} {
-		r := dlbctl(sock, "file", "save", "--force", c.path)
-		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("save to %s: exit %d, stderr %q, want %q", c.path, r.code, r.stderr, c.want)
+		// Said so with --force and without it (not "exists; use --force",
+		// which could not help).
+		for _, args := range [][]string{{"file", "save", "--force", c.path}, {"file", "save", c.path}} {
+			r := dlbctl(sock, args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("dlbctl %v: exit %d, stderr %q, want %q", args, r.code, r.stderr, c.want)
+			}
 		}
 	}
 	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
@@ -298,6 +302,37 @@ func TestFileLoadRefused(t *testing.T) {
 				t.Errorf("sent %v, want one batch of 3", got)
 			}
 		})
+	}
+}
+
+// TestFileLoadConfigurationFile: a configuration file given to "file
+// load" (YAML or JSON) is refused as such, naming "apply -f", before dlbd
+// is asked; a script whose lines only mention such words loads.
+func TestFileLoadConfigurationFile(t *testing.T) {
+	for _, c := range []struct {
+		name, data string
+		line       int
+	}{
+		{"YAML", "# dlb configuration\n\nexecutor:\n  started: true\n", 3},
+		{"YAML, clusters first", "clusters:\n  - address: 198.18.0.100\n", 1},
+		{"JSON", "{\"executor\": {\"started\": true}}\n", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eng := &fakeEngine{}
+			path := writeTemp(t, c.data)
+			r := dlbctl(serve(t, eng), "file", "load", path)
+			want := fmt.Sprintf("dlbctl: %s:%d: this is a configuration file (YAML or JSON), not a script of dlbctl commands: \"dlbctl apply -f %s\" applies it\n", path, c.line, path)
+			if r.code != exitUsage || !strings.HasPrefix(r.stderr, want) {
+				t.Errorf("exit %d, stderr %q, want %q", r.code, r.stderr, want)
+			}
+			if eng.requestCount() != 0 {
+				t.Error("dlbd was asked")
+			}
+		})
+	}
+	eng := &fakeEngine{}
+	if r := dlbctl(serve(t, eng), "file", "load", writeTemp(t, "# clusters: below\ncluster add 198.18.0.100\n")); r.code != exitOK {
+		t.Errorf("a script: exit %d: %s", r.code, r.stderr)
 	}
 }
 

@@ -174,11 +174,48 @@ type fileParser struct {
 	objects map[string]*objectPos
 }
 
+// scriptWords begin the lines of a script of dlbctl commands.
+var scriptWords = []string{"dlbctl", "executor", "cluster", "port", "server", "manager", "advisor", "metric", "highavailability", "bgp"}
+
+// scriptLine says whether data is a script of dlbctl commands ("dlbctl
+// file save" writes them), by its first line that is not blank or a
+// comment, and returns that line's number.
+func scriptLine(data []byte) (int, bool) {
+	n, l := firstLine(data)
+	word, _, _ := strings.Cut(l, " ")
+	return n, slices.Contains(scriptWords, word) && strings.Contains(l, " ")
+}
+
+// FileLine says whether data is a configuration file rather than a
+// script of dlbctl commands, by its first line that is not blank or a
+// comment (a top-level key, or a JSON object), and returns that line's
+// number: "dlbctl file load" refuses it, naming "dlbctl apply -f".
+func FileLine(data []byte) (int, bool) {
+	n, l := firstLine(data)
+	key, _, _ := strings.Cut(l, ":")
+	return n, strings.HasPrefix(l, "{") || strings.Contains(l, ":") && slices.Contains(topKeys, key)
+}
+
+// firstLine returns the first line of data that is not blank or a
+// comment, trimmed, and its number (0, "": none).
+func firstLine(data []byte) (int, string) {
+	for i, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return i + 1, l
+		}
+	}
+	return 0, ""
+}
+
 // yamlLine finds the line in the YAML library's error messages.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 func (p *fileParser) parse(data []byte) (lb.Config, error) {
 	cfg := lb.NewConfig()
+	if line, ok := scriptLine(data); ok {
+		return cfg, p.errAt(line, "", "file", "this is a script of dlbctl commands (as \"dlbctl file save\" writes), "+
+			"not a configuration file: \"dlbctl file load FILE\" applies it")
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -194,12 +231,18 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 		return cfg, &FileError{Msg: msg, Err: lb.Errorf("file", "", "%s", msg)}
 	}
 	var more yaml.Node
-	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		line := more.Line
-		if err != nil {
-			line = 0
+	switch err := dec.Decode(&more); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		// Not a second document: what follows the first does not parse.
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return cfg, &FileError{Line: line, Msg: m[2], Err: lb.Errorf("file", "", "%s", m[2])}
 		}
-		return cfg, p.errAt(line, "", "file", "a configuration file holds one YAML document (remove the second \"---\")")
+		return cfg, &FileError{Msg: msg, Err: lb.Errorf("file", "", "%s", msg)}
+	default:
+		return cfg, p.errAt(more.Line, "", "file", "a configuration file holds one YAML document (remove the second \"---\")")
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode {

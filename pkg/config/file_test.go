@@ -293,6 +293,12 @@ func TestReadFileErrors(t *testing.T) {
 		{"ha without a secret", "ha:\n  role: primary\n  port: 7000\n  heartbeats:\n    - {source: 198.18.0.2, destination: 198.18.0.4}\n",
 			`line 2: ha: secretfile: heartbeats are authenticated: give the shared secret's file (highavailability heartbeat add|set --secret-file F)`, "secretfile"},
 		{"alias to a list where a value goes", "x: &l [1]\nexecutor:\n  fintimeout: *l\n", `line 1: x: unknown key "x"; keys here: executor, manager, metricserver, clusters, advisors, ha, bgp`, "x"},
+		{"a script of dlbctl commands", "# saved\n\ncluster add 198.18.0.100\nport add 198.18.0.100@80\n",
+			`line 3: this is a script of dlbctl commands (as "dlbctl file save" writes), not a configuration file: "dlbctl file load FILE" applies it`, "file"},
+		{"a script with dlbctl in front", "dlbctl executor start --interface eth0\n",
+			`line 1: this is a script of dlbctl commands (as "dlbctl file save" writes), not a configuration file: "dlbctl file load FILE" applies it`, "file"},
+		{"what follows the document does not parse", "executor:\n  fintimeout: 30\n---\n: :\n  - [\n",
+			`line 3: did not find expected key`, "file"},
 	}
 	known := func(name string) error {
 		if name == "gopher" {
