@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/dlbproject/dlb/internal/suggest"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -56,7 +57,11 @@ func (d *Datapath) traceFilter(f lb.TraceFilter) (dispatcherTraceFilter, []uint3
 	for _, r := range f.Reasons {
 		i := slices.Index(reasonNames[:], r)
 		if i < 0 {
-			return tf, nil, lb.Errorf("reason", r, "unknown reason; the reasons are %s", strings.Join(reasonNames[:], ", "))
+			msg := "unknown reason"
+			if s := suggest.Closest(r, reasonNames[:]); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return tf, nil, lb.Errorf("reason", r, "%s; the reasons are %s", msg, strings.Join(reasonNames[:], ", "))
 		}
 		tf.Reasons |= 1 << i
 	}

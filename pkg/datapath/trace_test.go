@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,12 +226,17 @@ func TestPrivilegedTraceFilters(t *testing.T) {
 // One trace at a time; bad filters are refused and start nothing.
 func TestPrivilegedTraceOneAtATime(t *testing.T) {
 	e := newTestEnv(t)
-	for _, f := range []lb.TraceFilter{
-		{Reasons: []string{"fwd_tx", "no_such_reason"}},
-		{Port: 80},
+	for _, c := range []struct {
+		f    lb.TraceFilter
+		want string
+	}{
+		{lb.TraceFilter{Reasons: []string{"fwd_tx", "no_such_reason"}}, "unknown reason; the reasons are pass_non_ip, "},
+		{lb.TraceFilter{Reasons: []string{"fwd_txx"}}, `unknown reason (did you mean "fwd_tx"?); the reasons are`},
+		{lb.TraceFilter{Port: 80}, ""},
 	} {
-		if _, err := e.dp.StartTrace(f); err == nil {
-			t.Errorf("StartTrace(%+v) accepted", f)
+		f := c.f
+		if _, err := e.dp.StartTrace(f); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("StartTrace(%+v): %v, want a refusal naming %q", f, err, c.want)
 		}
 		if on, _ := e.dp.Tracing(); on {
 			t.Fatalf("a refused trace (%+v) turned tracing on", f)
