@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -372,7 +371,7 @@ func (e *Engine) executorLink(ex lb.Executor) (lb.Link, error) {
 	if err != nil {
 		return lb.Link{}, lb.Errorf("interface", "", "%v", err)
 	}
-	if !ethernet(link.MAC) {
+	if !link.Ethernet() {
 		// lo, a tunnel, WireGuard: nothing arrives there from clients
 		// as Ethernet frames, and nothing can be sent to a server's MAC.
 		addr := link.MAC.String()
@@ -383,20 +382,6 @@ func (e *Engine) executorLink(ex lb.Executor) (lb.Link, error) {
 			"start it on the interface clients and servers are reached through", ex.Interface, addr)
 	}
 	return link, nil
-}
-
-// ethernet reports whether mac is an Ethernet address an interface can
-// send from: six bytes, not all zero (lo's).
-func ethernet(mac net.HardwareAddr) bool {
-	if len(mac) != 6 {
-		return false
-	}
-	for _, b := range mac {
-		if b != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // writeBeforeAttach reads every next hop of cfg again (a route lookup

@@ -3,6 +3,7 @@ package lb
 import (
 	"net"
 	"net/netip"
+	"slices"
 )
 
 // Dataplane is what the executor's maps must hold: the engine computes it
@@ -305,6 +306,12 @@ type Link struct {
 	Up bool
 	// XDP is the XDP program attached to it, if any.
 	XDP XDPProgram
+}
+
+// Ethernet reports whether the interface has an Ethernet address it can
+// send from: six bytes, not all zero (lo's).
+func (l Link) Ethernet() bool {
+	return len(l.MAC) == 6 && slices.ContainsFunc(l.MAC, func(b byte) bool { return b != 0 })
 }
 
 // XDPProgram is an XDP program attached to an interface, as the host

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -216,5 +217,21 @@ func TestFindByKey(t *testing.T) {
 				t.Errorf("Server(%v) = %+v", c.key, got)
 			}
 		})
+	}
+}
+
+func TestLinkEthernet(t *testing.T) {
+	for _, c := range []struct {
+		mac  net.HardwareAddr
+		want bool
+	}{
+		{net.HardwareAddr{2, 0, 0, 0, 0, 1}, true},
+		{net.HardwareAddr{0, 0, 0, 0, 0, 0}, false}, // lo
+		{nil, false}, // a tunnel
+		{net.HardwareAddr{0, 0, 0, 0, 0, 0, 0, 1}, false},
+	} {
+		if got := (Link{MAC: c.mac}).Ethernet(); got != c.want {
+			t.Errorf("Ethernet(%v) = %v, want %v", c.mac, got, c.want)
+		}
 	}
 }

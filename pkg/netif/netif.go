@@ -8,7 +8,6 @@
 package netif
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -71,7 +70,7 @@ func ethernetNames() string {
 	}
 	var names []string
 	for _, l := range links {
-		if mac := l.Attrs().HardwareAddr; len(mac) == 6 && !bytes.Equal(mac, make([]byte, 6)) {
+		if toLink(l).Ethernet() {
 			names = append(names, l.Attrs().Name)
 		}
 	}
