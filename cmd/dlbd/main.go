@@ -462,13 +462,9 @@ func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Ad
 		addr := netip.AddrPortFrom(server, ms.Port)
 		switch ms.Source {
 		case "prometheus":
-			queries := make([]metricserver.PromQuery, len(names))
-			for i, n := range names {
-				q, err := metricserver.ParsePromQuery(n)
-				if err != nil {
-					return nil, fmt.Errorf("metric %q: %w", n, err)
-				}
-				queries[i] = q
+			queries, err := promQueries(names)
+			if err != nil {
+				return nil, err
 			}
 			src, err := metricserver.NewPromSource("http://"+addr.String()+ms.Path, metricserver.PromOptions{Source: source})
 			if err != nil {
@@ -479,10 +475,7 @@ func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Ad
 				return r.Metrics, r.Time(), err
 			}, nil
 		default:
-			if ms.SecretFile == "" {
-				return nil, errors.New("no secret file: dlbctl metric set --secret-file FILE")
-			}
-			secret, err := metricserver.LoadSecret(ms.SecretFile)
+			secret, err := agentSecret(ms)
 			if err != nil {
 				return nil, err
 			}
@@ -499,22 +492,40 @@ func newMetricSource(client *metricserver.Client) func(lb.MetricServer, netip.Ad
 // secret file or one LoadSecret refuses (missing, open to others, too
 // short).
 func checkMetrics(ms lb.MetricServer, names []string) error {
+	var err error
 	if ms.Source == "prometheus" {
-		for _, n := range names {
-			if _, err := metricserver.ParsePromQuery(n); err != nil {
-				return lb.Errorf("metric", n, "%v", err)
-			}
-		}
-		return nil
+		_, err = promQueries(names)
+	} else {
+		_, err = agentSecret(ms)
 	}
+	return err
+}
+
+// promQueries parses metric names as Prometheus queries; a refusal names
+// the metric.
+func promQueries(names []string) ([]metricserver.PromQuery, error) {
+	queries := make([]metricserver.PromQuery, len(names))
+	for i, n := range names {
+		q, err := metricserver.ParsePromQuery(n)
+		if err != nil {
+			return nil, lb.Errorf("metric", n, "%v", err)
+		}
+		queries[i] = q
+	}
+	return queries, nil
+}
+
+// agentSecret reads the secret dlbmetricd's reports are signed with.
+func agentSecret(ms lb.MetricServer) ([]byte, error) {
 	if ms.SecretFile == "" {
-		return lb.Errorf("secretfile", "", "dlbmetricd's reports are authenticated with a shared secret: "+
+		return nil, lb.Errorf("secretfile", "", "dlbmetricd's reports are authenticated with a shared secret: "+
 			"dlbctl metric set --secret-file FILE first")
 	}
-	if _, err := metricserver.LoadSecret(ms.SecretFile); err != nil {
-		return lb.Errorf("secretfile", ms.SecretFile, "%v", err)
+	secret, err := metricserver.LoadSecret(ms.SecretFile)
+	if err != nil {
+		return nil, lb.Errorf("secretfile", ms.SecretFile, "%v", err)
 	}
-	return nil
+	return secret, nil
 }
 
 // metricErrorClass names why a metric report was refused.
