@@ -88,6 +88,16 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 	return len(ops), nil
 }
 
+// functionsCheck refuses a change the high-availability function or the
+// metric source could not run (haCheck, metricCheck); it touches nothing,
+// so that a dry run asks it too.
+func (e *Engine) functionsCheck(old, next lb.Config, ch config.Change) error {
+	if err := e.haCheck(next, ch); err != nil {
+		return err
+	}
+	return e.metricCheck(old, next, ch)
+}
+
 // change makes a prepared edit current: ids for new objects, the
 // executor and the host reconciled, the change journaled, then committed.
 // A refusal is a *config.OpError naming the operation at index (-1: the
@@ -99,10 +109,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		return refuse(fmt.Errorf("saving the state: %w", err))
 	}
 	old, next, ch := e.ed.Config(), edit.Next, edit.Change
-	if err := e.haCheck(next, ch); err != nil {
-		return refuse(err)
-	}
-	if err := e.metricCheck(old, next, ch); err != nil {
+	if err := e.functionsCheck(old, next, ch); err != nil {
 		return refuse(err)
 	}
 	delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)

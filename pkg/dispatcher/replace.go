@@ -44,10 +44,7 @@ func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 	}
 	if dryRun {
 		// What change would refuse before touching anything.
-		if err := e.haCheck(edit.Next, ch); err != nil {
-			return old, &config.OpError{Index: -1, Err: err}
-		}
-		if err := e.metricCheck(old, edit.Next, ch); err != nil {
+		if err := e.functionsCheck(old, edit.Next, ch); err != nil {
 			return old, &config.OpError{Index: -1, Err: err}
 		}
 		delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)
