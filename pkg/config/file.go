@@ -210,6 +210,17 @@ func firstLine(data []byte) (int, string) {
 // yamlLine finds the line in the YAML library's error messages.
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// yamlError is the YAML library's refusal of the file as a *FileError,
+// on its line when the library names one.
+func yamlError(err error) error {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &FileError{Line: line, Msg: m[2], Err: lb.Errorf("file", "", "%s", m[2])}
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	return &FileError{Msg: msg, Err: lb.Errorf("file", "", "%s", msg)}
+}
+
 func (p *fileParser) parse(data []byte) (lb.Config, error) {
 	cfg := lb.NewConfig()
 	if line, ok := scriptLine(data); ok {
@@ -222,25 +233,14 @@ func (p *fileParser) parse(data []byte) (lb.Config, error) {
 		if errors.Is(err, io.EOF) {
 			return cfg, nil // an empty file: nothing configured
 		}
-		msg := err.Error()
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			return cfg, &FileError{Line: line, Msg: m[2], Err: lb.Errorf("file", "", "%s", m[2])}
-		}
-		msg = strings.TrimPrefix(msg, "yaml: ")
-		return cfg, &FileError{Msg: msg, Err: lb.Errorf("file", "", "%s", msg)}
+		return cfg, yamlError(err)
 	}
 	var more yaml.Node
 	switch err := dec.Decode(&more); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
 		// Not a second document: what follows the first does not parse.
-		msg := strings.TrimPrefix(err.Error(), "yaml: ")
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			return cfg, &FileError{Line: line, Msg: m[2], Err: lb.Errorf("file", "", "%s", m[2])}
-		}
-		return cfg, &FileError{Msg: msg, Err: lb.Errorf("file", "", "%s", msg)}
+		return cfg, yamlError(err)
 	default:
 		return cfg, p.errAt(more.Line, "", "file", "a configuration file holds one YAML document (remove the second \"---\")")
 	}
