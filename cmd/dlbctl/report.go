@@ -109,10 +109,9 @@ const countersHelp = `PACKETS and BYTES count what the executor forwarded (NAT:
 both ways), NEWC the connections it scheduled, FIN those that saw a FIN or
 an RST, gave way to a new connection from the same client port or expired
 while established, all since the executor's tables were created (a dlbd
-restart keeps them). ACTV counts the
-established connections dlbd found at its latest sweep of the connection
-table, every 2 s: just after a burst of short connections, ACTV still
-shows some that FIN already counts.`
+restart keeps them). ACTV counts the established connections dlbd found at
+its latest sweep of the connection table, every 2 s: just after a burst of
+short connections, ACTV still shows some that FIN already counts.`
 
 // byReason formats counts by reason, in the reasons' order: "bad
 // secret 2, unconfirmed boot 1".
