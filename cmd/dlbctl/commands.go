@@ -317,7 +317,8 @@ func (a *app) clusterCmd() *cobra.Command {
 		Short: "Add clusters (virtual addresses)",
 		Example: `  dlbctl cluster add 10.0.0.100
   dlbctl cluster add 10.0.0.100+10.0.0.101 --configure`,
-		Args: clusterArgs,
+		Args:              clusterArgs,
+		ValidArgsFunction: a.targetCompletion(1, false, true),
 	}, clusterOp(api.ActionAdd))
 	add.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	add.Flags().String("proportions", "", propHelp)
@@ -331,7 +332,8 @@ func (a *app) clusterCmd() *cobra.Command {
   dlbctl cluster set 10.0.0.100 --announce yes --community 65000:100 --med 10
   dlbctl cluster set 10.0.0.100 --proportions 30 30 40 0
   dlbctl cluster set 10.0.0.100 proportions 49 50 1 0      # IBM style`,
-		Args: clusterArgs,
+		Args:              clusterArgs,
+		ValidArgsFunction: a.targetCompletion(1, true, true),
 	}, clusterOp(api.ActionSet))
 	set.Flags().Bool("configure", false, "put the cluster address on the executor's interface")
 	set.Flags().String("proportions", "", propHelp)
@@ -345,8 +347,9 @@ func (a *app) clusterCmd() *cobra.Command {
 		Long: `Remove clusters with their ports and servers. The advisors of a removed
 cluster stop with it, and so does an advisor of every cluster's port (advisor
 start NAME @PORT) when no cluster is left with that port.`,
-		Example: `  dlbctl cluster remove 10.0.0.100`,
-		Args:    a.targetArgs(1, targetOpts{}),
+		Example:           `  dlbctl cluster remove 10.0.0.100`,
+		Args:              a.targetArgs(1, targetOpts{}),
+		ValidArgsFunction: a.targetCompletion(1, true, false),
 	}, func(*cobra.Command, []string) api.Op {
 		return api.Op{Object: api.ObjectCluster, Action: api.ActionRemove, Target: a.target}
 	})
@@ -397,7 +400,8 @@ func (a *app) portCmd() *cobra.Command {
   dlbctl port add @443 --weightbound 50   # port 443 on every cluster
   dlbctl port add 10.0.0.100@8080 --method nat --maxhalfopen 1000
   dlbctl port add 10.0.0.100@443 --stickytime 300 --stickymask 24 --crossport 80`,
-		Args: a.targetArgs(2, targetOpts{keywords: true}),
+		Args:              a.targetArgs(2, targetOpts{keywords: true}),
+		ValidArgsFunction: a.targetCompletion(2, false, true),
 	}, a.portOp(api.ActionAdd)))
 
 	set := portFlags(a.opCmd(&cobra.Command{
@@ -408,7 +412,8 @@ func (a *app) portCmd() *cobra.Command {
   dlbctl port set 10.0.0.100@80 --selectionalgorithm conn+affin
   dlbctl port set 10.0.0.100@443 --crossport 0     # stop sharing affinity
   dlbctl port set 10.0.0.100@80 --tablesize 65537  # fix the Maglev table's size`,
-		Args: a.targetArgs(2, targetOpts{keywords: true}),
+		Args:              a.targetArgs(2, targetOpts{keywords: true}),
+		ValidArgsFunction: a.targetCompletion(2, true, true),
 	}, a.portOp(api.ActionSet)))
 	set.MarkFlagsOneRequired("protocol", "method", "stickytime", "stickymask", "crossport", "selectionalgorithm",
 		"maxhalfopen", "staletimeout", "weightbound", "alldown", "tablesize")
@@ -419,8 +424,9 @@ func (a *app) portCmd() *cobra.Command {
 		Long: `Remove ports with their servers. An advisor left with no port to probe
 stops: one of the removed port (advisor start NAME VIP@PORT), or one of every
 cluster's port (@PORT) when no cluster is left with that port.`,
-		Example: `  dlbctl port remove 10.0.0.100@80`,
-		Args:    a.targetArgs(2, targetOpts{}),
+		Example:           `  dlbctl port remove 10.0.0.100@80`,
+		Args:              a.targetArgs(2, targetOpts{}),
+		ValidArgsFunction: a.targetCompletion(2, true, false),
 	}, func(*cobra.Command, []string) api.Op {
 		return api.Op{Object: api.ObjectPort, Action: api.ActionRemove, Target: a.target}
 	})
@@ -445,7 +451,8 @@ weightbound.
   dlbctl server add 10.0.0.100@80@10.1.1.5+10.1.1.6
   dlbctl server add @80@10.1.1.7          # to port 80 of every cluster
   dlbctl server add 10.0.0.100@80@198.18.1.11 --mapport 8080 --returnaddress 10.0.0.3 --router 10.0.0.254`,
-		Args: a.serverArgs,
+		Args:              a.serverArgs,
+		ValidArgsFunction: a.targetCompletion(3, false, true),
 	}, a.serverOp(api.ActionAdd))
 	serverFlags(add)
 	add.Flags().Int64("weight", 0, "weight, 0..weightbound (dlbd's default: the port's weightbound)")
@@ -461,7 +468,8 @@ weightbound.
   dlbctl server set 10.0.0.100@80@10.1.1.5 --fixedweight yes
   dlbctl server set 10.0.0.100@80@10.1.1.5 --advisorrequest "GET /health HTTP/1.1" --advisorresponse ok
   dlbctl server set 10.0.0.100@80@198.18.1.11 --router none --mapport 0`,
-		Args: a.serverArgs,
+		Args:              a.serverArgs,
+		ValidArgsFunction: a.targetCompletion(3, true, true),
 	}, a.serverOp(api.ActionSet))
 	serverFlags(set)
 	set.Flags().Int64("weight", 0, "weight, 0..weightbound")
@@ -469,10 +477,11 @@ weightbound.
 
 	simple := func(action, short, example string) *cobra.Command {
 		return a.opCmd(&cobra.Command{
-			Use:     action + " VIP@PORT@ADDR",
-			Short:   short,
-			Example: example,
-			Args:    a.targetArgs(3, targetOpts{}),
+			Use:               action + " VIP@PORT@ADDR",
+			Short:             short,
+			Example:           example,
+			Args:              a.targetArgs(3, targetOpts{}),
+			ValidArgsFunction: a.targetCompletion(3, true, false),
 		}, func(*cobra.Command, []string) api.Op {
 			return api.Op{Object: api.ObjectServer, Action: action, Target: a.target}
 		})
@@ -513,6 +522,7 @@ func serverFlags(c *cobra.Command) {
 	f.Int64("mapport", 0, "method nat: the server's port (0: the cluster's port)")
 	f.String("returnaddress", "", "method nat: the source address of NAT's connections to the server, put on the executor's interface (none: clear)")
 	f.String("router", "", "method nat: the next hop to a server on another subnet (none: clear)")
+	_ = c.RegisterFlagCompletionFunc("fixedweight", fixedCompletion("yes", "no"))
 }
 
 // serverArgs checks the target, its keyword pairs and --fixedweight.

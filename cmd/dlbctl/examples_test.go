@@ -381,7 +381,11 @@ func names(args []string) error {
 	if i := slices.Index(args, ">"); i >= 0 {
 		args = args[:i]
 	}
-	cmd, rest, err := (&app{env: osEnv()}).newRoot().Find(args)
+	root := (&app{env: osEnv()}).newRoot()
+	// cobra adds these when it runs.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	cmd, rest, err := root.Find(args)
 	if err != nil {
 		return err
 	}

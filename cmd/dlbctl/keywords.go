@@ -77,13 +77,7 @@ var keywordArity = map[string]int{"proportions": 4}
 // or ambiguous keyword, a keyword without its value, and a keyword that
 // repeats a flag given as --flag are refused by name.
 func keywordFlags(cmd *cobra.Command, args []string) error {
-	var names []string
-	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
-		if f.Name != "help" {
-			names = append(names, f.Name)
-		}
-	})
-	slices.Sort(names)
+	names := keywordNames(cmd)
 	seen := map[string]bool{}
 	for i := 0; i < len(args); {
 		name, err := matchKeyword(cmd, args[i], names)
@@ -121,6 +115,18 @@ func keywordFlags(cmd *cobra.Command, args []string) error {
 		i += 1 + n
 	}
 	return nil
+}
+
+// keywordNames lists the keywords of cmd, sorted: its own flags' names.
+func keywordNames(cmd *cobra.Command) []string {
+	var names []string
+	cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" {
+			names = append(names, f.Name)
+		}
+	})
+	slices.Sort(names)
+	return names
 }
 
 // matchKeyword resolves a keyword or its unique prefix among names.

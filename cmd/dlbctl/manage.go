@@ -119,7 +119,8 @@ first keyword.`,
 			Short: short,
 			Example: `  dlbctl manager ` + action + ` 10.1.1.5                  # on every port it serves
   dlbctl manager ` + action + ` 10.0.0.100@80@10.1.1.5`,
-			Args: a.quiesceArgs,
+			Args:              a.quiesceArgs,
+			ValidArgsFunction: a.targetCompletion(3, true, false),
 		}, func(cmd *cobra.Command, _ []string) api.Op {
 			return api.Op{Object: api.ObjectManager, Action: action, Target: a.target, Now: boolFlag(cmd, "now")}
 		})
@@ -207,6 +208,10 @@ func (a *app) advisorArgs(cmd *cobra.Command, args []string) error {
 	return err
 }
 
+// advisorNames are the advisors "advisor start" takes, for completion
+// (the advisors package's registry and exec, which is not in it).
+var advisorNames = []string{"cluster", "connect", "dns", "exec", "ftp", "http", "https", "imap", "ldap", "ping", "pop3", "smtp", "ssl"}
+
 func floatFlag(cmd *cobra.Command, name string) *float64 {
 	if !cmd.Flags().Changed(name) {
 		return nil
@@ -259,19 +264,22 @@ again; starting an advisor raises a zero port proportion to 1.`,
   dlbctl advisor start http 10.0.0.100@80 --interval 2 --fall 2 --rise 2
   dlbctl advisor start cluster 10.0.0.100@80
   dlbctl advisor start exec 10.0.0.100@8080 --program /usr/local/bin/check --mode replace`,
-		Args: a.advisorArgs,
+		Args:              a.advisorArgs,
+		ValidArgsFunction: a.advisorCompletion(false),
 	}, build(api.ActionStart)))
 	set := flags(a.opCmd(&cobra.Command{
-		Use:     "set NAME VIP@PORT|PORT [flags]",
-		Short:   "Change a started advisor's settings",
-		Example: `  dlbctl advisor set http 80 --interval 1 --receivetimeout 1`,
-		Args:    a.advisorArgs,
+		Use:               "set NAME VIP@PORT|PORT [flags]",
+		Short:             "Change a started advisor's settings",
+		Example:           `  dlbctl advisor set http 80 --interval 1 --receivetimeout 1`,
+		Args:              a.advisorArgs,
+		ValidArgsFunction: a.advisorCompletion(true),
 	}, build(api.ActionSet)))
 	stop := a.opCmd(&cobra.Command{
-		Use:     "stop NAME VIP@PORT|PORT",
-		Short:   "Stop an advisor",
-		Example: `  dlbctl advisor stop http 80`,
-		Args:    a.advisorArgs,
+		Use:               "stop NAME VIP@PORT|PORT",
+		Short:             "Stop an advisor",
+		Example:           `  dlbctl advisor stop http 80`,
+		Args:              a.advisorArgs,
+		ValidArgsFunction: a.advisorCompletion(true),
 	}, build(api.ActionStop))
 	report := &cobra.Command{
 		Use:   "report",

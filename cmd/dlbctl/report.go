@@ -43,7 +43,8 @@ func (a *app) clusterReportCmd() *cobra.Command {
 		Short: "Report clusters and their counters",
 		Example: `  dlbctl cluster report
   dlbctl cluster report 10.0.0.100 -o yaml`,
-		Args: a.targetArgs(1, targetOpts{optional: true, partial: true}),
+		Args:              a.targetArgs(1, targetOpts{optional: true, partial: true}),
+		ValidArgsFunction: a.targetCompletion(1, true, false),
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
 			r, err := a.client().Clusters(cmd.Context(), a.target)
 			if err != nil {
@@ -66,7 +67,8 @@ handshake has not completed (ALERT: above --maxhalfopen); AFFINITY the live
 affinity records of its servers.`,
 		Example: `  dlbctl port report
   dlbctl port report @80            # port 80 of every cluster`,
-		Args: a.targetArgs(2, targetOpts{optional: true, partial: true}),
+		Args:              a.targetArgs(2, targetOpts{optional: true, partial: true}),
+		ValidArgsFunction: a.targetCompletion(2, true, false),
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
 			r, err := a.client().Ports(cmd.Context(), a.target)
 			if err != nil {
@@ -92,7 +94,8 @@ hop's (the router's, for NAT servers behind one).`,
   dlbctl server report 10.0.0.100:80:10.1.1.5
   dlbctl server report ::                   # everything, as dscontrol
   dlbctl server report @@10.1.1.5 -o json`,
-		Args: a.targetArgs(3, targetOpts{optional: true, partial: true}),
+		Args:              a.targetArgs(3, targetOpts{optional: true, partial: true}),
+		ValidArgsFunction: a.targetCompletion(3, true, false),
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
 			r, err := a.client().Servers(cmd.Context(), a.target)
 			if err != nil {

@@ -45,7 +45,8 @@ func (a *app) serverCheckCmd() *cobra.Command {
 		Long:  serverCheckLong,
 		Example: `  dlbctl server check 198.18.0.100@80@198.18.0.21
   dlbctl server check 198.18.0.100@80@198.18.0.21 --client 203.0.113.7 -o json`,
-		Args: target("VIP@PORT@SERVER", false),
+		Args:              target("VIP@PORT@SERVER", false),
+		ValidArgsFunction: a.targetCompletion(3, true, false),
 		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
 			r, err := a.client().ServerCheck(cmd.Context(), args[0], clientAddr)
 			if err != nil {

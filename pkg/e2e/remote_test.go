@@ -77,6 +77,12 @@ func TestPrivilegedE2ERemoteAPI(t *testing.T) {
 		t.Errorf("server report over --host: exit %d: %s", code, out)
 	}
 	t.Logf("dlbctl --host %s server report: %d bytes", host, len(out))
+	// A shell's completion (what "dlbctl completion bash" runs) asks dlbd
+	// over --host too.
+	out, code = remote(token, cert, "__complete", "server", "remove", l.vip()+"@80@")
+	if want := l.vip() + "@80@" + l.backend(1) + "\t"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("completion of %s@80@ over --host: exit %d, want a line %q: %s", l.vip(), code, want, out)
+	}
 
 	for _, c := range []struct {
 		name, token, ca string
