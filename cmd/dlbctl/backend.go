@@ -72,6 +72,7 @@ func (a *app) backendCmd() *cobra.Command {
 	}
 	f := setup.Flags()
 	f.StringVar(&o.Interface, "interface", "", "the interface facing the dispatcher (its ARP sysctls are set too)")
+	_ = setup.RegisterFlagCompletionFunc("interface", a.interfaceCompletion)
 	f.BoolVar(&o.Persist, "persist", false, "also write a sysctl.d file and a systemd unit, so that it survives a reboot")
 	f.BoolVar(&undo, "undo", false, "remove what earlier setups added for these VIPs")
 	f.StringVar(&o.Root, "root", "", "prefix of the persisted files and the record (for images and tests)")

@@ -160,6 +160,7 @@ started on.`,
 			Interface: stringFlag(cmd, "interface"), XDPMode: stringFlag(cmd, "xdp-mode")}
 	})
 	start.Flags().String("interface", "", "network interface to attach to")
+	_ = start.RegisterFlagCompletionFunc("interface", a.interfaceCompletion)
 	start.Flags().String("xdp-mode", "", "XDP attach mode: auto, native or generic (dlbd's default: auto)")
 	_ = start.RegisterFlagCompletionFunc("xdp-mode", fixedCompletion("auto", "native", "generic"))
 

@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -285,4 +286,32 @@ func (a *app) advisorCompletion(started bool) cobra.CompletionFunc {
 		}
 		return out, none
 	}
+}
+
+// interfaceCompletion completes an interface name with this host's
+// Ethernet interfaces (those with a 6-byte MAC address, what the executor
+// and a backend's ARP settings need). With --host, dlbd runs on another
+// host: nothing is offered.
+func (a *app) interfaceCompletion(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	none := cobra.ShellCompDirectiveNoFileComp
+	if a.remote.Address != "" {
+		return nil, none
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		cobra.CompDebugln(err.Error(), false)
+		return nil, none
+	}
+	var out []cobra.Completion
+	for _, ifc := range ifs {
+		if len(ifc.HardwareAddr) != 6 {
+			continue
+		}
+		state := "down"
+		if ifc.Flags&net.FlagUp != 0 {
+			state = "up"
+		}
+		out = append(out, cobra.CompletionWithDesc(ifc.Name, fmt.Sprintf("%s, %s", ifc.HardwareAddr, state)))
+	}
+	return out, none
 }

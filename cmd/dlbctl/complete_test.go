@@ -127,3 +127,41 @@ func TestAdvisorNames(t *testing.T) {
 		t.Errorf("advisorNames = %q, want the advisors' registry and exec: %q", advisorNames, want)
 	}
 }
+
+// TestInterfaceCompletion: --interface completes with this host's
+// Ethernet interfaces, never the loopback; with --host (dlbd on another
+// host) with nothing.
+func TestInterfaceCompletion(t *testing.T) {
+	want := map[string]bool{}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifc := range ifs {
+		want[ifc.Name] = len(ifc.HardwareAddr) == 6
+	}
+	for _, args := range [][]string{{"executor", "start", "--interface", ""}, {"backend", "setup", "198.18.0.100", "--interface", ""}} {
+		got, directive, _ := completion(t, &fakeEngine{}, "/nonexistent", args...)
+		for _, name := range got {
+			if !want[name] {
+				t.Errorf("%q offers %q, not an Ethernet interface of this host", args, name)
+			}
+		}
+		if slices.Contains(got, "lo") || directive != ":4" {
+			t.Errorf("%q offers %q %s", args, got, directive)
+		}
+		n := 0
+		for _, eth := range want {
+			if eth {
+				n++
+			}
+		}
+		if len(got) != n {
+			t.Errorf("%q offers %d interfaces, the host has %d Ethernet interfaces", args, len(got), n)
+		}
+	}
+	r := dlbctl("/nonexistent", "--host", "198.18.0.2:7443", "__complete", "executor", "start", "--interface", "")
+	if strings.TrimSpace(r.stdout) != ":4" {
+		t.Errorf("with --host, --interface completes with %q, want nothing", r.stdout)
+	}
+}
