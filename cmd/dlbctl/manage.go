@@ -388,6 +388,10 @@ func managerTable(w io.Writer, r api.ManagerReport) {
 		}
 		fmt.Fprintf(w, "\n%s@%d\tproportions %v, weightbound %d, change %.1f %%, pushed %v%s\n",
 			p.Cluster, p.Port, p.Proportions, p.WeightBound, p.Change, p.Pushed, alert)
+		if len(p.Servers) == 0 {
+			fmt.Fprintln(w, "no servers")
+			continue
+		}
 		fmt.Fprintln(w, "SERVER\tWEIGHT\tNEW\tACTV\tNEWC\tPORT\tSYS\tSTATE\tREASON")
 		for _, s := range p.Servers {
 			sys := "-"

@@ -60,6 +60,15 @@ func cannedEngine() *fakeEngine {
 			{Cluster: "10.0.0.101", Port: 8443, Address: "198.18.1.11", Weight: 20, CurrentWeight: 17, State: api.StateUp, MAC: "02:d1:b0:00:00:fe",
 				MapPort: 443, ReturnAddress: "10.0.0.3", Router: "198.18.0.254", AffinityRecords: 2},
 		},
+		manager: api.ManagerReport{Started: true, Interval: 2, Refresh: 2, Smoothing: 1.5, Sensitivity: 5, Cycles: 7,
+			Ports: []api.ManagerPort{
+				{Cluster: "10.0.0.100", Port: 80, Proportions: []int{49, 50, 1, 0}, WeightBound: 20, Change: 12.5, Pushed: true,
+					Servers: []api.ManagerServer{
+						{Address: "10.1.1.5", Weight: 12, NewWeight: 12, Active: 2, New: 3, PortLoad: 4, SystemLoad: 30, State: api.StateUp, Reason: "load"},
+						{Address: "10.1.1.6", PortLoad: -1, SystemLoad: -1, State: api.StateDown, Reason: "advisor: down"},
+					}},
+				{Cluster: "10.0.0.101", Port: 443, Proportions: []int{49, 50, 1, 0}, WeightBound: 20, Alert: true, Servers: []api.ManagerServer{}},
+			}},
 	}
 }
 
@@ -101,6 +110,18 @@ total      1020     65500
 EVENT                   COUNT
 affinity_insert_failed  1
 nat_ports_exhausted     3
+`},
+		// A port without servers says so instead of an empty table.
+		{[]string{"manager", "report"}, "", eng.manager, `manager:   started (cycle 7)
+interval:  2 s, refresh 2, sensitivity 5 %, smoothing 1.5
+
+10.0.0.100@80  proportions [49 50 1 0], weightbound 20, change 12.5 %, pushed true
+SERVER         WEIGHT  NEW  ACTV  NEWC  PORT  SYS  STATE  REASON
+10.1.1.5       12      12   2     3     4     30   up     load
+10.1.1.6       0       0    0     0     -1    -    down   advisor: down
+
+10.0.0.101@443  proportions [49 50 1 0], weightbound 20, change 0.0 %, pushed false  ALERT: no server takes new connections
+no servers
 `},
 		{[]string{"cluster", "report"}, "", eng.clusters, `CLUSTER     CONFIGURE  PORTS  PACKETS              BYTES  NEWC  ACTV  FIN
 10.0.0.100  yes        2      9223372036854775809  2      3     5     4
