@@ -627,12 +627,34 @@ func call[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, error)
 	return out, err
 }
 
+// loopDoneKey is the context key of WithLoopDone's function.
+type loopDoneKey struct{}
+
+// WithLoopDone returns a context that makes a change made with it (Apply,
+// Replace and their WithNotes forms) call done once the management loop
+// has applied or refused it, before the change waits for the MACs of the
+// next hops it brought in (up to Options.ResolveWait): a caller that lets
+// changes in one at a time may let the next one in then, rather than make
+// it wait for a server that is not up yet.
+func WithLoopDone(ctx context.Context, done func()) context.Context {
+	return context.WithValue(ctx, loopDoneKey{}, done)
+}
+
+// LoopDone calls the function WithLoopDone put in ctx, if any: an
+// engine calls it once a change made with ctx is applied or refused.
+func LoopDone(ctx context.Context) {
+	if done, ok := ctx.Value(loopDoneKey{}).(func()); ok {
+		done()
+	}
+}
+
 // callChange runs f, which applies a change, on the management loop as
 // call does, collecting what the change has to say (its notes and
-// warnings: e.out), then waits outside the loop for the next hops it
-// brought in that had no MAC yet (awaitHops), up to ResolveWait from the
-// start, and adds a warning for each still silent (silentHop), also
-// logged. A refused change says nothing.
+// warnings: e.out), then (after WithLoopDone's function) waits outside
+// the loop for the next hops it brought in that had no MAC yet
+// (awaitHops), up to ResolveWait from the start, and adds a warning for
+// each still silent (silentHop), also logged. A refused change says
+// nothing.
 func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, Applied, error) {
 	deadline := time.Now().Add(e.opts.ResolveWait)
 	var unresolved []netip.Addr
@@ -646,6 +668,7 @@ func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, 
 		}
 		return out, err
 	})
+	LoopDone(ctx)
 	if err != nil {
 		return out, Applied{}, err
 	}

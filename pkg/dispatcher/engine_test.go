@@ -176,11 +176,15 @@ func TestAbsentServerDoesNotHoldTheLoop(t *testing.T) {
 	h.nif.setMAC(late, nil)
 
 	var warnings []string // of the last add, read after it returned
+	// applied receives how long after its start the last add was applied
+	// (WithLoopDone), before its wait.
+	applied := make(chan time.Duration, 2)
 	addServer := func(a netip.Addr) <-chan time.Duration {
 		took := make(chan time.Duration, 1)
 		go func() {
 			start := time.Now()
-			r, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("server", "add", vip+"@80@"+a.String())})
+			ctx := WithLoopDone(context.Background(), func() { applied <- time.Since(start) })
+			r, err := h.e.ApplyWithNotes(ctx, []config.Op{op("server", "add", vip+"@80@"+a.String())})
 			if err != nil {
 				t.Errorf("adding %v: %v", a, err)
 			}
@@ -199,6 +203,16 @@ func TestAbsentServerDoesNotHoldTheLoop(t *testing.T) {
 	}
 	if d := <-added; d < wait-50*time.Millisecond {
 		t.Errorf("the add of an absent server returned after %v; want the whole ResolveWait (%v)", d, wait)
+	}
+	// The API lets the next change in when this one is applied, not
+	// after its wait.
+	select {
+	case d := <-applied:
+		if d > wait/2 {
+			t.Errorf("the add of an absent server called WithLoopDone's function after %v; want it before its wait (%v)", d, wait)
+		}
+	default:
+		t.Error("the add of an absent server did not call WithLoopDone's function")
 	}
 	if st := h.serverState(vip + "@80@198.18.0.24"); st != lb.ServerUnresolved {
 		t.Errorf("absent server %s, want unresolved", st)

@@ -64,12 +64,11 @@ func (h *handler) postConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Changes take turns (see handler).
-	select {
-	case h.turn <- struct{}{}:
-	case <-r.Context().Done():
+	ctx, leave, ok := h.takeTurn(r.Context())
+	if !ok {
 		return
 	}
-	defer func() { <-h.turn }()
+	defer leave()
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.o.BodyTimeout))
 	body := &countingReader{r: http.MaxBytesReader(w, r.Body, h.o.MaxRequestSize)}
 	defer body.release()
@@ -94,9 +93,9 @@ func (h *handler) postConfig(w http.ResponseWriter, r *http.Request) {
 	var old lb.Config
 	var said dispatcher.Applied
 	if ne, ok := h.e.(NotingEngine); ok {
-		old, said, err = ne.ReplaceWithNotes(r.Context(), f.Config, dryRun)
+		old, said, err = ne.ReplaceWithNotes(ctx, f.Config, dryRun)
 	} else {
-		old, err = h.e.Replace(r.Context(), f.Config, dryRun)
+		old, err = h.e.Replace(ctx, f.Config, dryRun)
 	}
 	if err != nil {
 		respondFile(w, h, f.Place(err))

@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
@@ -203,12 +204,11 @@ func (h *handler) ops(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, api.Error{Message: h.tooLarge(), Op: -1})
 		return
 	}
-	select {
-	case h.turn <- struct{}{}:
-	case <-r.Context().Done():
+	ctx, leave, ok := h.takeTurn(r.Context())
+	if !ok {
 		return // the client gave up waiting
 	}
-	defer func() { <-h.turn }()
+	defer leave()
 	// The body's own deadline runs from now, not from when the request
 	// arrived and started waiting.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.o.BodyTimeout))
@@ -227,12 +227,28 @@ func (h *handler) ops(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ne, ok := h.e.(NotingEngine); ok {
-		a, err := ne.ApplyWithNotes(r.Context(), Ops(req.Ops))
+		a, err := ne.ApplyWithNotes(ctx, Ops(req.Ops))
 		respond(w, h.log, api.Result{Applied: a.Ops, Notes: a.Notes, Warnings: a.Warnings}, err)
 		return
 	}
-	n, err := h.e.Apply(r.Context(), Ops(req.Ops))
+	n, err := h.e.Apply(ctx, Ops(req.Ops))
 	respond(w, h.log, api.Result{Applied: n}, err)
+}
+
+// takeTurn waits for a change request's turn (see handler), or for ctx
+// to end (ok false). The turn is given up by leave, or as soon as the
+// engine has applied (or refused) the change made with the returned
+// context: the MACs of the servers a change brought in are waited for
+// (up to a second) after that, while the next change goes ahead.
+func (h *handler) takeTurn(ctx context.Context) (_ context.Context, leave func(), ok bool) {
+	select {
+	case h.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx, nil, false
+	}
+	var once sync.Once
+	leave = func() { once.Do(func() { <-h.turn }) }
+	return dispatcher.WithLoopDone(ctx, leave), leave, true
 }
 
 func (h *handler) tooLarge() string {
