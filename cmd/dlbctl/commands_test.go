@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -270,12 +272,44 @@ func TestUnreachable(t *testing.T) {
 			if r.code != exitUnreachable {
 				t.Errorf("exit %d, want %d; stderr %q", r.code, exitUnreachable, r.stderr)
 			}
-			for _, want := range []string{"dlbctl: cannot reach dlbd at " + sock, "is dlbd running", "--socket"} {
+			for _, want := range []string{"dlbctl: cannot reach dlbd at " + sock, "there is no socket at " + sock, "is dlbd running", "--socket"} {
 				if !strings.Contains(r.stderr, want) {
 					t.Errorf("stderr %q, want it to contain %q", r.stderr, want)
 				}
 			}
 		})
+	}
+}
+
+// TestUnreachableSays: what is at the socket's path says what to do.
+func TestUnreachableSays(t *testing.T) {
+	dir := shortDir(t)
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "stale.sock")
+	l, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(dir, "absent.sock"), "there is no socket at " + dir + "/absent.sock: is dlbd running"},
+		{file, file + " is a regular file, not dlbd's socket"},
+		{dir, dir + " is a directory, not dlbd's socket"},
+		{stale, "no dlbd listens on " + stale + " (left by a dlbd that stopped?)"},
+	} {
+		r := dlbctl(c.path, "status")
+		if r.code != exitUnreachable || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("socket %s: exit %d, %q; want %d and %q", c.path, r.code, r.stderr, exitUnreachable, c.want)
+		}
+	}
+	// Not root and not in group dlb (the tests run as root).
+	denied := &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}
+	if got := socketHint(stale, denied); !strings.Contains(got, "needs root or group dlb") {
+		t.Errorf("permission denied says %q", got)
 	}
 }
 

@@ -21,10 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -193,7 +195,7 @@ func (a *app) fail(cmd *cobra.Command, err error) int {
 		if a.remote.Address != "" {
 			fmt.Fprintf(w, "dlbctl: does dlbd listen on %s (dlbd --api-address), and does --ca-file hold what signed its certificate (dlbd --api-cert)?\n", a.remote.Address)
 		} else {
-			fmt.Fprintf(w, "dlbctl: is dlbd running (systemctl status dlbd)? Using %s needs root or group dlb; --socket or DLB_SOCKET name another socket.\n", a.socket)
+			fmt.Fprintf(w, "dlbctl: %s\n", socketHint(a.socket, err))
 		}
 		return exitUnreachable
 	case errors.Is(err, client.ErrNoAnswer):
@@ -320,6 +322,26 @@ func (a *app) runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.
 		a.ran = true
 		return f(cmd, args)
 	}
+}
+
+// socketHint says what an unreachable socket at path most likely means,
+// from the error and what is at path.
+func socketHint(path string, err error) string {
+	other := "--socket or DLB_SOCKET name another socket"
+	fi, serr := os.Stat(path)
+	switch {
+	case errors.Is(err, syscall.EACCES) || errors.Is(serr, fs.ErrPermission):
+		return fmt.Sprintf("using %s needs root or group dlb (adduser $USER dlb, then log in again); %s.", path, other)
+	case serr == nil && fi.Mode().Type() != fs.ModeSocket:
+		what := "a regular file"
+		if fi.IsDir() {
+			what = "a directory"
+		}
+		return fmt.Sprintf("%s is %s, not dlbd's socket: %s (dlbd --socket; default %s).", path, what, other, client.DefaultSocket)
+	case serr == nil:
+		return fmt.Sprintf("no dlbd listens on %s (left by a dlbd that stopped?): is dlbd running (systemctl status dlbd)? Or %s.", path, other)
+	}
+	return fmt.Sprintf("there is no socket at %s: is dlbd running (systemctl status dlbd; it makes the socket when it starts)? Or %s.", path, other)
 }
 
 func fixedCompletion(values ...string) cobra.CompletionFunc {

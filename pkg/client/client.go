@@ -170,7 +170,9 @@ func sending(req *http.Request) (*http.Request, *atomic.Bool) {
 func (c *Client) sendError(err error, timeout time.Duration, sent bool) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.where, err)
+		// The dial's error stays inspectable (permission denied, no such
+		// file).
+		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.where, err)
 	}
 	// A TLS handshake that failed sent nothing either: a certificate not
 	// trusted, or a listener that does not speak TLS.
