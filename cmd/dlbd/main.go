@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -76,8 +77,22 @@ func main() {
 	// cobra refused (silenced there) as well as one run returned.
 	if err := newCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "dlbd:", err)
+		if h := permissionHint(err, os.Geteuid()); h != "" {
+			fmt.Fprintln(os.Stderr, "dlbd:", h)
+		}
 		os.Exit(1)
 	}
+}
+
+// permissionHint says what a user other than root (euid) that dlbd
+// refused for want of permission lacks; "" for other errors and root.
+func permissionHint(err error, euid int) string {
+	if euid == 0 || !errors.Is(err, fs.ErrPermission) {
+		return ""
+	}
+	return "dlbd runs as root, or as a user with CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (CAP_NET_RAW and " +
+		"CAP_NET_BIND_SERVICE for some functions) who owns its pin directory, state directory and socket's directory, " +
+		"as the package's dlbd.service runs it (README: \"Run under systemd\")"
 }
 
 func newCommand() *cobra.Command {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -688,5 +689,27 @@ func TestPrivilegedLogFormat(t *testing.T) {
 	}
 	if exists(d2.state) {
 		t.Error("a refused --log-format made the state directory")
+	}
+}
+
+// TestPermissionHint: a refusal for want of permission tells a user
+// other than root what dlbd needs; other errors, and root, get no hint.
+func TestPermissionHint(t *testing.T) {
+	denied := fmt.Errorf("creating pin directory: %w", &fs.PathError{Op: "mkdir", Path: "/sys/fs/bpf/dlb", Err: syscall.EACCES})
+	notPermitted := fmt.Errorf("loading the executor: map create: %w", syscall.EPERM)
+	for _, c := range []struct {
+		err  error
+		euid int
+		hint bool
+	}{
+		{denied, 1000, true},
+		{notPermitted, 1000, true},
+		{denied, 0, false},
+		{errors.New("creating state directory: mkdir /etc/passwd: not a directory"), 1000, false},
+	} {
+		h := permissionHint(c.err, c.euid)
+		if (h != "") != c.hint || c.hint && !strings.Contains(h, "CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON") {
+			t.Errorf("%v as %d: hint %q", c.err, c.euid, h)
+		}
 	}
 }
