@@ -269,6 +269,11 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 			e.warn(p)
 		}
 	}
+	if ch.HA {
+		for _, p := range e.haSourceProblems(next) {
+			e.warn(p)
+		}
+	}
 	if ch.Executor || natTouched(next, ch) {
 		for _, p := range e.natRouteProblems(next) {
 			e.warn(p)

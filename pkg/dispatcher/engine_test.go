@@ -309,6 +309,42 @@ func TestNFANotHeldWarned(t *testing.T) {
 	}
 }
 
+// TestHeartbeatSourceNotHeldWarned: a heartbeat added before high
+// availability has a role is not checked by binding its source (nothing
+// runs yet), so a source the host does not have is named in the change
+// and in the executor report, rather than only when "backup add" is
+// refused; a source the host has is not.
+func TestHeartbeatSourceNotHeldWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	add := func(src string) []string {
+		t.Helper()
+		a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("heartbeat", "add", "198.18.0.4", "source", src)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Warnings
+	}
+	want := "heartbeat source 198.18.0.77 is not an address of this host: high availability cannot start with it " +
+		"(highavailability backup add is refused) until it is put on an interface (ip addr add 198.18.0.77/PREFIX dev IF) " +
+		"or the heartbeat is removed"
+	if w := add("198.18.0.77"); len(w) != 1 || w[0] != want {
+		t.Errorf("adding a heartbeat from an address the host does not have warned %q; want %q", w, want)
+	}
+	if w := h.executorWarnings("heartbeat source"); len(w) != 1 || w[0] != want {
+		t.Errorf("report with that heartbeat: %q; want %q", w, want)
+	}
+	if _, err := h.e.Apply(context.Background(), []config.Op{op("heartbeat", "remove", "198.18.0.4", "source", "198.18.0.77")}); err != nil {
+		t.Fatal(err)
+	}
+	if w := add("198.18.0.2"); len(w) != 0 {
+		t.Errorf("adding a heartbeat from the NFA warned %q", w)
+	}
+	if w := h.executorWarnings("heartbeat source"); len(w) != 0 {
+		t.Errorf("report with a heartbeat from the NFA: %q", w)
+	}
+}
+
 // TestRefusalsChangeNothing sends bad operations; each must be refused
 // naming the field, and leave the configuration, the state file and the
 // executor exactly as they were.

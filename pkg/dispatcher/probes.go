@@ -172,6 +172,30 @@ func (e *Engine) nfaProblems(cfg lb.Config) []string {
 	return out
 }
 
+// haSourceProblems names each heartbeat source of cfg that no interface
+// of this host has while high availability has no role yet: it does not
+// run, so nothing binds the source, and the "highavailability backup add"
+// that starts it would be refused; said now, when the heartbeat is added.
+func (e *Engine) haSourceProblems(cfg lb.Config) []string {
+	if cfg.HA.Enabled() {
+		return nil
+	}
+	var out []string
+	for _, src := range cfg.HA.Sources() {
+		held, err := e.opts.Netif.HoldsAddress(src)
+		if err != nil {
+			e.log.Warn("checking that the host holds a heartbeat source", "source", src, "err", err)
+			continue
+		}
+		if !held {
+			out = append(out, fmt.Sprintf("heartbeat source %s is not an address of this host: high availability cannot start "+
+				"with it (highavailability backup add is refused) until it is put on an interface (ip addr add %s/PREFIX dev IF) "+
+				"or the heartbeat is removed", src, src))
+		}
+	}
+	return out
+}
+
 // clusterProblems names the clusters of cfg (those in only, or all when
 // only is nil) that nothing on this host answers ARP or neighbour
 // solicitations for: not put on the interface by dlb (--configure), on no
