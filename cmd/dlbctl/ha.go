@@ -65,22 +65,34 @@ every path: give them with the first, change them with "heartbeat set".`,
 	hbFlags(hbSet)
 	hbSet.MarkFlagsOneRequired("secret-file", "interval", "count")
 	hbRemove := a.opCmd(&cobra.Command{
-		Use:     "remove DESTINATION [--source SOURCE]",
-		Short:   "Stop sending heartbeats to an address of the peer",
-		Example: `  dlbctl highavailability heartbeat remove 198.18.0.4`,
+		Use:   "remove [SOURCE] DESTINATION [--source SOURCE]",
+		Short: "Stop sending heartbeats to an address of the peer",
+		Long: `Stop sending heartbeats to an address of the peer: every path to
+DESTINATION, or only the one from SOURCE, given as in "heartbeat add" or
+with --source.`,
+		Example: `  dlbctl highavailability heartbeat remove 198.18.0.4
+  dlbctl highavailability heartbeat remove 198.18.0.2 198.18.0.4   # the path from 198.18.0.2 only`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usagef("%s needs the DESTINATION, got %d arguments", cmdName(cmd), len(args))
+			if len(args) == 0 || len(args) > 2 {
+				return usagef("%s needs [SOURCE] DESTINATION, got %d arguments", cmdName(cmd), len(args))
+			}
+			if len(args) == 2 {
+				if cmd.Flags().Changed("source") {
+					return usagef("%s: the source is given twice (%s and --source)", cmdName(cmd), args[0])
+				}
+				if err := cmd.Flags().Set("source", args[0]); err != nil {
+					return usagef("%s: %v", cmdName(cmd), err)
+				}
 			}
 			if s := stringFlag(cmd, "source"); s != nil {
 				if err := addrArg(cmd, "source", *s); err != nil {
 					return err
 				}
 			}
-			return addrArg(cmd, "destination", args[0])
+			return addrArg(cmd, "destination", args[len(args)-1])
 		},
 	}, func(cmd *cobra.Command, args []string) api.Op {
-		return api.Op{Object: api.ObjectHeartbeat, Action: api.ActionRemove, Target: args[0], Source: stringFlag(cmd, "source")}
+		return api.Op{Object: api.ObjectHeartbeat, Action: api.ActionRemove, Target: args[len(args)-1], Source: stringFlag(cmd, "source")}
 	})
 	hbRemove.Flags().String("source", "", "only the path from this source")
 	heartbeat := a.noun("heartbeat", "Add, set and remove heartbeat paths to the peer dispatcher",

@@ -26,6 +26,9 @@ func TestHACommands(t *testing.T) {
 		{"ha", "reach", "add", "198.18.0.254+198.18.0.253"},
 		{"ha", "reach", "remove", "198.18.0.253"},
 		{"ha", "heartbeat", "remove", "198.18.5.4", "--source", "198.18.5.2"},
+		// As "heartbeat add" names a path.
+		{"ha", "heartbeat", "add", "198.18.6.2", "198.18.6.4"},
+		{"ha", "heartbeat", "remove", "198.18.6.2", "198.18.6.4"},
 		{"ha", "heartbeat", "set", "--count", "5"},
 	}
 	for _, c := range cmds {
@@ -72,6 +75,9 @@ func TestHAUsage(t *testing.T) {
 		{[]string{"ha", "heartbeat", "add", "198.18.0.2"}, "needs SOURCE and DESTINATION"},
 		{[]string{"ha", "heartbeat", "add", "198.18.0.2", "peer"}, `destination "peer" is not an IP address`},
 		{[]string{"ha", "heartbeat", "set"}, "at least one of the flags"},
+		{[]string{"ha", "heartbeat", "remove"}, "needs [SOURCE] DESTINATION, got 0"},
+		{[]string{"ha", "heartbeat", "remove", "198.18.0.2", "198.18.0.4", "--source", "198.18.0.3"}, "the source is given twice"},
+		{[]string{"ha", "heartbeat", "remove", "peer", "198.18.0.4"}, `source "peer" is not an IP address`},
 		{[]string{"ha", "backup", "add", "primary", "auto"}, "needs ROLE, RECOVERY and PORT"},
 		{[]string{"ha", "backup", "add", "secondary", "auto", "1"}, `role "secondary" is not primary, backup or both`},
 		{[]string{"ha", "backup", "add", "backup", "later", "1"}, `recovery strategy "later"`},
