@@ -454,7 +454,7 @@ func (unreachableClient) Ports(context.Context, string) ([]api.PortReport, error
 func (unreachableClient) Servers(context.Context, string) ([]api.ServerReport, error) {
 	return nil, errDown
 }
-func (unreachableClient) Manager(context.Context) (api.ManagerReport, error) {
+func (unreachableClient) Manager(context.Context, string) (api.ManagerReport, error) {
 	return api.ManagerReport{}, errDown
 }
 func (unreachableClient) Advisors(context.Context) ([]api.AdvisorReport, error) {

@@ -66,7 +66,7 @@ type dlbClient interface {
 	Clusters(ctx context.Context, target string) ([]api.ClusterReport, error)
 	Ports(ctx context.Context, target string) ([]api.PortReport, error)
 	Servers(ctx context.Context, target string) ([]api.ServerReport, error)
-	Manager(ctx context.Context) (api.ManagerReport, error)
+	Manager(ctx context.Context, target string) (api.ManagerReport, error)
 	Advisors(ctx context.Context) ([]api.AdvisorReport, error)
 	Metrics(ctx context.Context) (api.MetricReport, error)
 	ConfigScript(ctx context.Context) (string, error)

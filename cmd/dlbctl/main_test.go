@@ -117,6 +117,7 @@ func (f *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		switch r.URL.Path {
 		case api.PathManager:
+			f.targets = append(f.targets, r.URL.Query().Get("target"))
 			answer(f.manager)
 		case api.PathAdvisors:
 			answer(orEmpty(f.advisors))

@@ -131,13 +131,15 @@ first keyword.`,
 	uq := quiesce(api.ActionUnquiesce, "Let quiesced servers take new connections again")
 
 	report := &cobra.Command{
-		Use:   "report",
+		Use:   "report [VIP@PORT@ADDR]",
 		Short: "Report weights and their inputs per port and server (ACTV, NEWC, PORT, SYS)",
 		Example: `  dlbctl manager report
-  dlbctl manager report -o json`,
-		Args: noArgs,
+  dlbctl manager report 10.0.0.100@80      # one port
+  dlbctl manager report @@10.1.1.5 -o json  # one server, on every port it serves`,
+		Args:              a.targetArgs(3, targetOpts{optional: true, partial: true}),
+		ValidArgsFunction: a.targetCompletion(3, true, false),
 		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
-			r, err := a.client().Manager(cmd.Context())
+			r, err := a.client().Manager(cmd.Context(), a.target)
 			if err != nil {
 				return err
 			}

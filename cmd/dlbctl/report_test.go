@@ -72,6 +72,19 @@ func cannedEngine() *fakeEngine {
 	}
 }
 
+// managerTableWant is the manager report of cannedEngine as a table.
+const managerTableWant = `manager:   started (cycle 7)
+interval:  2 s, refresh 2, sensitivity 5 %, smoothing 1.5
+
+10.0.0.100@80  proportions [49 50 1 0], weightbound 20, change 12.5 %, pushed true
+SERVER         WEIGHT  NEW  ACTV  NEWC  PORT  SYS  STATE  REASON
+10.1.1.5       12      12   2     3     4     30   up     load
+10.1.1.6       0       0    0     0     -1    -    down   advisor: down
+
+10.0.0.101@443  proportions [49 50 1 0], weightbound 20, change 0.0 %, pushed false  ALERT: no server takes new connections
+no servers
+`
+
 func TestReportFormats(t *testing.T) {
 	eng := cannedEngine()
 	sock := serve(t, eng)
@@ -112,17 +125,8 @@ affinity_insert_failed  1
 nat_ports_exhausted     3
 `},
 		// A port without servers says so instead of an empty table.
-		{[]string{"manager", "report"}, "", eng.manager, `manager:   started (cycle 7)
-interval:  2 s, refresh 2, sensitivity 5 %, smoothing 1.5
-
-10.0.0.100@80  proportions [49 50 1 0], weightbound 20, change 12.5 %, pushed true
-SERVER         WEIGHT  NEW  ACTV  NEWC  PORT  SYS  STATE  REASON
-10.1.1.5       12      12   2     3     4     30   up     load
-10.1.1.6       0       0    0     0     -1    -    down   advisor: down
-
-10.0.0.101@443  proportions [49 50 1 0], weightbound 20, change 0.0 %, pushed false  ALERT: no server takes new connections
-no servers
-`},
+		{[]string{"manager", "report"}, "", eng.manager, managerTableWant},
+		{[]string{"manager", "report", "10.0.0.100:80"}, "10.0.0.100@80@", eng.manager, managerTableWant},
 		{[]string{"cluster", "report"}, "", eng.clusters, `CLUSTER     CONFIGURE  PORTS  PACKETS              BYTES  NEWC  ACTV  FIN
 10.0.0.100  yes        2      9223372036854775809  2      3     5     4
 10.0.0.101  no         2      0                    0      0     0     0

@@ -159,7 +159,7 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 			up[s.Address] = true
 		}
 	}
-	m, err := cl.Manager(ctx)
+	m, err := cl.Manager(ctx, "")
 	if err != nil {
 		return r, err
 	}

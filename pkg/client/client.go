@@ -230,10 +230,11 @@ func (c *Client) Servers(ctx context.Context, target string) ([]api.ServerReport
 	return r, err
 }
 
-// Manager reports the manager: weights and their inputs.
-func (c *Client) Manager(ctx context.Context) (api.ManagerReport, error) {
+// Manager reports the manager: weights and their inputs, for the ports
+// and servers target selects (cluster@port@server, "" for all).
+func (c *Client) Manager(ctx context.Context, target string) (api.ManagerReport, error) {
 	var r api.ManagerReport
-	err := c.do(ctx, http.MethodGet, api.PathManager, "", nil, &r)
+	err := c.do(ctx, http.MethodGet, api.PathManager, target, nil, &r)
 	return r, err
 }
 

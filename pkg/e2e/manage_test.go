@@ -488,6 +488,14 @@ func TestPrivilegedE2EQuiesce(t *testing.T) {
 	}()
 	time.Sleep(1500 * time.Millisecond)
 	l.mustCtl("manager", "quiesce", l.backend(1))
+	// The manager report of one server: it alone, on the one port it
+	// serves, quiesced.
+	var mr api.ManagerReport
+	l.report(&mr, "manager", "report", "@@"+l.backend(1))
+	if len(mr.Ports) != 1 || len(mr.Ports[0].Servers) != 1 || mr.Ports[0].Servers[0].Address != l.backend(1) ||
+		mr.Ports[0].Servers[0].State != "quiesced" {
+		t.Errorf("manager report @@%s: %+v; want that server alone, quiesced", l.backend(1), mr.Ports)
+	}
 	r := l.mustLoad("-url", "http://"+l.vip()+"/", "-n", "900", "-c", "20")
 	if r.Failed != 0 || r.PerBackend["b1"] != 0 {
 		t.Errorf("while b1 was quiesced: %d failed, b1 got %d new connections", r.Failed, r.PerBackend["b1"])

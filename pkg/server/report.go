@@ -176,15 +176,24 @@ func managerReport(st *dispatcher.Status) api.ManagerReport {
 		pr := cl.Proportions
 		for _, p := range cl.Ports {
 			sk := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
-			ps := st.Ports[sk]
+			ps, ok := st.Ports[sk]
+			if !ok {
+				continue // not selected
+			}
 			mp := api.ManagerPort{Cluster: cl.Address.String(), Port: p.Number,
 				Proportions: []int{pr.Active, pr.New, pr.Port, pr.System}, WeightBound: p.WeightBound,
 				Alert: ps.Alert, Change: ps.Change, Pushed: ps.Pushed, Servers: []api.ManagerServer{}}
 			for _, s := range p.Servers {
-				ss := st.Servers[lb.BackendKey{Service: sk, Server: s.Address}]
+				ss, ok := st.Servers[lb.BackendKey{Service: sk, Server: s.Address}]
+				if !ok {
+					continue
+				}
 				mp.Servers = append(mp.Servers, api.ManagerServer{Address: s.Address.String(), Weight: ss.Weight,
 					NewWeight: ss.NewWeight, Active: ss.ACTV, New: ss.NEWC, PortLoad: ss.PortLoad,
 					SystemLoad: ss.SystemLoad, State: ss.State.String(), Reason: ss.Reason})
+			}
+			if len(mp.Servers) == 0 && st.Selected.Servers != nil {
+				continue // none of the servers named
 			}
 			r.Ports = append(r.Ports, mp)
 		}

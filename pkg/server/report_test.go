@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,6 +94,59 @@ func TestHAReportSaysWhatIsMissing(t *testing.T) {
 			r := haReport(&dispatcher.Status{HA: &dispatcher.HAStatus{Config: c.cfg, Node: c.node}})
 			if r.Error != c.want {
 				t.Errorf("error %q, want %q", r.Error, c.want)
+			}
+		})
+	}
+}
+
+// TestManagerReportSelects: the manager report holds the ports and
+// servers the target selected (the status holds those only), and with
+// servers named, only the ports that have one of them.
+func TestManagerReportSelects(t *testing.T) {
+	vip := netip.MustParseAddr("198.18.0.100")
+	s1, s2 := netip.MustParseAddr("198.18.0.21"), netip.MustParseAddr("198.18.0.22")
+	cfg := lb.Config{Clusters: []lb.Cluster{{Address: vip, Ports: []lb.Port{
+		{Number: 80, Servers: []lb.Server{{Address: s1}, {Address: s2}}},
+		{Number: 443, Servers: []lb.Server{{Address: s2}}},
+	}}}}
+	key := func(port uint16) lb.ServiceKey { return lb.ServiceKey{Cluster: vip, Port: port} }
+	backend := func(port uint16, s netip.Addr) lb.BackendKey { return lb.BackendKey{Service: key(port), Server: s} }
+	for _, c := range []struct {
+		name     string
+		selected lb.Target
+		ports    []uint16
+		servers  map[lb.BackendKey]bool // in the status: what the target matched
+		want     []string
+	}{
+		{"everything", lb.Target{}, []uint16{80, 443},
+			map[lb.BackendKey]bool{backend(80, s1): true, backend(80, s2): true, backend(443, s2): true},
+			[]string{"80 198.18.0.21", "80 198.18.0.22", "443 198.18.0.22"}},
+		{"one port", lb.Target{Ports: []uint16{443}}, []uint16{443},
+			map[lb.BackendKey]bool{backend(443, s2): true}, []string{"443 198.18.0.22"}},
+		{"a port without servers", lb.Target{Ports: []uint16{80}}, []uint16{80}, nil, []string{"80 -"}},
+		{"one server", lb.Target{Servers: []netip.Addr{s1}}, []uint16{80, 443},
+			map[lb.BackendKey]bool{backend(80, s1): true}, []string{"80 198.18.0.21"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := &dispatcher.Status{Config: cfg, Selected: c.selected, Ports: map[lb.ServiceKey]dispatcher.PortStatus{},
+				Servers: map[lb.BackendKey]dispatcher.ServerStatus{}}
+			for _, p := range c.ports {
+				st.Ports[key(p)] = dispatcher.PortStatus{}
+			}
+			for k := range c.servers {
+				st.Servers[k] = dispatcher.ServerStatus{}
+			}
+			var got []string
+			for _, p := range managerReport(st).Ports {
+				if len(p.Servers) == 0 {
+					got = append(got, fmt.Sprintf("%d -", p.Port))
+				}
+				for _, s := range p.Servers {
+					got = append(got, fmt.Sprintf("%d %s", p.Port, s.Address))
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("got %q, want %q", got, c.want)
 			}
 		})
 	}

@@ -155,7 +155,7 @@ func New(e Engine, o Options) http.Handler {
 	report(api.PathClusters, target(lb.ClusterDepth, true), func(st *dispatcher.Status) any { return clusterReports(st) })
 	report(api.PathPorts, target(lb.PortDepth, true), func(st *dispatcher.Status) any { return portReports(st) })
 	report(api.PathServers, target(lb.ServerDepth, true), func(st *dispatcher.Status) any { return serverReports(st) })
-	report(api.PathManager, fixed(dispatcher.Query{Depth: lb.ServerDepth}), func(st *dispatcher.Status) any { return managerReport(st) })
+	report(api.PathManager, target(lb.ServerDepth, false), func(st *dispatcher.Status) any { return managerReport(st) })
 	report(api.PathAdvisors, fixed(dispatcher.Query{}), func(st *dispatcher.Status) any { return advisorReports(st) })
 	report(api.PathMetrics, fixed(dispatcher.Query{}), func(st *dispatcher.Status) any { return metricReport(st) })
 	report(api.PathHA, fixed(dispatcher.Query{HA: true}), func(st *dispatcher.Status) any { return haReport(st) })
