@@ -134,7 +134,8 @@ type exampleRun struct {
 
 func newExampleRun(t *testing.T) *exampleRun {
 	t.Helper()
-	eng := &fakeEngine{}
+	// The advisor the examples report on.
+	eng := &fakeEngine{advisors: []api.AdvisorReport{{Name: "http", Cluster: "10.0.0.100", Port: 80}}}
 	mux := http.NewServeMux()
 	mux.Handle(api.PathTrace, server.Handler(&traceEngine{packets: tracePackets(t)}, nil))
 	mux.Handle(api.PathServerCheck, server.New(noEngine{}, server.Options{Logger: slog.New(slog.DiscardHandler), ServerChecker: &fakeChecker{report: api.ServerCheckReport{OK: true,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -284,14 +285,31 @@ again; starting an advisor raises a zero port proportion to 1.`,
 		ValidArgsFunction: a.advisorCompletion(true),
 	}, build(api.ActionStop))
 	report := &cobra.Command{
-		Use:   "report",
+		Use:   "report [NAME [VIP@PORT|PORT]]",
 		Short: "Report the advisors: per server the last load, state, time in state and last error",
+		Long: `Report the advisors: per server the last load, state, time in state and last
+error. With NAME, the advisors of that name only; with a port too, the one
+started on it (VIP@PORT, or PORT for the one of every cluster's port).`,
 		Example: `  dlbctl advisor report
+  dlbctl advisor report http 10.0.0.100@80
   dlbctl advisor report -o json`,
-		Args: noArgs,
-		RunE: a.runE(func(cmd *cobra.Command, _ []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch len(args) {
+			case 0, 1:
+				a.target = ""
+				return nil
+			case 2:
+				return a.advisorArgs(cmd, args)
+			}
+			return usagef("%s takes at most NAME and VIP@PORT or PORT, got %d arguments", cmdName(cmd), len(args))
+		},
+		ValidArgsFunction: a.advisorCompletion(true),
+		RunE: a.runE(func(cmd *cobra.Command, args []string) error {
 			r, err := a.client().Advisors(cmd.Context())
 			if err != nil {
+				return err
+			}
+			if r, err = selectAdvisors(r, args, a.target); err != nil {
 				return err
 			}
 			r = nonNil(r)
@@ -302,6 +320,35 @@ again; starting an advisor raises a zero port proportion to 1.`,
 		`  dlbctl advisor start http 80
   dlbctl advisor report`,
 		start, set, stop, report)
+}
+
+// selectAdvisors keeps the advisors of the name args[0] (when given)
+// started on target ("@PORT" or "VIP@PORT", when given); none is an
+// error that names those started.
+func selectAdvisors(rs []api.AdvisorReport, args []string, target string) ([]api.AdvisorReport, error) {
+	if len(args) == 0 {
+		return rs, nil
+	}
+	var out []api.AdvisorReport
+	var started []string
+	for _, r := range rs {
+		on := fmt.Sprintf("%s@%d", r.Cluster, r.Port)
+		started = append(started, r.Name+" "+on)
+		if r.Name == args[0] && (target == "" || target == on) {
+			out = append(out, r)
+		}
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	what := fmt.Sprintf("no advisor %s is started", args[0])
+	if target != "" {
+		what = fmt.Sprintf("no advisor %s is started on %s", args[0], target)
+	}
+	if len(started) == 0 {
+		return nil, errors.New(what + " (none is)")
+	}
+	return nil, fmt.Errorf("%s (started: %s)", what, strings.Join(started, ", "))
 }
 
 // metricTarget splits VIP@METRIC[+METRIC] into the cluster and the names.

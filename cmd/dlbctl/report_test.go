@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -326,5 +328,45 @@ func TestRefusedByReason(t *testing.T) {
 	}
 	if got := byReason(map[string]uint64{}); got != "" {
 		t.Errorf("no counts: %q", got)
+	}
+}
+
+// TestAdvisorReportSelects: advisor report NAME [VIP@PORT|PORT] shows
+// the advisors of that name, on that port; none is an error naming those
+// started.
+func TestAdvisorReportSelects(t *testing.T) {
+	eng := &fakeEngine{advisors: []api.AdvisorReport{
+		{Name: "http", Cluster: "10.0.0.100", Port: 80}, {Name: "http", Port: 8080}, {Name: "connect", Cluster: "10.0.0.100", Port: 80}}}
+	sock := serve(t, eng)
+	for _, c := range []struct {
+		args []string
+		want []string // name@cluster@port of each advisor shown
+		err  string
+	}{
+		{nil, []string{"http 10.0.0.100@80", "http @8080", "connect 10.0.0.100@80"}, ""},
+		{[]string{"http"}, []string{"http 10.0.0.100@80", "http @8080"}, ""},
+		{[]string{"http", "10.0.0.100:80"}, []string{"http 10.0.0.100@80"}, ""},
+		{[]string{"http", "8080"}, []string{"http @8080"}, ""},
+		{[]string{"http", "80"}, nil, "no advisor http is started on @80 (started: http 10.0.0.100@80, http @8080, connect 10.0.0.100@80)"},
+		{[]string{"dns"}, nil, "no advisor dns is started (started: "},
+	} {
+		r := dlbctl(sock, append(append([]string{"advisor", "report"}, c.args...), "-o", "json")...)
+		if c.err != "" {
+			if r.code != exitFailed || !strings.Contains(r.stderr, c.err) {
+				t.Errorf("advisor report %q: exit %d, %q; want %d and %q", c.args, r.code, r.stderr, exitFailed, c.err)
+			}
+			continue
+		}
+		var got []api.AdvisorReport
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK {
+			t.Fatalf("advisor report %q: exit %d, %v: %s", c.args, r.code, err, r.stderr)
+		}
+		var names []string
+		for _, a := range got {
+			names = append(names, fmt.Sprintf("%s %s@%d", a.Name, a.Cluster, a.Port))
+		}
+		if !slices.Equal(names, c.want) {
+			t.Errorf("advisor report %q: %q, want %q", c.args, names, c.want)
+		}
 	}
 }
