@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/announce"
 	"github.com/dlbproject/dlb/pkg/dispatcher/health"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -37,33 +37,19 @@ type Speaker interface {
 	Close() error
 }
 
-// routes is what the engine announces and why.
-type routes struct {
-	// up says, per port, whether one of its servers takes new connections
-	// on its own merits (before the all-down policy spreads connections
-	// over failed servers); upPorts counts those ports per cluster.
-	up      map[lb.ServiceKey]bool
-	upPorts map[netip.Addr]int
-	// accepting identifies, per port, which of its servers take new
-	// connections; changed is when that last changed for any port of a
-	// cluster. A withdrawn cluster is announced only once its servers
-	// have settled (settleTime): every dispatcher must have the same view
-	// of them, and so the same Maglev tables, before the routers send it
-	// flows that others carried until then.
-	accepting map[lb.ServiceKey]uint64
-	changed   map[netip.Addr]time.Time
-	// unmade holds the probes whose last result this host could not make
-	// (advisors.Result.Local): the states of their servers are
-	// unverified, and a cluster they cover is withdrawn until probes
-	// reach its servers again and have settled.
-	unmade map[health.Key]bool
-	// sent is what the speaker was last told to announce, by cluster.
-	sent map[netip.Addr]lb.Route
+// bgpState is the engine's side of BGP: the book of what it announces
+// and why, the speaker's last error, and the ports' table digests.
+type bgpState struct {
+	book *announce.Book
 	// err is the speaker's last configuration or announcement error.
 	err error
 	// digests caches each service's table digest, with the fingerprint
 	// of the table it was computed for.
 	digests map[uint32]digest
+}
+
+func newBGPState() bgpState {
+	return bgpState{book: announce.New(), digests: map[uint32]digest{}}
 }
 
 // digest is a table's digest by server address.
@@ -72,72 +58,15 @@ type digest struct {
 	sum         uint64
 }
 
-func newRoutes() routes {
-	return routes{up: map[lb.ServiceKey]bool{}, upPorts: map[netip.Addr]int{}, accepting: map[lb.ServiceKey]uint64{},
-		changed: map[netip.Addr]time.Time{}, sent: map[netip.Addr]lb.Route{}, digests: map[uint32]digest{},
-		unmade: map[health.Key]bool{}}
-}
-
-// minSettle is the shortest time a withdrawn cluster's servers must keep
-// their states before it is announced.
-const minSettle = time.Second
-
-// settleTime is how long a withdrawn cluster's servers must keep their
-// states before it is announced: the longest time an advisor covering it
-// takes to bring a server up (interval × rise), at least minSettle, so
-// that the servers coming back together are all back first.
-func settleTime(cfg lb.Config, cl *lb.Cluster) time.Duration {
-	d := minSettle
-	for _, a := range cfg.Advisors {
-		for _, p := range cl.Ports {
-			if a.Covers(cl.Address, p.Number) {
-				d = max(d, seconds(a.Interval)*time.Duration(max(a.Rise, 1)))
-				break
-			}
-		}
-	}
-	return d
-}
-
-// port records whether a port has a server that takes new connections,
-// from its servers' states; present false forgets a removed port.
-func (r *routes) port(sk lb.ServiceKey, states []effective, present bool) {
-	up := false
-	h := fnv.New64a()
+// portAccepts records in the book which servers of a port take new
+// connections on their own merits (before the all-down policy spreads
+// connections over failed servers); nil states forget a removed port.
+func (e *Engine) portAccepts(sk lb.ServiceKey, states []effective, present bool) {
+	accepting := make([]bool, len(states))
 	for i, s := range states {
-		ok := s.state == lb.ServerUp && s.weight > 0
-		if ok {
-			up = true
-			var b [4]byte
-			binary.LittleEndian.PutUint32(b[:], uint32(i))
-			h.Write(b[:])
-		}
+		accepting[i] = s.state == lb.ServerUp && s.weight > 0
 	}
-	sig := h.Sum64()
-	if old, had := r.accepting[sk]; !present || !had || old != sig {
-		r.changed[sk.Cluster] = time.Now()
-	}
-	if present {
-		r.accepting[sk] = sig
-	} else {
-		delete(r.accepting, sk)
-	}
-	up = up && present
-	if r.up[sk] == up {
-		if !present {
-			delete(r.up, sk)
-		}
-		return
-	}
-	if up {
-		r.up[sk] = true
-		r.upPorts[sk.Cluster]++
-		return
-	}
-	delete(r.up, sk)
-	if r.upPorts[sk.Cluster]--; r.upPorts[sk.Cluster] <= 0 {
-		delete(r.upPorts, sk.Cluster)
-	}
+	e.bgp.book.Port(sk, accepting, present, time.Now())
 }
 
 // forwarding reports whether the executor is loaded and its program is
@@ -162,7 +91,7 @@ func (e *Engine) withdrawReason(cfg lb.Config, cl *lb.Cluster, attached bool) st
 		return "announce is off"
 	case !attached:
 		return "the executor is not attached"
-	case e.routes.upPorts[cl.Address] == 0:
+	case !e.bgp.book.Up(cl.Address):
 		return "no server takes new connections"
 	case e.unverified(cfg, cl):
 		return "its advisors cannot probe its servers from this host"
@@ -176,9 +105,9 @@ func (e *Engine) withdrawReason(cfg lb.Config, cl *lb.Cluster, attached bool) st
 // tables would then differ too. Probes that are made again, or whose
 // advisor or server went, are forgotten.
 func (e *Engine) unverified(cfg lb.Config, cl *lb.Cluster) bool {
-	for k := range e.routes.unmade {
+	for _, k := range e.bgp.book.UnmadeProbes() {
 		if h := e.health.State(k); h == nil || !h.Last.Local {
-			delete(e.routes.unmade, k)
+			e.bgp.book.ForgetProbe(k)
 			continue
 		}
 		p := cl.Port(k.Port)
@@ -199,21 +128,16 @@ func (e *Engine) unverified(cfg lb.Config, cl *lb.Cluster) bool {
 // before it is announced again.
 func (e *Engine) probesMade(k health.Key, made bool) {
 	if !made {
-		e.routes.unmade[k] = true
+		e.bgp.book.ProbeUnmade(k)
 		return
 	}
-	delete(e.routes.unmade, k)
-	now := time.Now()
+	var behind []netip.Addr
 	for _, cl := range e.ed.Config().Clusters {
 		if cl.Port(k.Port) != nil {
-			e.routes.changed[cl.Address] = now
+			behind = append(behind, cl.Address)
 		}
 	}
-}
-
-// route is the announcement of a cluster.
-func route(cl *lb.Cluster) lb.Route {
-	return lb.Route{Prefix: netip.PrefixFrom(cl.Address, cl.Address.BitLen()), Communities: cl.Communities, MED: cl.MED}
+	e.bgp.book.ProbeMade(k, behind, time.Now())
 }
 
 // syncRoutes tells the speaker what to announce when that changed.
@@ -231,46 +155,32 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 			if !cl.Announce || e.withdrawReason(cfg, cl, attached) != "" {
 				continue
 			}
-			if _, sent := e.routes.sent[cl.Address]; !sent && now.Sub(e.routes.changed[cl.Address]) < settleTime(cfg, cl) {
+			if !e.bgp.book.Settled(cl.Address, now, announce.SettleTime(cfg, cl)) {
 				continue // announced by a later call (the tick's)
 			}
-			want[cl.Address] = route(cl)
+			want[cl.Address] = announce.Route(cl)
 		}
 	}
-	same := len(want) == len(e.routes.sent)
-	for a, r := range want {
-		if o, ok := e.routes.sent[a]; !ok || !o.Equal(r) {
-			same = false
-		}
-	}
-	if same {
+	list, withdrawn, announced, changed := e.bgp.book.Change(want)
+	if !changed {
 		return
 	}
-	list := make([]lb.Route, 0, len(want))
-	for _, r := range want {
-		list = append(list, r)
-	}
-	slices.SortFunc(list, func(a, b lb.Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
 	if err := sp.Announce(list); err != nil {
-		e.routes.err = err
+		e.bgp.err = err
 		e.log.Error("announcing cluster addresses", "err", err)
 		return
 	}
-	for a := range e.routes.sent {
-		if _, ok := want[a]; !ok {
-			reason := "the cluster is gone"
-			if cl := cfg.Cluster(a); cl != nil {
-				reason = e.withdrawReason(cfg, cl, e.forwarding())
-			}
-			e.log.Info("cluster address withdrawn", "cluster", a, "reason", reason)
+	for _, a := range withdrawn {
+		reason := "the cluster is gone"
+		if cl := cfg.Cluster(a); cl != nil {
+			reason = e.withdrawReason(cfg, cl, e.forwarding())
 		}
+		e.log.Info("cluster address withdrawn", "cluster", a, "reason", reason)
 	}
-	for a := range want {
-		if _, ok := e.routes.sent[a]; !ok {
-			e.log.Info("cluster address announced", "cluster", a)
-		}
+	for _, a := range announced {
+		e.log.Info("cluster address announced", "cluster", a)
 	}
-	e.routes.sent = want
+	e.bgp.book.Told(want)
 }
 
 // startSpeaker configures the speaker from the saved configuration (at
@@ -281,7 +191,7 @@ func (e *Engine) startSpeaker(cfg lb.Config) {
 		return
 	}
 	if err := sp.Configure(cfg.BGP); err != nil {
-		e.routes.err = fmt.Errorf("starting the BGP speaker: %w", err)
+		e.bgp.err = fmt.Errorf("starting the BGP speaker: %w", err)
 		e.log.Error("starting the BGP speaker from saved state", "err", err)
 	}
 }
@@ -293,7 +203,7 @@ func (e *Engine) stopSpeaker() {
 		if err := sp.Close(); err != nil {
 			e.log.Error("stopping the BGP speaker", "err", err)
 		}
-		e.routes.sent = map[netip.Addr]lb.Route{}
+		e.bgp.book.Told(nil)
 	}
 }
 
@@ -325,7 +235,7 @@ func (e *Engine) reconfigureSpeaker(old, next lb.Config, ch config.Change) error
 		}
 		return fmt.Errorf("configuring the BGP speaker: %w", err)
 	}
-	e.routes.err = nil
+	e.bgp.err = nil
 	return nil
 }
 
@@ -358,14 +268,14 @@ func (e *Engine) bgpStatus(cfg lb.Config) *BGPStatus {
 	} else if cfg.BGP.Enabled() {
 		st.BGPStatus.Err = errNoSpeaker.Error()
 	}
-	if e.routes.err != nil {
-		st.Err = e.routes.err.Error()
+	if e.bgp.err != nil {
+		st.Err = e.bgp.err.Error()
 	}
 	attached := e.forwarding()
 	for i := range cfg.Clusters {
 		cl := &cfg.Clusters[i]
 		why := e.withdrawReason(cfg, cl, attached)
-		if _, sent := e.routes.sent[cl.Address]; why == "" && !sent && e.opts.Speaker != nil {
+		if why == "" && !e.bgp.book.Announced(cl.Address) && e.opts.Speaker != nil {
 			why = "waiting for its servers' states to settle"
 		}
 		st.Clusters[cl.Address] = why
@@ -407,7 +317,7 @@ func (e *Engine) tableDigest(sid uint32, sk lb.ServiceKey, p *lb.Port) uint64 {
 	if !ok || len(t.slots) == 0 {
 		return 0
 	}
-	if d, ok := e.routes.digests[sid]; ok && d.fingerprint == t.fingerprint {
+	if d, ok := e.bgp.digests[sid]; ok && d.fingerprint == t.fingerprint {
 		return d.sum
 	}
 	addr := make(map[uint32]string, len(p.Servers))
@@ -423,6 +333,6 @@ func (e *Engine) tableDigest(sid uint32, sk lb.ServiceKey, p *lb.Port) uint64 {
 	if d == 0 {
 		d = 1
 	}
-	e.routes.digests[sid] = digest{fingerprint: t.fingerprint, sum: d}
+	e.bgp.digests[sid] = digest{fingerprint: t.fingerprint, sum: d}
 	return d
 }

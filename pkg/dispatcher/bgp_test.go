@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/config"
+	"github.com/dlbproject/dlb/pkg/dispatcher/announce"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -172,8 +173,8 @@ func TestAnnouncementFollowsTheCluster(t *testing.T) {
 			// A withdrawn cluster comes back only once its servers have
 			// kept their states for the settle time.
 			settles := tc.withdrawWhy == "no server takes new connections" || tc.name == "advisor cannot probe"
-			if took := time.Since(undone); settles && took < minSettle {
-				t.Errorf("announced again %v after the change, before the servers settled (%v)", took, minSettle)
+			if took := time.Since(undone); settles && took < announce.MinSettle {
+				t.Errorf("announced again %v after the change, before the servers settled (%v)", took, announce.MinSettle)
 			}
 			if why, ok := h.status(Query{BGP: true}).BGP.Clusters[netip.MustParseAddr(vip)]; !ok || why != "" {
 				t.Errorf("report says %q (listed %v) for an announced cluster", why, ok)

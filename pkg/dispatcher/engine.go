@@ -264,8 +264,8 @@ type Engine struct {
 	health     *health.Monitor
 	metrics    *pollers
 	events     *events.Runner
-	facts      facts  // for status snapshots
-	routes     routes // what the BGP speaker announces
+	facts      facts    // for status snapshots
+	bgp        bgpState // what the BGP speaker announces
 	ha         haEngine
 	repl       replState
 	// guarded is what the guard was last told (interface and addresses).
@@ -373,7 +373,7 @@ func New(opts Options) (*Engine, error) {
 		events:  events.New(opts.ScriptsDir, opts.ScriptTimeout, opts.Logger),
 		facts:   facts{lastChange: time.Now()},
 		agg:     agg,
-		routes:  newRoutes(),
+		bgp:     newBGPState(),
 	}
 	e.metrics.loops = loops.New(e.startPoller, samePoller)
 	cfg := ed.Config()

@@ -298,16 +298,16 @@ func (e *Engine) checkAlerts(cfg lb.Config, ports []lb.ServiceKey) {
 	for _, sk := range ports {
 		cl := cfg.Cluster(sk.Cluster)
 		if cl == nil {
-			e.routes.port(sk, nil, false)
+			e.portAccepts(sk, nil, false)
 			continue
 		}
 		p := cl.Port(sk.Port)
 		if p == nil {
-			e.routes.port(sk, nil, false)
+			e.portAccepts(sk, nil, false)
 			continue
 		}
 		states, alert := e.serverStates(cfg, cl, p)
-		e.routes.port(sk, states, true)
+		e.portAccepts(sk, states, true)
 		prt := e.mgr.port(sk)
 		if alert == prt.alert {
 			continue
