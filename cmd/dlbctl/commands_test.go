@@ -166,6 +166,9 @@ func TestUsageErrors(t *testing.T) {
 		// After the target come keyword-value pairs (see TestIBMForms).
 		{[]string{"server", "add", "a", "b"}, `unknown keyword "b" for server add (keywords: advisorrequest, advisorresponse, ` +
 			`fixedweight, mapport, returnaddress, router, weight)`},
+		// A second target given as a keyword: the message says how to give several.
+		{[]string{"cluster", "add", "10.0.0.1", "10.0.0.2"}, "cluster add takes one target: join several with '+' (10.0.0.1+10.0.0.2)"},
+		{[]string{"server", "add", "10.0.0.1@80@10.1.1.5", "10.1.1.6"}, "join several with '+' (10.0.0.1@80@10.1.1.5+10.1.1.6)"},
 		{[]string{"server", "remove", "10.0.0.1@80@10.1.1.5", "weight", "5"}, "server remove takes one target (VIP@PORT@ADDR or VIP:PORT:ADDR), got 3 arguments"},
 		{[]string{"server", "remove"}, "needs a target"},
 		{[]string{"cluster", "report", "a", "b"}, "takes one target"},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -144,7 +146,12 @@ func matchKeyword(cmd *cobra.Command, kw string, names []string) (string, error)
 	case 1:
 		return found[0], nil
 	case 0:
-		return "", usagef("unknown keyword %q for %s (keywords: %s)", kw, cmdName(cmd), strings.Join(names, ", "))
+		hint := ""
+		if _, err := netip.ParseAddr(strings.Trim(kw, "[]")); err == nil {
+			// "cluster add 10.0.0.1 10.0.0.2": a second target.
+			hint = fmt.Sprintf("; %s takes one target: join several with '+' (%s+%s)", cmdName(cmd), cmd.Flags().Arg(0), kw)
+		}
+		return "", usagef("unknown keyword %q for %s (keywords: %s)%s", kw, cmdName(cmd), strings.Join(names, ", "), hint)
 	}
 	return "", usagef("ambiguous keyword %q for %s: %s", kw, cmdName(cmd), strings.Join(found, " or "))
 }
