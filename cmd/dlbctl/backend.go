@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -36,23 +37,27 @@ func (a *app) backendCmd() *cobra.Command {
 	var o backendsetup.Options
 	var undo bool
 	setup := &cobra.Command{
-		Use:   "setup VIP [VIP...] [--interface IF] [--persist] [--undo]",
+		Use:   "setup VIP[+VIP...] [VIP...] [--interface IF] [--persist] [--undo]",
 		Short: "Put cluster addresses on lo and set the ARP sysctls (run on a backend)",
 		Long:  backendSetupLong,
 		Example: `  dlbctl backend setup 198.18.0.100 --interface eth0
   dlbctl backend setup 198.18.0.100 2001:2::100 --interface eth0 --persist
+  dlbctl backend setup 198.18.0.100+198.18.0.101    # as cluster add joins them
   dlbctl backend setup 198.18.0.100 --undo`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("backend setup needs at least one cluster address (VIP)")
 			}
 			o.VIPs = o.VIPs[:0]
-			for _, s := range args {
-				v, err := netip.ParseAddr(s)
-				if err != nil {
-					return usagef("backend setup: %q is not an IP address", s)
+			// Joined with '+' as in "cluster add" too.
+			for _, arg := range args {
+				for _, s := range strings.Split(arg, "+") {
+					v, err := netip.ParseAddr(strings.Trim(s, "[]"))
+					if err != nil {
+						return usagef("backend setup: %q is not an IP address", s)
+					}
+					o.VIPs = append(o.VIPs, v)
 				}
-				o.VIPs = append(o.VIPs, v)
 			}
 			if undo && cmd.Flags().Changed("persist") {
 				return usagef("backend setup: --undo and --persist do not go together (--undo removes persisted files too)")

@@ -57,6 +57,7 @@ func TestBackendSetupUsage(t *testing.T) {
 	}{
 		{[]string{"backend", "setup"}, "at least one cluster address"},
 		{[]string{"backend", "setup", "198.18.0.300"}, `"198.18.0.300" is not an IP address`},
+		{[]string{"backend", "setup", "198.18.0.100+x"}, `"x" is not an IP address`},
 		{[]string{"backend", "setup", "198.18.0.100", "web1"}, `"web1" is not an IP address`},
 		{[]string{"backend", "setup", "198.18.0.100", "--undo", "--persist"}, "--undo and --persist"},
 		{[]string{"backend", "setup", "198.18.0.100", "--weight", "3"}, "unknown flag: --weight"},
