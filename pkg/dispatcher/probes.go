@@ -149,6 +149,18 @@ func advisorProblem(a lb.Advisor) string {
 	return fmt.Sprintf("advisor %s %s: until it can probe, its servers are not probed and keep their state", a.Key(), why)
 }
 
+// lacks reports whether no interface of this host has addr (what names
+// it); a failed check is logged and counts as held: nothing is said of an
+// address that could not be checked.
+func (e *Engine) lacks(what string, addr netip.Addr) bool {
+	held, err := e.opts.Netif.HoldsAddress(addr)
+	if err != nil {
+		e.log.Warn("checking that the host holds an address", "what", what, "address", addr, "err", err)
+		return false
+	}
+	return !held
+}
+
 // nfaProblems names each NFA of cfg that no interface of this host has:
 // probes leave from the NFA, so an advisor cannot probe from one that is
 // missing (a typo, or taken off), and its servers keep their state,
@@ -156,15 +168,7 @@ func advisorProblem(a lb.Advisor) string {
 func (e *Engine) nfaProblems(cfg lb.Config) []string {
 	var out []string
 	for _, nfa := range []netip.Addr{cfg.Executor.NFA, cfg.Executor.NFA6} {
-		if !nfa.IsValid() {
-			continue
-		}
-		held, err := e.opts.Netif.HoldsAddress(nfa)
-		if err != nil {
-			e.log.Warn("checking that the host holds the nfa", "nfa", nfa, "err", err)
-			continue
-		}
-		if !held {
+		if nfa.IsValid() && e.lacks("nfa", nfa) {
 			out = append(out, fmt.Sprintf("nfa %s is not an address of this host: advisors cannot probe from it, and their servers "+
 				"keep their state unwatched, until it is put on an interface (ip addr add %s/PREFIX dev %s)", nfa, nfa, cfg.Executor.Interface))
 		}
@@ -182,12 +186,7 @@ func (e *Engine) haSourceProblems(cfg lb.Config) []string {
 	}
 	var out []string
 	for _, src := range cfg.HA.Sources() {
-		held, err := e.opts.Netif.HoldsAddress(src)
-		if err != nil {
-			e.log.Warn("checking that the host holds a heartbeat source", "source", src, "err", err)
-			continue
-		}
-		if !held {
+		if e.lacks("heartbeat source", src) {
 			out = append(out, fmt.Sprintf("heartbeat source %s is not an address of this host: high availability cannot start "+
 				"with it (highavailability backup add is refused) until it is put on an interface (ip addr add %s/PREFIX dev IF) "+
 				"or the heartbeat is removed", src, src))
@@ -218,12 +217,7 @@ func (e *Engine) clusterProblems(cfg lb.Config, only map[netip.Addr]config.Kind)
 		if cl.Configure || cl.Announce {
 			continue
 		}
-		held, err := e.opts.Netif.HoldsAddress(cl.Address)
-		if err != nil {
-			e.log.Warn("checking that the host holds a cluster address", "cluster", cl.Address, "err", err)
-			continue
-		}
-		if !held {
+		if e.lacks("cluster", cl.Address) {
 			missing = append(missing, cl.Address.String())
 		}
 	}
