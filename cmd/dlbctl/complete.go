@@ -275,10 +275,8 @@ func (a *app) advisorCompletion(started bool) cobra.CompletionFunc {
 				if r.Name != args[0] {
 					continue
 				}
-				v = fmt.Sprint(r.Port)
-				if r.Cluster != "" {
-					v = r.Cluster + "@" + v
-				}
+				// The port of every cluster as the PORT it was started with.
+				v = strings.TrimPrefix(advisorOn(r), "@")
 			}
 			if strings.HasPrefix(v, toComplete) && !slices.Contains(out, v) {
 				out = append(out, v)

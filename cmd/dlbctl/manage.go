@@ -322,6 +322,10 @@ started on it (VIP@PORT, or PORT for the one of every cluster's port).`,
 		start, set, stop, report)
 }
 
+// advisorOn is the port an advisor was started on, as a target: VIP@PORT,
+// or @PORT for the port of every cluster.
+func advisorOn(r api.AdvisorReport) string { return fmt.Sprintf("%s@%d", r.Cluster, r.Port) }
+
 // selectAdvisors keeps the advisors of the name args[0] (when given)
 // started on target ("@PORT" or "VIP@PORT", when given); none is an
 // error that names those started.
@@ -332,7 +336,7 @@ func selectAdvisors(rs []api.AdvisorReport, args []string, target string) ([]api
 	var out []api.AdvisorReport
 	var started []string
 	for _, r := range rs {
-		on := fmt.Sprintf("%s@%d", r.Cluster, r.Port)
+		on := advisorOn(r)
 		started = append(started, r.Name+" "+on)
 		if r.Name == args[0] && (target == "" || target == on) {
 			out = append(out, r)
@@ -456,7 +460,7 @@ func managerTable(w io.Writer, r api.ManagerReport) {
 func advisorTable(w io.Writer, r []api.AdvisorReport) {
 	fmt.Fprintln(w, "ADVISOR\tTARGET\tSERVER\tSTATE\tLOAD_MS\tIN_STATE\tPROBES\tFAILS\tLAST_ERROR")
 	for _, a := range r {
-		t := fmt.Sprintf("%s@%d", a.Cluster, a.Port)
+		t := advisorOn(a)
 		if len(a.Servers) == 0 {
 			fmt.Fprintf(w, "%s\t%s\t-\t\t\t\t\t\t\n", a.Name, t)
 		}
