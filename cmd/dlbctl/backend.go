@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net/netip"
 	"runtime"
 	"strings"
 
@@ -52,8 +51,8 @@ func (a *app) backendCmd() *cobra.Command {
 			// Joined with '+' as in "cluster add" too.
 			for _, arg := range args {
 				for _, s := range strings.Split(arg, "+") {
-					v, err := netip.ParseAddr(strings.Trim(s, "[]"))
-					if err != nil {
+					v, ok := literalAddr(s)
+					if !ok {
 						return usagef("backend setup: %q is not an IP address", s)
 					}
 					o.VIPs = append(o.VIPs, v)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -147,7 +146,7 @@ func matchKeyword(cmd *cobra.Command, kw string, names []string) (string, error)
 		return found[0], nil
 	case 0:
 		hint := ""
-		if _, err := netip.ParseAddr(strings.Trim(kw, "[]")); err == nil {
+		if _, ok := literalAddr(kw); ok {
 			// "cluster add 10.0.0.1 10.0.0.2": a second target.
 			hint = fmt.Sprintf("; %s takes one target: join several with '+' (%s+%s)", cmdName(cmd), cmd.Flags().Arg(0), kw)
 		}
