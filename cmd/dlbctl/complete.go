@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 // completionTimeout bounds dlbd's answer to a completion: the shell waits
@@ -220,8 +221,8 @@ func filterPrefix(cs []cobra.Completion, prefix string) []cobra.Completion {
 }
 
 // askDlbd runs ask with the client of the command line's --socket or
-// --host, bounded by --timeout when given and completionTimeout
-// otherwise, and reports whether it succeeded; an error goes only to
+// --host, bounded by --timeout when given (and not 0, no limit) and
+// completionTimeout otherwise, and reports whether it succeeded; an error goes only to
 // cobra's debug file (BASH_COMP_DEBUG_FILE). A completion does not run
 // the checks that run before a command (PersistentPreRunE): it makes
 // them here.
@@ -287,8 +288,8 @@ func (a *app) advisorCompletion(started bool) cobra.CompletionFunc {
 }
 
 // interfaceCompletion completes an interface name with this host's
-// Ethernet interfaces (those with a 6-byte MAC address, what the executor
-// and a backend's ARP settings need). With --host, dlbd runs on another
+// Ethernet interfaces (lb.Link.Ethernet: what the executor and a
+// backend's ARP settings need). With --host, dlbd runs on another
 // host: nothing is offered.
 func (a *app) interfaceCompletion(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	none := cobra.ShellCompDirectiveNoFileComp
@@ -302,7 +303,7 @@ func (a *app) interfaceCompletion(*cobra.Command, []string, string) ([]cobra.Com
 	}
 	var out []cobra.Completion
 	for _, ifc := range ifs {
-		if len(ifc.HardwareAddr) != 6 {
+		if !(lb.Link{MAC: ifc.HardwareAddr}).Ethernet() {
 			continue
 		}
 		state := "down"
