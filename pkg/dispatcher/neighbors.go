@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -56,15 +57,21 @@ func silentHop(cfg lb.Config, a netip.Addr, wait time.Duration) string {
 	if a.Is6() {
 		question = "neighbour solicitations"
 	}
-	role, what := hopRole(cfg, a), "it takes no connections"
-	switch role {
-	case "router":
-		what = "the servers behind it take no connections"
-	case "clientgateway":
-		what = "the executor sends nothing through it"
-	}
+	role, what := hopLoss(cfg, a)
 	return fmt.Sprintf("%s %s did not answer %s within %v: %s until it does (is it up, and on %s's segment?)",
 		role, a, question, wait, what, cfg.Executor.Interface)
+}
+
+// hopLoss names what next hop a is in cfg (hopRole) and what is lost
+// while it cannot be reached.
+func hopLoss(cfg lb.Config, a netip.Addr) (role, what string) {
+	switch role = hopRole(cfg, a); role {
+	case "router":
+		return role, "the servers behind it take no connections"
+	case "clientgateway":
+		return role, "the executor sends nothing through it"
+	}
+	return role, "it takes no connections"
 }
 
 // refreshNeighbors re-reads how every next hop is reached and updates the
@@ -92,4 +99,46 @@ func (e *Engine) forgetNeighbors(addrs []netip.Addr) {
 	if err := e.opts.Netif.ForgetNeighbors(addrs); err != nil {
 		e.log.Warn("removing neighbour entries dlbd no longer uses", "err", err)
 	}
+}
+
+// maxHopProblems is how many next hops hopProblems names one by one.
+const maxHopProblems = 5
+
+// hopProblems names the next hops of cfg whose last lookup failed (no
+// route, reached through a gateway, an address of this host). A change
+// that brings such a hop in while the executor runs is refused; one that
+// starts the executor is not, nor a restart, nor the host's routes
+// changing under dlbd: the report says so. A hop never resolved takes
+// nothing; one whose route went is still sent to at its last known MAC
+// (a fault of this host's must not stop the service). hops are cfg's next
+// hops (nil: those of the servers the table counts, and the client
+// gateways). Beyond maxHopProblems hops the rest are counted.
+func (e *Engine) hopProblems(cfg lb.Config, hops []netip.Addr) []string {
+	if e.exec.dp == nil {
+		return nil
+	}
+	if hops == nil {
+		hops = append(e.net.ServerHops(), cfg.Executor.ClientGateway, cfg.Executor.ClientGateway6)
+	}
+	var failed []netip.Addr
+	for _, a := range hops {
+		if a.IsValid() && e.net.Err(a) != nil {
+			failed = append(failed, a)
+		}
+	}
+	slices.SortFunc(failed, netip.Addr.Compare)
+	failed = slices.Compact(failed)
+	var out []string
+	for i, a := range failed {
+		if i == maxHopProblems {
+			out = append(out, fmt.Sprintf("%d more next hops cannot be looked up (dlbd's log says why)", len(failed)-i))
+			break
+		}
+		role, what := hopLoss(cfg, a)
+		if mac := e.net.MAC(a); mac != nil {
+			what = "the executor goes on sending to its last known MAC, " + mac.String()
+		}
+		out = append(out, fmt.Sprintf("%s %s cannot be looked up (%v): %s", role, a, e.net.Err(a), what))
+	}
+	return out
 }

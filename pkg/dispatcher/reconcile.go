@@ -203,6 +203,10 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		return lb.Errorf("configure", "", "%v", err)
 	}
 	e.exec.err = nil
+	if e.out != nil {
+		// Logged as each lookup failed; the change says it too.
+		e.out.Warnings = append(e.out.Warnings, e.hopProblems(cfg, nexthop.AllHops(cfg))...)
+	}
 	return nil
 }
 
