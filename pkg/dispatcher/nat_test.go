@@ -314,3 +314,22 @@ func TestAdvisorProbesNATMapport(t *testing.T) {
 		}
 	}
 }
+
+// A return address of a NAT server added while the executor was stopped
+// is put on the interface when it starts (the servers' replies come to
+// it), and taken off when its last server goes.
+func TestReturnAddressAddedWhileStopped(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	ra := netip.MustParseAddr("198.18.0.4")
+	h.mustApply(op("executor", "stop", ""), withP(op("port", "add", vip+"@8080"), config.P("method", "nat")),
+		withP(op("server", "add", vip+"@8080@198.18.0.23"), config.P("returnaddress", ra.String())))
+	h.mustApply(op("executor", "start", ""))
+	if ifname, ok := h.nif.address(ra); !ok || ifname != "eth0" {
+		t.Errorf("return address %s after executor start: on %q (%v); want on eth0", ra, ifname, ok)
+	}
+	h.mustApply(op("server", "remove", vip+"@8080@198.18.0.23"))
+	if ifname, ok := h.nif.address(ra); ok {
+		t.Errorf("return address %s still on %s after its last server went", ra, ifname)
+	}
+}

@@ -176,6 +176,9 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	}
 	e.exec.dp = dp
 	e.exec.tables = map[uint32]table{}
+	// Changes made while the executor was stopped did not count the
+	// return addresses (reconcile returns early): count them all.
+	e.host.indexReturns(cfg)
 	// Pinned maps whose interface was deleted and created again while no
 	// dlbd ran name the old one's index (the executor is then not
 	// adopted: its link went with the interface).
