@@ -281,6 +281,9 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		for _, p := range e.natGROProblems(next) {
 			e.warn(p)
 		}
+		for _, p := range e.returnSourceProblems() {
+			e.warn(p)
+		}
 	}
 	for _, a := range next.Advisors {
 		if kind, ok := ch.Advisors[a.Key()]; ok && kind != config.Removed {

@@ -352,6 +352,9 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	h := newHarness(t, t.TempDir())
 	base(h)
 	h.nif.offLink[netip.MustParseAddr("198.18.9.9")] = true
+	h.nif.mu.Lock()
+	h.nif.src = netip.MustParseAddr("198.18.0.1") // the interface's own address
+	h.nif.mu.Unlock()
 
 	cases := []struct {
 		name  string
@@ -404,6 +407,8 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"wildcard matches nothing", []config.Op{op("server", "add", "@8080@198.18.0.23")}, "port"},
 		{"unknown interface", []config.Op{op("executor", "stop", ""), withP(op("executor", "start", ""), config.P("interface", "nope0"))}, "interface"},
 		{"server off link", []config.Op{op("server", "add", vip+"@80@198.18.9.9")}, "server"},
+		{"return address the host's own connections leave from", []config.Op{withP(op("port", "add", vip+"@8080"), config.P("method", "nat")),
+			withP(op("server", "add", vip+"@8080@198.18.0.23"), config.P("returnaddress", "198.18.0.1"))}, "returnaddress"},
 		{"flag that does not belong", []config.Op{withP(op("cluster", "add", vip2), config.P("weight", "1"))}, "weight"},
 		{"unknown object", []config.Op{op("rule", "add", vip)}, "object"},
 		{"unknown action", []config.Op{op("cluster", "down", vip)}, "action"},

@@ -375,6 +375,8 @@ type fakeNetif struct {
 	// noRoutes makes Neighbors find no route to anything (an interface
 	// whose address is not back yet).
 	noRoutes bool
+	// src is the source address of the routes Neighbors finds.
+	src netip.Addr
 	// refuse makes AddAddress fail for these addresses.
 	refuse map[netip.Addr]bool
 	// xdp is the XDP program eth0 reports.
@@ -555,7 +557,7 @@ func (n *fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, m
 			continue
 		}
 		n.entries[a] = true
-		out[a] = lb.Neighbor{Ifindex: n.ifindex, IfMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, MAC: n.macs[a]}
+		out[a] = lb.Neighbor{Ifindex: n.ifindex, IfMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, MAC: n.macs[a], Src: n.src}
 	}
 	return out, errs
 }

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -312,6 +313,43 @@ func TestAdvisorProbesNATMapport(t *testing.T) {
 		if got[a] != p {
 			t.Errorf("%s probed at port %d, want %d", a, got[a], p)
 		}
+	}
+}
+
+// A return address this host's own connections leave from (the
+// interface's own address) is refused by a change while the executor
+// runs; kept by executor start, which warns, and by the report while it
+// lasts; a change that keeps it (a weight) is not refused.
+func TestReturnSourceWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	h.nif.mu.Lock()
+	h.nif.src = netip.MustParseAddr("198.18.0.1")
+	h.nif.mu.Unlock()
+	const own = "198.18.0.1"
+	srv := vip + "@8080@198.18.0.23"
+	nat := withP(op("port", "add", vip+"@8080"), config.P("method", "nat"))
+	if err := h.apply(nat, withP(op("server", "add", srv), config.P("returnaddress", own))); lb.FieldOf(err) != "returnaddress" ||
+		!strings.Contains(err.Error(), "198.18.0.1 is an address this host uses itself (its connections to 198.18.0.2") {
+		t.Fatalf("a NAT server with the host's own address as return address: %v; want a refusal naming returnaddress and why", err)
+	}
+
+	h.mustApply(op("executor", "stop", ""), nat, withP(op("server", "add", srv), config.P("returnaddress", own)))
+	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("executor", "start", "")})
+	if err != nil {
+		t.Fatalf("executor start: %v", err)
+	}
+	const key = "return address 198.18.0.1 is an address this host uses itself"
+	if !slices.ContainsFunc(a.Warnings, func(w string) bool { return strings.HasPrefix(w, key) }) {
+		t.Errorf("executor start's warnings %q lack %q", a.Warnings, key)
+	}
+	if w := h.executorWarnings(key); len(w) != 1 || !strings.HasSuffix(w[0], "(dlbctl server set CLUSTER@PORT@SERVER returnaddress ADDRESS)") {
+		t.Errorf("executor report's warnings %q", w)
+	}
+	h.mustApply(withP(op("server", "set", srv), config.P("weight", "5")))
+	h.mustApply(withP(op("server", "set", srv), config.P("returnaddress", "198.18.0.3")))
+	if w := h.executorWarnings(key); len(w) != 0 {
+		t.Errorf("warnings with a return address of its own: %q", w)
 	}
 }
 

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -158,4 +159,81 @@ func listSome(items []string, n int) string {
 		return strings.Join(items[:n], ", ") + fmt.Sprintf(", and %d more", len(items)-n)
 	}
 	return strings.Join(items, ", ")
+}
+
+// A return address must be the executor's alone: it takes every packet
+// to one, and the guard drops what it does not take. An address the host
+// uses itself (the interface's own, given as a return address) would
+// lose the host's connections from it (advisors' probes without an nfa,
+// metric polls, ssh from this host) and to it (ssh to this host).
+// sourceHops maps the addresses this host's own connections to the next
+// hops of hops (and the table's) leave from (their routes' preferred
+// sources) to one such hop, the lowest.
+func (e *Engine) sourceHops(hops []netip.Addr) map[netip.Addr]netip.Addr {
+	out := map[netip.Addr]netip.Addr{}
+	for _, h := range append(e.net.ServerHops(), hops...) {
+		nb, ok := e.net.Neighbor(h)
+		if !ok || !nb.Src.IsValid() {
+			continue
+		}
+		if was, ok := out[nb.Src]; !ok || h.Less(was) {
+			out[nb.Src] = h
+		}
+	}
+	return out
+}
+
+// returnSourceText says why return address r, the source of this host's
+// connections to hop, cannot serve.
+func returnSourceText(r, hop netip.Addr) string {
+	return fmt.Sprintf("%s is an address this host uses itself (its connections to %s leave from it): the executor takes "+
+		"every packet to a return address, so the host's own connections from and to it would fail (ssh, advisors' probes "+
+		"without an nfa, metric polls); give NAT an address of its own", r, hop)
+}
+
+// checkReturnSources refuses a change from old to next that gives a NAT
+// server a return address this host's own connections leave from
+// (sourceHops), fresh being the next hops the change brought in,
+// resolved. A server that kept its return address is let be (restored
+// with it, it is warned of): a change of its weight is not refused.
+func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh []netip.Addr) error {
+	var srcs map[netip.Addr]netip.Addr
+	for k, kind := range ch.Servers {
+		if kind == config.Removed {
+			continue
+		}
+		s := next.Server(k)
+		if p := next.Port(k.Service); s == nil || p == nil || p.Method != lb.NAT || !s.ReturnAddress.IsValid() {
+			continue
+		}
+		if was, op := old.Server(k), old.Port(k.Service); was != nil && op != nil && op.Method == lb.NAT && was.ReturnAddress == s.ReturnAddress {
+			continue
+		}
+		if srcs == nil {
+			srcs = e.sourceHops(fresh)
+		}
+		if hop, ok := srcs[s.ReturnAddress]; ok {
+			return lb.Errorf("returnaddress", k.String(), "%s", returnSourceText(s.ReturnAddress, hop))
+		}
+	}
+	return nil
+}
+
+// returnSourceProblems names the return addresses of the configuration
+// that this host's own connections leave from (see sourceHops): kept
+// when the executor started with them or a route changed under dlbd,
+// refused by a change that brings one in.
+func (e *Engine) returnSourceProblems() []string {
+	if len(e.host.returns) == 0 {
+		return nil
+	}
+	srcs := e.sourceHops(nil)
+	var out []string
+	for r := range e.host.returns {
+		if hop, ok := srcs[r]; ok {
+			out = append(out, "return address "+returnSourceText(r, hop)+" (dlbctl server set CLUSTER@PORT@SERVER returnaddress ADDRESS)")
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -104,6 +104,9 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 			return false, lb.Errorf(hopRole(next, a), a.String(), "%v", err)
 		}
 	}
+	if err := e.checkReturnSources(old, next, ch, fresh); err != nil {
+		return false, err
+	}
 
 	u := lb.DataplaneUpdate{}
 	if old.Executor != next.Executor {

@@ -309,6 +309,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 		x.Warnings = append(x.Warnings, e.clusterProblems(e.ed.Config(), nil)...)
 		x.Warnings = append(x.Warnings, e.haSourceProblems(e.ed.Config())...)
 		x.Warnings = append(x.Warnings, e.hopProblems(e.ed.Config(), nil)...)
+		x.Warnings = append(x.Warnings, e.returnSourceProblems()...)
 	}
 	if e.exec.trace != nil {
 		x.Trace = e.exec.trace.status()

@@ -341,6 +341,9 @@ type Neighbor struct {
 	IfMAC   net.HardwareAddr
 	// MAC is the server's MAC address, or nil while it is not resolved.
 	MAC net.HardwareAddr
+	// Src is the address this host's own packets to it leave from (its
+	// route's preferred source), invalid when the route names none.
+	Src netip.Addr
 }
 
 // TableSum returns a checksum of a Maglev table (FNV-1a over its slots,

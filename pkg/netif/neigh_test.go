@@ -491,7 +491,7 @@ func TestPrivilegedForwarding(t *testing.T) {
 }
 
 // TestPrivilegedNeighborsRefuseWhatIsNotOneHost: Neighbors reaches a
-// neighbour on the segment, and refuses, naming why, what MAC forwarding
+// neighbour on the segment (from the interface's address), and refuses, naming why, what MAC forwarding
 // must not send to: an address of this host, the subnet's broadcast
 // address (its MAC is ff:ff:ff:ff:ff:ff: every host would receive the
 // frames), an address reached through a gateway, one with no route.
@@ -515,8 +515,8 @@ func TestPrivilegedNeighborsRefuseWhatIsNotOneHost(t *testing.T) {
 		got, errs := New().Neighbors([]netip.Addr{addr})
 		err := errs[addr]
 		switch {
-		case tc.wantErr == "" && (err != nil || got[addr].Ifindex != a.Attrs().Index):
-			t.Errorf("%s: %+v, %v; want reached through dlbhn0", tc.addr, got[addr], err)
+		case tc.wantErr == "" && (err != nil || got[addr].Ifindex != a.Attrs().Index || got[addr].Src != netip.MustParseAddr("198.18.0.1")):
+			t.Errorf("%s: %+v, %v; want reached through dlbhn0, from 198.18.0.1", tc.addr, got[addr], err)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%s: error %v; want one with %q", tc.addr, err, tc.wantErr)
 		}

@@ -206,6 +206,9 @@ func (n *Netif) route(addr netip.Addr) (lb.Neighbor, error) {
 		return nb, err
 	}
 	nb.Ifindex, nb.IfMAC = link.Index, link.MAC
+	if src, ok := netip.AddrFromSlice(r.Src); ok {
+		nb.Src = src.Unmap()
+	}
 	return nb, nil
 }
 

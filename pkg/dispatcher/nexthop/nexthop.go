@@ -286,6 +286,8 @@ func (t *Table) Refresh(r Resolver, log *slog.Logger, addrs []netip.Addr) []neti
 			}
 			t.neigh[a] = nb
 			changed = append(changed, a)
+		} else if old.Src != nb.Src {
+			t.neigh[a] = nb // the host's source: nothing to write
 		}
 	}
 	return changed

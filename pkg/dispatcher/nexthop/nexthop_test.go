@@ -113,12 +113,14 @@ func TestRefresh(t *testing.T) {
 	m1, m2 := mac("02:00:00:00:00:21"), mac("02:00:00:00:00:99")
 	if1, if2 := mac("02:00:00:00:00:02"), mac("02:00:00:00:00:03")
 	unreachable := errors.New("no route")
+	src1, src2 := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.0.3")
 	for _, c := range []struct {
 		name        string
 		before, now *lb.Neighbor // nil: none (now: the error)
 		changed     bool
 		wantMAC     net.HardwareAddr
 		wantErr     bool
+		wantSrc     netip.Addr
 	}{
 		{name: "resolved", now: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1}, changed: true, wantMAC: m1},
 		{name: "the same", before: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1}, now: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1}, wantMAC: m1},
@@ -128,6 +130,9 @@ func TestRefresh(t *testing.T) {
 		{name: "re-resolving keeps the last MAC", before: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1}, now: &lb.Neighbor{Ifindex: 3, IfMAC: if1}, wantMAC: m1},
 		{name: "unreachable", before: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1}, wantMAC: m1, wantErr: true},
 		{name: "not resolved yet", now: &lb.Neighbor{Ifindex: 3, IfMAC: if1}, changed: true},
+		{name: "the host's source changed: nothing to write", before: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1, Src: src1},
+			now: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1, Src: src2}, wantMAC: m1, wantSrc: src2},
+		{name: "unreachable keeps the source", before: &lb.Neighbor{Ifindex: 3, IfMAC: if1, MAC: m1, Src: src1}, wantMAC: m1, wantErr: true, wantSrc: src1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tab := New()
@@ -148,6 +153,9 @@ func TestRefresh(t *testing.T) {
 			}
 			if got := tab.MAC(s1); got.String() != c.wantMAC.String() {
 				t.Errorf("MAC %v, want %v", got, c.wantMAC)
+			}
+			if nb, _ := tab.Neighbor(s1); nb.Src != c.wantSrc {
+				t.Errorf("source %v, want %v", nb.Src, c.wantSrc)
 			}
 			if got := tab.Err(s1) != nil; got != c.wantErr {
 				t.Errorf("error %v, want one: %v", tab.Err(s1), c.wantErr)
