@@ -321,9 +321,15 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 	x.Loaded, x.Info = true, dp.Info()
 	if a, ok := dp.Attached(); ok {
 		x.Attached, x.Attachment = true, a
-		if _, err := e.opts.Netif.LinkByIndex(a.Ifindex); err != nil && warnings {
+		link, err := e.opts.Netif.LinkByIndex(a.Ifindex)
+		switch {
+		case !warnings:
+		case err != nil:
 			x.Warnings = append(x.Warnings, fmt.Sprintf("the executor is attached to ifindex %d, which is no interface of this network namespace "+
 				"(moved to another namespace?): it forwards there, not here, until the interface comes back", a.Ifindex))
+		case !link.Up:
+			x.Warnings = append(x.Warnings, fmt.Sprintf("interface %s is down (set down, or without carrier): the executor receives nothing "+
+				"and sends nothing until it is up (ip link set %s up; a cable, the switch port)", link.Name, link.Name))
 		}
 	}
 	x.AttachedMode = e.host.attachedMode

@@ -64,3 +64,30 @@ func TestStatusFacts(t *testing.T) {
 		t.Errorf("one change after the restart, %d counted", st.Changes)
 	}
 }
+
+// The executor's interface down (set down, or its carrier lost) is a
+// warning of the report while it lasts: the executor is still attached,
+// and the servers' lookups fail for it.
+func TestInterfaceDownWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	down := func(b bool) {
+		h.nif.mu.Lock()
+		defer h.nif.mu.Unlock()
+		h.nif.linkDown = b
+	}
+	const key = "interface eth0 is down"
+	if w := h.executorWarnings(key); len(w) != 0 {
+		t.Errorf("warnings with the interface up: %q", w)
+	}
+	down(true)
+	want := "interface eth0 is down (set down, or without carrier): the executor receives nothing and sends nothing until it is up " +
+		"(ip link set eth0 up; a cable, the switch port)"
+	if w := h.executorWarnings(key); len(w) != 1 || w[0] != want {
+		t.Errorf("warnings with the interface down: %q; want %q", w, want)
+	}
+	down(false)
+	if w := h.executorWarnings(key); len(w) != 0 {
+		t.Errorf("warnings with the interface up again: %q", w)
+	}
+}
