@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"io"
 	"log/slog"
 	"maps"
@@ -528,6 +529,9 @@ func (n *fakeNetif) HoldsAddress(a netip.Addr) (bool, error) {
 func (n *fakeNetif) Forwarding(ifname string, ipv6 bool) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.ifindex == 0 || ifname != n.ifname() {
+		return false, fmt.Errorf("reading /proc/sys/net/ipv4/conf/%s/forwarding: %w", ifname, fs.ErrNotExist)
+	}
 	return n.forwarding[ipv6], nil
 }
 

@@ -1,7 +1,9 @@
 package dispatcher
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"slices"
 	"strings"
@@ -67,6 +69,11 @@ func (e *Engine) natRouteProblems(cfg lb.Config) []string {
 			continue
 		}
 		on, err := e.opts.Netif.Forwarding(ex.Interface, fam.v6)
+		if errors.Is(err, fs.ErrNotExist) {
+			// No such interface (yet): the executor's own state says
+			// so; every report logging it again would not.
+			continue
+		}
 		if err != nil {
 			e.log.Warn("checking whether NAT replies can be routed", "err", err)
 			continue

@@ -1,11 +1,14 @@
 package dispatcher
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
+	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestStatusFacts: a snapshot counts applied changes (a refused one does
@@ -89,5 +92,25 @@ func TestInterfaceDownWarned(t *testing.T) {
 	down(false)
 	if w := h.executorWarnings(key); len(w) != 0 {
 		t.Errorf("warnings with the interface up again: %q", w)
+	}
+}
+
+// While the executor's interface does not exist, the reports say so
+// (detached) and the NAT route check, which reads the interface's
+// forwarding setting, logs nothing at every report.
+func TestNATRouteCheckQuietWithoutInterface(t *testing.T) {
+	var logs testutil.LogBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
+	base(h)
+	h.mustApply(natPortOps()...)
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	for range 3 {
+		h.executorWarnings("")
+	}
+	if strings.Contains(logs.String(), "checking whether NAT replies can be routed") {
+		t.Errorf("the NAT route check logged with the interface gone:\n%s", logs.String())
 	}
 }
