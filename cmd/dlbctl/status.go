@@ -23,12 +23,13 @@ type statusReport struct {
 	// Servers counts the servers (each once per port) by state.
 	Servers map[string]int `json:"servers"`
 	// NoServer lists the ports where no server takes new connections.
-	NoServer []string       `json:"ports_without_server"`
-	Manager  statusManager  `json:"manager"`
-	Metrics  *statusMetrics `json:"metric_servers,omitempty"`
-	HA       *statusHA      `json:"high_availability,omitempty"`
-	BGP      *statusBGP     `json:"bgp,omitempty"`
-	Warnings []string       `json:"warnings"`
+	NoServer []string        `json:"ports_without_server"`
+	Manager  statusManager   `json:"manager"`
+	Advisors *statusAdvisors `json:"advisors,omitempty"`
+	Metrics  *statusMetrics  `json:"metric_servers,omitempty"`
+	HA       *statusHA       `json:"high_availability,omitempty"`
+	BGP      *statusBGP      `json:"bgp,omitempty"`
+	Warnings []string        `json:"warnings"`
 	// Attention lists what needs the operator: empty when all is well.
 	Attention []string `json:"attention"`
 }
@@ -52,6 +53,17 @@ type statusMetrics struct {
 	// Failing: "ADDRESS: LAST ERROR" of the servers that are up and whose
 	// report is stale after an error.
 	Failing []string `json:"failing"`
+}
+
+// statusAdvisors is the advisors' side, when any is started: how many
+// servers they probe, by state, and those this host cannot probe.
+type statusAdvisors struct {
+	Advisors int            `json:"advisors"`
+	Probed   int            `json:"probed"`
+	States   map[string]int `json:"states"`
+	// CannotProbe: "ADVISOR TARGET SERVER: LAST ERROR" of the servers
+	// whose last probe could not be made from this host.
+	CannotProbe []string `json:"cannot_probe"`
 }
 
 type statusManager struct {
@@ -93,10 +105,11 @@ type statusBGP struct {
 
 const statusLong = `Report in a few lines whether this dispatcher serves: the executor, the
 servers by state and the ports where none takes new connections, the
-manager, the metric servers, high availability and BGP when configured, and
-every warning of "executor report". The last line says what needs
-attention, if anything: the executor not attached, a port without a server,
-a warning, a server that is up and whose metric reports fail, high
+manager, the advisors, the metric servers, high availability and BGP when
+configured, and every warning of "executor report". The last line says what
+needs attention, if anything: the executor not attached, a port without a
+server, a warning, a server this host cannot probe (no route to it, its NFA
+gone), a server that is up and whose metric reports fail, high
 availability not running or without its peer (or a standby without a full
 copy of the active's tables, or a peer serving another configuration), a
 BGP session down or a cluster withdrawn.
@@ -170,6 +183,23 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 			r.NoServer = append(r.NoServer, fmt.Sprintf("%s@%d", p.Cluster, p.Port))
 		}
 	}
+	adv, err := cl.Advisors(ctx)
+	if err != nil {
+		return r, err
+	}
+	if len(adv) > 0 {
+		a := &statusAdvisors{Advisors: len(adv), States: map[string]int{}, CannotProbe: []string{}}
+		for _, ar := range adv {
+			for _, s := range ar.Servers {
+				a.Probed++
+				a.States[s.State]++
+				if s.CannotProbe {
+					a.CannotProbe = append(a.CannotProbe, fmt.Sprintf("%s %s %s: %s", ar.Name, advisorOn(ar), s.Address, s.LastError))
+				}
+			}
+		}
+		r.Advisors = a
+	}
 	mr, err := cl.Metrics(ctx)
 	if err != nil {
 		return r, err
@@ -242,14 +272,14 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 	if n := len(r.Warnings); n > 0 {
 		out = append(out, fmt.Sprintf("%d %s", n, plural(n, "warning", "warnings")))
 	}
+	if a := r.Advisors; a != nil && len(a.CannotProbe) > 0 {
+		n := len(a.CannotProbe)
+		out = append(out, fmt.Sprintf("this host cannot probe %s, %s unchecked: %s", counted(n, "server", "servers"),
+			plural(n, "whose state goes", "whose states go"), listSome(a.CannotProbe, 3)))
+	}
 	if m := r.Metrics; m != nil && len(m.Failing) > 0 {
-		shown := m.Failing[:min(len(m.Failing), 3)]
-		more := ""
-		if n := len(m.Failing) - len(shown); n > 0 {
-			more = fmt.Sprintf(" and %d more", n)
-		}
-		out = append(out, fmt.Sprintf("no metric report from %s that %s up: %s%s", counted(len(m.Failing), "server", "servers"),
-			plural(len(m.Failing), "is", "are"), strings.Join(shown, "; "), more))
+		out = append(out, fmt.Sprintf("no metric report from %s that %s up: %s", counted(len(m.Failing), "server", "servers"),
+			plural(len(m.Failing), "is", "are"), listSome(m.Failing, 3)))
 	}
 	if h := r.HA; h != nil {
 		switch {
@@ -276,6 +306,16 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 		}
 	}
 	return out
+}
+
+// listSome joins the first n of items with "; ", and counts the rest.
+func listSome(items []string, n int) string {
+	shown := items[:min(len(items), n)]
+	s := strings.Join(shown, "; ")
+	if more := len(items) - len(shown); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
 }
 
 func orSuffix(s string) string {
@@ -321,6 +361,20 @@ func statusTable(w io.Writer, r statusReport) {
 		mgr = fmt.Sprintf("running, every %g s", r.Manager.Interval)
 	}
 	fmt.Fprintf(w, "manager\t%s\n", mgr)
+	if a := r.Advisors; a != nil {
+		var states []string
+		for _, st := range slices.Sorted(maps.Keys(a.States)) {
+			states = append(states, fmt.Sprintf("%d %s", a.States[st], st))
+		}
+		line := fmt.Sprintf("%s probing %s", counted(a.Advisors, "advisor", "advisors"), counted(a.Probed, "server", "servers"))
+		if len(states) > 0 {
+			line += ": " + strings.Join(states, ", ")
+		}
+		if n := len(a.CannotProbe); n > 0 {
+			line += fmt.Sprintf("; %d cannot be probed from this host", n)
+		}
+		fmt.Fprintf(w, "advisors\t%s\n", line)
+	}
 	if m := r.Metrics; m != nil {
 		fmt.Fprintf(w, "metric servers\t%d of %d reporting (%s)\n", m.Reporting, m.Servers, m.Source)
 	}

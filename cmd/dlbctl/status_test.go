@@ -26,6 +26,8 @@ func TestStatus(t *testing.T) {
 				Replication: api.HAReplReport{Synced: true}},
 			bgp: api.BGPReport{Configured: true, Running: true, Neighbors: []api.BGPNeighborReport{{Address: "10.0.0.254", State: "established"}},
 				Clusters: []api.BGPClusterReport{{Address: "10.0.0.100", Announce: true, Announced: true}, {Address: "10.0.0.101"}}},
+			advisors: []api.AdvisorReport{{Name: "http", Cluster: "10.0.0.100", Port: 80, Servers: []api.AdvisorServer{
+				{Address: "10.0.1.5", State: "up"}, {Address: "10.0.1.6", State: "up"}, {Address: "10.0.1.7", State: "down"}}}},
 		}
 	}
 	tests := []struct {
@@ -38,6 +40,7 @@ func TestStatus(t *testing.T) {
 			"executor           attached to eth0 (native), 120 of 262144 connections",
 			"servers            1 port, 3 servers: 1 failed, 2 up",
 			"manager            running, every 2 s",
+			"advisors           1 advisor probing 3 servers: 1 down, 2 up",
 			"metric servers     2 of 3 reporting (dlbmetricd)",
 			"high availability  role backup: standby for the peer's clusters (synced); peer primary alive",
 			"bgp                1 of 1 sessions up, 1 of 1 clusters announced",
@@ -76,6 +79,17 @@ func TestStatus(t *testing.T) {
 			f.metrics.Servers[0].Stale = true
 		}, []string{"metric servers     1 of 3 reporting (dlbmetricd)"}, nil},
 		{"no metrics", func(f *fakeEngine) { f.metrics = api.MetricReport{Source: "dlbmetricd"} }, nil, nil},
+		{"servers this host cannot probe", func(f *fakeEngine) {
+			f.advisors = append(f.advisors, api.AdvisorReport{Name: "connect", Port: 443, Servers: []api.AdvisorServer{{Address: "10.0.1.5", State: "up"}}})
+			for _, s := range []*api.AdvisorServer{&f.advisors[0].Servers[0], &f.advisors[0].Servers[1], &f.advisors[1].Servers[0]} {
+				s.CannotProbe, s.LastError = true, "network unreachable: no route from this host"
+			}
+		}, []string{"advisors           2 advisors probing 4 servers: 1 down, 3 up; 3 cannot be probed from this host"}, []string{
+			"this host cannot probe 3 servers, whose states go unchecked: http 10.0.0.100@80 10.0.1.5: network unreachable: no route from this host; " +
+				"http 10.0.0.100@80 10.0.1.6: network unreachable: no route from this host; " +
+				"connect @443 10.0.1.5: network unreachable: no route from this host",
+		}},
+		{"no advisors", func(f *fakeEngine) { f.advisors = nil }, nil, nil},
 		{"a standby without a copy", func(f *fakeEngine) { f.ha.Replication.Synced = false }, nil,
 			[]string{"standing by without a full copy of the active's connection tables"}},
 		{"a peer with another configuration", func(f *fakeEngine) { f.ha.DigestMatch = false }, nil,
@@ -101,6 +115,9 @@ func TestStatus(t *testing.T) {
 					t.Fatalf("the table lacks %q after byte %d:\n%s", want, at, r.stdout)
 				}
 				at += i + len(want)
+			}
+			if tt.name == "no advisors" && strings.Contains(r.stdout, "advisor") {
+				t.Errorf("advisors shown though none is started:\n%s", r.stdout)
 			}
 			if tt.name == "no metrics" && strings.Contains(r.stdout, "metric") {
 				t.Errorf("metric servers shown though no metric is configured:\n%s", r.stdout)

@@ -619,6 +619,9 @@ type AdvisorServer struct {
 	// of its own (its NFA or its route to the server missing, out of file
 	// descriptors, its firewall), which are neither probes nor failures.
 	Unmade uint64 `json:"unmade,omitempty"`
+	// CannotProbe says the last probe was one of those: the state is the
+	// one before, unchecked, until this host can probe again.
+	CannotProbe bool `json:"cannot_probe,omitempty"`
 }
 
 // MetricReport describes the metric sources and what they reported.

@@ -235,6 +235,9 @@ func TestAdvisorCannotProbe(t *testing.T) {
 	if a[s1].State != lb.AdvisorUp || a[s2].State != lb.AdvisorDown {
 		t.Errorf("after probes that could not be made: %s %s, %s %s; want them unchanged (up, down)", s1, a[s1].State, s2, a[s2].State)
 	}
+	if !a[s1].LastUnmade || !a[s2].LastUnmade {
+		t.Errorf("the last probes are not said to be unmade: %+v, %+v", a[s1], a[s2])
+	}
 	if a[s1].Failures != failures || a[s1].Unmade < 3 {
 		t.Errorf("%s: failures went from %d to %d on probes that never reached it, %d counted unmade (want at least 3)",
 			s1, failures, a[s1].Failures, a[s1].Unmade)
@@ -249,6 +252,10 @@ func TestAdvisorCannotProbe(t *testing.T) {
 	fp.setLocal(false)
 	fp.set(s2, false, 0)
 	eventually(t, "probes decide again", func() bool { return h.advisorStates(80)[s2].State == lb.AdvisorUp })
+	eventually(t, "the last probes to be made ones", func() bool {
+		a := h.advisorStates(80)
+		return !a[s1].LastUnmade && !a[s2].LastUnmade
+	})
 	if !strings.Contains(logs.String(), "advisor probes again") {
 		t.Error("the probes' return was not logged")
 	}

@@ -216,6 +216,8 @@ type AdvisorStatus struct {
 	// Unmade counts the probes this host could not make
 	// (advisors.Result.Local): they say nothing of the server.
 	Unmade uint64
+	// LastUnmade says the last probe was one of those.
+	LastUnmade bool
 }
 
 // MetricStatus is a server's last load report.
@@ -267,7 +269,7 @@ func (e *Engine) status(q Query) (*Status, error) {
 	}
 	e.health.Each(func(k health.Key, h *health.State) {
 		as := AdvisorStatus{State: h.State, LoadMS: h.Last.LoadMS(), LastError: h.Last.Reason,
-			Since: h.Since, Probes: h.Probes, Failures: h.Fails, Unmade: h.Local}
+			Since: h.Since, Probes: h.Probes, Failures: h.Fails, Unmade: h.Local, LastUnmade: h.Last.Local}
 		if h.Probes == 0 {
 			as.LoadMS = 0
 		}

@@ -221,7 +221,7 @@ func advisorReports(st *dispatcher.Status) []api.AdvisorReport {
 		for _, k := range keys {
 			h := st.Advisors[k]
 			r.Servers = append(r.Servers, api.AdvisorServer{Address: k.Addr.String(), Port: k.Port, State: h.State.String(),
-				LoadMS: h.LoadMS, LastError: h.LastError, Probes: h.Probes, Failures: h.Failures, Unmade: h.Unmade,
+				LoadMS: h.LoadMS, LastError: h.LastError, Probes: h.Probes, Failures: h.Failures, Unmade: h.Unmade, CannotProbe: h.LastUnmade,
 				Since: h.Since.UTC().Format(time.RFC3339), SecondsInState: st.Now.Sub(h.Since).Seconds()})
 		}
 		out = append(out, r)
