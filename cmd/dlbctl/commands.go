@@ -176,7 +176,8 @@ started on.`,
 	set := a.opCmd(&cobra.Command{
 		Use:   "set KEYWORD VALUE [KEYWORD VALUE...]",
 		Short: "Set executor parameters (nfa, clientgateway, fintimeout)",
-		Long: `Set executor parameters, IBM style as keyword-value pairs:
+		Long: `Set executor parameters, IBM style as keyword-value pairs (or as flags,
+--nfa ADDR, before the first keyword):
 
   nfa ADDR|none         the non-forwarding address: traffic to it is never
                         balanced
@@ -203,6 +204,7 @@ first keyword.`,
 		op := api.Op{Object: api.ObjectExecutor, Action: api.ActionSet}
 		// executorSetArgs checked the keywords and values already, and
 		// resolved the host names (resolveParam remembers them).
+		args = executorPairs(cmd, args)
 		for i := 0; i+1 < len(args); i += 2 {
 			switch kw, _ := executorKeyword(args[i]); kw {
 			case "nfa":
@@ -222,6 +224,9 @@ first keyword.`,
 	// ("fintimeout -5" must reach dlbd and be refused there, naming the
 	// field): flags end at the first keyword.
 	set.Flags().SetInterspersed(false)
+	set.Flags().String("nfa", "", "the non-forwarding address, or none (as keyword nfa ADDR)")
+	set.Flags().String("clientgateway", "", "the router NAT replies go to clients through, or none (as keyword clientgateway ADDR)")
+	set.Flags().String("fintimeout", "", "seconds a finished connection keeps its entry (as keyword fintimeout SECONDS)")
 
 	return a.noun("executor", "Start, stop, set and report the executor (the XDP forwarder)",
 		`  dlbctl executor start --interface eth0
@@ -249,7 +254,20 @@ func executorKeyword(s string) (string, bool) {
 	return "", false
 }
 
+// executorPairs returns the keyword-value pairs of "executor set": those
+// given as flags (--nfa ADDR), then those given as keywords.
+func executorPairs(cmd *cobra.Command, args []string) []string {
+	var out []string
+	for _, kw := range executorKeywords {
+		if f := cmd.Flags().Lookup(kw); f != nil && f.Changed {
+			out = append(out, kw, f.Value.String())
+		}
+	}
+	return append(out, args...)
+}
+
 func (a *app) executorSetArgs(cmd *cobra.Command, args []string) error {
+	args = executorPairs(cmd, args)
 	if len(args) == 0 {
 		return usagef("executor set needs KEYWORD VALUE (keywords: %s)", strings.Join(executorKeywords, ", "))
 	}
