@@ -448,6 +448,15 @@ func (fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[
 	return out, nil
 }
 
+func (n fakeNetif) Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
+	out, errs := n.Neighbors(addrs)
+	for a, nb := range out {
+		nb.MAC = nil
+		out[a] = nb
+	}
+	return out, errs
+}
+
 func (fakeNetif) AddAddress(string, netip.Addr) (bool, error) { return true, nil }
 func (fakeNetif) DelAddress(string, netip.Addr) error         { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {

@@ -98,6 +98,10 @@ type Netif interface {
 	// Neighbors says how each address is reached, starting resolution of
 	// the MACs it does not know yet.
 	Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error)
+	// Routes says how each address is reached, as Neighbors does, from
+	// the routes alone: no MAC, and nothing asked of the kernel that
+	// would stay (a dry run's lookups).
+	Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error)
 	// AddAddress and DelAddress put a cluster address on an interface and
 	// take it off (off an interface that is gone: done, not an error).
 	// AddAddress reports whether it put the address on: one the

@@ -566,6 +566,24 @@ func (n *fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, m
 	return out, errs
 }
 
+func (n *fakeNetif) Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[netip.Addr]lb.Neighbor{}
+	errs := map[netip.Addr]error{}
+	for _, a := range addrs {
+		switch {
+		case n.offLink[a]:
+			errs[a] = fmt.Errorf("%s is not on a directly connected network", a)
+		case n.ifindex == 0 || n.noRoutes:
+			errs[a] = fmt.Errorf("no route to %s", a)
+		default:
+			out[a] = lb.Neighbor{Ifindex: n.ifindex, IfMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, Src: n.src}
+		}
+	}
+	return out, errs
+}
+
 func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -168,23 +168,55 @@ func listSome(items []string, n int) string {
 	return strings.Join(items, ", ")
 }
 
+// hopLookup says how a next hop is reached, or why it cannot be.
+type hopLookup func(netip.Addr) (lb.Neighbor, error)
+
+// tableLookup is a hopLookup of the next-hop table (hops resolved or
+// failed already).
+func (e *Engine) tableLookup(a netip.Addr) (lb.Neighbor, error) {
+	nb, _ := e.net.Neighbor(a)
+	return nb, e.net.Err(a)
+}
+
+// checkHops refuses a change from old to next, while the executor runs,
+// that brings in a next hop this host cannot forward to (fresh: those it
+// brings in, looked up by look), or that gives a NAT server a return
+// address the host's own connections leave from (checkReturnSources).
+func (e *Engine) checkHops(old, next lb.Config, ch config.Change, fresh []netip.Addr, look hopLookup) error {
+	for _, a := range fresh {
+		if _, err := look(a); err != nil {
+			return lb.Errorf(hopRole(next, a), a.String(), "%v", err)
+		}
+	}
+	return e.checkReturnSources(old, next, ch, fresh, look)
+}
+
 // A return address must be the executor's alone: it takes every packet
 // to one, and the guard drops what it does not take. An address the host
 // uses itself (the interface's own, given as a return address) would
 // lose the host's connections from it (advisors' probes without an nfa,
 // metric polls, ssh from this host) and to it (ssh to this host).
 // sourceHops maps the addresses this host's own connections to the next
-// hops of hops (and the table's) leave from (their routes' preferred
-// sources) to one such hop, the lowest.
-func (e *Engine) sourceHops(hops []netip.Addr) map[netip.Addr]netip.Addr {
+// hops of the table, and to fresh (looked up by look), leave from (their
+// routes' preferred sources) to one such hop, the lowest.
+func (e *Engine) sourceHops(fresh []netip.Addr, look hopLookup) map[netip.Addr]netip.Addr {
 	out := map[netip.Addr]netip.Addr{}
-	for _, h := range append(e.net.ServerHops(), hops...) {
-		nb, ok := e.net.Neighbor(h)
-		if !ok || !nb.Src.IsValid() {
-			continue
+	add := func(h netip.Addr, nb lb.Neighbor) {
+		if !nb.Src.IsValid() {
+			return
 		}
 		if was, ok := out[nb.Src]; !ok || h.Less(was) {
 			out[nb.Src] = h
+		}
+	}
+	for _, h := range e.net.ServerHops() {
+		if nb, ok := e.net.Neighbor(h); ok {
+			add(h, nb)
+		}
+	}
+	for _, h := range fresh {
+		if nb, err := look(h); err == nil {
+			add(h, nb)
 		}
 	}
 	return out
@@ -200,10 +232,10 @@ func returnSourceText(r, hop netip.Addr) string {
 
 // checkReturnSources refuses a change from old to next that gives a NAT
 // server a return address this host's own connections leave from
-// (sourceHops), fresh being the next hops the change brought in,
-// resolved. A server that kept its return address is let be (restored
+// (sourceHops), fresh being the next hops the change brings in, looked up
+// by look. A server that kept its return address is let be (restored
 // with it, it is warned of): a change of its weight is not refused.
-func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh []netip.Addr) error {
+func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh []netip.Addr, look hopLookup) error {
 	var srcs map[netip.Addr]netip.Addr
 	for k, kind := range ch.Servers {
 		if kind == config.Removed {
@@ -217,7 +249,7 @@ func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh
 			continue
 		}
 		if srcs == nil {
-			srcs = e.sourceHops(fresh)
+			srcs = e.sourceHops(fresh, look)
 		}
 		if hop, ok := srcs[s.ReturnAddress]; ok {
 			return lb.Errorf("returnaddress", k.String(), "%s", returnSourceText(s.ReturnAddress, hop))
@@ -234,7 +266,7 @@ func (e *Engine) returnSourceProblems() []string {
 	if len(e.host.returns) == 0 {
 		return nil
 	}
-	srcs := e.sourceHops(nil)
+	srcs := e.sourceHops(nil, nil)
 	var out []string
 	for r := range e.host.returns {
 		if hop, ok := srcs[r]; ok {

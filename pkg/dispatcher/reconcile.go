@@ -99,12 +99,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 		}
 	}
 	e.unresolved = e.net.Wait(e.opts.Netif, e.log, unknown, min(e.opts.ResolveWait, loopResolveWait))
-	for _, a := range fresh {
-		if err := e.net.Err(a); err != nil {
-			return false, lb.Errorf(hopRole(next, a), a.String(), "%v", err)
-		}
-	}
-	if err := e.checkReturnSources(old, next, ch, fresh); err != nil {
+	if err := e.checkHops(old, next, ch, fresh, e.tableLookup); err != nil {
 		return false, err
 	}
 

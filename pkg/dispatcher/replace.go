@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -32,6 +33,21 @@ func (e *Engine) ReplaceWithNotes(ctx context.Context, next lb.Config, dryRun bo
 	return callChange(ctx, e, func() (lb.Config, error) { return e.replace(next, dryRun) })
 }
 
+// dryRunHops refuses what reconcile's next-hop checks would (checkHops)
+// when the change would reach them (the executor runs, and is not
+// started again elsewhere or in another mode: see reconcile), looking the fresh hops up in the routing table
+// alone: a dry run leaves nothing in the kernel's neighbour table.
+func (e *Engine) dryRunHops(old, next lb.Config, ch config.Change) error {
+	oe, ne := old.Executor, next.Executor
+	restart := oe.XDPMode != ne.XDPMode || (oe.Interface != ne.Interface && !e.attachedTo(ne.Interface))
+	if e.exec.dp == nil || !ne.Started || restart {
+		return nil
+	}
+	fresh := freshHops(old, next, ch)
+	routes, errs := e.opts.Netif.Routes(fresh)
+	return e.checkHops(old, next, ch, fresh, func(a netip.Addr) (lb.Neighbor, error) { return routes[a], errs[a] })
+}
+
 func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 	old := e.ed.Config()
 	edit, err := e.ed.PrepareConfig(next)
@@ -45,6 +61,9 @@ func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 	if dryRun {
 		// What change would refuse before touching anything.
 		if err := e.functionsCheck(old, edit.Next, ch); err != nil {
+			return old, &config.OpError{Index: -1, Err: err}
+		}
+		if err := e.dryRunHops(old, edit.Next, ch); err != nil {
 			return old, &config.OpError{Index: -1, Err: err}
 		}
 		delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)

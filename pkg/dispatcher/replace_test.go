@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/dlbproject/dlb/pkg/config"
@@ -117,6 +118,7 @@ func TestReplaceAllOrNothing(t *testing.T) {
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.MaxBackends = 8 })
 	base(h)
 	h.nif.offLink[netip.MustParseAddr("198.18.9.9")] = true
+	h.nif.src = netip.MustParseAddr("198.18.0.1") // the interface's own address
 
 	// good adds three servers to port 80 and a port 8080 with one.
 	good := func() lb.Config {
@@ -138,8 +140,12 @@ func TestReplaceAllOrNothing(t *testing.T) {
 	}{
 		{"a weight above the weightbound", func(c *lb.Config) { c.Clusters[0].Ports[2].Servers[0].Weight = 99 }, nil, "weight"},
 		{"a server off link", func(c *lb.Config) {
-			c.Clusters[0].Ports[2].Servers = append(c.Clusters[0].Ports[2].Servers, lb.Server{Address: netip.MustParseAddr("198.18.9.9"), Weight: 1})
+			c.Clusters[0].Ports[2].Servers[0].Address = netip.MustParseAddr("198.18.9.9") // in place of .25: within --max-servers
 		}, nil, "server"},
+		{"a return address the host's own connections leave from", func(c *lb.Config) {
+			p := &c.Clusters[0].Ports[2] // 8080, made a NAT port
+			p.Method, p.Servers[0].ReturnAddress = lb.NAT, netip.MustParseAddr("198.18.0.1")
+		}, nil, "returnaddress"},
 		{"an unknown interface", func(c *lb.Config) { c.Executor.Interface = "nope0" }, nil, "interface"},
 		{"an unknown advisor", func(c *lb.Config) {
 			c.Advisors = []lb.Advisor{lb.NewAdvisor("gopher", netip.Addr{}, 80)}
@@ -157,7 +163,7 @@ func TestReplaceAllOrNothing(t *testing.T) {
 				c.edit(&next)
 			}
 			beforeCfg, beforeFiles, beforeDP := h.config(), stateFiles(t, h.dir), h.dp.state()
-			beforeAddrs := fmt.Sprint(h.nif.addresses)
+			beforeAddrs, beforeEntries := fmt.Sprint(h.nif.addresses), h.nif.kernelEntries()
 			check := func(what string) {
 				t.Helper()
 				if !reflect.DeepEqual(h.config(), beforeCfg) {
@@ -172,12 +178,16 @@ func TestReplaceAllOrNothing(t *testing.T) {
 				if fmt.Sprint(h.nif.addresses) != beforeAddrs {
 					t.Errorf("%s: the host's addresses changed", what)
 				}
+				if what == "dry run" && !slices.Equal(h.nif.kernelEntries(), beforeEntries) {
+					t.Errorf("%s: neighbour entries %v left in the kernel, %v before", what, h.nif.kernelEntries(), beforeEntries)
+				}
 			}
 			if c.fail == nil {
-				// The refusals a dry run can find (not the host's).
+				// The refusals a dry run can find: all but the
+				// executor's start on another interface.
 				_, err := h.replace(next, true)
 				check("dry run")
-				if c.field == "weight" || c.field == "advisor" || c.name == "more servers than the executor holds" {
+				if c.field != "interface" {
 					if lb.FieldOf(err) != c.field {
 						t.Errorf("dry run: error %v, want a refusal naming %q", err, c.field)
 					}

@@ -3,6 +3,7 @@
 package netif
 
 import (
+	"errors"
 	"maps"
 	"net"
 	"net/netip"
@@ -520,6 +521,25 @@ func TestPrivilegedNeighborsRefuseWhatIsNotOneHost(t *testing.T) {
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%s: error %v; want one with %q", tc.addr, err, tc.wantErr)
 		}
+	}
+}
+
+// TestPrivilegedRoutesAskNothing: Routes says how an address is reached
+// (the interface, the route's source) or why it cannot be, as Neighbors
+// does, and leaves no neighbour entry behind: a dry run's lookups.
+func TestPrivilegedRoutesAskNothing(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	on, local := netip.MustParseAddr("198.18.0.33"), netip.MustParseAddr("198.18.0.1")
+	got, errs := New().Routes([]netip.Addr{on, local})
+	if nb := got[on]; errs[on] != nil || nb.Ifindex != a.Attrs().Index || nb.Src != local || nb.MAC != nil {
+		t.Errorf("%s: %+v, %v; want reached through dlbhn0 from %s, no MAC", on, nb, errs[on], local)
+	}
+	if err := errs[local]; !errors.Is(err, ErrLocal) {
+		t.Errorf("%s: error %v; want ErrLocal", local, err)
+	}
+	if n, ok := entry(t, a, on); ok {
+		t.Errorf("Routes left a neighbour entry: %+v", n)
 	}
 }
 

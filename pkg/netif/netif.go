@@ -117,6 +117,23 @@ func xdpProgram(x *netlink.LinkXdp) lb.XDPProgram {
 	return p
 }
 
+// Routes returns, for each address, the interface its route uses, that
+// interface's MAC and the route's preferred source, or the error
+// Neighbors would give it; it asks nothing of the neighbour table.
+func (n *Netif) Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
+	out := map[netip.Addr]lb.Neighbor{}
+	errs := map[netip.Addr]error{}
+	for _, addr := range addrs {
+		nb, err := n.route(addr)
+		if err != nil {
+			errs[addr] = err
+			continue
+		}
+		out[addr] = nb
+	}
+	return out, errs
+}
+
 // usable are the neighbour states whose link-layer address can be used.
 const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE |
 	netlink.NUD_PERMANENT | netlink.NUD_NOARP
