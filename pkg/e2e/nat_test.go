@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -350,6 +352,16 @@ func TestPrivilegedE2EIPv6(t *testing.T) {
 	b := l.mustLoad("-url", "http://"+hostPort(vip6, "80")+fmt.Sprintf("/bytes?n=%d", big), "-n", "1", "-timeout", "60s")
 	if b.OK != 1 || b.Bytes != big || b.HashMismatches != 0 {
 		t.Errorf("IPv6 10 MB download: ok %d, %d bytes, %d hash mismatches, %v", b.OK, b.Bytes, b.HashMismatches, b.Errors)
+	}
+	// The dispatcher's own IPv6 connections leave from its address, not
+	// from the cluster address dlbd put on its interface (IPv6 source
+	// selection picked that latest address of the subnet, and the
+	// executor took their replies: every one hung).
+	own, err := runLoad(exec.Command("nsenter", "--net=/run/netns/"+l.env["LAB_DISPATCHER_NS"], filepath.Join(binDir, "labclient"), "-json",
+		"-url", "http://"+hostPort(l.env["LAB_B1_ADDR6"], "80")+"/", "-n", "5", "-timeout", "2s"))
+	if err != nil || own.OK != 5 || own.Peers[l.env["LAB_NFA6"]] != 5 {
+		t.Errorf("the dispatcher's own connections to b1: %d of 5 answered, from %v (%v, %v); want all from %s",
+			own.OK, own.Peers, own.Errors, err, l.env["LAB_NFA6"])
 	}
 	u := l.mustLoad("-udp", hostPort(vip6, "53"), "-flows", "150", "-packets", "3", "-c", "15")
 	t.Logf("IPv6 UDP: %d flows, %d of %d answered, %d split, per backend %v", u.Flows, u.OK, u.Requests, u.FlowsSplit, u.PerBackend)

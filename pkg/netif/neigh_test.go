@@ -5,6 +5,7 @@ package netif
 import (
 	"errors"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -388,6 +389,41 @@ func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
 		}
 		if got, prefixes := count(ip); got != 1 || prefixes[0] != tc.want {
 			t.Errorf("%s: the interface has %v, want only %s", tc.addr, prefixes, tc.want)
+		}
+	}
+}
+
+// TestPrivilegedAddAddressIsNoSource: an IPv6 address AddAddress puts on
+// is deprecated, so that the host's own connections do not leave from it
+// (IPv6 source selection picks the latest address of a subnet otherwise,
+// and the executor takes every reply to a cluster or return address); an
+// IPv4 one is not picked either.
+func TestPrivilegedAddAddressIsNoSource(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	for _, tc := range []struct{ add, to, want string }{
+		{"2001:2::3", "2001:2::fe", "2001:2::1"},
+		{"198.18.0.3", "198.18.0.254", "198.18.0.1"},
+	} {
+		ip := netip.MustParseAddr(tc.add)
+		if _, err := New().AddAddress("dlbhn0", ip); err != nil {
+			t.Fatal(err)
+		}
+		got, errs := New().Routes([]netip.Addr{netip.MustParseAddr(tc.to)})
+		if src := got[netip.MustParseAddr(tc.to)].Src; src.String() != tc.want {
+			t.Errorf("with %s on: the host's connections to %s leave from %v (%v); want %s", tc.add, tc.to, src, errs, tc.want)
+		}
+		if ip.Is4() {
+			continue
+		}
+		addrs, err := netlink.AddrList(a, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ad := range addrs {
+			if ad.IP.Equal(ip.AsSlice()) && (ad.Flags&unix.IFA_F_DEPRECATED == 0 || ad.ValidLft != math.MaxUint32) {
+				t.Errorf("%s: flags %#x, valid %d s; want deprecated, valid for ever", ad.IPNet, ad.Flags, ad.ValidLft)
+			}
 		}
 	}
 }

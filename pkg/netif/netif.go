@@ -10,6 +10,7 @@ package netif
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -333,12 +334,18 @@ func (*Netif) DelAddress(ifname string, addr netip.Addr) error {
 // hostAddr is a as a host address. An IPv6 one skips duplicate address
 // detection: it must answer neighbour solicitations at once (it is a
 // cluster or return address the operator assigned to this host), not
-// after a second of being tentative.
+// after a second of being tentative. And it is deprecated (preferred
+// lifetime 0, valid for ever): IPv6 source address selection would
+// otherwise pick it, the latest address of the subnet, for the host's own
+// connections, whose replies the executor takes (a cluster or return
+// address is the executor's alone). It still receives and is answered
+// for. (IPv4 picks a subnet's primary address, not a /32 added later.)
 func hostAddr(a netip.Addr) *netlink.Addr {
 	p := netip.PrefixFrom(a, a.BitLen())
 	out := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}}
 	if a.Is6() {
 		out.Flags = unix.IFA_F_NODAD
+		out.PreferedLft, out.ValidLft = 0, math.MaxUint32 // INFINITY_LIFE_TIME
 	}
 	return out
 }
