@@ -223,11 +223,18 @@ func (e *Engine) sourceHops(fresh []netip.Addr, look hopLookup) map[netip.Addr]n
 }
 
 // returnSourceText says why return address r, the source of this host's
-// connections to hop, cannot serve.
-func returnSourceText(r, hop netip.Addr) string {
+// connections to hop, cannot serve, and how to mend it (ifname: the
+// executor's interface).
+func returnSourceText(r, hop netip.Addr, ifname string) string {
+	fix := "give NAT an address of its own"
+	if r.Is6() {
+		// One put on by hand, or by an older dlbd: dlbd puts its
+		// own on deprecated, which source selection passes over.
+		fix += fmt.Sprintf(", or deprecate it if it is one (ip -6 addr change %s/128 dev %s preferred_lft 0)", r, ifname)
+	}
 	return fmt.Sprintf("%s is an address this host uses itself (its connections to %s leave from it): the executor takes "+
 		"every packet to a return address, so the host's own connections from and to it would fail (ssh, advisors' probes "+
-		"without an nfa, metric polls); give NAT an address of its own", r, hop)
+		"without an nfa, metric polls); %s", r, hop, fix)
 }
 
 // checkReturnSources refuses a change from old to next that gives a NAT
@@ -252,7 +259,7 @@ func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh
 			srcs = e.sourceHops(fresh, look)
 		}
 		if hop, ok := srcs[s.ReturnAddress]; ok {
-			return lb.Errorf("returnaddress", k.String(), "%s", returnSourceText(s.ReturnAddress, hop))
+			return lb.Errorf("returnaddress", k.String(), "%s", returnSourceText(s.ReturnAddress, hop, next.Executor.Interface))
 		}
 	}
 	return nil
@@ -270,7 +277,7 @@ func (e *Engine) returnSourceProblems() []string {
 	var out []string
 	for r := range e.host.returns {
 		if hop, ok := srcs[r]; ok {
-			out = append(out, "return address "+returnSourceText(r, hop)+" (dlbctl server set CLUSTER@PORT@SERVER returnaddress ADDRESS)")
+			out = append(out, "return address "+returnSourceText(r, hop, e.ed.Config().Executor.Interface)+" (dlbctl server set CLUSTER@PORT@SERVER returnaddress ADDRESS)")
 		}
 	}
 	slices.Sort(out)
