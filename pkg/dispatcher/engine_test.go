@@ -1058,6 +1058,11 @@ func TestUnreachableClusterWarned(t *testing.T) {
 	if w := apply(start); len(w) != 1 || w[0] != want {
 		t.Errorf("starting the executor warned %q; want %q", w, want)
 	}
+	// An IPv6 one: put on by hand, deprecated, as dlbd puts its own.
+	want6 := "ip addr add 2001:2::100/128 dev eth0 preferred_lft 0)"
+	if w := apply(op("cluster", "add", "2001:2::100")); len(w) != 1 || !strings.HasSuffix(w[0], want6) {
+		t.Errorf("adding an IPv6 cluster the host does not have warned %q; want the fix %q", w, want6)
+	}
 }
 
 // TestAnnouncedClusterNotWarned: a cluster to be announced over BGP is

@@ -371,3 +371,26 @@ func TestReturnAddressAddedWhileStopped(t *testing.T) {
 		t.Errorf("return address %s still on %s after its last server went", ra, ifname)
 	}
 }
+
+// A cluster address on the executor's interface that the host's own
+// connections leave from (an IPv6 one put on by hand, not deprecated) is
+// warned of while it lasts.
+func TestClusterSourceWarned(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h) // vip on eth0 (--configure)
+	const key = "cluster address 198.18.0.100 is an address this host uses itself"
+	if w := h.executorWarnings(key); len(w) != 0 {
+		t.Fatalf("warned before: %q", w)
+	}
+	h.nif.mu.Lock()
+	h.nif.src = netip.MustParseAddr(vip)
+	h.nif.mu.Unlock()
+	eventually(t, "the warning", func() bool {
+		w := h.executorWarnings(key)
+		return len(w) == 1 && strings.HasSuffix(w[0], "; let the host's connections leave from another address")
+	})
+	h.nif.mu.Lock()
+	h.nif.src = netip.MustParseAddr("198.18.0.1")
+	h.nif.mu.Unlock()
+	eventually(t, "the warning to go", func() bool { return len(h.executorWarnings(key)) == 0 })
+}

@@ -268,17 +268,38 @@ func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh
 // returnSourceProblems names the return addresses of the configuration
 // that this host's own connections leave from (see sourceHops): kept
 // when the executor started with them or a route changed under dlbd,
-// refused by a change that brings one in.
+// refused by a change that brings one in. So too the cluster addresses on
+// the executor's interface (an IPv6 one the operator put on without
+// deprecating it): the executor takes every packet to a cluster address,
+// and its guard those it does not forward.
 func (e *Engine) returnSourceProblems() []string {
-	if len(e.host.returns) == 0 {
+	if len(e.host.returns) == 0 && len(e.host.configured) == 0 {
 		return nil
 	}
 	srcs := e.sourceHops(nil, nil)
+	if len(srcs) == 0 {
+		return nil
+	}
+	cfg := e.ed.Config()
+	ifname := cfg.Executor.Interface
 	var out []string
 	for r := range e.host.returns {
 		if hop, ok := srcs[r]; ok {
-			out = append(out, "return address "+returnSourceText(r, hop, e.ed.Config().Executor.Interface)+" (dlbctl server set CLUSTER@PORT@SERVER returnaddress ADDRESS)")
+			out = append(out, "return address "+returnSourceText(r, hop, ifname)+" (dlbctl server set CLUSTER@PORT@SERVER returnaddress ADDRESS)")
 		}
+	}
+	for a := range e.host.configured {
+		hop, ok := srcs[a]
+		if !ok || cfg.Cluster(a) == nil || e.host.returns[a] > 0 {
+			continue
+		}
+		fix := "let the host's connections leave from another address"
+		if a.Is6() {
+			fix = fmt.Sprintf("deprecate it, as dlbd does the addresses it puts on (ip -6 addr change %s/128 dev %s preferred_lft 0)", a, ifname)
+		}
+		out = append(out, fmt.Sprintf("cluster address %s is an address this host uses itself (its connections to %s leave from it): "+
+			"the executor takes every packet to a cluster address, so the host's own connections from it fail (ssh, metric polls "+
+			"and advisors' probes without an nfa); %s", a, hop, fix))
 	}
 	slices.Sort(out)
 	return out

@@ -225,9 +225,11 @@ func (e *Engine) clusterProblems(cfg lb.Config, only map[netip.Addr]config.Kind)
 		return nil
 	}
 	first, ifname := missing[0], cfg.Executor.Interface
-	prefix := "/32"
+	put := fmt.Sprintf("ip addr add %s/32 dev %s", first, ifname)
 	if netip.MustParseAddr(first).Is6() {
-		prefix = "/128"
+		// Deprecated, as dlbd puts its own: IPv6 source selection would
+		// make it the source of the host's own connections.
+		put = fmt.Sprintf("ip addr add %s/128 dev %s preferred_lft 0", first, ifname)
 	}
 	what, them, more := "cluster "+first+" is", "it", ""
 	if len(missing) > 1 {
@@ -235,6 +237,6 @@ func (e *Engine) clusterProblems(cfg lb.Config, only map[netip.Addr]config.Kind)
 	}
 	return []string{fmt.Sprintf("%s on no interface of this host and dlb does not put %s on one: ARP requests and neighbour "+
 		"solicitations for %s go unanswered, so clients reach %s only through a router that routes %s to this host; let dlb put %s "+
-		"on %s (dlbctl cluster set %s --configure%s) or put %s there yourself (ip addr add %s%s dev %s%s)",
-		what, them, them, them, them, them, ifname, first, more, them, first, prefix, ifname, more)}
+		"on %s (dlbctl cluster set %s --configure%s) or put %s there yourself (%s%s)",
+		what, them, them, them, them, them, ifname, first, more, them, put, more)}
 }
