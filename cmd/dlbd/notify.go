@@ -100,14 +100,20 @@ const longPatience = 10 * time.Minute
 // to the journal first). The executor stays pinned and forwards all
 // along; what the restart mends is what the hung dlbd no longer did:
 // advisors, weights, heartbeats, the admin API. A check still running
-// after half a period counts as failed, and no other one starts beside
-// it. WATCHDOG=1 goes out at most 1.5 periods apart while dlbd answers or
-// is busy. It returns when ctx ends.
+// after half a period counts as failed (but for one more period when it
+// was asked during a long operation that has just ended: its answer comes
+// behind that work), and no other one starts beside it. WATCHDOG=1 goes
+// out at most 1.5 periods apart while dlbd answers or is busy. It returns
+// when ctx ends.
 func watchdog(ctx context.Context, check readyCheck, busy busyFunc, period time.Duration, log *slog.Logger) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var pending chan error // the check running, if any
-	state := "answers"     // "answers", "failing", or the long operation that excuses the loop
+	// askedBusy is the long operation the loop was in when the check
+	// running was asked, until it has been excused once: its answer
+	// comes behind the end of that work, which may be after its wait.
+	var askedBusy string
+	state := "answers" // "answers", "failing", or the long operation that excuses the loop
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,6 +121,10 @@ func watchdog(ctx context.Context, check readyCheck, busy busyFunc, period time.
 		case <-t.C:
 		}
 		if pending == nil {
+			askedBusy = ""
+			if what, long, busy := busy(); busy && long < longPatience {
+				askedBusy = what
+			}
 			pending = make(chan error, 1)
 			go func(res chan<- error) {
 				cctx, cancel := context.WithTimeout(ctx, period/2)
@@ -137,6 +147,10 @@ func watchdog(ctx context.Context, check readyCheck, busy busyFunc, period time.
 			state = "answers"
 		case busy && long < longPatience:
 			state = what
+		case askedBusy != "":
+			// Asked during a long operation that has just ended: one
+			// more period for the answer, not more.
+			state, askedBusy = askedBusy, ""
 		default:
 			state = "failing"
 		}

@@ -190,6 +190,55 @@ func TestWatchdogFeedsOnlyWhileDlbdAnswers(t *testing.T) {
 	}
 }
 
+// TestWatchdogExcusesAnAnswerBehindALongOperation: a check asked while
+// the loop was in a long operation waits for that work to end; timed out
+// just after it ended, it is given one more period (CI run 188: a start
+// of the executor left 500 ms between feedings where the limit was 500),
+// and its answer then feeds the watchdog without a failure in between.
+func TestWatchdogExcusesAnAnswerBehindALongOperation(t *testing.T) {
+	c := listenNotify(t, true)
+	const period = 100 * time.Millisecond
+	answer := make(chan struct{})
+	check := func(context.Context) error { <-answer; return nil } // behind the long operation
+	var ended, closed atomic.Bool
+	busy := func() (string, time.Duration, bool) {
+		if !ended.Load() {
+			return "loading the executor", time.Second, true
+		}
+		if closed.CompareAndSwap(false, true) {
+			// The loop answers a quarter of a period after the
+			// first look that finds the operation over.
+			time.AfterFunc(period/4, func() { close(answer) })
+		}
+		return "", 0, false
+	}
+	var logs testutil.LogBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { watchdog(ctx, check, busy, period, slog.New(slog.NewTextHandler(&logs, nil))); close(done) }()
+	var fed []time.Time
+	buf := make([]byte, 64)
+	for end := time.Now().Add(8 * period); ; {
+		if len(fed) == 3 {
+			ended.Store(true)
+		}
+		_ = c.SetReadDeadline(end)
+		if _, err := c.Read(buf); err != nil {
+			break
+		}
+		fed = append(fed, time.Now())
+	}
+	cancel()
+	<-done
+	var most time.Duration
+	for i := 1; i < len(fed); i++ {
+		most = max(most, fed[i].Sub(fed[i-1]))
+	}
+	if out := logs.String(); strings.Contains(out, "not feeding") || len(fed) < 6 || most > 2*period {
+		t.Errorf("%d WATCHDOG=1 in 8 periods, at most %v apart (want within 2 periods); log:\n%s", len(fed), most, out)
+	}
+}
+
 // TestWatchdogLimit: the watchdog is fed when systemd asks for it for this
 // process, and its variables are gone from the environment afterwards (event
 // scripts do not inherit them); a malformed one is an error in the log.

@@ -281,7 +281,7 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		for _, p := range e.natGROProblems(next) {
 			e.warn(p)
 		}
-		for _, p := range e.returnSourceProblems() {
+		for _, p := range e.ownSourceProblems() {
 			e.warn(p)
 		}
 	}

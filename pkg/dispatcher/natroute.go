@@ -265,14 +265,14 @@ func (e *Engine) checkReturnSources(old, next lb.Config, ch config.Change, fresh
 	return nil
 }
 
-// returnSourceProblems names the return addresses of the configuration
+// ownSourceProblems names the return addresses of the configuration
 // that this host's own connections leave from (see sourceHops): kept
 // when the executor started with them or a route changed under dlbd,
 // refused by a change that brings one in. So too the cluster addresses on
 // the executor's interface (an IPv6 one the operator put on without
 // deprecating it): the executor takes every packet to a cluster address,
 // and its guard those it does not forward.
-func (e *Engine) returnSourceProblems() []string {
+func (e *Engine) ownSourceProblems() []string {
 	if len(e.host.returns) == 0 && len(e.host.configured) == 0 {
 		return nil
 	}
