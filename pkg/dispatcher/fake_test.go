@@ -547,21 +547,13 @@ func (n *fakeNetif) kernelEntries() []netip.Addr {
 }
 
 func (n *fakeNetif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
+	out, errs := n.Routes(addrs)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := map[netip.Addr]lb.Neighbor{}
-	errs := map[netip.Addr]error{}
-	for _, a := range addrs {
-		if n.offLink[a] {
-			errs[a] = fmt.Errorf("%s is not on a directly connected network", a)
-			continue
-		}
-		if n.ifindex == 0 || n.noRoutes {
-			errs[a] = fmt.Errorf("no route to %s", a)
-			continue
-		}
+	for a, nb := range out {
 		n.entries[a] = true
-		out[a] = lb.Neighbor{Ifindex: n.ifindex, IfMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, MAC: n.macs[a], Src: n.src}
+		nb.MAC = n.macs[a]
+		out[a] = nb
 	}
 	return out, errs
 }

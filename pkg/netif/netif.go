@@ -148,17 +148,14 @@ const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | n
 // forwarding get an error instead (ErrNotOnLink, ErrLocal, ErrBroadcast,
 // no route).
 func (n *Netif) Neighbors(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error) {
-	out := map[netip.Addr]lb.Neighbor{}
-	errs := map[netip.Addr]error{}
+	out, errs := n.Routes(addrs)
 	type famIf struct{ ifindex, family int }
 	byIf := map[famIf][]netip.Addr{}
 	for _, addr := range addrs {
-		nb, err := n.route(addr)
-		if err != nil {
-			errs[addr] = err
+		nb, ok := out[addr]
+		if !ok {
 			continue
 		}
-		out[addr] = nb
 		family := netlink.FAMILY_V4
 		if addr.Is6() && !addr.Is4In6() {
 			family = netlink.FAMILY_V6
