@@ -281,6 +281,8 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 		for _, p := range e.natGROProblems(next) {
 			e.warn(p)
 		}
+	}
+	if ch.Executor || len(ch.Clusters) > 0 || natTouched(next, ch) {
 		for _, p := range e.ownSourceProblems() {
 			e.warn(p)
 		}

@@ -374,7 +374,7 @@ func TestReturnAddressAddedWhileStopped(t *testing.T) {
 
 // A cluster address on the executor's interface that the host's own
 // connections leave from (an IPv6 one put on by hand, not deprecated) is
-// warned of while it lasts.
+// warned of by the change that configures it, and while it lasts.
 func TestClusterSourceWarned(t *testing.T) {
 	h := newHarness(t, t.TempDir())
 	base(h) // vip on eth0 (--configure)
@@ -389,6 +389,14 @@ func TestClusterSourceWarned(t *testing.T) {
 		w := h.executorWarnings(key)
 		return len(w) == 1 && strings.HasSuffix(w[0], "; let the host's connections leave from another address")
 	})
+	h.mustApply(op("cluster", "set", vip, "configure", "no"))
+	if w := h.executorWarnings(key); len(w) != 0 {
+		t.Errorf("warned with the cluster address off the interface: %q", w)
+	}
+	a, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("cluster", "set", vip, "configure", "yes")})
+	if err != nil || !slices.ContainsFunc(a.Warnings, func(w string) bool { return strings.HasPrefix(w, key) }) {
+		t.Errorf("configuring it again: %v, warnings %q; want one starting %q", err, a.Warnings, key)
+	}
 	h.nif.mu.Lock()
 	h.nif.src = netip.MustParseAddr("198.18.0.1")
 	h.nif.mu.Unlock()
