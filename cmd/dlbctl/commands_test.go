@@ -180,6 +180,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"port", "add", "10.0.0.1@80", "--staletimeout", "1.5"}, `"--staletimeout"`},
 		{[]string{"port", "add", "10.0.0.1@80", "--weightbound="}, `"--weightbound"`},
 		{[]string{"cluster", "add", "10.0.0.1", "--configure=maybe"}, `"--configure"`},
+		{[]string{"cluster", "set", "10.0.0.1", "--configure", "no"}, `unknown keyword "no" for cluster set (keywords: announce, ` +
+			`community, configure, med, primaryhost, proportions); a switch takes its value after '=' (--configure=no), or give it as a keyword (configure no)`},
 		{[]string{"executor", "set"}, "executor set needs KEYWORD VALUE"},
 		{[]string{"executor", "set", "bogus", "1"}, `unknown executor keyword "bogus"`},
 		{[]string{"executor", "set", "nfa"}, "executor keyword nfa needs a value"},

@@ -150,6 +150,13 @@ func matchKeyword(cmd *cobra.Command, kw string, names []string) (string, error)
 			// "cluster add 10.0.0.1 10.0.0.2": a second target.
 			hint = fmt.Sprintf("; %s takes one target: join several with '+' (%s+%s)", cmdName(cmd), cmd.Flags().Arg(0), kw)
 		}
+		if sw := switchGiven(cmd); sw != "" {
+			if _, ok := parseYesNo(kw); ok {
+				// "--configure no": the flag took no value, and "no"
+				// came after the target.
+				hint = fmt.Sprintf("; a switch takes its value after '=' (--%s=%s), or give it as a keyword (%s %s)", sw, kw, sw, kw)
+			}
+		}
 		return "", usagef("unknown keyword %q for %s (keywords: %s)%s", kw, cmdName(cmd), strings.Join(names, ", "), hint)
 	}
 	return "", usagef("ambiguous keyword %q for %s: %s", kw, cmdName(cmd), strings.Join(found, " or "))
@@ -165,6 +172,18 @@ func parseYesNo(s string) (string, bool) {
 		return "false", true
 	}
 	return "", false
+}
+
+// switchGiven returns the name of a switch (a bool flag) given on cmd's
+// command line, or "".
+func switchGiven(cmd *cobra.Command) string {
+	name := ""
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if f.Value.Type() == "bool" && name == "" {
+			name = f.Name
+		}
+	})
+	return name
 }
 
 // innerFlagError shortens pflag's "strconv.ParseInt: parsing "x": invalid
