@@ -78,7 +78,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 		if err := e.guardAddresses(next); err != nil {
 			e.log.Warn("guarding the addresses on the renamed interface", "interface", ex.Interface, "err", err)
 		}
-	case old.Executor.Interface != ex.Interface || old.Executor.XDPMode != ex.XDPMode:
+	case e.startsAgain(old.Executor, ex):
 		// Stopped and started again elsewhere in one batch: refused
 		// before anything is touched if the new interface is not there.
 		if _, err := e.executorLink(ex); err != nil {
@@ -134,6 +134,13 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	}
 	e.exec.err = nil
 	return true, nil
+}
+
+// startsAgain says whether a change of a running executor's settings from
+// old to next stops it and starts it again: another XDP mode, or another
+// interface (not the one it is attached to, renamed).
+func (e *Engine) startsAgain(old, next lb.Executor) bool {
+	return old.XDPMode != next.XDPMode || (old.Interface != next.Interface && !e.attachedTo(next.Interface))
 }
 
 // startExecutor loads (or adopts) the executor, resolves every next hop,

@@ -34,13 +34,11 @@ func (e *Engine) ReplaceWithNotes(ctx context.Context, next lb.Config, dryRun bo
 }
 
 // dryRunHops refuses what reconcile's next-hop checks would (checkHops)
-// when the change would reach them (the executor runs, and is not
-// started again elsewhere or in another mode: see reconcile), looking the fresh hops up in the routing table
+// when the change would reach them (the executor runs, and does not start
+// again: startsAgain), looking the fresh hops up in the routing table
 // alone: a dry run leaves nothing in the kernel's neighbour table.
 func (e *Engine) dryRunHops(old, next lb.Config, ch config.Change) error {
-	oe, ne := old.Executor, next.Executor
-	restart := oe.XDPMode != ne.XDPMode || (oe.Interface != ne.Interface && !e.attachedTo(ne.Interface))
-	if e.exec.dp == nil || !ne.Started || restart {
+	if e.exec.dp == nil || !next.Executor.Started || e.startsAgain(old.Executor, next.Executor) {
 		return nil
 	}
 	fresh := freshHops(old, next, ch)
