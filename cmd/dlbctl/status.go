@@ -308,6 +308,19 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 	return out
 }
 
+// byState renders counts by state as ": 1 down, 2 up" (states sorted),
+// or "" when there are none.
+func byState(counts map[string]int) string {
+	var states []string
+	for _, st := range slices.Sorted(maps.Keys(counts)) {
+		states = append(states, fmt.Sprintf("%d %s", counts[st], st))
+	}
+	if len(states) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(states, ", ")
+}
+
 // listSome joins the first n of items with "; ", and counts the rest.
 func listSome(items []string, n int) string {
 	shown := items[:min(len(items), n)]
@@ -346,15 +359,10 @@ func statusTable(w io.Writer, r statusReport) {
 	}
 	fmt.Fprintf(w, "executor\t%s%s\n", exec, orSuffix(x.Error))
 	total := 0
-	var states []string
-	for _, st := range slices.Sorted(maps.Keys(r.Servers)) {
-		total += r.Servers[st]
-		states = append(states, fmt.Sprintf("%d %s", r.Servers[st], st))
+	for _, n := range r.Servers {
+		total += n
 	}
-	line := counted(r.Ports, "port", "ports") + ", " + counted(total, "server", "servers")
-	if len(states) > 0 {
-		line += ": " + strings.Join(states, ", ")
-	}
+	line := counted(r.Ports, "port", "ports") + ", " + counted(total, "server", "servers") + byState(r.Servers)
 	fmt.Fprintf(w, "servers\t%s\n", line)
 	mgr := "stopped: configured weights"
 	if r.Manager.Running {
@@ -362,14 +370,8 @@ func statusTable(w io.Writer, r statusReport) {
 	}
 	fmt.Fprintf(w, "manager\t%s\n", mgr)
 	if a := r.Advisors; a != nil {
-		var states []string
-		for _, st := range slices.Sorted(maps.Keys(a.States)) {
-			states = append(states, fmt.Sprintf("%d %s", a.States[st], st))
-		}
-		line := fmt.Sprintf("%s probing %s", counted(a.Advisors, "advisor", "advisors"), counted(a.Probed, "server", "servers"))
-		if len(states) > 0 {
-			line += ": " + strings.Join(states, ", ")
-		}
+		line := fmt.Sprintf("%s probing %s", counted(a.Advisors, "advisor", "advisors"), counted(a.Probed, "server", "servers")) +
+			byState(a.States)
 		if n := len(a.CannotProbe); n > 0 {
 			line += fmt.Sprintf("; %d cannot be probed from this host", n)
 		}
