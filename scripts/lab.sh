@@ -117,6 +117,8 @@ readonly ROUTER_CLIENT_IFACE=dlbeth2 # the router's interface on the client segm
 readonly CLIENT_NET=198.18.2
 readonly CLIENT_GW_HOST=1
 readonly CLIENT_GATEWAY=$CLIENT_NET.$CLIENT_GW_HOST
+readonly CLIENT_NET6=2001:2:2: # -x with -6: the client segment's $CLIENT_NET6:<host>/64
+readonly CLIENT_GATEWAY6=$CLIENT_NET6:$CLIENT_GW_HOST
 readonly CLIENT_MAC_PREFIX=02:d1:b0:00:04 # client-segment veths
 readonly CLIENT_PEER_MAC_PREFIX=02:d1:b0:00:05
 readonly READY_TIMEOUT_DS=50 # tenths of a second to wait for labhttpd
@@ -139,7 +141,8 @@ commands:
                                  labhttpd too; -6 enables IPv6: ${NET6}:/$PLEN6 (NFA $NFA6, VIP $VIP6)
                                  and ${NAT_NET6}:/$PLEN6 on the NAT segment; -x N (2..$MAX_DISPATCHERS) makes N
                                  dispatchers (${P}d, ${P}d2.., $NFA, $NET.4..) and puts the clients on
-                                 $CLIENT_NET.0/$PLEN behind the router ${P}r, which does ECMP (scale-out; IPv4 only)
+                                 $CLIENT_NET.0/$PLEN (with -6 also ${CLIENT_NET6}:/$PLEN6) behind the router ${P}r,
+                                 which does ECMP (scale-out; dispatcher d<i> is $NET.(2+i) and ${NET6}:(2+i))
   down [--stale]                 remove everything the lab made, even if half-created;
                                  idempotent; kills only PIDs it recorded, and with --stale
                                  every process left in the lab's namespaces too (a lab whose
@@ -324,7 +327,6 @@ parse_counts() {
 	NR=$((10#$NR))
 	valid_count "$NX" "$MAX_DISPATCHERS" || usage_error "dispatchers: '$NX' is not in 1..$MAX_DISPATCHERS"
 	NX=$((10#$NX))
-	((NX == 1 || V6 == 0)) || usage_error "-x (several dispatchers) is IPv4 only: leave out -6"
 }
 
 # valid_count N MAX: is N a decimal number in 1..MAX?
@@ -632,17 +634,23 @@ cmd_up() {
 		sysctl_ns "$SW_NS" "net.ipv6.conf.$CLIENT_BRIDGE.disable_ipv6=1"
 		ip -n "$SW_NS" link set "$CLIENT_BRIDGE" up
 		add_router
+		local cidr6=
+		((V6 == 0)) || cidr6=$CLIENT_GATEWAY6/$PLEN6
 		add_link "$ROUTER_NS" "$ROUTER_CLIENT_IFACE" "$CLIENT_GW_HOST" "$CLIENT_BRIDGE" "$CLIENT_MAC_PREFIX" "$P-r2" \
-			"$CLIENT_PEER_MAC_PREFIX" "$CLIENT_GATEWAY/$PLEN"
+			"$CLIENT_PEER_MAC_PREFIX" "$CLIENT_GATEWAY/$PLEN" "$cidr6"
 		sysctl_ns "$ROUTER_NS" net.ipv4.fib_multipath_hash_policy=1
+		((V6 == 0)) || sysctl_ns "$ROUTER_NS" net.ipv6.fib_multipath_hash_policy=1
 		for ((i = 1; i <= NC; i++)); do
 			add_ns "${P}c$i"
+			((V6 == 0)) || cidr6=$CLIENT_NET6:$((CLIENT_BASE + i))/$PLEN6
 			add_link "${P}c$i" "$IFACE" $((CLIENT_BASE + i)) "$CLIENT_BRIDGE" "$CLIENT_MAC_PREFIX" "$P-c$i" \
-				"$CLIENT_PEER_MAC_PREFIX" "$CLIENT_NET.$((CLIENT_BASE + i))/$PLEN"
+				"$CLIENT_PEER_MAC_PREFIX" "$CLIENT_NET.$((CLIENT_BASE + i))/$PLEN" "$cidr6"
 			ip -n "${P}c$i" route add default via "$CLIENT_GATEWAY" dev "$IFACE"
+			((V6 == 0)) || ip -n "${P}c$i" -6 route add default via "$CLIENT_GATEWAY6" dev "$IFACE"
 		done
 		for ((i = 1; i <= NX; i++)); do
 			ip -n "$(dispatcher_ns "$i")" route add "$CLIENT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+			((V6 == 0)) || ip -n "$(dispatcher_ns "$i")" -6 route add "$CLIENT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
 		done
 	else
 		for ((i = 1; i <= NC; i++)); do
@@ -664,6 +672,7 @@ cmd_up() {
 		# interface they arrive on, so the IPv6 VIP on lo stays silent too.
 		((V6 == 0)) || ip -n "$ns" -6 addr add "$VIP6/128" dev lo nodad
 		((NX == 1)) || ip -n "$ns" route add "$CLIENT_NET.0/$PLEN" via "$ROUTER_ADDR" dev "$IFACE"
+		((NX == 1 || V6 == 0)) || ip -n "$ns" -6 route add "$CLIENT_NET6:/$PLEN6" via "$ROUTER_ADDR6" dev "$IFACE"
 	done
 	if ((NR > 0)); then
 		ip -n "$SW_NS" link add "$NAT_BRIDGE" address "$NAT_BRIDGE_MAC" type bridge \
@@ -709,7 +718,9 @@ cmd_up() {
 	info "lab up: prefix $P, dispatcher ${P}d ($NFA), $NC client(s) from $cnet.$((CLIENT_BASE + 1)), $NB backend(s) from $NET.$((BACKEND_BASE + 1)), VIP $VIP (not configured on the dispatcher)"
 	((NX == 1)) || info "scale-out: $NX dispatchers ($(dispatcher_addrs)), clients on $CLIENT_NET.0/$PLEN behind the router $ROUTER_NS ($ROUTER_ADDR, $CLIENT_GATEWAY); no route to the VIP until BGP brings one"
 	((NR == 0)) || info "NAT: router $ROUTER_NS ($ROUTER_ADDR, $NAT_GATEWAY), $NR NAT server(s) from $NAT_NET.$((NAT_BASE + 1)); return address $RETURN_ADDR not configured"
-	((V6 == 0)) || info "IPv6: NFA $NFA6, VIP $VIP6 (not configured on the dispatcher), clients from $NET6:$((CLIENT_BASE + 1)), backends from $NET6:$((BACKEND_BASE + 1))"
+	local cnet6=$NET6
+	((NX == 1)) || cnet6=$CLIENT_NET6
+	((V6 == 0)) || info "IPv6: NFA $NFA6, VIP $VIP6 (not configured on the dispatcher), clients from $cnet6:$((CLIENT_BASE + 1)), backends from $NET6:$((BACKEND_BASE + 1))"
 	info "state and logs in $LAB_RUN; remove with: $PROG down"
 }
 
@@ -918,6 +929,7 @@ cmd_env() {
 			d_ns+=("$(dispatcher_ns "$i")") d_addr+=("$(dispatcher_addr "$i")")
 			var "LAB_D${i}_NS" "$(dispatcher_ns "$i")"
 			var "LAB_D${i}_ADDR" "$(dispatcher_addr "$i")"
+			((V6 == 0)) || var "LAB_D${i}_ADDR6" "$NET6:$host"
 			var "LAB_D${i}_MAC" "$MAC_PREFIX:$(hex2 "$host")"
 			((i == 1)) && var "LAB_D${i}_PEER" "$P-d" || var "LAB_D${i}_PEER" "$P-d$i"
 		done
@@ -928,6 +940,11 @@ cmd_env() {
 		var LAB_ROUTER_CLIENT_IF "$ROUTER_CLIENT_IFACE"
 		var LAB_CLIENT_SUBNET "$CLIENT_NET.0/$PLEN"
 		var LAB_CLIENT_GATEWAY "$CLIENT_GATEWAY"
+		if ((V6)); then
+			var LAB_ROUTER_ADDR6 "$ROUTER_ADDR6"
+			var LAB_CLIENT_SUBNET6 "$CLIENT_NET6:/$PLEN6"
+			var LAB_CLIENT_GATEWAY6 "$CLIENT_GATEWAY6"
+		fi
 	fi
 	var LAB_BACKEND_NAMES "${b_name[*]}"
 	var LAB_BACKEND_NS "${b_ns[*]}"
@@ -938,7 +955,8 @@ cmd_env() {
 	# -6: printed only when IPv6 is on.
 	var LAB_IPV6 "$V6"
 	if ((V6)); then
-		local c_addr6=() b_addr6=()
+		local c_addr6=() b_addr6=() cnet6=$NET6
+		((NX == 1)) || cnet6=$CLIENT_NET6
 		var LAB_SUBNET6 "$NET6:/$PLEN6"
 		var LAB_PREFIXLEN6 "$PLEN6"
 		var LAB_VIP6 "$VIP6"
@@ -946,8 +964,8 @@ cmd_env() {
 		var LAB_DISPATCHER_ADDR6 "$NFA6"
 		var LAB_RETURN_ADDR6 "$RETURN_ADDR6"
 		for ((i = 1; i <= NC; i++)); do
-			c_addr6+=("$NET6:$((CLIENT_BASE + i))")
-			var "LAB_C${i}_ADDR6" "$NET6:$((CLIENT_BASE + i))"
+			c_addr6+=("$cnet6:$((CLIENT_BASE + i))")
+			var "LAB_C${i}_ADDR6" "$cnet6:$((CLIENT_BASE + i))"
 		done
 		var LAB_CLIENT_ADDRS6 "${c_addr6[*]}"
 		for ((i = 1; i <= NB; i++)); do
