@@ -27,7 +27,8 @@ import (
 
 // High availability: two dispatchers (lab.sh -x 2) on the segment of the
 // backends and of the router, the clients behind the router, NAT servers
-// behind it too (-r 3). The primary (d1) serves, the backup (d2) stands
+// behind it too (-r 3), IPv6 beside IPv4 (-6: a second cluster, which the
+// late-joining standby's takeover checks). The primary (d1) serves, the backup (d2) stands
 // by; each fault of issue 13 is put on the primary while 500 keep-alive
 // connections send requests, a 100 MB download is in flight and new
 // connections keep coming, then repaired, and the primary takes its
@@ -223,7 +224,7 @@ func (h *haLab) staticRoutes(t *testing.T) []string {
 
 func newHALab(t *testing.T) *haLab {
 	t.Helper()
-	l := newLabPrefix(t, "dlba", "-n", "3", "-c", "1", "-x", "2", "-r", "3")
+	l := newLabPrefix(t, "dlba", "-n", "3", "-c", "1", "-x", "2", "-r", "3", "-6")
 	h := &haLab{lab: l, secret: filepath.Join(l.run, "ha.secret")}
 	// No GRO on the switch's ports. The switch runs an XDP program on
 	// its ports (labxdp), which turns on GRO in the veth it feeds, so the
@@ -308,7 +309,8 @@ func newHALab(t *testing.T) *haLab {
 }
 
 // configure gives a dispatcher the clusters both serve: VIP:80 by MAC
-// over the backends, VIP:81 by NAT over the NAT servers.
+// over the backends, VIP:81 by NAT over the NAT servers, and the same
+// over IPv6 on the IPv6 VIP.
 func (h *haLab) configure(d *haDispatcher) {
 	vip, ret, router := h.vip(), h.env["LAB_RETURN_ADDR"], h.env["LAB_ROUTER_ADDR"]
 	// Generic XDP unless DLB_HA_XDP_MODE says otherwise (native works on
@@ -326,6 +328,16 @@ func (h *haLab) configure(d *haDispatcher) {
 		d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip, h.env[fmt.Sprintf("LAB_B%d_ADDR", i)]))
 		d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip, h.env[fmt.Sprintf("LAB_N%d_ADDR", i)]),
 			"--mapport", "80", "--returnaddress", ret, "--router", router)
+	}
+	vip6 := h.env["LAB_VIP6"]
+	d.mustCtl("executor", "set", "nfa", h.env[fmt.Sprintf("LAB_D%d_ADDR6", d.i)])
+	d.mustCtl("cluster", "add", vip6, "--configure")
+	d.mustCtl("port", "add", vip6+"@80")
+	d.mustCtl("port", "add", vip6+"@81", "--method", "nat")
+	for i := 1; i <= 3; i++ {
+		d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip6, h.env[fmt.Sprintf("LAB_B%d_ADDR6", i)]))
+		d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip6, h.env[fmt.Sprintf("LAB_N%d_ADDR6", i)]),
+			"--mapport", "80", "--returnaddress", h.env["LAB_RETURN_ADDR6"], "--router", h.env["LAB_ROUTER_ADDR6"])
 	}
 }
 
@@ -1099,6 +1111,20 @@ func TestPrivilegedHAReplication(t *testing.T) {
 			keep, keepErr = h.load(ctx, "-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "500", "-interval", "200ms",
 				"-duration", "16s", "-timeout", "20s")
 		}()
+		// IPv6 beside it, by NAT and by MAC: the late standby must copy
+		// those connections too, and its takeover move both IPv6
+		// addresses (the cluster's and the return address) to its MAC
+		// with neighbour advertisements.
+		urls6 := []string{"http://[" + h.env["LAB_VIP6"] + "]:81/", "http://[" + h.env["LAB_VIP6"] + "]:80/"}
+		keep6 := make([]loadResult, len(urls6))
+		keep6Err := make([]error, len(urls6))
+		var wg6 sync.WaitGroup
+		for i, u := range urls6 {
+			wg6.Go(func() {
+				keep6[i], keep6Err[i] = h.load(ctx, "-url", u, "-keepalive", "-c", "100", "-interval", "200ms",
+					"-duration", "16s", "-timeout", "20s")
+			})
+		}
 		time.Sleep(2 * time.Second)
 		// The standby loses everything: dlbd killed, its executor's pins
 		// gone (the program leaves the interface, the tables with it).
@@ -1116,10 +1142,10 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		})
 		synced := time.Since(start)
 		_, got := d.replCounts()
-		t.Logf("late-joining standby: dlbd started, standby and synced %v after its start, %d records imported (500 NAT connections: a flow and a port each)",
-			synced.Round(time.Millisecond), got)
-		if got < 1000 {
-			t.Errorf("the late standby imported %d records, want at least 1000", got)
+		t.Logf("late-joining standby: dlbd started, standby and synced %v after its start, %d records imported (500 + 100 NAT connections, "+
+			"a flow and a port each, and 100 by MAC)", synced.Round(time.Millisecond), got)
+		if got < 1300 {
+			t.Errorf("the late standby imported %d records, want at least 1300", got)
 		}
 		// Take over at once: the copy is what the connections live on.
 		h.d[0].stop(syscall.SIGKILL)
@@ -1128,10 +1154,18 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		}
 		took := poll(t, 10*time.Second, "the late standby active", func() bool { return d.state() == "active" })
 		<-done
+		wg6.Wait()
 		t.Logf("then the active killed: the late standby active %v later; established broken %d of %d (%d requests, errors %v)",
 			took.Round(time.Millisecond), keep.Broken, keep.Connections, keep.Requests, keep.Errors)
 		if keepErr != nil || keep.Broken != 0 || keep.Connections < 500 {
 			t.Errorf("keep-alive: %v, %d of %d broken: %v", keepErr, keep.Broken, keep.Connections, keep.Errors)
+		}
+		for i, u := range urls6 {
+			k := keep6[i]
+			t.Logf("IPv6 %s: established broken %d of %d (%d requests, errors %v)", u, k.Broken, k.Connections, k.Requests, k.Errors)
+			if keep6Err[i] != nil || k.Broken != 0 || k.Connections < 100 {
+				t.Errorf("IPv6 keep-alive to %s: %v, %d of %d broken: %v", u, keep6Err[i], k.Broken, k.Connections, k.Errors)
+			}
 		}
 		h.d[0].start()
 		h.waitSteady(t, 30*time.Second)
