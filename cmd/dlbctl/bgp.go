@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -204,7 +205,12 @@ func bgpTable(w io.Writer, r api.BGPReport) {
 			if reason == "" {
 				reason = "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", c.Prefix, yesNo(c.Announce), yesNo(c.Announced), comms, c.MED, reason)
+			med := strconv.FormatUint(uint64(c.MED), 10)
+			if c.Standby {
+				med = fmt.Sprintf("%d (%d)", c.AnnouncedMED, c.MED)
+				reason = "high-availability standby: announced with a higher MED, routers prefer the active"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Prefix, yesNo(c.Announce), yesNo(c.Announced), comms, med, reason)
 		}
 	}
 }

@@ -56,5 +56,10 @@ type BGPClusterReport struct {
 	Reason      string   `json:"reason,omitempty"`
 	Prefix      string   `json:"prefix"`
 	Communities []string `json:"communities,omitempty"`
-	MED         uint32   `json:"med,omitempty"`
+	// MED is the cluster's; a high-availability standby announces it
+	// with AnnouncedMED (Standby true), higher, so that routers prefer
+	// the active.
+	MED          uint32 `json:"med,omitempty"`
+	Standby      bool   `json:"standby,omitempty"`
+	AnnouncedMED uint32 `json:"announced_med,omitempty"`
 }

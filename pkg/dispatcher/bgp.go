@@ -158,12 +158,22 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 			if !e.bgp.book.Settled(cl.Address, now, announce.SettleTime(cfg, cl)) {
 				continue // announced by a later call (the tick's)
 			}
-			want[cl.Address] = announce.Route(cl)
+			r := announce.Route(cl)
+			if e.standsBy(cfg, cl) {
+				r = announce.Standby(r)
+			}
+			want[cl.Address] = r
 		}
 	}
 	list, withdrawn, announced, changed := e.bgp.book.Change(want)
 	if !changed {
 		return
+	}
+	var remed []netip.Addr // announced before, with another MED
+	for a, r := range want {
+		if o, ok := e.bgp.book.Sent(a); ok && o.MED != r.MED {
+			remed = append(remed, a)
+		}
 	}
 	if err := sp.Announce(list); err != nil {
 		e.bgp.err = err
@@ -178,9 +188,31 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 		e.log.Info("cluster address withdrawn", "cluster", a, "reason", reason)
 	}
 	for _, a := range announced {
-		e.log.Info("cluster address announced", "cluster", a)
+		e.log.Info("cluster address announced", "cluster", a, "med", want[a].MED)
+	}
+	slices.SortFunc(remed, netip.Addr.Compare)
+	for _, a := range remed {
+		args := []any{"cluster", a, "med", want[a].MED}
+		if e.haOn(cfg) {
+			state := "active"
+			if e.standsBy(cfg, cfg.Cluster(a)) {
+				state = "standby"
+			}
+			args = append(args, "high_availability", state)
+		}
+		e.log.Info("cluster address announced with another MED", args...)
 	}
 	e.bgp.book.Told(want)
+}
+
+// standsBy reports whether this dispatcher is one of a high-availability
+// pair that does not serve cl now (its peer does, or neither yet): it
+// announces cl with a worse MED, so that routers send cl's traffic to the
+// active. (Withdrawn instead, the route would be missing while the
+// clusters move: the new active's announcement waits for its takeover,
+// and for routers that delay announcements, not withdrawals.)
+func (e *Engine) standsBy(cfg lb.Config, cl *lb.Cluster) bool {
+	return e.haOn(cfg) && e.ha.applied[cfg.HA.GroupOf(cl)] != lb.HAActive
 }
 
 // startSpeaker configures the speaker from the saved configuration (at
@@ -256,13 +288,16 @@ type BGPStatus struct {
 	// Clusters says, per cluster, why it is not announced ("" when it
 	// is).
 	Clusters map[netip.Addr]string
+	// Standby holds the announced clusters that this dispatcher, a
+	// high-availability standby for them, announces with a worse MED.
+	Standby map[netip.Addr]lb.Route
 	// Err is the engine's last error talking to the speaker.
 	Err string
 }
 
 // bgpStatus reports the speaker and the announcements.
 func (e *Engine) bgpStatus(cfg lb.Config) *BGPStatus {
-	st := &BGPStatus{Clusters: map[netip.Addr]string{}}
+	st := &BGPStatus{Clusters: map[netip.Addr]string{}, Standby: map[netip.Addr]lb.Route{}}
 	if e.opts.Speaker != nil {
 		st.BGPStatus = e.opts.Speaker.Status()
 	} else if cfg.BGP.Enabled() {
@@ -279,6 +314,9 @@ func (e *Engine) bgpStatus(cfg lb.Config) *BGPStatus {
 			why = "waiting for its servers' states to settle"
 		}
 		st.Clusters[cl.Address] = why
+		if r, ok := e.bgp.book.Sent(cl.Address); ok && why == "" && e.standsBy(cfg, cl) {
+			st.Standby[cl.Address] = r
+		}
 	}
 	return st
 }

@@ -396,3 +396,42 @@ func TestAnnouncedTablesKeepTheirSize(t *testing.T) {
 		t.Errorf("a cluster that is not announced has %d bytes of table, want %d slots", n, lb.TableSizeFor(3))
 	}
 }
+
+// TestHAStandbyAnnouncesWithAWorseMED: under high availability with BGP,
+// both dispatchers announce the cluster, the one that does not serve it
+// with its MED raised, so that routers send its traffic to the active; the
+// MEDs follow the group's state, and leave when high availability does.
+func TestHAStandbyAnnouncesWithAWorseMED(t *testing.T) {
+	sp, f := &fakeSpeaker{}, newFakeHA()
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.Speaker, o.HA = sp, f })
+	base(h)
+	h.mustApply(bgpOps()...)
+	h.mustApply(op("cluster", "set", vip, "announce", "yes", "med", "20"))
+	const active, standby = "198.18.0.100/32 20", "198.18.0.100/32 21"
+	eventually(t, "announced without high availability", func() bool { return sp.announced() == active })
+
+	report := func() (bool, uint32) {
+		r, ok := h.status(Query{BGP: true}).BGP.Standby[netip.MustParseAddr(vip)]
+		return ok, r.MED
+	}
+	steps := []struct {
+		name  string
+		do    func()
+		want  string
+		stand bool
+	}{
+		{"high availability configured, listening", func() { h.mustApply(haOps("primary")...) }, standby, true},
+		{"active", func() { f.set(lb.GroupLocal, lb.HAActive) }, active, false},
+		{"standby", func() { f.set(lb.GroupLocal, lb.HAStandby) }, standby, true},
+		{"active again", func() { f.set(lb.GroupLocal, lb.HAActive) }, active, false},
+		{"standby again", func() { f.set(lb.GroupLocal, lb.HAStandby) }, standby, true},
+		{"high availability removed", func() { h.mustApply(op("backup", "remove", "")) }, active, false},
+	}
+	for _, st := range steps {
+		st.do()
+		eventually(t, st.name+": "+st.want, func() bool { return sp.announced() == st.want })
+		if stand, med := report(); stand != st.stand || (stand && med != 21) {
+			t.Errorf("%s: the report says standby %v with MED %d", st.name, stand, med)
+		}
+	}
+}

@@ -244,6 +244,9 @@ func (e *Engine) haSync() {
 	for _, g := range became {
 		e.haAnnounce(cfg, g, 0)
 	}
+	if len(changes) > 0 {
+		e.syncRoutes(cfg) // BGP: the active's MED, the standby's
+	}
 	for _, c := range changes {
 		name := map[lb.HAState]string{lb.HAActive: events.GoActive, lb.HAStandby: events.GoStandby,
 			lb.HANoExecutor: events.GoInOp}[c.now]

@@ -49,6 +49,9 @@ func bgpReport(st *dispatcher.Status) api.BGPReport {
 			Prefix: netip.PrefixFrom(cl.Address, cl.Address.BitLen()).String(), Communities: cl.Communities, MED: cl.MED}
 		c.Announced = listed && reason == ""
 		c.Reason = reason
+		if r, ok := bs.Standby[cl.Address]; ok {
+			c.Standby, c.AnnouncedMED = true, r.MED
+		}
 		r.Clusters = append(r.Clusters, c)
 	}
 	return r

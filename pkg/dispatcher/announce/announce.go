@@ -10,6 +10,7 @@ package announce
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -184,4 +185,24 @@ func SettleTime(cfg lb.Config, cl *lb.Cluster) time.Duration {
 // Route is the announcement of a cluster.
 func Route(cl *lb.Cluster) lb.Route {
 	return lb.Route{Prefix: netip.PrefixFrom(cl.Address, cl.Address.BitLen()), Communities: cl.Communities, MED: cl.MED}
+}
+
+// StandbyMED is how much higher (worse) the MED of a cluster is when a
+// dispatcher of a high-availability pair announces it while its peer
+// serves it: routers send the cluster's traffic to the active, and to the
+// standby only once the active's route is gone (its session dropped, or
+// it withdrew), before the pair's heartbeats have moved the cluster.
+const StandbyMED = 1
+
+// Standby is r as a standby announces it: its MED raised by StandbyMED
+// (a route without one counts as MED 0), at most the largest MED.
+func Standby(r lb.Route) lb.Route {
+	r.MED += min(StandbyMED, math.MaxUint32-r.MED)
+	return r
+}
+
+// Sent returns the route the speaker was last told for cluster.
+func (b *Book) Sent(cluster netip.Addr) (lb.Route, bool) {
+	r, ok := b.sent[cluster]
+	return r, ok
 }

@@ -1,6 +1,7 @@
 package announce
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"testing"
@@ -157,6 +158,18 @@ func TestSettleTime(t *testing.T) {
 	} {
 		if got := SettleTime(lb.Config{Advisors: c.advisors}, &cl); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestStandby(t *testing.T) {
+	for _, tc := range []struct{ med, want uint32 }{
+		{0, 1}, {20, 21}, {math.MaxUint32 - 1, math.MaxUint32}, {math.MaxUint32, math.MaxUint32},
+	} {
+		r := lb.Route{Prefix: netip.MustParsePrefix("198.18.0.100/32"), MED: tc.med, Communities: []string{"65000:1"}}
+		got := Standby(r)
+		if got.MED != tc.want || got.Prefix != r.Prefix || len(got.Communities) != 1 {
+			t.Errorf("Standby(MED %d) = %+v, want MED %d and the rest kept", tc.med, got, tc.want)
 		}
 	}
 }
