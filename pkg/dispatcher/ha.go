@@ -78,7 +78,10 @@ var announceAfter = []time.Duration{0, 250 * time.Millisecond, time.Second, 3 * 
 type haEngine struct {
 	// applied are the states the engine acted on, per group.
 	applied [lb.NumHAGroups]lb.HAState
-	since   [lb.NumHAGroups]time.Time
+	// reasserted is each group's count of the times to announce its
+	// addresses again (lb.HAGroupStatus), as last acted on.
+	reasserted [lb.NumHAGroups]uint64
+	since      [lb.NumHAGroups]time.Time
 	// peerAlive and conflict, as last reported, for highavailChange.
 	peerAlive bool
 	conflict  string
@@ -208,10 +211,16 @@ func (e *Engine) haSync() {
 		reason   string
 	}
 	var changes []change
-	var became []lb.HAGroup
+	var became, reasserted []lb.HAGroup
 	for _, gs := range st.Groups {
 		g := gs.Group
 		was := e.ha.applied[g]
+		if gs.Reasserted != e.ha.reasserted[g] {
+			e.ha.reasserted[g] = gs.Reasserted
+			if gs.State == lb.HAActive && was == lb.HAActive {
+				reasserted = append(reasserted, g)
+			}
+		}
 		if gs.State == was {
 			continue
 		}
@@ -241,7 +250,10 @@ func (e *Engine) haSync() {
 	}
 	e.settleFastTakeover()
 	e.ha.fast.mu.Unlock()
-	for _, g := range became {
+	// A group this dispatcher kept while its peer may have served it
+	// too: the peer announced the addresses, which must point here
+	// again.
+	for _, g := range append(became, reasserted...) {
 		e.haAnnounce(cfg, g, 0)
 	}
 	if len(changes) > 0 {

@@ -35,10 +35,11 @@ type fakeHA struct {
 	recv       chan lb.ConnBatch
 	digest     uint64
 	configured int
+	reasserted map[lb.HAGroup]uint64
 }
 
 func newFakeHA() *fakeHA {
-	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, notify: make(chan struct{}, 1),
+	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, reasserted: map[lb.HAGroup]uint64{}, notify: make(chan struct{}, 1),
 		activated: make(chan lb.HAGroup, 2*lb.NumHAGroups), recv: make(chan lb.ConnBatch)}
 }
 
@@ -108,7 +109,7 @@ func (f *fakeHA) Status() lb.HAStatus {
 	defer f.mu.Unlock()
 	st := lb.HAStatus{Running: f.cfg.Enabled(), Healthy: f.healthy, HealthReason: f.reason}
 	for _, g := range f.cfg.Groups() {
-		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: f.states[g], Reason: "test"})
+		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: f.states[g], Reason: "test", Reasserted: f.reasserted[g]})
 	}
 	return st
 }
@@ -126,6 +127,19 @@ func (f *fakeHA) set(g lb.HAGroup, st lb.HAState) {
 		default:
 		}
 	}
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
+}
+
+// reassert counts, as the function would, a reason for an active to
+// announce its addresses again (its peer heard after a silence, two
+// actives ended), and notifies.
+func (f *fakeHA) reassert(g lb.HAGroup) {
+	f.mu.Lock()
+	f.reasserted[g]++
+	f.mu.Unlock()
 	select {
 	case f.notify <- struct{}{}:
 	default:
@@ -213,6 +227,43 @@ func TestHAAddressesFollowTheState(t *testing.T) {
 	// Removing high availability puts the addresses back.
 	h.mustApply(op("backup", "remove", ""))
 	eventually(t, "addresses back without high availability", func() bool { return h.nif.has(vip) && h.nif.has("198.18.0.3") })
+}
+
+// TestHAReassertedAnnouncesAgain: an active whose function says to
+// announce its addresses again (its peer heard after a silence, two
+// actives ended: the peer may have announced them to its own MAC) does
+// so, with the same repeats as a takeover; a standby does not.
+func TestHAReassertedAnnouncesAgain(t *testing.T) {
+	// Shorter repeats, restored once the engine stopped (cleanups run
+	// last first).
+	saved := announceAfter
+	t.Cleanup(func() { announceAfter = saved })
+	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(op("port", "add", vip+"@81", "method", "nat"),
+		op("server", "add", vip+"@81@198.18.0.23", "returnaddress", "198.18.0.3"))
+	h.mustApply(haOps("primary")...)
+	f.set(lb.GroupLocal, lb.HAActive)
+	// The takeover's announcements: now, and 0.25, 1 and 3 s later.
+	eventually(t, "the takeover's announcements", func() bool { return h.nif.announcedCount(vip) >= len(announceAfter) })
+	time.Sleep(announceAfter[len(announceAfter)-1])
+	vipBefore, retBefore := h.nif.announcedCount(vip), h.nif.announcedCount("198.18.0.3")
+	f.reassert(lb.GroupLocal)
+	eventually(t, "announced again", func() bool {
+		return h.nif.announcedCount(vip) == vipBefore+len(announceAfter) && h.nif.announcedCount("198.18.0.3") == retBefore+len(announceAfter)
+	})
+	// A standby that counts one (it cannot: the function counts only
+	// for an active) announces nothing.
+	f.set(lb.GroupLocal, lb.HAStandby)
+	eventually(t, "standing by", func() bool { return !h.nif.has(vip) })
+	vipBefore = h.nif.announcedCount(vip)
+	f.reassert(lb.GroupLocal)
+	time.Sleep(300 * time.Millisecond)
+	if n := h.nif.announcedCount(vip); n != vipBefore {
+		t.Errorf("a standby announced: %d announcements, want %d", n, vipBefore)
+	}
 }
 
 // TestHAHealth: a stopped executor or a down interface is reported, and

@@ -646,8 +646,13 @@ func (n *Node) stepLocked(now time.Time) {
 			p = peerView{}
 		}
 		gr := &n.groups[g]
-		before, wireBefore := gr.state, gr.wireState()
+		before, wireBefore, reasserted := gr.state, gr.wireState(), gr.reasserted
 		gr.step(now, s, p, n.deadTime(), func(m uint64) bool { return n.importedUpTo >= m })
+		if gr.reasserted != reasserted {
+			changed = true
+			n.log.Info("high availability: the peer heard again, or two actives ended: this dispatcher serves the group, and announces its addresses again",
+				"group", g)
+		}
 		if gr.state != before || gr.wireState() != wireBefore {
 			changed = true
 			n.log.Info("high availability: state", "group", g, "from", before, "to", gr.state, "reason", gr.reason)
@@ -968,7 +973,7 @@ func (n *Node) Status() lb.HAStatus {
 	for _, g := range n.cfg.Groups() {
 		gr := n.groups[g]
 		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: gr.state, Since: gr.since, Reason: gr.reason,
-			Takeover: n.takeover[g], Synced: n.synced})
+			Takeover: n.takeover[g], Synced: n.synced, Reasserted: gr.reasserted})
 	}
 	pm := n.peer.last
 	st.Peer = lb.HAPeerStatus{Alive: n.running && n.peerAliveLocked(now), Heard: n.peer.heard, LastHeard: n.peer.lastHeard,

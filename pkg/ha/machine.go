@@ -78,6 +78,12 @@ type group struct {
 	released uint64
 	// preemptUntil bounds a preempt; retryAt holds off the next one.
 	preemptUntil, retryAt time.Time
+	// contested: this dispatcher is active, and so was its peer when
+	// last heard; heard: the peer was alive at the last step.
+	// reasserted counts the times this dispatcher, active, is to
+	// announce the group's addresses again (see step).
+	contested, heard bool
+	reasserted       uint64
 }
 
 // better reports whether self is the better dispatcher to serve the
@@ -225,6 +231,25 @@ func (g *group) step(now time.Time, s self, p peerView, deadTime time.Duration, 
 			g.retryAt = now.Add(deadTime)
 		}
 	}
+	// An active announces its addresses again when its peer is heard
+	// after a silence (a dlbd restarted on this dispatcher after the peer
+	// took over, a partition that healed: the peer may have served, and
+	// announced them, meanwhile), and when two actives end with this one
+	// active (the peer announced them when it took over): hosts and
+	// routers would otherwise keep sending to the peer's MAC.
+	switch {
+	case g.state != lb.HAActive:
+		g.contested = false
+	case p.alive && !g.heard:
+		g.reasserted++
+		g.contested = p.state == lb.HAActive
+	case p.alive && p.state == lb.HAActive:
+		g.contested = true
+	case g.contested:
+		g.contested = false
+		g.reasserted++
+	}
+	g.heard = p.alive
 }
 
 // release lets go of the group: it stands by, and heartbeats say active

@@ -139,3 +139,48 @@ func TestReleaseThenTakeBack(t *testing.T) {
 		t.Errorf("the primary preempts: %s (releasing %v, %q), want standby, releasing", g.state, g.releasing, g.reason)
 	}
 }
+
+// TestReasserted: an active counts the times it must announce its
+// addresses again: its peer heard after a silence (it may have served
+// meanwhile), and two actives that ended with this one active, whether
+// the peer let go or went away. One that yields, or stands by, or keeps
+// hearing a peer that never served, counts nothing.
+func TestReasserted(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	primary := self{healthy: true, preferred: true, synced: true, boot: 2}
+	backup := self{healthy: true, synced: true, boot: 1}
+	active := peerView{alive: true, healthy: true, state: lb.HAActive}
+	standby := peerView{alive: true, healthy: true, state: lb.HAStandby}
+	prefActive, prefStandby := active, standby
+	prefActive.preferred, prefStandby.preferred = true, true
+	cases := []struct {
+		name  string
+		from  lb.HAState
+		heard bool // the peer heard before the first step
+		s     self
+		peers []peerView
+		want  uint64
+		state lb.HAState
+	}{
+		{"two actives: the peer lets go", lb.HAActive, true, primary, []peerView{active, active, standby, standby}, 1, lb.HAActive},
+		{"two actives: the peer goes away", lb.HAActive, true, primary, []peerView{active, {}}, 1, lb.HAActive},
+		{"two actives twice", lb.HAActive, true, primary, []peerView{active, standby, active, active, standby}, 2, lb.HAActive},
+		{"a peer standing by all along", lb.HAActive, true, primary, []peerView{standby, standby, standby}, 0, lb.HAActive},
+		{"the peer heard after a silence", lb.HAActive, true, primary, []peerView{standby, {}, {}, standby, standby}, 1, lb.HAActive},
+		{"restarted active: the peer first heard standing by", lb.HAActive, false, primary, []peerView{{}, standby, standby}, 1, lb.HAActive},
+		{"restarted active: the peer first heard active, then lets go", lb.HAActive, false, primary, []peerView{active, active, standby}, 2, lb.HAActive},
+		{"this one yields", lb.HAActive, true, backup, []peerView{prefActive, prefActive, prefStandby}, 0, lb.HAStandby},
+		{"a standby hears its peer again", lb.HAStandby, true, backup, []peerView{prefActive, {}, prefActive}, 0, lb.HAStandby},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := group{state: c.from, since: t0, heard: c.heard}
+			for i, p := range c.peers {
+				g.step(t0.Add(time.Duration(i)*time.Millisecond), c.s, p, dead, func(uint64) bool { return true })
+			}
+			if g.reasserted != c.want || g.state != c.state {
+				t.Errorf("reasserted %d in %s, want %d in %s", g.reasserted, g.state, c.want, c.state)
+			}
+		})
+	}
+}

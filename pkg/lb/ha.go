@@ -398,6 +398,11 @@ type HAGroupStatus struct {
 	// Takeover says an operator's takeover is pending; Synced that this
 	// dispatcher has a full copy of the active peer's tables.
 	Takeover, Synced bool
+	// Reasserted counts the times this dispatcher, active, is to
+	// announce the group's addresses again: its peer heard after a
+	// silence, or two actives that ended with this one active (the peer
+	// may have announced them meanwhile).
+	Reasserted uint64
 }
 
 // HAPeerStatus is the peer as its heartbeats describe it.
