@@ -498,10 +498,14 @@ func (e *Engine) Run(ctx context.Context) {
 		e.publishTakeoverPlan(cfg)
 		go e.runFastTakeover(ctx, e.opts.HA.Activated())
 		if cfg.HA.Enabled() {
+			// The executor's health first: the function's first decision
+			// must not take a resumed active for one that cannot forward
+			// (it let go of its addresses, and put them back, at every
+			// restart).
+			e.haHealth()
 			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.Sum()); err != nil {
 				e.log.Error("high availability: starting", "err", err)
 			}
-			e.haHealth()
 			e.haSync()
 		}
 	}

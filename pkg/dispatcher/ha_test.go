@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -36,6 +37,9 @@ type fakeHA struct {
 	digest     uint64
 	configured int
 	reasserted map[lb.HAGroup]uint64
+	// calls records SetHealth ("health true") and Configure calls, in
+	// order.
+	calls []string
 }
 
 func newFakeHA() *fakeHA {
@@ -53,6 +57,7 @@ func (f *fakeHA) Configure(h lb.HighAvailability, d uint64) error {
 	defer f.mu.Unlock()
 	f.cfg, f.digest = h, d
 	f.configured++
+	f.calls = append(f.calls, "configure")
 	for _, g := range h.Groups() {
 		if _, ok := f.states[g]; !ok {
 			f.states[g] = lb.HAListen
@@ -74,6 +79,7 @@ func (f *fakeHA) SetHealth(ok bool, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.healthy, f.reason = ok, reason
+	f.calls = append(f.calls, fmt.Sprintf("health %v", ok))
 }
 func (f *fakeHA) SetDigest(d uint64) { f.mu.Lock(); defer f.mu.Unlock(); f.digest = d }
 func (f *fakeHA) Takeover(g []lb.HAGroup) error {
@@ -327,10 +333,26 @@ func TestHAResume(t *testing.T) {
 	h.mustApply(haOps("primary")...)
 	f.set(lb.GroupLocal, lb.HAActive)
 	eventually(t, "active", func() bool { return h.nif.has(vip) })
+	f.mu.Lock()
+	before := len(f.calls)
+	f.mu.Unlock()
 	h.restart()
+	var calls []string
+	eventually(t, "high availability configured again", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		calls = slices.Clone(f.calls[before:])
+		return slices.Contains(calls, "configure")
+	})
 	f.mu.Lock()
 	resumed, stopped := f.resumed, slices.Clone(f.stopped)
 	f.mu.Unlock()
+	// The executor's health is told before the function starts: its
+	// first decision must not take the resumed active for one that
+	// cannot forward.
+	if i := slices.Index(calls, "configure"); i < 0 || !slices.Contains(calls[:i], "health true") {
+		t.Errorf("calls after the restart %v: the health (true) must come before the configuration", calls)
+	}
 	if resumed == nil || resumed[lb.GroupLocal] != lb.HAActive {
 		t.Fatalf("resumed %v, want the local group active", resumed)
 	}

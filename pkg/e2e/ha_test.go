@@ -1170,4 +1170,40 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		h.d[0].start()
 		h.waitSteady(t, 30*time.Second)
 	})
+
+	// dlbd killed on the active, its executor left forwarding (a crash),
+	// and restarted only after the backup took over: the restarted dlbd
+	// resumes its group active, and must stand by for a copy of the
+	// connections the backup made meanwhile before it takes the group
+	// back. (It stayed active, the backup let go at once, and 44 of 50
+	// NAT connections made during the takeover broke.)
+	t.Run("restart after a takeover", func(t *testing.T) {
+		h.d[0].stop(syscall.SIGKILL)
+		took := poll(t, 10*time.Second, "the backup active", func() bool { return h.d[1].state() == "active" })
+		var during loadResult
+		var duringErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			during, duringErr = h.load(context.Background(), "-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100",
+				"-interval", "200ms", "-duration", "7s", "-timeout", "20s")
+		}()
+		time.Sleep(time.Second)
+		h.d[0].start()
+		back := poll(t, 15*time.Second, "the restarted primary active, the backup standing by", func() bool {
+			return h.d[0].state() == "active" && h.d[1].state() == "standby"
+		})
+		s := h.d[0].status()
+		<-done
+		t.Logf("the backup active %v after the primary's dlbd was killed; the primary, restarted, active again %v after its start (%s); "+
+			"NAT connections made during the takeover: broken %d of %d (%d requests, errors %v)", took.Round(time.Millisecond),
+			back.Round(time.Millisecond), s.Groups[0].Reason, during.Broken, during.Connections, during.Requests, during.Errors)
+		if !strings.HasPrefix(s.Groups[0].Reason, "the peer let go") {
+			t.Errorf("the restarted primary serves for %q, want after the backup let go (a preempt)", s.Groups[0].Reason)
+		}
+		if duringErr != nil || during.Broken != 0 || during.Connections < 100 {
+			t.Errorf("keep-alive: %v, %d of %d broken: %v", duringErr, during.Broken, during.Connections, during.Errors)
+		}
+		h.waitSteady(t, 30*time.Second)
+	})
 }

@@ -91,7 +91,10 @@ type Node struct {
 	takeover     [lb.NumHAGroups]bool
 	groups       [lb.NumHAGroups]group
 
-	peer      peerState
+	peer peerState
+	// answer: a heartbeat heard from a peer that was not alive (or
+	// restarted) is to be answered once the burst's decision is taken.
+	answer    bool
 	reach     []reachState
 	refused   map[string]uint64
 	pathStats map[lb.Heartbeat]*lb.HAPathStatus
@@ -259,14 +262,18 @@ func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
 // Resume starts the groups in the states a previous dlbd left them in,
 // when the executor kept forwarding across its restart: an active stays
 // active instead of listening again (which could hand its clusters to
-// the peer). Call it before the first Configure.
+// the peer), unless the peer, once heard, serves the group (it took it
+// over while dlbd was down): then it stands by. Nothing is decided until
+// the peer is heard or the dead time passes (a standby would otherwise
+// take the group at once, its peer not heard yet). Call it before the
+// first Configure.
 func (n *Node) Resume(states [lb.NumHAGroups]lb.HAState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
 	for g, st := range states {
 		if st == lb.HAActive || st == lb.HAStandby {
-			n.groups[g] = group{state: st, since: now, reason: "resumed after a restart of dlbd"}
+			n.groups[g] = group{state: st, since: now, reason: "resumed after a restart of dlbd", resumed: true}
 		}
 	}
 }
@@ -813,6 +820,10 @@ func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 			n.heartbeatLocked(buf[:k], from.Addr().Unmap(), src)
 		}
 		n.stepLocked(time.Now())
+		if n.answer {
+			n.answer = false
+			n.sendLocked(false)
+		}
 		n.mu.Unlock()
 	}
 }
@@ -872,9 +883,12 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 	if !wasAlive || restartedPeer {
 		n.log.Info("high availability: peer heard", "from", from, "role", m.Role, "boot", strconv.FormatUint(m.Boot, 16))
 		n.signal()
-		// Answer at once: a peer that just started confirms this
-		// dispatcher's boot from it.
-		n.sendLocked(false)
+		// Answer at once, once the decision on this heartbeat's burst is
+		// taken (receive): a peer that just started confirms this
+		// dispatcher's boot from it, and must learn this dispatcher's
+		// state as it decided it knowing the peer (a group resumed after
+		// a restart may stand by now).
+		n.answer = true
 	}
 }
 

@@ -84,6 +84,10 @@ type group struct {
 	// announce the group's addresses again (see step).
 	contested, heard bool
 	reasserted       uint64
+	// resumed: the group was resumed (active or standby) after a
+	// restart of dlbd (Node.Resume), and the peer has not been heard
+	// since.
+	resumed bool
 }
 
 // better reports whether self is the better dispatcher to serve the
@@ -153,6 +157,26 @@ func (g *group) step(now time.Time, s self, p peerView, deadTime time.Duration, 
 		g.releasing = false
 		set(lb.HANoExecutor, "the executor cannot forward")
 		return
+	}
+	if g.resumed {
+		// A group resumed after a restart of dlbd decides nothing until
+		// the peer is heard (it may serve the group now), or the dead
+		// time passed without it.
+		if !p.alive && now.Sub(g.since) < deadTime {
+			return
+		}
+		g.resumed = false
+		if g.state == lb.HAActive && p.alive && (p.state == lb.HAActive || p.state == lb.HAPreempt) {
+			// dlbd was down here long enough for the peer to take the
+			// group over: the peer has connections this dispatcher does
+			// not. It stands by for a copy of them; taking the group back
+			// (recovery auto) then waits for the peer's last ones.
+			// (Staying active, it would make the peer let go at once, and
+			// break every NAT connection the peer made meanwhile.)
+			set(lb.HAStandby, "resumed after a restart of dlbd, but the peer took the group over meanwhile")
+			g.heard = true
+			return
+		}
 	}
 	switch g.state {
 	case lb.HAIdle, lb.HANoExecutor:

@@ -184,3 +184,44 @@ func TestReasserted(t *testing.T) {
 		})
 	}
 }
+
+// TestResumed: a group resumed after a restart of dlbd decides nothing
+// until the peer is heard or the dead time passed. Resumed active, it
+// then stands by if the peer serves the group (it took it over while dlbd
+// was down), and serves on if not; resumed standby, it does not take the
+// group from a peer not heard yet.
+func TestResumed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	primary := self{healthy: true, preferred: true, synced: true, boot: 2}
+	backup := self{healthy: true, synced: true, boot: 1}
+	took := "resumed after a restart of dlbd, but the peer took the group over meanwhile"
+	cases := []struct {
+		name       string
+		from       lb.HAState
+		s          self
+		since      time.Duration
+		p          peerView
+		want       lb.HAState
+		stillWaits bool
+		wantReason string
+	}{
+		{"active: the peer took the group over", lb.HAActive, primary, 0, peerView{alive: true, healthy: true, state: lb.HAActive}, lb.HAStandby, false, took},
+		{"active: the peer takes it back", lb.HAActive, primary, 0, peerView{alive: true, healthy: true, state: lb.HAPreempt}, lb.HAStandby, false, took},
+		{"active: the peer stood by", lb.HAActive, primary, 0, peerView{alive: true, healthy: true, state: lb.HAStandby}, lb.HAActive, false, "resumed"},
+		{"active: no peer heard yet", lb.HAActive, primary, time.Second, peerView{}, lb.HAActive, true, "resumed"},
+		{"active: no peer heard in the dead time", lb.HAActive, primary, dead, peerView{}, lb.HAActive, false, "resumed"},
+		{"standby: no peer heard yet", lb.HAStandby, backup, time.Second, peerView{}, lb.HAStandby, true, "resumed"},
+		{"standby: the peer serves", lb.HAStandby, backup, 0, peerView{alive: true, healthy: true, preferred: true, state: lb.HAActive}, lb.HAStandby, false, "resumed"},
+		{"standby: no peer heard in the dead time", lb.HAStandby, backup, dead, peerView{}, lb.HAActive, false, "the peer is dead"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := group{state: c.from, since: t0.Add(-c.since), reason: "resumed", resumed: true}
+			g.step(t0, c.s, c.p, dead, func(uint64) bool { return true })
+			if g.state != c.want || g.resumed != c.stillWaits || g.reason != c.wantReason || g.releasing {
+				t.Errorf("%s (%q), still waiting for the peer %v, releasing %v; want %s (%q), %v", g.state, g.reason, g.resumed,
+					g.releasing, c.want, c.wantReason, c.stillWaits)
+			}
+		})
+	}
+}

@@ -77,9 +77,19 @@ func freePort(t *testing.T) uint16 {
 
 func startSim(t *testing.T, h lb.HighAvailability, secret string) *simEngine {
 	t.Helper()
+	return startSimResumed(t, h, secret, nil)
+}
+
+// startSimResumed is startSim for a dlbd restarted over an executor that
+// kept forwarding: its groups resume the states given.
+func startSimResumed(t *testing.T, h lb.HighAvailability, secret string, resume *[lb.NumHAGroups]lb.HAState) *simEngine {
+	t.Helper()
 	n := New(Options{Logger: quiet, ReadSecret: func(string) ([]byte, error) { return []byte(secret), nil },
 		Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
 	n.SetHealth(true, "")
+	if resume != nil {
+		n.Resume(*resume)
+	}
 	if err := n.Configure(h, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +314,63 @@ func TestNodeRestartGrace(t *testing.T) {
 	})
 	if st := b.state(lb.GroupPeer); st != lb.HAStandby {
 		t.Errorf("the backup is %s after the primary's restart", st)
+	}
+}
+
+// TestNodeResumeAfterTakeover: dlbd restarted on the active after its
+// peer took the group over (it was down longer than the dead time). The
+// group it resumes active stands by once it hears the peer serving: the
+// peer has connections the restarted one lacks, and must not let go of
+// the group at once ("two actives"), before sending them. Recovery auto
+// then takes the group back the usual way, through a preempt that waits
+// for the peer's last entries.
+func TestNodeResumeAfterTakeover(t *testing.T) {
+	port := freePort(t)
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	waitFor(t, 2*time.Second, "primary active", func() bool { return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby })
+	// dlbd killed: no heartbeat says it restarts.
+	a.stop()
+	<-a.done
+	a.n.Stop(false)
+	waitFor(t, 2*time.Second, "the backup active", func() bool { return b.state(lb.GroupPeer) == lb.HAActive })
+	a2 := startSimResumed(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret", &[lb.NumHAGroups]lb.HAState{lb.HAActive})
+	waitFor(t, 5*time.Second, "the primary active again, the backup standing by", func() bool {
+		return a2.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	// Through a preempt (the peer let go when asked, after its last
+	// entries), not by staying active as it resumed.
+	if got := a2.n.Status().Groups; len(got) != 1 || got[0].Reason != "the peer let go: recovery auto: the preferred dispatcher takes its clusters back" {
+		t.Errorf("the restarted primary serves with %+v, want after a preempt", got)
+	}
+	if got := b.n.Status().Groups; len(got) != 1 || got[0].Reason != "recovery auto: the preferred dispatcher takes its clusters back" {
+		t.Errorf("the backup let go with %+v, want the preempt's reason (not two actives)", got)
+	}
+}
+
+// TestNodeStandbyRestart: dlbd restarted on the standby resumes standing
+// by; it does not take the group, its peer not heard yet, only to let go
+// of it again (it did, for tens of milliseconds, announcing the addresses
+// to its own MAC).
+func TestNodeStandbyRestart(t *testing.T) {
+	port := freePort(t)
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+	waitFor(t, 2*time.Second, "primary active", func() bool { return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby })
+	b.stop()
+	<-b.done
+	b.n.Stop(true)
+	b2 := startSimResumed(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret", &[lb.NumHAGroups]lb.HAState{lb.HAIdle, lb.HAStandby})
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		if st := b2.state(lb.GroupPeer); st != lb.HAStandby {
+			t.Fatalf("the restarted standby is %s (%s)", st, b2.n.Status().Groups[0].Reason)
+		}
+		if st := a.state(lb.GroupLocal); st != lb.HAActive {
+			t.Fatalf("the primary is %s during the standby's restart", st)
+		}
+	}
+	if p := b2.n.Status().Peer; !p.Alive {
+		t.Error("the restarted standby has not heard the primary in 500 ms")
 	}
 }
 
