@@ -245,14 +245,9 @@ func TestHAReassertedAnnouncesAgain(t *testing.T) {
 	saved := announceAfter
 	t.Cleanup(func() { announceAfter = saved })
 	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(op("port", "add", vip+"@81", "method", "nat"),
-		op("server", "add", vip+"@81@198.18.0.23", "returnaddress", "198.18.0.3"))
-	h.mustApply(haOps("primary")...)
+	h, f := haNATSetup(t)
 	f.set(lb.GroupLocal, lb.HAActive)
-	// The takeover's announcements: now, and 0.25, 1 and 3 s later.
+	// The takeover's announcements: now, and at each delay.
 	eventually(t, "the takeover's announcements", func() bool { return h.nif.announcedCount(vip) >= len(announceAfter) })
 	time.Sleep(announceAfter[len(announceAfter)-1])
 	vipBefore, retBefore := h.nif.announcedCount(vip), h.nif.announcedCount("198.18.0.3")

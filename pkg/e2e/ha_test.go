@@ -312,7 +312,6 @@ func newHALab(t *testing.T) *haLab {
 // over the backends, VIP:81 by NAT over the NAT servers, and the same
 // over IPv6 on the IPv6 VIP.
 func (h *haLab) configure(d *haDispatcher) {
-	vip, ret, router := h.vip(), h.env["LAB_RETURN_ADDR"], h.env["LAB_ROUTER_ADDR"]
 	// Generic XDP unless DLB_HA_XDP_MODE says otherwise (native works on
 	// the lab's veths too).
 	mode := os.Getenv("DLB_HA_XDP_MODE")
@@ -320,24 +319,18 @@ func (h *haLab) configure(d *haDispatcher) {
 		mode = "generic"
 	}
 	d.mustCtl("executor", "start", "--interface", h.env["LAB_IF"], "--xdp-mode", mode)
-	d.mustCtl("executor", "set", "nfa", d.addr)
-	d.mustCtl("cluster", "add", vip, "--configure")
-	d.mustCtl("port", "add", vip+"@80")
-	d.mustCtl("port", "add", vip+"@81", "--method", "nat")
-	for i := 1; i <= 3; i++ {
-		d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip, h.env[fmt.Sprintf("LAB_B%d_ADDR", i)]))
-		d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip, h.env[fmt.Sprintf("LAB_N%d_ADDR", i)]),
-			"--mapport", "80", "--returnaddress", ret, "--router", router)
-	}
-	vip6 := h.env["LAB_VIP6"]
-	d.mustCtl("executor", "set", "nfa", h.env[fmt.Sprintf("LAB_D%d_ADDR6", d.i)])
-	d.mustCtl("cluster", "add", vip6, "--configure")
-	d.mustCtl("port", "add", vip6+"@80")
-	d.mustCtl("port", "add", vip6+"@81", "--method", "nat")
-	for i := 1; i <= 3; i++ {
-		d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip6, h.env[fmt.Sprintf("LAB_B%d_ADDR6", i)]))
-		d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip6, h.env[fmt.Sprintf("LAB_N%d_ADDR6", i)]),
-			"--mapport", "80", "--returnaddress", h.env["LAB_RETURN_ADDR6"], "--router", h.env["LAB_ROUTER_ADDR6"])
+	// The lab's variables of IPv6 addresses end in 6.
+	for _, v6 := range []string{"", "6"} {
+		vip, ret, router := h.env["LAB_VIP"+v6], h.env["LAB_RETURN_ADDR"+v6], h.env["LAB_ROUTER_ADDR"+v6]
+		d.mustCtl("executor", "set", "nfa", h.env[fmt.Sprintf("LAB_D%d_ADDR%s", d.i, v6)])
+		d.mustCtl("cluster", "add", vip, "--configure")
+		d.mustCtl("port", "add", vip+"@80")
+		d.mustCtl("port", "add", vip+"@81", "--method", "nat")
+		for i := 1; i <= 3; i++ {
+			d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip, h.env[fmt.Sprintf("LAB_B%d_ADDR%s", i, v6)]))
+			d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip, h.env[fmt.Sprintf("LAB_N%d_ADDR%s", i, v6)]),
+				"--mapport", "80", "--returnaddress", ret, "--router", router)
+		}
 	}
 }
 
@@ -991,6 +984,22 @@ func (d *haDispatcher) replCounts() (sent, imported uint64) {
 	return r.SentRecords, r.Imported
 }
 
+// loadBackground runs labclient (h.load) with args in the background;
+// wait returns its result once it ended.
+func (h *haLab) loadBackground(args ...string) (wait func() (loadResult, error)) {
+	var r loadResult
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r, err = h.load(context.Background(), args...)
+	}()
+	return func() (loadResult, error) {
+		<-done
+		return r, err
+	}
+}
+
 // firstGrowth polls f every 2 ms until it returns more than base, and
 // returns when it did (the zero time: not within limit).
 func firstGrowth(base uint64, limit time.Duration, f func() uint64) time.Time {
@@ -1073,14 +1082,8 @@ func TestPrivilegedHAReplication(t *testing.T) {
 			}
 		}()
 		h.waitSteady(t, 30*time.Second)
-		var keep loadResult
-		var keepErr error
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			keep, keepErr = h.load(context.Background(), "-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100",
-				"-interval", "200ms", "-duration", "9s", "-timeout", "5s")
-		}()
+		wait := h.loadBackground("-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100", "-interval", "200ms",
+			"-duration", "9s", "-timeout", "5s")
 		// Past 3 × the staletimeout, and the standby's sweeps (every 2 s)
 		// in between: the standby must still hold every connection.
 		time.Sleep(8 * time.Second)
@@ -1090,7 +1093,7 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		for _, p := range ports {
 			held += p.ActiveConnections
 		}
-		<-done
+		keep, keepErr := wait()
 		t.Logf("staletimeout 2 s: the standby holds %d established NAT connections 8 s into 100 keep-alive connections (%d broken, %d requests)",
 			held, keep.Broken, keep.Requests)
 		if keepErr != nil || keep.Connections < 100 {
@@ -1180,21 +1183,15 @@ func TestPrivilegedHAReplication(t *testing.T) {
 	t.Run("restart after a takeover", func(t *testing.T) {
 		h.d[0].stop(syscall.SIGKILL)
 		took := poll(t, 10*time.Second, "the backup active", func() bool { return h.d[1].state() == "active" })
-		var during loadResult
-		var duringErr error
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			during, duringErr = h.load(context.Background(), "-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100",
-				"-interval", "200ms", "-duration", "7s", "-timeout", "20s")
-		}()
+		wait := h.loadBackground("-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100", "-interval", "200ms",
+			"-duration", "7s", "-timeout", "20s")
 		time.Sleep(time.Second)
 		h.d[0].start()
 		back := poll(t, 15*time.Second, "the restarted primary active, the backup standing by", func() bool {
 			return h.d[0].state() == "active" && h.d[1].state() == "standby"
 		})
 		s := h.d[0].status()
-		<-done
+		during, duringErr := wait()
 		t.Logf("the backup active %v after the primary's dlbd was killed; the primary, restarted, active again %v after its start (%s); "+
 			"NAT connections made during the takeover: broken %d of %d (%d requests, errors %v)", took.Round(time.Millisecond),
 			back.Round(time.Millisecond), s.Groups[0].Reason, during.Broken, during.Connections, during.Requests, during.Errors)

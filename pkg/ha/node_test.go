@@ -101,10 +101,15 @@ func startSimResumed(t *testing.T, h lb.HighAvailability, secret string, resume 
 	return e
 }
 
-func (e *simEngine) close() {
+func (e *simEngine) close() { e.halt(false) }
+
+// halt stops the engine and its Node, as dlbd stopping does (restarting:
+// the Node tells the peer it restarts); killed, dlbd says nothing, which
+// Stop(false) does too.
+func (e *simEngine) halt(restarting bool) {
 	e.stop()
 	<-e.done
-	e.n.Stop(false)
+	e.n.Stop(restarting)
 }
 
 func (e *simEngine) run(ctx context.Context) {
@@ -183,13 +188,21 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) t
 	return time.Since(start)
 }
 
-func TestNodePairFailoverAndFailback(t *testing.T) {
-	port := freePort(t)
-	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
-	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
+// startPair starts a primary (a) and a backup (b) on a free port and
+// waits for the primary to serve, the backup to stand by.
+func startPair(t *testing.T) (a, b *simEngine, port uint16) {
+	t.Helper()
+	port = freePort(t)
+	a = startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	b = startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
 	waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
 		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
 	})
+	return a, b, port
+}
+
+func TestNodePairFailoverAndFailback(t *testing.T) {
+	a, b, port := startPair(t)
 	// The active's entries reach the standby (full copy on connect).
 	rec := lb.ConnRecord{Kind: lb.ConnMAC, Protocol: 6, Client: netip.MustParseAddrPort("198.18.2.11:40000"),
 		Cluster: netip.MustParseAddrPort("198.18.0.100:80"), Server: netip.MustParseAddr("198.18.0.21"), Age: 3 * time.Second}
@@ -284,13 +297,8 @@ func TestNodeDeadline(t *testing.T) {
 
 // TestNodeRestartGrace: a peer that says it restarts is waited for.
 func TestNodeRestartGrace(t *testing.T) {
-	port := freePort(t)
-	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
-	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
-	waitFor(t, 2*time.Second, "primary active", func() bool { return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby })
-	a.stop()
-	<-a.done
-	a.n.Stop(true)
+	a, b, port := startPair(t)
+	a.halt(true)
 	time.Sleep(500 * time.Millisecond) // 2.5 × the dead time
 	if st := b.state(lb.GroupPeer); st != lb.HAStandby {
 		t.Fatalf("took over a restarting peer: %s", st)
@@ -325,14 +333,9 @@ func TestNodeRestartGrace(t *testing.T) {
 // then takes the group back the usual way, through a preempt that waits
 // for the peer's last entries.
 func TestNodeResumeAfterTakeover(t *testing.T) {
-	port := freePort(t)
-	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
-	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
-	waitFor(t, 2*time.Second, "primary active", func() bool { return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby })
+	a, b, port := startPair(t)
 	// dlbd killed: no heartbeat says it restarts.
-	a.stop()
-	<-a.done
-	a.n.Stop(false)
+	a.halt(false)
 	waitFor(t, 2*time.Second, "the backup active", func() bool { return b.state(lb.GroupPeer) == lb.HAActive })
 	a2 := startSimResumed(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret", &[lb.NumHAGroups]lb.HAState{lb.HAActive})
 	waitFor(t, 5*time.Second, "the primary active again, the backup standing by", func() bool {
@@ -353,13 +356,8 @@ func TestNodeResumeAfterTakeover(t *testing.T) {
 // of it again (it did, for tens of milliseconds, announcing the addresses
 // to its own MAC).
 func TestNodeStandbyRestart(t *testing.T) {
-	port := freePort(t)
-	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
-	b := startSim(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret")
-	waitFor(t, 2*time.Second, "primary active", func() bool { return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby })
-	b.stop()
-	<-b.done
-	b.n.Stop(true)
+	a, b, port := startPair(t)
+	b.halt(true)
 	b2 := startSimResumed(t, testConfig(lb.RoleBackup, addrB, addrA, port), "secret-secret", &[lb.NumHAGroups]lb.HAState{lb.HAIdle, lb.HAStandby})
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
 		if st := b2.state(lb.GroupPeer); st != lb.HAStandby {
