@@ -107,6 +107,9 @@ type Netif interface {
 	// AddAddress reports whether it put the address on: one the
 	// interface has already is left as it is.
 	AddAddress(ifname string, addr netip.Addr) (added bool, err error)
+	// DeprecateAddress makes an IPv6 host address deprecated, as
+	// AddAddress puts one on, if it is not; it reports whether it did.
+	DeprecateAddress(ifname string, addr netip.Addr) (changed bool, err error)
 	DelAddress(ifname string, addr netip.Addr) error
 	// Watch reports changes of interfaces, addresses and neighbours until
 	// ctx ends.
@@ -477,6 +480,7 @@ func (e *Engine) Run(ctx context.Context) {
 			all[a] = ""
 		}
 		e.restoreAddresses(all)
+		e.deprecateOwnAddresses()
 	}
 	e.startSpeaker(cfg)
 	if e.opts.AddressAnswerers != nil {

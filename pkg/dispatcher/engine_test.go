@@ -1065,6 +1065,37 @@ func TestUnreachableClusterWarned(t *testing.T) {
 	}
 }
 
+// TestOwnIPv6AddressesDeprecatedAtStart: an IPv6 cluster address an
+// older dlbd put on as preferred (the host's own connections then left
+// from it, and hung) is deprecated when dlbd starts; one the operator put
+// on is left as it is (and warned of).
+func TestOwnIPv6AddressesDeprecatedAtStart(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	const own, operators = "2001:2::100", "2001:2::101"
+	h.nif.mu.Lock()
+	h.nif.addresses[netip.MustParseAddr(operators)] = "eth0"
+	h.nif.mu.Unlock()
+	h.mustApply(op("cluster", "add", own, "configure", "yes"), op("cluster", "add", operators, "configure", "yes"))
+	if !h.nif.has(own) || !h.nif.has(operators) {
+		t.Fatal("the IPv6 cluster addresses are not on")
+	}
+	h.nif.mu.Lock()
+	h.nif.preferred = map[netip.Addr]bool{netip.MustParseAddr(own): true, netip.MustParseAddr(operators): true}
+	h.nif.mu.Unlock()
+	h.restart()
+	eventually(t, "dlbd's own address deprecated", func() bool {
+		h.nif.mu.Lock()
+		defer h.nif.mu.Unlock()
+		return !h.nif.preferred[netip.MustParseAddr(own)]
+	})
+	h.nif.mu.Lock()
+	defer h.nif.mu.Unlock()
+	if !h.nif.preferred[netip.MustParseAddr(operators)] {
+		t.Error("the operator's address was changed")
+	}
+}
+
 // TestAnnouncedClusterNotWarned: a cluster to be announced over BGP is
 // reached through the routers, even before BGP itself is set: not named
 // as one nothing answers ARP for.

@@ -380,6 +380,9 @@ type fakeNetif struct {
 	src netip.Addr
 	// refuse makes AddAddress fail for these addresses.
 	refuse map[netip.Addr]bool
+	// preferred are the IPv6 addresses on as an older dlbd put them on
+	// (not deprecated), until DeprecateAddress.
+	preferred map[netip.Addr]bool
 	// xdp is the XDP program eth0 reports.
 	xdp lb.XDPProgram
 	// mac, when set, is eth0's hardware address ("none": no address).
@@ -580,6 +583,16 @@ func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.macs[a] = mac
+}
+
+func (n *fakeNetif) DeprecateAddress(ifname string, a netip.Addr) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.addresses[a] != ifname || !n.preferred[a] {
+		return false, nil
+	}
+	delete(n.preferred, a)
+	return true, nil
 }
 
 func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) (bool, error) {

@@ -586,6 +586,25 @@ func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
 	}
 }
 
+// deprecateOwnAddresses deprecates the IPv6 addresses dlbd put on that
+// are not (an older dlbd put them on so): the host's own connections
+// would leave from them, and hang, their replies taken by the executor.
+// The operator's own addresses are only warned of (ownSourceProblems).
+func (e *Engine) deprecateOwnAddresses() {
+	for a, ifname := range e.host.configured {
+		if !a.Is6() || e.host.found[a] == ifname {
+			continue
+		}
+		changed, err := e.opts.Netif.DeprecateAddress(ifname, a)
+		if err != nil {
+			e.log.Warn("deprecating an IPv6 address dlbd put on", "address", a, "interface", ifname, "err", err)
+		} else if changed {
+			e.log.Info("deprecated an IPv6 address an older dlbd put on as preferred: the host's own connections no longer leave from it",
+				"address", a, "interface", ifname)
+		}
+	}
+}
+
 // applyHops rewrites the ports behind next hops whose MAC or interface
 // changed, and the client gateways among them.
 func (e *Engine) applyHops(cfg lb.Config, changed []netip.Addr) {

@@ -428,6 +428,54 @@ func TestPrivilegedAddAddressIsNoSource(t *testing.T) {
 	}
 }
 
+// TestPrivilegedDeprecateAddress: an IPv6 host address put on as an
+// older dlbd did (preferred) is deprecated, valid for ever; one already
+// deprecated, one of another prefix length (the operator's), an IPv4 one
+// and one that is not there are left as they are.
+func TestPrivilegedDeprecateAddress(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	for _, c := range []string{"2001:2::3/128", "2001:2::4/64"} {
+		p := netip.MustParsePrefix(c)
+		ipnet := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 128)}
+		if err := netlink.AddrAdd(a, &netlink.Addr{IPNet: ipnet, Flags: unix.IFA_F_NODAD}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := New()
+	for _, tc := range []struct {
+		addr    string
+		changed bool
+	}{
+		{"2001:2::3", true}, {"2001:2::3", false}, {"2001:2::4", false}, {"198.18.0.1", false}, {"2001:2::99", false},
+	} {
+		changed, err := n.DeprecateAddress("dlbhn0", netip.MustParseAddr(tc.addr))
+		if err != nil || changed != tc.changed {
+			t.Errorf("DeprecateAddress(%s): %v, %v; want %v", tc.addr, changed, err, tc.changed)
+		}
+	}
+	addrs, err := netlink.AddrList(a, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ad := range addrs {
+		deprecated := ad.Flags&unix.IFA_F_DEPRECATED != 0
+		switch ad.IPNet.String() {
+		case "2001:2::3/128":
+			if !deprecated || ad.ValidLft != math.MaxUint32 {
+				t.Errorf("%s: flags %#x, valid %d s; want deprecated, valid for ever", ad.IPNet, ad.Flags, ad.ValidLft)
+			}
+		case "2001:2::4/64":
+			if deprecated {
+				t.Errorf("the operator's %s was deprecated", ad.IPNet)
+			}
+		}
+	}
+	if changed, err := n.DeprecateAddress("dlbgone0", netip.MustParseAddr("2001:2::3")); changed || err != nil {
+		t.Errorf("an interface that is gone: %v, %v; want no change, no error", changed, err)
+	}
+}
+
 // TestPrivilegedAddAddressRefusesABroadcastAddress: the broadcast address
 // of a subnet of the host is refused, naming why, and left as it was (a
 // broadcast route, not an address of the interface).

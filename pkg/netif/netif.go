@@ -281,6 +281,45 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 	return true, nil
 }
 
+// DeprecateAddress makes the IPv6 host address addr (a /128) on the
+// named interface deprecated, as AddAddress puts one on, if it is not (an
+// older dlbd put it on without): IPv6 source selection would otherwise
+// pick it for the host's own connections, whose replies the executor
+// takes. It reports whether it changed the address; an IPv4 address, one
+// that is not there or has another prefix length (the operator's), and
+// an interface that is gone are left as they are.
+func (*Netif) DeprecateAddress(ifname string, addr netip.Addr) (changed bool, err error) {
+	if !addr.Is6() {
+		return false, nil
+	}
+	l, err := netlink.LinkByName(ifname)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up interface %q: %w", ifname, err)
+	}
+	have, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return false, fmt.Errorf("listing the addresses of %s: %w", ifname, err)
+	}
+	for _, h := range have {
+		a, ok := netip.AddrFromSlice(h.IP)
+		if ones, _ := h.Mask.Size(); !ok || a != addr || ones != 128 {
+			continue
+		}
+		if h.Flags&unix.IFA_F_DEPRECATED != 0 && h.PreferedLft == 0 {
+			return false, nil
+		}
+		if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
+			return false, fmt.Errorf("deprecating %s on %s: %w", addr, ifname, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 // HoldsAddress reports whether an interface of this host (of this network
 // namespace) has addr.
 func (*Netif) HoldsAddress(addr netip.Addr) (bool, error) {
