@@ -326,11 +326,13 @@ func (h *haLab) configure(d *haDispatcher) {
 		d.mustCtl("cluster", "add", vip, "--configure")
 		d.mustCtl("port", "add", vip+"@80")
 		d.mustCtl("port", "add", vip+"@81", "--method", "nat")
+		var backends, natServers []string
 		for i := 1; i <= 3; i++ {
-			d.mustCtl("server", "add", fmt.Sprintf("%s@80@%s", vip, h.env[fmt.Sprintf("LAB_B%d_ADDR%s", i, v6)]))
-			d.mustCtl("server", "add", fmt.Sprintf("%s@81@%s", vip, h.env[fmt.Sprintf("LAB_N%d_ADDR%s", i, v6)]),
-				"--mapport", "80", "--returnaddress", ret, "--router", router)
+			backends = append(backends, h.env[fmt.Sprintf("LAB_B%d_ADDR%s", i, v6)])
+			natServers = append(natServers, h.env[fmt.Sprintf("LAB_N%d_ADDR%s", i, v6)])
 		}
+		d.mustCtl("server", "add", vip+"@80@"+strings.Join(backends, "+"))
+		d.mustCtl("server", "add", vip+"@81@"+strings.Join(natServers, "+"), "--mapport", "80", "--returnaddress", ret, "--router", router)
 	}
 }
 
@@ -1184,7 +1186,7 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		h.d[0].stop(syscall.SIGKILL)
 		took := poll(t, 10*time.Second, "the backup active", func() bool { return h.d[1].state() == "active" })
 		wait := h.loadBackground("-url", "http://"+h.vip()+":81/", "-keepalive", "-c", "100", "-interval", "200ms",
-			"-duration", "7s", "-timeout", "20s")
+			"-duration", "5s", "-timeout", "20s")
 		time.Sleep(time.Second)
 		h.d[0].start()
 		back := poll(t, 15*time.Second, "the restarted primary active, the backup standing by", func() bool {
