@@ -457,8 +457,9 @@ func (n fakeNetif) Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[n
 	return out, errs
 }
 
-func (fakeNetif) AddAddress(string, netip.Addr) (bool, error) { return true, nil }
-func (fakeNetif) DelAddress(string, netip.Addr) error         { return nil }
+func (fakeNetif) AddAddress(string, netip.Addr) (bool, error)       { return true, nil }
+func (fakeNetif) DeprecateAddress(string, netip.Addr) (bool, error) { return false, nil }
+func (fakeNetif) DelAddress(string, netip.Addr) error               { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
 	return nil, errors.New("no watch in this fake")
 }
