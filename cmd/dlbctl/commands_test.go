@@ -443,9 +443,11 @@ type unreachableClient struct{}
 
 var errDown = errors.Join(client.ErrUnreachable, errors.New("test"))
 
-func (unreachableClient) ConfigScript(context.Context) (string, error)       { return "", errDown }
-func (unreachableClient) HA(context.Context) (api.HAReport, error)           { return api.HAReport{}, errDown }
-func (unreachableClient) Takeover(context.Context, string) error             { return errDown }
+func (unreachableClient) ConfigScript(context.Context) (string, error) { return "", errDown }
+func (unreachableClient) HA(context.Context) (api.HAReport, error)     { return api.HAReport{}, errDown }
+func (unreachableClient) Takeover(context.Context, string) (api.Result, error) {
+	return api.Result{}, errDown
+}
 func (unreachableClient) ConfigFile(context.Context, string) ([]byte, error) { return nil, errDown }
 func (unreachableClient) ApplyConfig(context.Context, []byte, bool) (api.ConfigResult, error) {
 	return api.ConfigResult{}, errDown

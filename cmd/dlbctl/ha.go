@@ -214,10 +214,12 @@ give the preferred dispatcher its clusters back.`,
 			if len(args) == 1 {
 				addr = args[0]
 			}
-			if err := a.client().Takeover(cmd.Context(), addr); err != nil {
+			res, err := a.client().Takeover(cmd.Context(), addr)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintln(a.env.stdout, "takeover asked: see \"dlbctl highavailability status\"")
+			a.warnings(res.Warnings)
 			return nil
 		}),
 	}

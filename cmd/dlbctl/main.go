@@ -75,7 +75,7 @@ type dlbClient interface {
 	BGP(ctx context.Context) (api.BGPReport, error)
 	ServerCheck(ctx context.Context, target, client string) (api.ServerCheckReport, error)
 	HA(ctx context.Context) (api.HAReport, error)
-	Takeover(ctx context.Context, addr string) error
+	Takeover(ctx context.Context, addr string) (api.Result, error)
 }
 
 // env is everything dlbctl takes from its process, so that tests can run

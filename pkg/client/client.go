@@ -275,10 +275,12 @@ func (c *Client) HA(ctx context.Context) (api.HAReport, error) {
 }
 
 // Takeover asks dlbd to take over the clusters of the dispatcher whose
-// heartbeat address addr is, or all of them (addr empty).
-func (c *Client) Takeover(ctx context.Context, addr string) error {
+// heartbeat address addr is, or all of them (addr empty); the result
+// carries warnings (a takeover the peer undoes at once).
+func (c *Client) Takeover(ctx context.Context, addr string) (api.Result, error) {
 	var r api.Result
-	return c.do(ctx, http.MethodPost, api.PathTakeover, "", api.TakeoverRequest{Address: addr}, &r)
+	err := c.do(ctx, http.MethodPost, api.PathTakeover, "", api.TakeoverRequest{Address: addr}, &r)
+	return r, err
 }
 
 // scriptText takes a text/plain answer as it is.

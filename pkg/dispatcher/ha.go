@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -419,11 +420,11 @@ func (e *Engine) haCheck(next lb.Config, ch config.Change) error {
 // Takeover asks this dispatcher to serve the clusters that addr names:
 // the clusters of the dispatcher whose heartbeat address addr is (under
 // mutual high availability), or all of them (no address).
-func (e *Engine) Takeover(ctx context.Context, addr netip.Addr) error {
-	_, err := call(ctx, e, func() (struct{}, error) {
+func (e *Engine) Takeover(ctx context.Context, addr netip.Addr) (warnings []string, err error) {
+	return call(ctx, e, func() ([]string, error) {
 		cfg := e.ed.Config()
 		if !e.haOn(cfg) {
-			return struct{}{}, lb.Errorf("highavailability", "", "high availability is not running (highavailability backup add and heartbeat add first)")
+			return nil, lb.Errorf("highavailability", "", "high availability is not running (highavailability backup add and heartbeat add first)")
 		}
 		var groups []lb.HAGroup
 		if addr.IsValid() {
@@ -434,15 +435,54 @@ func (e *Engine) Takeover(ctx context.Context, addr netip.Addr) error {
 			case slices.Contains(cfg.HA.Destinations(), addr):
 				groups = []lb.HAGroup{lb.GroupPeer}
 			default:
-				return struct{}{}, lb.Errorf("address", addr.String(), "is neither a heartbeat source nor a destination")
+				return nil, lb.Errorf("address", addr.String(), "is neither a heartbeat source nor a destination")
 			}
 		}
+		st := e.opts.HA.Status()
 		if err := e.opts.HA.Takeover(groups); err != nil {
-			return struct{}{}, lb.Errorf("highavailability", "", "%v", err)
+			return nil, lb.Errorf("highavailability", "", "%v", err)
 		}
-		return struct{}{}, nil
+		return takenBack(cfg, st, groups), nil
 	})
-	return err
+}
+
+// takenBack warns of a takeover the peer undoes at once: of groups whose
+// preferred dispatcher is the live, healthy peer, with recovery auto and
+// reaching as many targets as this one (it preempts as soon as it has a
+// copy of the connections). groups nil is every group.
+func takenBack(cfg lb.Config, st lb.HAStatus, groups []lb.HAGroup) []string {
+	p := st.Peer
+	if !p.Alive || !p.Healthy || p.Recovery != lb.RecoveryAuto {
+		return nil
+	}
+	reach := 0
+	for _, r := range st.Reach {
+		if r.Reachable {
+			reach++
+		}
+	}
+	if p.Reach < reach {
+		return nil
+	}
+	var back []string
+	for _, gs := range st.Groups {
+		g := gs.Group
+		peerPreferred := cfg.HA.Role == lb.RoleBackup || cfg.HA.Role == lb.RoleBoth && g == lb.GroupPeer
+		if !peerPreferred || gs.State == lb.HAActive || groups != nil && !slices.Contains(groups, g) {
+			continue
+		}
+		if cls := groupClusters(cfg, g); len(cls) > 0 {
+			back = append(back, cls...)
+		} else {
+			back = append(back, "group "+g.String())
+		}
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("the peer is the preferred dispatcher of %s and its recovery is auto: "+
+		"it takes them back within seconds, once it has a copy of the connections made here; to keep them here (the peer's "+
+		"maintenance), run \"dlbctl executor stop\" on the peer, or make its recovery manual", strings.Join(back, ", "))}
 }
 
 // HAStatus is high availability in a status snapshot.

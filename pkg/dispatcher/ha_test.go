@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +41,8 @@ type fakeHA struct {
 	// calls records SetHealth ("health true") and Configure calls, in
 	// order.
 	calls []string
+	// peer is what Status reports of the peer.
+	peer lb.HAPeerStatus
 }
 
 func newFakeHA() *fakeHA {
@@ -113,7 +116,7 @@ func (f *fakeHA) Stop(restart bool) {
 func (f *fakeHA) Status() lb.HAStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := lb.HAStatus{Running: f.cfg.Enabled(), Healthy: f.healthy, HealthReason: f.reason}
+	st := lb.HAStatus{Running: f.cfg.Enabled(), Healthy: f.healthy, HealthReason: f.reason, Peer: f.peer}
 	for _, g := range f.cfg.Groups() {
 		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: f.states[g], Reason: "test", Reasserted: f.reasserted[g]})
 	}
@@ -365,25 +368,78 @@ func TestHATakeover(t *testing.T) {
 	h := haHarness(t, t.TempDir(), f)
 	base(h)
 	ctx := context.Background()
-	if err := h.e.Takeover(ctx, netip.Addr{}); lb.FieldOf(err) != "highavailability" {
+	if _, err := h.e.Takeover(ctx, netip.Addr{}); lb.FieldOf(err) != "highavailability" {
 		t.Errorf("takeover without high availability: %v", err)
 	}
 	h.mustApply(haOps("backup")...)
-	if err := h.e.Takeover(ctx, netip.Addr{}); err != nil {
+	if _, err := h.e.Takeover(ctx, netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.e.Takeover(ctx, netip.MustParseAddr("198.18.0.9")); lb.FieldOf(err) != "address" {
+	if _, err := h.e.Takeover(ctx, netip.MustParseAddr("198.18.0.9")); lb.FieldOf(err) != "address" {
 		t.Errorf("takeover of a stranger's address: %v", err)
 	}
 	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.4"), op("backup", "remove", ""),
 		op("backup", "add", "", "role", "both", "recovery", "manual", "haport", "7000"))
-	if err := h.e.Takeover(ctx, netip.MustParseAddr("198.18.0.4")); err != nil {
+	if _, err := h.e.Takeover(ctx, netip.MustParseAddr("198.18.0.4")); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.takeovers) != 2 || f.takeovers[0] != nil || !slices.Equal(f.takeovers[1], []lb.HAGroup{lb.GroupPeer}) {
 		t.Errorf("takeovers %v", f.takeovers)
+	}
+}
+
+// TestHATakeoverTakenBack: a takeover of clusters whose preferred
+// dispatcher is the live, healthy peer with recovery auto (and as many
+// reach targets) is done, with a warning that the peer takes them back at
+// once, naming the way to keep them; none otherwise.
+func TestHATakeoverTakenBack(t *testing.T) {
+	autoPeer := lb.HAPeerStatus{Alive: true, Healthy: true, Recovery: lb.RecoveryAuto}
+	manualPeer, deadPeer, reachesLess := autoPeer, autoPeer, autoPeer
+	manualPeer.Recovery, deadPeer.Alive = lb.RecoveryManual, false
+	reach := []lb.HAReachStatus{{Reachable: true}}
+	reachesLess.Reach = 0
+	standby := []lb.HAGroupStatus{{Group: lb.GroupLocal, State: lb.HAStandby}, {Group: lb.GroupPeer, State: lb.HAStandby}}
+	active := []lb.HAGroupStatus{{Group: lb.GroupLocal, State: lb.HAActive}, {Group: lb.GroupPeer, State: lb.HAActive}}
+	const warn = "group peer"
+	for _, tc := range []struct {
+		name   string
+		role   lb.HARole
+		st     lb.HAStatus
+		groups []lb.HAGroup
+		want   string // in the warning; "" none
+	}{
+		{"backup, auto primary", lb.RoleBackup, lb.HAStatus{Peer: autoPeer, Groups: standby[1:]}, nil, warn},
+		{"backup, manual primary", lb.RoleBackup, lb.HAStatus{Peer: manualPeer, Groups: standby[1:]}, nil, ""},
+		{"backup, dead primary", lb.RoleBackup, lb.HAStatus{Peer: deadPeer, Groups: standby[1:]}, nil, ""},
+		{"backup reaching more", lb.RoleBackup, lb.HAStatus{Peer: reachesLess, Reach: reach, Groups: standby[1:]}, nil, ""},
+		{"backup already active", lb.RoleBackup, lb.HAStatus{Peer: autoPeer, Groups: active[1:]}, nil, ""},
+		{"primary", lb.RolePrimary, lb.HAStatus{Peer: autoPeer, Groups: standby[:1]}, nil, ""},
+		{"both: the peer's group", lb.RoleBoth, lb.HAStatus{Peer: autoPeer, Groups: standby}, []lb.HAGroup{lb.GroupPeer}, warn},
+		{"both: its own group", lb.RoleBoth, lb.HAStatus{Peer: autoPeer, Groups: standby}, []lb.HAGroup{lb.GroupLocal}, ""},
+		{"both: all", lb.RoleBoth, lb.HAStatus{Peer: autoPeer, Groups: standby}, nil, warn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := takenBack(lb.Config{HA: lb.HighAvailability{Role: tc.role}}, tc.st, tc.groups)
+			switch {
+			case tc.want == "" && len(got) != 0:
+				t.Errorf("warned %q", got)
+			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want) || !strings.Contains(got[0], "dlbctl executor stop")):
+				t.Errorf("warned %q, want one naming %q and the remedy", got, tc.want)
+			}
+		})
+	}
+
+	// Through the engine: the warning comes with the takeover.
+	f := newFakeHA()
+	f.peer = autoPeer
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(haOps("backup")...)
+	got, err := h.e.Takeover(context.Background(), netip.Addr{})
+	if err != nil || len(got) != 1 || !strings.Contains(got[0], "preferred dispatcher of "+vip+" ") {
+		t.Errorf("takeover from an auto primary: %q, %v; want a warning naming %s", got, err, vip)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 // Taker is an engine that takes over on request (high availability).
 type Taker interface {
-	Takeover(ctx context.Context, addr netip.Addr) error
+	Takeover(ctx context.Context, addr netip.Addr) (warnings []string, err error)
 }
 
 // handleTakeover serves POST /v1/highavailability/takeover.
@@ -44,7 +44,8 @@ func handleTakeover(mux *http.ServeMux, e Engine, log *slog.Logger) {
 				return
 			}
 		}
-		respond(w, log, api.Result{Applied: 1}, t.Takeover(r.Context(), addr.Unmap()))
+		warnings, err := t.Takeover(r.Context(), addr.Unmap())
+		respond(w, log, api.Result{Applied: 1, Warnings: warnings}, err)
 	})
 }
 
