@@ -680,13 +680,21 @@ func (n *Node) stepLocked(now time.Time) {
 	}
 }
 
-// sendLocked sends a heartbeat on every path.
-func (n *Node) sendLocked(restarting bool) {
-	if n.socks == nil {
-		return
+// messageLocked is the heartbeat this Node sends now.
+func (n *Node) messageLocked(restarting bool) message {
+	// A group resumed after a restart has not decided yet, not knowing
+	// whether the peer took it over: its state must not reach the peer
+	// before it has (the peer would let go of a group it serves at the
+	// sight of another active). Until then heartbeats do not confirm the
+	// peer's boot, so the peer refuses them, learning this boot from
+	// them, and confirms it in its own, which this Node then hears.
+	peerBoot := n.peer.fresh.heard
+	for _, gr := range n.groups {
+		if gr.resumed {
+			peerBoot = 0
+		}
 	}
-	n.seq++
-	m := message{Healthy: n.healthy, Restarting: restarting, Boot: n.boot, Seq: n.seq, PeerBoot: n.peer.fresh.heard,
+	m := message{Healthy: n.healthy, Restarting: restarting, Boot: n.boot, Seq: n.seq, PeerBoot: peerBoot,
 		Role: n.cfg.Role, Recovery: n.cfg.Recovery, Reach: uint8(n.reachLocked()), Targets: uint8(len(n.reach)),
 		Digest: n.digest}
 	for g := range n.groups {
@@ -700,6 +708,16 @@ func (n *Node) sendLocked(restarting bool) {
 	if restarting {
 		m.GraceSeconds = uint16(min(n.opts.RestartGrace/time.Second, 65535))
 	}
+	return m
+}
+
+// sendLocked sends a heartbeat on every path.
+func (n *Node) sendLocked(restarting bool) {
+	if n.socks == nil {
+		return
+	}
+	n.seq++
+	m := n.messageLocked(restarting)
 	b := m.encode(n.key)
 	for _, hb := range n.cfg.Heartbeats {
 		c := n.socks[hb.Source]

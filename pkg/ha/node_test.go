@@ -621,3 +621,22 @@ func TestNodeWarnsOfAnExposedSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestResumedWithholdsPeerBoot: while a group resumed after a restart has
+// not decided, heartbeats do not confirm the peer's boot, so the peer
+// refuses them and never sees the undecided claim to be active; once it
+// has decided, they do.
+func TestResumedWithholdsPeerBoot(t *testing.T) {
+	n := New(Options{Logger: quiet})
+	n.Resume([lb.NumHAGroups]lb.HAState{lb.HAActive})
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.peer.fresh.heard = 42
+	if m := n.messageLocked(false); m.PeerBoot != 0 || m.Groups[lb.GroupLocal].State != lb.HAActive {
+		t.Errorf("undecided: the heartbeat confirms boot %d (state %s), want none", m.PeerBoot, m.Groups[lb.GroupLocal].State)
+	}
+	n.groups[lb.GroupLocal].resumed = false
+	if m := n.messageLocked(false); m.PeerBoot != 42 {
+		t.Errorf("decided: the heartbeat confirms boot %d, want the peer's, 42", m.PeerBoot)
+	}
+}
