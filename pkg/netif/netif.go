@@ -300,24 +300,20 @@ func (*Netif) DeprecateAddress(ifname string, addr netip.Addr) (changed bool, er
 	if err != nil {
 		return false, fmt.Errorf("looking up interface %q: %w", ifname, err)
 	}
-	have, err := netlink.AddrList(l, netlink.FAMILY_V6)
+	h, ok, err := find(l, addr)
 	if err != nil {
 		return false, fmt.Errorf("listing the addresses of %s: %w", ifname, err)
 	}
-	for _, h := range have {
-		a, ok := netip.AddrFromSlice(h.IP)
-		if ones, _ := h.Mask.Size(); !ok || a != addr || ones != 128 {
-			continue
-		}
-		if h.Flags&unix.IFA_F_DEPRECATED != 0 && h.PreferedLft == 0 {
-			return false, nil
-		}
-		if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
-			return false, fmt.Errorf("deprecating %s on %s: %w", addr, ifname, err)
-		}
-		return true, nil
+	if !ok {
+		return false, nil
 	}
-	return false, nil
+	if ones, _ := h.Mask.Size(); ones != 128 || h.Flags&unix.IFA_F_DEPRECATED != 0 && h.PreferedLft == 0 {
+		return false, nil
+	}
+	if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
+		return false, fmt.Errorf("deprecating %s on %s: %w", addr, ifname, err)
+	}
+	return true, nil
 }
 
 // HoldsAddress reports whether an interface of this host (of this network
@@ -333,20 +329,27 @@ func (*Netif) HoldsAddress(addr netip.Addr) (bool, error) {
 // holds reports whether link (nil: any interface) has addr, with any
 // prefix length.
 func holds(link netlink.Link, addr netip.Addr) (bool, error) {
+	_, ok, err := find(link, addr)
+	return ok, err
+}
+
+// find returns addr as link (nil: any interface) has it, with any prefix
+// length; ok is false when it has not.
+func find(link netlink.Link, addr netip.Addr) (h netlink.Addr, ok bool, err error) {
 	family := netlink.FAMILY_V4
 	if addr.Is6() {
 		family = netlink.FAMILY_V6
 	}
 	have, err := netlink.AddrList(link, family)
 	if err != nil {
-		return false, err
+		return netlink.Addr{}, false, err
 	}
 	for _, h := range have {
 		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
-			return true, nil
+			return h, true, nil
 		}
 	}
-	return false, nil
+	return netlink.Addr{}, false, nil
 }
 
 // DelAddress removes addr from the named interface; an address that is not
