@@ -197,26 +197,34 @@ type haLab struct {
 	*lab
 	d      [2]*haDispatcher
 	secret string
-	// routes are the primary's routes via a gateway, saved by a fault
-	// that deletes them for its repair to put back.
+	// routes are the primary's routes via a gateway, each led by its
+	// family's flag (-4, -6), saved by a fault that deletes them for its
+	// repair to put back.
 	routes []string
 }
 
 // restoreRoutes puts back the routes a fault saved (staticRoutes) and
-// took away with the primary's interface.
+// took away with the primary's interface, and first its IPv6 address,
+// which the kernel drops when the interface goes down (the IPv6 routes'
+// gateway is reached through it).
 func (h *haLab) restoreRoutes() {
+	h.mustNS("d", "ip", "-6", "addr", "replace", h.env["LAB_D1_ADDR6"]+"/"+h.env["LAB_PREFIXLEN6"], "dev", h.env["LAB_IF"], "nodad")
 	for _, r := range h.routes {
-		h.mustNS("d", append([]string{"ip", "route", "replace"}, strings.Fields(r)...)...)
+		f := strings.Fields(r)
+		h.mustNS("d", append([]string{"ip", f[0], "route", "replace"}, f[1:]...)...)
 	}
 }
 
-// staticRoutes lists the primary's IPv4 routes via a gateway.
+// staticRoutes lists the primary's routes via a gateway, of both
+// families (the lab runs IPv6 too).
 func (h *haLab) staticRoutes(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, l := range strings.Split(h.mustNS("d", "ip", "-o", "route", "show"), "\n") {
-		if strings.Contains(l, " via ") {
-			out = append(out, strings.TrimSpace(l))
+	for _, family := range []string{"-4", "-6"} {
+		for _, l := range strings.Split(h.mustNS("d", "ip", family, "-o", "route", "show"), "\n") {
+			if strings.Contains(l, " via ") {
+				out = append(out, family+" "+strings.TrimSpace(l))
+			}
 		}
 	}
 	return out
