@@ -740,8 +740,9 @@ int dlb_conn_get(struct conn_ctl *c)
 	return 0;
 }
 
-/* dlb_conn_put writes c->entry: over the key's entry, else as a new one
- * (evicting, as the executor does, when the table is full). */
+/* dlb_conn_put writes c->entry: over the key's entry (unless c->only_new:
+ * result 3), else as a new one (evicting, as the executor does, when the
+ * table is full). */
 SEC("syscall")
 int dlb_conn_put(struct conn_ctl *c)
 {
@@ -756,6 +757,10 @@ int dlb_conn_put(struct conn_ctl *c)
 	 * the context, which the verifier refuses. */
 	asm volatile("" ::: "memory");
 	if (e) {
+		if (c->only_new) {
+			c->result = 3;
+			return 0;
+		}
 		e->flow = v;
 		c->result = 0;
 		return 0;
@@ -772,6 +777,10 @@ int dlb_conn_put(struct conn_ctl *c)
 	int res = TAB_INSERT_RETRY(dlb_conn_insert(&sc->conn));
 	if (res != TAB_INSERTED && res != TAB_EXISTS) {
 		c->result = 2;
+		return 0;
+	}
+	if (res == TAB_EXISTS && c->only_new) {
+		c->result = 3;
 		return 0;
 	}
 	if (res == TAB_EXISTS) {
@@ -801,6 +810,15 @@ int dlb_conn_del(struct conn_ctl *c)
 	return 0;
 }
 
+/* nat_ctl_added is a NAT_CTL_ADD_* result of an insert's: done, the key
+ * has an entry (the executor inserted it since the look), or no room. */
+static __always_inline __u32 nat_ctl_added(int res)
+{
+	if (res == TAB_INSERTED)
+		return 0;
+	return res == TAB_EXISTS ? 3 : 2;
+}
+
 /* dlb_nat_ctl reads, writes or removes an entry of nat_flows or nat_ports
  * (c->op, an enum nat_ctl_op), as pkg/datapath needs: the NAT tables'
  * layout and locking exist in BPF only. */
@@ -815,7 +833,7 @@ int dlb_nat_ctl(struct nat_ctl *c)
 	if (!cfg || !sc)
 		return 0;
 	__u32 op = c->op;
-	if (op == NAT_CTL_GET_FLOW || op == NAT_CTL_PUT_FLOW || op == NAT_CTL_DEL_FLOW) {
+	if (op == NAT_CTL_GET_FLOW || op == NAT_CTL_PUT_FLOW || op == NAT_CTL_DEL_FLOW || op == NAT_CTL_ADD_FLOW) {
 		struct natf_ins *in = &sc->natf;
 		__builtin_memcpy(&in->e, &c->f, sizeof(in->e));
 		in->hash = tab_hash_flow(&in->e.key, cfg->hash_seed);
@@ -832,6 +850,8 @@ int dlb_nat_ctl(struct nat_ctl *c)
 			} else {
 				c->result = TAB_INSERT_RETRY(dlb_natf_insert(in)) == TAB_INSERTED ? 0 : 2;
 			}
+		} else if (op == NAT_CTL_ADD_FLOW) {
+			c->result = e ? 3 : nat_ctl_added(TAB_INSERT_RETRY(dlb_natf_insert(in)));
 		} else if (e && (!c->expect_seen || e->flow.last_seen == c->expect_seen) && natf_delete(pos, slot, in->hash, cfg->natf_buckets)) {
 			c->result = 0;
 		}
@@ -853,6 +873,8 @@ int dlb_nat_ctl(struct nat_ctl *c)
 		} else {
 			c->result = TAB_INSERT_RETRY(dlb_natp_insert(in)) == TAB_INSERTED ? 0 : 2;
 		}
+	} else if (op == NAT_CTL_ADD_PORT) {
+		c->result = e ? 3 : nat_ctl_added(TAB_INSERT_RETRY(dlb_natp_insert(in)));
 	} else if (op == NAT_CTL_DEL_PORT && e && (!c->expect_seen || e->rev.last_seen == c->expect_seen) &&
 		   natp_delete(pos, slot, in->hash, cfg->natp_buckets)) {
 		c->result = 0;

@@ -231,8 +231,8 @@ struct conn_entry {
 struct conn_ctl {
 	struct conn_entry entry; /* in: the key (and flow, for put); out: the entry (get) */
 	__u64 expect_seen;       /* del: remove only if last_seen is this (0: any) */
-	__u32 result;            /* out: 0 done; 1 no such entry (or changed); 2 no room */
-	__u32 pad;
+	__u32 result;            /* out: 0 done; 1 no such entry (or changed); 2 no room; 3 the key has an entry (put, only_new) */
+	__u32 only_new;          /* put: write only a new entry, never over the key's */
 };
 
 /* An entry of the handshake cache (MAC forwarding). The executor does not
@@ -333,6 +333,8 @@ enum nat_ctl_op {
 	NAT_CTL_DEL_FLOW = 4, /* remove f.key's entry if its last_seen is expect_seen (or that is 0) */
 	NAT_CTL_DEL_PORT = 5, /* remove p.key's entry, likewise */
 	NAT_CTL_FORGET_HOP = 6, /* clear p.key's cached next hop if it is still p.rev.hop */
+	NAT_CTL_ADD_FLOW = 7,   /* write f only as a new entry (result 3 when f.key has one) */
+	NAT_CTL_ADD_PORT = 8,   /* write p only as a new entry, likewise */
 };
 
 /* The context of the dlb_nat_ctl syscall program, by which pkg/datapath
@@ -342,7 +344,7 @@ struct nat_ctl {
 	struct nat_port_entry p;
 	__u64 expect_seen;
 	__u32 op;     /* enum nat_ctl_op */
-	__u32 result; /* out: 0 done; 1 no such entry (or changed); 2 no room */
+	__u32 result; /* out: 0 done; 1 no such entry (or changed); 2 no room; 3 the key has an entry (add) */
 };
 
 /* Flags of a nat_rev or halfopen. */

@@ -70,7 +70,7 @@ type dispatcherConnCtl struct {
 	Entry      dispatcherConnEntry
 	ExpectSeen uint64
 	Result     uint32
-	Pad        uint32
+	OnlyNew    uint32
 }
 
 type dispatcherConnEntry struct {
@@ -275,6 +275,8 @@ const (
 	dispatcherNatCtlOpNAT_CTL_DEL_FLOW   dispatcherNatCtlOp = 4
 	dispatcherNatCtlOpNAT_CTL_DEL_PORT   dispatcherNatCtlOp = 5
 	dispatcherNatCtlOpNAT_CTL_FORGET_HOP dispatcherNatCtlOp = 6
+	dispatcherNatCtlOpNAT_CTL_ADD_FLOW   dispatcherNatCtlOp = 7
+	dispatcherNatCtlOpNAT_CTL_ADD_PORT   dispatcherNatCtlOp = 8
 )
 
 type dispatcherNatFlags uint32
