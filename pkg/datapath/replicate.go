@@ -179,65 +179,111 @@ func scanConns(tabs []table, affinity *ebpf.Map, s *lb.ConnScan, full bool, refr
 	return nil
 }
 
+// connWriter turns the engine's entries into this executor's table
+// entries, as if the executor had written them their age ago.
+type connWriter struct {
+	d   *Datapath
+	now uint64
+	svc map[uint32]svcInfo // read on the first affinity record
+}
+
+func (d *Datapath) connWriter() *connWriter { return &connWriter{d: d, now: monotonicNow()} }
+
+// stamp is the last_seen of an entry last used age ago.
+func (w *connWriter) stamp(age time.Duration) uint64 {
+	if a := uint64(age); a < w.now {
+		return w.now - a
+	}
+	return 1
+}
+
+// flowState is an entry's state.
+func flowState(closing bool) uint8 {
+	if closing {
+		return uint8(dispatcherFlowStateFLOW_CLOSING)
+	}
+	return uint8(dispatcherFlowStateFLOW_ESTABLISHED)
+}
+
+// known reports whether e names a backend of this executor's under the
+// service it names.
+func (w *connWriter) known(e lb.ConnEntry) bool {
+	b, ok := w.d.applied.backends[e.Backend]
+	return ok && b.Service == e.Service
+}
+
+// flowKey is the key of a connection or NAT flow entry.
+func flowKeyOf(e lb.ConnEntry) dispatcherFlowKey {
+	return FlowKey{Src: e.Client.Addr(), Dst: e.Cluster.Addr(), SrcPort: e.Client.Port(), DstPort: e.Cluster.Port(),
+		Proto: e.Protocol}.raw()
+}
+
+// flow is a ConnMAC entry's.
+func (w *connWriter) flow(e lb.ConnEntry) dispatcherFlow {
+	return dispatcherFlow{LastSeen: w.stamp(e.Age), Backend: e.Backend, Service: e.Service, State: flowState(e.Closing)}
+}
+
+// natFlow is a ConnNATFlow entry's.
+func (w *connWriter) natFlow(e lb.ConnEntry) dispatcherNatFlow {
+	nf := dispatcherNatFlow{LastSeen: w.stamp(e.Age), Backend: e.Backend, Service: e.Service, State: flowState(e.Closing),
+		NatPort: htons(e.NAT.Port())}
+	nf.NatAddr.Addr, _ = addrBytes(e.NAT.Addr())
+	return nf
+}
+
+// natPort is a ConnNATPort entry's key and record.
+func (w *connWriter) natPort(e lb.ConnEntry) (dispatcherNatKey, dispatcherNatRev) {
+	var k dispatcherNatKey
+	k.Addr.Addr, k.Family = addrBytes(e.NAT.Addr())
+	k.Port, k.Proto = htons(e.NAT.Port()), e.Protocol
+	r := dispatcherNatRev{LastSeen: w.stamp(e.Age), ClientPort: htons(e.Client.Port()), VipPort: htons(e.Cluster.Port()),
+		Backend: e.Backend, Service: e.Service, State: flowState(e.Closing)}
+	r.Client.Addr, _ = addrBytes(e.Client.Addr())
+	r.Vip.Addr, _ = addrBytes(e.Cluster.Addr())
+	return k, r
+}
+
+// affinity is a ConnAffinity entry's key and record; false when its port
+// keeps no affinity here.
+func (w *connWriter) affinity(e lb.ConnEntry) (dispatcherAffinityKey, dispatcherAffinityRecord, bool) {
+	if w.svc == nil {
+		w.svc = w.d.services()
+	}
+	si, ok := w.svc[e.Service]
+	if !ok || si.sticky == 0 {
+		return dispatcherAffinityKey{}, dispatcherAffinityRecord{}, false
+	}
+	ak := affinityKey(e.Client.Addr(), si.meta.AffinityGroup, si.meta.StickyMask4, si.meta.StickyMask6)
+	r := dispatcherAffinityRecord{LastSeen: w.stamp(e.Age), Backend: e.Backend, Service: e.Service}
+	r.Server.Addr = w.d.applied.backends[e.Backend].Addr.Addr
+	return ak, r, true
+}
+
 // PutConns implements the engine's ConnTables: it writes entries (with
 // this executor's ids) as if the executor had written them their age
-// ago. Entries naming a backend or service this executor lacks are
-// skipped. It returns how many it wrote.
+// ago, over the entries of their keys. Entries naming a backend or
+// service this executor lacks are skipped. It returns how many it wrote.
 func (d *Datapath) PutConns(entries []lb.ConnEntry) (int, error) {
-	now := monotonicNow()
-	stamp := func(age time.Duration) uint64 {
-		if a := uint64(age); a < now {
-			return now - a
-		}
-		return 1
-	}
-	state := func(closing bool) uint8 {
-		if closing {
-			return uint8(dispatcherFlowStateFLOW_CLOSING)
-		}
-		return uint8(dispatcherFlowStateFLOW_ESTABLISHED)
-	}
-	var svc map[uint32]svcInfo
+	w := d.connWriter()
 	n := 0
 	var errs []error
 	for _, e := range entries {
-		b, ok := d.applied.backends[e.Backend]
-		if !ok || b.Service != e.Service {
+		if !w.known(e) {
 			continue
 		}
 		var err error
 		switch e.Kind {
-		case lb.ConnMAC, lb.ConnNATFlow:
-			k := FlowKey{Src: e.Client.Addr(), Dst: e.Cluster.Addr(), SrcPort: e.Client.Port(), DstPort: e.Cluster.Port(),
-				Proto: e.Protocol}.raw()
-			if e.Kind == lb.ConnMAC {
-				err = d.putConn(k, dispatcherFlow{LastSeen: stamp(e.Age), Backend: e.Backend, Service: e.Service, State: state(e.Closing)})
-				break
-			}
-			nf := dispatcherNatFlow{LastSeen: stamp(e.Age), Backend: e.Backend, Service: e.Service, State: state(e.Closing),
-				NatPort: htons(e.NAT.Port())}
-			nf.NatAddr.Addr, _ = addrBytes(e.NAT.Addr())
-			err = d.putNATFlow(k, nf)
+		case lb.ConnMAC:
+			err = d.putConn(flowKeyOf(e), w.flow(e))
+		case lb.ConnNATFlow:
+			err = d.putNATFlow(flowKeyOf(e), w.natFlow(e))
 		case lb.ConnNATPort:
-			var k dispatcherNatKey
-			k.Addr.Addr, k.Family = addrBytes(e.NAT.Addr())
-			k.Port, k.Proto = htons(e.NAT.Port()), e.Protocol
-			r := dispatcherNatRev{LastSeen: stamp(e.Age), ClientPort: htons(e.Client.Port()), VipPort: htons(e.Cluster.Port()),
-				Backend: e.Backend, Service: e.Service, State: state(e.Closing)}
-			r.Client.Addr, _ = addrBytes(e.Client.Addr())
-			r.Vip.Addr, _ = addrBytes(e.Cluster.Addr())
-			err = d.putNATPort(k, r)
+			err = d.putNATPort(w.natPort(e))
 		case lb.ConnAffinity:
-			if svc == nil {
-				svc = d.services()
-			}
-			si, ok := svc[e.Service]
-			if !ok || si.sticky == 0 {
+			ak, r, ok := w.affinity(e)
+			if !ok {
 				continue
 			}
-			ak := affinityKey(e.Client.Addr(), si.meta.AffinityGroup, si.meta.StickyMask4, si.meta.StickyMask6)
-			r := dispatcherAffinityRecord{LastSeen: stamp(e.Age), Backend: e.Backend, Service: e.Service}
-			r.Server.Addr = b.Addr.Addr
 			err = d.objs.Affinity.Update(&ak, &r, ebpf.UpdateAny)
 		default:
 			continue

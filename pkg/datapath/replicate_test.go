@@ -103,3 +103,87 @@ func TestPrivilegedReplicationRoundTrip(t *testing.T) {
 		t.Errorf("wrote an entry of an unknown backend")
 	}
 }
+
+// TestPrivilegedReplicationMerge: what a peer that served the same group
+// during a partition sends is written only where this executor holds
+// nothing that says otherwise; a NAT connection only whole, and neither
+// over a return port nor over a client flow of another connection's.
+func TestPrivilegedReplicationMerge(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	e := newTestEnv(t)
+	client := netip.MustParseAddr("198.18.2.11")
+	mac := func(sport uint16) FlowKey {
+		return FlowKey{Src: client, Dst: vipTCP, SrcPort: sport, DstPort: 80, Proto: 6}
+	}
+	natFlow := func(sport uint16) FlowKey {
+		return FlowKey{Src: client, Dst: vipNAT, SrcPort: sport, DstPort: 80, Proto: 6}
+	}
+	// This executor's own: a MAC connection, a NAT connection on return
+	// port 30000, an affinity record.
+	e.putConn(t, conn{key: mac(1001), backend: 10, service: 1})
+	e.putNAT(t, natConn{key: natFlow(5004), backend: 60, service: 6, ret: retAddr, port: 30000})
+	e.putAffinity(t, client, 14, 91, 1)
+
+	macEntry := func(sport uint16, backend uint32) lb.ConnEntry {
+		return lb.ConnEntry{Kind: lb.ConnMAC, Protocol: 6, Client: netip.AddrPortFrom(client, sport),
+			Cluster: netip.AddrPortFrom(vipTCP, 80), Backend: backend, Service: 1, Age: time.Second}
+	}
+	natEntries := func(sport, port uint16, kinds ...lb.ConnKind) []lb.ConnEntry {
+		var out []lb.ConnEntry
+		for _, k := range kinds {
+			out = append(out, lb.ConnEntry{Kind: k, Protocol: 6, Client: netip.AddrPortFrom(client, sport),
+				Cluster: netip.AddrPortFrom(vipNAT, 80), NAT: netip.AddrPortFrom(retAddr, port), Backend: 60, Service: 6,
+				Age: time.Second})
+		}
+		return out
+	}
+	both := []lb.ConnKind{lb.ConnNATFlow, lb.ConnNATPort}
+	stranger := netip.MustParseAddr("198.19.2.99") // apart from client under any stickymask
+	peer := []lb.ConnEntry{
+		macEntry(1001, 11), // this executor's connection, to another server: kept
+		macEntry(1005, 11), // new: written
+		{Kind: lb.ConnAffinity, Client: netip.AddrPortFrom(client, 0), Backend: 90, Service: 14}, // kept
+		{Kind: lb.ConnAffinity, Client: netip.AddrPortFrom(stranger, 0), Backend: 90, Service: 14},
+	}
+	peer = append(peer, natEntries(5004, 30000, both...)...)        // the same connection: nothing to write
+	peer = append(peer, natEntries(5005, 30000, both...)...)        // port 30000 is 5004's: refused
+	peer = append(peer, natEntries(5004, 30001, lb.ConnNATPort)...) // 5004's flow maps to 30000: refused,
+	peer = append(peer, natEntries(5004, 30001, lb.ConnNATFlow)...) // its port not left behind
+	peer = append(peer, natEntries(5006, 30002, both...)...)        // new: both halves written
+	peer = append(peer, natEntries(5007, 30003, lb.ConnNATFlow)...) // half a connection: skipped
+	n, err := e.dp.MergeConns(peer)
+	if err != nil || n != 4 {
+		t.Errorf("MergeConns wrote %d entries (%v), want 4: the new MAC connection, the new NAT connection's two halves, the new affinity record", n, err)
+	}
+	if f, ok := e.getConn(t, mac(1001)); !ok || f.Backend != 10 {
+		t.Errorf("this executor's MAC connection after the merge: %+v %v, want backend 10 still", f, ok)
+	}
+	if f, ok := e.getConn(t, mac(1005)); !ok || f.Backend != 11 {
+		t.Errorf("the peer's new MAC connection after the merge: %+v %v", f, ok)
+	}
+	if f, r, ok := e.getNAT(t, natFlow(5004)); !ok || htons(f.NatPort) != 30000 || htons(r.ClientPort) != 5004 {
+		t.Errorf("this executor's NAT connection after the merge: %+v %+v %v", f, r, ok)
+	}
+	if _, _, ok := e.getNAT(t, natFlow(5005)); ok {
+		t.Error("a NAT connection on a return port this executor uses was written")
+	}
+	if e.natPortTaken(t, retAddr, 30001, 6) {
+		t.Error("the return port of a refused NAT connection was left in nat_ports")
+	}
+	if f, r, ok := e.getNAT(t, natFlow(5006)); !ok || htons(f.NatPort) != 30002 || htons(r.ClientPort) != 5006 || f.Backend != 60 {
+		t.Errorf("the peer's new NAT connection after the merge: %+v %+v %v", f, r, ok)
+	}
+	if _, _, ok := e.getNAT(t, natFlow(5007)); ok || e.natPortTaken(t, retAddr, 30003, 6) {
+		t.Error("half a NAT connection was written")
+	}
+	if r, ok := e.affinityOf(t, client, 14); !ok || r.Backend != 91 {
+		t.Errorf("this executor's affinity record after the merge: %+v %v, want backend 91 still", r, ok)
+	}
+	if r, ok := e.affinityOf(t, stranger, 14); !ok || r.Backend != 90 {
+		t.Errorf("the peer's new affinity record after the merge: %+v %v", r, ok)
+	}
+	// Merging the same again writes nothing.
+	if n, err := e.dp.MergeConns(peer); err != nil || n != 0 {
+		t.Errorf("merging the same entries again wrote %d (%v)", n, err)
+	}
+}
