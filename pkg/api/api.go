@@ -276,6 +276,11 @@ type HAReplReport struct {
 	Imported        uint64  `json:"imported_records"`
 	Unknown         uint64  `json:"unknown_records,omitempty"`
 	LagMS           float64 `json:"lag_ms"`
+	// Merged and Kept are the records received for groups this
+	// dispatcher served too (a partition that healed): written, and not
+	// written for an entry of its own.
+	Merged uint64 `json:"merged_records,omitempty"`
+	Kept   uint64 `json:"kept_records,omitempty"`
 }
 
 // Result answers an accepted Request.

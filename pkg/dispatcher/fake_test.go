@@ -52,6 +52,8 @@ type fakeDatapath struct {
 	hopPasses int
 	// routeTells counts RoutesChanged calls.
 	routeTells int
+	// conns, put and merged are the connection tables (merge_test.go).
+	conns, put, merged []lb.ConnEntry
 	// occupied refuses Attach as the kernel does when the interface
 	// runs another XDP program; described is what DescribeXDP adds to
 	// it (name, link, executor).

@@ -93,8 +93,10 @@ type haEngine struct {
 	// fast is the takeover's fast path (takeover.go).
 	fast fastTakeover
 	// Replication counts: records imported, refused (no such server
-	// here), batches.
+	// here), batches; of those imported into groups this dispatcher
+	// served, merged and kept (this executor's own entry stayed).
 	imported, unknown uint64
+	merged, kept      uint64
 	healthy           bool
 	healthReason      string
 	announcements     uint64
@@ -238,6 +240,7 @@ func (e *Engine) haSync() {
 				e.log.Error("high availability: taking the addresses off", "group", g, "err", err)
 			}
 			marker := e.haFlush(cfg, g)
+			e.repl.owed[g] = marker == 0
 			e.opts.HA.Released(g, marker)
 		}
 	}
@@ -499,6 +502,10 @@ type HAStatus struct {
 	// Imported and Unknown count replicated records written to the
 	// executor and those naming a server this configuration lacks.
 	Imported, Unknown uint64
+	// Merged and Kept count the records received for groups this
+	// dispatcher served too (a partition that healed): written, and not
+	// written for an entry of this executor's own.
+	Merged, Kept uint64
 	// Announcements counts the rounds of gratuitous ARP and unsolicited
 	// neighbour advertisements sent.
 	Announcements uint64
@@ -507,7 +514,7 @@ type HAStatus struct {
 // haStatus takes the snapshot.
 func (e *Engine) haStatus(cfg lb.Config) *HAStatus {
 	st := &HAStatus{Config: cfg.HA.Clone(), Digest: e.ha.digest.Sum(), Clusters: map[lb.HAGroup][]string{},
-		Imported: e.ha.imported, Unknown: e.ha.unknown, Announcements: e.ha.announcements}
+		Imported: e.ha.imported, Unknown: e.ha.unknown, Merged: e.ha.merged, Kept: e.ha.kept, Announcements: e.ha.announcements}
 	if e.opts.HA != nil {
 		st.Node = e.opts.HA.Status()
 		st.DigestMatch = st.Node.Peer.Alive && st.Node.Peer.Digest == st.Digest

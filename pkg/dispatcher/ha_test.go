@@ -43,6 +43,10 @@ type fakeHA struct {
 	calls []string
 	// peer is what Status reports of the peer.
 	peer lb.HAPeerStatus
+	// session is what Session reports (0: no replication connection);
+	// sent the batches Send took while it was not 0.
+	session uint64
+	sent    []lb.ConnBatch
 }
 
 func newFakeHA() *fakeHA {
@@ -96,9 +100,21 @@ func (f *fakeHA) Released(g lb.HAGroup, _ uint64) {
 	defer f.mu.Unlock()
 	f.released = append(f.released, g)
 }
-func (f *fakeHA) NextMarker() uint64            { return 1 }
-func (f *fakeHA) Send(lb.ConnBatch) bool        { return false }
-func (f *fakeHA) Session() uint64               { return 0 }
+func (f *fakeHA) NextMarker() uint64 { return 1 }
+func (f *fakeHA) Send(b lb.ConnBatch) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.session == 0 {
+		return false
+	}
+	f.sent = append(f.sent, b)
+	return true
+}
+func (f *fakeHA) Session() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.session
+}
 func (f *fakeHA) Received() <-chan lb.ConnBatch { return f.recv }
 func (f *fakeHA) Imported(uint64)               {}
 func (f *fakeHA) Notify() <-chan struct{}       { return f.notify }

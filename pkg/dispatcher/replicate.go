@@ -16,6 +16,13 @@ import (
 // ended by a marker the standby acknowledges: from then on it is
 // synchronised. Letting go of a group sends its last changes and a
 // marker after them; the peer serves only once it imported up to it.
+//
+// A partition that heals leaves two actives, and the one that lets go
+// made connections the other lacks; it had no session to send them on.
+// It owes the peer those groups' entries, and sends them with the next
+// full copy. An active writes the entries of a group it serves only
+// where it holds nothing that says otherwise (MergeConns): its own
+// connections of the same time stay.
 
 // ConnTables is what an executor offers for replication; the engine
 // replicates only when its Datapath has it.
@@ -29,6 +36,10 @@ type ConnTables interface {
 	// PutConns writes entries as if the executor had written them now
 	// less their age, and returns how many it wrote.
 	PutConns([]lb.ConnEntry) (int, error)
+	// MergeConns writes, likewise, only the entries that no entry of
+	// the executor's contradicts (a key it has, a NAT return port
+	// another connection uses), and returns how many it wrote.
+	MergeConns([]lb.ConnEntry) (int, error)
 }
 
 // replicateInterval is how often the active looks for changed entries.
@@ -76,6 +87,9 @@ type replState struct {
 	ids       uint64
 	// session is the replication session the last full copy went to.
 	session uint64
+	// owed are the groups let go with no session to send their last
+	// entries on: the next full copy carries them.
+	owed [lb.NumHAGroups]bool
 }
 
 // connTables returns the executor's replication, if it has one.
@@ -165,6 +179,13 @@ func (e *Engine) haReplicate() {
 	}
 	full := s != e.repl.session
 	send, any := e.activeGroups()
+	if full {
+		for g, owed := range e.repl.owed {
+			if owed {
+				send[g], any = true, true
+			}
+		}
+	}
 	if !any && !full {
 		return
 	}
@@ -180,6 +201,7 @@ func (e *Engine) haReplicate() {
 	}
 	if e.opts.HA.Send(b) && full {
 		e.repl.session = s
+		e.repl.owed = [lb.NumHAGroups]bool{}
 		e.log.Info("replication: full copy sent", "records", len(b.Records))
 	}
 }
@@ -200,11 +222,21 @@ func (e *Engine) haFlush(cfg lb.Config, g lb.HAGroup) uint64 {
 }
 
 // haImport writes the peer's records into the executor, with this
-// dispatcher's ids.
+// dispatcher's ids: over what it holds, but in the groups it serves
+// (the peer served them too, a partition healing) only where it holds
+// nothing that says otherwise.
 func (e *Engine) haImport(b lb.ConnBatch) {
 	if len(b.Records) > 0 {
 		if ct, ok := e.connTables(); ok {
+			cfg := e.ed.Config()
+			serving := map[netip.Addr]bool{}
+			for i := range cfg.Clusters {
+				if e.ha.applied[cfg.HA.GroupOf(&cfg.Clusters[i])] == lb.HAActive {
+					serving[cfg.Clusters[i].Address] = true
+				}
+			}
 			entries := make([]lb.ConnEntry, 0, len(b.Records))
+			var merge []lb.ConnEntry
 			for _, r := range b.Records {
 				bk := r.Backend()
 				bid, okB := e.ids.Backends[bk]
@@ -213,13 +245,27 @@ func (e *Engine) haImport(b lb.ConnBatch) {
 					e.ha.unknown++
 					continue
 				}
-				entries = append(entries, lb.ConnEntry{Kind: r.Kind, Protocol: r.Protocol, Client: r.Client, Cluster: r.Cluster,
-					NAT: r.NAT, Backend: bid, Service: sid, Closing: r.Closing, Age: r.Age})
+				ce := lb.ConnEntry{Kind: r.Kind, Protocol: r.Protocol, Client: r.Client, Cluster: r.Cluster,
+					NAT: r.NAT, Backend: bid, Service: sid, Closing: r.Closing, Age: r.Age}
+				if serving[r.Cluster.Addr()] {
+					merge = append(merge, ce)
+				} else {
+					entries = append(entries, ce)
+				}
 			}
 			n, err := ct.PutConns(entries)
 			e.ha.imported += uint64(n)
 			if err != nil {
 				e.log.Error("replication: writing the peer's entries", "err", err)
+			}
+			if len(merge) > 0 {
+				n, err := ct.MergeConns(merge)
+				e.ha.imported += uint64(n)
+				e.ha.merged += uint64(n)
+				e.ha.kept += uint64(len(merge) - n)
+				if err != nil {
+					e.log.Error("replication: merging the peer's entries", "err", err)
+				}
 			}
 		}
 	}

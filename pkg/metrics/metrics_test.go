@@ -60,7 +60,7 @@ func sample() *dispatcher.Status {
 	hb := lb.Heartbeat{Source: netip.MustParseAddr("198.18.0.2"), Destination: netip.MustParseAddr("198.18.0.4")}
 	ha := lb.HighAvailability{Role: lb.RoleBoth, Heartbeats: []lb.Heartbeat{hb}}
 	return &dispatcher.Status{
-		HA: &dispatcher.HAStatus{Config: ha, Imported: 90, DigestMatch: false, Node: lb.HAStatus{
+		HA: &dispatcher.HAStatus{Config: ha, Imported: 90, Merged: 7, Kept: 2, DigestMatch: false, Node: lb.HAStatus{
 			Running: true, Healthy: true,
 			Groups:      []lb.HAGroupStatus{{Group: lb.GroupLocal, State: lb.HAActive}, {Group: lb.GroupPeer, State: lb.HAStandby, Synced: true}},
 			Peer:        lb.HAPeerStatus{Alive: true, Heard: true},
@@ -292,6 +292,8 @@ func TestExposition(t *testing.T) {
 		{"dlb_ha_replication_records_sent_total", nil, 100, false},
 		{"dlb_ha_replication_records_received_total", nil, 95, false},
 		{"dlb_ha_replication_records_imported_total", nil, 90, false},
+		{"dlb_ha_replication_records_merged_total", map[string]string{"result": "written"}, 7, false},
+		{"dlb_ha_replication_records_merged_total", map[string]string{"result": "kept"}, 2, false},
 		{"dlb_ha_replication_ack_seconds", nil, 0.008, false},
 		{"dlb_bgp_running", nil, 1, false},
 		{"dlb_bgp_neighbor_up", map[string]string{"neighbor": "198.18.0.254"}, 1, false},

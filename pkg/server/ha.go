@@ -120,7 +120,7 @@ func haReport(st *dispatcher.Status) api.HAReport {
 	rp := n.Replication
 	r.Replication = api.HAReplReport{Sending: rp.Sending, Receiving: rp.Receiving, Synced: rp.Synced, Sessions: rp.Session,
 		SentRecords: rp.SentRecords, ReceivedRecords: rp.ReceivedRecords, Imported: h.Imported, Unknown: h.Unknown,
-		LagMS: roundMS(rp.LastAckRTT)}
+		Merged: h.Merged, Kept: h.Kept, LagMS: roundMS(rp.LastAckRTT)}
 	return r
 }
 
