@@ -867,7 +867,9 @@ func (h *haLab) watchStates(stop <-chan struct{}) (both time.Duration, backupSer
 // restartAndPartition: a dlbd restart on the active causes no takeover
 // and breaks nothing; a partition that cuts the active off from its peer
 // and its reach target leaves two actives for less than the detection
-// time, and after healing one stays active. TestPrivilegedHAFailover runs
+// time, and after healing one stays active; two actives (each cut off
+// from the other only) that heal lose none of the connections the one
+// that yields made meanwhile. TestPrivilegedHAFailover runs
 // it on its lab after the faults (a lab of its own cost make test 8 s).
 func (h *haLab) restartAndPartition(t *testing.T) {
 	t.Run("dlbd restart on the active", func(t *testing.T) {
@@ -974,6 +976,116 @@ func (h *haLab) restartAndPartition(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("two actives heal", h.twoActivesHeal)
+}
+
+// twoActivesHeal: the dispatchers stop hearing each other while both
+// still reach the router (each route to the other's address a
+// blackhole): both serve, the router sends to the backup, which
+// announced last, and NAT keep-alive connections are made through it.
+// The partition heals one way first: the backup hears the primary and
+// lets go of the group while it still cannot reach it, with no
+// replication session to send its last entries on; then the other way.
+// The primary, which stays active, must still get them (the next
+// session's full copy, merged into what it holds): none of the
+// connections may break.
+func (h *haLab) twoActivesHeal(t *testing.T) {
+	h.waitSteady(t, 30*time.Second)
+	// routes adds or deletes the blackholes on the dispatchers i.
+	routes := func(verb string, i ...int) {
+		for _, i := range i {
+			d, peer := h.d[i], h.d[1-i].addr
+			if out, err := exec.Command("ip", "-n", d.ns, "route", verb, "blackhole", peer+"/32").CombinedOutput(); err != nil {
+				t.Fatalf("ip route %s blackhole %s in %s: %v: %s", verb, peer, d.ns, err, out)
+			}
+		}
+	}
+	repBefore := h.d[0].status().Replication
+	// The router knows the cluster and return addresses at the
+	// primary's MAC, as one that talked to them would: a router with no
+	// entry for an address ignores the backup's announcements, and asks
+	// later, when both answer.
+	d1mac := h.d[0].mac(h.env["LAB_IF"])
+	for _, a := range []string{h.vip(), h.env["LAB_RETURN_ADDR"]} {
+		h.mustNS("r", "ip", "neigh", "replace", a, "lladdr", d1mac, "dev", h.env["LAB_ROUTER_IF"], "nud", "stale")
+	}
+	routes("add", 0, 1)
+	blocked := []bool{true, true}
+	defer func() {
+		for i, b := range blocked {
+			if b {
+				routes("del", i)
+			}
+		}
+	}()
+	took := poll(t, 10*time.Second, "both dispatchers active", func() bool {
+		return h.d[0].state() == "active" && h.d[1].state() == "active"
+	})
+	// The backup's takeover is announced again up to 3 s after it
+	// (announceAfter): until then an announcement of the primary's (it
+	// announced when the previous case healed) may still point the
+	// router back to it.
+	bothSince := time.Now()
+	time.Sleep(3200 * time.Millisecond)
+	d2mac := h.d[1].mac(h.env["LAB_IF"])
+	for _, a := range []string{h.vip(), h.env["LAB_RETURN_ADDR"]} {
+		if out, _ := h.inNS("r", "ip", "-br", "neigh", "show", a, "dev", h.env["LAB_ROUTER_IF"]); !strings.Contains(out, d2mac) {
+			t.Fatalf("%v after both became active, the router sends %s elsewhere than to the backup (%s): %s",
+				time.Since(bothSince).Round(time.Millisecond), a, d2mac, out)
+		}
+	}
+	ready := filepath.Join(h.run, "split.ready")
+	_ = os.Remove(ready)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var keep loadResult
+	var keepErr error
+	done := make(chan struct{})
+	url := "http://" + h.vip() + ":81/"
+	go func() {
+		defer close(done)
+		keep, keepErr = h.loadUntil(ctx, "-url", url, "-keepalive", "-c", "200", "-interval", "200ms", "-duration", "60s",
+			"-timeout", "20s", "-ready", ready)
+	}()
+	poll(t, 30*time.Second, "200 NAT keep-alive connections established", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
+	before := h.d[1].forwarded()
+	time.Sleep(500 * time.Millisecond)
+	if h.d[1].forwarded() == before {
+		t.Error("the backup forwards nothing while both are active: the router does not send to it")
+	}
+	routes("del", 0)
+	blocked[0] = false
+	poll(t, 10*time.Second, "the backup, hearing the primary, no longer active", func() bool { return h.d[1].state() == "standby" })
+	time.Sleep(time.Second) // the backup's replication connection tried, and refused
+	if s := h.d[1].status().Replication; s.Sending {
+		t.Errorf("the backup sends to the primary through a blackhole: %+v", s)
+	}
+	routes("del", 1)
+	blocked[1] = false
+	steady := h.waitSteady(t, 30*time.Second)
+	// Every connection sends again within the second (a request each
+	// 200 ms); one that broke waits for its reply until the client's
+	// timeout, and counts as broken.
+	time.Sleep(time.Second)
+	stop()
+	<-done
+	merged := h.d[0].status().Replication
+	merged.Merged -= repBefore.Merged
+	merged.Kept -= repBefore.Kept
+	t.Logf("two actives: both active %v after the cut; healed, d1 active and d2 standby %v later; d1 merged %d of d2's records "+
+		"(%d kept out); NAT keep-alive connections broken %d of %d (%d requests)", took.Round(time.Millisecond),
+		steady.Round(time.Millisecond), merged.Merged, merged.Kept, keep.Broken, keep.Connections, keep.Requests)
+	if keepErr != nil || keep.Connections != 200 || keep.Broken != 0 {
+		t.Errorf("NAT keep-alive connections made while both served: %v, %d of %d broken: %v", keepErr, keep.Broken,
+			keep.Connections, keep.Errors)
+	}
+	if merged.Merged == 0 {
+		t.Error("d1 merged none of d2's records")
+	}
 }
 
 // mac is the dispatcher's interface's MAC address.
