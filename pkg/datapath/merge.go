@@ -14,8 +14,11 @@ import (
 
 // Merging (high availability, a partition healed): the peer served a group
 // while this executor served it too, and sends the connections it made
-// meanwhile. They are written only where nothing this executor holds says
-// otherwise: its own connections of the same time stay as they are.
+// meanwhile. Where this executor has an entry for the same key, the one
+// used last wins, but a closing entry gives way to one that is not
+// (holds): this executor's connections of the same time stay as they are,
+// and its entries of connections that ended or went quiet meanwhile (a
+// client port used again makes the same flow key) give way.
 
 // ctlExists is the result of a put or add that only writes new entries
 // when the key has one.
@@ -29,6 +32,34 @@ func (d *Datapath) addConn(k dispatcherFlowKey, f dispatcherFlow) (bool, error) 
 		return false, fmt.Errorf("adding a connection: %w", err)
 	}
 	return ctlAdded(c.Result, "adding a connection: no room could be made")
+}
+
+// holds reports whether this executor's entry (its state and last use)
+// stands against the peer's for the same key: unless it is closing (a FIN
+// or RST seen: a connection ended, whose entry a client port used again
+// would still find, and keep fresh) and the peer's is not, the one used
+// last.
+func holds(state uint8, seen uint64, peerState uint8, peerSeen uint64) bool {
+	closing := uint8(dispatcherFlowStateFLOW_CLOSING)
+	if state == closing && peerState != closing {
+		return false
+	}
+	return seen >= peerSeen
+}
+
+// mergeConn writes a connection-table entry where the flow has none, or
+// one to another server used less lately than f; it reports whether it
+// wrote it.
+func (d *Datapath) mergeConn(k dispatcherFlowKey, f dispatcherFlow) (bool, error) {
+	added, err := d.addConn(k, f)
+	if err != nil || added {
+		return added, err
+	}
+	have, ok, err := d.getConn(k)
+	if err != nil || ok && (have.Backend == f.Backend || holds(have.State, have.LastSeen, f.State, f.LastSeen)) {
+		return false, err
+	}
+	return true, d.putConn(k, f)
 }
 
 // addNAT writes a nat_flows (op ADD_FLOW) or nat_ports (ADD_PORT) entry
@@ -60,12 +91,14 @@ type natPair struct {
 	nat             netip.AddrPort
 }
 
-// MergeConns implements the engine's ConnTables: it writes the entries no
-// entry of this executor contradicts, as if the executor had written them
-// their age ago: a connection or an affinity record where its key has
-// none; a NAT connection (its flow and its return port, both of which
-// must be in entries) where neither its flow nor its port has an entry
-// that says otherwise. It returns how many entries it wrote.
+// MergeConns implements the engine's ConnTables: it writes the entries
+// that no entry of this executor used since contradicts, as if the
+// executor had written them their age ago: a connection where its flow
+// has none or an older one; an affinity record where its key has none; a
+// NAT connection (its flow and its return port, both of which must be in
+// entries) where neither its flow nor its port has an entry of another
+// connection's used since (mergeNAT). It returns how many entries it
+// wrote.
 func (d *Datapath) MergeConns(entries []lb.ConnEntry) (int, error) {
 	w := d.connWriter()
 	n := 0
@@ -84,11 +117,11 @@ func (d *Datapath) MergeConns(entries []lb.ConnEntry) (int, error) {
 		}
 		switch e.Kind {
 		case lb.ConnMAC:
-			added, err := d.addConn(flowKeyOf(*e), w.flow(*e))
+			written, err := d.mergeConn(flowKeyOf(*e), w.flow(*e))
 			if err != nil && fail(err) {
 				return n, fmt.Errorf("merging the peer's entries: %w", errors.Join(errs...))
 			}
-			if added {
+			if written {
 				n++
 			}
 		case lb.ConnAffinity:
@@ -136,44 +169,71 @@ func (d *Datapath) MergeConns(entries []lb.ConnEntry) (int, error) {
 	return n, nil
 }
 
-// mergeNAT writes a NAT connection's port and flow entries unless either
-// key has an entry for another connection, and returns how many it
-// wrote. The port goes first: a flow without its port would send the
-// server packets whose replies reach another client.
+// mergeNAT writes a NAT connection's return port and flow entries, and
+// returns how many it wrote. Where this executor has an entry for either
+// key that says otherwise, the one used last wins (holds): an older one is a
+// connection that ended or went quiet while the peer served (a client
+// port used again makes the same flow key, and the same client may have
+// been given the same return port); its other half goes with it, so that
+// no flow translates to a port whose replies go to another client. The
+// port goes first: a flow without its port would send the server packets
+// whose replies reach another client.
 func (d *Datapath) mergeNAT(w *connWriter, flow, port lb.ConnEntry) (int, error) {
 	pk, pr := w.natPort(port)
+	fk, f := flowKeyOf(flow), w.natFlow(flow)
+	written := 0
 	pc := dispatcherNatCtl{Op: uint32(dispatcherNatCtlOpNAT_CTL_ADD_PORT), P: dispatcherNatPortEntry{Key: pk, Rev: pr}}
-	portAdded, err := d.addNAT(&pc)
+	portWritten, err := d.addNAT(&pc)
 	if err != nil {
 		return 0, fmt.Errorf("adding a NAT port: %w", err)
 	}
-	if !portAdded {
+	if !portWritten {
 		have, ok, err := d.getNATPort(pk)
 		if err != nil {
 			return 0, fmt.Errorf("reading a NAT port: %w", err)
 		}
-		if ok && (have.Client != pr.Client || have.ClientPort != pr.ClientPort || have.Vip != pr.Vip || have.VipPort != pr.VipPort) {
-			return 0, nil // the port is another connection's
+		switch {
+		case !ok || have.Client == pr.Client && have.ClientPort == pr.ClientPort && have.Vip == pr.Vip && have.VipPort == pr.VipPort:
+			// The same connection's (or gone since).
+		case holds(have.State, have.LastSeen, pr.State, pr.LastSeen):
+			return 0, nil // another connection's, used since
+		default:
+			if err := d.putNATPort(pk, pr); err != nil {
+				return 0, fmt.Errorf("writing a NAT port: %w", err)
+			}
+			portWritten = true
+			if err := d.dropNATFlowOf(have, pk); err != nil {
+				return 1, err
+			}
 		}
 	}
-	fk, f := flowKeyOf(flow), w.natFlow(flow)
+	if portWritten {
+		written++
+	}
 	fc := dispatcherNatCtl{Op: uint32(dispatcherNatCtlOpNAT_CTL_ADD_FLOW), F: dispatcherNatFlowEntry{Key: fk, Flow: f}}
 	flowAdded, err := d.addNAT(&fc)
-	if err == nil && !flowAdded {
+	if err == nil && flowAdded {
+		return written + 1, nil
+	}
+	if err == nil {
 		var have dispatcherNatFlow
 		var ok bool
-		have, ok, err = d.getNATFlow(fk)
-		if err == nil && (!ok || have.NatAddr == f.NatAddr && have.NatPort == f.NatPort) {
-			// The same connection (or gone since): the port stays.
-			return b2i(portAdded), nil
+		if have, ok, err = d.getNATFlow(fk); err == nil {
+			switch {
+			case !ok || have.NatAddr == f.NatAddr && have.NatPort == f.NatPort:
+				return written, nil // the same connection's (or gone since)
+			case !holds(have.State, have.LastSeen, f.State, f.LastSeen):
+				// An older mapping of the flow key: replaced, and the
+				// port it held let go.
+				if err = d.putNATFlow(fk, f); err == nil {
+					return written + 1, d.dropNATPortOf(have, fk)
+				}
+			}
 		}
 	}
-	if flowAdded {
-		return 1 + b2i(portAdded), nil
-	}
-	// The flow is another mapping's (or could not be written): the port
-	// written for it goes.
-	if portAdded {
+	// The flow is another mapping's, used since (or could not be
+	// written): the port written for it goes.
+	if portWritten {
 		if _, derr := d.deleteNATPort(pk, pr.LastSeen); derr != nil {
 			err = errors.Join(err, derr)
 		}
@@ -184,9 +244,32 @@ func (d *Datapath) mergeNAT(w *connWriter, flow, port lb.ConnEntry) (int, error)
 	return 0, nil
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
+// dropNATFlowOf removes the flow of the connection a return port was
+// taken from, if it still translates to that port.
+func (d *Datapath) dropNATFlowOf(old dispatcherNatRev, pk dispatcherNatKey) error {
+	fk := dispatcherFlowKey{Sport: old.ClientPort, Dport: old.VipPort, Proto: pk.Proto, Family: pk.Family}
+	fk.Src.Addr, fk.Dst.Addr = old.Client.Addr, old.Vip.Addr
+	f, ok, err := d.getNATFlow(fk)
+	if err != nil || !ok || f.NatAddr != pk.Addr || f.NatPort != pk.Port {
+		return err
 	}
-	return 0
+	if _, err := d.deleteNATFlow(fk, f.LastSeen); err != nil {
+		return fmt.Errorf("removing a NAT flow: %w", err)
+	}
+	return nil
+}
+
+// dropNATPortOf removes the return port an older mapping of flow key fk
+// held, if it still replies to that flow.
+func (d *Datapath) dropNATPortOf(old dispatcherNatFlow, fk dispatcherFlowKey) error {
+	pk := dispatcherNatKey{Port: old.NatPort, Proto: fk.Proto, Family: fk.Family}
+	pk.Addr = old.NatAddr
+	r, ok, err := d.getNATPort(pk)
+	if err != nil || !ok || r.Client != fk.Src || r.ClientPort != fk.Sport || r.Vip != fk.Dst || r.VipPort != fk.Dport {
+		return err
+	}
+	if _, err := d.deleteNATPort(pk, r.LastSeen); err != nil {
+		return fmt.Errorf("removing a NAT port: %w", err)
+	}
+	return nil
 }

@@ -105,9 +105,11 @@ func TestPrivilegedReplicationRoundTrip(t *testing.T) {
 }
 
 // TestPrivilegedReplicationMerge: what a peer that served the same group
-// during a partition sends is written only where this executor holds
-// nothing that says otherwise; a NAT connection only whole, and neither
-// over a return port nor over a client flow of another connection's.
+// during a partition sends is written where this executor holds nothing
+// that says otherwise, or only entries used less lately; a NAT connection
+// only whole, never over a return port or a client flow of another
+// connection's used since, and an older connection it replaces loses
+// both halves.
 func TestPrivilegedReplicationMerge(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	e := newTestEnv(t)
@@ -123,6 +125,15 @@ func TestPrivilegedReplicationMerge(t *testing.T) {
 	e.putConn(t, conn{key: mac(1001), backend: 10, service: 1})
 	e.putNAT(t, natConn{key: natFlow(5004), backend: 60, service: 6, ret: retAddr, port: 30000})
 	e.putAffinity(t, client, 14, 91, 1)
+	// And, used 30 s ago, a MAC connection and two NAT connections: one
+	// on return port 30010, one of client port 5012 on return port 30020.
+	e.putConn(t, conn{key: mac(1002), backend: 10, service: 1, idle: 30})
+	e.putNAT(t, natConn{key: natFlow(5010), backend: 60, service: 6, ret: retAddr, port: 30010, idle: 30})
+	e.putNAT(t, natConn{key: natFlow(5012), backend: 60, service: 6, ret: retAddr, port: 30020, idle: 30})
+	// And, closing (ended: a client port used again finds them, and keeps
+	// them fresh), used just now: a MAC connection, a NAT connection.
+	e.putConn(t, conn{key: mac(1003), backend: 10, service: 1, closing: true})
+	e.putNAT(t, natConn{key: natFlow(5013), backend: 60, service: 6, ret: retAddr, port: 30030, closing: true})
 
 	macEntry := func(sport uint16, backend uint32) lb.ConnEntry {
 		return lb.ConnEntry{Kind: lb.ConnMAC, Protocol: 6, Client: netip.AddrPortFrom(client, sport),
@@ -151,9 +162,39 @@ func TestPrivilegedReplicationMerge(t *testing.T) {
 	peer = append(peer, natEntries(5004, 30001, lb.ConnNATFlow)...) // its port not left behind
 	peer = append(peer, natEntries(5006, 30002, both...)...)        // new: both halves written
 	peer = append(peer, natEntries(5007, 30003, lb.ConnNATFlow)...) // half a connection: skipped
+	// Where this executor's entry was used less lately, the peer's wins.
+	peer = append(peer, macEntry(1002, 11))
+	peer = append(peer, natEntries(5011, 30010, both...)...) // 5010's port: taken, 5010's flow removed
+	peer = append(peer, natEntries(5012, 30021, both...)...) // 5012's flow: replaced, its port 30020 let go
+	// And where it is closing and the peer's is not.
+	peer = append(peer, macEntry(1003, 11))
+	peer = append(peer, natEntries(5013, 30031, both...)...)
 	n, err := e.dp.MergeConns(peer)
-	if err != nil || n != 4 {
-		t.Errorf("MergeConns wrote %d entries (%v), want 4: the new MAC connection, the new NAT connection's two halves, the new affinity record", n, err)
+	if err != nil || n != 12 {
+		t.Errorf("MergeConns wrote %d entries (%v), want 12: the new MAC connection and the two over older or closing "+
+			"entries, four NAT connections' two halves each, the new affinity record", n, err)
+	}
+	if f, ok := e.getConn(t, mac(1003)); !ok || f.Backend != 11 || f.State != uint8(dispatcherFlowStateFLOW_ESTABLISHED) {
+		t.Errorf("a closing MAC connection after the merge: %+v %v, want the peer's (backend 11, established)", f, ok)
+	}
+	if f, _, ok := e.getNAT(t, natFlow(5013)); !ok || htons(f.NatPort) != 30031 || e.natPortTaken(t, retAddr, 30030, 6) {
+		t.Errorf("a closing NAT connection after the merge: %+v %v (port 30030 held: %v), want the peer's on port 30031",
+			f, ok, e.natPortTaken(t, retAddr, 30030, 6))
+	}
+	if f, ok := e.getConn(t, mac(1002)); !ok || f.Backend != 11 {
+		t.Errorf("a MAC connection used 30 s ago after the merge: %+v %v, want the peer's (backend 11)", f, ok)
+	}
+	if _, _, ok := e.getNAT(t, natFlow(5010)); ok {
+		t.Error("the older NAT connection whose return port the peer's took still has its flow")
+	}
+	if f, r, ok := e.getNAT(t, natFlow(5011)); !ok || htons(f.NatPort) != 30010 || htons(r.ClientPort) != 5011 {
+		t.Errorf("the peer's NAT connection on an older connection's port after the merge: %+v %+v %v", f, r, ok)
+	}
+	if f, r, ok := e.getNAT(t, natFlow(5012)); !ok || htons(f.NatPort) != 30021 || htons(r.ClientPort) != 5012 {
+		t.Errorf("the peer's NAT connection over an older mapping of its flow after the merge: %+v %+v %v", f, r, ok)
+	}
+	if e.natPortTaken(t, retAddr, 30020, 6) {
+		t.Error("the return port of the older mapping the peer's replaced is still held")
 	}
 	if f, ok := e.getConn(t, mac(1001)); !ok || f.Backend != 10 {
 		t.Errorf("this executor's MAC connection after the merge: %+v %v, want backend 10 still", f, ok)

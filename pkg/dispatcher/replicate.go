@@ -21,8 +21,8 @@ import (
 // made connections the other lacks; it had no session to send them on.
 // It owes the peer those groups' entries, and sends them with the next
 // full copy. An active writes the entries of a group it serves only
-// where it holds nothing that says otherwise (MergeConns): its own
-// connections of the same time stay.
+// where it holds nothing used since that says otherwise (MergeConns):
+// its own connections of the same time stay.
 
 // ConnTables is what an executor offers for replication; the engine
 // replicates only when its Datapath has it.
@@ -37,8 +37,8 @@ type ConnTables interface {
 	// less their age, and returns how many it wrote.
 	PutConns([]lb.ConnEntry) (int, error)
 	// MergeConns writes, likewise, only the entries that no entry of
-	// the executor's contradicts (a key it has, a NAT return port
-	// another connection uses), and returns how many it wrote.
+	// the executor's used since contradicts (a key it has, a NAT return
+	// port another connection uses), and returns how many it wrote.
 	MergeConns([]lb.ConnEntry) (int, error)
 }
 
@@ -224,7 +224,7 @@ func (e *Engine) haFlush(cfg lb.Config, g lb.HAGroup) uint64 {
 // haImport writes the peer's records into the executor, with this
 // dispatcher's ids: over what it holds, but in the groups it serves
 // (the peer served them too, a partition healing) only where it holds
-// nothing that says otherwise.
+// nothing used since that says otherwise.
 func (e *Engine) haImport(b lb.ConnBatch) {
 	if len(b.Records) > 0 {
 		if ct, ok := e.connTables(); ok {
