@@ -309,7 +309,7 @@ func haTable(w io.Writer, r api.HAReport) {
 	fmt.Fprintf(w, "replication:\tsending %v, receiving %v, synced %v, sent %d, received %d, imported %d, lag %.1f ms\n",
 		rp.Sending, rp.Receiving, rp.Synced, rp.SentRecords, rp.ReceivedRecords, rp.Imported, rp.LagMS)
 	if rp.Merged+rp.Kept > 0 {
-		fmt.Fprintf(w, "merged:	%d records of connections the peer made while both served, %d kept out for this dispatcher's own\n",
+		fmt.Fprintf(w, "merged:	%d records of connections the peer made while both served written, %d not (held here already: the same connection, or another used since)\n",
 			rp.Merged, rp.Kept)
 	}
 	if len(r.Refused) > 0 {

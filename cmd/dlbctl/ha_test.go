@@ -163,6 +163,32 @@ func TestHATableHealth(t *testing.T) {
 	}
 }
 
+// TestHATableMerged: the merge of a peer's connections after a healed
+// partition shows in the status only once there was one.
+func TestHATableMerged(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rp   api.HAReplReport
+		want string // "" for no merged line
+	}{
+		{"none", api.HAReplReport{Imported: 500}, ""},
+		{"merged", api.HAReplReport{Imported: 500, Merged: 400, Kept: 30}, "400 records of connections the peer made while both " +
+			"served written, 30 not (held here already: the same connection, or another used since)"},
+	} {
+		var b bytes.Buffer
+		haTable(&b, api.HAReport{Configured: true, Running: true, Healthy: true, Replication: tc.rp})
+		line := ""
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "merged:") {
+				line = strings.TrimSpace(strings.TrimPrefix(l, "merged:"))
+			}
+		}
+		if line != tc.want {
+			t.Errorf("%s: merged line %q, want %q\n%s", tc.name, line, tc.want, b.String())
+		}
+	}
+}
+
 // TestHAStatusNotRunning: configured in part, high availability says
 // what it lacks, in its status and in dlbctl status, and a missing role
 // shows no empty recovery and port.

@@ -278,7 +278,8 @@ type HAReplReport struct {
 	LagMS           float64 `json:"lag_ms"`
 	// Merged and Kept are the records received for groups this
 	// dispatcher served too (a partition that healed): written, and not
-	// written for an entry of its own.
+	// written (the key held already: the same connection, or another
+	// used since).
 	Merged uint64 `json:"merged_records,omitempty"`
 	Kept   uint64 `json:"kept_records,omitempty"`
 }

@@ -94,7 +94,8 @@ type haEngine struct {
 	fast fastTakeover
 	// Replication counts: records imported, refused (no such server
 	// here), batches; of those imported into groups this dispatcher
-	// served, merged and kept (this executor's own entry stayed).
+	// served, merged and kept (the key held already: the same
+	// connection, or another used since).
 	imported, unknown uint64
 	merged, kept      uint64
 	healthy           bool
@@ -504,7 +505,8 @@ type HAStatus struct {
 	Imported, Unknown uint64
 	// Merged and Kept count the records received for groups this
 	// dispatcher served too (a partition that healed): written, and not
-	// written for an entry of this executor's own.
+	// written (the key held already: the same connection, or another
+	// used since).
 	Merged, Kept uint64
 	// Announcements counts the rounds of gratuitous ARP and unsolicited
 	// neighbour advertisements sent.

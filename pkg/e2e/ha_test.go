@@ -1077,7 +1077,7 @@ func (h *haLab) twoActivesHeal(t *testing.T) {
 	merged.Merged -= repBefore.Merged
 	merged.Kept -= repBefore.Kept
 	t.Logf("two actives: both active %v after the cut; healed, d1 active and d2 standby %v later; d1 merged %d of d2's records "+
-		"(%d kept out); NAT keep-alive connections broken %d of %d (%d requests)", took.Round(time.Millisecond),
+		"(%d held already); NAT keep-alive connections broken %d of %d (%d requests)", took.Round(time.Millisecond),
 		steady.Round(time.Millisecond), merged.Merged, merged.Kept, keep.Broken, keep.Connections, keep.Requests)
 	if keepErr != nil || keep.Connections != 200 || keep.Broken != 0 {
 		t.Errorf("NAT keep-alive connections made while both served: %v, %d of %d broken: %v", keepErr, keep.Broken,

@@ -69,7 +69,7 @@ func writeHA(t *textWriter, st *dispatcher.Status) {
 	t.family("dlb_ha_replication_records_imported_total", "counter", "Received connection records written to the executor.")
 	t.counter("dlb_ha_replication_records_imported_total", nil, nil, st.HA.Imported)
 	t.family("dlb_ha_replication_records_merged_total", "counter", "Received connection records of groups this dispatcher "+
-		"served too (a partition that healed), by result: written, or kept out for an entry of this executor's used since.")
+		"served too (a partition that healed), by result: written, or kept (not written: this executor held the key already, for the same connection or another used since).")
 	t.counter("dlb_ha_replication_records_merged_total", labels("result", "written"), nil, st.HA.Merged)
 	t.counter("dlb_ha_replication_records_merged_total", labels("result", "kept"), nil, st.HA.Kept)
 	t.family("dlb_ha_replication_ack_seconds", "gauge", "How long the latest replication marker took to be acknowledged "+
