@@ -1023,16 +1023,19 @@ func (h *haLab) twoActivesHeal(t *testing.T) {
 		return h.d[0].state() == "active" && h.d[1].state() == "active"
 	})
 	// The backup's takeover is announced again up to 3 s after it
-	// (announceAfter): until then an announcement of the primary's (it
-	// announced when the previous case healed) may still point the
-	// router back to it.
+	// (announceAfter). Both answer ARP now: where the router sends is
+	// the order of their answers and announcements (once in 8 runs it
+	// was the primary's MAC after that); the case is about connections
+	// made through the backup, so the router is pointed there if it is
+	// not.
 	bothSince := time.Now()
 	time.Sleep(3200 * time.Millisecond)
 	d2mac := h.d[1].mac(h.env["LAB_IF"])
 	for _, a := range []string{h.vip(), h.env["LAB_RETURN_ADDR"]} {
 		if out, _ := h.inNS("r", "ip", "-br", "neigh", "show", a, "dev", h.env["LAB_ROUTER_IF"]); !strings.Contains(out, d2mac) {
-			t.Fatalf("%v after both became active, the router sends %s elsewhere than to the backup (%s): %s",
-				time.Since(bothSince).Round(time.Millisecond), a, d2mac, out)
+			t.Logf("%v after both became active, the router sends %s elsewhere than to the backup (%s): %s; set to the backup",
+				time.Since(bothSince).Round(time.Millisecond), a, d2mac, strings.TrimSpace(out))
+			h.mustNS("r", "ip", "neigh", "replace", a, "lladdr", d2mac, "dev", h.env["LAB_ROUTER_IF"], "nud", "stale")
 		}
 	}
 	ready := filepath.Join(h.run, "split.ready")
