@@ -40,23 +40,29 @@ func (d *Datapath) addConn(k dispatcherFlowKey, f dispatcherFlow) (bool, error) 
 // would still find, and keep fresh) and the peer's is not, the one used
 // last.
 func holds(state uint8, seen uint64, peerState uint8, peerSeen uint64) bool {
-	closing := uint8(dispatcherFlowStateFLOW_CLOSING)
-	if state == closing && peerState != closing {
-		return false
-	}
-	return seen >= peerSeen
+	return !revives(state, peerState) && seen >= peerSeen
 }
 
-// mergeConn writes a connection-table entry where the flow has none, or
-// one to another server used less lately than f; it reports whether it
-// wrote it.
+// revives reports whether an entry of this executor's is closing and the
+// peer's for the same key is not. Saying the same otherwise (a reused
+// client port given the same server and return port), it is still
+// written over: closing, it would be removed fintimeout after its last
+// use, however live the connection.
+func revives(state, peerState uint8) bool {
+	closing := uint8(dispatcherFlowStateFLOW_CLOSING)
+	return state == closing && peerState != closing
+}
+
+// mergeConn writes a connection-table entry where the flow has none, one
+// to another server used less lately than f, or one closing where f is
+// not (revives); it reports whether it wrote it.
 func (d *Datapath) mergeConn(k dispatcherFlowKey, f dispatcherFlow) (bool, error) {
 	added, err := d.addConn(k, f)
 	if err != nil || added {
 		return added, err
 	}
 	have, ok, err := d.getConn(k)
-	if err != nil || ok && (have.Backend == f.Backend || holds(have.State, have.LastSeen, f.State, f.LastSeen)) {
+	if err != nil || ok && (have.Backend == f.Backend && !revives(have.State, f.State) || holds(have.State, have.LastSeen, f.State, f.LastSeen)) {
 		return false, err
 	}
 	return true, d.putConn(k, f)
@@ -192,18 +198,21 @@ func (d *Datapath) mergeNAT(w *connWriter, flow, port lb.ConnEntry) (int, error)
 		if err != nil {
 			return 0, fmt.Errorf("reading a NAT port: %w", err)
 		}
+		same := have.Client == pr.Client && have.ClientPort == pr.ClientPort && have.Vip == pr.Vip && have.VipPort == pr.VipPort
 		switch {
-		case !ok || have.Client == pr.Client && have.ClientPort == pr.ClientPort && have.Vip == pr.Vip && have.VipPort == pr.VipPort:
+		case !ok, same && !revives(have.State, pr.State):
 			// The same connection's (or gone since).
-		case holds(have.State, have.LastSeen, pr.State, pr.LastSeen):
+		case !same && holds(have.State, have.LastSeen, pr.State, pr.LastSeen):
 			return 0, nil // another connection's, used since
 		default:
 			if err := d.putNATPort(pk, pr); err != nil {
 				return 0, fmt.Errorf("writing a NAT port: %w", err)
 			}
 			portWritten = true
-			if err := d.dropNATFlowOf(have, pk); err != nil {
-				return 1, err
+			if !same {
+				if err := d.dropNATFlowOf(have, pk); err != nil {
+					return 1, err
+				}
 			}
 		}
 	}
@@ -219,14 +228,19 @@ func (d *Datapath) mergeNAT(w *connWriter, flow, port lb.ConnEntry) (int, error)
 		var have dispatcherNatFlow
 		var ok bool
 		if have, ok, err = d.getNATFlow(fk); err == nil {
+			same := have.NatAddr == f.NatAddr && have.NatPort == f.NatPort
 			switch {
-			case !ok || have.NatAddr == f.NatAddr && have.NatPort == f.NatPort:
+			case !ok, same && !revives(have.State, f.State):
 				return written, nil // the same connection's (or gone since)
-			case !holds(have.State, have.LastSeen, f.State, f.LastSeen):
-				// An older mapping of the flow key: replaced, and the
-				// port it held let go.
+			case same, !holds(have.State, have.LastSeen, f.State, f.LastSeen):
+				// The same mapping closing, or an older mapping of the
+				// flow key: replaced, and the port an older one held
+				// let go.
 				if err = d.putNATFlow(fk, f); err == nil {
-					return written + 1, d.dropNATPortOf(have, fk)
+					if !same {
+						err = d.dropNATPortOf(have, fk)
+					}
+					return written + 1, err
 				}
 			}
 		}

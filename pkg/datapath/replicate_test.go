@@ -134,6 +134,10 @@ func TestPrivilegedReplicationMerge(t *testing.T) {
 	// them fresh), used just now: a MAC connection, a NAT connection.
 	e.putConn(t, conn{key: mac(1003), backend: 10, service: 1, closing: true})
 	e.putNAT(t, natConn{key: natFlow(5013), backend: 60, service: 6, ret: retAddr, port: 30030, closing: true})
+	// And closing, saying what the peer's will (the same server, the same
+	// return port): kept closing, fintimeout would end them.
+	e.putConn(t, conn{key: mac(1004), backend: 11, service: 1, closing: true})
+	e.putNAT(t, natConn{key: natFlow(5014), backend: 60, service: 6, ret: retAddr, port: 30040, closing: true})
 
 	macEntry := func(sport uint16, backend uint32) lb.ConnEntry {
 		return lb.ConnEntry{Kind: lb.ConnMAC, Protocol: 6, Client: netip.AddrPortFrom(client, sport),
@@ -167,12 +171,20 @@ func TestPrivilegedReplicationMerge(t *testing.T) {
 	peer = append(peer, natEntries(5011, 30010, both...)...) // 5010's port: taken, 5010's flow removed
 	peer = append(peer, natEntries(5012, 30021, both...)...) // 5012's flow: replaced, its port 30020 let go
 	// And where it is closing and the peer's is not.
-	peer = append(peer, macEntry(1003, 11))
+	peer = append(peer, macEntry(1003, 11), macEntry(1004, 11))
 	peer = append(peer, natEntries(5013, 30031, both...)...)
+	peer = append(peer, natEntries(5014, 30040, both...)...)
 	n, err := e.dp.MergeConns(peer)
-	if err != nil || n != 12 {
-		t.Errorf("MergeConns wrote %d entries (%v), want 12: the new MAC connection and the two over older or closing "+
-			"entries, four NAT connections' two halves each, the new affinity record", n, err)
+	if err != nil || n != 15 {
+		t.Errorf("MergeConns wrote %d entries (%v), want 15: the new MAC connection and the three over older or closing "+
+			"entries, five NAT connections' two halves each, the new affinity record", n, err)
+	}
+	established := uint8(dispatcherFlowStateFLOW_ESTABLISHED)
+	if f, ok := e.getConn(t, mac(1004)); !ok || f.Backend != 11 || f.State != established {
+		t.Errorf("a closing MAC connection to the peer's server after the merge: %+v %v, want it established", f, ok)
+	}
+	if f, r, ok := e.getNAT(t, natFlow(5014)); !ok || htons(f.NatPort) != 30040 || f.State != established || r.State != established {
+		t.Errorf("a closing NAT connection saying what the peer's does after the merge: %+v %+v %v, want it established", f, r, ok)
 	}
 	if f, ok := e.getConn(t, mac(1003)); !ok || f.Backend != 11 || f.State != uint8(dispatcherFlowStateFLOW_ESTABLISHED) {
 		t.Errorf("a closing MAC connection after the merge: %+v %v, want the peer's (backend 11, established)", f, ok)
