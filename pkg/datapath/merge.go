@@ -198,7 +198,7 @@ func (d *Datapath) mergeNAT(w *connWriter, flow, port lb.ConnEntry) (int, error)
 		if err != nil {
 			return 0, fmt.Errorf("reading a NAT port: %w", err)
 		}
-		same := have.Client == pr.Client && have.ClientPort == pr.ClientPort && have.Vip == pr.Vip && have.VipPort == pr.VipPort
+		same := revOwner(pk, have) == fk
 		switch {
 		case !ok, same && !revives(have.State, pr.State):
 			// The same connection's (or gone since).
@@ -261,8 +261,7 @@ func (d *Datapath) mergeNAT(w *connWriter, flow, port lb.ConnEntry) (int, error)
 // dropNATFlowOf removes the flow of the connection a return port was
 // taken from, if it still translates to that port.
 func (d *Datapath) dropNATFlowOf(old dispatcherNatRev, pk dispatcherNatKey) error {
-	fk := dispatcherFlowKey{Sport: old.ClientPort, Dport: old.VipPort, Proto: pk.Proto, Family: pk.Family}
-	fk.Src.Addr, fk.Dst.Addr = old.Client.Addr, old.Vip.Addr
+	fk := revOwner(pk, old)
 	f, ok, err := d.getNATFlow(fk)
 	if err != nil || !ok || f.NatAddr != pk.Addr || f.NatPort != pk.Port {
 		return err
@@ -279,7 +278,7 @@ func (d *Datapath) dropNATPortOf(old dispatcherNatFlow, fk dispatcherFlowKey) er
 	pk := dispatcherNatKey{Port: old.NatPort, Proto: fk.Proto, Family: fk.Family}
 	pk.Addr = old.NatAddr
 	r, ok, err := d.getNATPort(pk)
-	if err != nil || !ok || r.Client != fk.Src || r.ClientPort != fk.Sport || r.Vip != fk.Dst || r.VipPort != fk.Dport {
+	if err != nil || !ok || revOwner(pk, r) != fk {
 		return err
 	}
 	if _, err := d.deleteNATPort(pk, r.LastSeen); err != nil {
