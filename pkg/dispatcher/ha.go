@@ -329,6 +329,24 @@ func (e *Engine) haAnnounce(cfg lb.Config, g lb.HAGroup, step int) {
 	}
 }
 
+// announceGained announces, as a takeover does, each group active here
+// that a change gave an address it did not have on the interface (had).
+// Under mutual high availability a cluster whose primaryhost now names
+// this dispatcher was the peer's: the segment's hosts and routers still
+// send its clients to the peer, which no longer holds the address (or is
+// about to let it go), and would until their neighbour entries expire.
+func (e *Engine) announceGained(cfg lb.Config, had map[netip.Addr]string) {
+	if !e.haOn(cfg) {
+		return
+	}
+	for g, addrs := range e.haAddresses(cfg) {
+		gained := slices.ContainsFunc(addrs, func(a netip.Addr) bool { _, ok := had[a]; return !ok })
+		if gained && e.ha.applied[g] == lb.HAActive {
+			e.haAnnounce(cfg, lb.HAGroup(g), 0)
+		}
+	}
+}
+
 // post runs f on the management goroutine later, unless Run returned.
 func (e *Engine) post(f func()) {
 	go func() {

@@ -603,3 +603,56 @@ func TestHAFullCopySweeps(t *testing.T) {
 		t.Errorf("right after a full copy: %d connections, want %d", n, before+300)
 	}
 }
+
+// TestHAClusterMovedInIsAnnounced: under mutual high availability, a
+// cluster whose primaryhost a change moves to this dispatcher, whose own
+// group is active, goes on the interface and is announced as a
+// takeover's addresses are (the segment still sends its clients to the
+// peer); a cluster moved to the peer, whose group stands by here, comes
+// off unannounced; a change that gains nothing announces nothing.
+func TestHAClusterMovedInIsAnnounced(t *testing.T) {
+	saved := announceAfter
+	t.Cleanup(func() { announceAfter = saved })
+	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
+	const vip2, ret2 = "198.18.0.101", "198.18.0.6"
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	cl2 := op("cluster", "add", vip2)
+	cl2.Params = append(cl2.Params, config.P("configure", "yes"), config.P("primaryhost", "198.18.0.4"))
+	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.2"), cl2,
+		op("port", "add", vip2+"@81", "method", "nat"),
+		op("server", "add", vip2+"@81@198.18.0.23", "returnaddress", ret2))
+	h.mustApply(op("backup", "add", "", "role", "both", "recovery", "auto", "haport", "7000"),
+		op("heartbeat", "add", "198.18.0.4", "source", "198.18.0.2", "secretfile", "/etc/dlb/ha.secret"))
+	f.set(lb.GroupLocal, lb.HAActive)
+	f.set(lb.GroupPeer, lb.HAStandby)
+	eventually(t, "the local group's takeover announced", func() bool { return h.nif.announcedCount(vip) >= len(announceAfter) })
+	if h.nif.has(vip2) || h.nif.has(ret2) || h.nif.announcedCount(vip2) != 0 {
+		t.Fatalf("the peer's cluster on the interface (%v) or announced (%d times)", h.nif.has(vip2), h.nif.announcedCount(vip2))
+	}
+	time.Sleep(announceAfter[len(announceAfter)-1])
+
+	// Nothing gained: nothing announced.
+	before := h.nif.announcedCount(vip)
+	h.mustApply(op("port", "add", vip+"@8080"))
+	time.Sleep(100 * time.Millisecond)
+	if n := h.nif.announcedCount(vip); n != before {
+		t.Errorf("a change that moved no address announced the group: %d announcements, want %d", n, before)
+	}
+
+	// Moved in: on and announced, the return address with it.
+	h.mustApply(op("cluster", "set", vip2, "primaryhost", "198.18.0.2"))
+	eventually(t, "the moved cluster announced", func() bool {
+		return h.nif.has(vip2) && h.nif.has(ret2) &&
+			h.nif.announcedCount(vip2) == len(announceAfter) && h.nif.announcedCount(ret2) == len(announceAfter)
+	})
+
+	// Moved out: off, and not announced again.
+	h.mustApply(op("cluster", "set", vip2, "primaryhost", "198.18.0.4"))
+	eventually(t, "the cluster moved out off the interface", func() bool { return !h.nif.has(vip2) && !h.nif.has(ret2) })
+	time.Sleep(100 * time.Millisecond)
+	if n := h.nif.announcedCount(vip2); n != len(announceAfter) {
+		t.Errorf("a cluster moved to the peer announced: %d announcements, want %d", n, len(announceAfter))
+	}
+}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"time"
@@ -128,9 +129,11 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	}
 	if addressesTouched(old, next, ch) {
 		e.host.updateReturns(old, next, ch)
+		had := maps.Clone(e.host.configured)
 		if err := e.configureAddresses(next); err != nil {
 			return true, lb.Errorf("configure", "", "%v", err)
 		}
+		e.announceGained(next, had)
 	}
 	e.exec.err = nil
 	return true, nil
