@@ -388,6 +388,8 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 	if !ch.HA {
 		return
 	}
+	// The function decides anew: nothing is moved out any longer.
+	e.repl.movedOut, e.repl.agreed = nil, time.Time{}
 	if err := e.opts.HA.Configure(next.HA, e.ha.digest.Sum()); err != nil {
 		e.log.Error("high availability: configuring", "err", err)
 	}

@@ -145,3 +145,63 @@ func TestHAImportMergesIntoServedGroups(t *testing.T) {
 		t.Errorf("reported imported %d, merged %d, kept %d; want 2, 1, 1", st.Imported, st.Merged, st.Kept)
 	}
 }
+
+// TestHAClusterMovedOutStillReplicated: under mutual high availability, a
+// cluster whose primaryhost a change moves to the peer leaves the group
+// this dispatcher serves; until the peer's configuration says the same
+// the peer does not serve it either, and the segment still sends its
+// clients here: its connections keep going to the peer (a full copy
+// carries them), until the peer's digest has agreed for movedOutGrace.
+func TestHAClusterMovedOutStillReplicated(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.2"),
+		op("backup", "add", "", "role", "both", "recovery", "auto", "haport", "7000"),
+		op("heartbeat", "add", "198.18.0.4", "source", "198.18.0.2", "secretfile", "/etc/dlb/ha.secret"))
+	f.set(lb.GroupLocal, lb.HAActive)
+	f.set(lb.GroupPeer, lb.HAStandby)
+	eventually(t, "serving", func() bool { return h.nif.has(vip) })
+	c := macConn(t, h, 5001)
+	h.dp.mu.Lock()
+	h.dp.conns = []lb.ConnEntry{c}
+	h.dp.mu.Unlock()
+	f.mu.Lock()
+	f.peer = lb.HAPeerStatus{Alive: true, Healthy: true, Recovery: lb.RecoveryAuto}
+	f.mu.Unlock()
+
+	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.4"))
+	eventually(t, "the cluster moved out off the interface", func() bool { return !h.nif.has(vip) })
+	fullCopy := func(session uint64) lb.ConnBatch {
+		t.Helper()
+		f.mu.Lock()
+		f.session, f.sent = session, nil
+		f.mu.Unlock()
+		var full lb.ConnBatch
+		eventually(t, "a full copy sent", func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, b := range f.sent {
+				if b.Full {
+					full = b
+					return true
+				}
+			}
+			return false
+		})
+		return full
+	}
+	if full := fullCopy(1); len(full.Records) != 1 || full.Records[0].Client != c.Client {
+		t.Errorf("while the peer's configuration differs, a full copy carries %+v, want the moved cluster's connection", full.Records)
+	}
+
+	// The peer's configuration agrees: after the grace, the cluster is
+	// the peer's alone.
+	f.mu.Lock()
+	f.peer.Digest = f.digest
+	f.mu.Unlock()
+	time.Sleep(movedOutGrace + 300*time.Millisecond)
+	if full := fullCopy(2); len(full.Records) != 0 {
+		t.Errorf("once the peer agreed, a full copy carries %+v, want nothing", full.Records)
+	}
+}

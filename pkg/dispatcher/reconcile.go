@@ -129,6 +129,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 	}
 	if addressesTouched(old, next, ch) {
 		e.host.updateReturns(old, next, ch)
+		e.noteMovedOut(old, next, ch)
 		had := maps.Clone(e.host.configured)
 		if err := e.configureAddresses(next); err != nil {
 			return true, lb.Errorf("configure", "", "%v", err)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
 
@@ -90,6 +91,75 @@ type replState struct {
 	// owed are the groups let go with no session to send their last
 	// entries on: the next full copy carries them.
 	owed [lb.NumHAGroups]bool
+	// movedOut are the clusters a change moved out of a group served
+	// here into one that is not (mutual high availability: their
+	// primaryhost now names the peer). Until the peer's configuration
+	// says the same it does not serve them, and the segment still
+	// sends their clients here: the entries this executor makes for
+	// them keep going to the peer, which has them all once it serves.
+	movedOut map[netip.Addr]bool
+	// agreed is when the peer's configuration digest was first seen
+	// equal to this one's while clusters were moved out (zero: not).
+	agreed time.Time
+}
+
+// movedOutGrace is how long clusters moved out keep being replicated
+// after the peer's configuration agreed: its change announced them at
+// once, and what the segment sent here meanwhile is sent on.
+const movedOutGrace = time.Second
+
+// noteMovedOut records the clusters the change from old to next moves
+// out of a group served here into one that is not, and forgets those
+// removed or served here again.
+func (e *Engine) noteMovedOut(old, next lb.Config, ch config.Change) {
+	if !e.haOn(next) {
+		e.repl.movedOut, e.repl.agreed = nil, time.Time{}
+		return
+	}
+	for a := range e.repl.movedOut {
+		if cl := next.Cluster(a); cl == nil || e.ha.applied[next.HA.GroupOf(cl)] == lb.HAActive {
+			delete(e.repl.movedOut, a)
+		}
+	}
+	if !e.haOn(old) {
+		return
+	}
+	for a := range ch.Clusters {
+		was, now := old.Cluster(a), next.Cluster(a)
+		if was == nil || now == nil {
+			continue
+		}
+		if e.ha.applied[old.HA.GroupOf(was)] == lb.HAActive && e.ha.applied[next.HA.GroupOf(now)] != lb.HAActive {
+			if e.repl.movedOut == nil {
+				e.repl.movedOut = map[netip.Addr]bool{}
+			}
+			e.repl.movedOut[a] = true
+			e.repl.agreed = time.Time{}
+			e.log.Info("high availability: a cluster moved to the peer; its connections made here are sent to the peer until its configuration says the same",
+				"cluster", a)
+		}
+	}
+}
+
+// settleMovedOut forgets the clusters moved out once the peer's
+// configuration has agreed with this one for movedOutGrace.
+func (e *Engine) settleMovedOut() {
+	if len(e.repl.movedOut) == 0 {
+		return
+	}
+	st := e.opts.HA.Status()
+	if !st.Peer.Alive || st.Peer.Digest != e.ha.digest.Sum() {
+		e.repl.agreed = time.Time{}
+		return
+	}
+	if e.repl.agreed.IsZero() {
+		e.repl.agreed = time.Now()
+		return
+	}
+	if time.Since(e.repl.agreed) >= movedOutGrace {
+		e.log.Info("high availability: the peer serves the clusters moved to it", "clusters", len(e.repl.movedOut))
+		e.repl.movedOut, e.repl.agreed = nil, time.Time{}
+	}
 }
 
 // connTables returns the executor's replication, if it has one.
@@ -135,7 +205,7 @@ func (e *Engine) scanRecords(cfg lb.Config, full bool, send [lb.NumHAGroups]bool
 		if !ok {
 			return
 		}
-		if g, ok := groupOf[svc.Cluster]; !ok || !send[g] {
+		if g, ok := groupOf[svc.Cluster]; !ok || !send[g] && !e.repl.movedOut[svc.Cluster] {
 			return
 		}
 		bk, ok := e.repl.byBackend[c.Backend]
@@ -178,7 +248,9 @@ func (e *Engine) haReplicate() {
 		return
 	}
 	full := s != e.repl.session
+	e.settleMovedOut()
 	send, any := e.activeGroups()
+	any = any || len(e.repl.movedOut) > 0
 	if full {
 		for g, owed := range e.repl.owed {
 			if owed {
