@@ -230,9 +230,22 @@ func (h *haLab) staticRoutes(t *testing.T) []string {
 	return out
 }
 
+// newHALab is the high-availability lab: two dispatchers, d1 the primary
+// serving, d2 the backup standing by with a full copy.
 func newHALab(t *testing.T) *haLab {
 	t.Helper()
-	l := newLabPrefix(t, "dlba", "-n", "3", "-c", "1", "-x", "2", "-r", "3", "-6")
+	h := newHAPair(t, "dlba")
+	h.configureHA(h.d[0], "primary", h.d[1].addr)
+	h.configureHA(h.d[1], "backup", h.d[0].addr)
+	h.waitSteady(t, 15*time.Second)
+	return h
+}
+
+// newHAPair is the lab of newHALab under prefix, its two dispatchers
+// started and configured alike, high availability not yet.
+func newHAPair(t *testing.T, prefix string) *haLab {
+	t.Helper()
+	l := newLabPrefix(t, prefix, "-n", "3", "-c", "1", "-x", "2", "-r", "3", "-6")
 	h := &haLab{lab: l, secret: filepath.Join(l.run, "ha.secret")}
 	// No GRO on the switch's ports. The switch runs an XDP program on
 	// its ports (labxdp), which turns on GRO in the veth it feeds, so the
@@ -310,9 +323,6 @@ func newHALab(t *testing.T) *haLab {
 		d.start()
 		h.configure(d)
 	}
-	h.configureHA(h.d[0], "primary", h.d[1].addr)
-	h.configureHA(h.d[1], "backup", h.d[0].addr)
-	h.waitSteady(t, 15*time.Second)
 	return h
 }
 
