@@ -432,6 +432,7 @@ func (e *Engine) attachMode(ex lb.Executor, link lb.Link) lb.XDPMode {
 // that could not be loaded is removed by name), and the neighbour entries
 // it made for cfg's next hops. The change's notes name the pins removed.
 func (e *Engine) stopExecutor(cfg lb.Config) error {
+	e.haSendLast(cfg)
 	errs := []error{e.configureAddresses(lb.Config{})}
 	var removed []string
 	where := ""

@@ -278,6 +278,23 @@ func (e *Engine) haReplicate() {
 	}
 }
 
+// haSendLast sends the peer the last changes of the groups served here
+// while the executor still holds them: it is about to be removed, and
+// the peer takes the groups over once it hears so; the release then has
+// no tables to scan (the last 100 ms of connections were lost).
+func (e *Engine) haSendLast(cfg lb.Config) {
+	if !e.haOn(cfg) || e.exec.dp == nil || e.opts.HA.Session() == 0 {
+		return
+	}
+	send, any := e.activeGroups()
+	if !any && len(e.repl.movedOut) == 0 {
+		return
+	}
+	if recs := e.scanRecords(cfg, false, send); len(recs) > 0 && !e.opts.HA.Send(lb.ConnBatch{Records: recs}) {
+		e.log.Warn("replication: the last connections before the executor stops could not be sent", "records", len(recs))
+	}
+}
+
 // haFlush sends group g's last changes and a marker after them, and
 // returns the marker (0: nothing could be sent).
 func (e *Engine) haFlush(cfg lb.Config, g lb.HAGroup) uint64 {
