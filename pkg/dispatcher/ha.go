@@ -50,6 +50,10 @@ type HighAvailability interface {
 	// engine imported everything up to a marker.
 	Received() <-chan lb.ConnBatch
 	Imported(marker uint64)
+	// Resync forgets the copy of the peer's tables (the executor's
+	// tables are new and empty): the peer sends a full copy again, and
+	// until it is imported no group is taken from it.
+	Resync()
 	// Notify is signalled when a state changes; Status reports.
 	// Activated delivers, besides, each group the function decides to
 	// serve, at the moment it decides (the takeover's fast path).

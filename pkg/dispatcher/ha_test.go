@@ -47,6 +47,8 @@ type fakeHA struct {
 	// sent the batches Send took while it was not 0.
 	session uint64
 	sent    []lb.ConnBatch
+	// resyncs counts Resync calls.
+	resyncs int
 }
 
 func newFakeHA() *fakeHA {
@@ -117,6 +119,7 @@ func (f *fakeHA) Session() uint64 {
 }
 func (f *fakeHA) Received() <-chan lb.ConnBatch { return f.recv }
 func (f *fakeHA) Imported(uint64)               {}
+func (f *fakeHA) Resync()                       { f.mu.Lock(); defer f.mu.Unlock(); f.resyncs++ }
 func (f *fakeHA) Notify() <-chan struct{}       { return f.notify }
 func (f *fakeHA) Activated() <-chan lb.HAGroup  { return f.activated }
 func (f *fakeHA) PeerRole() (lb.HARole, netip.Addr, bool) {
@@ -661,5 +664,29 @@ func TestHAClusterMovedInIsAnnounced(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := h.nif.announcedCount(vip2); n != len(announceAfter) {
 		t.Errorf("a cluster moved to the peer announced: %d announcements, want %d", n, len(announceAfter))
+	}
+}
+
+// TestHAExecutorStartedAgainResyncs: an executor stopped and started
+// again has new, empty tables: the function is told to forget the copy
+// of the peer's (Resync), so that the peer sends it all again before
+// this dispatcher takes a group back.
+func TestHAExecutorStartedAgainResyncs(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(haOps("primary")...)
+	resyncs := func() int { f.mu.Lock(); defer f.mu.Unlock(); return f.resyncs }
+	before := resyncs()
+	h.mustApply(op("port", "add", vip+"@8080"))
+	if n := resyncs(); n != before {
+		t.Errorf("a change that keeps the executor resynchronised: %d calls, want %d", n, before)
+	}
+	h.mustApply(op("executor", "stop", ""))
+	start := op("executor", "start", "")
+	start.Params = append(start.Params, config.P("interface", "eth0"))
+	h.mustApply(start)
+	if n := resyncs(); n != before+1 {
+		t.Errorf("an executor started again: %d Resync calls, want %d", n, before+1)
 	}
 }

@@ -215,6 +215,12 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		return lb.Errorf("configure", "", "%v", err)
 	}
 	e.exec.err = nil
+	if !adopted && e.opts.HA != nil {
+		// New, empty tables: what was imported into the old ones is
+		// gone, and the peer must send it all again before this
+		// dispatcher may take a group back from it.
+		e.opts.HA.Resync()
+	}
 	if e.out != nil {
 		// Logged as each lookup failed; the change says it too.
 		e.out.Warnings = append(e.out.Warnings, e.hopProblems(cfg, nexthop.AllHops(cfg))...)

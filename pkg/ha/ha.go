@@ -527,6 +527,24 @@ func (n *Node) Released(g lb.HAGroup, marker uint64) {
 	n.mu.Unlock()
 }
 
+// Resync forgets the copy of the peer's tables: the executor it was
+// imported into was replaced by an empty one (an executor stopped and
+// started again). The receiving replication connection is closed, so the
+// peer connects again and starts with a full copy; until that is
+// imported this dispatcher is not synchronised, and does not take a
+// group from a live peer.
+func (n *Node) Resync() {
+	n.mu.Lock()
+	c := n.inConn
+	n.inConn, n.synced, n.lastFull = nil, false, 0
+	n.mu.Unlock()
+	if c != nil {
+		c.c.Close()
+		n.log.Info("replication: the executor's tables are new: asking the peer for a full copy")
+	}
+	n.signal()
+}
+
 // Imported says the engine imported everything the peer sent up to a
 // marker; the peer is told.
 func (n *Node) Imported(marker uint64) {

@@ -640,3 +640,54 @@ func TestResumedWithholdsPeerBoot(t *testing.T) {
 		t.Errorf("decided: the heartbeat confirms boot %d, want the peer's, 42", m.PeerBoot)
 	}
 }
+
+// TestNodeResync: a standby whose executor's tables were replaced by
+// empty ones (Resync) is not synchronised at once, and does not take its
+// group back from the live peer before the peer's next full copy, on a
+// new replication session, is imported.
+func TestNodeResync(t *testing.T) {
+	a, b, _ := startPair(t)
+	rec := lb.ConnRecord{Kind: lb.ConnMAC, Protocol: 6, Client: netip.MustParseAddrPort("198.18.2.11:40000"),
+		Cluster: netip.MustParseAddrPort("198.18.0.100:81"), Server: netip.MustParseAddr("198.18.1.11")}
+	waitFor(t, 2*time.Second, "the backup synced", func() bool { return b.n.Status().Replication.Synced })
+	waitFor(t, 2*time.Second, "the primary synced", func() bool { return a.n.Status().Replication.Synced })
+
+	// The primary's executor stops: the backup serves, and makes a
+	// connection.
+	a.n.SetHealth(false, "the executor is not loaded")
+	waitFor(t, 2*time.Second, "the backup active, as the primary hears", func() bool {
+		return b.state(lb.GroupPeer) == lb.HAActive && a.n.Status().Peer.States[lb.GroupLocal] == lb.HAActive
+	})
+	b.mu.Lock()
+	b.table[rec.Client] = rec
+	session := b.session
+	b.mu.Unlock()
+
+	// It starts again, empty: the primary forgets what it imported.
+	a.mu.Lock()
+	a.imported = map[netip.AddrPort]lb.ConnRecord{}
+	a.mu.Unlock()
+	a.n.Resync()
+	if a.n.Status().Replication.Synced {
+		t.Fatal("synced right after Resync")
+	}
+	a.n.SetHealth(true, "")
+	// It takes the group back (recovery auto) only once synced: the
+	// backup's full copy, on a new session, holds the connection.
+	deadline := time.Now().Add(5 * time.Second)
+	for a.state(lb.GroupLocal) != lb.HAActive {
+		if time.Now().After(deadline) {
+			t.Fatal("the primary did not take its group back")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.mu.Lock()
+	_, ok := a.imported[rec.Client]
+	a.mu.Unlock()
+	b.mu.Lock()
+	newSession := b.session != session
+	b.mu.Unlock()
+	if !newSession || !ok {
+		t.Errorf("the primary took its group back with new session %v, the backup's connection imported %v", newSession, ok)
+	}
+}

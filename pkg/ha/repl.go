@@ -245,7 +245,9 @@ func (n *Node) readStream(ctx context.Context, c *conn) {
 			b = Batch{Marker: m, Full: full, Sent: sent}
 			if full {
 				n.mu.Lock()
-				n.lastFull = m
+				if n.inConn == c { // not one Resync closed
+					n.lastFull = m
+				}
 				n.mu.Unlock()
 			}
 		default:
