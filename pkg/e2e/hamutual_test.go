@@ -24,7 +24,10 @@ import (
 //     through d1 in between, when neither serves it by its
 //     configuration): the router sends it to d2 at once, and none
 //     broken (d1 sends the connections it made meanwhile; 50 of 50
-//     broke before).
+//     broke before);
+//   - d2's executor stopped and started again (servicing): d1 serves the
+//     IPv6 cluster meanwhile, d2 takes it back once it has a full copy
+//     again: none broken (50 of 50 broke when it took it back at once).
 func TestPrivilegedHAMutual(t *testing.T) {
 	parallel(t)
 	h := newHAPair(t, "dlbh")
@@ -164,5 +167,21 @@ func TestPrivilegedHAMutual(t *testing.T) {
 		steady(d2)
 		report()
 		t.Logf("the router sent %s to d2 %v after d2's change", vip6, moved.Round(time.Millisecond))
+	})
+	// The way to service a dispatcher (README): its executor stopped,
+	// the peer serves; started again, with empty tables, it takes its
+	// clusters back only once the peer sent it a full copy again (it
+	// took them back at once, and 50 of 50 broke).
+	t.Run("executor stopped and started", func(t *testing.T) {
+		steady(d2)
+		report := keep("executor stopped and started")
+		d2.mustCtl("executor", "stop")
+		took := poll(t, 10*time.Second, "d1 serving "+vip6, func() bool { return serving(vip6) == d1.ns })
+		time.Sleep(time.Second)
+		d2.mustCtl("executor", "start", "--interface", h.env["LAB_IF"], "--xdp-mode", "generic")
+		back := steady(d2)
+		report()
+		t.Logf("d1 served %s %v after d2's executor stopped; d2 served it again %v after its executor started", vip6,
+			took.Round(time.Millisecond), back.Round(time.Millisecond))
 	})
 }
