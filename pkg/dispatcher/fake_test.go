@@ -25,19 +25,23 @@ import (
 type fakeDatapath struct {
 	mu       sync.Mutex
 	attached bool
-	ifindex  int
-	globals  lb.DataplaneGlobals
-	services map[uint32]lb.DataplaneService
-	backends map[uint32]lb.DataplaneBackend
-	loaded   bool  // the state was applied at least once
-	applies  int   // Apply and Update calls that changed something
-	wholes   int   // Apply calls (the whole state written)
-	failNext error // returned by the next Apply or Update
-	removed  bool
-	closed   bool
-	dropped  []uint32       // backends DropAffinity was called for
-	swept    lb.SweepResult // what Sweep returns
-	updated  []lb.DataplaneUpdate
+	// refuseMode is a mode Attach refuses (auto: none); detaches counts
+	// Detach calls.
+	refuseMode lb.XDPMode
+	detaches   int
+	ifindex    int
+	globals    lb.DataplaneGlobals
+	services   map[uint32]lb.DataplaneService
+	backends   map[uint32]lb.DataplaneBackend
+	loaded     bool  // the state was applied at least once
+	applies    int   // Apply and Update calls that changed something
+	wholes     int   // Apply calls (the whole state written)
+	failNext   error // returned by the next Apply or Update
+	removed    bool
+	closed     bool
+	dropped    []uint32       // backends DropAffinity was called for
+	swept      lb.SweepResult // what Sweep returns
+	updated    []lb.DataplaneUpdate
 	// droppedPins is what Dropped returns.
 	droppedPins []string
 	// staleAtAttach lists the backends that, when Attach was called, were
@@ -113,6 +117,9 @@ func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 	}
 	if f.occupied != nil {
 		return 0, f.occupied
+	}
+	if f.refuseMode != lb.XDPAuto && mode == f.refuseMode {
+		return 0, errors.New("mode refused")
 	}
 	f.attached, f.ifindex = true, ifindex
 	for _, b := range f.backends {
@@ -294,6 +301,16 @@ func (f *fakeDatapath) RemovePins() ([]string, error) {
 	f.services, f.backends = nil, nil // the maps go with their pins
 	return []string{"conns", "link", "prog"}, nil
 }
+
+// Detach detaches the executor alone, its maps kept.
+func (f *fakeDatapath) Detach() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attached = false
+	f.detaches++
+	return nil
+}
+
 func (f *fakeDatapath) Dropped() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

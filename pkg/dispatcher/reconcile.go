@@ -85,6 +85,14 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 		if _, err := e.executorLink(ex); err != nil {
 			return false, err
 		}
+		if old.Executor.Interface == ex.Interface {
+			if done, written, err := e.changeMode(old, next); done {
+				if err != nil {
+					return written, err
+				}
+				break // the executor's other settings, below
+			}
+		}
 		if err := e.stopExecutor(next); err != nil {
 			return true, err
 		}
@@ -145,6 +153,52 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 // interface (not the one it is attached to, renamed).
 func (e *Engine) startsAgain(old, next lb.Executor) bool {
 	return old.XDPMode != next.XDPMode || (old.Interface != next.Interface && !e.attachedTo(next.Interface))
+}
+
+// detacher is a Datapath that can be detached from its interface alone,
+// its maps and program kept (package datapath's can).
+type detacher interface {
+	Detach() error
+}
+
+// changeMode attaches the executor again on its interface in next's XDP
+// mode, its tables kept: stopped and started again, it lost every
+// connection (the NAT ones broke, and a high-availability active served
+// on with empty tables). It reports false when the executor cannot be
+// detached alone (it is then stopped and started again). A mode the
+// kernel refuses leaves the executor in its former one (written false);
+// if even that fails, the next tick's check attaches it again.
+func (e *Engine) changeMode(old, next lb.Config) (done, written bool, err error) {
+	d, ok := e.exec.dp.(detacher)
+	if !ok || e.exec.attach.detached != "" {
+		return false, false, nil
+	}
+	ex := next.Executor
+	link, err := e.executorLink(ex)
+	if err != nil {
+		return true, false, err
+	}
+	if err := d.Detach(); err != nil {
+		return true, true, fmt.Errorf("detaching the executor for XDP mode %s: %w", ex.XDPMode, err)
+	}
+	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
+	if err != nil {
+		err = lb.Errorf("xdp-mode", ex.XDPMode.String(), "attaching the executor in XDP mode %s: %v", ex.XDPMode, e.attachRefused(e.exec.dp, link, err))
+		back, berr := e.exec.dp.Attach(link.Index, e.attachMode(old.Executor, link))
+		if berr != nil {
+			e.log.Error("attaching the executor again in its former XDP mode", "interface", ex.Interface, "err", berr)
+			return true, true, err
+		}
+		if back != lb.XDPAuto {
+			e.host.attachedMode = back
+		}
+		return true, false, err
+	}
+	if mode != lb.XDPAuto {
+		e.host.attachedMode = mode
+	}
+	e.log.Info("executor attached again in another XDP mode, its tables kept", "interface", ex.Interface, "mode", mode)
+	return true, true, nil
 }
 
 // startExecutor loads (or adopts) the executor, resolves every next hop,

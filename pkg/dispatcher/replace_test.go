@@ -249,3 +249,51 @@ func TestReplaceDryRunChecksMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceXDPModeKeepsTheTables: another XDP mode on the same
+// interface attaches the executor again in it, its maps (the connection
+// tables) kept, not removed with a stop and a start; a mode the kernel
+// refuses is refused, the executor attached in its former one.
+func TestReplaceXDPModeKeepsTheTables(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	cfg, err := h.e.Config(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode, want lb.XDPMode
+		refused    bool
+	}{
+		{lb.XDPNative, lb.XDPNative, false},
+		{lb.XDPGeneric, lb.XDPGeneric, false},
+		{lb.XDPNative, lb.XDPGeneric, true},
+	} {
+		h.dp.mu.Lock()
+		if tc.refused {
+			h.dp.refuseMode = tc.mode
+		}
+		detaches := h.dp.detaches
+		h.dp.mu.Unlock()
+		next := cfg
+		next.Executor.XDPMode = tc.mode
+		_, err := h.replace(next, false)
+		if tc.refused != (lb.FieldOf(err) == "xdp-mode") {
+			t.Errorf("mode %s: %v, want refused %v", tc.mode, err, tc.refused)
+		}
+		h.dp.mu.Lock()
+		removed, attached, n := h.dp.removed, h.dp.attached, h.dp.detaches-detaches
+		h.dp.refuseMode = lb.XDPAuto
+		h.dp.mu.Unlock()
+		if removed || !attached || n != 1 {
+			t.Errorf("mode %s: pins removed %v, attached %v, %d detaches; want the executor detached once and attached again, its pins kept",
+				tc.mode, removed, attached, n)
+		}
+		if got := h.status(Query{}).Executor.AttachedMode; got != tc.want {
+			t.Errorf("mode %s: attached in %s, want %s", tc.mode, got, tc.want)
+		}
+		if got, _ := h.e.Config(context.Background()); (got.Executor.XDPMode == tc.mode) == tc.refused {
+			t.Errorf("mode %s: the configuration says %s", tc.mode, got.Executor.XDPMode)
+		}
+	}
+}
