@@ -27,7 +27,10 @@ import (
 //     broke before);
 //   - d2's executor stopped and started again (servicing): d1 serves the
 //     IPv6 cluster meanwhile, d2 takes it back once it has a full copy
-//     again: none broken (50 of 50 broke when it took it back at once).
+//     again: none broken (50 of 50 broke when it took it back at once);
+//   - d2's XDP mode changed to native and back (dlbctl apply): attached
+//     again, its tables kept: none broken (50 of 50 when stopped and
+//     started).
 func TestPrivilegedHAMutual(t *testing.T) {
 	parallel(t)
 	h := newHAPair(t, "dlbh")
@@ -183,5 +186,39 @@ func TestPrivilegedHAMutual(t *testing.T) {
 		report()
 		t.Logf("d1 served %s %v after d2's executor stopped; d2 served it again %v after its executor started", vip6,
 			took.Round(time.Millisecond), back.Round(time.Millisecond))
+	})
+	// Another XDP mode, applied to the active: the executor is attached
+	// again in it, its tables kept (stopped and started again, it lost
+	// them, served on, and 50 of 50 broke).
+	t.Run("XDP mode changed", func(t *testing.T) {
+		steady(d2)
+		report := keep("XDP mode changed")
+		for _, mode := range []string{"native", "generic"} {
+			cfg := d2.mustCtl("get", "-o", "yaml")
+			if !strings.Contains(cfg, "xdp-mode: ") {
+				t.Fatalf("no xdp-mode in the configuration:\n%s", cfg)
+			}
+			var lines []string
+			for _, l := range strings.Split(cfg, "\n") {
+				if k, _, ok := strings.Cut(l, "xdp-mode: "); ok {
+					l = k + "xdp-mode: " + mode
+				}
+				lines = append(lines, l)
+			}
+			file := filepath.Join(h.run, "d2-"+mode+".yaml")
+			if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			d2.mustCtl("apply", "-f", file)
+			out, _ := h.inNS("d2", "ip", "-d", "link", "show", "dev", h.env["LAB_IF"])
+			if !strings.Contains(out, "prog/xdp") || strings.Contains(out, "xdpgeneric") != (mode == "generic") {
+				t.Errorf("after the change to %s: %s", mode, out)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		report()
+		if serving(vip6) != d2.ns {
+			t.Errorf("%s served by %q after the changes, want d2", vip6, serving(vip6))
+		}
 	})
 }
