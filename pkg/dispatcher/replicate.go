@@ -225,10 +225,11 @@ func (e *Engine) scanRecords(cfg lb.Config, full bool, send [lb.NumHAGroups]bool
 	return out
 }
 
-// activeGroups says which groups this dispatcher serves.
+// activeGroups says which groups this dispatcher serves, and whether it
+// has entries to send: a group served, or a cluster moved out.
 func (e *Engine) activeGroups() ([lb.NumHAGroups]bool, bool) {
 	var out [lb.NumHAGroups]bool
-	any := false
+	any := len(e.repl.movedOut) > 0
 	for g, st := range e.ha.applied {
 		if st == lb.HAActive {
 			out[g], any = true, true
@@ -250,7 +251,6 @@ func (e *Engine) haReplicate() {
 	full := s != e.repl.session
 	e.settleMovedOut()
 	send, any := e.activeGroups()
-	any = any || len(e.repl.movedOut) > 0
 	if full {
 		for g, owed := range e.repl.owed {
 			if owed {
@@ -287,7 +287,7 @@ func (e *Engine) haSendLast(cfg lb.Config) {
 		return
 	}
 	send, any := e.activeGroups()
-	if !any && len(e.repl.movedOut) == 0 {
+	if !any {
 		return
 	}
 	if recs := e.scanRecords(cfg, false, send); len(recs) > 0 && !e.opts.HA.Send(lb.ConnBatch{Records: recs}) {
