@@ -39,6 +39,28 @@ func (f *fakeDatapath) MergeConns(entries []lb.ConnEntry) (int, error) {
 	return len(entries) - 1, nil // one kept out, as if this executor had its key
 }
 
+// fullCopy opens replication session number session (the batches sent
+// before are forgotten) and returns the full copy sent on it.
+func (f *fakeHA) fullCopy(t *testing.T, session uint64) lb.ConnBatch {
+	t.Helper()
+	f.mu.Lock()
+	f.session, f.sent = session, nil
+	f.mu.Unlock()
+	var full lb.ConnBatch
+	eventually(t, "a full copy sent", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, b := range f.sent {
+			if b.Full {
+				full = b
+				return true
+			}
+		}
+		return false
+	})
+	return full
+}
+
 // macConn is a connection of vip:80 to its first server, in the fake
 // executor's ids.
 func macConn(t *testing.T, h *harness, clientPort uint16) lb.ConnEntry {
@@ -77,39 +99,15 @@ func TestHAReleasedWithoutSessionOwed(t *testing.T) {
 		defer f.mu.Unlock()
 		return slices.Contains(f.released, lb.GroupPeer)
 	})
-	f.mu.Lock()
-	f.session = 1
-	f.mu.Unlock()
-	var full lb.ConnBatch
-	eventually(t, "a full copy sent", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, b := range f.sent {
-			if b.Full {
-				full = b
-				return true
-			}
-		}
-		return false
-	})
+	full := f.fullCopy(t, 1)
 	if len(full.Records) != 1 || full.Records[0].Client != c.Client || full.Records[0].Server != netip.MustParseAddr("198.18.0.21") {
 		t.Errorf("the full copy after letting go without a session carries %+v, want the owed group's connection", full.Records)
 	}
 	// A second session's full copy: nothing is owed any more, and this
 	// dispatcher serves nothing.
-	f.mu.Lock()
-	f.session, f.sent = 2, nil
-	f.mu.Unlock()
-	eventually(t, "a second full copy sent", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.sent) > 0
-	})
-	f.mu.Lock()
-	if n := len(f.sent[0].Records); n != 0 {
+	if n := len(f.fullCopy(t, 2).Records); n != 0 {
 		t.Errorf("the second full copy carries %d records, want none", n)
 	}
-	f.mu.Unlock()
 }
 
 // TestHAImportMergesIntoServedGroups: the peer's records of a group this
@@ -172,26 +170,7 @@ func TestHAClusterMovedOutStillReplicated(t *testing.T) {
 
 	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.4"))
 	eventually(t, "the cluster moved out off the interface", func() bool { return !h.nif.has(vip) })
-	fullCopy := func(session uint64) lb.ConnBatch {
-		t.Helper()
-		f.mu.Lock()
-		f.session, f.sent = session, nil
-		f.mu.Unlock()
-		var full lb.ConnBatch
-		eventually(t, "a full copy sent", func() bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			for _, b := range f.sent {
-				if b.Full {
-					full = b
-					return true
-				}
-			}
-			return false
-		})
-		return full
-	}
-	if full := fullCopy(1); len(full.Records) != 1 || full.Records[0].Client != c.Client {
+	if full := f.fullCopy(t, 1); len(full.Records) != 1 || full.Records[0].Client != c.Client {
 		t.Errorf("while the peer's configuration differs, a full copy carries %+v, want the moved cluster's connection", full.Records)
 	}
 
@@ -201,7 +180,7 @@ func TestHAClusterMovedOutStillReplicated(t *testing.T) {
 	f.peer.Digest = f.digest
 	f.mu.Unlock()
 	time.Sleep(movedOutGrace + 300*time.Millisecond)
-	if full := fullCopy(2); len(full.Records) != 0 {
+	if full := f.fullCopy(t, 2); len(full.Records) != 0 {
 		t.Errorf("once the peer agreed, a full copy carries %+v, want nothing", full.Records)
 	}
 }
