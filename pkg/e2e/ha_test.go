@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -1048,23 +1049,7 @@ func (h *haLab) twoActivesHeal(t *testing.T) {
 			h.mustNS("r", "ip", "neigh", "replace", a, "lladdr", d2mac, "dev", h.env["LAB_ROUTER_IF"], "nud", "stale")
 		}
 	}
-	ready := filepath.Join(h.run, "split.ready")
-	_ = os.Remove(ready)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var keep loadResult
-	var keepErr error
-	done := make(chan struct{})
-	url := "http://" + h.vip() + ":81/"
-	go func() {
-		defer close(done)
-		keep, keepErr = h.loadUntil(ctx, "-url", url, "-keepalive", "-c", "200", "-interval", "200ms", "-duration", "60s",
-			"-timeout", "20s", "-ready", ready)
-	}()
-	poll(t, 30*time.Second, "200 NAT keep-alive connections established", func() bool {
-		_, err := os.Stat(ready)
-		return err == nil
-	})
+	finish := h.keepAlive(t, "split", "http://"+h.vip()+":81/", 200)
 	before := h.d[1].forwarded()
 	time.Sleep(500 * time.Millisecond)
 	if h.d[1].forwarded() == before {
@@ -1080,12 +1065,7 @@ func (h *haLab) twoActivesHeal(t *testing.T) {
 	routes("del", 1)
 	blocked[1] = false
 	steady := h.waitSteady(t, 30*time.Second)
-	// Every connection sends again within the second (a request each
-	// 200 ms); one that broke waits for its reply until the client's
-	// timeout, and counts as broken.
-	time.Sleep(time.Second)
-	stop()
-	<-done
+	keep, keepErr := finish()
 	merged := h.d[0].status().Replication
 	merged.Merged -= repBefore.Merged
 	merged.Kept -= repBefore.Kept
@@ -1098,6 +1078,38 @@ func (h *haLab) twoActivesHeal(t *testing.T) {
 	}
 	if merged.Merged == 0 {
 		t.Error("d1 merged none of d2's records")
+	}
+}
+
+// keepAlive runs conns keep-alive connections to url from the first
+// client, a request on each every 200 ms, and returns once all are
+// established. finish waits a second (every connection sends again; one
+// that broke waits for its reply until the client's timeout, and counts
+// as broken), ends them and returns what they saw; the test's end ends
+// them too.
+func (h *haLab) keepAlive(t *testing.T, name, url string, conns int) (finish func() (loadResult, error)) {
+	t.Helper()
+	ready := filepath.Join(h.run, name+".ready")
+	_ = os.Remove(ready)
+	ctx, stop := context.WithCancel(context.Background())
+	var r loadResult
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r, err = h.loadUntil(ctx, "-url", url, "-keepalive", "-c", strconv.Itoa(conns), "-interval", "200ms", "-duration", "60s",
+			"-timeout", "20s", "-ready", ready)
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	poll(t, 30*time.Second, fmt.Sprintf("%d keep-alive connections established", conns), func() bool {
+		_, statErr := os.Stat(ready)
+		return statErr == nil
+	})
+	return func() (loadResult, error) {
+		time.Sleep(time.Second)
+		stop()
+		<-done
+		return r, err
 	}
 }
 

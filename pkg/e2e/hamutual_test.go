@@ -92,30 +92,14 @@ func TestPrivilegedHAMutual(t *testing.T) {
 		}
 	}
 
-	// keep runs NAT keep-alive connections to the IPv6 cluster until the
-	// returned function is called, which reports them.
-	keep := func(name string) func() {
-		ready := filepath.Join(h.run, name+".ready")
-		ctx, stop := context.WithCancel(context.Background())
-		var r loadResult
-		var err error
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r, err = h.loadUntil(ctx, "-url", url6, "-keepalive", "-c", "50", "-interval", "200ms", "-duration", "60s",
-				"-timeout", "20s", "-ready", ready)
-		}()
-		poll(t, 30*time.Second, "50 NAT keep-alive connections established", func() bool {
-			_, err := os.Stat(ready)
-			return err == nil
-		})
+	// keep runs 50 NAT keep-alive connections to the IPv6 cluster; the
+	// function it returns ends them, and checks that none broke.
+	keep := func(t *testing.T, name string) func() {
+		t.Helper()
+		finish := h.keepAlive(t, strings.ReplaceAll(name, " ", "-"), url6, 50)
 		return func() {
 			t.Helper()
-			// Every connection sends again within the second; one that
-			// broke waits until the client's timeout, and counts.
-			time.Sleep(time.Second)
-			stop()
-			<-done
+			r, err := finish()
 			t.Logf("%s: NAT keep-alive connections broken %d of %d (%d requests)", name, r.Broken, r.Connections, r.Requests)
 			if err != nil || r.Connections != 50 || r.Broken != 0 {
 				t.Errorf("%s: %v, %d of %d keep-alive connections broken: %v", name, err, r.Broken, r.Connections, r.Errors)
@@ -124,7 +108,7 @@ func TestPrivilegedHAMutual(t *testing.T) {
 	}
 
 	t.Run("dlbd killed and back", func(t *testing.T) {
-		report := keep("failover")
+		report := keep(t, "failover")
 		d2.stop(syscall.SIGKILL)
 		took := poll(t, 15*time.Second, "d1 serving "+vip6, func() bool { return serving(vip6) == d1.ns })
 		time.Sleep(time.Second)
@@ -149,7 +133,7 @@ func TestPrivilegedHAMutual(t *testing.T) {
 	// router kept the peer, which answered for the address.
 	t.Run("cluster moved in first", func(t *testing.T) {
 		steady(d2)
-		report := keep("moved, in first")
+		report := keep(t, "moved, in first")
 		d1.mustCtl("cluster", "set", vip6, "--primaryhost", d1.addr)
 		moved := poll(t, 2*time.Second, "the router sending "+vip6+" to d1", routerTo(d1))
 		d2.mustCtl("cluster", "set", vip6, "--primaryhost", d1.addr)
@@ -164,7 +148,7 @@ func TestPrivilegedHAMutual(t *testing.T) {
 	t.Run("cluster moved out first", func(t *testing.T) {
 		d1.mustCtl("cluster", "set", vip6, "--primaryhost", d2.addr)
 		poll(t, 10*time.Second, vip6+" off d1", func() bool { return !holds(d1, vip6) })
-		report := keep("moved, out first")
+		report := keep(t, "moved, out first")
 		d2.mustCtl("cluster", "set", vip6, "--primaryhost", d2.addr)
 		moved := poll(t, 2*time.Second, "the router sending "+vip6+" to d2", routerTo(d2))
 		steady(d2)
@@ -177,7 +161,7 @@ func TestPrivilegedHAMutual(t *testing.T) {
 	// took them back at once, and 50 of 50 broke).
 	t.Run("executor stopped and started", func(t *testing.T) {
 		steady(d2)
-		report := keep("executor stopped and started")
+		report := keep(t, "executor stopped and started")
 		d2.mustCtl("executor", "stop")
 		took := poll(t, 10*time.Second, "d1 serving "+vip6, func() bool { return serving(vip6) == d1.ns })
 		time.Sleep(time.Second)
@@ -192,7 +176,7 @@ func TestPrivilegedHAMutual(t *testing.T) {
 	// them, served on, and 50 of 50 broke).
 	t.Run("XDP mode changed", func(t *testing.T) {
 		steady(d2)
-		report := keep("XDP mode changed")
+		report := keep(t, "XDP mode changed")
 		for _, mode := range []string{"native", "generic"} {
 			cfg := d2.mustCtl("get", "-o", "yaml")
 			if !strings.Contains(cfg, "xdp-mode: ") {
