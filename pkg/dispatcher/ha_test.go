@@ -179,7 +179,8 @@ func haHarness(t *testing.T, dir string, f *fakeHA) *harness {
 	return newHarnessWith(t, dir, func(o *Options) { o.HA = f })
 }
 
-// haOps configure a primary with a heartbeat and a secret.
+// haOps configure high availability in role (primary, backup, both), with
+// a heartbeat and a secret.
 func haOps(role string) []config.Op {
 	return []config.Op{
 		op("backup", "add", "", "role", role, "recovery", "auto", "haport", "7000"),
@@ -626,8 +627,7 @@ func TestHAClusterMovedInIsAnnounced(t *testing.T) {
 	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.2"), cl2,
 		op("port", "add", vip2+"@81", "method", "nat"),
 		op("server", "add", vip2+"@81@198.18.0.23", "returnaddress", ret2))
-	h.mustApply(op("backup", "add", "", "role", "both", "recovery", "auto", "haport", "7000"),
-		op("heartbeat", "add", "198.18.0.4", "source", "198.18.0.2", "secretfile", "/etc/dlb/ha.secret"))
+	h.mustApply(haOps("both")...)
 	f.set(lb.GroupLocal, lb.HAActive)
 	f.set(lb.GroupPeer, lb.HAStandby)
 	eventually(t, "the local group's takeover announced", func() bool { return h.nif.announcedCount(vip) >= len(announceAfter) })

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/dispatcher/events"
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -154,9 +155,7 @@ func TestHAClusterMovedOutStillReplicated(t *testing.T) {
 	f := newFakeHA()
 	h := haHarness(t, t.TempDir(), f)
 	base(h)
-	h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.2"),
-		op("backup", "add", "", "role", "both", "recovery", "auto", "haport", "7000"),
-		op("heartbeat", "add", "198.18.0.4", "source", "198.18.0.2", "secretfile", "/etc/dlb/ha.secret"))
+	h.mustApply(append([]config.Op{op("cluster", "set", vip, "primaryhost", "198.18.0.2")}, haOps("both")...)...)
 	f.set(lb.GroupLocal, lb.HAActive)
 	f.set(lb.GroupPeer, lb.HAStandby)
 	eventually(t, "serving", func() bool { return h.nif.has(vip) })
