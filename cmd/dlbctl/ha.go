@@ -137,16 +137,69 @@ replication of connection tables (TCP) on both dispatchers.`,
 		role, rec := strings.ToLower(args[0]), strings.ToLower(args[1])
 		return api.Op{Object: api.ObjectBackup, Action: api.ActionAdd, Role: &role, Recovery: &rec, HAPort: &port}
 	})
+	bkSet := a.opCmd(&cobra.Command{
+		Use:   "set [--role primary|backup|both] [--recovery auto|manual] [--port PORT]",
+		Short: "Change this dispatcher's role, recovery strategy or port of high availability",
+		Long: `Change this dispatcher's role, recovery strategy or port of high
+availability while it runs: the groups it serves stay served (a new role
+decides them anew, a new port binds the heartbeats and the replication
+again). Removing the backup and adding it again would stop high
+availability in between.`,
+		Example: `  dlbctl highavailability backup set --recovery manual
+  dlbctl highavailability backup set --port 12346     # on both dispatchers`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := noArgs(cmd, args); err != nil {
+				return err
+			}
+			if r := stringFlag(cmd, "role"); r != nil {
+				switch strings.ToLower(*r) {
+				case "primary", "backup", "both":
+				default:
+					return usagef("%s: role %q is not primary, backup or both", cmdName(cmd), *r)
+				}
+			}
+			if r := stringFlag(cmd, "recovery"); r != nil {
+				switch strings.ToLower(*r) {
+				case "auto", "manual":
+				default:
+					return usagef("%s: recovery strategy %q is not auto or manual", cmdName(cmd), *r)
+				}
+			}
+			if p := intFlag(cmd, "port"); p != nil && (*p < 1 || *p > 65535) {
+				return usagef("%s: port %d is not in 1..65535", cmdName(cmd), *p)
+			}
+			return nil
+		},
+	}, func(cmd *cobra.Command, _ []string) api.Op {
+		lower := func(p *string) *string {
+			if p != nil {
+				*p = strings.ToLower(*p)
+			}
+			return p
+		}
+		return api.Op{Object: api.ObjectBackup, Action: api.ActionSet, Role: lower(stringFlag(cmd, "role")),
+			Recovery: lower(stringFlag(cmd, "recovery")), HAPort: intFlag(cmd, "port")}
+	})
+	bkSet.Flags().String("role", "", "primary, backup or both")
+	bkSet.Flags().String("recovery", "", "auto or manual")
+	bkSet.Flags().Int64("port", 0, "the port of heartbeats (UDP) and replication (TCP)")
+	bkSet.MarkFlagsOneRequired("role", "recovery", "port")
 	bkRemove := a.opCmd(&cobra.Command{
-		Use:     "remove",
-		Short:   "Stop high availability on this dispatcher (it then serves every cluster)",
+		Use:   "remove",
+		Short: "Stop high availability on this dispatcher (it then serves every cluster)",
+		Long: `Stop high availability on this dispatcher: it then serves every cluster.
+Refused while the peer is heard and its executor forwards, and this
+dispatcher's executor is started: both dispatchers would serve the
+clusters (this one at once, the peer once the heartbeats stop). Stop the
+executor on one of the two first (executor stop), or stop dlbd there;
+to change the role, recovery strategy or port, use "backup set".`,
 		Example: `  dlbctl highavailability backup remove`,
 		Args:    noArgs,
 	}, func(*cobra.Command, []string) api.Op {
 		return api.Op{Object: api.ObjectBackup, Action: api.ActionRemove}
 	})
-	backup := a.noun("backup", "Add or remove this dispatcher's role in a high-availability pair",
-		`  dlbctl highavailability backup add primary auto 12345`, bkAdd, bkRemove)
+	backup := a.noun("backup", "Add, change or remove this dispatcher's role in a high-availability pair",
+		`  dlbctl highavailability backup add primary auto 12345`, bkAdd, bkSet, bkRemove)
 
 	reachOp := func(action, short, example string) *cobra.Command {
 		return a.opCmd(&cobra.Command{

@@ -30,6 +30,7 @@ func TestHACommands(t *testing.T) {
 		{"ha", "heartbeat", "add", "198.18.6.2", "198.18.6.4"},
 		{"ha", "heartbeat", "remove", "198.18.6.2", "198.18.6.4"},
 		{"ha", "heartbeat", "set", "--count", "5"},
+		{"ha", "backup", "set", "--recovery", "MANUAL", "--port", "12346"},
 	}
 	for _, c := range cmds {
 		if r := dlbctl(sock, c...); r.code != exitOK {
@@ -45,7 +46,7 @@ func TestHACommands(t *testing.T) {
 		t.Fatalf("the model refuses what dlbctl sent: %v", err)
 	}
 	h := cfg.HA
-	if h.Role != lb.RolePrimary || h.Port != 12345 || h.Interval != 250 || h.Count != 5 || len(h.Heartbeats) != 1 ||
+	if h.Role != lb.RolePrimary || h.Recovery != lb.RecoveryManual || h.Port != 12346 || h.Interval != 250 || h.Count != 5 || len(h.Heartbeats) != 1 ||
 		len(h.Reach) != 1 || h.SecretFile != "/etc/dlb/ha.secret" || cfg.Clusters[0].PrimaryHost.String() != "198.18.0.2" {
 		t.Fatalf("configuration %+v", h)
 	}
@@ -82,6 +83,11 @@ func TestHAUsage(t *testing.T) {
 		{[]string{"ha", "backup", "add", "secondary", "auto", "1"}, `role "secondary" is not primary, backup or both`},
 		{[]string{"ha", "backup", "add", "backup", "later", "1"}, `recovery strategy "later"`},
 		{[]string{"ha", "backup", "add", "backup", "auto", "70000"}, `port "70000" is not in 1..65535`},
+		{[]string{"ha", "backup", "set"}, "at least one of the flags"},
+		{[]string{"ha", "backup", "set", "--role", "secondary"}, `role "secondary" is not primary, backup or both`},
+		{[]string{"ha", "backup", "set", "--recovery", "later"}, `recovery strategy "later"`},
+		{[]string{"ha", "backup", "set", "--port", "0"}, "port 0 is not in 1..65535"},
+		{[]string{"ha", "backup", "set", "auto"}, `takes no arguments (got "auto")`},
 		{[]string{"ha", "reach", "add", "198.18.0.1+x"}, `address "x" is not an IP address`},
 		{[]string{"ha", "takeover", "a", "b"}, "at most one ADDRESS"},
 		{[]string{"ha", "sideways"}, `unknown command "sideways"`},

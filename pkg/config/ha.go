@@ -123,15 +123,15 @@ func applyHeartbeat(d *draft, op *Op, p *params) error {
 	return nil
 }
 
-// applyBackup applies "backup add --role R --recovery S --haport PORT"
-// and "backup remove".
+// applyBackup applies "backup add --role R --recovery S --haport PORT",
+// "backup set" with any of the three, and "backup remove".
 func applyBackup(d *draft, op *Op, p *params) error {
 	if op.Target != "" {
 		return lb.Errorf("target", "", "backup %s takes no target (got %q)", op.Action, op.Target)
 	}
 	h := d.cfg.HA.Clone()
 	switch op.Action {
-	case Add:
+	case Add, Set:
 		role, roleOK, err := p.str("role")
 		if err != nil {
 			return err
@@ -144,21 +144,29 @@ func applyBackup(d *draft, op *Op, p *params) error {
 		if err != nil {
 			return err
 		}
-		if !roleOK || !recOK || !portOK {
+		switch {
+		case op.Action == Add && (!roleOK || !recOK || !portOK):
 			return lb.Errorf("role", "", "backup add needs a role (primary, backup or both), a recovery strategy (auto or manual) and a port")
+		case op.Action == Set && !roleOK && !recOK && !portOK:
+			return lb.Errorf("role", "", "backup set needs a role, a recovery strategy or a port")
+		case op.Action == Add && h.Role != lb.RoleNone:
+			return lb.Errorf("role", "", "the backup is already configured (%s %s %d): change it with highavailability backup set", h.Role, h.Recovery, h.Port)
+		case op.Action == Set && h.Role == lb.RoleNone:
+			return lb.Errorf("role", "", "no backup is configured: add it first (highavailability backup add)")
 		}
-		r, err := lb.ParseHARole(role)
-		if err != nil {
-			return lb.Errorf("role", "", "%v", err)
+		if roleOK {
+			if h.Role, err = lb.ParseHARole(role); err != nil {
+				return lb.Errorf("role", "", "%v", err)
+			}
 		}
-		s, err := lb.ParseHARecovery(rec)
-		if err != nil {
-			return lb.Errorf("recovery", "", "%v", err)
+		if recOK {
+			if h.Recovery, err = lb.ParseHARecovery(rec); err != nil {
+				return lb.Errorf("recovery", "", "%v", err)
+			}
 		}
-		if h.Role != lb.RoleNone {
-			return lb.Errorf("role", "", "the backup is already configured (%s %s %d): remove it first (highavailability backup remove)", h.Role, h.Recovery, h.Port)
+		if portOK {
+			h.Port = uint16(port)
 		}
-		h.Role, h.Recovery, h.Port = r, s, uint16(port)
 	case Remove:
 		if h.Role == lb.RoleNone {
 			return lb.Errorf("role", "", "no backup is configured")

@@ -43,6 +43,14 @@ func TestHAOps(t *testing.T) {
 	if h.Interval != 200 || h.Count != 5 || len(h.Heartbeats) != 2 || len(h.Reach) != 3 || h.Reach[0] != mustAddr("198.18.0.1") {
 		t.Errorf("after set and adds: %+v", h)
 	}
+	ch = mustApply(t, ed, op(Backup, Set, "", "recovery", "manual"))
+	if h = ed.Config().HA; !ch.HA || h.Role != lb.RolePrimary || h.Recovery != lb.RecoveryManual || h.Port != 7000 {
+		t.Errorf("after backup set --recovery manual: %+v (change says HA %v)", h, ch.HA)
+	}
+	mustApply(t, ed, op(Backup, Set, "", "role", "backup", "haport", "7001"))
+	if h = ed.Config().HA; h.Role != lb.RoleBackup || h.Recovery != lb.RecoveryManual || h.Port != 7001 {
+		t.Errorf("after backup set --role backup --port 7001: %+v", h)
+	}
 	mustApply(t, ed, op(Heartbeat, Remove, "198.18.0.4"), op(Reach, Remove, "198.18.0.1"))
 	if h = ed.Config().HA; len(h.Heartbeats) != 1 || h.Heartbeats[0].Destination != mustAddr("198.18.5.4") || len(h.Reach) != 2 {
 		t.Errorf("after removes: %+v", h)
@@ -80,6 +88,12 @@ func TestHARefusals(t *testing.T) {
 		{"unknown role", []Op{op(Backup, Remove, ""), op(Backup, Add, "", "role", "secondary", "recovery", "auto", "haport", "7000")}, "role"},
 		{"unknown recovery", []Op{op(Backup, Remove, ""), op(Backup, Add, "", "role", "backup", "recovery", "later", "haport", "7000")}, "recovery"},
 		{"port 0", []Op{op(Backup, Remove, ""), op(Backup, Add, "", "role", "backup", "recovery", "auto", "haport", "0")}, "haport"},
+		{"backup set with nothing", []Op{op(Backup, Set, "")}, "role"},
+		{"backup set without a backup", []Op{op(Backup, Remove, ""), op(Backup, Set, "", "recovery", "manual")}, "role"},
+		{"backup set to an unknown role", []Op{op(Backup, Set, "", "role", "secondary")}, "role"},
+		{"backup set to an unknown recovery", []Op{op(Backup, Set, "", "recovery", "later")}, "recovery"},
+		{"backup set to port 65536", []Op{op(Backup, Set, "", "haport", "65536")}, "haport"},
+		{"backup set to both without primaryhost", []Op{op(Backup, Set, "", "role", "both")}, "primaryhost"},
 		{"backup add without port", []Op{op(Backup, Remove, ""), op(Backup, Add, "", "role", "backup", "recovery", "auto")}, "role"},
 		{"both without primaryhost", []Op{op(Backup, Remove, ""), op(Backup, Add, "", "role", "both", "recovery", "auto", "haport", "7000")}, "primaryhost"},
 		{"primaryhost of neither dispatcher", []Op{op(Cluster, Set, vip, "primaryhost", "198.18.0.9"), op(Backup, Remove, ""),

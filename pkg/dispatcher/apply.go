@@ -92,7 +92,7 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 // metric source could not run (haCheck, metricCheck); it touches nothing,
 // so that a dry run asks it too.
 func (e *Engine) functionsCheck(old, next lb.Config, ch config.Change) error {
-	if err := e.haCheck(next, ch); err != nil {
+	if err := e.haCheck(old, next, ch); err != nil {
 		return err
 	}
 	return e.metricCheck(old, next, ch)

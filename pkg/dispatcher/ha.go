@@ -419,11 +419,14 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 }
 
 // haCheck refuses a change the high-availability function cannot run,
-// or that contradicts the live peer (two primaries, a role both facing
-// another role).
-func (e *Engine) haCheck(next lb.Config, ch config.Change) error {
-	if !ch.HA || !next.HA.Enabled() {
+// that contradicts the live peer (two primaries, a role both facing
+// another role), or that stops it while the peer could serve (haStopCheck).
+func (e *Engine) haCheck(old, next lb.Config, ch config.Change) error {
+	if !ch.HA {
 		return nil
+	}
+	if !next.HA.Enabled() {
+		return e.haStopCheck(old, next)
 	}
 	if e.opts.HA == nil {
 		return lb.Errorf("role", "", "high availability is not available in this dlbd")
@@ -443,6 +446,30 @@ func (e *Engine) haCheck(next lb.Config, ch config.Change) error {
 		return lb.Errorf("role", "", "the peer %s is %s too: one dispatcher is primary, the other backup", from, pr)
 	}
 	return nil
+}
+
+// haStopCheck refuses to stop high availability (backup remove, the last
+// heartbeat removed) on a dispatcher whose executor runs while its peer
+// is heard and can forward: this dispatcher would serve every cluster at
+// once, and the peer, still configured, would take them over once the
+// heartbeats stop: two dispatchers answering for the same addresses.
+func (e *Engine) haStopCheck(old, next lb.Config) error {
+	if !e.haOn(old) || !next.Executor.Started {
+		return nil
+	}
+	st := e.opts.HA.Status()
+	if !st.Peer.Alive || !st.Peer.Healthy {
+		return nil
+	}
+	_, from, _ := e.opts.HA.PeerRole()
+	field := "role"
+	if next.HA.Role != lb.RoleNone {
+		field = "heartbeat"
+	}
+	return lb.Errorf(field, "", "the peer %s is heard and its executor forwards: without high availability this dispatcher "+
+		"would serve every cluster at once, and the peer would take them over once the heartbeats stop (both would answer "+
+		"for their addresses); stop the executor on one of the two first (executor stop), or change the role, recovery "+
+		"or port with highavailability backup set", from)
 }
 
 // Takeover asks this dispatcher to serve the clusters that addr names:

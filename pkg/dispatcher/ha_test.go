@@ -258,6 +258,82 @@ func TestHAAddressesFollowTheState(t *testing.T) {
 	eventually(t, "addresses back without high availability", func() bool { return h.nif.has(vip) && h.nif.has("198.18.0.3") })
 }
 
+// TestHAStopRefusedWhileThePeerCanServe: high availability cannot be
+// stopped (backup remove, the last heartbeat removed, the ha section gone
+// from a replaced configuration) on a dispatcher whose executor runs while
+// its peer is heard and forwards: this one would put every address on at
+// once, the peer would take them over once the heartbeats stop. Changed
+// with backup set, it keeps running; with the peer dead or unable to
+// forward, or the executor stopped in the same change, it stops.
+func TestHAStopRefusedWhileThePeerCanServe(t *testing.T) {
+	f := newFakeHA()
+	h := haHarness(t, t.TempDir(), f)
+	base(h)
+	h.mustApply(haOps("backup")...)
+	f.set(lb.GroupLocal, lb.HAStandby)
+	f.mu.Lock()
+	f.peer = lb.HAPeerStatus{Alive: true, Heard: true, Healthy: true, Role: lb.RolePrimary}
+	f.peerAlive, f.peerRole = true, lb.RolePrimary
+	f.mu.Unlock()
+	eventually(t, "addresses off while standing by", func() bool { return !h.nif.has(vip) })
+
+	noHA := h.config()
+	noHA.HA = lb.HighAvailability{}
+	refusals := []struct {
+		name, field string
+		do          func() error
+	}{
+		{"backup remove", "role", func() error { return h.apply(op("backup", "remove", "")) }},
+		{"the last heartbeat removed", "heartbeat", func() error { return h.apply(op("heartbeat", "remove", "198.18.0.4")) }},
+		{"a configuration without ha", "role", func() error { _, err := h.replace(noHA, false); return err }},
+		{"its dry run", "role", func() error { _, err := h.replace(noHA, true); return err }},
+	}
+	before := h.config()
+	for _, r := range refusals {
+		err := r.do()
+		if lb.FieldOf(err) != r.field || !strings.Contains(err.Error(), "198.18.0.4 is heard") {
+			t.Errorf("%s while the peer serves: %v, want a refusal naming %q and the peer", r.name, err, r.field)
+		}
+		if got := h.config(); !got.HA.Equal(before.HA) {
+			t.Errorf("%s refused, and yet the configuration's ha is %+v", r.name, got.HA)
+		}
+		if h.nif.has(vip) {
+			t.Fatalf("%s refused, and yet the cluster address is on", r.name)
+		}
+	}
+
+	h.mustApply(op("backup", "set", "", "recovery", "manual"))
+	if got := h.config().HA; !got.Enabled() || got.Recovery != lb.RecoveryManual {
+		t.Errorf("backup set --recovery manual: %+v", got)
+	}
+	if h.nif.has(vip) {
+		t.Error("backup set put the standby's addresses on")
+	}
+
+	allowed := []struct {
+		name string
+		peer lb.HAPeerStatus
+		ops  []config.Op
+	}{
+		{"the peer's executor cannot forward", lb.HAPeerStatus{Alive: true, Heard: true}, []config.Op{op("backup", "remove", "")}},
+		{"the peer dead", lb.HAPeerStatus{Heard: true, Healthy: true}, []config.Op{op("backup", "remove", "")}},
+		{"the executor stopped with it", lb.HAPeerStatus{Alive: true, Heard: true, Healthy: true},
+			[]config.Op{op("executor", "stop", ""), op("backup", "remove", "")}},
+	}
+	for _, a := range allowed {
+		f.mu.Lock()
+		f.peer = a.peer
+		f.mu.Unlock()
+		if err := h.apply(a.ops...); err != nil {
+			t.Errorf("%s: %v", a.name, err)
+		}
+		if h.config().HA.Enabled() {
+			t.Errorf("%s: high availability still configured", a.name)
+		}
+		h.mustApply(op("backup", "add", "", "role", "backup", "recovery", "auto", "haport", "7000"))
+	}
+}
+
 // TestHAReassertedAnnouncesAgain: an active whose function says to
 // announce its addresses again (its peer heard after a silence, two
 // actives ended: the peer may have announced them to its own MAC) does

@@ -1170,6 +1170,36 @@ func TestPrivilegedHAReplication(t *testing.T) {
 	h := newHALab(t)
 	h.waitSteady(t, 30*time.Second)
 
+	// Stopping high availability on either dispatcher of a live pair
+	// would leave both serving: refused, it changes nothing; backup set
+	// changes the recovery strategy while the groups stay as they are.
+	t.Run("changed, not stopped, while the peer serves", func(t *testing.T) {
+		before := [2]api.HAReport{h.d[0].status(), h.d[1].status()}
+		for _, c := range []struct {
+			d    *haDispatcher
+			args []string
+		}{
+			{h.d[1], []string{"highavailability", "backup", "remove"}},
+			{h.d[0], []string{"highavailability", "heartbeat", "remove", h.d[1].addr}},
+		} {
+			if _, stderr, code := c.d.ctl(c.args...); code == 0 || !strings.Contains(stderr, "is heard and its executor forwards") {
+				t.Errorf("%s on %s while the peer serves: exit %d, %q; want a refusal", strings.Join(c.args, " "), c.d.ns, code, stderr)
+			}
+		}
+		for _, d := range h.d {
+			d.mustCtl("highavailability", "backup", "set", "--recovery", "manual")
+		}
+		time.Sleep(haDetect) // what would move has moved
+		for i, d := range h.d {
+			st := d.status()
+			if !st.Running || st.Recovery != "manual" || len(st.Groups) != 1 || len(before[i].Groups) != 1 ||
+				st.Groups[0].State != before[i].Groups[0].State || st.Groups[0].Since != before[i].Groups[0].Since {
+				t.Errorf("%s after the refusals and backup set --recovery manual: %+v, was %+v", d.ns, st, before[i])
+			}
+			d.mustCtl("highavailability", "backup", "set", "--recovery", "auto")
+		}
+	})
+
 	t.Run("propagation", func(t *testing.T) {
 		// One new connection at a time, nothing else running: the active
 		// sends its entry with the next scan (every 100 ms), the standby
