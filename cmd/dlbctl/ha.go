@@ -329,9 +329,15 @@ func haTable(w io.Writer, r api.HAReport) {
 				peer = "dead (last heard " + peer + ")"
 			}
 		}
-		fmt.Fprintf(w, "state (%s clusters):\t%s since %s, peer %s — %s\n", g.Group, strings.ToUpper(g.State), g.Since, peer, g.Reason)
+		fmt.Fprintf(w, "state (%s clusters):\t%s since %s, peer %s\n", g.Group, strings.ToUpper(g.State), g.Since, peer)
 		if len(g.Clusters) > 0 {
 			fmt.Fprintf(w, "  clusters:\t%s\n", strings.Join(g.Clusters, " "))
+		}
+		// Why it changed then, which may no longer hold ("no peer heard"
+		// with the peer heard since): on one line with the state, it read
+		// as the reason now.
+		if g.Reason != "" {
+			fmt.Fprintf(w, "  changed because:\t%s\n", g.Reason)
 		}
 	}
 	p := r.Peer

@@ -115,7 +115,7 @@ func TestHAStatusAndTakeover(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("status: exit %d: %s", r.code, r.stderr)
 	}
-	for _, want := range []string{"role:", "backup, recovery auto, port 12345 (running)", "STANDBY", "peer active",
+	for _, want := range []string{"role:", "backup, recovery auto, port 12345 (running)", "STANDBY since 2026-01-01T00:00:00Z, peer active\n", "changed because:", "the peer serves the group\n",
 		"config digest:", "same as the peer's", "198.18.0.4 -> 198.18.0.2", "synced true", "198.18.0.254",
 		"refused:", " bad secret 2, unconfirmed boot 1\n"} {
 		if !strings.Contains(r.stdout, want) {

@@ -222,7 +222,8 @@ type HAReport struct {
 	Announced   uint64       `json:"announcements"`
 }
 
-// HAGroupReport is one group's state.
+// HAGroupReport is one group's state: since when, and why it changed to
+// it then (Reason, which may no longer hold).
 type HAGroupReport struct {
 	Group    string   `json:"group"`
 	State    string   `json:"state"`
