@@ -439,11 +439,15 @@ func (e *Engine) haCheck(old, next lb.Config, ch config.Change) error {
 		return nil
 	}
 	me := next.HA.Role
+	// A live pair's roles change one dispatcher at a time: the other is
+	// taken out of the pair first.
+	const out = "; to change the roles of a live pair, take the peer out first (executor stop and backup remove there), " +
+		"then change this one and add the peer back"
 	switch {
 	case me == lb.RoleBoth && pr != lb.RoleBoth, me != lb.RoleBoth && pr == lb.RoleBoth:
-		return lb.Errorf("role", "", "the peer %s is %s: under mutual high availability both dispatchers are both", from, pr)
+		return lb.Errorf("role", "", "the peer %s is %s: under mutual high availability both dispatchers are both"+out, from, pr)
 	case me == pr:
-		return lb.Errorf("role", "", "the peer %s is %s too: one dispatcher is primary, the other backup", from, pr)
+		return lb.Errorf("role", "", "the peer %s is %s too: one dispatcher is primary, the other backup"+out, from, pr)
 	}
 	return nil
 }
