@@ -446,7 +446,7 @@ func (e *Engine) haCheck(old, next lb.Config, ch config.Change) error {
 	switch {
 	case me == lb.RoleBoth && pr != lb.RoleBoth, me != lb.RoleBoth && pr == lb.RoleBoth:
 		return lb.Errorf("role", "", "the peer %s is %s: under mutual high availability both dispatchers are both"+out, from, pr)
-	case me == pr:
+	case me == pr && me != lb.RoleBoth:
 		return lb.Errorf("role", "", "the peer %s is %s too: one dispatcher is primary, the other backup"+out, from, pr)
 	}
 	return nil

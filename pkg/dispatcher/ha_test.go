@@ -418,6 +418,46 @@ func TestHARefusals(t *testing.T) {
 	}
 }
 
+// TestHARolesAgainstTheLivePeer: a role is refused when it contradicts
+// the live peer's (two primaries, two backups, both facing another role),
+// and taken when it completes it; a pair that is both stays changeable
+// (it was not: both == both counted as two primaries).
+func TestHARolesAgainstTheLivePeer(t *testing.T) {
+	for _, c := range []struct {
+		mine, peer lb.HARole
+		ok         bool
+	}{
+		{lb.RolePrimary, lb.RoleBackup, true},
+		{lb.RoleBackup, lb.RolePrimary, true},
+		{lb.RoleBoth, lb.RoleBoth, true},
+		{lb.RolePrimary, lb.RolePrimary, false},
+		{lb.RoleBackup, lb.RoleBackup, false},
+		{lb.RoleBoth, lb.RolePrimary, false},
+		{lb.RolePrimary, lb.RoleBoth, false},
+	} {
+		t.Run(c.mine.String()+" facing "+c.peer.String(), func(t *testing.T) {
+			f := newFakeHA()
+			h := haHarness(t, t.TempDir(), f)
+			base(h)
+			h.mustApply(op("cluster", "set", vip, "primaryhost", "198.18.0.2"))
+			f.mu.Lock()
+			f.peerRole, f.peerAlive = c.peer, true
+			f.mu.Unlock()
+			err := h.apply(haOps(c.mine.String())...)
+			if c.ok != (err == nil) || (err != nil && lb.FieldOf(err) != "role") {
+				t.Fatalf("%s facing a live %s: %v, want accepted %v", c.mine, c.peer, err, c.ok)
+			}
+			if !c.ok {
+				return
+			}
+			// Changed while the peer is heard.
+			if err := h.apply(op("heartbeat", "set", "", "interval", "300"), op("reach", "add", "198.18.0.254")); err != nil {
+				t.Errorf("%s facing a live %s: heartbeat set and reach add: %v", c.mine, c.peer, err)
+			}
+		})
+	}
+}
+
 // TestHAResume: a restarted dlbd whose executor kept forwarding resumes
 // the states it served; the function is told to stop for a restart.
 func TestHAResume(t *testing.T) {
