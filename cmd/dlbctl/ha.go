@@ -374,6 +374,12 @@ func haTable(w io.Writer, r api.HAReport) {
 	if len(r.Refused) > 0 {
 		fmt.Fprintf(w, "refused:\t%s\n", byReason(r.Refused))
 	}
+	if r.SecretPending {
+		fmt.Fprintln(w, "secret:\tthe peer was last heard with another shared secret: heartbeats go under both until it has this one")
+	}
+	if r.SecretError != "" {
+		fmt.Fprintf(w, "secret file:\t%s (the secret read before stays in use)\n", r.SecretError)
+	}
 	fmt.Fprintf(w, "\nHEARTBEAT\tSENT\tRECEIVED\tLAST_HEARD\tERROR\n")
 	for _, h := range r.Heartbeats {
 		last := "-"

@@ -122,6 +122,16 @@ func TestHAStatusAndTakeover(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	eng.mu.Lock()
+	eng.ha.SecretPending, eng.ha.SecretError = true, "cannot read the shared secret: permission denied"
+	eng.mu.Unlock()
+	r = dlbctl(sock, "highavailability", "status")
+	for _, want := range []string{"the peer was last heard with another shared secret",
+		"cannot read the shared secret: permission denied (the secret read before stays in use)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
 	// A dead peer's state is only the last it said.
 	eng.mu.Lock()
 	eng.ha.Peer.Alive = false

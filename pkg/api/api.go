@@ -213,6 +213,12 @@ type HAReport struct {
 	Reach      []HAReachReport     `json:"reach,omitempty"`
 	// Refused counts heartbeats and replication refused, by reason.
 	Refused map[string]uint64 `json:"refused,omitempty"`
+	// SecretPending says the peer was last heard with another shared
+	// secret (this dispatcher's was changed first): heartbeats go under
+	// both until the peer has the new one. SecretError says why the
+	// secret file, read again, cannot be used (the former secret stays).
+	SecretPending bool   `json:"secret_pending,omitempty"`
+	SecretError   string `json:"secret_error,omitempty"`
 	// Digest is this configuration's digest, and DigestMatch says the
 	// live peer announces the same one.
 	Digest      string       `json:"config_digest"`

@@ -1198,6 +1198,41 @@ func TestPrivilegedHAReplication(t *testing.T) {
 			}
 			d.mustCtl("highavailability", "backup", "set", "--recovery", "auto")
 		}
+
+		// The secret rotated as on two hosts: the backup given a file of
+		// its own (the same secret), then each file rewritten in place,
+		// more than the dead time apart. Each dispatcher reads its file
+		// again within a second, and they never stop hearing each other.
+		own := filepath.Join(filepath.Dir(h.secret), "backup.secret")
+		if err := os.WriteFile(own, []byte("a secret both dispatchers share\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.d[1].mustCtl("highavailability", "heartbeat", "set", "--secret-file", own)
+		for _, file := range []string{h.secret, own} {
+			if err := os.WriteFile(file, []byte("another secret both dispatchers share\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(haDetect + time.Second)
+			for time.Now().Before(deadline) {
+				for _, d := range h.d {
+					if st := d.status(); !st.Peer.Alive || st.SecretError != "" {
+						t.Fatalf("%s while the secret changes: peer alive %v, secret error %q", d.ns, st.Peer.Alive, st.SecretError)
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		for i, d := range h.d {
+			// Read again and in use: its log says so.
+			log, _ := os.ReadFile(filepath.Join(d.dir, fmt.Sprintf("dlbd%d.log", d.runs)))
+			if !strings.Contains(string(log), "the shared secret changed") {
+				t.Errorf("%s did not take the new secret (its log does not say so)", d.ns)
+			}
+			st := d.status()
+			if st.SecretPending || len(st.Groups) != 1 || st.Groups[0].Since != before[i].Groups[0].Since {
+				t.Errorf("%s after the secret changed: pending %v, groups %+v, was %+v", d.ns, st.SecretPending, st.Groups, before[i].Groups)
+			}
+		}
 	})
 
 	t.Run("propagation", func(t *testing.T) {

@@ -23,6 +23,7 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -60,7 +61,14 @@ type Options struct {
 	// ReadSecret reads the secret file (default: a regular file of at
 	// most 4 KiB, package smallfile).
 	ReadSecret func(path string) ([]byte, error)
+	// SecretCheck is how often the secret file is read again while the
+	// function runs (default DefaultSecretCheck): a secret changed in
+	// the file is used without a command.
+	SecretCheck time.Duration
 }
+
+// DefaultSecretCheck is how often the secret file is read again.
+const DefaultSecretCheck = time.Second
 
 // Node runs high availability for one dispatcher.
 type Node struct {
@@ -73,17 +81,26 @@ type Node struct {
 	activated chan lb.HAGroup
 	received  chan Batch
 
-	mu      sync.Mutex
-	cfg     lb.HighAvailability
-	key     []byte
-	running bool
-	err     string
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	socks   map[netip.Addr]*net.UDPConn
-	lns     map[netip.Addr]net.Listener
-	seq     uint64
-	lastTx  time.Time
+	mu  sync.Mutex
+	cfg lb.HighAvailability
+	key []byte
+	// peerKey is the secret the peer's last accepted heartbeat was
+	// authenticated with (nil: none yet). While it differs from key (the
+	// secret was changed here first), heartbeats are accepted and sent
+	// under both, and replication uses it: the pair keeps hearing each
+	// other until the peer has the new secret too (rotateSecret).
+	peerKey []byte
+	// secretErr is why the secret file, read again, cannot be used
+	// ("": it can), logged once per reason.
+	secretErr string
+	running   bool
+	err       string
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	socks     map[netip.Addr]*net.UDPConn
+	lns       map[netip.Addr]net.Listener
+	seq       uint64
+	lastTx    time.Time
 
 	healthy      bool
 	healthReason string
@@ -144,6 +161,9 @@ func New(opts Options) *Node {
 	}
 	if opts.ReadSecret == nil {
 		opts.ReadSecret = readSecretFile
+	}
+	if opts.SecretCheck <= 0 {
+		opts.SecretCheck = DefaultSecretCheck
 	}
 	if opts.Probe == nil {
 		opts.Probe = ping
@@ -247,6 +267,79 @@ func secretExposed(path string) error {
 	return smallfile.Private(f, fi)
 }
 
+// rotateSecretLocked makes key the secret heartbeats and replication
+// use. The one the peer was last heard with stays accepted, and
+// heartbeats go under it too, until the peer is heard with the new one:
+// the two dispatchers' secret files are changed one after the other, and
+// the pair must not stop hearing each other in between (each would
+// serve: two actives).
+func (n *Node) rotateSecretLocked(key []byte) {
+	if n.key != nil && !bytes.Equal(key, n.key) {
+		if n.peerKey != nil && !bytes.Equal(key, n.peerKey) {
+			n.log.Info("high availability: the shared secret changed; the peer's stays accepted, and heartbeats go under both, until the peer is heard with the new one")
+		} else {
+			n.log.Info("high availability: the shared secret changed")
+		}
+	}
+	n.key = key
+}
+
+// secretKeysLocked are the secrets a heartbeat is tried with: this
+// dispatcher's, and the one the peer was last heard with if it differs.
+func (n *Node) secretKeysLocked() [][]byte {
+	if n.peerKey == nil || bytes.Equal(n.peerKey, n.key) {
+		return [][]byte{n.key}
+	}
+	return [][]byte{n.key, n.peerKey}
+}
+
+// streamKeyLocked is the secret a replication handshake uses: the one
+// the peer was last heard with (it holds that one), else this
+// dispatcher's.
+func (n *Node) streamKeyLocked() []byte {
+	if n.peerKey != nil {
+		return n.peerKey
+	}
+	return n.key
+}
+
+// watchSecret reads the secret file again every SecretCheck: a secret
+// changed there is used at once (rotateSecretLocked), one that cannot be
+// used (too short, unreadable, half written) is logged and the former
+// one kept.
+func (n *Node) watchSecret(ctx context.Context) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.opts.SecretCheck):
+		}
+		n.mu.Lock()
+		h := n.cfg.Clone()
+		n.mu.Unlock()
+		key, err := n.readSecret(h)
+		n.mu.Lock()
+		switch {
+		case !n.running || n.cfg.SecretFile != h.SecretFile:
+			// Reconfigured meanwhile: Configure read the file.
+		case err != nil:
+			if err.Error() != n.secretErr {
+				n.secretErr = err.Error()
+				n.log.Warn("high availability: the shared secret file, read again, cannot be used; the secret read before stays in use", "err", err)
+			}
+		default:
+			n.secretErr = ""
+			if !bytes.Equal(key, n.key) {
+				n.rotateSecretLocked(key)
+				n.sendLocked(false)
+				n.signal()
+			}
+		}
+		n.mu.Unlock()
+	}
+}
+
 func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
 	b, err := n.opts.ReadSecret(h.SecretFile)
 	if err != nil {
@@ -289,6 +382,7 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		n.digest = digest
 		n.groups = [lb.NumHAGroups]group{}
 		n.err = ""
+		n.peerKey, n.secretErr = nil, ""
 		n.mu.Unlock()
 		n.signal()
 		return nil
@@ -320,7 +414,8 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.cfg, n.key, n.digest = h.Clone(), key, digest
+	n.cfg, n.digest = h.Clone(), digest
+	n.rotateSecretLocked(key)
 	if roleChanged {
 		for g := range n.groups {
 			if n.groups[g].state != lb.HANoExecutor {
@@ -401,10 +496,11 @@ func (n *Node) startLocked() error {
 		go n.receive(ctx, src, c)
 		go n.accept(ctx, src, lns[src])
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.loop(ctx)
 	go n.probeReach(ctx)
 	go n.sender(ctx, n.outq)
+	go n.watchSecret(ctx)
 	n.log.Info("high availability started", "role", h.Role, "port", h.Port, "heartbeats", len(h.Heartbeats), "boot", strconv.FormatUint(n.boot, 16))
 	return nil
 }
@@ -729,14 +825,26 @@ func (n *Node) messageLocked(restarting bool) message {
 	return m
 }
 
-// sendLocked sends a heartbeat on every path.
+// sendLocked sends a heartbeat on every path: under the secret the peer
+// was last heard with first, if it differs from this dispatcher's, then
+// under this dispatcher's (each its own sequence number: the peer accepts
+// both, the newer last).
 func (n *Node) sendLocked(restarting bool) {
 	if n.socks == nil {
 		return
 	}
+	keys := n.secretKeysLocked()
+	for i := len(keys) - 1; i >= 0; i-- {
+		n.sendUnderLocked(restarting, keys[i])
+	}
+	n.lastTx = time.Now()
+}
+
+// sendUnderLocked sends one heartbeat under key on every path.
+func (n *Node) sendUnderLocked(restarting bool, key []byte) {
 	n.seq++
 	m := n.messageLocked(restarting)
-	b := m.encode(n.key)
+	b := m.encode(key)
 	for _, hb := range n.cfg.Heartbeats {
 		c := n.socks[hb.Source]
 		if c == nil {
@@ -753,7 +861,6 @@ func (n *Node) sendLocked(restarting bool) {
 			}
 		}
 	}
-	n.lastTx = time.Now()
 }
 
 // decideEvery is how often loop re-decides (at most; four times an
@@ -897,13 +1004,27 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 		n.refused["unknown sender"]++
 		return
 	}
-	m, err := decode(b, n.key)
+	var m message
+	var key []byte
+	err := errMAC
+	for _, k := range n.secretKeysLocked() {
+		if m, err = decode(b, k); !errors.Is(err, errMAC) {
+			key = k
+			break
+		}
+	}
 	if err == nil {
 		err = n.peer.fresh.accept(m, n.boot)
 	}
 	if err != nil {
 		n.refused[err.Error()]++
 		return
+	}
+	if !bytes.Equal(key, n.peerKey) {
+		if n.peerKey != nil && bytes.Equal(key, n.key) {
+			n.log.Info("high availability: the peer is heard with the new shared secret; the former one is no longer accepted")
+		}
+		n.peerKey = key
 	}
 	now := time.Now()
 	st.Received++
@@ -1016,7 +1137,7 @@ func (n *Node) Status() lb.HAStatus {
 	defer n.mu.Unlock()
 	now := time.Now()
 	st := lb.HAStatus{Running: n.running, Error: n.err, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
-		Refused: map[string]uint64{}}
+		Refused: map[string]uint64{}, SecretPending: len(n.secretKeysLocked()) > 1, SecretError: n.secretErr}
 	for k, v := range n.refused {
 		st.Refused[k] = v
 	}

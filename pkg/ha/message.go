@@ -11,7 +11,9 @@ import (
 )
 
 // A heartbeat is one UDP datagram of fixed layout (big-endian), followed
-// by an HMAC-SHA256 of everything before it under the shared secret:
+// by an HMAC-SHA256 of everything before it under the shared secret
+// (while the secret changes, one datagram under each of the two: see
+// Node.rotateSecretLocked):
 //
 //	magic "DLBH", version 1
 //	flags          healthy, restarting, synced groups

@@ -84,7 +84,14 @@ func startSim(t *testing.T, h lb.HighAvailability, secret string) *simEngine {
 // kept forwarding: its groups resume the states given.
 func startSimResumed(t *testing.T, h lb.HighAvailability, secret string, resume *[lb.NumHAGroups]lb.HAState) *simEngine {
 	t.Helper()
-	n := New(Options{Logger: quiet, ReadSecret: func(string) ([]byte, error) { return []byte(secret), nil },
+	return startSimWith(t, h, func(string) ([]byte, error) { return []byte(secret), nil }, resume)
+}
+
+// startSimWith is startSimResumed reading the secret with read (again
+// every 20 ms).
+func startSimWith(t *testing.T, h lb.HighAvailability, read func(string) ([]byte, error), resume *[lb.NumHAGroups]lb.HAState) *simEngine {
+	t.Helper()
+	n := New(Options{Logger: quiet, ReadSecret: read, SecretCheck: 20 * time.Millisecond,
 		Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
 	n.SetHealth(true, "")
 	if resume != nil {
@@ -689,5 +696,111 @@ func TestNodeResync(t *testing.T) {
 	b.mu.Unlock()
 	if !newSession || !ok {
 		t.Errorf("the primary took its group back with new session %v, the backup's connection imported %v", newSession, ok)
+	}
+}
+
+// TestNodeSecretRotation: the two secret files changed one after the
+// other (each read again within SecretCheck), the pair never stops
+// hearing each other: heartbeats go under both secrets on the side
+// changed first, replication connects under the one both hold, and once
+// the peer is heard with the new one the former is refused. Two
+// different new secrets keep the pair on the former one, and say so.
+func TestNodeSecretRotation(t *testing.T) {
+	port := freePort(t)
+	var mu sync.Mutex
+	secrets := map[netip.Addr]string{addrA: "secret-one", addrB: "secret-one"}
+	reader := func(who netip.Addr) func(string) ([]byte, error) {
+		return func(string) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return []byte(secrets[who]), nil
+		}
+	}
+	set := func(who netip.Addr, secret string) {
+		mu.Lock()
+		defer mu.Unlock()
+		secrets[who] = secret
+	}
+	a := startSimWith(t, testConfig(lb.RolePrimary, addrA, addrB, port), reader(addrA), nil)
+	b := startSimWith(t, testConfig(lb.RoleBackup, addrB, addrA, port), reader(addrB), nil)
+	waitFor(t, 2*time.Second, "primary active, backup standby, synced", func() bool {
+		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby && b.n.Status().Replication.Synced
+	})
+	aSince, bSince := a.n.Status().Groups[0].Since, b.n.Status().Groups[0].Since
+
+	// Watch: neither may stop hearing the other.
+	stop := make(chan struct{})
+	watched := make(chan string, 1)
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			for i, e := range []*simEngine{a, b} {
+				if st := e.n.Status(); !st.Peer.Alive {
+					watched <- fmt.Sprintf("the peer of %s not alive: %+v", []string{"the primary", "the backup"}[i], st.Peer)
+					return
+				}
+			}
+		}
+	}()
+	// newSession drops the replication connections: the next ones
+	// handshake with the secret the peer holds.
+	newSession := func(what string) {
+		t.Helper()
+		was := b.n.Status().Replication.Session
+		a.n.mu.Lock()
+		a.n.dropConnsLocked()
+		a.n.mu.Unlock()
+		waitFor(t, 3*time.Second, what+": replication connected again", func() bool {
+			st := b.n.Status()
+			return st.Replication.Synced && st.Replication.Receiving && a.n.Session() != 0 && a.n.Session() != was
+		})
+	}
+	pending := func(e *simEngine) bool { return e.n.Status().SecretPending }
+	refused := func(e *simEngine) uint64 { return e.n.Status().Refused["unauthenticated"] }
+
+	set(addrA, "secret-two")
+	waitFor(t, 2*time.Second, "the primary pending on the new secret", func() bool { return pending(a) })
+	waitFor(t, 2*time.Second, "the backup refusing the heartbeats under the new secret", func() bool { return refused(b) > 0 })
+	if pending(b) {
+		t.Error("the backup, not changed, says a secret is pending")
+	}
+	newSession("one side changed")
+
+	set(addrB, "secret-two")
+	waitFor(t, 2*time.Second, "neither pending", func() bool { return !pending(a) && !pending(b) })
+	newSession("both changed")
+	// A heartbeat under the former secret is refused now.
+	was := refused(b)
+	m := message{Healthy: true, Boot: 1, Seq: 1, Role: lb.RolePrimary}
+	c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrA, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrB, port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(m.encode([]byte("secret-one"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "a heartbeat under the former secret refused", func() bool { return refused(b) > was })
+
+	// Two different new secrets: the pair stays on the one both hold.
+	set(addrA, "secret-three")
+	set(addrB, "secret-four")
+	waitFor(t, 2*time.Second, "both pending", func() bool { return pending(a) && pending(b) })
+	time.Sleep(300 * time.Millisecond) // past the dead time (200 ms)
+
+	close(stop)
+	if msg, ok := <-watched; ok {
+		t.Error(msg)
+	}
+	if st := a.n.Status().Groups[0]; st.State != lb.HAActive || !st.Since.Equal(aSince) {
+		t.Errorf("the primary %s since %v (%s), want active since %v", st.State, st.Since, st.Reason, aSince)
+	}
+	if st := b.n.Status().Groups[0]; st.State != lb.HAStandby || !st.Since.Equal(bSince) {
+		t.Errorf("the backup %s since %v (%s), want standby since %v", st.State, st.Since, st.Reason, bSince)
 	}
 }

@@ -26,7 +26,7 @@ func (n *Node) sender(ctx context.Context, q chan Batch) {
 				src, dst, heard = hb.Source, hb.Destination, ps.LastHeard
 			}
 		}
-		port, key, dead := n.cfg.Port, n.key, n.deadTime()
+		port, key, dead := n.cfg.Port, n.streamKeyLocked(), n.deadTime()
 		n.mu.Unlock()
 		if !alive || !dst.IsValid() {
 			if !sleep(ctx, iv) {
@@ -167,7 +167,7 @@ func (n *Node) accept(ctx context.Context, _ netip.Addr, l net.Listener) {
 		}
 		from, _ := netip.ParseAddrPort(raw.RemoteAddr().String())
 		n.mu.Lock()
-		key, known := n.key, slices.Contains(n.cfg.Destinations(), from.Addr().Unmap())
+		key, known := n.streamKeyLocked(), slices.Contains(n.cfg.Destinations(), from.Addr().Unmap())
 		n.mu.Unlock()
 		if !known {
 			n.mu.Lock()

@@ -385,6 +385,13 @@ type HAStatus struct {
 	// Refused counts heartbeats and replication frames refused, by
 	// reason (malformed, unauthenticated, replayed, unconfirmed boot).
 	Refused map[string]uint64
+	// SecretPending says the peer was last heard with another shared
+	// secret than this dispatcher's (changed here first): heartbeats go
+	// under both, replication under the peer's, until it has the new
+	// one. SecretError says why the secret file, read again, cannot be
+	// used (the secret read before stays in use).
+	SecretPending bool
+	SecretError   string
 	// Replication is the connection-table replication's state.
 	Replication HAReplicationStatus
 }
