@@ -508,7 +508,8 @@ func (e *Engine) Run(ctx context.Context) {
 			// restart).
 			e.haHealth()
 			if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.Sum()); err != nil {
-				e.log.Error("high availability: starting", "err", err)
+				e.log.Error("high availability: starting (retried every tick)", "err", err)
+				e.ha.down = time.Now() // the peer's grace runs from the restart (haRetry)
 			}
 			e.haSync()
 		}
@@ -595,6 +596,7 @@ func (e *Engine) Run(ctx context.Context) {
 			}
 			e.checkPins()
 			e.checkAttachment(e.ed.Config())
+			e.haRetry(time.Now())
 			e.refreshNeighbors()
 			e.agg.Flush()
 			// Catches an executor that lost its attachment (its

@@ -30,6 +30,10 @@ type HighAvailability interface {
 	Configure(h lb.HighAvailability, digest uint64) error
 	// Resume starts the groups in the states a previous dlbd left.
 	Resume([lb.NumHAGroups]lb.HAState)
+	// Abandon makes every group listen (serve nothing) for reason;
+	// RestartGrace is how long the peer waits for a restarting dlbd.
+	Abandon(reason string)
+	RestartGrace() time.Duration
 	// SetHealth says whether the executor can forward, and why not.
 	SetHealth(ok bool, reason string)
 	// SetDigest changes the digest announced.
@@ -96,6 +100,9 @@ type haEngine struct {
 	digest cfgdigest.Digest
 	// fast is the takeover's fast path (takeover.go).
 	fast fastTakeover
+	// down is since when the configuration enables the function but it
+	// does not run (haRetry); zero: it runs, or is not enabled.
+	down time.Time
 	// Replication counts: records imported, refused (no such server
 	// here), batches; of those imported into groups this dispatcher
 	// served, merged and kept (the key held already: the same
@@ -415,6 +422,44 @@ func (e *Engine) haConfigure(old, next lb.Config, ch config.Change) {
 	}
 	e.ha.healthy, e.ha.healthReason = false, "?"
 	e.haHealth()
+	e.haSync()
+}
+
+// haRetry starts the function again, once a tick, while the
+// configuration enables it but it does not run: its secret file
+// unreadable, a heartbeat source not on the host (a boot where dlbd came
+// before the network). The groups a restart resumed as active are kept
+// for as long as the peer waits for a restarting dlbd (RestartGrace);
+// then they are let go of (their addresses off): the peer, not hearing
+// this dispatcher, has taken them over, and both would serve them for as
+// long as the fault lasts.
+func (e *Engine) haRetry(now time.Time) {
+	cfg := e.ed.Config()
+	if !e.haOn(cfg) {
+		e.ha.down = time.Time{}
+		return
+	}
+	st := e.opts.HA.Status()
+	if st.Running {
+		e.ha.down = time.Time{}
+		return
+	}
+	if e.ha.down.IsZero() {
+		e.ha.down = now
+	}
+	if err := e.opts.HA.Configure(cfg.HA, e.ha.digest.Sum()); err == nil {
+		e.log.Info("high availability started", "after", now.Sub(e.ha.down).Round(time.Millisecond))
+		e.ha.down = time.Time{}
+		e.haSync()
+		return
+	}
+	if now.Sub(e.ha.down) < e.opts.HA.RestartGrace() || !slices.Contains(e.ha.applied[:], lb.HAActive) {
+		return
+	}
+	reason := "high availability has not run for the peer's restart grace (" + e.opts.HA.RestartGrace().String() + "): " + st.Error
+	e.log.Error("high availability: letting go of the clusters resumed as active; the peer, not hearing this dispatcher, serves them",
+		"err", st.Error, "since", e.ha.down)
+	e.opts.HA.Abandon(reason)
 	e.haSync()
 }
 

@@ -49,10 +49,16 @@ type fakeHA struct {
 	sent    []lb.ConnBatch
 	// resyncs counts Resync calls.
 	resyncs int
+	// configErr is what Configure returns (the function then does not
+	// run); abandoned the reasons Abandon was given; grace what
+	// RestartGrace reports.
+	configErr error
+	abandoned []string
+	grace     time.Duration
 }
 
 func newFakeHA() *fakeHA {
-	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, reasserted: map[lb.HAGroup]uint64{}, notify: make(chan struct{}, 1),
+	return &fakeHA{states: map[lb.HAGroup]lb.HAState{}, reasserted: map[lb.HAGroup]uint64{}, notify: make(chan struct{}, 1), grace: time.Hour,
 		activated: make(chan lb.HAGroup, 2*lb.NumHAGroups), recv: make(chan lb.ConnBatch)}
 }
 
@@ -67,6 +73,9 @@ func (f *fakeHA) Configure(h lb.HighAvailability, d uint64) error {
 	f.cfg, f.digest = h, d
 	f.configured++
 	f.calls = append(f.calls, "configure")
+	if f.configErr != nil {
+		return f.configErr
+	}
 	for _, g := range h.Groups() {
 		if _, ok := f.states[g]; !ok {
 			f.states[g] = lb.HAListen
@@ -83,6 +92,19 @@ func (f *fakeHA) Resume(s [lb.NumHAGroups]lb.HAState) {
 			f.states[lb.HAGroup(g)] = st
 		}
 	}
+}
+func (f *fakeHA) Abandon(reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.abandoned = append(f.abandoned, reason)
+	for _, g := range f.cfg.Groups() {
+		f.states[g] = lb.HAListen
+	}
+}
+func (f *fakeHA) RestartGrace() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.grace
 }
 func (f *fakeHA) SetHealth(ok bool, reason string) {
 	f.mu.Lock()
@@ -135,7 +157,10 @@ func (f *fakeHA) Stop(restart bool) {
 func (f *fakeHA) Status() lb.HAStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := lb.HAStatus{Running: f.cfg.Enabled(), Healthy: f.healthy, HealthReason: f.reason, Peer: f.peer}
+	st := lb.HAStatus{Running: f.cfg.Enabled() && f.configErr == nil, Healthy: f.healthy, HealthReason: f.reason, Peer: f.peer}
+	if f.configErr != nil {
+		st.Error = f.configErr.Error()
+	}
 	for _, g := range f.cfg.Groups() {
 		st.Groups = append(st.Groups, lb.HAGroupStatus{Group: g, State: f.states[g], Reason: "test", Reasserted: f.reasserted[g]})
 	}
@@ -458,15 +483,23 @@ func TestHARolesAgainstTheLivePeer(t *testing.T) {
 	}
 }
 
-// TestHAResume: a restarted dlbd whose executor kept forwarding resumes
-// the states it served; the function is told to stop for a restart.
-func TestHAResume(t *testing.T) {
+// activePrimary is a primary's engine whose function decided it active,
+// its addresses on.
+func activePrimary(t *testing.T) (*fakeHA, *harness) {
+	t.Helper()
 	f := newFakeHA()
 	h := haHarness(t, t.TempDir(), f)
 	base(h)
 	h.mustApply(haOps("primary")...)
 	f.set(lb.GroupLocal, lb.HAActive)
 	eventually(t, "active", func() bool { return h.nif.has(vip) })
+	return f, h
+}
+
+// TestHAResume: a restarted dlbd whose executor kept forwarding resumes
+// the states it served; the function is told to stop for a restart.
+func TestHAResume(t *testing.T) {
+	f, h := activePrimary(t)
 	f.mu.Lock()
 	before := len(f.calls)
 	f.mu.Unlock()
@@ -496,6 +529,60 @@ func TestHAResume(t *testing.T) {
 	if !h.nif.has(vip) {
 		t.Error("the cluster address left the interface across a restart")
 	}
+}
+
+// TestHARestartWithoutTheFunction: a dlbd restarted while its function
+// cannot start (its secret file gone) keeps the groups it resumed as
+// active, retrying, for the peer's restart grace; then it lets go of
+// them (addresses off, the state journaled, an event) rather than serve
+// them beside the peer that took them over. Once the function starts, it
+// decides as usual.
+func TestHARestartWithoutTheFunction(t *testing.T) {
+	f, h := activePrimary(t)
+
+	const grace = 400 * time.Millisecond
+	f.mu.Lock()
+	f.configErr = lb.Errorf("secretfile", "/etc/dlb/ha.secret", "cannot read the shared secret: no such file")
+	f.grace = grace
+	before := f.configured
+	f.mu.Unlock()
+	h.restart()
+	restarted := time.Now()
+	eventually(t, "the function retried", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.configured >= before+3
+	})
+	if time.Since(restarted) < grace && !h.nif.has(vip) {
+		t.Fatal("the resumed active let go of its addresses before the peer's restart grace")
+	}
+	eventually(t, "addresses off after the grace", func() bool { return !h.nif.has(vip) })
+	if took := time.Since(restarted); took < grace {
+		t.Errorf("let go after %v, before the grace (%v)", took, grace)
+	}
+	f.mu.Lock()
+	abandoned := slices.Clone(f.abandoned)
+	f.mu.Unlock()
+	if len(abandoned) != 1 || !strings.Contains(abandoned[0], "cannot read the shared secret") {
+		t.Errorf("abandoned %q, want once, naming the fault", abandoned)
+	}
+	eventually(t, "a highavailChange event", func() bool { return slices.Contains(eventNames(h), events.HighAvailChange) })
+
+	// Restarted again, still without the function: nothing to let go
+	// of, nothing put on.
+	h.restart()
+	time.Sleep(2 * grace)
+	if h.nif.has(vip) {
+		t.Error("a restart after letting go put the addresses back on")
+	}
+
+	// The secret back: the function starts and decides.
+	f.mu.Lock()
+	f.configErr = nil
+	f.mu.Unlock()
+	eventually(t, "the function running", func() bool { return f.Status().Running })
+	f.set(lb.GroupLocal, lb.HAActive)
+	eventually(t, "addresses on once active again", func() bool { return h.nif.has(vip) })
 }
 
 // TestHATakeover maps a takeover's address to groups.

@@ -371,6 +371,24 @@ func (n *Node) Resume(states [lb.NumHAGroups]lb.HAState) {
 	}
 }
 
+// Abandon makes every group listen, serving nothing, for reason: the
+// engine lets go of the groups a restart resumed when the function has
+// not run for as long as the peer waits for a restarting dlbd (its
+// secret file unreadable, a heartbeat source not on the host): the peer,
+// not hearing it, has taken them over meanwhile.
+func (n *Node) Abandon(reason string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	for g := range n.groups {
+		n.groups[g] = group{state: lb.HAListen, since: now, reason: reason}
+	}
+}
+
+// RestartGrace is how long the peer waits for this dispatcher's dlbd to
+// come back after it said it was restarting.
+func (n *Node) RestartGrace() time.Duration { return n.opts.RestartGrace }
+
 // Configure starts, reconfigures or (for a configuration that is not
 // enabled) stops high availability. The digest is this dispatcher's
 // configuration digest, announced to the peer.
@@ -391,10 +409,12 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	if err != nil {
 		// Refused changes never get here (Check reads it first); a
 		// start whose secret file went away does: status says why the
-		// function does not run.
+		// function does not run, and names its groups (the engine
+		// retries, and lets go of them if it keeps failing: Abandon).
 		n.mu.Lock()
 		if !n.running {
 			n.err = err.Error()
+			n.cfg, n.digest = h.Clone(), digest
 		}
 		n.mu.Unlock()
 		return err

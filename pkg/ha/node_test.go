@@ -804,3 +804,43 @@ func TestNodeSecretRotation(t *testing.T) {
 		t.Errorf("the backup %s since %v (%s), want standby since %v", st.State, st.Since, st.Reason, bSince)
 	}
 }
+
+// TestNodeConfigureFailedKeepsTheGroups: a start whose secret cannot be
+// read does not run, and says so, but names the groups it resumed, so
+// that the engine can keep them for the restart grace and then let go of
+// them (Abandon); started later, the function decides from there.
+func TestNodeConfigureFailedKeepsTheGroups(t *testing.T) {
+	var mu sync.Mutex
+	secret := ""
+	n := New(Options{Logger: quiet, ReadSecret: func(string) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if secret == "" {
+			return nil, os.ErrNotExist
+		}
+		return []byte(secret), nil
+	}, Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
+	n.Resume([lb.NumHAGroups]lb.HAState{lb.HAActive})
+	h := testConfig(lb.RolePrimary, addrA, addrB, freePort(t))
+	if err := n.Configure(h, 1); lb.FieldOf(err) != "secretfile" {
+		t.Fatalf("Configure without its secret: %v", err)
+	}
+	st := n.Status()
+	if st.Running || !strings.Contains(st.Error, "cannot read the shared secret") || len(st.Groups) != 1 || st.Groups[0].State != lb.HAActive {
+		t.Fatalf("not running: %+v", st)
+	}
+	n.Abandon("let go")
+	if g := n.Status().Groups[0]; g.State != lb.HAListen || g.Reason != "let go" {
+		t.Errorf("abandoned: %+v", g)
+	}
+	mu.Lock()
+	secret = "secret-secret"
+	mu.Unlock()
+	if err := n.Configure(h, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop(false)
+	if st := n.Status(); !st.Running || st.Error != "" {
+		t.Errorf("started: %+v", st)
+	}
+}
