@@ -682,6 +682,26 @@ var haFaults = []haFault{
 		},
 	},
 	{
+		// The host shut down or rebooted: systemd stops dlbd as for a
+		// restart (SIGTERM: the peer is told to wait its restart grace,
+		// 30 s), then the host goes (its link down). The backup pings the
+		// restarting peer's host and takes over once it, having
+		// answered, no longer does: the dead time, not the grace. NAT
+		// only in make test (its time).
+		name: "host shut down (dlbd stopped, then its link down)",
+		mode: "nat",
+		inject: func(t *testing.T, h *haLab) func() error {
+			h.d[0].stop(syscall.SIGTERM)
+			nl, link := h.link(t, h.d[0].ns, h.env["LAB_IF"])
+			return func() error { return nl.LinkSetDown(link) }
+		},
+		restore: func(t *testing.T, h *haLab) {
+			h.mustNS("d", "ip", "link", "set", h.env["LAB_IF"], "up")
+			h.restoreRoutes()
+			h.d[0].start()
+		},
+	},
+	{
 		// The interface is deleted and created again (a driver reload,
 		// a hot-plugged NIC): a new index, and whatever dlbd put on it
 		// (the executor, the cluster addresses) and the routes through

@@ -140,6 +140,12 @@ type peerState struct {
 	last       message
 	lastHeard  time.Time
 	graceUntil time.Time
+	// hostAnswered is when the peer's host last answered a ping,
+	// hostFails how many pings it left unanswered since, or since its
+	// restart grace began (probePeerHost): a restarting peer whose host
+	// answered and then stops answering is down, not restarting dlbd.
+	hostAnswered time.Time
+	hostFails    int
 }
 
 // reachState is one reach target's probing.
@@ -1054,6 +1060,7 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 	n.peer.heard, n.peer.last, n.peer.lastHeard = true, m, now
 	n.peer.graceUntil = time.Time{}
 	if m.Restarting {
+		n.peer.hostFails = 0
 		n.peer.graceUntil = now.Add(time.Duration(m.GraceSeconds) * time.Second)
 		n.log.Info("high availability: the peer is restarting", "grace", time.Duration(m.GraceSeconds)*time.Second)
 	}
@@ -1072,7 +1079,8 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 // probeReach pings the reach targets twice an interval: a target is
 // unreachable after count pings without a reply (count × interval / 2,
 // 1 s by default), so that an active that lost its targets is replaced
-// within the time a dead one is.
+// within the time a dead one is. It pings the peer's host too
+// (probePeerHost).
 func (n *Node) probeReach(ctx context.Context) {
 	defer n.wg.Done()
 	for {
@@ -1084,8 +1092,16 @@ func (n *Node) probeReach(ctx context.Context) {
 			targets[i] = r.addr
 		}
 		srcs := n.cfg.Sources()
+		var peerPaths []lb.Heartbeat
+		if n.peer.heard {
+			peerPaths = slices.Clone(n.cfg.Heartbeats)
+		}
 		n.mu.Unlock()
 		start := time.Now()
+		var peerProbe sync.WaitGroup
+		if len(peerPaths) > 0 {
+			peerProbe.Go(func() { n.probePeerHost(ctx, peerPaths, iv, count) })
+		}
 		if len(targets) > 0 {
 			errs := make([]error, len(targets))
 			var wg sync.WaitGroup
@@ -1100,6 +1116,7 @@ func (n *Node) probeReach(ctx context.Context) {
 			}
 			wg.Wait()
 			if ctx.Err() != nil {
+				peerProbe.Wait()
 				return
 			}
 			n.mu.Lock()
@@ -1133,12 +1150,59 @@ func (n *Node) probeReach(ctx context.Context) {
 			}
 			n.mu.Unlock()
 		}
+		peerProbe.Wait()
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(max(iv-time.Since(start), 0)):
 		}
 	}
+}
+
+// probePeerHost pings the peer's host (on every heartbeat path, once),
+// for the case it says it is restarting dlbd: a dlbd restarting leaves
+// its host answering, while a host shut down or rebooted (systemd stops
+// dlbd, as for a restart, then the host goes, maybe within a ping's
+// interval) stops. Once the host, having answered before, misses count
+// pings in a row while the peer is in its restart grace, the grace ends
+// and the peer is taken over as a dead one: a reboot of the active then
+// costs about the dead time, not the grace (30 s). A host that never
+// answered (ICMP filtered) keeps its grace.
+func (n *Node) probePeerHost(ctx context.Context, paths []lb.Heartbeat, timeout time.Duration, count int) {
+	answered := make([]bool, len(paths))
+	var wg sync.WaitGroup
+	for i, hb := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			answered[i] = n.opts.Probe(pctx, hb.Destination, hb.Source, timeout) == nil
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	if slices.Contains(answered, true) {
+		n.peer.hostAnswered, n.peer.hostFails = now, 0
+		return
+	}
+	n.peer.hostFails++
+	// The host answered shortly before the grace began (the restarting
+	// heartbeat was the last heard), or since.
+	answeredLately := n.peer.hostAnswered.After(n.peer.lastHeard.Add(-2 * n.deadTime()))
+	if !n.peer.heard || !now.Before(n.peer.graceUntil) || !answeredLately || n.peer.hostFails < count {
+		return
+	}
+	n.log.Warn("high availability: the peer said it was restarting dlbd, and its host no longer answers pings: it is down; its grace ends",
+		"unanswered", n.peer.hostFails)
+	n.peer.graceUntil = time.Time{}
+	n.stepLocked(now)
+	n.signal()
 }
 
 // sourceFor picks the heartbeat source of t's family to ping it from.

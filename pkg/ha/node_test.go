@@ -3,6 +3,7 @@ package ha
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -91,8 +93,22 @@ func startSimResumed(t *testing.T, h lb.HighAvailability, secret string, resume 
 // every 20 ms).
 func startSimWith(t *testing.T, h lb.HighAvailability, read func(string) ([]byte, error), resume *[lb.NumHAGroups]lb.HAState) *simEngine {
 	t.Helper()
-	n := New(Options{Logger: quiet, ReadSecret: read, SecretCheck: 20 * time.Millisecond,
-		Probe: func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }})
+	return startSimOptions(t, h, Options{ReadSecret: read}, resume)
+}
+
+// startSimOptions starts a simEngine whose Node has opts (quiet, every
+// ping answered and the secret read again every 20 ms unless opts say
+// otherwise).
+func startSimOptions(t *testing.T, h lb.HighAvailability, opts Options, resume *[lb.NumHAGroups]lb.HAState) *simEngine {
+	t.Helper()
+	opts.Logger = quiet
+	if opts.SecretCheck == 0 {
+		opts.SecretCheck = 20 * time.Millisecond
+	}
+	if opts.Probe == nil {
+		opts.Probe = func(context.Context, netip.Addr, netip.Addr, time.Duration) error { return nil }
+	}
+	n := New(opts)
 	n.SetHealth(true, "")
 	if resume != nil {
 		n.Resume(*resume)
@@ -842,5 +858,64 @@ func TestNodeConfigureFailedKeepsTheGroups(t *testing.T) {
 	defer n.Stop(false)
 	if st := n.Status(); !st.Running || st.Error != "" {
 		t.Errorf("started: %+v", st)
+	}
+}
+
+// TestNodeRestartingPeerHostDown: a peer that said it was restarting dlbd
+// is waited for while its host answers pings; once the host, having
+// answered, stops (a reboot: systemd stops dlbd as for a restart, then the
+// host goes, maybe at once), it is taken over after count unanswered
+// pings, not at the end of its grace; a host that never answered (ICMP
+// filtered) keeps its grace.
+func TestNodeRestartingPeerHostDown(t *testing.T) {
+	const (
+		never = iota
+		atOnce
+		later
+	)
+	for _, c := range []struct {
+		name     string
+		answers  bool // the host answers pings while dlbd runs
+		down     int  // when the host goes down
+		takeover bool
+	}{
+		{"dlbd restarting, the host up", true, never, false},
+		{"the host down 300 ms after dlbd", true, later, true},
+		{"the host down with dlbd", true, atOnce, true},
+		{"the host never answering", false, later, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			port := freePort(t)
+			var hostUp atomic.Bool
+			hostUp.Store(c.answers)
+			probe := func(_ context.Context, target, _ netip.Addr, _ time.Duration) error {
+				if target == addrA && !hostUp.Load() {
+					return errors.New("no reply")
+				}
+				return nil
+			}
+			a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+			b := startSimOptions(t, testConfig(lb.RoleBackup, addrB, addrA, port),
+				Options{ReadSecret: func(string) ([]byte, error) { return []byte("secret-secret"), nil }, Probe: probe}, nil)
+			waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
+				return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+			})
+			time.Sleep(100 * time.Millisecond) // pinged while alive
+			a.halt(true)
+			if c.down == atOnce {
+				hostUp.Store(false)
+			}
+			waitFor(t, time.Second, "the peer restarting", func() bool { return b.n.Status().Peer.Restarting })
+			time.Sleep(300 * time.Millisecond) // past the dead time (200 ms)
+			if c.down == later {
+				hostUp.Store(false)
+			}
+			// count (4) pings, 25 ms apart, with margin; far below the
+			// grace (30 s).
+			time.Sleep(time.Second)
+			if got := b.state(lb.GroupPeer) == lb.HAActive; got != c.takeover {
+				t.Fatalf("the backup active %v (peer %+v), want %v", got, b.n.Status().Peer, c.takeover)
+			}
+		})
 	}
 }
