@@ -787,7 +787,7 @@ func (n *Node) stepLocked(now time.Time) {
 		sp, pp := preferred(n.cfg.Role, pm.Role, g)
 		s := self{healthy: n.healthy, reach: reach, targets: len(n.reach), preferred: sp, recovery: n.cfg.Recovery,
 			synced: n.synced || !alive, takeover: n.takeover[g], boot: n.boot}
-		p := peerView{alive: alive, healthy: pm.Healthy, reach: int(pm.Reach), state: pg.State, want: pg.Want,
+		p := peerView{alive: alive, healthy: pm.Healthy, reach: int(pm.Reach), targets: int(pm.Targets), state: pg.State, want: pg.Want,
 			takeover: pm.Takeover && pg.Want, preferred: pp, recovery: pm.Recovery, released: pg.Released, boot: pm.Boot}
 		if !alive {
 			p = peerView{}

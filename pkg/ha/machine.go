@@ -2,6 +2,7 @@ package ha
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -21,7 +22,10 @@ import (
 //     or has none configured; otherwise it waits (listen). So an
 //     isolated active drops its clusters once its targets are gone too.
 //   - Of two live dispatchers, the better one serves: the one that
-//     reaches more targets; on a tie, the group's preferred dispatcher
+//     reaches more targets (a greater share of them while the two have
+//     different numbers configured, one changed before the other: none
+//     is taken from the other for a target it only counts; not compared
+//     when one has none); on a tie, the group's preferred dispatcher
 //     (the primary, or the cluster's primaryhost under role both); if
 //     that cannot decide (two primaries), the higher boot id.
 //     Two actives (after a partition heals) resolve by this rule: the
@@ -55,7 +59,7 @@ type self struct {
 type peerView struct {
 	alive          bool
 	healthy        bool
-	reach          int
+	reach, targets int
 	state          lb.HAState
 	want, takeover bool
 	// preferred: the peer's role makes it the group's preferred
@@ -90,12 +94,43 @@ type group struct {
 	resumed bool
 }
 
+// reachCmp compares what self and its peer reach: the counts when both
+// have as many targets configured, else the shares (0: a tie, or one has
+// none: a count it alone has says nothing of the other).
+func reachCmp(s self, p peerView) int {
+	switch {
+	case s.targets == p.targets:
+		return cmpInt(s.reach, p.reach)
+	case s.targets == 0 || p.targets == 0:
+		return 0
+	}
+	return cmpInt(s.reach*p.targets, p.reach*s.targets)
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a > b:
+		return 1
+	case a < b:
+		return -1
+	}
+	return 0
+}
+
+// reachWhy says what each reaches.
+func reachWhy(s self, p peerView) string {
+	if s.targets == p.targets {
+		return fmt.Sprintf("reaches %d of %d targets, the peer %d", s.reach, s.targets, p.reach)
+	}
+	return fmt.Sprintf("reaches %d of %d targets, the peer %d of %d", s.reach, s.targets, p.reach, p.targets)
+}
+
 // better reports whether self is the better dispatcher to serve the
 // group than a live, healthy peer, and why.
 func better(s self, p peerView) (bool, string) {
-	switch {
-	case s.reach != p.reach:
-		return s.reach > p.reach, fmt.Sprintf("reaches %d of %d targets, the peer %d", s.reach, s.targets, p.reach)
+	switch c := reachCmp(s, p); {
+	case c != 0:
+		return c > 0, reachWhy(s, p)
 	case s.preferred != p.preferred:
 		return s.preferred, "the group's preferred dispatcher"
 	}
@@ -114,9 +149,9 @@ func wantsGroup(s self, p peerView) (bool, string) {
 		return true, "takeover asked"
 	case !s.synced:
 		return false, ""
-	case s.reach > p.reach:
-		return true, fmt.Sprintf("reaches %d of %d targets, the active %d", s.reach, s.targets, p.reach)
-	case s.preferred && s.recovery == lb.RecoveryAuto && s.reach >= p.reach:
+	case reachCmp(s, p) > 0:
+		return true, strings.Replace(reachWhy(s, p), "the peer", "the active", 1)
+	case s.preferred && s.recovery == lb.RecoveryAuto && reachCmp(s, p) >= 0:
 		return true, "recovery auto: the preferred dispatcher takes its clusters back"
 	}
 	return false, ""
@@ -128,9 +163,9 @@ func yields(s self, p peerView) (bool, string) {
 	switch {
 	case p.takeover:
 		return true, "the peer was asked to take over"
-	case p.reach > s.reach:
-		return true, fmt.Sprintf("the peer reaches %d targets, this dispatcher %d", p.reach, s.reach)
-	case p.preferred && !s.preferred && p.recovery == lb.RecoveryAuto && p.reach >= s.reach:
+	case reachCmp(s, p) < 0:
+		return true, "the peer is better: " + reachWhy(s, p)
+	case p.preferred && !s.preferred && p.recovery == lb.RecoveryAuto && reachCmp(s, p) <= 0:
 		return true, "recovery auto: the preferred dispatcher takes its clusters back"
 	}
 	return false, ""

@@ -29,7 +29,7 @@ func TestStep(t *testing.T) {
 		{"listen: peer active", lb.HAListen, 0, primary, peer(lb.HAActive), lb.HAStandby, false},
 		{"listen: peer standby, primary better", lb.HAListen, 0, primary, peer(lb.HAStandby), lb.HAActive, false},
 		{"listen: peer listens, backup worse", lb.HAListen, 0, backup, prefPeer(lb.HAListen), lb.HAStandby, false},
-		{"listen: backup reaching more wins", lb.HAListen, 0, withReach(backup, 2, 2), withPeerReach(prefPeer(lb.HAListen), 1), lb.HAActive, false},
+		{"listen: backup reaching more wins", lb.HAListen, 0, withReach(backup, 2, 2), withPeerReach(prefPeer(lb.HAListen), 1, 2), lb.HAActive, false},
 		{"listen: no peer yet", lb.HAListen, time.Second, backup, peerView{}, lb.HAListen, false},
 		{"listen: no peer after dead time", lb.HAListen, dead, backup, peerView{}, lb.HAActive, false},
 		{"listen: no peer, no target reachable", lb.HAListen, dead, withReach(backup, 0, 1), peerView{}, lb.HAListen, false},
@@ -41,7 +41,15 @@ func TestStep(t *testing.T) {
 		{"standby: primary auto preempts", lb.HAStandby, 0, primary, peer(lb.HAActive), lb.HAPreempt, false},
 		{"standby: primary manual stays", lb.HAStandby, 0, self{healthy: true, preferred: true, synced: true, recovery: lb.RecoveryManual}, peer(lb.HAActive), lb.HAStandby, false},
 		{"standby: primary not synced waits", lb.HAStandby, 0, self{healthy: true, preferred: true}, peer(lb.HAActive), lb.HAStandby, false},
-		{"standby: more reach preempts", lb.HAStandby, 0, withReach(backup, 1, 1), withPeerReach(prefPeer(lb.HAActive), 0), lb.HAPreempt, false},
+		{"standby: more reach preempts", lb.HAStandby, 0, withReach(backup, 1, 1), withPeerReach(prefPeer(lb.HAActive), 0, 1), lb.HAPreempt, false},
+		// A target added on one dispatcher first: counted there only, it
+		// takes nothing from the other; shares are compared.
+		{"standby: a target only it counts does not preempt", lb.HAStandby, 0, withReach(backup, 2, 2),
+			withPeerReach(prefPeer(lb.HAActive), 1, 1), lb.HAStandby, false},
+		{"standby: a greater share preempts", lb.HAStandby, 0, withReach(backup, 1, 1),
+			withPeerReach(prefPeer(lb.HAActive), 1, 2), lb.HAPreempt, false},
+		{"standby: the peer without targets, reach says nothing", lb.HAStandby, 0, withReach(backup, 1, 1),
+			withPeerReach(prefPeer(lb.HAActive), 0, 0), lb.HAStandby, false},
 		{"standby: takeover asked", lb.HAStandby, 0, self{healthy: true, takeover: true}, prefPeer(lb.HAActive), lb.HAPreempt, false},
 		{"standby: nobody active, primary takes", lb.HAStandby, 0, primary, peer(lb.HAStandby), lb.HAActive, false},
 		{"active: peer dead", lb.HAActive, 0, backup, peerView{}, lb.HAActive, false},
@@ -52,7 +60,11 @@ func TestStep(t *testing.T) {
 		{"active: backup keeps it from a manual primary", lb.HAActive, 0, backup, wantPeer(prefPeer(lb.HAPreempt), lb.RecoveryManual), lb.HAActive, false},
 		{"active: yields to a takeover", lb.HAActive, 0, primary, takeoverPeer(peer(lb.HAPreempt)), lb.HAStandby, true},
 		{"active: keeps it from a peer reaching less", lb.HAActive, 0, withReach(backup, 2, 2),
-			withPeerReach(wantPeer(prefPeer(lb.HAPreempt), lb.RecoveryAuto), 1), lb.HAActive, false},
+			withPeerReach(wantPeer(prefPeer(lb.HAPreempt), lb.RecoveryAuto), 1, 2), lb.HAActive, false},
+		{"active: keeps it from a peer counting a target more", lb.HAActive, 0, withReach(primary, 1, 1),
+			withPeerReach(wantPeer(peer(lb.HAPreempt), lb.RecoveryAuto), 2, 2), lb.HAActive, false},
+		{"listen: a target only it counts does not make it better", lb.HAListen, 0, withReach(backup, 2, 2),
+			withPeerReach(prefPeer(lb.HAListen), 1, 1), lb.HAStandby, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -68,7 +80,7 @@ func TestStep(t *testing.T) {
 	}
 }
 
-func withPeerReach(p peerView, r int) peerView { p.reach = r; return p }
+func withPeerReach(p peerView, r, n int) peerView { p.reach, p.targets = r, n; return p }
 
 func wantPeer(p peerView, r lb.HARecovery) peerView { p.want, p.recovery = true, r; return p }
 
