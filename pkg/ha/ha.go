@@ -434,6 +434,7 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	n.mu.Lock()
 	rebind := !n.running || n.cfg.Port != h.Port || !slices.Equal(n.cfg.Sources(), h.Sources())
 	roleChanged := n.cfg.Role != lb.RoleNone && n.cfg.Role != h.Role
+	intervalChanged := n.cfg.IntervalMS() != h.IntervalMS()
 	n.mu.Unlock()
 	if rebind {
 		n.Stop(false)
@@ -471,6 +472,11 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		}
 	}
 	if !rebind {
+		if intervalChanged {
+			// The peer learns the new interval now, not an old
+			// interval's dead time before the next heartbeat.
+			n.sendLocked(false)
+		}
 		return nil
 	}
 	if err := n.startLocked(); err != nil {
@@ -735,6 +741,19 @@ func (n *Node) Session() uint64 {
 }
 
 // deadTime is count × interval.
+// peerDeadTimeLocked is how long the peer is waited for after its last
+// heartbeat: count of its own intervals when it announces a longer one
+// than this dispatcher's (the interval changed on one dispatcher first:
+// the other would find it dead between every two heartbeats, and both
+// serve in turns), else the dead time.
+func (n *Node) peerDeadTimeLocked() time.Duration {
+	own := n.deadTime()
+	if p := time.Duration(n.peer.last.IntervalMS) * time.Millisecond * time.Duration(n.cfg.DeadCount()); p > own {
+		return p
+	}
+	return own
+}
+
 func (n *Node) deadTime() time.Duration {
 	return time.Duration(n.cfg.IntervalMS()) * time.Duration(n.cfg.DeadCount()) * time.Millisecond
 }
@@ -744,7 +763,7 @@ func (n *Node) peerAliveLocked(now time.Time) bool {
 	if !n.peer.heard {
 		return false
 	}
-	return now.Sub(n.peer.lastHeard) < n.deadTime() || now.Before(n.peer.graceUntil)
+	return now.Sub(n.peer.lastHeard) < n.peerDeadTimeLocked() || now.Before(n.peer.graceUntil)
 }
 
 // reachLocked counts the reachable targets.
@@ -836,7 +855,7 @@ func (n *Node) messageLocked(restarting bool) message {
 	}
 	m := message{Healthy: n.healthy, Restarting: restarting, Boot: n.boot, Seq: n.seq, PeerBoot: peerBoot,
 		Role: n.cfg.Role, Recovery: n.cfg.Recovery, Reach: uint8(n.reachLocked()), Targets: uint8(len(n.reach)),
-		Digest: n.digest}
+		Digest: n.digest, IntervalMS: uint16(min(n.cfg.IntervalMS(), 65535))}
 	for g := range n.groups {
 		gr := &n.groups[g]
 		m.Groups[g] = groupWire{State: gr.wireState(), Want: gr.state == lb.HAPreempt, Released: gr.released}
@@ -928,7 +947,7 @@ func (n *Node) loop(ctx context.Context) {
 		wasAlive := n.peer.heard && n.peerAliveLocked(prev)
 		n.stepLocked(now)
 		if wasAlive && !n.peerAliveLocked(now) {
-			n.log.Warn("high availability: peer no longer heard", "after", n.deadTime())
+			n.log.Warn("high availability: peer no longer heard", "after", n.peerDeadTimeLocked())
 			n.dropConnsLocked()
 			n.signal()
 		}
@@ -950,7 +969,7 @@ func (n *Node) deadlineLocked(now time.Time) (time.Time, bool) {
 	if !n.running || !n.peerAliveLocked(now) {
 		return time.Time{}, false
 	}
-	at := n.peer.lastHeard.Add(n.deadTime())
+	at := n.peer.lastHeard.Add(n.peerDeadTimeLocked())
 	if n.peer.graceUntil.After(at) {
 		at = n.peer.graceUntil
 	}

@@ -25,6 +25,8 @@ import (
 //	               first): state, want (preempt), released marker
 //	digest         the sender's configuration digest
 //	grace          with restarting: seconds to wait before taking over
+//	interval       the sender's heartbeat interval, ms (0 from a dlbd
+//	               older than the field, which wrote 0 there)
 //
 // A receiver accepts a heartbeat whose MAC is right, and whose sequence
 // is above the last it accepted of the same boot. A heartbeat of another
@@ -73,6 +75,8 @@ type message struct {
 	Groups                        [groupsWire]groupWire
 	Digest                        uint64
 	GraceSeconds                  uint16
+	// IntervalMS is the sender's heartbeat interval (0: not said).
+	IntervalMS uint16
 }
 
 // encode writes m and its MAC under key.
@@ -104,7 +108,7 @@ func (m *message) encode(key []byte) []byte {
 	}
 	b = binary.BigEndian.AppendUint64(b, m.Digest)
 	b = binary.BigEndian.AppendUint16(b, m.GraceSeconds)
-	b = append(b, 0, 0) // reserved
+	b = binary.BigEndian.AppendUint16(b, m.IntervalMS)
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b)
 	return mac.Sum(b)
@@ -152,6 +156,7 @@ func decode(b []byte, key []byte) (message, error) {
 	}
 	m.Digest = binary.BigEndian.Uint64(b[off:])
 	m.GraceSeconds = binary.BigEndian.Uint16(b[off+8:])
+	m.IntervalMS = binary.BigEndian.Uint16(b[off+10:])
 	if m.Role > lb.RoleBoth || m.Recovery > lb.RecoveryManual || m.Boot == 0 || m.Seq == 0 {
 		return m, errMalformed
 	}

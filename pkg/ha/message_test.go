@@ -14,7 +14,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		Role: lb.RoleBoth, Recovery: lb.RecoveryManual, Reach: 2, Targets: 3,
 		Groups:     [2]groupWire{{State: lb.HAActive, Released: 5}, {State: lb.HAPreempt, Want: true}},
 		Digest:     0xdeadbeef,
-		Restarting: true, GraceSeconds: 30}
+		Restarting: true, GraceSeconds: 30, IntervalMS: 60000}
 	b := m.encode(testKey)
 	if len(b) != messageSize {
 		t.Fatalf("encoded %d bytes, want %d", len(b), messageSize)

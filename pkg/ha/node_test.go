@@ -919,3 +919,31 @@ func TestNodeRestartingPeerHostDown(t *testing.T) {
 		})
 	}
 }
+
+// TestNodePeerWithALongerInterval: a peer that announces a longer
+// interval than this dispatcher's (changed there first) is waited for
+// count of its intervals: with this dispatcher's dead time (200 ms) below
+// the peer's interval (300 ms), it was found dead between every two
+// heartbeats, and the two served in turns. Gone, it is taken over after
+// count × its interval.
+func TestNodePeerWithALongerInterval(t *testing.T) {
+	port := freePort(t)
+	a := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	hb := testConfig(lb.RoleBackup, addrB, addrA, port)
+	hb.Interval = 300
+	b := startSim(t, hb, "secret-secret")
+	waitFor(t, 3*time.Second, "primary active, backup standby", func() bool {
+		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if p := a.n.Status().Peer; !p.Alive {
+			t.Fatalf("the primary (dead time 200 ms) lost the backup (interval 300 ms) between two heartbeats: %+v", p)
+		}
+	}
+	b.close()
+	gone := time.Now()
+	waitFor(t, 3*time.Second, "the backup no longer heard", func() bool { return !a.n.Status().Peer.Alive })
+	if took := time.Since(gone); took < 900*time.Millisecond {
+		t.Errorf("the backup found dead %v after it went, before count × its interval (1.2 s)", took)
+	}
+}
