@@ -291,10 +291,7 @@ func TestHAAddressesFollowTheState(t *testing.T) {
 // with backup set, it keeps running; with the peer dead or unable to
 // forward, or the executor stopped in the same change, it stops.
 func TestHAStopRefusedWhileThePeerCanServe(t *testing.T) {
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(haOps("backup")...)
+	f, h := haConfigured(t, "backup")
 	f.set(lb.GroupLocal, lb.HAStandby)
 	f.mu.Lock()
 	f.peer = lb.HAPeerStatus{Alive: true, Heard: true, Healthy: true, Role: lb.RolePrimary}
@@ -394,10 +391,7 @@ func TestHAReassertedAnnouncesAgain(t *testing.T) {
 // TestHAHealth: a stopped executor or a down interface is reported, and
 // raises goInOp when the function decides so.
 func TestHAHealth(t *testing.T) {
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(haOps("primary")...)
+	f, h := haConfigured(t, "primary")
 	reason := func() string { f.mu.Lock(); defer f.mu.Unlock(); return f.reason }
 	eventually(t, "healthy", func() bool { return reason() == "" })
 	h.nif.mu.Lock()
@@ -483,14 +477,22 @@ func TestHARolesAgainstTheLivePeer(t *testing.T) {
 	}
 }
 
-// activePrimary is a primary's engine whose function decided it active,
-// its addresses on.
-func activePrimary(t *testing.T) (*fakeHA, *harness) {
+// haConfigured is an engine with the base configuration and high
+// availability in role (haOps), and its fake function.
+func haConfigured(t *testing.T, role string) (*fakeHA, *harness) {
 	t.Helper()
 	f := newFakeHA()
 	h := haHarness(t, t.TempDir(), f)
 	base(h)
-	h.mustApply(haOps("primary")...)
+	h.mustApply(haOps(role)...)
+	return f, h
+}
+
+// activePrimary is a primary's engine whose function decided it active,
+// its addresses on.
+func activePrimary(t *testing.T) (*fakeHA, *harness) {
+	t.Helper()
+	f, h := haConfigured(t, "primary")
 	f.set(lb.GroupLocal, lb.HAActive)
 	eventually(t, "active", func() bool { return h.nif.has(vip) })
 	return f, h
@@ -792,10 +794,7 @@ func TestHAFoundAddressesMove(t *testing.T) {
 // executor report counts its connections at once, not at the next
 // periodic sweep (an hour away here); an incremental batch waits for it.
 func TestHAFullCopySweeps(t *testing.T) {
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(haOps("backup")...)
+	f, h := haConfigured(t, "backup")
 	connections := func() int { return h.status(Query{}).Executor.Connections }
 	before := connections()
 	h.dp.mu.Lock()
@@ -875,10 +874,7 @@ func TestHAClusterMovedInIsAnnounced(t *testing.T) {
 // of the peer's (Resync), so that the peer sends it all again before
 // this dispatcher takes a group back.
 func TestHAExecutorStartedAgainResyncs(t *testing.T) {
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(haOps("primary")...)
+	f, h := haConfigured(t, "primary")
 	resyncs := func() int { f.mu.Lock(); defer f.mu.Unlock(); return f.resyncs }
 	before := resyncs()
 	h.mustApply(op("port", "add", vip+"@8080"))

@@ -84,10 +84,7 @@ func macConn(t *testing.T, h *harness, clientPort uint16) lb.ConnEntry {
 // full copy carries its entries, though this dispatcher no longer serves
 // it, and the one after does not.
 func TestHAReleasedWithoutSessionOwed(t *testing.T) {
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(haOps("backup")...)
+	f, h := haConfigured(t, "backup")
 	f.set(lb.GroupPeer, lb.HAActive)
 	eventually(t, "serving", func() bool { return h.nif.has(vip) })
 	c := macConn(t, h, 5001)
@@ -116,10 +113,7 @@ func TestHAReleasedWithoutSessionOwed(t *testing.T) {
 // executor holds nothing), those of a group it stands by for written
 // over what it holds; the reports count what the merge wrote and kept.
 func TestHAImportMergesIntoServedGroups(t *testing.T) {
-	f := newFakeHA()
-	h := haHarness(t, t.TempDir(), f)
-	base(h)
-	h.mustApply(haOps("backup")...)
+	f, h := haConfigured(t, "backup")
 	rec := func(port uint16) lb.ConnRecord {
 		return lb.ConnRecord{Kind: lb.ConnMAC, Protocol: 6, Client: netip.AddrPortFrom(netip.MustParseAddr("198.18.2.11"), port),
 			Cluster: netip.AddrPortFrom(netip.MustParseAddr(vip), 80), Server: netip.MustParseAddr("198.18.0.21")}
