@@ -88,19 +88,20 @@ type Node struct {
 	// authenticated with (nil: none yet). While it differs from key (the
 	// secret was changed here first), heartbeats are accepted and sent
 	// under both, and replication uses it: the pair keeps hearing each
-	// other until the peer has the new secret too (rotateSecret).
+	// other until the peer has the new secret too (rotateSecretLocked).
 	peerKey []byte
 	// secretErr is why the secret file, read again, cannot be used
-	// ("": it can), logged once per reason.
-	secretErr string
-	running   bool
-	err       string
-	stop      context.CancelFunc
-	wg        sync.WaitGroup
-	socks     map[netip.Addr]*net.UDPConn
-	lns       map[netip.Addr]net.Listener
-	seq       uint64
-	lastTx    time.Time
+	// ("": it can), logged once per reason; exposedWarned the secret
+	// file last warned of as readable by others.
+	secretErr, exposedWarned string
+	running                  bool
+	err                      string
+	stop                     context.CancelFunc
+	wg                       sync.WaitGroup
+	socks                    map[netip.Addr]*net.UDPConn
+	lns                      map[netip.Addr]net.Listener
+	seq                      uint64
+	lastTx                   time.Time
 
 	healthy      bool
 	healthReason string
@@ -142,7 +143,7 @@ type peerState struct {
 	graceUntil time.Time
 	// hostAnswered is when the peer's host last answered a ping,
 	// hostFails how many pings it left unanswered since, or since its
-	// restart grace began (probePeerHost): a restarting peer whose host
+	// restart grace began (notePeerHostLocked): a restarting peer whose host
 	// answered and then stops answering is down, not restarting dlbd.
 	hostAnswered time.Time
 	hostFails    int
@@ -339,7 +340,6 @@ func (n *Node) watchSecret(ctx context.Context) {
 			if !bytes.Equal(key, n.key) {
 				n.rotateSecretLocked(key)
 				n.sendLocked(false)
-				n.signal()
 			}
 		}
 		n.mu.Unlock()
@@ -426,11 +426,18 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		return err
 	}
 	// Warned, not refused: refusing would stop a running pair at the
-	// upgrade that brought the check.
-	if exposed := secretExposed(h.SecretFile); exposed != nil {
+	// upgrade that brought the check. Once while it lasts, not at each of
+	// the engine's retries of a start that failed.
+	exposed := secretExposed(h.SecretFile)
+	n.mu.Lock()
+	if exposed != nil && n.exposedWarned != h.SecretFile {
 		n.log.Warn("others may read the shared secret file, and with it forge heartbeats and replication: make it private",
 			"file", h.SecretFile, "err", exposed)
+		n.exposedWarned = h.SecretFile
+	} else if exposed == nil {
+		n.exposedWarned = ""
 	}
+	n.mu.Unlock()
 	n.mu.Lock()
 	rebind := !n.running || n.cfg.Port != h.Port || !slices.Equal(n.cfg.Sources(), h.Sources())
 	roleChanged := n.cfg.Role != lb.RoleNone && n.cfg.Role != h.Role
@@ -740,7 +747,6 @@ func (n *Node) Session() uint64 {
 	return n.session
 }
 
-// deadTime is count × interval.
 // peerDeadTimeLocked is how long the peer is waited for after its last
 // heartbeat: count of its own intervals when it announces a longer one
 // than this dispatcher's (the interval changed on one dispatcher first:
@@ -754,6 +760,7 @@ func (n *Node) peerDeadTimeLocked() time.Duration {
 	return own
 }
 
+// deadTime is count × interval.
 func (n *Node) deadTime() time.Duration {
 	return time.Duration(n.cfg.IntervalMS()) * time.Duration(n.cfg.DeadCount()) * time.Millisecond
 }
@@ -1099,77 +1106,38 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 // unreachable after count pings without a reply (count × interval / 2,
 // 1 s by default), so that an active that lost its targets is replaced
 // within the time a dead one is. It pings the peer's host too
-// (probePeerHost).
+// (notePeerHostLocked).
 func (n *Node) probeReach(ctx context.Context) {
 	defer n.wg.Done()
 	for {
 		n.mu.Lock()
 		iv := time.Duration(n.cfg.IntervalMS()) * time.Millisecond / 2
 		count := int(n.cfg.DeadCount())
-		targets := make([]netip.Addr, len(n.reach))
-		for i, r := range n.reach {
-			targets[i] = r.addr
+		// One batch: the reach targets, then (once heard) the peer's
+		// heartbeat addresses.
+		var dsts, srcs []netip.Addr
+		own := n.cfg.Sources()
+		for _, r := range n.reach {
+			dsts, srcs = append(dsts, r.addr), append(srcs, sourceFor(own, r.addr))
 		}
-		srcs := n.cfg.Sources()
-		var peerPaths []lb.Heartbeat
+		targets := len(dsts)
 		if n.peer.heard {
-			peerPaths = slices.Clone(n.cfg.Heartbeats)
+			for _, hb := range n.cfg.Heartbeats {
+				dsts, srcs = append(dsts, hb.Destination), append(srcs, hb.Source)
+			}
 		}
 		n.mu.Unlock()
 		start := time.Now()
-		var peerProbe sync.WaitGroup
-		if len(peerPaths) > 0 {
-			peerProbe.Go(func() { n.probePeerHost(ctx, peerPaths, iv, count) })
+		errs := n.pingAll(ctx, dsts, srcs, iv)
+		if ctx.Err() != nil {
+			return
 		}
-		if len(targets) > 0 {
-			errs := make([]error, len(targets))
-			var wg sync.WaitGroup
-			for i, t := range targets {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					pctx, cancel := context.WithTimeout(ctx, iv)
-					defer cancel()
-					errs[i] = n.opts.Probe(pctx, t, sourceFor(srcs, t), iv)
-				}()
-			}
-			wg.Wait()
-			if ctx.Err() != nil {
-				peerProbe.Wait()
-				return
-			}
-			n.mu.Lock()
-			changed := false
-			for i, t := range targets {
-				for j := range n.reach {
-					r := &n.reach[j]
-					if r.addr != t {
-						continue
-					}
-					was := r.ok
-					if errs[i] == nil {
-						r.ok, r.fails, r.err = true, 0, ""
-					} else {
-						r.fails++
-						r.err = errs[i].Error()
-						if r.fails >= count {
-							r.ok = false
-						}
-					}
-					if was != r.ok {
-						changed = true
-						n.log.Info("high availability: reach target", "address", t, "reachable", r.ok, "err", r.err)
-					}
-				}
-			}
-			if changed {
-				n.sendLocked(false)
-				n.stepLocked(time.Now())
-				n.signal()
-			}
-			n.mu.Unlock()
+		n.mu.Lock()
+		n.noteReachLocked(dsts[:targets], errs[:targets], count)
+		if len(dsts) > targets {
+			n.notePeerHostLocked(!slices.ContainsFunc(errs[targets:], func(err error) bool { return err == nil }), count)
 		}
-		peerProbe.Wait()
+		n.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -1178,35 +1146,68 @@ func (n *Node) probeReach(ctx context.Context) {
 	}
 }
 
-// probePeerHost pings the peer's host (on every heartbeat path, once),
-// for the case it says it is restarting dlbd: a dlbd restarting leaves
-// its host answering, while a host shut down or rebooted (systemd stops
-// dlbd, as for a restart, then the host goes, maybe within a ping's
-// interval) stops. Once the host, having answered before, misses count
-// pings in a row while the peer is in its restart grace, the grace ends
-// and the peer is taken over as a dead one: a reboot of the active then
-// costs about the dead time, not the grace (30 s). A host that never
-// answered (ICMP filtered) keeps its grace.
-func (n *Node) probePeerHost(ctx context.Context, paths []lb.Heartbeat, timeout time.Duration, count int) {
-	answered := make([]bool, len(paths))
+// pingAll pings each of dsts from the source of the same index, all at
+// once, each within timeout, and returns their errors (nil: answered).
+func (n *Node) pingAll(ctx context.Context, dsts, srcs []netip.Addr, timeout time.Duration) []error {
+	errs := make([]error, len(dsts))
 	var wg sync.WaitGroup
-	for i, hb := range paths {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i := range dsts {
+		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			answered[i] = n.opts.Probe(pctx, hb.Destination, hb.Source, timeout) == nil
-		}()
+			errs[i] = n.opts.Probe(pctx, dsts[i], srcs[i], timeout)
+		})
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		return
+	return errs
+}
+
+// noteReachLocked records the pings of the reach targets: a target is
+// unreachable after count in a row without a reply.
+func (n *Node) noteReachLocked(targets []netip.Addr, errs []error, count int) {
+	changed := false
+	for i, t := range targets {
+		for j := range n.reach {
+			r := &n.reach[j]
+			if r.addr != t {
+				continue
+			}
+			was := r.ok
+			if errs[i] == nil {
+				r.ok, r.fails, r.err = true, 0, ""
+			} else {
+				r.fails++
+				r.err = errs[i].Error()
+				if r.fails >= count {
+					r.ok = false
+				}
+			}
+			if was != r.ok {
+				changed = true
+				n.log.Info("high availability: reach target", "address", t, "reachable", r.ok, "err", r.err)
+			}
+		}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	if changed {
+		n.sendLocked(false)
+		n.stepLocked(time.Now())
+		n.signal()
+	}
+}
+
+// notePeerHostLocked records a ping of the peer's host (on every
+// heartbeat path; silent: none answered), for the case it says it is
+// restarting dlbd: a dlbd restarting leaves its host answering, while a
+// host shut down or rebooted (systemd stops dlbd, as for a restart, then
+// the host goes, maybe within a ping's interval) stops. Once the host,
+// having answered lately, misses count pings in a row while the peer is
+// in its restart grace, the grace ends and the peer is taken over as a
+// dead one: a reboot of the active then costs about the dead time, not
+// the grace (30 s). A host that never answered (ICMP filtered) keeps its
+// grace.
+func (n *Node) notePeerHostLocked(silent bool, count int) {
 	now := time.Now()
-	if slices.Contains(answered, true) {
+	if !silent {
 		n.peer.hostAnswered, n.peer.hostFails = now, 0
 		return
 	}
