@@ -20,6 +20,24 @@ func addrArg(cmd *cobra.Command, what, s string) error {
 	return nil
 }
 
+// roleArg checks that an argument is a high-availability role.
+func roleArg(cmd *cobra.Command, s string) error {
+	switch strings.ToLower(s) {
+	case "primary", "backup", "both":
+		return nil
+	}
+	return usagef("%s: role %q is not primary, backup or both", cmdName(cmd), s)
+}
+
+// recoveryArg checks that an argument is a recovery strategy.
+func recoveryArg(cmd *cobra.Command, s string) error {
+	switch strings.ToLower(s) {
+	case "auto", "manual":
+		return nil
+	}
+	return usagef("%s: recovery strategy %q is not auto or manual", cmdName(cmd), s)
+}
+
 // haCmd is "dlbctl highavailability": dscontrol's grammar.
 func (a *app) haCmd() *cobra.Command {
 	hbAdd := a.opCmd(&cobra.Command{
@@ -117,15 +135,11 @@ replication of connection tables (TCP) on both dispatchers.`,
 			if len(args) != 3 {
 				return usagef("%s needs ROLE, RECOVERY and PORT, got %d arguments", cmdName(cmd), len(args))
 			}
-			switch strings.ToLower(args[0]) {
-			case "primary", "backup", "both":
-			default:
-				return usagef("%s: role %q is not primary, backup or both", cmdName(cmd), args[0])
+			if err := roleArg(cmd, args[0]); err != nil {
+				return err
 			}
-			switch strings.ToLower(args[1]) {
-			case "auto", "manual":
-			default:
-				return usagef("%s: recovery strategy %q is not auto or manual", cmdName(cmd), args[1])
+			if err := recoveryArg(cmd, args[1]); err != nil {
+				return err
 			}
 			if p, err := strconv.ParseInt(args[2], 10, 64); err != nil || p < 1 || p > 65535 {
 				return usagef("%s: port %q is not in 1..65535", cmdName(cmd), args[2])
@@ -152,17 +166,13 @@ availability in between.`,
 				return err
 			}
 			if r := stringFlag(cmd, "role"); r != nil {
-				switch strings.ToLower(*r) {
-				case "primary", "backup", "both":
-				default:
-					return usagef("%s: role %q is not primary, backup or both", cmdName(cmd), *r)
+				if err := roleArg(cmd, *r); err != nil {
+					return err
 				}
 			}
 			if r := stringFlag(cmd, "recovery"); r != nil {
-				switch strings.ToLower(*r) {
-				case "auto", "manual":
-				default:
-					return usagef("%s: recovery strategy %q is not auto or manual", cmdName(cmd), *r)
+				if err := recoveryArg(cmd, *r); err != nil {
+					return err
 				}
 			}
 			if p := intFlag(cmd, "port"); p != nil && (*p < 1 || *p > 65535) {
