@@ -384,6 +384,10 @@ func haTable(w io.Writer, r api.HAReport) {
 	if len(r.Refused) > 0 {
 		fmt.Fprintf(w, "refused:\t%s\n", byReason(r.Refused))
 	}
+	if r.PeerPort != 0 {
+		fmt.Fprintf(w, "port:\tthe peer uses port %d: heartbeats go to both ports, replication to %d, until it uses %d too\n",
+			r.PeerPort, r.PeerPort, r.Port)
+	}
 	if r.SecretPending {
 		fmt.Fprintln(w, "secret:\tthe peer was last heard with another shared secret: heartbeats go under both until it has this one")
 	}

@@ -124,9 +124,11 @@ func TestHAStatusAndTakeover(t *testing.T) {
 	}
 	eng.mu.Lock()
 	eng.ha.SecretPending, eng.ha.SecretError = true, "cannot read the shared secret: permission denied"
+	eng.ha.PeerPort = 12346
 	eng.mu.Unlock()
 	r = dlbctl(sock, "highavailability", "status")
 	for _, want := range []string{"the peer was last heard with another shared secret",
+		"port:", "the peer uses port 12346: heartbeats go to both ports, replication to 12346, until it uses 12345 too",
 		"cannot read the shared secret: permission denied (the secret read before stays in use)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)

@@ -219,6 +219,10 @@ type HAReport struct {
 	// secret file, read again, cannot be used (the former secret stays).
 	SecretPending bool   `json:"secret_pending,omitempty"`
 	SecretError   string `json:"secret_error,omitempty"`
+	// PeerPort is the port the live peer uses when it is not this
+	// dispatcher's (changed on one side first): heartbeats go to both,
+	// replication to the peer's, until the peer uses this one.
+	PeerPort uint16 `json:"peer_port,omitempty"`
 	// Digest is this configuration's digest, and DigestMatch says the
 	// live peer announces the same one.
 	Digest      string       `json:"config_digest"`

@@ -1253,6 +1253,41 @@ func TestPrivilegedHAReplication(t *testing.T) {
 				t.Errorf("%s after the secret changed: pending %v, groups %+v, was %+v", d.ns, st.SecretPending, st.Groups, before[i].Groups)
 			}
 		}
+
+		// The port changed on one dispatcher, then on the other, the
+		// backup first, then back, the primary first: until both use
+		// the same, heartbeats go to both ports and replication to the
+		// peer's. Neither stops hearing the other; no state changes.
+		for _, c := range []struct {
+			port  string
+			order [2]*haDispatcher
+		}{{"7701", [2]*haDispatcher{h.d[1], h.d[0]}}, {haPort, [2]*haDispatcher{h.d[0], h.d[1]}}} {
+			for k, d := range c.order {
+				d.mustCtl("highavailability", "backup", "set", "--port", c.port)
+				deadline := time.Now().Add(haDetect + time.Second)
+				for time.Now().Before(deadline) {
+					for _, d := range h.d {
+						if st := d.status(); !st.Peer.Alive {
+							t.Fatalf("%s while the port changes to %s: the peer not heard", d.ns, c.port)
+						}
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if other := c.order[1-k]; k == 0 {
+					if st := other.status(); st.PeerPort == 0 || fmt.Sprint(st.PeerPort) != c.port {
+						t.Errorf("%s, its peer changed to port %s: peer_port %d", other.ns, c.port, st.PeerPort)
+					}
+				}
+			}
+			for i, d := range h.d {
+				st := d.status()
+				if fmt.Sprint(st.Port) != c.port || st.PeerPort != 0 || !st.Replication.Synced ||
+					len(st.Groups) != 1 || st.Groups[0].Since != before[i].Groups[0].Since {
+					t.Errorf("%s after the port changed to %s on both: port %d, peer_port %d, synced %v, groups %+v, was %+v",
+						d.ns, c.port, st.Port, st.PeerPort, st.Replication.Synced, st.Groups, before[i].Groups)
+				}
+			}
+		}
 	})
 
 	t.Run("propagation", func(t *testing.T) {

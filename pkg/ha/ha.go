@@ -24,6 +24,7 @@ package ha
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -90,6 +91,12 @@ type Node struct {
 	// under both, and replication uses it: the pair keeps hearing each
 	// other until the peer has the new secret too (rotateSecretLocked).
 	peerKey []byte
+	// peerPort is the port the peer's last accepted heartbeat came from
+	// (its configured port; 0: none heard yet). While it differs from
+	// this dispatcher's (the port was changed on one side first),
+	// heartbeats go to both ports and replication to the peer's: the
+	// pair keeps hearing each other until both use the new port.
+	peerPort uint16
 	// secretErr is why the secret file, read again, cannot be used
 	// ("": it can), logged once per reason; exposedWarned the secret
 	// file last warned of as readable by others.
@@ -406,7 +413,7 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		n.digest = digest
 		n.groups = [lb.NumHAGroups]group{}
 		n.err = ""
-		n.peerKey, n.secretErr = nil, ""
+		n.peerKey, n.peerPort, n.secretErr = nil, 0, ""
 		n.mu.Unlock()
 		n.signal()
 		return nil
@@ -444,7 +451,10 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	intervalChanged := n.cfg.IntervalMS() != h.IntervalMS()
 	n.mu.Unlock()
 	if rebind {
-		n.Stop(false)
+		// What the peer said stays: it is heard again on the new
+		// sockets within its dead time; forgotten, a standby would
+		// take the groups over at once, the peer not heard.
+		n.halt(false, true)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -548,7 +558,10 @@ func (n *Node) startLocked() error {
 // heartbeats tell the peer this dispatcher is restarting (its executor
 // keeps forwarding): the peer waits the restart grace before taking
 // over.
-func (n *Node) Stop(restart bool) {
+func (n *Node) Stop(restart bool) { n.halt(restart, false) }
+
+// halt is Stop, forgetting what the peer said unless keepPeer.
+func (n *Node) halt(restart, keepPeer bool) {
 	n.mu.Lock()
 	if !n.running {
 		n.mu.Unlock()
@@ -572,7 +585,9 @@ func (n *Node) Stop(restart bool) {
 	n.mu.Unlock()
 	n.wg.Wait()
 	n.mu.Lock()
-	n.peer = peerState{fresh: n.peer.fresh}
+	if !keepPeer {
+		n.peer = peerState{fresh: n.peer.fresh}
+	}
 	n.outConn, n.inConn = nil, nil
 	n.synced = false
 	n.mu.Unlock()
@@ -904,6 +919,10 @@ func (n *Node) sendUnderLocked(restarting bool, key []byte) {
 		}
 		st := n.pathStats[hb]
 		_, err := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(hb.Destination, n.cfg.Port))
+		if p := n.peerPort; p != 0 && p != n.cfg.Port {
+			_, err2 := c.WriteToUDPAddrPort(b, netip.AddrPortFrom(hb.Destination, p))
+			err = cmp.Or(err, err2)
+		}
 		if st != nil {
 			if err != nil {
 				st.Error = err.Error()
@@ -997,7 +1016,7 @@ func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 			continue
 		}
 		n.mu.Lock()
-		n.heartbeatLocked(buf[:k], from.Addr().Unmap(), src)
+		n.heartbeatLocked(buf[:k], from, src)
 		// Heartbeats that waited in a queue (the neighbour's, while
 		// the path was down) arrive in a burst, the oldest first, and
 		// the first may say what the peer no longer is ("active,
@@ -1012,7 +1031,7 @@ func (n *Node) receive(ctx context.Context, src netip.Addr, c *net.UDPConn) {
 			if !ok {
 				break
 			}
-			n.heartbeatLocked(buf[:k], from.Addr().Unmap(), src)
+			n.heartbeatLocked(buf[:k], from, src)
 		}
 		n.stepLocked(time.Now())
 		if n.answer {
@@ -1049,7 +1068,8 @@ func readQueued(rc syscall.RawConn, buf []byte) (k int, from netip.AddrPort, ok 
 
 // heartbeatLocked records one datagram from one of the peer's addresses
 // to one of this dispatcher's; the caller decides after it.
-func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
+func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr) {
+	from := fromPort.Addr().Unmap()
 	hb := lb.Heartbeat{Source: to, Destination: from}
 	st := n.pathStats[hb]
 	if st == nil {
@@ -1077,6 +1097,15 @@ func (n *Node) heartbeatLocked(b []byte, from, to netip.Addr) {
 			n.log.Info("high availability: the peer is heard with the new shared secret; the former one is no longer accepted")
 		}
 		n.peerKey = key
+	}
+	if p := fromPort.Port(); p != n.peerPort {
+		if p != n.cfg.Port {
+			n.log.Warn("high availability: the peer uses another port: heartbeats go to both until it uses this dispatcher's",
+				"peer_port", p, "port", n.cfg.Port)
+		} else if n.peerPort != 0 {
+			n.log.Info("high availability: the peer uses this dispatcher's port now", "port", p)
+		}
+		n.peerPort = p
 	}
 	now := time.Now()
 	st.Received++
@@ -1242,6 +1271,9 @@ func (n *Node) Status() lb.HAStatus {
 	now := time.Now()
 	st := lb.HAStatus{Running: n.running, Error: n.err, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
 		Refused: map[string]uint64{}, SecretPending: len(n.secretKeysLocked()) > 1, SecretError: n.secretErr}
+	if n.peerPort != n.cfg.Port && n.running && n.peerAliveLocked(now) {
+		st.PeerPort = n.peerPort
+	}
 	for k, v := range n.refused {
 		st.Refused[k] = v
 	}

@@ -954,3 +954,97 @@ func TestNodePeerWithALongerInterval(t *testing.T) {
 		t.Errorf("the backup found dead %v after it went, before count × its interval (1.2 s)", took)
 	}
 }
+
+// TestNodeChangedOnOneSide: a change that rebinds the sockets (the port,
+// a heartbeat source), made on one side of a live pair and then on the
+// other, as an operator does it: neither side stops hearing the other,
+// neither changes state, and replication reconnects in between.
+func TestNodeChangedOnOneSide(t *testing.T) {
+	addrC := netip.MustParseAddr("127.0.0.3")
+	addrD := netip.MustParseAddr("127.0.0.4")
+	for _, tc := range []struct {
+		name string
+		// first and second are the sides changed in that order (0: the
+		// primary, 1: the backup); change changes a configuration.
+		first  int
+		change func(h *lb.HighAvailability, newPort uint16)
+	}{
+		{"port, the backup first", 1, func(h *lb.HighAvailability, p uint16) { h.Port = p }},
+		{"port, the primary first", 0, func(h *lb.HighAvailability, p uint16) { h.Port = p }},
+		{"a heartbeat path added, the backup first", 1, func(h *lb.HighAvailability, _ uint16) {
+			if h.Role == lb.RoleBackup {
+				h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
+			} else {
+				h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrD, Destination: addrC})
+			}
+		}},
+		{"a heartbeat path added, the primary first", 0, func(h *lb.HighAvailability, _ uint16) {
+			if h.Role == lb.RoleBackup {
+				h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
+			} else {
+				h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrD, Destination: addrC})
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port, newPort := freePort(t), freePort(t)
+			cfgs := []lb.HighAvailability{testConfig(lb.RolePrimary, addrA, addrB, port), testConfig(lb.RoleBackup, addrB, addrA, port)}
+			sims := []*simEngine{startSim(t, cfgs[0], "secret-secret"), startSim(t, cfgs[1], "secret-secret")}
+			a, b := sims[0], sims[1]
+			waitFor(t, 2*time.Second, "primary active, backup standby, synced", func() bool {
+				return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby && b.n.Status().Replication.Synced
+			})
+			aSince, bSince := a.n.Status().Groups[0].Since, b.n.Status().Groups[0].Since
+
+			stop := make(chan struct{})
+			watched := make(chan string, 1)
+			go func() {
+				defer close(watched)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+					for i, e := range sims {
+						if st := e.n.Status(); !st.Peer.Alive {
+							watched <- fmt.Sprintf("the peer of %s not alive: %+v", []string{"the primary", "the backup"}[i], st.Peer)
+							return
+						}
+					}
+				}
+			}()
+			for k, side := range []int{tc.first, 1 - tc.first} {
+				tc.change(&cfgs[side], newPort)
+				if err := sims[side].n.Configure(cfgs[side], 1); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(300 * time.Millisecond) // past the dead time (200 ms)
+				waitFor(t, 3*time.Second, fmt.Sprintf("change %d: replication synced both ways", k+1), func() bool {
+					sa, sb := a.n.Status(), b.n.Status()
+					return sa.Replication.Synced && sb.Replication.Synced && sa.Replication.Sending && sb.Replication.Sending
+				})
+				if p := sims[1-side].n.Status().PeerPort; k == 0 && cfgs[0].Port != cfgs[1].Port && p != cfgs[side].Port {
+					t.Errorf("change %d: the side not changed says the peer's port is %d, want %d", k+1, p, cfgs[side].Port)
+				}
+			}
+			close(stop)
+			if msg, ok := <-watched; ok {
+				t.Error(msg)
+			}
+			for i, e := range sims {
+				st := e.n.Status()
+				if st.PeerPort != 0 {
+					t.Errorf("%d: the peer's port still %d once both changed", i, st.PeerPort)
+				}
+				want, since := lb.HAActive, aSince
+				if i == 1 {
+					want, since = lb.HAStandby, bSince
+				}
+				if g := st.Groups[0]; g.State != want || !g.Since.Equal(since) {
+					t.Errorf("%d: %s since %v (%s), want %s since %v", i, g.State, g.Since, g.Reason, want, since)
+				}
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -26,7 +27,9 @@ func (n *Node) sender(ctx context.Context, q chan Batch) {
 				src, dst, heard = hb.Source, hb.Destination, ps.LastHeard
 			}
 		}
-		port, key, dead := n.cfg.Port, n.streamKeyLocked(), n.deadTime()
+		// The peer's port, changed there first, or here first (the peer
+		// still listens on the former one).
+		port, key, dead := cmp.Or(n.peerPort, n.cfg.Port), n.streamKeyLocked(), n.deadTime()
 		n.mu.Unlock()
 		if !alive || !dst.IsValid() {
 			if !sleep(ctx, iv) {

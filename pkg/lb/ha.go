@@ -392,6 +392,10 @@ type HAStatus struct {
 	// used (the secret read before stays in use).
 	SecretPending bool
 	SecretError   string
+	// PeerPort is the port the live peer uses when it is not this
+	// dispatcher's (changed on one side first; 0 otherwise): heartbeats
+	// go to both ports, replication to the peer's.
+	PeerPort uint16
 	// Replication is the connection-table replication's state.
 	Replication HAReplicationStatus
 }

@@ -58,7 +58,8 @@ func haReport(st *dispatcher.Status) api.HAReport {
 	c, n := h.Config, h.Node
 	r := api.HAReport{Configured: c.Configured(), Running: n.Running, Error: n.Error, Role: c.Role.String(),
 		Healthy: n.Healthy, HealthReason: n.HealthReason, Refused: n.Refused, Digest: cfgdigest.Text(h.Digest),
-		DigestMatch: h.DigestMatch, Announced: h.Announcements, SecretPending: n.SecretPending, SecretError: n.SecretError}
+		DigestMatch: h.DigestMatch, Announced: h.Announcements, SecretPending: n.SecretPending, SecretError: n.SecretError,
+		PeerPort: n.PeerPort}
 	if c.Role != lb.RoleNone {
 		r.Recovery, r.Port = c.Recovery.String(), c.Port
 	}
