@@ -102,13 +102,16 @@ type Node struct {
 	// file last warned of as readable by others.
 	secretErr, exposedWarned string
 	running                  bool
-	err                      string
-	stop                     context.CancelFunc
-	wg                       sync.WaitGroup
-	socks                    map[netip.Addr]*net.UDPConn
-	lns                      map[netip.Addr]net.Listener
-	seq                      uint64
-	lastTx                   time.Time
+	// rebinding: the function runs, its sockets being opened again
+	// (Configure): Status and PeerRole say it runs (upLocked).
+	rebinding bool
+	err       string
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	socks     map[netip.Addr]*net.UDPConn
+	lns       map[netip.Addr]net.Listener
+	seq       uint64
+	lastTx    time.Time
 
 	healthy      bool
 	healthReason string
@@ -454,10 +457,14 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		// What the peer said stays: it is heard again on the new
 		// sockets within its dead time; forgotten, a standby would
 		// take the groups over at once, the peer not heard.
+		n.mu.Lock()
+		n.rebinding = n.running
+		n.mu.Unlock()
 		n.halt(false, true)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	defer func() { n.rebinding = false }()
 	n.cfg, n.digest = h.Clone(), digest
 	n.rotateSecretLocked(key)
 	if roleChanged {
@@ -1269,9 +1276,9 @@ func (n *Node) Status() lb.HAStatus {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
-	st := lb.HAStatus{Running: n.running, Error: n.err, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
+	st := lb.HAStatus{Running: n.upLocked(), Error: n.err, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
 		Refused: map[string]uint64{}, SecretPending: len(n.secretKeysLocked()) > 1, SecretError: n.secretErr}
-	if n.peerPort != n.cfg.Port && n.running && n.peerAliveLocked(now) {
+	if n.peerPort != n.cfg.Port && n.upLocked() && n.peerAliveLocked(now) {
 		st.PeerPort = n.peerPort
 	}
 	for k, v := range n.refused {
@@ -1283,7 +1290,7 @@ func (n *Node) Status() lb.HAStatus {
 			Takeover: n.takeover[g], Synced: n.synced, Reasserted: gr.reasserted})
 	}
 	pm := n.peer.last
-	st.Peer = lb.HAPeerStatus{Alive: n.running && n.peerAliveLocked(now), Heard: n.peer.heard, LastHeard: n.peer.lastHeard,
+	st.Peer = lb.HAPeerStatus{Alive: n.upLocked() && n.peerAliveLocked(now), Heard: n.peer.heard, LastHeard: n.peer.lastHeard,
 		Role: pm.Role, Recovery: pm.Recovery, Healthy: pm.Healthy, Restarting: pm.Restarting && now.Before(n.peer.graceUntil),
 		Reach: int(pm.Reach), Targets: int(pm.Targets), Digest: pm.Digest, Boot: pm.Boot}
 	if n.peer.heard {
@@ -1326,5 +1333,8 @@ func (n *Node) PeerRole() (lb.HARole, netip.Addr, bool) {
 			from = hb.Destination
 		}
 	}
-	return n.peer.last.Role, from, n.running && n.peerAliveLocked(time.Now())
+	return n.peer.last.Role, from, n.upLocked() && n.peerAliveLocked(time.Now())
 }
+
+// upLocked says the function runs, or is opening its sockets again.
+func (n *Node) upLocked() bool { return n.running || n.rebinding }

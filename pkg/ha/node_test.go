@@ -211,6 +211,34 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) t
 	return time.Since(start)
 }
 
+// watchPeers checks every 2 ms that a (the primary) and b (the backup)
+// hear each other, until the function it returns is called; that returns
+// what was seen first when one did not ("" when both always did).
+func watchPeers(a, b *simEngine) func() string {
+	stop := make(chan struct{})
+	watched := make(chan string, 1)
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			for i, e := range []*simEngine{a, b} {
+				if st := e.n.Status(); !st.Peer.Alive {
+					watched <- fmt.Sprintf("the peer of %s not alive: %+v", []string{"the primary", "the backup"}[i], st.Peer)
+					return
+				}
+			}
+		}
+	}()
+	return func() string {
+		close(stop)
+		return <-watched
+	}
+}
+
 // startPair starts a primary (a) and a backup (b) on a free port and
 // waits for the primary to serve, the backup to stand by.
 func startPair(t *testing.T) (a, b *simEngine, port uint16) {
@@ -752,24 +780,7 @@ func TestNodeSecretRotation(t *testing.T) {
 	aSince, bSince := a.n.Status().Groups[0].Since, b.n.Status().Groups[0].Since
 
 	// Watch: neither may stop hearing the other.
-	stop := make(chan struct{})
-	watched := make(chan string, 1)
-	go func() {
-		defer close(watched)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			for i, e := range []*simEngine{a, b} {
-				if st := e.n.Status(); !st.Peer.Alive {
-					watched <- fmt.Sprintf("the peer of %s not alive: %+v", []string{"the primary", "the backup"}[i], st.Peer)
-					return
-				}
-			}
-		}
-	}()
+	watched := watchPeers(a, b)
 	// newSession drops the replication connections: the next ones
 	// handshake with the secret the peer holds.
 	newSession := func(what string) {
@@ -816,8 +827,7 @@ func TestNodeSecretRotation(t *testing.T) {
 	waitFor(t, 2*time.Second, "both pending", func() bool { return pending(a) && pending(b) })
 	time.Sleep(300 * time.Millisecond) // past the dead time (200 ms)
 
-	close(stop)
-	if msg, ok := <-watched; ok {
+	if msg := watched(); msg != "" {
 		t.Error(msg)
 	}
 	if st := a.n.Status().Groups[0]; st.State != lb.HAActive || !st.Since.Equal(aSince) {
@@ -996,24 +1006,7 @@ func TestNodeChangedOnOneSide(t *testing.T) {
 			})
 			aSince, bSince := a.n.Status().Groups[0].Since, b.n.Status().Groups[0].Since
 
-			stop := make(chan struct{})
-			watched := make(chan string, 1)
-			go func() {
-				defer close(watched)
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(2 * time.Millisecond):
-					}
-					for i, e := range sims {
-						if st := e.n.Status(); !st.Peer.Alive {
-							watched <- fmt.Sprintf("the peer of %s not alive: %+v", []string{"the primary", "the backup"}[i], st.Peer)
-							return
-						}
-					}
-				}
-			}()
+			watched := watchPeers(a, b)
 			for k, side := range []int{tc.first, 1 - tc.first} {
 				tc.change(&cfgs[side], newPort)
 				if err := sims[side].n.Configure(cfgs[side], 1); err != nil {
@@ -1028,8 +1021,7 @@ func TestNodeChangedOnOneSide(t *testing.T) {
 					t.Errorf("change %d: the side not changed says the peer's port is %d, want %d", k+1, p, cfgs[side].Port)
 				}
 			}
-			close(stop)
-			if msg, ok := <-watched; ok {
+			if msg := watched(); msg != "" {
 				t.Error(msg)
 			}
 			for i, e := range sims {
