@@ -1254,6 +1254,20 @@ func TestPrivilegedHAReplication(t *testing.T) {
 			}
 		}
 
+		// heardThroughout fails the test if either dispatcher stops
+		// hearing the other for the dead time and a little more.
+		heardThroughout := func(what string) {
+			t.Helper()
+			deadline := time.Now().Add(haDetect + 300*time.Millisecond)
+			for time.Now().Before(deadline) {
+				for _, d := range h.d {
+					if st := d.status(); !st.Peer.Alive {
+						t.Fatalf("%s %s: the peer not heard", d.ns, what)
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 		// The port changed on one dispatcher, then on the other, the
 		// backup first, then back, the primary first: until both use
 		// the same, heartbeats go to both ports and replication to the
@@ -1264,15 +1278,7 @@ func TestPrivilegedHAReplication(t *testing.T) {
 		}{{"7701", [2]*haDispatcher{h.d[1], h.d[0]}}, {haPort, [2]*haDispatcher{h.d[0], h.d[1]}}} {
 			for k, d := range c.order {
 				d.mustCtl("highavailability", "backup", "set", "--port", c.port)
-				deadline := time.Now().Add(haDetect + time.Second)
-				for time.Now().Before(deadline) {
-					for _, d := range h.d {
-						if st := d.status(); !st.Peer.Alive {
-							t.Fatalf("%s while the port changes to %s: the peer not heard", d.ns, c.port)
-						}
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				heardThroughout("while the port changes to " + c.port)
 				if other := c.order[1-k]; k == 0 {
 					if st := other.status(); st.PeerPort == 0 || fmt.Sprint(st.PeerPort) != c.port {
 						t.Errorf("%s, its peer changed to port %s: peer_port %d", other.ns, c.port, st.PeerPort)
@@ -1285,6 +1291,28 @@ func TestPrivilegedHAReplication(t *testing.T) {
 					len(st.Groups) != 1 || st.Groups[0].Since != before[i].Groups[0].Since {
 					t.Errorf("%s after the port changed to %s on both: port %d, peer_port %d, synced %v, groups %+v, was %+v",
 						d.ns, c.port, st.Port, st.PeerPort, st.Replication.Synced, st.Groups, before[i].Groups)
+				}
+			}
+		}
+
+		// A second heartbeat path (over IPv6) added on the backup first,
+		// then removed on the primary first: each side's sockets are
+		// opened again while the other's are not, and the standby stays
+		// standby (it took over at once, the peer forgotten).
+		addr6 := func(d *haDispatcher) string { return h.env[fmt.Sprintf("LAB_D%d_ADDR6", d.i)] }
+		for _, c := range []struct {
+			verb  string
+			order [2]*haDispatcher
+		}{{"add", [2]*haDispatcher{h.d[1], h.d[0]}}, {"remove", [2]*haDispatcher{h.d[0], h.d[1]}}} {
+			for _, d := range c.order {
+				d.mustCtl("highavailability", "heartbeat", c.verb, addr6(d), addr6(h.d[1-(d.i-1)]))
+				heardThroughout("after heartbeat " + c.verb + " here")
+			}
+			for i, d := range h.d {
+				st := d.status()
+				if len(st.Heartbeats) != map[string]int{"add": 2, "remove": 1}[c.verb] || len(st.Groups) != 1 ||
+					st.Groups[0].Since != before[i].Groups[0].Since {
+					t.Errorf("%s after heartbeat %s on both: heartbeats %+v, groups %+v, was %+v", d.ns, c.verb, st.Heartbeats, st.Groups, before[i].Groups)
 				}
 			}
 		}
