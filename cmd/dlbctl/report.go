@@ -301,6 +301,9 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "warning:\t%s\n", warning)
 	}
+	if len(r.Dropping) > 0 {
+		fmt.Fprintf(w, "dropping:\t%s\n", droppingText(r.Dropping, r.DroppingSeconds))
+	}
 	if t := r.Trace; t != nil {
 		fmt.Fprintf(w, "packet trace:\trunning since %s (%s), %d packets so far\n", t.Since, t.Filter, t.Packets)
 	}
@@ -351,6 +354,31 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 			fmt.Fprintf(w, "%s\t%d\n", name, r.Events[name])
 		}
 	}
+}
+
+// dropCauses says, for each drop reason the executor reports as
+// dropping (api.ExecutorReport.Dropping), what it lacked.
+var dropCauses = map[string]string{
+	"drop_no_route":      "no route to the client",
+	"drop_no_tx_port":    "no usable interface towards the server",
+	"drop_table_full":    "the NAT tables full",
+	"drop_nat_exhausted": "no free NAT port on the return address",
+}
+
+// droppingText renders what the executor dropped lately: "120 packets in
+// the last 5 s: 100 with no route to the client (drop_no_route), ...".
+func droppingText(m map[string]uint64, seconds float64) string {
+	var total uint64
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(m)) {
+		total += m[r]
+		cause := dropCauses[r]
+		if cause == "" {
+			cause = "another cause"
+		}
+		parts = append(parts, fmt.Sprintf("%d with %s (%s)", m[r], cause, r))
+	}
+	return fmt.Sprintf("%s in the last %.0f s: %s", counted(int(min(total, 1<<62)), "packet", "packets"), seconds, strings.Join(parts, ", "))
 }
 
 // orNone shows an unset address as "none", the word that clears it.

@@ -22,6 +22,7 @@ func cannedEngine() *fakeEngine {
 		exec: api.ExecutorReport{
 			Started: true, Interface: "eth0", XDPMode: "auto", Attached: true, AttachedMode: "generic",
 			Ifindex: 3, LinkID: 12, ProgramID: 34, PinDir: "/sys/fs/bpf/dlb",
+			Dropping: map[string]uint64{"drop_no_route": 4}, DroppingSeconds: 5,
 			NFA: "192.0.2.10", NFA6: "2001:2::2", ClientGateway: "192.0.2.1", ClientGateway6: "2001:2::1",
 			FinTimeout: 30, Connections: 12, ConnectionCapacity: 262144, MaglevSize: 65537,
 			NATCapacity: 131072, HalfOpenCapacity: 65536, AffinityCapacity: 65536, AffinityRecords: 7,
@@ -101,6 +102,7 @@ interface:           eth0
 xdp mode:            auto, attached as generic
 attached:            yes (ifindex 3, link id 12, program id 34)
 pin dir:             /sys/fs/bpf/dlb
+dropping:            4 packets in the last 5 s: 4 with no route to the client (drop_no_route)
 packet trace:        running since 2026-01-02T03:04:05Z (cluster 10.0.0.100 port 80), 17 packets so far
 nfa:                 192.0.2.10
 nfa6:                2001:2::2

@@ -41,6 +41,11 @@ type statusExecutor struct {
 	Connections int    `json:"connections"`
 	Capacity    uint32 `json:"connection_capacity"`
 	Error       string `json:"error,omitempty"`
+	// Dropping is what the executor dropped lately for want of something
+	// the operator gives (executor report's dropping), over
+	// DroppingSeconds.
+	Dropping        map[string]uint64 `json:"dropping,omitempty"`
+	DroppingSeconds float64           `json:"dropping_seconds,omitempty"`
 }
 
 // statusMetrics is the metric servers' side, when metrics are
@@ -108,7 +113,9 @@ servers by state and the ports where none takes new connections, the
 manager, the advisors, the metric servers, high availability and BGP when
 configured, and every warning of "executor report". The last line says what
 needs attention, if anything: the executor not attached, a port without a
-server, a warning, a server this host cannot probe (no route to it, its NFA
+server, the executor dropping what it should forward in the last 5 s (no
+route to the clients, no usable interface, NAT tables full, NAT ports
+exhausted), a warning, a server this host cannot probe (no route to it, its NFA
 gone), a server that is up and whose metric reports fail, high
 availability not running or without its peer (or a standby without a full
 copy of the active's tables, or a peer serving another configuration), a
@@ -156,7 +163,7 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 		return r, err
 	}
 	r.Executor = statusExecutor{State: x.State, Interface: x.Interface, Mode: x.AttachedMode, Connections: x.Connections,
-		Capacity: x.ConnectionCapacity, Error: x.Error}
+		Capacity: x.ConnectionCapacity, Error: x.Error, Dropping: x.Dropping, DroppingSeconds: x.DroppingSeconds}
 	if x.Detached != "" {
 		r.Executor.Error = x.Detached
 	}
@@ -268,6 +275,9 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 	}
 	if len(r.NoServer) > 0 {
 		out = append(out, "no server takes new connections on "+strings.Join(r.NoServer, ", "))
+	}
+	if ex := r.Executor; len(ex.Dropping) > 0 {
+		out = append(out, "the executor drops what it should forward: "+droppingText(ex.Dropping, ex.DroppingSeconds))
 	}
 	if n := len(r.Warnings); n > 0 {
 		out = append(out, fmt.Sprintf("%d %s", n, plural(n, "warning", "warnings")))

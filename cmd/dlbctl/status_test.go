@@ -89,6 +89,12 @@ func TestStatus(t *testing.T) {
 				"http 10.0.0.100@80 10.0.1.6: network unreachable: no route from this host; " +
 				"connect @443 10.0.1.5: network unreachable: no route from this host",
 		}},
+		{"the executor dropping what it should forward", func(f *fakeEngine) {
+			f.exec.Dropping, f.exec.DroppingSeconds = map[string]uint64{"drop_no_route": 120, "drop_nat_exhausted": 1}, 5
+		}, []string{"ATTENTION          the executor drops what it should forward: 121 packets in the last 5 s: " +
+			"1 with no free NAT port on the return address (drop_nat_exhausted), 120 with no route to the client (drop_no_route)"},
+			[]string{"the executor drops what it should forward: 121 packets in the last 5 s: " +
+				"1 with no free NAT port on the return address (drop_nat_exhausted), 120 with no route to the client (drop_no_route)"}},
 		{"no advisors", func(f *fakeEngine) { f.advisors = nil }, nil, nil},
 		{"a standby without a copy", func(f *fakeEngine) { f.ha.Replication.Synced = false }, nil,
 			[]string{"standing by without a full copy of the active's connection tables"}},

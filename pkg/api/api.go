@@ -407,6 +407,13 @@ type ExecutorReport struct {
 	Tables      []TableReport `json:"tables,omitempty"`
 	MemoryBytes uint64        `json:"memory_bytes,omitempty"`
 
+	// Dropping counts, by reason, the packets the executor dropped in the
+	// last DroppingSeconds for want of something the operator gives: a
+	// route to the clients (drop_no_route), a usable interface towards a
+	// server (drop_no_tx_port), room in the NAT tables (drop_table_full),
+	// free NAT ports (drop_nat_exhausted). Empty when it dropped none.
+	Dropping        map[string]uint64 `json:"dropping,omitempty"`
+	DroppingSeconds float64           `json:"dropping_seconds,omitempty"`
 	// Reasons count every packet the executor saw under one reason.
 	Reasons []ReasonCount `json:"reasons"`
 	// Packets is the sum of Reasons' packets.

@@ -254,6 +254,8 @@ type Engine struct {
 	host     host // what the engine did to the host and must remember
 
 	exec executor // the executor, and what the engine knows it holds
+	// drops counts the executor's drops that want the operator.
+	drops dropWatch
 	// unsaved is why the state cannot be saved, while it cannot (a state
 	// directory deleted that dlbd cannot make again).
 	unsaved logagg.Steady
@@ -598,6 +600,7 @@ func (e *Engine) Run(ctx context.Context) {
 			e.checkAttachment(e.ed.Config())
 			e.haRetry(time.Now())
 			e.refreshNeighbors()
+			e.sampleDrops(time.Now())
 			e.agg.Flush()
 			// Catches an executor that lost its attachment (its
 			// interface went away) within a tick.

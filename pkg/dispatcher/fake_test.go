@@ -56,6 +56,8 @@ type fakeDatapath struct {
 	hopPasses int
 	// routeTells counts RoutesChanged calls.
 	routeTells int
+	// reasons are the per-reason counters Stats returns.
+	reasons []lb.ReasonCount
 	// conns, put and merged are the connection tables (merge_test.go).
 	conns, put, merged []lb.ConnEntry
 	// occupied refuses Attach as the kernel does when the interface
@@ -273,7 +275,9 @@ func (f *fakeDatapath) state() *lb.Dataplane {
 }
 
 func (f *fakeDatapath) Stats() (lb.DataplaneStats, error) {
-	return lb.DataplaneStats{Services: map[uint32]lb.Counters{}}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return lb.DataplaneStats{Services: map[uint32]lb.Counters{}, Reasons: slices.Clone(f.reasons)}, nil
 }
 func (f *fakeDatapath) Sweep() (lb.SweepResult, error) {
 	f.mu.Lock()

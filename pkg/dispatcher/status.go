@@ -131,6 +131,11 @@ type ExecutorStatus struct {
 	Events  map[string]uint64
 	// Trace is the packet trace that runs (nil: none).
 	Trace *TraceStatus
+	// Dropping counts, by reason, what the executor dropped over the
+	// last DroppingOver for want of something the operator gives (a
+	// route, an interface, table room, NAT ports; nil: nothing).
+	Dropping     map[string]uint64
+	DroppingOver time.Duration
 }
 
 // TraceStatus is a packet trace that runs (dlbctl executor trace).
@@ -316,6 +321,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 	if e.exec.trace != nil {
 		x.Trace = e.exec.trace.status()
 	}
+	x.Dropping, x.DroppingOver = e.dropping(time.Now())
 	if e.exec.dp == nil {
 		return
 	}

@@ -521,6 +521,18 @@ func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 	if r.OK != 0 {
 		t.Errorf("%d connections answered without a route to clients: the test's premise is wrong", r.OK)
 	}
+	// The replies dropped are counted: dlbctl status names them (the
+	// drops of the last 5 s window), and they stop once the route is back.
+	dropping := func() string {
+		out, _, _ := l.ctl("status", "--check")
+		return out
+	}
+	var out string
+	poll(t, 12*time.Second, "dlbctl status to say the executor drops replies for want of a route", func() bool {
+		out = dropping()
+		return strings.Contains(out, "the executor drops what it should forward") && strings.Contains(out, "no route to the client (drop_no_route)")
+	})
+	t.Logf("without a route to clients, dlbctl status says:\n%s", out)
 
 	// Remedy one: forwarding.
 	setForwarding("1")
@@ -530,6 +542,9 @@ func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 	if r := l.mustLoad("-url", "http://"+vip+"/", "-n", "200", "-c", "10"); r.OK != 200 {
 		t.Errorf("with forwarding on: %d of 200 answered: %v", r.OK, r.Errors)
 	}
+	poll(t, 12*time.Second, "dlbctl status to no longer say the executor drops", func() bool {
+		return !strings.Contains(dropping(), "drop_no_route")
+	})
 	// Remedy two: a client gateway (the router, which forwards to the
 	// clients' segment).
 	setForwarding("0")

@@ -75,6 +75,9 @@ func executorReport(st *dispatcher.Status) api.ExecutorReport {
 	if len(x.Events) > 0 {
 		r.Events = x.Events
 	}
+	if len(x.Dropping) > 0 {
+		r.Dropping, r.DroppingSeconds = x.Dropping, x.DroppingOver.Seconds()
+	}
 	return r
 }
 
