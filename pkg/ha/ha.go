@@ -226,8 +226,9 @@ func (n *Node) signal() {
 }
 
 // Check refuses a configuration this host cannot run: a heartbeat
-// source it does not own (the sockets cannot bind), an unreadable or
-// empty secret file. It changes nothing.
+// source it does not own, or whose port another program holds (UDP for
+// the heartbeats, TCP for replication: the sockets cannot bind), an
+// unreadable or empty secret file. It changes nothing.
 func (n *Node) Check(h lb.HighAvailability) error {
 	if !h.Enabled() {
 		return nil
@@ -241,11 +242,18 @@ func (n *Node) Check(h lb.HighAvailability) error {
 		if n.running && n.cfg.Port == h.Port && n.socks[src] != nil {
 			continue // bound already
 		}
-		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, h.Port)))
+		ap := netip.AddrPortFrom(src, h.Port)
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
 		if err != nil {
 			return lb.Errorf("source", src.String(), "cannot send heartbeats from %s port %d: %v", src, h.Port, bindReason(err))
 		}
 		c.Close()
+		// Replication listens on the same port, over TCP.
+		l, err := net.Listen("tcp", ap.String())
+		if err != nil {
+			return lb.Errorf("source", src.String(), "cannot accept replication on %s: %v", ap, bindReason(err))
+		}
+		l.Close()
 	}
 	return nil
 }

@@ -1040,3 +1040,56 @@ func TestNodeChangedOnOneSide(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeCheck: a configuration whose heartbeat sockets cannot bind is
+// refused before anything changes: a source not on this host, a port
+// another program holds over UDP (heartbeats) or over TCP (replication:
+// only the UDP port was tried, and the function stopped at the start);
+// the sockets of the running function itself are no obstacle.
+func TestNodeCheck(t *testing.T) {
+	port := freePort(t)
+	held := func(network string) func(t *testing.T) uint16 {
+		return func(t *testing.T) uint16 {
+			p := freePort(t)
+			ap := netip.AddrPortFrom(addrA, p).String()
+			var c io.Closer
+			var err error
+			if network == "udp" {
+				c, err = net.ListenPacket("udp", ap)
+			} else {
+				c, err = net.Listen("tcp", ap)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return p
+		}
+	}
+	running := startSim(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret")
+	for _, tc := range []struct {
+		name string
+		src  netip.Addr
+		port func(t *testing.T) uint16
+		want string // in the error; "" accepted
+	}{
+		{"a free port", addrA, freePort, ""},
+		{"the running function's own port", addrA, func(*testing.T) uint16 { return port }, ""},
+		{"a source not on this host", netip.MustParseAddr("198.18.99.1"), freePort, "the address is not on this host"},
+		{"the UDP port held", addrA, held("udp"), "cannot send heartbeats from 127.0.0.1"},
+		{"the TCP port held", addrA, held("tcp"), "cannot accept replication on 127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := running.n.Check(testConfig(lb.RolePrimary, tc.src, addrB, tc.port(t)))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+			if st := running.n.Status(); !st.Running || st.Error != "" {
+				t.Errorf("the running function changed: running %v, error %q", st.Running, st.Error)
+			}
+		})
+	}
+}
