@@ -86,6 +86,9 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 	if err == nil {
 		err = ed.checkRequests(d.cfg, ch)
 	}
+	if err == nil && haChecked(d.cfg, ch) {
+		err = newHAAddressProblem(ed.cfg, d.cfg)
+	}
 	if err != nil {
 		last := -1
 		if len(ops) == 1 {

@@ -357,3 +357,68 @@ func haScript(sw *scriptWriter, h lb.HighAvailability) {
 		sw.printf("highavailability reach add %s\n", a)
 	}
 }
+
+// HAAddressProblems names the addresses cfg's high availability uses
+// that are not what they must be: a heartbeat address that is a NAT
+// return address (it moves with the active dispatcher: after a takeover
+// the heartbeats from it fail), a reach target that is a cluster or
+// return address or one of this dispatcher's heartbeat sources (this
+// host answers for it itself: it proves nothing about the network).
+// Prepare refuses a change that brings a new one; a configuration
+// loaded with one is warned of (the check came after it was accepted).
+func HAAddressProblems(cfg lb.Config) []error {
+	h := cfg.HA
+	if !h.Configured() {
+		return nil
+	}
+	returns := map[netip.Addr]bool{}
+	for i := range cfg.Clusters {
+		for _, p := range cfg.Clusters[i].Ports {
+			for _, s := range p.Servers {
+				if s.ReturnAddress.IsValid() {
+					returns[s.ReturnAddress] = true
+				}
+			}
+		}
+	}
+	var out []error
+	for _, hb := range h.Heartbeats {
+		for _, a := range []netip.Addr{hb.Source, hb.Destination} {
+			if returns[a] {
+				out = append(out, lb.Errorf("heartbeat", hb.Source.String()+"/"+hb.Destination.String(),
+					"%s is a NAT return address, which moves with the active dispatcher: heartbeats go between the dispatchers' own addresses", a))
+			}
+		}
+	}
+	const outside = "a reach target is outside the pair (the router, a gateway): which dispatcher still reaches it tells which should serve"
+	for _, a := range h.Reach {
+		what := ""
+		switch _, cluster := findCluster(cfg.Clusters, a); {
+		case cluster:
+			what = "a cluster address, which the active answers for itself"
+		case returns[a]:
+			what = "a NAT return address, which the active answers for itself"
+		case slices.Contains(h.Sources(), a):
+			what = "this dispatcher's own heartbeat source"
+		default:
+			continue
+		}
+		out = append(out, lb.Errorf("reach", a.String(), "%s is %s: %s", a, what, outside))
+	}
+	return out
+}
+
+// newHAAddressProblem returns the first of next's HAAddressProblems that
+// old did not have (nil: none).
+func newHAAddressProblem(old, next lb.Config) error {
+	had := map[string]bool{}
+	for _, err := range HAAddressProblems(old) {
+		had[err.Error()] = true
+	}
+	for _, err := range HAAddressProblems(next) {
+		if !had[err.Error()] {
+			return err
+		}
+	}
+	return nil
+}

@@ -99,6 +99,11 @@ func TestHARefusals(t *testing.T) {
 		{"primaryhost of neither dispatcher", []Op{op(Cluster, Set, vip, "primaryhost", "198.18.0.9"), op(Backup, Remove, ""),
 			op(Backup, Add, "", "role", "both", "recovery", "auto", "haport", "7000")}, "primaryhost"},
 		{"multicast primaryhost", []Op{op(Cluster, Set, vip, "primaryhost", "224.0.0.1")}, "primaryhost"},
+		{"heartbeat from a return address", []Op{op(Heartbeat, Add, "198.18.0.5", "source", "198.18.0.3")}, "heartbeat"},
+		{"a return address that is the peer's heartbeat address", []Op{op(Server, Set, vip+"@81@198.18.1.11", "returnaddress", "198.18.0.4")}, "heartbeat"},
+		{"reach a cluster", []Op{op(Reach, Add, vip)}, "reach"},
+		{"reach a return address", []Op{op(Reach, Add, "198.18.0.3")}, "reach"},
+		{"reach this dispatcher", []Op{op(Reach, Add, "198.18.0.2")}, "reach"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -205,5 +210,27 @@ func TestHASaved(t *testing.T) {
 	mustApply(t, ed, back...)
 	if ed.Config().HA.Configured() {
 		t.Errorf("the plan back left %+v", ed.Config().HA)
+	}
+}
+
+// TestHAAddressProblemsLoaded: a configuration saved before the check
+// with a reach target that is a cluster address loads, takes changes
+// that do not bring another such address, and names its problem.
+func TestHAAddressProblemsLoaded(t *testing.T) {
+	cfg := haBase(t).Config().Clone()
+	cfg.HA.Reach = append(cfg.HA.Reach, mustAddr(vip))
+	ed, err := NewEditor(cfg, Options{})
+	if err != nil {
+		t.Fatalf("a saved configuration refused at load: %v", err)
+	}
+	if _, err := ed.Prepare([]Op{op(Heartbeat, Set, "", "interval", "300")}); err != nil {
+		t.Errorf("a change that brings no new problem refused: %v", err)
+	}
+	if _, err := ed.Prepare([]Op{op(Reach, Add, "198.18.0.3")}); lb.FieldOf(err) != "reach" {
+		t.Errorf("another problem brought: %v, want a refusal naming reach", err)
+	}
+	probs := HAAddressProblems(ed.Config())
+	if len(probs) != 1 || !strings.Contains(probs[0].Error(), vip+" is a cluster address") {
+		t.Errorf("problems %v, want the cluster reach target's", probs)
 	}
 }

@@ -195,6 +195,17 @@ func (e *Engine) haSourceProblems(cfg lb.Config) []string {
 	return out
 }
 
+// haAddressProblems warns of the addresses high availability uses that
+// it must not (config.HAAddressProblems): a configuration accepted
+// before the check keeps working as it did, and says what to change.
+func haAddressProblems(cfg lb.Config) []string {
+	var out []string
+	for _, err := range config.HAAddressProblems(cfg) {
+		out = append(out, err.Error()+" (accepted before dlb checked it: change it)")
+	}
+	return out
+}
+
 // clusterProblems names the clusters of cfg (those in only, or all when
 // only is nil) that nothing on this host answers ARP or neighbour
 // solicitations for: not put on the interface by dlb (--configure), on no

@@ -315,6 +315,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 		x.Warnings = append(x.Warnings, e.nfaProblems(e.ed.Config())...)
 		x.Warnings = append(x.Warnings, e.clusterProblems(e.ed.Config(), nil)...)
 		x.Warnings = append(x.Warnings, e.haSourceProblems(e.ed.Config())...)
+		x.Warnings = append(x.Warnings, haAddressProblems(e.ed.Config())...)
 		x.Warnings = append(x.Warnings, e.hopProblems(e.ed.Config(), nil)...)
 		x.Warnings = append(x.Warnings, e.ownSourceProblems()...)
 	}

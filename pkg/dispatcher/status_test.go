@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,21 @@ func TestNATRouteCheckQuietWithoutInterface(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "checking whether NAT replies can be routed") {
 		t.Errorf("the NAT route check logged with the interface gone:\n%s", logs.String())
+	}
+}
+
+// A configuration saved before dlb refused a reach target that is a
+// cluster address loads, and the executor report says what to change.
+func TestHAAddressProblemsWarned(t *testing.T) {
+	vip := netip.MustParseAddr("198.18.0.100")
+	cfg := lb.Config{Clusters: []lb.Cluster{{Address: vip}},
+		HA: lb.HighAvailability{Role: lb.RolePrimary, Recovery: lb.RecoveryAuto, Port: 7000, Reach: []netip.Addr{vip}}}
+	w := haAddressProblems(cfg)
+	if len(w) != 1 || !strings.Contains(w[0], "198.18.0.100 is a cluster address") || !strings.Contains(w[0], "accepted before dlb checked it") {
+		t.Errorf("warnings %q", w)
+	}
+	cfg.HA.Reach = []netip.Addr{netip.MustParseAddr("198.18.0.254")}
+	if w := haAddressProblems(cfg); len(w) != 0 {
+		t.Errorf("warnings for a router as reach target: %q", w)
 	}
 }
