@@ -64,6 +64,10 @@ func checkConfig(path string, w io.Writer) error {
 	if err := config.CheckRequests(f.Config, advisors.CheckRequest); err != nil {
 		return fmt.Errorf("%s: %w", path, f.Place(err))
 	}
+	// What an apply to a dispatcher without them would refuse.
+	if probs := config.HAAddressProblems(f.Config); len(probs) > 0 {
+		return fmt.Errorf("%s: %w", path, f.Place(probs[0]))
+	}
 	ports, servers := 0, 0
 	for _, cl := range f.Config.Clusters {
 		ports += len(cl.Ports)

@@ -63,6 +63,9 @@ func TestCheckConfig(t *testing.T) {
 		{"an unknown key", "executor:\n  interfac: eth0\n", 1, "",
 			`line 2: executor.interfac: unknown key "interfac" (did you mean "interface"?)`},
 		{"not YAML", "clusters: [\n", 1, "", "line 1: did not find expected node content\n"},
+		{"a reach target that is a cluster address", goodFile + "ha:\n  role: primary\n  recovery: auto\n  port: 7000\n" +
+			"  secret-file: /etc/dlb/ha.secret\n  heartbeats:\n    - {source: 198.18.0.2, destination: 198.18.0.4}\n  reach: [198.18.0.100]\n", 1, "",
+			"line 18: ha.reach: 198.18.0.100 is a cluster address, which the active answers for itself"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -403,7 +403,7 @@ func HAAddressProblems(cfg lb.Config) []error {
 		default:
 			continue
 		}
-		out = append(out, lb.Errorf("reach", a.String(), "%s is %s: %s", a, what, outside))
+		out = append(out, lb.Errorf("reach", haObject, "%s is %s: %s", a, what, outside))
 	}
 	return out
 }

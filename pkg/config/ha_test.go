@@ -229,6 +229,22 @@ func TestHAAddressProblemsLoaded(t *testing.T) {
 	if _, err := ed.Prepare([]Op{op(Reach, Add, "198.18.0.3")}); lb.FieldOf(err) != "reach" {
 		t.Errorf("another problem brought: %v, want a refusal naming reach", err)
 	}
+	// The same through a whole configuration (a file applied).
+	if _, err := ed.PrepareConfig(cfg); err != nil {
+		t.Errorf("the loaded configuration, replaced by itself, refused: %v", err)
+	}
+	more := cfg.Clone()
+	more.HA.Reach = append(more.HA.Reach, mustAddr("198.18.0.3"))
+	if _, err := ed.PrepareConfig(more); lb.FieldOf(err) != "reach" {
+		t.Errorf("a file bringing another problem: %v, want a refusal naming reach", err)
+	}
+	fresh, err := NewEditor(lb.NewConfig(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.PrepareConfig(cfg); lb.FieldOf(err) != "reach" {
+		t.Errorf("the configuration applied to a fresh dispatcher: %v, want a refusal naming reach", err)
+	}
 	probs := HAAddressProblems(ed.Config())
 	if len(probs) != 1 || !strings.Contains(probs[0].Error(), vip+" is a cluster address") {
 		t.Errorf("problems %v, want the cluster reach target's", probs)

@@ -32,5 +32,10 @@ func (ed *Editor) PrepareConfig(next lb.Config) (*Edit, error) {
 	if err := ed.checkRequests(next, ch); err != nil {
 		return nil, &OpError{Index: -1, Err: err}
 	}
+	if haChecked(next, ch) {
+		if err := newHAAddressProblem(ed.cfg, next); err != nil {
+			return nil, &OpError{Index: -1, Err: err}
+		}
+	}
 	return &Edit{Next: next, Change: ch, base: ed.cfg}, nil
 }
