@@ -89,6 +89,12 @@ type statusHA struct {
 	Peer       bool   `json:"peer_alive"`
 	PeerRole   string `json:"peer_role,omitempty"`
 	SameConfig bool   `json:"same_configuration"`
+	// Silent are the heartbeat paths ("source -> destination") the live
+	// peer has not been heard on for its dead time: one fault more and
+	// neither dispatcher hears the other. Unreachable are the reach
+	// targets this dispatcher does not reach.
+	Silent      []string `json:"silent_heartbeats,omitempty"`
+	Unreachable []string `json:"unreachable_reach,omitempty"`
 }
 
 // statusGroup is a group's state: "local" are the clusters this
@@ -118,8 +124,9 @@ route to the clients, no usable interface, NAT tables full, NAT ports
 exhausted), a warning, a server this host cannot probe (no route to it, its NFA
 gone), a server that is up and whose metric reports fail, high
 availability not running or without its peer (or a standby without a full
-copy of the active's tables, or a peer serving another configuration), a
-BGP session down or a cluster withdrawn.
+copy of the active's tables, a peer serving another configuration, a
+heartbeat path the peer is no longer heard on, a reach target not reached),
+a BGP session down or a cluster withdrawn.
 
 With --check, dlbctl exits 1 when something needs attention (for a
 monitoring check); without it, 0 whenever dlbd answered.`
@@ -235,6 +242,14 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 		for _, g := range ha.Groups {
 			h.Groups = append(h.Groups, statusGroup{Group: g.Group, State: g.State})
 		}
+		h.Silent = silentPaths(ha)
+		if ha.Running {
+			for _, t := range ha.Reach {
+				if !t.Reachable {
+					h.Unreachable = append(h.Unreachable, t.Address)
+				}
+			}
+		}
 		r.HA = h
 	}
 	b, err := cl.BGP(ctx)
@@ -306,6 +321,14 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 		if h.Running && !h.Healthy {
 			out = append(out, "this dispatcher cannot forward (high availability says so to its peer)")
 		}
+		if len(h.Silent) > 0 {
+			out = append(out, fmt.Sprintf("the peer is not heard on heartbeat %s %s, only on another: one fault more and neither dispatcher hears the other",
+				plural(len(h.Silent), "path", "paths"), strings.Join(h.Silent, ", ")))
+		}
+		if len(h.Unreachable) > 0 {
+			out = append(out, fmt.Sprintf("reach %s %s not reached from this dispatcher: it serves only if the peer reaches no more",
+				plural(len(h.Unreachable), "target", "targets"), strings.Join(h.Unreachable, ", ")))
+		}
 	}
 	if b := r.BGP; b != nil {
 		if len(b.Down) > 0 {
@@ -313,6 +336,24 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 		}
 		if len(b.Withdrawn) > 0 {
 			out = append(out, "clusters withdrawn: "+strings.Join(b.Withdrawn, "; "))
+		}
+	}
+	return out
+}
+
+// silentPaths lists the heartbeat paths of r the live peer has not been
+// heard on for twice the dead time (count × interval: twice, for a peer
+// of a longer interval), or at all though count heartbeats went out on
+// them.
+func silentPaths(r api.HAReport) []string {
+	if !r.Running || !r.Peer.Alive || len(r.Heartbeats) < 2 {
+		return nil
+	}
+	dead := 2 * float64(r.Count) * float64(r.IntervalMS) / 1000
+	var out []string
+	for _, hb := range r.Heartbeats {
+		if hb.Received == 0 && hb.Sent > uint64(r.Count) || hb.Received > 0 && hb.SecondsAgo > dead {
+			out = append(out, hb.Source+" -> "+hb.Destination)
 		}
 	}
 	return out

@@ -100,6 +100,21 @@ func TestStatus(t *testing.T) {
 			[]string{"standing by without a full copy of the active's connection tables"}},
 		{"a peer with another configuration", func(f *fakeEngine) { f.ha.DigestMatch = false }, nil,
 			[]string{"the high-availability peer serves another configuration"}},
+		{"a heartbeat path silent, a reach target lost", func(f *fakeEngine) {
+			f.ha.IntervalMS, f.ha.Count = 500, 4
+			f.ha.Heartbeats = []api.HAHeartbeatReport{{Source: "10.0.0.4", Destination: "10.0.0.2", Sent: 90, Received: 90, SecondsAgo: 0.2},
+				{Source: "10.0.5.4", Destination: "10.0.5.2", Sent: 90, Received: 40, SecondsAgo: 4.5},
+				{Source: "10.0.6.4", Destination: "10.0.6.2", Sent: 90}}
+			f.ha.Reach = []api.HAReachReport{{Address: "10.0.0.254", Reachable: true}, {Address: "10.0.0.253"}}
+		}, nil, []string{
+			"the peer is not heard on heartbeat paths 10.0.5.4 -> 10.0.5.2, 10.0.6.4 -> 10.0.6.2, only on another: one fault more and neither dispatcher hears the other",
+			"reach target 10.0.0.253 not reached from this dispatcher: it serves only if the peer reaches no more",
+		}},
+		{"a heartbeat path heard within twice the dead time", func(f *fakeEngine) {
+			f.ha.IntervalMS, f.ha.Count = 500, 4
+			f.ha.Heartbeats = []api.HAHeartbeatReport{{Source: "10.0.0.4", Destination: "10.0.0.2", Sent: 90, Received: 90, SecondsAgo: 0.2},
+				{Source: "10.0.5.4", Destination: "10.0.5.2", Sent: 90, Received: 40, SecondsAgo: 3.9}}
+		}, nil, nil},
 		{"neither HA nor BGP", func(f *fakeEngine) {
 			f.ha = api.HAReport{}
 			f.bgp = api.BGPReport{Clusters: []api.BGPClusterReport{{Address: "10.0.0.100"}}}
