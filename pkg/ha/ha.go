@@ -157,6 +157,16 @@ type peerState struct {
 	// answered and then stops answering is down, not restarting dlbd.
 	hostAnswered time.Time
 	hostFails    int
+	// recent are the last heartbeats accepted (their sequence numbers,
+	// when): the same heartbeat on another path is a copy, not a replay
+	// (isCopyLocked).
+	recent [4]heardSeq
+}
+
+// heardSeq is a heartbeat accepted: its sequence number, when.
+type heardSeq struct {
+	seq uint64
+	at  time.Time
 }
 
 // reachState is one reach target's probing.
@@ -1103,10 +1113,20 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 	if err == nil {
 		err = n.peer.fresh.accept(m, n.boot)
 	}
+	now := time.Now()
+	if errors.Is(err, errReplay) && n.isCopyLocked(m, now) {
+		// The same heartbeat on another path: this path is heard,
+		// nothing else is new.
+		st.Received++
+		st.LastHeard = now
+		return
+	}
 	if err != nil {
 		n.refused[err.Error()]++
 		return
 	}
+	copy(n.peer.recent[1:], n.peer.recent[:])
+	n.peer.recent[0] = heardSeq{seq: m.Seq, at: now}
 	if !bytes.Equal(key, n.peerKey) {
 		if n.peerKey != nil && bytes.Equal(key, n.key) {
 			n.log.Info("high availability: the peer is heard with the new shared secret; the former one is no longer accepted")
@@ -1122,7 +1142,6 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		}
 		n.peerPort = p
 	}
-	now := time.Now()
 	st.Received++
 	st.LastHeard = now
 	wasAlive := n.peerAliveLocked(now)
@@ -1144,6 +1163,23 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		// a restart may stand by now).
 		n.answer = true
 	}
+}
+
+// isCopyLocked reports whether m, refused as a replay, is a heartbeat
+// accepted lately on another path: of the peer's boot, one of the last
+// sequence numbers accepted, less than an interval ago (a replay made
+// later is refused still).
+func (n *Node) isCopyLocked(m message, now time.Time) bool {
+	if !n.peer.heard || m.Boot != n.peer.last.Boot {
+		return false
+	}
+	within := time.Duration(max(n.cfg.IntervalMS(), uint32(n.peer.last.IntervalMS))) * time.Millisecond
+	for _, r := range n.peer.recent {
+		if r.seq == m.Seq && !r.at.IsZero() && now.Sub(r.at) < within {
+			return true
+		}
+	}
+	return false
 }
 
 // probeReach pings the reach targets twice an interval: a target is

@@ -1093,3 +1093,37 @@ func TestNodeCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeTwoPaths: with two heartbeat paths each heartbeat arrives
+// twice; the copy is the path's sign of life, not a replay: both paths
+// count what they carry, and nothing is refused (the slower path's
+// copies were refused as replayed, and it looked silent).
+func TestNodeTwoPaths(t *testing.T) {
+	addrC := netip.MustParseAddr("127.0.0.3")
+	addrD := netip.MustParseAddr("127.0.0.4")
+	port := freePort(t)
+	ha := testConfig(lb.RolePrimary, addrA, addrB, port)
+	ha.Heartbeats = append(ha.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
+	hb := testConfig(lb.RoleBackup, addrB, addrA, port)
+	hb.Heartbeats = append(hb.Heartbeats, lb.Heartbeat{Source: addrD, Destination: addrC})
+	a, b := startSim(t, ha, "secret-secret"), startSim(t, hb, "secret-secret")
+	waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
+		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	time.Sleep(time.Second) // 20 intervals
+	for i, e := range []*simEngine{a, b} {
+		st := e.n.Status()
+		if n := st.Refused["replayed"]; n > 0 {
+			t.Errorf("%d: %d heartbeats refused as replayed: %v", i, n, st.Refused)
+		}
+		if len(st.Heartbeats) != 2 {
+			t.Fatalf("%d: paths %+v", i, st.Heartbeats)
+		}
+		for _, p := range st.Heartbeats {
+			if p.Received < p.Sent*3/4 || time.Since(p.LastHeard) > 200*time.Millisecond {
+				t.Errorf("%d: path %s -> %s: sent %d, received %d, last heard %v ago", i, p.Source, p.Destination,
+					p.Sent, p.Received, time.Since(p.LastHeard))
+			}
+		}
+	}
+}
