@@ -468,6 +468,12 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	n.mu.Unlock()
 	n.mu.Lock()
 	rebind := !n.running || n.cfg.Port != h.Port || !slices.Equal(n.cfg.Sources(), h.Sources())
+	if n.running && n.cfg.Port != h.Port && n.peerPort == 0 {
+		// The peer not heard yet (dlbd restarted with its saved
+		// configuration, a file with another port applied at once):
+		// it is presumed on the port this dispatcher used, until heard.
+		n.peerPort = n.cfg.Port
+	}
 	roleChanged := n.cfg.Role != lb.RoleNone && n.cfg.Role != h.Role
 	intervalChanged := n.cfg.IntervalMS() != h.IntervalMS()
 	n.mu.Unlock()
@@ -1121,6 +1127,12 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		st.LastHeard = now
 		return
 	}
+	if err == nil || errors.Is(err, errStale) {
+		// Sent by the peer (authenticated, not a replay): its port is
+		// the one it sends from, even in a heartbeat refused until it
+		// confirms this boot (a restarted peer must hear the answer).
+		n.notePeerPortLocked(fromPort.Port())
+	}
 	if err != nil {
 		n.refused[err.Error()]++
 		return
@@ -1132,15 +1144,6 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 			n.log.Info("high availability: the peer is heard with the new shared secret; the former one is no longer accepted")
 		}
 		n.peerKey = key
-	}
-	if p := fromPort.Port(); p != n.peerPort {
-		if p != n.cfg.Port {
-			n.log.Warn("high availability: the peer uses another port: heartbeats go to both until it uses this dispatcher's",
-				"peer_port", p, "port", n.cfg.Port)
-		} else if n.peerPort != 0 {
-			n.log.Info("high availability: the peer uses this dispatcher's port now", "port", p)
-		}
-		n.peerPort = p
 	}
 	st.Received++
 	st.LastHeard = now
@@ -1163,6 +1166,21 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		// a restart may stand by now).
 		n.answer = true
 	}
+}
+
+// notePeerPortLocked records the port the peer sends from: its
+// configured port (peerPort).
+func (n *Node) notePeerPortLocked(p uint16) {
+	if p == n.peerPort {
+		return
+	}
+	if p != n.cfg.Port {
+		n.log.Warn("high availability: the peer uses another port: heartbeats go to both until it uses this dispatcher's",
+			"peer_port", p, "port", n.cfg.Port)
+	} else if n.peerPort != 0 {
+		n.log.Info("high availability: the peer uses this dispatcher's port now", "port", p)
+	}
+	n.peerPort = p
 }
 
 // isCopyLocked reports whether m, refused as a replay, is a heartbeat

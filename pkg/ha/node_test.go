@@ -1127,3 +1127,37 @@ func TestNodeTwoPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeRestartedWithAnotherPort: a dlbd restarted over its saved
+// configuration, then given a configuration file with another port
+// before it heard its peer (the operator edited the file, restarted):
+// it talks to the peer's port, the former one, until the peer uses the
+// new one too. It was a partition: the standby took the group over 2 s
+// after its start, beside the active.
+func TestNodeRestartedWithAnotherPort(t *testing.T) {
+	a, b, port := startPair(t)
+	newPort := freePort(t)
+	b.halt(true)
+	cfg := testConfig(lb.RoleBackup, addrB, addrA, port)
+	resume := [lb.NumHAGroups]lb.HAState{lb.HAIdle, lb.HAStandby}
+	b2 := startSimResumed(t, cfg, "secret-secret", &resume)
+	cfg.Port = newPort
+	if err := b2.n.Configure(cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the restarted backup heard, standby", func() bool {
+		return b2.n.Status().Peer.Alive && b2.state(lb.GroupPeer) == lb.HAStandby && a.n.Status().Peer.Alive &&
+			!a.n.Status().Peer.Restarting
+	})
+	watched := watchPeers(a, b2)
+	time.Sleep(500 * time.Millisecond) // 2.5 × the dead time
+	if msg := watched(); msg != "" {
+		t.Error(msg)
+	}
+	if sa, sb := a.state(lb.GroupLocal), b2.state(lb.GroupPeer); sa != lb.HAActive || sb != lb.HAStandby {
+		t.Errorf("the primary %s, the restarted backup %s", sa, sb)
+	}
+	if p := a.n.Status().PeerPort; p != newPort {
+		t.Errorf("the primary says the peer's port is %d, want %d", p, newPort)
+	}
+}
