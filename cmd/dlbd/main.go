@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -343,8 +344,10 @@ func run(ctx context.Context, o options) error {
 		NewMetricSource:  newMetricSource(metricserver.NewClient(metricserver.ClientOptions{})),
 		CheckMetrics:     checkMetrics,
 		MetricErrorClass: metricErrorClass,
-		HA:               ha.New(ha.Options{Logger: log}), // runs once configured
-		Speaker:          bgp.New(log),                    // runs once "bgp set" configured it
+		// Runs once configured; keeps the secret the peer was last heard
+		// with beside the state, for a restart amid a rotation.
+		HA:               ha.New(ha.Options{Logger: log, PeerSecretFile: filepath.Join(o.stateDir, ha.PeerSecretFileName)}),
+		Speaker:          bgp.New(log), // runs once "bgp set" configured it
 		MaxServices:      o.maxServices + 1,
 		MaxBackends:      o.maxServers + 1,
 		AddressAnswerers: doctor.AddressAnswerers,

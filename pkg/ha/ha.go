@@ -29,9 +29,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +44,7 @@ import (
 	"github.com/dlbproject/dlb/advisors"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/smallfile"
+	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,7 +69,17 @@ type Options struct {
 	// function runs (default DefaultSecretCheck): a secret changed in
 	// the file is used without a command.
 	SecretCheck time.Duration
+	// PeerSecretFile keeps the secret the peer was last heard with
+	// across restarts (mode 0600; "": not kept): a dlbd restarted after
+	// its secret file changed, the peer's not yet, still hears the peer
+	// (the two served side by side). It holds the current secret once
+	// both have it.
+	PeerSecretFile string
 }
+
+// PeerSecretFileName is the file, in dlbd's state directory, that
+// Options.PeerSecretFile names.
+const PeerSecretFileName = "ha-peer.secret"
 
 // DefaultSecretCheck is how often the secret file is read again.
 const DefaultSecretCheck = time.Second
@@ -280,6 +293,9 @@ func bindReason(err error) string {
 	return s
 }
 
+// minSecret is the shortest shared secret accepted, in bytes.
+const minSecret = 8
+
 // maxSecretFile bounds the secret file read.
 const maxSecretFile = 4 << 10
 
@@ -317,6 +333,48 @@ func (n *Node) rotateSecretLocked(key []byte) {
 		}
 	}
 	n.key = key
+}
+
+// loadPeerKey reads the secret the peer was last heard with before this
+// dlbd started (nil: none kept, or unusable).
+func (n *Node) loadPeerKey() []byte {
+	if n.opts.PeerSecretFile == "" {
+		return nil
+	}
+	b, err := readSecretFile(n.opts.PeerSecretFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil && len(b) < minSecret {
+		err = fmt.Errorf("%d bytes, fewer than %d", len(b), minSecret)
+	}
+	if err != nil {
+		n.log.Warn("high availability: the secret the peer was last heard with cannot be read; not used", "file", n.opts.PeerSecretFile, "err", err)
+		return nil
+	}
+	return b
+}
+
+// savePeerKey keeps key as the secret the peer was last heard with
+// (PeerSecretFile). Written at a change only: the first heartbeat heard,
+// a rotation.
+func (n *Node) savePeerKey(key []byte) {
+	if n.opts.PeerSecretFile == "" {
+		return
+	}
+	if err := renameio.WriteFile(n.opts.PeerSecretFile, key, 0o600); err != nil {
+		n.log.Warn("high availability: keeping the secret the peer was heard with for a restart", "file", n.opts.PeerSecretFile, "err", err)
+	}
+}
+
+// removePeerKey removes the kept secret: high availability stopped.
+func (n *Node) removePeerKey() {
+	if n.opts.PeerSecretFile == "" {
+		return
+	}
+	if err := os.Remove(n.opts.PeerSecretFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		n.log.Warn("high availability: removing the kept secret", "file", n.opts.PeerSecretFile, "err", err)
+	}
 }
 
 // secretKeysLocked are the secrets a heartbeat is tried with: this
@@ -380,7 +438,7 @@ func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
 		return nil, lb.Errorf("secretfile", h.SecretFile, "cannot read the shared secret: %v", err)
 	}
 	key := []byte(strings.TrimSpace(string(b)))
-	if len(key) < 8 {
+	if len(key) < minSecret {
 		return nil, lb.Errorf("secretfile", h.SecretFile, "the shared secret is shorter than 8 bytes")
 	}
 	return key, nil
@@ -436,6 +494,7 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		n.err = ""
 		n.peerKey, n.peerPort, n.secretErr = nil, 0, ""
 		n.mu.Unlock()
+		n.removePeerKey()
 		n.signal()
 		return nil
 	}
@@ -490,6 +549,9 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 	defer n.mu.Unlock()
 	defer func() { n.rebinding = false }()
 	n.cfg, n.digest = h.Clone(), digest
+	if !n.running && n.peerKey == nil {
+		n.peerKey = n.loadPeerKey()
+	}
 	n.rotateSecretLocked(key)
 	if roleChanged {
 		for g := range n.groups {
@@ -1144,6 +1206,7 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 			n.log.Info("high availability: the peer is heard with the new shared secret; the former one is no longer accepted")
 		}
 		n.peerKey = key
+		n.savePeerKey(key)
 	}
 	st.Received++
 	st.LastHeard = now

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -1159,5 +1160,70 @@ func TestNodeRestartedWithAnotherPort(t *testing.T) {
 	}
 	if p := a.n.Status().PeerPort; p != newPort {
 		t.Errorf("the primary says the peer's port is %d, want %d", p, newPort)
+	}
+}
+
+// TestNodeRestartedWithAnotherSecret: a dlbd restarted after its secret
+// file changed, the peer's not yet (configuration management rewrote
+// the file and restarted dlbd), still hears the peer with the secret
+// kept from before the restart; once the peer has the new secret, that
+// is the one kept. It served beside the active 2 s after its start.
+func TestNodeRestartedWithAnotherSecret(t *testing.T) {
+	port := freePort(t)
+	kept := filepath.Join(t.TempDir(), PeerSecretFileName)
+	var mu sync.Mutex
+	secrets := map[netip.Addr]string{addrA: "secret-one", addrB: "secret-one"}
+	reader := func(who netip.Addr) func(string) ([]byte, error) {
+		return func(string) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return []byte(secrets[who]), nil
+		}
+	}
+	a := startSimWith(t, testConfig(lb.RolePrimary, addrA, addrB, port), reader(addrA), nil)
+	bcfg := testConfig(lb.RoleBackup, addrB, addrA, port)
+	b := startSimOptions(t, bcfg, Options{ReadSecret: reader(addrB), PeerSecretFile: kept}, nil)
+	waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
+		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	if got, err := os.ReadFile(kept); err != nil || string(got) != "secret-one" {
+		t.Fatalf("kept %q, %v; want the secret the peer was heard with", got, err)
+	}
+	b.halt(true)
+	mu.Lock()
+	secrets[addrB] = "secret-two"
+	mu.Unlock()
+	resume := [lb.NumHAGroups]lb.HAState{lb.HAIdle, lb.HAStandby}
+	b2 := startSimOptions(t, bcfg, Options{ReadSecret: reader(addrB), PeerSecretFile: kept}, &resume)
+	waitFor(t, 2*time.Second, "the restarted backup heard, standby", func() bool {
+		return b2.n.Status().Peer.Alive && a.n.Status().Peer.Alive && !a.n.Status().Peer.Restarting
+	})
+	watched := watchPeers(a, b2)
+	time.Sleep(500 * time.Millisecond) // 2.5 × the dead time
+	if sa, sb := a.state(lb.GroupLocal), b2.state(lb.GroupPeer); sa != lb.HAActive || sb != lb.HAStandby {
+		t.Errorf("the primary %s, the restarted backup %s", sa, sb)
+	}
+	if !b2.n.Status().SecretPending {
+		t.Error("the restarted backup does not say the peer has another secret")
+	}
+	mu.Lock()
+	secrets[addrA] = "secret-two"
+	mu.Unlock()
+	waitFor(t, 2*time.Second, "neither pending", func() bool { return !a.n.Status().SecretPending && !b2.n.Status().SecretPending })
+	if msg := watched(); msg != "" {
+		t.Error(msg)
+	}
+	if got, err := os.ReadFile(kept); err != nil || string(got) != "secret-two" {
+		t.Errorf("kept %q, %v; want the new secret both hold", got, err)
+	}
+	if fi, err := os.Stat(kept); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the kept secret's mode: %v, %v", fi.Mode(), err)
+	}
+	// High availability removed: the kept secret goes.
+	if err := b2.n.Configure(lb.HighAvailability{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(kept); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the kept secret stays once high availability is removed: %v", err)
 	}
 }
