@@ -212,6 +212,34 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) t
 	return time.Since(start)
 }
 
+// secrets are the secret files of the dispatchers of a test, by
+// heartbeat address, changed as a test goes.
+type secrets struct {
+	mu sync.Mutex
+	m  map[netip.Addr]string
+}
+
+// newSecrets gives addrA and addrB the same secret.
+func newSecrets(secret string) *secrets {
+	return &secrets{m: map[netip.Addr]string{addrA: secret, addrB: secret}}
+}
+
+// reader reads who's secret file (Options.ReadSecret).
+func (s *secrets) reader(who netip.Addr) func(string) ([]byte, error) {
+	return func(string) ([]byte, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return []byte(s.m[who]), nil
+	}
+}
+
+// set rewrites who's secret file.
+func (s *secrets) set(who netip.Addr, secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[who] = secret
+}
+
 // watchPeers checks every 2 ms that a (the primary) and b (the backup)
 // hear each other, until the function it returns is called; that returns
 // what was seen first when one did not ("" when both always did).
@@ -759,20 +787,8 @@ func TestNodeResync(t *testing.T) {
 // different new secrets keep the pair on the former one, and say so.
 func TestNodeSecretRotation(t *testing.T) {
 	port := freePort(t)
-	var mu sync.Mutex
-	secrets := map[netip.Addr]string{addrA: "secret-one", addrB: "secret-one"}
-	reader := func(who netip.Addr) func(string) ([]byte, error) {
-		return func(string) ([]byte, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			return []byte(secrets[who]), nil
-		}
-	}
-	set := func(who netip.Addr, secret string) {
-		mu.Lock()
-		defer mu.Unlock()
-		secrets[who] = secret
-	}
+	sec := newSecrets("secret-one")
+	reader, set := sec.reader, sec.set
 	a := startSimWith(t, testConfig(lb.RolePrimary, addrA, addrB, port), reader(addrA), nil)
 	b := startSimWith(t, testConfig(lb.RoleBackup, addrB, addrA, port), reader(addrB), nil)
 	waitFor(t, 2*time.Second, "primary active, backup standby, synced", func() bool {
@@ -1171,15 +1187,8 @@ func TestNodeRestartedWithAnotherPort(t *testing.T) {
 func TestNodeRestartedWithAnotherSecret(t *testing.T) {
 	port := freePort(t)
 	kept := filepath.Join(t.TempDir(), PeerSecretFileName)
-	var mu sync.Mutex
-	secrets := map[netip.Addr]string{addrA: "secret-one", addrB: "secret-one"}
-	reader := func(who netip.Addr) func(string) ([]byte, error) {
-		return func(string) ([]byte, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			return []byte(secrets[who]), nil
-		}
-	}
+	sec := newSecrets("secret-one")
+	reader := sec.reader
 	a := startSimWith(t, testConfig(lb.RolePrimary, addrA, addrB, port), reader(addrA), nil)
 	bcfg := testConfig(lb.RoleBackup, addrB, addrA, port)
 	b := startSimOptions(t, bcfg, Options{ReadSecret: reader(addrB), PeerSecretFile: kept}, nil)
@@ -1190,9 +1199,7 @@ func TestNodeRestartedWithAnotherSecret(t *testing.T) {
 		t.Fatalf("kept %q, %v; want the secret the peer was heard with", got, err)
 	}
 	b.halt(true)
-	mu.Lock()
-	secrets[addrB] = "secret-two"
-	mu.Unlock()
+	sec.set(addrB, "secret-two")
 	resume := [lb.NumHAGroups]lb.HAState{lb.HAIdle, lb.HAStandby}
 	b2 := startSimOptions(t, bcfg, Options{ReadSecret: reader(addrB), PeerSecretFile: kept}, &resume)
 	waitFor(t, 2*time.Second, "the restarted backup heard, standby", func() bool {
@@ -1206,9 +1213,7 @@ func TestNodeRestartedWithAnotherSecret(t *testing.T) {
 	if !b2.n.Status().SecretPending {
 		t.Error("the restarted backup does not say the peer has another secret")
 	}
-	mu.Lock()
-	secrets[addrA] = "secret-two"
-	mu.Unlock()
+	sec.set(addrA, "secret-two")
 	waitFor(t, 2*time.Second, "neither pending", func() bool { return !a.n.Status().SecretPending && !b2.n.Status().SecretPending })
 	if msg := watched(); msg != "" {
 		t.Error(msg)
