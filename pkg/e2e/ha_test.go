@@ -1316,6 +1316,36 @@ func TestPrivilegedHAReplication(t *testing.T) {
 				}
 			}
 		}
+
+		// The backup's secret file rewritten and its dlbd restarted at
+		// once (configuration management's way), the primary's file
+		// later: the restarted dlbd hears the primary with the secret it
+		// kept from before, stands by, and the pair is on the new secret
+		// once the primary's file has it. It served beside the active 2 s
+		// after its start.
+		const third = "a third secret both dispatchers share\n"
+		if err := os.WriteFile(own, []byte(third), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.d[1].stop(syscall.SIGTERM)
+		h.d[1].start()
+		poll(t, 10*time.Second, "the restarted backup to hear the primary", func() bool {
+			st := h.d[1].status()
+			return st.Peer.Alive && st.SecretPending && len(st.Groups) == 1 && st.Groups[0].State == "standby"
+		})
+		heardThroughout("after the backup restarted with a new secret")
+		if st := h.d[0].status(); len(st.Groups) != 1 || st.Groups[0].State != "active" || st.Groups[0].Since != before[0].Groups[0].Since {
+			t.Errorf("the primary after the backup restarted with a new secret: %+v, was %+v", st.Groups, before[0].Groups)
+		}
+		if st := h.d[1].status(); len(st.Groups) != 1 || st.Groups[0].State != "standby" {
+			t.Errorf("the restarted backup: %+v", st.Groups)
+		}
+		if err := os.WriteFile(h.secret, []byte(third), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, 5*time.Second, "the pair on the new secret", func() bool {
+			return !h.d[0].status().SecretPending && !h.d[1].status().SecretPending
+		})
 	})
 
 	t.Run("propagation", func(t *testing.T) {
