@@ -90,7 +90,7 @@ type statusHA struct {
 	PeerRole   string `json:"peer_role,omitempty"`
 	SameConfig bool   `json:"same_configuration"`
 	// Silent are the heartbeat paths ("source -> destination") the live
-	// peer has not been heard on for its dead time: one fault more and
+	// peer has not been heard on for twice its dead time: one fault more and
 	// neither dispatcher hears the other. Unreachable are the reach
 	// targets this dispatcher does not reach.
 	Silent      []string `json:"silent_heartbeats,omitempty"`
