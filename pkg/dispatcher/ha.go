@@ -506,15 +506,23 @@ func (e *Engine) haStopCheck(old, next lb.Config) error {
 	if !e.haOn(old) || !next.Executor.Started {
 		return nil
 	}
-	st := e.opts.HA.Status()
-	if !st.Peer.Alive || !st.Peer.Healthy {
-		return nil
-	}
-	_, from, _ := e.opts.HA.PeerRole()
 	field := "role"
 	if next.HA.Role != lb.RoleNone {
 		field = "heartbeat"
 	}
+	st := e.opts.HA.Status()
+	// Just started (dlbd restarted, its configuration file applied at
+	// once), the peer not heard yet: it may well serve.
+	dead := time.Duration(old.HA.IntervalMS()) * time.Duration(old.HA.DeadCount()) * time.Millisecond
+	if wait := dead - time.Since(st.Started); st.Running && !st.Peer.Heard && wait > 0 {
+		return lb.Errorf(field, "", "high availability started %v ago and the peer is not heard yet: it may serve, and without "+
+			"high availability this dispatcher would serve every cluster at once (both would answer for their addresses); "+
+			"apply again in %v, or stop the executor first (executor stop)", time.Since(st.Started).Round(time.Millisecond), wait.Round(time.Millisecond))
+	}
+	if !st.Peer.Alive || !st.Peer.Healthy {
+		return nil
+	}
+	_, from, _ := e.opts.HA.PeerRole()
 	return lb.Errorf(field, "", "the peer %s is heard and its executor forwards: without high availability this dispatcher "+
 		"would serve every cluster at once, and the peer would take them over once the heartbeats stop (both would answer "+
 		"for their addresses); stop the executor on one of the two first (executor stop), or change the role, recovery "+

@@ -20,17 +20,19 @@ import (
 // test sets the states the function "decides", and reads what the engine
 // told it.
 type fakeHA struct {
-	mu         sync.Mutex
-	cfg        lb.HighAvailability
-	states     map[lb.HAGroup]lb.HAState
-	healthy    bool
-	reason     string
-	released   []lb.HAGroup
-	resumed    *[lb.NumHAGroups]lb.HAState
-	takeovers  [][]lb.HAGroup
-	checkErr   error
-	peerRole   lb.HARole
-	peerAlive  bool
+	mu        sync.Mutex
+	cfg       lb.HighAvailability
+	states    map[lb.HAGroup]lb.HAState
+	healthy   bool
+	reason    string
+	released  []lb.HAGroup
+	resumed   *[lb.NumHAGroups]lb.HAState
+	takeovers [][]lb.HAGroup
+	checkErr  error
+	peerRole  lb.HARole
+	peerAlive bool
+	// started is when the function started, as Status says.
+	started    time.Time
 	stopped    []bool
 	notify     chan struct{}
 	activated  chan lb.HAGroup
@@ -157,7 +159,7 @@ func (f *fakeHA) Stop(restart bool) {
 func (f *fakeHA) Status() lb.HAStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := lb.HAStatus{Running: f.cfg.Enabled() && f.configErr == nil, Healthy: f.healthy, HealthReason: f.reason, Peer: f.peer}
+	st := lb.HAStatus{Running: f.cfg.Enabled() && f.configErr == nil, Healthy: f.healthy, HealthReason: f.reason, Peer: f.peer, Started: f.started}
 	if f.configErr != nil {
 		st.Error = f.configErr.Error()
 	}
@@ -353,6 +355,26 @@ func TestHAStopRefusedWhileThePeerCanServe(t *testing.T) {
 			t.Errorf("%s: high availability still configured", a.name)
 		}
 		h.mustApply(op("backup", "add", "", "role", "backup", "recovery", "auto", "haport", "7000"))
+	}
+
+	// Just started (dlbd restarted, its file applied at once), the peer
+	// not heard yet: refused until the dead time (2 s) has passed.
+	for _, c := range []struct {
+		name    string
+		ago     time.Duration
+		refused bool
+	}{{"started 10 ms ago", 10 * time.Millisecond, true}, {"started 3 s ago", 3 * time.Second, false}} {
+		f.mu.Lock()
+		f.peer, f.started = lb.HAPeerStatus{}, time.Now().Add(-c.ago)
+		f.mu.Unlock()
+		cur := h.config()
+		_, err := h.replace(noHA, false)
+		if refused := err != nil; refused != c.refused || refused && !strings.Contains(err.Error(), "the peer is not heard yet") {
+			t.Errorf("%s, the peer not heard yet: %v; want refused %v", c.name, err, c.refused)
+		}
+		if got := h.config(); c.refused && !got.HA.Equal(cur.HA) {
+			t.Errorf("%s refused, and yet the configuration's ha is %+v", c.name, got.HA)
+		}
 	}
 }
 

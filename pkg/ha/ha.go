@@ -118,13 +118,15 @@ type Node struct {
 	// rebinding: the function runs, its sockets being opened again
 	// (Configure): Status and PeerRole say it runs (upLocked).
 	rebinding bool
-	err       string
-	stop      context.CancelFunc
-	wg        sync.WaitGroup
-	socks     map[netip.Addr]*net.UDPConn
-	lns       map[netip.Addr]net.Listener
-	seq       uint64
-	lastTx    time.Time
+	// started is when startLocked last opened the sockets.
+	started time.Time
+	err     string
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	socks   map[netip.Addr]*net.UDPConn
+	lns     map[netip.Addr]net.Listener
+	seq     uint64
+	lastTx  time.Time
 
 	healthy      bool
 	healthReason string
@@ -626,6 +628,7 @@ func (n *Node) startLocked() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.socks, n.lns, n.stop, n.running, n.err = socks, lns, cancel, true, ""
+	n.started = time.Now()
 	n.outq = make(chan Batch, 64)
 	now := time.Now()
 	for g := range n.groups {
@@ -1401,7 +1404,7 @@ func (n *Node) Status() lb.HAStatus {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
-	st := lb.HAStatus{Running: n.upLocked(), Error: n.err, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
+	st := lb.HAStatus{Running: n.upLocked(), Error: n.err, Started: n.started, Boot: n.boot, Healthy: n.healthy, HealthReason: n.healthReason,
 		Refused: map[string]uint64{}, SecretPending: len(n.secretKeysLocked()) > 1, SecretError: n.secretErr}
 	if n.peerPort != n.cfg.Port && n.upLocked() && n.peerAliveLocked(now) {
 		st.PeerPort = n.peerPort

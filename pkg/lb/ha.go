@@ -369,6 +369,8 @@ type HAStatus struct {
 	// should.
 	Running bool
 	Error   string
+	// Started is when the function last started (its sockets opened).
+	Started time.Time
 	// Boot is this dispatcher's boot id (random per start).
 	Boot uint64
 	// Healthy says this dispatcher's executor can forward; HealthReason
