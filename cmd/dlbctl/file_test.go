@@ -410,11 +410,12 @@ func (d *fakeDatapath) Info() lb.DataplaneInfo {
 	return lb.DataplaneInfo{PinDir: "/sys/fs/bpf/dlb-test", ConnTable: 1024, NATTable: 1024, HalfOpenTable: 1024,
 		AffinityTable: 1024, MaxServices: 4096, MaxBackends: 16384, MaxTableSize: 65537}
 }
-func (d *fakeDatapath) Memory() []lb.TableMemory          { return nil }
-func (d *fakeDatapath) Stats() (lb.DataplaneStats, error) { return lb.DataplaneStats{}, nil }
-func (d *fakeDatapath) Sweep() (lb.SweepResult, error)    { return lb.SweepResult{}, nil }
-func (d *fakeDatapath) DropAffinity(uint32) (int, error)  { return 0, nil }
-func (d *fakeDatapath) Close() error                      { return nil }
+func (d *fakeDatapath) Memory() []lb.TableMemory           { return nil }
+func (d *fakeDatapath) Stats() (lb.DataplaneStats, error)  { return lb.DataplaneStats{}, nil }
+func (d *fakeDatapath) Reasons() ([]lb.ReasonCount, error) { return nil, nil }
+func (d *fakeDatapath) Sweep() (lb.SweepResult, error)     { return lb.SweepResult{}, nil }
+func (d *fakeDatapath) DropAffinity(uint32) (int, error)   { return 0, nil }
+func (d *fakeDatapath) Close() error                       { return nil }
 func (d *fakeDatapath) RemovePins() ([]string, error) {
 	d.attached = false
 	return []string{"link", "prog"}, nil

@@ -59,6 +59,25 @@ var eventNames = [...]string{
 	dispatcherDlbEventEV_ICMP_TO_CLIENT:      "icmp_to_client",
 }
 
+// Reasons reads the executor's per-reason counters alone (Stats reads
+// every service's and backend's too).
+func (d *Datapath) Reasons() ([]lb.ReasonCount, error) {
+	var out []lb.ReasonCount
+	for r, name := range reasonNames {
+		var per []dispatcherReasonCounters
+		if err := d.objs.ReasonStats.Lookup(uint32(r), &per); err != nil {
+			return out, fmt.Errorf("reading reason counters: %w", err)
+		}
+		rc := lb.ReasonCount{Reason: name}
+		for _, c := range per {
+			rc.Packets += c.Packets
+			rc.Bytes += c.Bytes
+		}
+		out = append(out, rc)
+	}
+	return out, nil
+}
+
 // Stats reads the executor's counters: per reason, per event, and per
 // service and backend that Apply wrote.
 func (d *Datapath) Stats() (lb.DataplaneStats, error) {
@@ -66,17 +85,9 @@ func (d *Datapath) Stats() (lb.DataplaneStats, error) {
 		Services: map[uint32]lb.Counters{},
 		Events:   map[string]uint64{},
 	}
-	for r, name := range reasonNames {
-		var per []dispatcherReasonCounters
-		if err := d.objs.ReasonStats.Lookup(uint32(r), &per); err != nil {
-			return st, fmt.Errorf("reading reason counters: %w", err)
-		}
-		rc := lb.ReasonCount{Reason: name}
-		for _, c := range per {
-			rc.Packets += c.Packets
-			rc.Bytes += c.Bytes
-		}
-		st.Reasons = append(st.Reasons, rc)
+	var err error
+	if st.Reasons, err = d.Reasons(); err != nil {
+		return st, err
 	}
 	for e, name := range eventNames {
 		var per []uint64

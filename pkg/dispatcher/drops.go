@@ -31,8 +31,9 @@ type dropWatch struct {
 	over   time.Duration
 }
 
-// sampleDrops reads the executor's counters once a window (each tick
-// asks) and keeps the growth of the watched ones.
+// sampleDrops reads the executor's per-reason counters once a window
+// (each tick asks; not every service's and server's: Stats) and keeps
+// the growth of the watched ones.
 func (e *Engine) sampleDrops(now time.Time) {
 	w := &e.drops
 	if e.exec.dp == nil {
@@ -42,13 +43,13 @@ func (e *Engine) sampleDrops(now time.Time) {
 	if !w.at.IsZero() && now.Sub(w.at) < dropWindow {
 		return
 	}
-	st, err := e.exec.dp.Stats()
+	reasons, err := e.exec.dp.Reasons()
 	if err != nil {
 		e.log.Debug("reading the executor's counters for its drops", "err", err)
 		return
 	}
 	counts := map[string]uint64{}
-	for _, rc := range st.Reasons {
+	for _, rc := range reasons {
 		if slices.Contains(watchedDrops, rc.Reason) {
 			counts[rc.Reason] = rc.Packets
 		}

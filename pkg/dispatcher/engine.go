@@ -68,8 +68,9 @@ type Datapath interface {
 	// Update writes what a change touched.
 	Apply(lb.Dataplane) error
 	Update(lb.DataplaneUpdate) error
-	// Stats reads the counters.
+	// Stats reads the counters; Reasons only the per-reason ones.
 	Stats() (lb.DataplaneStats, error)
+	Reasons() ([]lb.ReasonCount, error)
 	// Sweep expires idle connections and counts active ones.
 	Sweep() (lb.SweepResult, error)
 	// DropAffinity removes the affinity records naming a backend and

@@ -274,6 +274,11 @@ func (f *fakeDatapath) state() *lb.Dataplane {
 	return dp
 }
 
+func (f *fakeDatapath) Reasons() ([]lb.ReasonCount, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reasons), nil
+}
 func (f *fakeDatapath) Stats() (lb.DataplaneStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
