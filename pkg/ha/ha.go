@@ -267,20 +267,30 @@ func (n *Node) Check(h lb.HighAvailability) error {
 		if n.running && n.cfg.Port == h.Port && n.socks[src] != nil {
 			continue // bound already
 		}
-		ap := netip.AddrPortFrom(src, h.Port)
-		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+		c, l, err := bindSource(src, h.Port)
 		if err != nil {
-			return lb.Errorf("source", src.String(), "cannot send heartbeats from %s port %d: %v", src, h.Port, bindReason(err))
+			return err
 		}
 		c.Close()
-		// Replication listens on the same port, over TCP.
-		l, err := net.Listen("tcp", ap.String())
-		if err != nil {
-			return lb.Errorf("source", src.String(), "cannot accept replication on %s: %v", ap, bindReason(err))
-		}
 		l.Close()
 	}
 	return nil
+}
+
+// bindSource opens a heartbeat source's sockets: UDP for the heartbeats,
+// TCP on the same port for replication.
+func bindSource(src netip.Addr, port uint16) (*net.UDPConn, net.Listener, error) {
+	ap := netip.AddrPortFrom(src, port)
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		return nil, nil, lb.Errorf("source", src.String(), "cannot send heartbeats from %s port %d: %v", src, port, bindReason(err))
+	}
+	l, err := net.Listen("tcp", ap.String())
+	if err != nil {
+		c.Close()
+		return nil, nil, lb.Errorf("source", src.String(), "cannot accept replication on %s: %v", ap, bindReason(err))
+	}
+	return c, l, nil
 }
 
 // bindReason shortens a bind error.
@@ -297,6 +307,16 @@ func bindReason(err error) string {
 
 // minSecret is the shortest shared secret accepted, in bytes.
 const minSecret = 8
+
+// parseSecret is the secret a file holds: its content without the
+// surrounding white space, of at least minSecret bytes.
+func parseSecret(b []byte) ([]byte, error) {
+	key := []byte(strings.TrimSpace(string(b)))
+	if len(key) < minSecret {
+		return nil, fmt.Errorf("the shared secret is shorter than %d bytes", minSecret)
+	}
+	return key, nil
+}
 
 // maxSecretFile bounds the secret file read.
 const maxSecretFile = 4 << 10
@@ -347,8 +367,8 @@ func (n *Node) loadPeerKey() []byte {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if err == nil && len(b) < minSecret {
-		err = fmt.Errorf("%d bytes, fewer than %d", len(b), minSecret)
+	if err == nil {
+		b, err = parseSecret(b)
 	}
 	if err != nil {
 		n.log.Warn("high availability: the secret the peer was last heard with cannot be read; not used", "file", n.opts.PeerSecretFile, "err", err)
@@ -439,9 +459,9 @@ func (n *Node) readSecret(h lb.HighAvailability) ([]byte, error) {
 	if err != nil {
 		return nil, lb.Errorf("secretfile", h.SecretFile, "cannot read the shared secret: %v", err)
 	}
-	key := []byte(strings.TrimSpace(string(b)))
-	if len(key) < minSecret {
-		return nil, lb.Errorf("secretfile", h.SecretFile, "the shared secret is shorter than 8 bytes")
+	key, err := parseSecret(b)
+	if err != nil {
+		return nil, lb.Errorf("secretfile", h.SecretFile, "%v", err)
 	}
 	return key, nil
 }
@@ -612,19 +632,12 @@ func (n *Node) startLocked() error {
 		}
 	}
 	for _, src := range h.Sources() {
-		ap := netip.AddrPortFrom(src, h.Port)
-		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+		c, l, err := bindSource(src, h.Port)
 		if err != nil {
 			closeAll()
-			return lb.Errorf("source", src.String(), "cannot send heartbeats from %s port %d: %v", src, h.Port, bindReason(err))
+			return err
 		}
-		socks[src] = c
-		l, err := net.Listen("tcp", ap.String())
-		if err != nil {
-			closeAll()
-			return lb.Errorf("source", src.String(), "cannot accept replication on %s: %v", ap, bindReason(err))
-		}
-		lns[src] = l
+		socks[src], lns[src] = c, l
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.socks, n.lns, n.stop, n.running, n.err = socks, lns, cancel, true, ""
