@@ -10,11 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 func (a *app) executorReportCmd() *cobra.Command {
@@ -302,7 +304,7 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 		fmt.Fprintf(w, "warning:\t%s\n", warning)
 	}
 	if len(r.Dropping) > 0 {
-		fmt.Fprintf(w, "dropping:\t%s\n", droppingText(r.Dropping, r.DroppingSeconds))
+		fmt.Fprintf(w, "dropping:\t%s\n", lb.DroppingText(r.Dropping, seconds(r.DroppingSeconds)))
 	}
 	if t := r.Trace; t != nil {
 		fmt.Fprintf(w, "packet trace:\trunning since %s (%s), %d packets so far\n", t.Since, t.Filter, t.Packets)
@@ -354,31 +356,6 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 			fmt.Fprintf(w, "%s\t%d\n", name, r.Events[name])
 		}
 	}
-}
-
-// dropCauses says, for each drop reason the executor reports as
-// dropping (api.ExecutorReport.Dropping), what it lacked.
-var dropCauses = map[string]string{
-	"drop_no_route":      "no route to the client",
-	"drop_no_tx_port":    "no usable interface towards the server",
-	"drop_table_full":    "the NAT tables full",
-	"drop_nat_exhausted": "no free NAT port on the return address",
-}
-
-// droppingText renders what the executor dropped lately: "120 packets in
-// the last 5 s: 100 with no route to the client (drop_no_route), ...".
-func droppingText(m map[string]uint64, seconds float64) string {
-	var total uint64
-	var parts []string
-	for _, r := range slices.Sorted(maps.Keys(m)) {
-		total += m[r]
-		cause := dropCauses[r]
-		if cause == "" {
-			cause = "another cause"
-		}
-		parts = append(parts, fmt.Sprintf("%d with %s (%s)", m[r], cause, r))
-	}
-	return fmt.Sprintf("%s in the last %.0f s: %s", counted(int(min(total, 1<<62)), "packet", "packets"), seconds, strings.Join(parts, ", "))
 }
 
 // orNone shows an unset address as "none", the word that clears it.
@@ -446,4 +423,9 @@ func serverTable(w io.Writer, rs []api.ServerReport) {
 // counters formats the PACKETS BYTES NEWC ACTV FIN columns.
 func counters(c api.Counters) string {
 	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d", c.Packets, c.Bytes, c.NewConnections, c.ActiveConnections, c.FinishedConnections)
+}
+
+// seconds turns a report's seconds into a duration.
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlbproject/dlb/pkg/api"
+	"github.com/dlbproject/dlb/pkg/lb"
 )
 
 // statusReport is "dlbctl status": one look at whether the dispatcher
@@ -292,7 +293,7 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 		out = append(out, "no server takes new connections on "+strings.Join(r.NoServer, ", "))
 	}
 	if ex := r.Executor; len(ex.Dropping) > 0 {
-		out = append(out, "the executor drops what it should forward: "+droppingText(ex.Dropping, ex.DroppingSeconds))
+		out = append(out, "the executor drops what it should forward: "+lb.DroppingText(ex.Dropping, seconds(ex.DroppingSeconds)))
 	}
 	if n := len(r.Warnings); n > 0 {
 		out = append(out, fmt.Sprintf("%d %s", n, plural(n, "warning", "warnings")))

@@ -51,6 +51,7 @@ type fakeSource struct {
 	advisors map[health.Key]dispatcher.AdvisorStatus
 	ha       *dispatcher.HAStatus
 	bgp      *dispatcher.BGPStatus
+	dropping map[string]uint64
 }
 
 func (f *fakeSource) Config(context.Context) (lb.Config, error) { return f.cfg, f.err }
@@ -77,6 +78,9 @@ func (f *fakeSource) Status(_ context.Context, q dispatcher.Query) (*dispatcher.
 	}
 	if q.Warnings {
 		st.Executor.Warnings = f.warnings
+	}
+	if f.dropping != nil { // counted whatever the query
+		st.Executor.Dropping, st.Executor.DroppingOver = f.dropping, 5*time.Second
 	}
 	st.Advisors = f.advisors
 	if q.HA {
@@ -420,6 +424,39 @@ func TestWarningsEvery(t *testing.T) {
 	src.warnings = nil
 	if v := snap(h); len(v.Warnings) != 0 || v.Warnings == nil {
 		t.Errorf("a warning gone: the page shows %#v, want an empty list", v.Warnings)
+	}
+}
+
+// TestDropping: what the executor drops for want of a route or NAT room is
+// on every snapshot, not only those that read the warnings, worded as
+// dlbctl status words it; nothing dropped, nothing said.
+func TestDropping(t *testing.T) {
+	src := &fakeSource{cfg: config(s1)}
+	h := NewHandler(src, Options{WarningsEvery: time.Hour, Interval: time.Nanosecond})
+	snap := func() View {
+		t.Helper()
+		var v View
+		if err := json.Unmarshal(get(t, h, http.MethodGet, "/api/snapshot").Body.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := snap(); v.Dropping != "" || v.DroppingPackets != 0 {
+		t.Errorf("nothing dropped: %q, %d packets", v.Dropping, v.DroppingPackets)
+	}
+	src.dropping = map[string]uint64{"drop_no_route": 120, "drop_nat_exhausted": 1}
+	v := snap()
+	if src.queries[1].Warnings {
+		t.Fatalf("the second snapshot read the warnings: the test would not show drops are read without them")
+	}
+	want := "the executor drops what it should forward: 121 packets in the last 5 s: " +
+		"1 with no free NAT port on the return address (drop_nat_exhausted), 120 with no route to the client (drop_no_route)"
+	if v.Dropping != want || v.DroppingPackets != 121 || v.DroppingSeconds != 5 {
+		t.Errorf("dropping %q, %d packets over %v s; want %q, 121 over 5", v.Dropping, v.DroppingPackets, v.DroppingSeconds, want)
+	}
+	src.dropping = nil
+	if v := snap(); v.Dropping != "" {
+		t.Errorf("drops stopped: the page still says %q", v.Dropping)
 	}
 }
 

@@ -24,6 +24,13 @@ type View struct {
 	// as of WarningsAt (they are read less often than the rest).
 	Warnings   []string  `json:"warnings"`
 	WarningsAt time.Time `json:"warnings_at"`
+	// Dropping says what the executor dropped lately for want of
+	// something the operator gives (a route, NAT room), as dlbctl status
+	// does; "" when nothing. It is read with every snapshot.
+	// DroppingPackets is how many packets that was, over DroppingSeconds.
+	Dropping        string  `json:"dropping,omitempty"`
+	DroppingPackets uint64  `json:"dropping_packets,omitempty"`
+	DroppingSeconds float64 `json:"dropping_seconds,omitempty"`
 	// HA is high availability's state (nil: not configured), BGP the
 	// speaker's (nil: no neighbour, nothing announced).
 	HA       *HAView       `json:"ha,omitempty"`
@@ -158,6 +165,13 @@ func view(st *dispatcher.Status, listed bool, maxServers int) View {
 	}
 	if t := x.Trace; t != nil {
 		v.Executor.Trace = t.String()
+	}
+	if len(x.Dropping) > 0 {
+		v.Dropping = "the executor drops what it should forward: " + lb.DroppingText(x.Dropping, x.DroppingOver)
+		for _, n := range x.Dropping {
+			v.DroppingPackets += n
+		}
+		v.DroppingSeconds = x.DroppingOver.Seconds()
 	}
 	for _, r := range x.Reasons {
 		v.Executor.Reasons = append(v.Executor.Reasons, Reason{Reason: r.Reason, Packets: r.Packets, Bytes: r.Bytes})

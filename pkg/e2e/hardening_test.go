@@ -10,7 +10,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -494,7 +496,7 @@ func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 		l.mustNS("d", "sysctl", "-q", "-w", "net.ipv4.conf.all.forwarding="+v, "net.ipv4.conf."+ifname+".forwarding="+v)
 	}
 	setForwarding("0")
-	l.startDlbd()
+	l.startDlbd("--metrics-address", metricsAddr)
 	l.mustCtl("executor", "start", "--interface", ifname, "--xdp-mode", "generic")
 	l.mustCtl("executor", "set", "nfa", l.env["LAB_NFA"])
 	l.mustCtl("cluster", "add", vip, "--configure")
@@ -533,6 +535,24 @@ func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 		return strings.Contains(out, "the executor drops what it should forward") && strings.Contains(out, "no route to the client (drop_no_route)")
 	})
 	t.Logf("without a route to clients, dlbctl status says:\n%s", out)
+	// The console says it too (its snapshot, which the page shows as a
+	// card and at the head of the warnings).
+	console := "http://" + l.forwarder(metricsAddr) + "/api/snapshot"
+	var snap struct {
+		Dropping        string `json:"dropping"`
+		DroppingPackets uint64 `json:"dropping_packets"`
+	}
+	poll(t, 12*time.Second, "the console to say the executor drops replies for want of a route", func() bool {
+		snap.Dropping, snap.DroppingPackets = "", 0
+		resp, err := http.Get(console)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&snap) == nil && snap.DroppingPackets > 0 &&
+			strings.Contains(snap.Dropping, "no route to the client (drop_no_route)")
+	})
+	t.Logf("the console says: %s", snap.Dropping)
 
 	// Remedy one: forwarding.
 	setForwarding("1")
@@ -545,6 +565,15 @@ func TestPrivilegedE2EFault7NATWithoutRoute(t *testing.T) {
 	poll(t, 12*time.Second, "dlbctl status to no longer say the executor drops", func() bool {
 		return !strings.Contains(dropping(), "drop_no_route")
 	})
+	if resp, err := http.Get(console); err != nil {
+		t.Errorf("reading the console's snapshot: %v", err)
+	} else {
+		snap.Dropping = ""
+		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil || snap.Dropping != "" {
+			t.Errorf("the console, drops stopped: %v %q", err, snap.Dropping)
+		}
+		resp.Body.Close()
+	}
 	// Remedy two: a client gateway (the router, which forwards to the
 	// clients' segment).
 	setForwarding("0")

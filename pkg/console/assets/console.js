@@ -355,6 +355,12 @@
       const ann = v.bgp.clusters.filter(function (c) { return c.announced; }).length;
       root.appendChild(card('BGP', up + ' of ' + v.bgp.neighbors.length + ' sessions up · ' + ann + ' of ' + v.bgp.clusters.length + ' announced'));
     }
+    if (v.dropping) {
+      const c = card('dropped lately', fmtInt(v.dropping_packets) + ' in ' + v.dropping_seconds + ' s', v.dropping);
+      c.id = 'dropping-card';
+      c.classList.add('warn');
+      root.appendChild(c);
+    }
     if (v.warnings.length > 0) {
       const c = card('warnings', String(v.warnings.length), 'see Warnings below');
       c.classList.add('warn');
@@ -415,10 +421,13 @@
     const root = document.getElementById('warnings');
     const list = document.getElementById('warning-list');
     list.textContent = '';
+    if (v.dropping) {
+      list.appendChild(el('li', 'dropping', v.dropping));
+    }
     for (const w of v.warnings) {
       list.appendChild(el('li', '', w));
     }
-    root.hidden = v.warnings.length === 0;
+    root.hidden = v.warnings.length === 0 && !v.dropping;
     root.title = 'read ' + new Date(v.warnings_at).toLocaleTimeString() + ' (every few seconds)';
   }
 
