@@ -151,9 +151,16 @@ func (a *app) executorCmd() *cobra.Command {
 		Short: "Attach the executor to an interface and start forwarding",
 		Long: `Attach the executor (dlbd's XDP program) to an interface and start
 forwarding. Without --interface, dlbd uses the interface it was last
-started on.`,
+started on.
+
+On a running executor, another --interface or --xdp-mode attaches it
+there, its connection tables kept: established connections go on (NAT
+ones too) wherever the new interface reaches their clients and servers,
+and the addresses dlbd put on the old interface move with it. (executor
+stop removes the tables.)`,
 		Example: `  dlbctl executor start --interface eth0
-  dlbctl executor start --interface eth0 --xdp-mode generic`,
+  dlbctl executor start --interface eth0 --xdp-mode generic
+  dlbctl executor start --interface bond0         # moves a running executor`,
 		Args: noArgs,
 	}, func(cmd *cobra.Command, _ []string) api.Op {
 		return api.Op{Object: api.ObjectExecutor, Action: api.ActionStart,

@@ -100,9 +100,8 @@ func applyExecutor(d *draft, op *Op, p *params) error {
 				return lb.Errorf("xdp-mode", "", "%v", err)
 			}
 		}
-		if ex.Started && (ifname != ex.Interface || mode != ex.XDPMode) {
-			return lb.Errorf("interface", "", "the executor is already started on %s (%s mode); stop it first", ex.Interface, ex.XDPMode)
-		}
+		// On a running executor, another interface or mode moves it
+		// there, its tables kept (the engine's reconcile).
 		ex.Started, ex.Interface, ex.XDPMode = true, ifname, mode
 	case Stop:
 		ex.Started = false

@@ -165,7 +165,29 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 // before.
 func (e *Engine) undo(old lb.Config, before host) {
 	e.host.returns = before.returns
+	e.attachBack(old, before)
 	e.rollback(old)
+}
+
+// attachBack attaches the executor again where and as old had it, its
+// tables kept, when the change being undone moved it to another interface
+// or XDP mode (before is the host as it was).
+func (e *Engine) attachBack(old lb.Config, before host) {
+	if e.exec.dp == nil || !old.Executor.Started || e.exec.attach.detached != "" {
+		return
+	}
+	now, err := e.opts.Netif.LinkByIndex(e.exec.attach.ifindex)
+	if err != nil {
+		return
+	}
+	if now.Name == old.Executor.Interface && e.host.attachedMode == before.attachedMode {
+		return
+	}
+	cur := old
+	cur.Executor.Interface, cur.Executor.XDPMode = now.Name, e.host.attachedMode
+	if _, _, err := e.moveAttachment(cur, old); err != nil {
+		e.log.Error("attaching the executor again where it was before the change", "interface", old.Executor.Interface, "err", err)
+	}
 }
 
 // rollback restores the executor and the host to the configuration old

@@ -417,6 +417,13 @@ type fakeNetif struct {
 	mac string
 	// name, when set, is the interface's name instead of eth0 (rename).
 	name string
+	// second, when set, names a second Ethernet interface (index 3).
+	second string
+}
+
+// secondLink is the second interface; n.mu held.
+func (n *fakeNetif) secondLink() lb.Link {
+	return lb.Link{Index: 3, Name: n.second, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}, Up: true}
 }
 
 // ifname is the interface's name; n.mu held.
@@ -451,6 +458,9 @@ func newFakeNetif() *fakeNetif {
 func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.second != "" && name == n.second {
+		return n.secondLink(), nil
+	}
 	if name != n.ifname() || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
 	}
@@ -460,6 +470,9 @@ func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 func (n *fakeNetif) LinkByIndex(index int) (lb.Link, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.second != "" && index == 3 {
+		return n.secondLink(), nil
+	}
 	if index != n.ifindex || n.ifindex == 0 {
 		return lb.Link{}, fmt.Errorf("looking up interface %d: Link not found", index)
 	}
@@ -626,7 +639,7 @@ func (n *fakeNetif) DeprecateAddress(ifname string, a netip.Addr) (bool, error) 
 func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ifindex == 0 || ifname != n.ifname() {
+	if (n.ifindex == 0 || ifname != n.ifname()) && (n.second == "" || ifname != n.second) {
 		return false, fmt.Errorf("looking up interface %q: Link not found", ifname)
 	}
 	if n.addresses[a] == ifname {
@@ -649,10 +662,12 @@ func (n *fakeNetif) Announce(ifname string, addrs []netip.Addr) error {
 func (n *fakeNetif) DelAddress(ifname string, a netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ifindex == 0 || ifname != n.ifname() {
+	if (n.ifindex == 0 || ifname != n.ifname()) && (n.second == "" || ifname != n.second) {
 		return nil // gone, with its addresses
 	}
-	delete(n.addresses, a)
+	if n.addresses[a] == ifname {
+		delete(n.addresses, a)
+	}
 	return nil
 }
 

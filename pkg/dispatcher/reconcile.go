@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,13 +86,11 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 		if _, err := e.executorLink(ex); err != nil {
 			return false, err
 		}
-		if old.Executor.Interface == ex.Interface {
-			if done, written, err := e.changeMode(old, next); done {
-				if err != nil {
-					return written, err
-				}
-				break // the executor's other settings, below
+		if done, written, err := e.moveAttachment(old, next); done {
+			if err != nil {
+				return written, err
 			}
+			break // the executor's other settings, below
 		}
 		if err := e.stopExecutor(next); err != nil {
 			return true, err
@@ -161,14 +160,18 @@ type detacher interface {
 	Detach() error
 }
 
-// changeMode attaches the executor again on its interface in next's XDP
-// mode, its tables kept: stopped and started again, it lost every
-// connection (the NAT ones broke, and a high-availability active served
-// on with empty tables). It reports false when the executor cannot be
-// detached alone (it is then stopped and started again). A mode the
-// kernel refuses leaves the executor in its former one (written false);
-// if even that fails, the next tick's check attaches it again.
-func (e *Engine) changeMode(old, next lb.Config) (done, written bool, err error) {
+// moveAttachment attaches the executor again, its tables kept, where and
+// how next says: in another XDP mode, or to another interface. Stopped
+// and started again, it lost every connection (the NAT ones broke, and a
+// high-availability active served on with empty tables). Moved, the
+// addresses dlbd put on the old interface go to the new one, are guarded
+// there and, under high availability, announced from it. It reports
+// false when the executor cannot be detached alone, or is detached
+// already (its interface gone): it is then stopped and started again. An
+// attachment the kernel refuses leaves the executor where and as it was
+// (written false); if even that fails, the next tick's check attaches it
+// again.
+func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err error) {
 	d, ok := e.exec.dp.(detacher)
 	if !ok || e.exec.attach.detached != "" {
 		return false, false, nil
@@ -178,27 +181,81 @@ func (e *Engine) changeMode(old, next lb.Config) (done, written bool, err error)
 	if err != nil {
 		return true, false, err
 	}
+	back := link
+	moved := old.Executor.Interface != ex.Interface
+	field, value, where := "xdp-mode", ex.XDPMode.String(), "in XDP mode "+ex.XDPMode.String()
+	if moved {
+		field, value, where = "interface", ex.Interface, "to "+ex.Interface
+		if back, err = e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err != nil {
+			return false, false, nil // its interface is going: stopped and started
+		}
+	}
 	if err := d.Detach(); err != nil {
-		return true, true, fmt.Errorf("detaching the executor for XDP mode %s: %w", ex.XDPMode, err)
+		return true, true, fmt.Errorf("detaching the executor to attach it %s: %w", where, err)
 	}
 	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
 	if err != nil {
-		err = lb.Errorf("xdp-mode", ex.XDPMode.String(), "attaching the executor in XDP mode %s: %v", ex.XDPMode, e.attachRefused(e.exec.dp, link, err))
-		back, berr := e.exec.dp.Attach(link.Index, e.attachMode(old.Executor, link))
+		err = lb.Errorf(field, value, "attaching the executor %s: %v", where, e.attachRefused(e.exec.dp, link, err))
+		was, berr := e.exec.dp.Attach(back.Index, e.attachMode(old.Executor, back))
 		if berr != nil {
-			e.log.Error("attaching the executor again in its former XDP mode", "interface", ex.Interface, "err", berr)
+			e.log.Error("attaching the executor again where it was", "interface", back.Name, "err", berr)
 			return true, true, err
 		}
-		if back != lb.XDPAuto {
-			e.host.attachedMode = back
+		if was != lb.XDPAuto {
+			e.host.attachedMode = was
 		}
 		return true, false, err
 	}
 	if mode != lb.XDPAuto {
 		e.host.attachedMode = mode
 	}
-	e.log.Info("executor attached again in another XDP mode, its tables kept", "interface", ex.Interface, "mode", mode)
+	if !moved {
+		e.note(fmt.Sprintf("the executor was attached again on %s in XDP mode %s, its connection tables kept", ex.Interface, e.host.attachedMode))
+		return true, true, nil
+	}
+	e.exec.attach.ifindex = link.Index
+	if err := e.configureAddresses(next); err != nil {
+		return true, true, lb.Errorf("configure", "", "%v", err)
+	}
+	if err := e.guardAddresses(next); err != nil {
+		e.log.Warn("guarding the addresses on the executor's new interface", "interface", ex.Interface, "err", err)
+	}
+	e.announceMoved(ex.Interface, link.Index, 0)
+	e.note(fmt.Sprintf("the executor moved from %s to %s (XDP mode %s), its connection tables kept; the addresses dlbd put on %s moved with it and are announced from %s",
+		back.Name, ex.Interface, e.host.attachedMode, back.Name, ex.Interface))
 	return true, true, nil
+}
+
+// announceMoved announces the addresses dlbd put on ifname (index
+// ifindex), the executor's interface, after it moved there: the segment's
+// hosts and routers still have the old interface's MAC for them, and
+// would send their clients' packets (and the servers' NAT replies) there,
+// to the host stack, which resets them. As after a takeover, they are
+// announced now and again at announceAfter's delays (step is the one due),
+// while the executor stays there.
+func (e *Engine) announceMoved(ifname string, ifindex, step int) {
+	an, ok := e.opts.Netif.(Announcer)
+	if !ok || e.exec.dp == nil || e.exec.attach.ifindex != ifindex {
+		return
+	}
+	var addrs []netip.Addr
+	for a, on := range e.host.configured {
+		if on == ifname {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	if err := an.Announce(ifname, addrs); err != nil {
+		e.log.Warn("announcing the addresses on the executor's new interface", "interface", ifname, "err", err)
+	}
+	if step+1 < len(announceAfter) {
+		time.AfterFunc(announceAfter[step+1], func() {
+			e.post(func() { e.announceMoved(ifname, ifindex, step+1) })
+		})
+	}
 }
 
 // startExecutor loads (or adopts) the executor, resolves every next hop,

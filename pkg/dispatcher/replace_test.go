@@ -7,7 +7,9 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
@@ -296,4 +298,90 @@ func TestReplaceXDPModeKeepsTheTables(t *testing.T) {
 			t.Errorf("mode %s: the configuration says %s", tc.mode, got.Executor.XDPMode)
 		}
 	}
+}
+
+// TestMoveInterfaceKeepsTheTables: executor start with another interface
+// on a running executor attaches it there, its maps (the connection
+// tables) kept and the cluster address moved with it; an interface that
+// does not exist, or that the kernel refuses, is refused with the
+// executor, its addresses and the configuration where they were; a
+// change that fails after the move takes it back.
+func TestMoveInterfaceKeepsTheTables(t *testing.T) {
+	saved := announceAfter
+	t.Cleanup(func() { announceAfter = saved })
+	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
+	h := newHarness(t, t.TempDir())
+	base(h)
+	h.nif.mu.Lock()
+	h.nif.second = "eth1"
+	h.nif.mu.Unlock()
+	vipAddr := netip.MustParseAddr(vip)
+	check := func(when, ifname string, ifindex int) {
+		t.Helper()
+		h.dp.mu.Lock()
+		removed, attached, at := h.dp.removed, h.dp.attached, h.dp.ifindex
+		h.dp.mu.Unlock()
+		h.nif.mu.Lock()
+		on := h.nif.addresses[vipAddr]
+		h.nif.mu.Unlock()
+		if removed || !attached || at != ifindex || h.opens != 1 {
+			t.Errorf("%s: pins removed %v, attached %v to ifindex %d, %d loads; want attached to %d, loaded once, pins kept",
+				when, removed, attached, at, h.opens, ifindex)
+		}
+		if on != ifname {
+			t.Errorf("%s: the cluster address is on %q, want %q", when, on, ifname)
+		}
+		if got := h.config().Executor.Interface; got != ifname {
+			t.Errorf("%s: the configuration says %s, want %s", when, got, ifname)
+		}
+		if x := h.status(Query{}).Executor; x.Attachment.Ifindex != ifindex {
+			t.Errorf("%s: the report says ifindex %d, want %d", when, x.Attachment.Ifindex, ifindex)
+		}
+	}
+	start := func(ifname string, params ...string) config.Op {
+		return op("executor", "start", "", append([]string{"interface", ifname}, params...)...)
+	}
+
+	if err := h.apply(start("eth1")); err != nil {
+		t.Fatalf("moving to eth1: %v", err)
+	}
+	check("moved to eth1", "eth1", 3)
+	// The segment learns the cluster address's new MAC: announced now,
+	// and again as after a takeover.
+	announced := func() int {
+		h.nif.mu.Lock()
+		defer h.nif.mu.Unlock()
+		return len(slices.DeleteFunc(slices.Clone(h.nif.announced), func(a netip.Addr) bool { return a != vipAddr }))
+	}
+	if n := announced(); n != 1 {
+		t.Errorf("the cluster address was announced %d times at the move, want once", n)
+	}
+	eventually(t, "the cluster address announced again 3 times", func() bool { return announced() == len(announceAfter) })
+
+	if err := h.apply(start("eth9")); lb.FieldOf(err) != "interface" {
+		t.Errorf("moving to an interface that does not exist: %v, want refused", err)
+	}
+	check("after eth9 refused", "eth1", 3)
+
+	h.dp.mu.Lock()
+	h.dp.refuseMode = lb.XDPNative
+	h.dp.mu.Unlock()
+	if err := h.apply(start("eth0", "xdp-mode", "native")); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "mode refused") {
+		t.Errorf("moving to eth0 in a mode the kernel refuses: %v, want refused with the kernel's words", err)
+	}
+	h.dp.mu.Lock()
+	h.dp.refuseMode = lb.XDPAuto
+	h.dp.failNext = errors.New("a map update failed")
+	h.dp.mu.Unlock()
+	check("after the refused attachment", "eth1", 3)
+
+	if err := h.apply(start("eth0")); err == nil || !strings.Contains(err.Error(), "a map update failed") {
+		t.Errorf("a move whose map update fails: %v, want refused", err)
+	}
+	check("after the move taken back", "eth1", 3)
+
+	if err := h.apply(start("eth0")); err != nil {
+		t.Fatalf("moving back to eth0: %v", err)
+	}
+	check("moved back to eth0", "eth0", 2)
 }

@@ -184,6 +184,107 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 	}
 }
 
+// TestPrivilegedE2EExecutorMoved: the executor moved to another interface
+// of the dispatcher while it serves (a second NIC on the same segment, ARP
+// answered only on the interface holding the address, as such a host
+// needs). executor start --interface attaches it there, its tables kept;
+// the cluster and return addresses and the guard go with it, and are
+// announced from it: keep-alive connections, MAC and NAT, all go on. A
+// configuration file moves it back the same way, an interface that does
+// not exist is refused with nothing changed. (Stopped and started again,
+// as before, all 80 connections broke.)
+func TestPrivilegedE2EExecutorMoved(t *testing.T) {
+	parallel(t)
+	l := newLabArgs(t, "-n", "2", "-r", "2", "-c", "1")
+	ifname, vip := l.env["LAB_IF"], l.vip()
+	const second = "dlbeth1"
+	l.mustNS("d", "ip", "link", "add", second, "address", "02:d1:b0:00:00:f2", "type", "veth",
+		"peer", "name", l.env["LAB_PREFIX"]+"-dm", "netns", l.env["LAB_SWITCH_NS"])
+	l.mustNS("sw", "ip", "link", "set", l.env["LAB_PREFIX"]+"-dm", "master", l.env["LAB_BRIDGE"], "up")
+	l.mustNS("d", "ip", "link", "set", second, "up")
+	l.mustNS("d", "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf."+ifname+".arp_ignore=1",
+		"net.ipv4.conf."+second+".arp_ignore=1")
+	l.startDlbd()
+	l.configure("generic", 10, 10)
+	l.mustCtl("port", "add", vip+"@81", "--method", "nat")
+	for i := 1; i <= 2; i++ {
+		l.mustCtl("server", "add", vip+"@81@"+l.env[fmt.Sprintf("LAB_N%d_ADDR", i)], "--mapport", "80",
+			"--returnaddress", l.env["LAB_RETURN_ADDR"], "--router", l.env["LAB_ROUTER_ADDR"])
+	}
+	l.waitServersUp()
+
+	// on reports which of the two interfaces hold the cluster address,
+	// the return address and the guard.
+	on := func(dev string) (vipOn, retOn, guard bool) {
+		out, _ := l.inNS("d", "ip", "-o", "addr", "show", "dev", dev)
+		tc, _ := l.inNS("d", "tc", "filter", "show", "dev", dev, "ingress")
+		return strings.Contains(out, " "+vip+"/32 "), strings.Contains(out, " "+l.env["LAB_RETURN_ADDR"]+"/32 "), strings.Contains(tc, "dlb_guard")
+	}
+	check := func(when, want, other string) {
+		t.Helper()
+		ex := l.executor()
+		link, _ := l.inNS("d", "ip", "-o", "link", "show", "dev", want)
+		idx, _, _ := strings.Cut(link, ":")
+		if !ex.Attached || ex.Interface != want || strconv.Itoa(ex.Ifindex) != idx {
+			t.Errorf("%s: executor attached %v to %s (ifindex %d), want %s (ifindex %q)", when, ex.Attached, ex.Interface, ex.Ifindex, want, idx)
+		}
+		if v, r, g := on(want); !v || !r || !g {
+			t.Errorf("%s: on %s: cluster address %v, return address %v, guard %v; want all three", when, want, v, r, g)
+		}
+		if v, r, g := on(other); v || r || g {
+			t.Errorf("%s: left on %s: cluster address %v, return address %v, guard %v", when, other, v, r, g)
+		}
+	}
+	check("before", ifname, second)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const conns = 40
+	held := map[string]<-chan loadResult{}
+	for _, port := range []string{"80", "81"} {
+		ch := make(chan loadResult, 1)
+		held[port] = ch
+		go func() {
+			r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+":"+port+"/", "-duration", "9s", "-c", strconv.Itoa(conns),
+				"-interval", "100ms", "-timeout", "10s")
+			ch <- r
+		}()
+	}
+	time.Sleep(2 * time.Second)
+
+	out := l.mustCtl("executor", "start", "--interface", second)
+	t.Logf("executor start --interface %s: %q", second, strings.TrimSpace(out))
+	if !strings.Contains(out, "moved from "+ifname+" to "+second) || !strings.Contains(out, "tables kept") {
+		t.Errorf("executor start --interface %s does not say the executor moved, its tables kept: %q", second, out)
+	}
+	check("moved with executor start", second, ifname)
+	// Clients learn the cluster address's new MAC from the announcement.
+	poll(t, 2*time.Second, "the client's neighbour entry for the cluster address to name "+second+"'s MAC", func() bool {
+		out, _ := l.inNS("c1", "ip", "neigh", "show", vip)
+		return strings.Contains(out, "02:d1:b0:00:00:f2")
+	})
+	time.Sleep(2 * time.Second)
+
+	if _, stderr, code := l.ctl("executor", "start", "--interface", "dlbnone0"); code == 0 || !strings.Contains(stderr, "dlbnone0") {
+		t.Errorf("a move to an interface that does not exist: exit %d, %q; want refused naming it", code, stderr)
+	}
+	check("after the refused move", second, ifname)
+
+	cfg := l.mustCtl("get", "-o", "yaml")
+	if !strings.Contains(cfg, "interface: "+second) {
+		t.Fatalf("the configuration does not name %s:\n%s", second, cfg)
+	}
+	file := l.writeLabFile("back.yaml", strings.Replace(cfg, "interface: "+second, "interface: "+ifname, 1))
+	l.mustCtl("apply", "-f", file)
+	check("moved back with dlbctl apply", ifname, second)
+
+	for _, port := range []string{"80", "81"} {
+		t.Logf("port %s:", port)
+		checkHeld(t, held[port], conns)
+	}
+	l.checkNewConnections(t, "after the moves")
+}
+
 // hostPort joins an address and a port, bracketing IPv6.
 func hostPort(addr, port string) string {
 	if strings.Contains(addr, ":") {
