@@ -90,6 +90,9 @@ type statusHA struct {
 	Peer       bool   `json:"peer_alive"`
 	PeerRole   string `json:"peer_role,omitempty"`
 	SameConfig bool   `json:"same_configuration"`
+	// Conflict names a peer role inconsistent with this one's ("the peer
+	// is backup too").
+	Conflict string `json:"role_conflict,omitempty"`
 	// Silent are the heartbeat paths ("source -> destination") the live
 	// peer has not been heard on for twice its dead time: one fault more and
 	// neither dispatcher hears the other. Unreachable are the reach
@@ -239,7 +242,7 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 	}
 	if ha.Configured {
 		h := &statusHA{Role: ha.Role, Running: ha.Running, Error: ha.Error, Healthy: ha.Healthy, Synced: ha.Replication.Synced,
-			Peer: ha.Peer.Alive, PeerRole: ha.Peer.Role, SameConfig: ha.DigestMatch, Groups: []statusGroup{}}
+			Peer: ha.Peer.Alive, PeerRole: ha.Peer.Role, SameConfig: ha.DigestMatch, Conflict: ha.Peer.Conflict, Groups: []statusGroup{}}
 		for _, g := range ha.Groups {
 			h.Groups = append(h.Groups, statusGroup{Group: g.Group, State: g.State})
 		}
@@ -315,6 +318,10 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 			out = append(out, "the high-availability peer is not heard")
 		case !h.SameConfig:
 			out = append(out, "the high-availability peer serves another configuration")
+		}
+		if h.Running && h.Peer && h.Conflict != "" {
+			out = append(out, fmt.Sprintf("the high-availability roles conflict (%s, this one %s): which dispatcher serves is decided by chance; "+
+				"give one the role primary and the other backup, or both both", h.Conflict, h.Role))
 		}
 		if h.Running && h.Peer && slices.ContainsFunc(h.Groups, func(g statusGroup) bool { return g.State == "standby" }) && !h.Synced {
 			out = append(out, "standing by without a full copy of the active's connection tables")

@@ -100,6 +100,9 @@ func TestStatus(t *testing.T) {
 			[]string{"standing by without a full copy of the active's connection tables"}},
 		{"a peer with another configuration", func(f *fakeEngine) { f.ha.DigestMatch = false }, nil,
 			[]string{"the high-availability peer serves another configuration"}},
+		{"a peer of the same role", func(f *fakeEngine) { f.ha.Peer.Role, f.ha.Peer.Conflict = f.ha.Role, "the peer is "+f.ha.Role+" too" }, nil,
+			[]string{"the high-availability roles conflict (the peer is backup too, this one backup): which dispatcher serves is decided by chance; " +
+				"give one the role primary and the other backup, or both both"}},
 		{"a heartbeat path silent, a reach target lost", func(f *fakeEngine) {
 			f.ha.IntervalMS, f.ha.Count = 500, 4
 			f.ha.Heartbeats = []api.HAHeartbeatReport{{Source: "10.0.0.4", Destination: "10.0.0.2", Sent: 90, Received: 90, SecondsAgo: 0.2},

@@ -102,6 +102,7 @@
 //	dlb_ha_state{group,state}              gauge 1, labelled idle, listen, active, standby, preempt or noexecutor
 //	dlb_ha_synced{group}                   gauge 0/1: a full copy of the active peer's tables
 //	dlb_ha_config_digest_match             gauge 0/1: the peer serves the same (absent while it is not heard)
+//	dlb_ha_role_conflict                   gauge 0/1: the peer's role is inconsistent with this one's (absent while it is not heard)
 //	dlb_ha_reach_target_up{address}        gauge 0/1
 //	dlb_ha_heartbeats_sent_total, dlb_ha_heartbeats_received_total{source,destination}  counters
 //	dlb_ha_refused_total{reason}           counter

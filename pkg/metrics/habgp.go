@@ -41,6 +41,9 @@ func writeHA(t *textWriter, st *dispatcher.Status) {
 		t.family("dlb_ha_config_digest_match", "gauge", "Whether the peer serves the same clusters, ports and servers "+
 			"(their configuration digests are equal); absent while the peer is not heard.")
 		t.sample("dlb_ha_config_digest_match", nil, nil, bool01(st.HA.DigestMatch))
+		t.family("dlb_ha_role_conflict", "gauge", "Whether the peer's role is inconsistent with this dispatcher's "+
+			"(both primary, both backup, or one both and the other not): which serves is then decided by chance; absent while the peer is not heard.")
+		t.sample("dlb_ha_role_conflict", nil, nil, bool01(n.Peer.Conflict != ""))
 	}
 	if len(n.Reach) > 0 {
 		t.family("dlb_ha_reach_target_up", "gauge", "Whether a reach target answers this dispatcher's pings.")
