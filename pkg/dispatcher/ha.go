@@ -286,7 +286,15 @@ func (e *Engine) haSync() {
 		}
 		e.events.Emit(events.HighAvailChange, env)
 	}
-	if len(changes) > 0 {
+	// A group outside the role (the role changed) is idle: journaled as
+	// it was, a restart would resume it.
+	stale := false
+	for g := range e.ha.applied {
+		if e.ha.applied[g] != lb.HAIdle && !slices.Contains(cfg.HA.Groups(), lb.HAGroup(g)) {
+			e.ha.applied[g], stale = lb.HAIdle, true
+		}
+	}
+	if len(changes) > 0 || stale {
 		e.persistHAStates()
 	}
 	mismatch := st.Peer.Alive && st.Peer.Digest != e.ha.digest.Sum()

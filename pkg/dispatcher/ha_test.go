@@ -911,3 +911,28 @@ func TestHAExecutorStartedAgainResyncs(t *testing.T) {
 		t.Errorf("an executor started again: %d Resync calls, want %d", n, before+1)
 	}
 }
+
+// TestHARoleChangedNotResumed: a group the dispatcher served under its
+// former role (backup: the peer group, active) is not journaled as
+// active once the role changed (primary): the next start resumed it, a
+// group outside the role, which never decided.
+func TestHARoleChangedNotResumed(t *testing.T) {
+	f := newFakeHA()
+	dir := t.TempDir()
+	h := haHarness(t, dir, f)
+	base(h)
+	h.mustApply(haOps("backup")...)
+	f.set(lb.GroupPeer, lb.HAActive)
+	eventually(t, "the peer group active", func() bool { return h.nif.has(vip) })
+	h.mustApply(op("backup", "set", "", "role", "primary"))
+	h.restart()
+	f.mu.Lock()
+	resumed := f.resumed
+	f.mu.Unlock()
+	if resumed == nil {
+		t.Fatal("nothing resumed")
+	}
+	if resumed[lb.GroupPeer] != lb.HAIdle {
+		t.Errorf("resumed %v: the peer group, outside the primary's role, resumed %s", *resumed, resumed[lb.GroupPeer])
+	}
+}

@@ -582,6 +582,14 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 			}
 		}
 	}
+	// A group outside the role is idle: resumed from states journaled
+	// under another role, it would never decide (only the role's groups
+	// do), and its heartbeats would never confirm the peer's boot.
+	for g := range n.groups {
+		if !slices.Contains(h.Groups(), lb.HAGroup(g)) {
+			n.groups[g] = group{}
+		}
+	}
 	old := n.reach
 	n.reach = nil
 	for _, a := range h.Reach {

@@ -1232,3 +1232,26 @@ func TestNodeRestartedWithAnotherSecret(t *testing.T) {
 		t.Errorf("the kept secret stays once high availability is removed: %v", err)
 	}
 }
+
+// TestNodeResumedOutsideItsRole: dlbd restarted as primary with the
+// states it journaled while it was backup (its role changed since: the
+// peer group's state active): a group outside its role is not resumed.
+// It was, and never decided (only the role's groups decide), so every
+// heartbeat left unconfirming the peer's boot: the peer refused them all
+// ("unconfirmed boot"), and the pair stayed split for good.
+func TestNodeResumedOutsideItsRole(t *testing.T) {
+	a, b, port := startPair(t)
+	a.halt(true)
+	resume := [lb.NumHAGroups]lb.HAState{lb.HAActive, lb.HAActive}
+	a2 := startSimResumed(t, testConfig(lb.RolePrimary, addrA, addrB, port), "secret-secret", &resume)
+	waitFor(t, 2*time.Second, "the restarted primary heard, and hearing its peer", func() bool {
+		sa, sb := a2.n.Status(), b.n.Status()
+		return sa.Peer.Alive && sb.Peer.Alive && !sb.Peer.Restarting && sb.Peer.Boot == sa.Boot
+	})
+	if sa, sb := a2.state(lb.GroupLocal), b.state(lb.GroupPeer); sa != lb.HAActive || sb != lb.HAStandby {
+		t.Errorf("the primary %s, the backup %s", sa, sb)
+	}
+	if got := a2.n.Status().Groups; len(got) != 1 || got[0].Group != lb.GroupLocal {
+		t.Errorf("the restarted primary's groups %+v, want its own only", got)
+	}
+}
