@@ -394,6 +394,10 @@ func haTable(w io.Writer, r api.HAReport) {
 	if r.SecretError != "" {
 		fmt.Fprintf(w, "secret file:\t%s (the secret read before stays in use)\n", r.SecretError)
 	}
+	for _, h := range r.Stray {
+		fmt.Fprintf(w, "stray path:\tthe peer's heartbeats arrive from %s to %s, a path not configured here (%d, the last %.1fs ago): %s\n",
+			h.Destination, h.Source, h.Received, h.SecondsAgo, strayRemedy(h))
+	}
 	fmt.Fprintf(w, "\nHEARTBEAT\tSENT\tRECEIVED\tLAST_HEARD\tERROR\n")
 	for _, h := range r.Heartbeats {
 		last := "-"
@@ -408,4 +412,11 @@ func haTable(w io.Writer, r api.HAReport) {
 			fmt.Fprintf(w, "%s\t%v\t%s\n", t.Address, t.Reachable, t.LastError)
 		}
 	}
+}
+
+// strayRemedy says how to give both dispatchers the path the peer's
+// heartbeats arrive on (h, as this dispatcher names paths).
+func strayRemedy(h api.HAHeartbeatReport) string {
+	return fmt.Sprintf("give both dispatchers the same paths (here: dlbctl highavailability heartbeat add %s %s; or change it back on the peer)",
+		h.Source, h.Destination)
 }

@@ -125,9 +125,12 @@ func TestHAStatusAndTakeover(t *testing.T) {
 	eng.mu.Lock()
 	eng.ha.SecretPending, eng.ha.SecretError = true, "cannot read the shared secret: permission denied"
 	eng.ha.PeerPort = 12346
+	eng.ha.Stray = []api.HAHeartbeatReport{{Source: "198.18.0.4", Destination: "198.18.0.6", Received: 79, SecondsAgo: 0.3}}
 	eng.mu.Unlock()
 	r = dlbctl(sock, "highavailability", "status")
 	for _, want := range []string{"the peer was last heard with another shared secret",
+		"stray path:", "the peer's heartbeats arrive from 198.18.0.6 to 198.18.0.4, a path not configured here (79, the last 0.3s ago): " +
+			"give both dispatchers the same paths (here: dlbctl highavailability heartbeat add 198.18.0.4 198.18.0.6; or change it back on the peer)\n",
 		"port:", "the peer uses port 12346: heartbeats go to both ports, replication to 12346, until it uses 12345 too",
 		"cannot read the shared secret: permission denied (the secret read before stays in use)"} {
 		if !strings.Contains(r.stdout, want) {

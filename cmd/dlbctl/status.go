@@ -99,6 +99,9 @@ type statusHA struct {
 	// targets this dispatcher does not reach.
 	Silent      []string `json:"silent_heartbeats,omitempty"`
 	Unreachable []string `json:"unreachable_reach,omitempty"`
+	// Stray are the paths the peer's heartbeats arrive on that this
+	// dispatcher does not have, each with its remedy.
+	Stray []string `json:"stray_heartbeats,omitempty"`
 }
 
 // statusGroup is a group's state: "local" are the clusters this
@@ -247,6 +250,9 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 			h.Groups = append(h.Groups, statusGroup{Group: g.Group, State: g.State})
 		}
 		h.Silent = silentPaths(ha)
+		for _, p := range ha.Stray {
+			h.Stray = append(h.Stray, fmt.Sprintf("from %s to %s: %s", p.Destination, p.Source, strayRemedy(p)))
+		}
 		if ha.Running {
 			for _, t := range ha.Reach {
 				if !t.Reachable {
@@ -332,6 +338,9 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 		if len(h.Silent) > 0 {
 			out = append(out, fmt.Sprintf("the peer is not heard on heartbeat %s %s, only on another: one fault more and neither dispatcher hears the other",
 				plural(len(h.Silent), "path", "paths"), strings.Join(h.Silent, ", ")))
+		}
+		for _, p := range h.Stray {
+			out = append(out, "the peer's heartbeats arrive on a path this dispatcher does not have, "+p)
 		}
 		if len(h.Unreachable) > 0 {
 			out = append(out, fmt.Sprintf("reach %s %s not reached from this dispatcher: it serves only if the peer reaches no more",

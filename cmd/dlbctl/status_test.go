@@ -100,6 +100,10 @@ func TestStatus(t *testing.T) {
 			[]string{"standing by without a full copy of the active's connection tables"}},
 		{"a peer with another configuration", func(f *fakeEngine) { f.ha.DigestMatch = false }, nil,
 			[]string{"the high-availability peer serves another configuration"}},
+		{"the peer's heartbeats on a path not configured here", func(f *fakeEngine) {
+			f.ha.Stray = []api.HAHeartbeatReport{{Source: "10.0.0.4", Destination: "10.0.0.6", Received: 79, SecondsAgo: 0.3}}
+		}, nil, []string{"the peer's heartbeats arrive on a path this dispatcher does not have, from 10.0.0.6 to 10.0.0.4: " +
+			"give both dispatchers the same paths (here: dlbctl highavailability heartbeat add 10.0.0.4 10.0.0.6; or change it back on the peer)"}},
 		{"a peer of the same role", func(f *fakeEngine) { f.ha.Peer.Role, f.ha.Peer.Conflict = f.ha.Role, "the peer is "+f.ha.Role+" too" }, nil,
 			[]string{"the high-availability roles conflict (the peer is backup too, this one backup): which dispatcher serves is decided by chance; " +
 				"give one the role primary and the other backup, or both both"}},

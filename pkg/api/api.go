@@ -211,6 +211,11 @@ type HAReport struct {
 	// Heartbeats and Reach are the paths and the reach targets.
 	Heartbeats []HAHeartbeatReport `json:"heartbeats,omitempty"`
 	Reach      []HAReachReport     `json:"reach,omitempty"`
+	// Stray are paths this dispatcher does not have that the peer's
+	// authenticated heartbeats arrived on in the last minute (Source this
+	// dispatcher's address, as in Heartbeats): the two dispatchers' paths
+	// differ, and the peer is not heard on these.
+	Stray []HAHeartbeatReport `json:"stray_heartbeats,omitempty"`
 	// Refused counts heartbeats and replication refused, by reason.
 	Refused map[string]uint64 `json:"refused,omitempty"`
 	// SecretPending says the peer was last heard with another shared

@@ -141,6 +141,9 @@ type Node struct {
 	reach     []reachState
 	refused   map[string]uint64
 	pathStats map[lb.Heartbeat]*lb.HAPathStatus
+	// stray are the paths not configured here that authenticated
+	// heartbeats arrived on (the peer's paths differ), at most maxStray.
+	stray map[lb.Heartbeat]*lb.HAPathStatus
 
 	// replication, sending side
 	outq        chan Batch
@@ -213,7 +216,7 @@ func New(opts Options) *Node {
 	boot := binary.BigEndian.Uint64(nonce(8)) | 1
 	return &Node{opts: opts, log: opts.Logger.With("component", "ha"), boot: boot,
 		notify: make(chan struct{}, 1), activated: make(chan lb.HAGroup, 2*lb.NumHAGroups), received: make(chan Batch, 16),
-		refused: map[string]uint64{}, pathStats: map[lb.Heartbeat]*lb.HAPathStatus{},
+		refused: map[string]uint64{}, pathStats: map[lb.Heartbeat]*lb.HAPathStatus{}, stray: map[lb.Heartbeat]*lb.HAPathStatus{},
 		markerBase: uint64(time.Now().UnixNano()), markerSent: map[uint64]time.Time{}}
 }
 
@@ -1191,6 +1194,7 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 	st := n.pathStats[hb]
 	if st == nil {
 		n.refused["unknown sender"]++
+		n.strayLocked(b, hb, time.Now())
 		return
 	}
 	var m message
@@ -1253,6 +1257,55 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		// a restart may stand by now).
 		n.answer = true
 	}
+}
+
+// maxStray bounds the stray paths kept; strayFor is how long one is
+// reported after its last heartbeat.
+const (
+	maxStray = 8
+	strayFor = time.Minute
+)
+
+// strayLocked records a datagram from an address no configured path
+// names (hb as this dispatcher would name the path): when it is an
+// authentic heartbeat, the peer sends on a path this dispatcher does not
+// have. The two dispatchers' paths differ (changed on one side, a file
+// restored on one side): the peer is not heard on it, and may not be at
+// all. It is logged when first heard (or again after strayFor), and
+// reported (Status).
+func (n *Node) strayLocked(b []byte, hb lb.Heartbeat, now time.Time) {
+	authentic := false
+	for _, k := range n.secretKeysLocked() {
+		if _, err := decode(b, k); err == nil {
+			authentic = true
+			break
+		}
+	}
+	if !authentic {
+		return
+	}
+	st := n.stray[hb]
+	if st == nil {
+		if len(n.stray) >= maxStray {
+			var oldest lb.Heartbeat
+			for k, v := range n.stray {
+				if oldest == (lb.Heartbeat{}) || v.LastHeard.Before(n.stray[oldest].LastHeard) {
+					oldest = k
+				}
+			}
+			delete(n.stray, oldest)
+		}
+		st = &lb.HAPathStatus{Heartbeat: hb}
+		n.stray[hb] = st
+	}
+	if st.LastHeard.IsZero() || now.Sub(st.LastHeard) >= strayFor {
+		n.log.Warn("high availability: authenticated heartbeats arrive on a path not configured here: "+
+			"the peer's heartbeat paths differ from this dispatcher's, and it is not heard on this one",
+			"source", hb.Destination, "destination", hb.Source,
+			"fix", fmt.Sprintf("give both dispatchers the same paths (here: highavailability heartbeat add %s %s)", hb.Source, hb.Destination))
+	}
+	st.Received++
+	st.LastHeard = now
 }
 
 // notePeerPortLocked records the port the peer sends from: its
@@ -1454,6 +1507,14 @@ func (n *Node) Status() lb.HAStatus {
 	for _, r := range n.reach {
 		st.Reach = append(st.Reach, lb.HAReachStatus{Address: r.addr, Reachable: r.ok, LastError: r.err})
 	}
+	for hb, ps := range n.stray {
+		if n.pathStats[hb] == nil && now.Sub(ps.LastHeard) < strayFor {
+			st.Stray = append(st.Stray, *ps)
+		}
+	}
+	slices.SortFunc(st.Stray, func(a, b lb.HAPathStatus) int {
+		return cmp.Or(a.Source.Compare(b.Source), a.Destination.Compare(b.Destination))
+	})
 	st.Replication = lb.HAReplicationStatus{Sending: n.outConn != nil, Receiving: n.inConn != nil, Session: n.session,
 		SentRecords: n.sentRecords, ReceivedRecords: n.recvRecords, LastAckRTT: n.lastAckRTT, Synced: n.synced}
 	return st

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1231,6 +1232,62 @@ func TestNodeRestartedWithAnotherSecret(t *testing.T) {
 	if _, err := os.Stat(kept); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the kept secret stays once high availability is removed: %v", err)
 	}
+}
+
+// TestNodeStrayPath: heartbeats the peer sends on a path this dispatcher
+// does not have (the primary's path changed on its side alone) are
+// refused, and reported as a stray path, authentic ones only: a datagram
+// under another secret is not. Once the path is configured here too, it
+// is no longer stray.
+func TestNodeStrayPath(t *testing.T) {
+	addrC := netip.MustParseAddr("127.0.0.3")
+	port := freePort(t)
+	pcfg, bcfg := testConfig(lb.RolePrimary, addrA, addrB, port), testConfig(lb.RoleBackup, addrB, addrA, port)
+	a, b := startSim(t, pcfg, "secret-secret"), startSim(t, bcfg, "secret-secret")
+	waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
+		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
+	})
+	if st := b.n.Status(); len(st.Stray) != 0 {
+		t.Fatalf("stray paths with the same paths on both: %+v", st.Stray)
+	}
+	// A datagram of a heartbeat's size from another address, under
+	// another secret: not the peer's.
+	forged := (&message{Boot: 7, Seq: 1, Role: lb.RolePrimary}).encode([]byte("another secret"))
+	c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 4)}, &net.UDPAddr{IP: addrB.AsSlice(), Port: int(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(forged); err != nil {
+		t.Fatal(err)
+	}
+
+	pcfg.Heartbeats = []lb.Heartbeat{{Source: addrC, Destination: addrB}}
+	if err := a.n.Configure(pcfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := lb.Heartbeat{Source: addrB, Destination: addrC}
+	waitFor(t, 2*time.Second, "the backup reporting the stray path "+want.Destination.String()+" -> "+want.Source.String(), func() bool {
+		st := b.n.Status()
+		return len(st.Stray) == 1 && st.Stray[0].Heartbeat == want && st.Stray[0].Received > 0 && !st.Stray[0].LastHeard.IsZero()
+	})
+	if st := b.n.Status(); st.Refused["unknown sender"] == 0 {
+		t.Errorf("refused %v: the stray heartbeats not counted as from an unknown sender", st.Refused)
+	}
+	if st := a.n.Status(); len(st.Stray) != 0 {
+		t.Errorf("the primary reports stray paths %+v: it receives nothing on a path it lacks", st.Stray)
+	}
+
+	bcfg.Heartbeats = append(bcfg.Heartbeats, want)
+	if err := b.n.Configure(bcfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the path configured on the backup no longer stray, and heard", func() bool {
+		st := b.n.Status()
+		return len(st.Stray) == 0 && st.Peer.Alive && slices.ContainsFunc(st.Heartbeats, func(p lb.HAPathStatus) bool {
+			return p.Heartbeat == want && p.Received > 0
+		})
+	})
 }
 
 // TestNodeResumedOutsideItsRole: dlbd restarted as primary with the

@@ -384,6 +384,11 @@ type HAStatus struct {
 	// Heartbeats are the paths, and Reach the reach targets.
 	Heartbeats []HAPathStatus
 	Reach      []HAReachStatus
+	// Stray are the paths this dispatcher does not have that the peer's
+	// authenticated heartbeats arrived on in the last minute (named as
+	// this dispatcher would name them: Source its own address): the two
+	// dispatchers' paths differ, and the peer is not heard on these.
+	Stray []HAPathStatus
 	// Refused counts heartbeats and replication frames refused, by
 	// reason (malformed, unauthenticated, replayed, unconfirmed boot).
 	Refused map[string]uint64

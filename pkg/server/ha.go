@@ -110,6 +110,10 @@ func haReport(st *dispatcher.Status) api.HAReport {
 			r.Heartbeats = append(r.Heartbeats, api.HAHeartbeatReport{Source: hb.Source.String(), Destination: hb.Destination.String()})
 		}
 	}
+	for _, hb := range n.Stray {
+		r.Stray = append(r.Stray, api.HAHeartbeatReport{Source: hb.Source.String(), Destination: hb.Destination.String(),
+			Received: hb.Received, SecondsAgo: ago(hb.LastHeard)})
+	}
 	for _, t := range n.Reach {
 		r.Reach = append(r.Reach, api.HAReachReport{Address: t.Address.String(), Reachable: t.Reachable, LastError: t.LastError})
 	}
