@@ -341,6 +341,22 @@ type fakeGuard struct {
 	mu    sync.Mutex
 	nif   *fakeNetif
 	calls []guardCall
+	// lingered records Linger calls, each with how many Guard calls
+	// came before it.
+	lingered []lingerCall
+}
+
+type lingerCall struct {
+	ifname string
+	d      time.Duration
+	after  int
+}
+
+// Linger records the call (the real guard stays on ifname for d).
+func (g *fakeGuard) Linger(ifname string, d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lingered = append(g.lingered, lingerCall{ifname, d, len(g.calls)})
 }
 
 type guardCall struct {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dlbproject/dlb/pkg/lb"
 )
@@ -19,6 +20,24 @@ type Guard interface {
 	// Guard makes the guarded addresses of ifname exactly addrs (none:
 	// the guard leaves the interface).
 	Guard(ifname string, addrs []netip.Addr) error
+}
+
+// guardLingerer is a Guard that can go on guarding, for a while, an
+// interface the executor left (cmd/dlbd's can).
+type guardLingerer interface {
+	// Linger keeps the guard on ifname, besides the interface it guards,
+	// for d.
+	Linger(ifname string, d time.Duration)
+}
+
+// guardLinger is how long the guard stays on an interface the executor
+// moved away from: until the announcements from the new one are done
+// (announceAfter) and a little more. Meanwhile the segment's hosts and
+// routers may still send there, and the host would reset what they send
+// (the addresses are the host's, on the new interface); dropped, it is
+// sent again, to the new interface.
+func guardLinger() time.Duration {
+	return announceAfter[len(announceAfter)-1] + 2*time.Second
 }
 
 // guardAddresses tells the guard what the engine configured on the

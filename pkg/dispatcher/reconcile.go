@@ -214,6 +214,9 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 		return true, true, nil
 	}
 	e.exec.attach.ifindex = link.Index
+	if g, ok := e.opts.Guard.(guardLingerer); ok {
+		g.Linger(back.Name, guardLinger()) // before the guard moves (configureAddresses)
+	}
 	if err := e.configureAddresses(next); err != nil {
 		return true, true, lb.Errorf("configure", "", "%v", err)
 	}

@@ -310,7 +310,8 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 	saved := announceAfter
 	t.Cleanup(func() { announceAfter = saved })
 	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
-	h := newHarness(t, t.TempDir())
+	guard := &fakeGuard{}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.Guard = guard })
 	base(h)
 	h.nif.mu.Lock()
 	h.nif.second = "eth1"
@@ -346,6 +347,15 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 		t.Fatalf("moving to eth1: %v", err)
 	}
 	check("moved to eth1", "eth1", 3)
+	// The guard stays on eth0 a while (the segment may still send
+	// there), told so before it moved to eth1.
+	guard.mu.Lock()
+	lingered, calls := slices.Clone(guard.lingered), slices.Clone(guard.calls)
+	guard.mu.Unlock()
+	if len(lingered) != 1 || lingered[0].ifname != "eth0" || lingered[0].d != guardLinger() ||
+		len(calls) <= lingered[0].after || calls[lingered[0].after].ifname != "eth1" || calls[lingered[0].after-1].ifname != "eth0" {
+		t.Errorf("guard lingering %+v, guard calls %+v: want eth0 kept for %v, asked before the guard moved to eth1", lingered, calls, guardLinger())
+	}
 	// The segment learns the cluster address's new MAC: announced now,
 	// and again as after a takeover.
 	announced := func() int {

@@ -231,11 +231,25 @@ func TestPrivilegedE2EExecutorMoved(t *testing.T) {
 		if v, r, g := on(want); !v || !r || !g {
 			t.Errorf("%s: on %s: cluster address %v, return address %v, guard %v; want all three", when, want, v, r, g)
 		}
-		if v, r, g := on(other); v || r || g {
-			t.Errorf("%s: left on %s: cluster address %v, return address %v, guard %v", when, other, v, r, g)
+		if v, r, _ := on(other); v || r {
+			t.Errorf("%s: left on %s: cluster address %v, return address %v", when, other, v, r)
 		}
 	}
 	check("before", ifname, second)
+	if _, _, g := on(second); g {
+		t.Errorf("a guard on %s before the move", second)
+	}
+	// guardLeaves checks that the guard stays on the interface the
+	// executor left while the segment may still send there (what the
+	// host would reset is dropped, and sent again to the new one), and
+	// leaves it some seconds later.
+	guardLeaves := func(dev string) {
+		t.Helper()
+		if _, _, g := on(dev); !g {
+			t.Errorf("the guard left %s with the executor: what the segment still sends there is reset", dev)
+		}
+		poll(t, 10*time.Second, "the guard to leave "+dev, func() bool { _, _, g := on(dev); return !g })
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -245,7 +259,7 @@ func TestPrivilegedE2EExecutorMoved(t *testing.T) {
 		ch := make(chan loadResult, 1)
 		held[port] = ch
 		go func() {
-			r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+":"+port+"/", "-duration", "9s", "-c", strconv.Itoa(conns),
+			r, _ := l.load(ctx, "-keepalive", "-url", "http://"+vip+":"+port+"/", "-duration", "16s", "-c", strconv.Itoa(conns),
 				"-interval", "100ms", "-timeout", "10s")
 			ch <- r
 		}()
@@ -263,7 +277,7 @@ func TestPrivilegedE2EExecutorMoved(t *testing.T) {
 		out, _ := l.inNS("c1", "ip", "neigh", "show", vip)
 		return strings.Contains(out, "02:d1:b0:00:00:f2")
 	})
-	time.Sleep(2 * time.Second)
+	guardLeaves(ifname)
 
 	if _, stderr, code := l.ctl("executor", "start", "--interface", "dlbnone0"); code == 0 || !strings.Contains(stderr, "dlbnone0") {
 		t.Errorf("a move to an interface that does not exist: exit %d, %q; want refused naming it", code, stderr)
@@ -277,6 +291,7 @@ func TestPrivilegedE2EExecutorMoved(t *testing.T) {
 	file := l.writeLabFile("back.yaml", strings.Replace(cfg, "interface: "+second, "interface: "+ifname, 1))
 	l.mustCtl("apply", "-f", file)
 	check("moved back with dlbctl apply", ifname, second)
+	guardLeaves(second)
 
 	for _, port := range []string{"80", "81"} {
 		t.Logf("port %s:", port)
