@@ -85,3 +85,18 @@ func (h *hostGuard) Linger(ifname string, d time.Duration) {
 	})
 	h.lingering[ifname] = t
 }
+
+// leave takes the guard off the interfaces it lingers on, at dlbd's exit:
+// their timers will not fire, and the filter would stay there (it stays
+// on the executor's interface on purpose, guarding across a restart).
+func (h *hostGuard) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for name, t := range h.lingering {
+		t.Stop()
+		if name != h.on {
+			_ = h.nif.DetachGuard(name)
+		}
+	}
+	h.lingering = nil
+}

@@ -311,7 +311,9 @@ func run(ctx context.Context, o options) error {
 		log.Warn("no guard: the host may answer traffic to cluster addresses the executor does not take with resets", "err", err)
 	} else {
 		defer g.Close()
-		guard = &hostGuard{g: g, nif: nif}
+		hg := &hostGuard{g: g, nif: nif}
+		defer hg.leave()
+		guard = hg
 	}
 	engine, err := dispatcher.New(dispatcher.Options{
 		StateDir:  o.stateDir,
