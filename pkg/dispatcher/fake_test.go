@@ -433,13 +433,15 @@ type fakeNetif struct {
 	mac string
 	// name, when set, is the interface's name instead of eth0 (rename).
 	name string
-	// second, when set, names a second Ethernet interface (index 3).
-	second string
+	// second, when set, names a second Ethernet interface (index 3);
+	// secondDown sets it down.
+	second     string
+	secondDown bool
 }
 
 // secondLink is the second interface; n.mu held.
 func (n *fakeNetif) secondLink() lb.Link {
-	return lb.Link{Index: 3, Name: n.second, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}, Up: true}
+	return lb.Link{Index: 3, Name: n.second, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}, Up: !n.secondDown}
 }
 
 // ifname is the interface's name; n.mu held.

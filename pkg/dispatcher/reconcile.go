@@ -189,6 +189,10 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 		if back, err = e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err != nil {
 			return false, false, nil // its interface is going: stopped and started
 		}
+		if !link.Up && back.Up {
+			return true, false, lb.Errorf(field, value, "interface %s is down (set down, or without carrier): moved there, "+
+				"the executor would forward nothing; bring it up first (ip link set %s up; a cable, the switch port)", ex.Interface, ex.Interface)
+		}
 	}
 	if err := d.Detach(); err != nil {
 		return true, true, fmt.Errorf("detaching the executor to attach it %s: %w", where, err)

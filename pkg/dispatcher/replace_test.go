@@ -343,6 +343,18 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 		return op("executor", "start", "", append([]string{"interface", ifname}, params...)...)
 	}
 
+	// A move to an interface that is down would stop the forwarding.
+	h.nif.mu.Lock()
+	h.nif.secondDown = true
+	h.nif.mu.Unlock()
+	if err := h.apply(start("eth1")); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "eth1 is down") {
+		t.Errorf("moving to eth1, down: %v, want refused", err)
+	}
+	check("after the move to eth1, down, refused", "eth0", 2)
+	h.nif.mu.Lock()
+	h.nif.secondDown = false
+	h.nif.mu.Unlock()
+
 	if err := h.apply(start("eth1")); err != nil {
 		t.Fatalf("moving to eth1: %v", err)
 	}
