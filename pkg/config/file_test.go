@@ -584,3 +584,37 @@ func scriptOp(t *testing.T, line string) Op {
 	}
 	return o
 }
+
+// TestPlanExecutorWords: a running executor given another interface or
+// XDP mode is started there (which moves it, its tables kept), not
+// stopped first; stopped, or started from stopped, it is as before.
+func TestPlanExecutorWords(t *testing.T) {
+	ex := func(started bool, ifname string, mode lb.XDPMode) lb.Config {
+		cfg := lb.NewConfig()
+		cfg.Executor.Started, cfg.Executor.Interface, cfg.Executor.XDPMode = started, ifname, mode
+		return cfg
+	}
+	for _, tc := range []struct {
+		name      string
+		old, next lb.Config
+		want      []string
+	}{
+		{"moved", ex(true, "eth0", lb.XDPGeneric), ex(true, "eth1", lb.XDPGeneric),
+			[]string{"~ executor start --interface eth1 --xdp-mode generic  # was interface eth0 xdp-mode generic"}},
+		{"another mode", ex(true, "eth0", lb.XDPGeneric), ex(true, "eth0", lb.XDPNative),
+			[]string{"~ executor start --interface eth0 --xdp-mode native  # was interface eth0 xdp-mode generic"}},
+		{"stopped", ex(true, "eth0", lb.XDPGeneric), ex(false, "eth0", lb.XDPGeneric), []string{"- executor stop"}},
+		{"started", ex(false, "eth0", lb.XDPGeneric), ex(true, "eth1", lb.XDPGeneric),
+			[]string{"+ executor start --interface eth1 --xdp-mode generic"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, s := range Plan(tc.old, tc.next) {
+				got = append(got, map[Kind]string{Added: "+", Removed: "-", Changed: "~"}[s.Kind]+" "+s.String())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

@@ -177,10 +177,13 @@ func changedParams[T any](fs []field[T], o, n *T, names []string) ([]Param, stri
 // A stopped executor keeps the interface and mode "executor start" gave
 // it (a later start without --interface uses them): they change by
 // starting it there and stopping it again. No command takes them away;
-// for that Plan lists a stop that names the interface left behind.
+// for that Plan lists a stop that names the interface left behind. A
+// running executor given another interface or mode is not stopped: its
+// start there moves it, its tables kept.
 func (pl *planner) executor(o, n lb.Executor) {
 	started := o.Started
-	if o.Started && (!n.Started || o.Interface != n.Interface || o.XDPMode != n.XDPMode) {
+	moved := o.Started && n.Started && (o.Interface != n.Interface || o.XDPMode != n.XDPMode)
+	if o.Started && !n.Started {
 		pl.add(Removed, Op{Object: Executor, Action: Stop}, "")
 		started = false
 	}
@@ -231,6 +234,8 @@ func (pl *planner) executor(o, n lb.Executor) {
 	}
 	start := Op{Object: Executor, Action: Start, Params: []Param{P("interface", n.Interface), P("xdp-mode", n.XDPMode.String())}}
 	switch {
+	case moved:
+		pl.add(Changed, start, "interface "+quote(o.Interface)+" xdp-mode "+o.XDPMode.String())
 	case n.Started && !started:
 		pl.add(Added, start, "")
 	case n.Started || (o.Interface == n.Interface && o.XDPMode == n.XDPMode):
