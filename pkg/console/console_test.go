@@ -331,7 +331,8 @@ func TestSnapshotHABGP(t *testing.T) {
 		Node: lb.HAStatus{Running: true, Healthy: true,
 			Groups: []lb.HAGroupStatus{{Group: lb.GroupPeer, State: lb.HAStandby, Since: since, Reason: "the peer is active", Synced: true}},
 			Peer:   lb.HAPeerStatus{Alive: true, Heard: true, LastHeard: now, Role: lb.RolePrimary, Healthy: true, Reach: 1, Targets: 1},
-			Reach:  []lb.HAReachStatus{{Address: router, Reachable: false, LastError: "no reply"}}},
+			Reach:  []lb.HAReachStatus{{Address: router, Reachable: false, LastError: "no reply"}},
+			Stray:  []lb.HAPathStatus{{Heartbeat: lb.Heartbeat{Source: netip.MustParseAddr("198.18.0.4"), Destination: netip.MustParseAddr("198.18.0.6")}}}},
 	}
 	bgp := &dispatcher.BGPStatus{
 		BGPStatus: lb.BGPStatus{Running: true, Neighbors: []lb.BGPNeighborStatus{
@@ -354,7 +355,8 @@ func TestSnapshotHABGP(t *testing.T) {
 		Groups: []HAGroupView{{Group: "peer", State: "standby", Since: since, Reason: "the peer is active", Synced: true,
 			Clusters: []string{"198.18.0.100", "198.18.0.101"}}},
 		Peer:  HAPeerView{Alive: true, Heard: true, LastHeard: now, Role: "primary", Healthy: true, SameConfig: true, Reach: 1, Targets: 1},
-		Reach: []ReachView{{Address: "198.18.0.254", Up: false, Error: "no reply"}}}
+		Reach: []ReachView{{Address: "198.18.0.254", Up: false, Error: "no reply"}},
+		Stray: []string{"from 198.18.0.6 to 198.18.0.4"}}
 	if got, want := mustJSON(t, v.HA), mustJSON(t, wantHA); got != want {
 		t.Errorf("HA\n got %s\nwant %s", got, want)
 	}

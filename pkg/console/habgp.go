@@ -23,6 +23,9 @@ type HAView struct {
 	Groups       []HAGroupView `json:"groups"`
 	Peer         HAPeerView    `json:"peer"`
 	Reach        []ReachView   `json:"reach"`
+	// Stray names the paths the peer's heartbeats arrive on that this
+	// dispatcher lacks ("from PEER to THIS"): their paths differ.
+	Stray []string `json:"stray"`
 }
 
 // HAGroupView is one group of clusters: those this dispatcher is the
@@ -98,7 +101,10 @@ func haView(st *dispatcher.HAStatus) *HAView {
 	}
 	n := &st.Node
 	v := &HAView{Role: st.Config.Role.String(), Recovery: st.Config.Recovery.String(), Running: n.Running, Error: n.Error,
-		Healthy: n.Healthy, HealthReason: n.HealthReason, Groups: []HAGroupView{}, Reach: []ReachView{}}
+		Healthy: n.Healthy, HealthReason: n.HealthReason, Groups: []HAGroupView{}, Reach: []ReachView{}, Stray: []string{}}
+	for _, p := range n.Stray {
+		v.Stray = append(v.Stray, "from "+p.Destination.String()+" to "+p.Source.String())
+	}
 	for _, g := range n.Groups {
 		clusters := st.Clusters[g.Group]
 		if clusters == nil {

@@ -104,6 +104,7 @@
 //	dlb_ha_config_digest_match             gauge 0/1: the peer serves the same (absent while it is not heard)
 //	dlb_ha_role_conflict                   gauge 0/1: the peer's role is inconsistent with this one's (absent while it is not heard)
 //	dlb_ha_reach_target_up{address}        gauge 0/1
+//	dlb_ha_stray_heartbeats{source,destination}  gauge 1: a path the peer's heartbeats arrive on that this one lacks (absent when none)
 //	dlb_ha_heartbeats_sent_total, dlb_ha_heartbeats_received_total{source,destination}  counters
 //	dlb_ha_refused_total{reason}           counter
 //	dlb_ha_replication_records_sent_total, _received_total, _imported_total  counters

@@ -51,6 +51,14 @@ func writeHA(t *textWriter, st *dispatcher.Status) {
 			t.sample("dlb_ha_reach_target_up", labels("address", r.Address.String()), nil, bool01(r.Reachable))
 		}
 	}
+	if len(n.Stray) > 0 {
+		t.family("dlb_ha_stray_heartbeats", "gauge", "1 for a path this dispatcher does not have (source its own address, "+
+			"destination the peer's) that the peer's authenticated heartbeats arrived on in the last minute: the two "+
+			"dispatchers' heartbeat paths differ; absent when none.")
+		for _, p := range n.Stray {
+			t.sample("dlb_ha_stray_heartbeats", heartbeatLabels(p.Heartbeat), nil, 1)
+		}
+	}
 	t.family("dlb_ha_heartbeats_sent_total", "counter", "Heartbeats sent on a path (source and destination address).")
 	for _, p := range n.Heartbeats {
 		t.counter("dlb_ha_heartbeats_sent_total", heartbeatLabels(p.Heartbeat), nil, p.Sent)

@@ -62,8 +62,10 @@ func sample() *dispatcher.Status {
 	return &dispatcher.Status{
 		HA: &dispatcher.HAStatus{Config: ha, Imported: 90, Merged: 7, Kept: 2, DigestMatch: false, Node: lb.HAStatus{
 			Running: true, Healthy: true,
-			Groups:      []lb.HAGroupStatus{{Group: lb.GroupLocal, State: lb.HAActive}, {Group: lb.GroupPeer, State: lb.HAStandby, Synced: true}},
-			Peer:        lb.HAPeerStatus{Alive: true, Heard: true, Conflict: "the peer is primary too"},
+			Groups: []lb.HAGroupStatus{{Group: lb.GroupLocal, State: lb.HAActive}, {Group: lb.GroupPeer, State: lb.HAStandby, Synced: true}},
+			Peer:   lb.HAPeerStatus{Alive: true, Heard: true, Conflict: "the peer is primary too"},
+			Stray: []lb.HAPathStatus{{Heartbeat: lb.Heartbeat{Source: netip.MustParseAddr("198.18.0.2"), Destination: netip.MustParseAddr("198.18.0.6")},
+				Received: 9}},
 			Heartbeats:  []lb.HAPathStatus{{Heartbeat: hb, Sent: 120, Received: 118}},
 			Reach:       []lb.HAReachStatus{{Address: netip.MustParseAddr("198.18.0.254"), Reachable: true}, {Address: netip.MustParseAddr("198.18.0.253")}},
 			Refused:     map[string]uint64{"replayed": 2},
@@ -285,6 +287,7 @@ func TestExposition(t *testing.T) {
 		{"dlb_ha_peer_alive", nil, 1, false},
 		{"dlb_ha_config_digest_match", nil, 0, false},
 		{"dlb_ha_role_conflict", nil, 1, false},
+		{"dlb_ha_stray_heartbeats", map[string]string{"source": "198.18.0.2", "destination": "198.18.0.6"}, 1, false},
 		{"dlb_ha_reach_target_up", map[string]string{"address": "198.18.0.254"}, 1, false},
 		{"dlb_ha_reach_target_up", map[string]string{"address": "198.18.0.253"}, 0, false},
 		{"dlb_ha_heartbeats_sent_total", map[string]string{"source": "198.18.0.2", "destination": "198.18.0.4"}, 120, false},

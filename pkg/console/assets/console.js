@@ -489,6 +489,10 @@
     } else {
       peer.append(badge('not heard', 'no'), document.createTextNode(p.heard ? ' since ' + since(p.last_heard) : ' since dlbd started'));
     }
+    if (ha.stray.length > 0) {
+      peer.append(document.createTextNode('; its heartbeats arrive on a path this dispatcher lacks (' + ha.stray.join(', ') +
+        '): the two dispatchers\' heartbeat paths differ'));
+    }
     peer.dataset.alive = p.alive;
     const reach = document.getElementById('ha-reach');
     reach.textContent = ha.reach.length === 0 ? 'No reach target.' : 'Reach targets: ' + ha.reach.map(function (r) {
