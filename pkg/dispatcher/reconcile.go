@@ -193,6 +193,11 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 			return true, false, lb.Errorf(field, value, "interface %s is down (set down, or without carrier): moved there, "+
 				"the executor would forward nothing; bring it up first (ip link set %s up; a cable, the switch port)", ex.Interface, ex.Interface)
 		}
+		if link.XDP.Attached {
+			// Another tool's program: refused before the executor
+			// leaves the interface it forwards on.
+			return true, false, lb.Errorf(field, value, "attaching the executor %s: %v", where, occupied(e.exec.dp, link))
+		}
 	}
 	if err := d.Detach(); err != nil {
 		return true, true, fmt.Errorf("detaching the executor to attach it %s: %w", where, err)

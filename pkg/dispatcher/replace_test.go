@@ -385,6 +385,27 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 	}
 	check("after eth9 refused", "eth1", 3)
 
+	// eth0 taken by another tool's XDP program meanwhile: refused before
+	// the executor leaves eth1.
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{Attached: true, ID: 99, Mode: lb.XDPNative}
+	h.nif.mu.Unlock()
+	h.dp.mu.Lock()
+	detaches := h.dp.detaches
+	h.dp.mu.Unlock()
+	if err := h.apply(start("eth0")); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "already runs XDP program 99") {
+		t.Errorf("moving to eth0, taken by another program: %v, want refused naming it", err)
+	}
+	h.dp.mu.Lock()
+	if h.dp.detaches != detaches {
+		t.Errorf("the executor was detached from eth1 (%d times) for a move refused", h.dp.detaches-detaches)
+	}
+	h.dp.mu.Unlock()
+	h.nif.mu.Lock()
+	h.nif.xdp = lb.XDPProgram{}
+	h.nif.mu.Unlock()
+	check("after the move to eth0, taken, refused", "eth1", 3)
+
 	h.dp.mu.Lock()
 	h.dp.refuseMode = lb.XDPNative
 	h.dp.mu.Unlock()
