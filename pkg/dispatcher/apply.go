@@ -282,6 +282,11 @@ func (e *Engine) afterCommit(old, next lb.Config, ch config.Change, delta *store
 			e.warn(p)
 		}
 	}
+	if ch.Executor || ch.BGP {
+		for _, p := range e.bgpPathProblems(next) {
+			e.warn(p)
+		}
+	}
 	if ch.Executor || len(ch.Clusters) > 0 {
 		only := ch.Clusters
 		if ch.Executor {

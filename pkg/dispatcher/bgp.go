@@ -205,6 +205,38 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 	e.bgp.book.Told(want)
 }
 
+// bgpPathProblems names each BGP neighbour of cfg reached through another
+// interface than the executor's: the speaker's next hop for the clusters
+// is this host's address on the session, there, so the neighbour sends
+// their traffic where the executor does not see it (the host answers it,
+// or drops it).
+func (e *Engine) bgpPathProblems(cfg lb.Config) []string {
+	if !cfg.BGP.Enabled() || e.exec.dp == nil || e.exec.attach.detached != "" || e.exec.attach.ifindex == 0 {
+		return nil
+	}
+	var addrs []netip.Addr
+	for _, n := range cfg.BGP.Neighbors {
+		addrs = append(addrs, n.Address)
+	}
+	routes, _ := e.opts.Netif.Routes(addrs)
+	var out []string
+	for _, a := range addrs {
+		r, ok := routes[a]
+		if !ok || r.Ifindex == 0 || r.Ifindex == e.exec.attach.ifindex {
+			continue
+		}
+		via := fmt.Sprintf("interface %d", r.Ifindex)
+		if l, err := e.opts.Netif.LinkByIndex(r.Ifindex); err == nil {
+			via = l.Name
+		}
+		ex := cfg.Executor.Interface
+		out = append(out, fmt.Sprintf("BGP neighbour %s is reached through %s, not the executor's interface %s: it learns the "+
+			"clusters with this host's address on %s as their next hop, and sends their traffic where the executor does not see it "+
+			"(start the executor on %s, or route the neighbour through %s)", a, via, ex, via, via, ex))
+	}
+	return out
+}
+
 // standsBy reports whether this dispatcher is one of a high-availability
 // pair that does not serve cl now (its peer does, or neither yet): it
 // announces cl with a worse MED, so that routers send cl's traffic to the

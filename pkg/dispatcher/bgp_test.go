@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -433,5 +434,38 @@ func TestHAStandbyAnnouncesWithAWorseMED(t *testing.T) {
 		if stand, med := report(); stand != st.stand || (stand && med != 21) {
 			t.Errorf("%s: the report says standby %v with MED %d", st.name, stand, med)
 		}
+	}
+}
+
+// TestBGPNeighbourOffTheExecutorsInterface: the executor moved to an
+// interface the BGP neighbour is not reached through: the neighbour's
+// next hop for the clusters is this host's address on the other one, and
+// their traffic goes where the executor does not see it. The move warns,
+// and so does the executor report while it lasts.
+func TestBGPNeighbourOffTheExecutorsInterface(t *testing.T) {
+	sp := &fakeSpeaker{}
+	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.Speaker = sp })
+	base(h)
+	h.mustApply(bgpOps()...)
+	h.nif.mu.Lock()
+	h.nif.second = "eth1"
+	h.nif.mu.Unlock()
+	const want = "BGP neighbour 198.18.0.1 is reached through eth0, not the executor's interface eth1"
+	if w := h.executorWarnings("BGP neighbour"); len(w) != 0 {
+		t.Fatalf("warnings on eth0, through which the neighbour is reached: %q", w)
+	}
+	res, err := h.e.ApplyWithNotes(context.Background(), []config.Op{op("executor", "start", "", "interface", "eth1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
+		t.Errorf("the move's warnings %q lack %q", res.Warnings, want)
+	}
+	if w := h.executorWarnings("BGP neighbour"); len(w) != 1 || !strings.HasPrefix(w[0], want) {
+		t.Errorf("executor report's warnings %q, want %q…", w, want)
+	}
+	h.mustApply(op("executor", "start", "", "interface", "eth0"))
+	if w := h.executorWarnings("BGP neighbour"); len(w) != 0 {
+		t.Errorf("warnings back on eth0: %q", w)
 	}
 }

@@ -318,6 +318,7 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 		x.Warnings = append(x.Warnings, haAddressProblems(e.ed.Config())...)
 		x.Warnings = append(x.Warnings, e.hopProblems(e.ed.Config(), nil)...)
 		x.Warnings = append(x.Warnings, e.ownSourceProblems()...)
+		x.Warnings = append(x.Warnings, e.bgpPathProblems(e.ed.Config())...)
 	}
 	if e.exec.trace != nil {
 		x.Trace = e.exec.trace.status()
