@@ -427,4 +427,18 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 		t.Fatalf("moving back to eth0: %v", err)
 	}
 	check("moved back to eth0", "eth0", 2)
+
+	// Another XDP mode whose change fails after the executor was
+	// attached in it: attached again in the former one.
+	was := h.status(Query{}).Executor.AttachedMode
+	h.dp.mu.Lock()
+	h.dp.failNext = errors.New("a map update failed")
+	h.dp.mu.Unlock()
+	if err := h.apply(start("eth0", "xdp-mode", "native")); err == nil {
+		t.Error("a mode change whose map update fails: applied")
+	}
+	if got := h.status(Query{}).Executor.AttachedMode; got != was || h.config().Executor.XDPMode == lb.XDPNative {
+		t.Errorf("after a mode change taken back: attached in %s (was %s), configuration %s", got, was, h.config().Executor.XDPMode)
+	}
+	check("after the mode change taken back", "eth0", 2)
 }
