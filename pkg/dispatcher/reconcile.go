@@ -224,13 +224,10 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 	}
 	e.exec.attach.ifindex = link.Index
 	if g, ok := e.opts.Guard.(guardLingerer); ok {
-		g.Linger(back.Name, guardLinger()) // before the guard moves (configureAddresses)
+		g.Linger(back.Name, guardLinger()) // before the guard moves with the addresses
 	}
-	if err := e.configureAddresses(next); err != nil {
+	if err := e.configureAddresses(next); err != nil { // the guard follows them
 		return true, true, lb.Errorf("configure", "", "%v", err)
-	}
-	if err := e.guardAddresses(next); err != nil {
-		e.log.Warn("guarding the addresses on the executor's new interface", "interface", ex.Interface, "err", err)
 	}
 	e.announceMoved(ex.Interface, link.Index, 0)
 	e.note(fmt.Sprintf("the executor moved from %s to %s (XDP mode %s), its connection tables kept; the addresses dlbd put on %s moved with it and are announced from %s",
