@@ -1197,15 +1197,7 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		n.strayLocked(b, hb, time.Now())
 		return
 	}
-	var m message
-	var key []byte
-	err := errMAC
-	for _, k := range n.secretKeysLocked() {
-		if m, err = decode(b, k); !errors.Is(err, errMAC) {
-			key = k
-			break
-		}
-	}
+	m, key, err := n.decodeLocked(b)
 	if err == nil {
 		err = n.peer.fresh.accept(m, n.boot)
 	}
@@ -1259,6 +1251,18 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 	}
 }
 
+// decodeLocked reads a heartbeat under the first of the secrets in use
+// (secretKeysLocked) its MAC matches, and returns that key too; errMAC
+// when none does.
+func (n *Node) decodeLocked(b []byte) (message, []byte, error) {
+	for _, k := range n.secretKeysLocked() {
+		if m, err := decode(b, k); !errors.Is(err, errMAC) {
+			return m, k, err
+		}
+	}
+	return message{}, nil, errMAC
+}
+
 // maxStray bounds the stray paths kept; strayFor is how long one is
 // reported after its last heartbeat.
 const (
@@ -1274,14 +1278,7 @@ const (
 // all. It is logged when first heard (or again after strayFor), and
 // reported (Status).
 func (n *Node) strayLocked(b []byte, hb lb.Heartbeat, now time.Time) {
-	authentic := false
-	for _, k := range n.secretKeysLocked() {
-		if _, err := decode(b, k); err == nil {
-			authentic = true
-			break
-		}
-	}
-	if !authentic {
+	if _, _, err := n.decodeLocked(b); err != nil {
 		return
 	}
 	st := n.stray[hb]
