@@ -336,15 +336,20 @@ func (e *Engine) haAnnounce(cfg lb.Config, g lb.HAGroup, step int) {
 			e.ha.announcements++
 		}
 	}
+	since := e.ha.since[g]
+	e.announceAgain(step, func() {
+		if e.ha.since[g].Equal(since) { // still the same takeover
+			e.haAnnounce(e.ed.Config(), g, step+1)
+		}
+	})
+}
+
+// announceAgain runs again, on the engine's goroutine, an announcement
+// made at step of announceAfter: at the next step's delay, if there is
+// one.
+func (e *Engine) announceAgain(step int, again func()) {
 	if step+1 < len(announceAfter) {
-		since := e.ha.since[g]
-		time.AfterFunc(announceAfter[step+1], func() {
-			e.post(func() {
-				if e.ha.since[g].Equal(since) { // still the same takeover
-					e.haAnnounce(e.ed.Config(), g, step+1)
-				}
-			})
-		})
+		time.AfterFunc(announceAfter[step+1], func() { e.post(again) })
 	}
 }
 

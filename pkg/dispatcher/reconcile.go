@@ -260,11 +260,7 @@ func (e *Engine) announceMoved(ifname string, ifindex, step int) {
 	if err := an.Announce(ifname, addrs); err != nil {
 		e.log.Warn("announcing the addresses on the executor's new interface", "interface", ifname, "err", err)
 	}
-	if step+1 < len(announceAfter) {
-		time.AfterFunc(announceAfter[step+1], func() {
-			e.post(func() { e.announceMoved(ifname, ifindex, step+1) })
-		})
-	}
+	e.announceAgain(step, func() { e.announceMoved(ifname, ifindex, step+1) })
 }
 
 // startExecutor loads (or adopts) the executor, resolves every next hop,
