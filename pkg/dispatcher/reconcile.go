@@ -189,14 +189,8 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 		if back, err = e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err != nil {
 			return false, false, nil // its interface is going: stopped and started
 		}
-		if !link.Up && back.Up {
-			return true, false, lb.Errorf(field, value, "interface %s is down (set down, or without carrier): moved there, "+
-				"the executor would forward nothing; bring it up first (ip link set %s up; a cable, the switch port)", ex.Interface, ex.Interface)
-		}
-		if link.XDP.Attached {
-			// Another tool's program: refused before the executor
-			// leaves the interface it forwards on.
-			return true, false, lb.Errorf(field, value, "attaching the executor %s: %v", where, occupied(e.exec.dp, link))
+		if err := e.moveRefused(link, back); err != nil {
+			return true, false, err
 		}
 	}
 	if err := d.Detach(); err != nil {
@@ -233,6 +227,21 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 	e.note(fmt.Sprintf("the executor moved from %s to %s (XDP mode %s), its connection tables kept; the addresses dlbd put on %s moved with it and are announced from %s",
 		back.Name, ex.Interface, e.host.attachedMode, back.Name, ex.Interface))
 	return true, true, nil
+}
+
+// moveRefused says why the executor, attached to back, may not move to
+// link, before it leaves back: link is down while back is up (it would
+// forward nothing), or another tool's XDP program holds it. Nil when it
+// may.
+func (e *Engine) moveRefused(link, back lb.Link) error {
+	if !link.Up && back.Up {
+		return lb.Errorf("interface", link.Name, "interface %s is down (set down, or without carrier): moved there, "+
+			"the executor would forward nothing; bring it up first (ip link set %s up; a cable, the switch port)", link.Name, link.Name)
+	}
+	if link.XDP.Attached {
+		return lb.Errorf("interface", link.Name, "attaching the executor to %s: %v", link.Name, occupied(e.exec.dp, link))
+	}
+	return nil
 }
 
 // announceMoved announces the addresses dlbd put on ifname (index

@@ -46,6 +46,24 @@ func (e *Engine) dryRunHops(old, next lb.Config, ch config.Change) error {
 	return e.checkHops(old, next, ch, fresh, func(a netip.Addr) (lb.Neighbor, error) { return routes[a], errs[a] })
 }
 
+// dryRunMove refuses what moveAttachment would refuse before the executor
+// leaves its interface, when the change moves it to another one.
+func (e *Engine) dryRunMove(old, next lb.Config) error {
+	o, n := old.Executor, next.Executor
+	if e.exec.dp == nil || !o.Started || !n.Started || o.Interface == n.Interface || e.exec.attach.detached != "" || e.attachedTo(n.Interface) {
+		return nil
+	}
+	link, err := e.executorLink(n)
+	if err != nil {
+		return err
+	}
+	back, err := e.opts.Netif.LinkByIndex(e.exec.attach.ifindex)
+	if err != nil {
+		return nil // stopped and started: the link's check is all
+	}
+	return e.moveRefused(link, back)
+}
+
 func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 	old := e.ed.Config()
 	edit, err := e.ed.PrepareConfig(next)
@@ -62,6 +80,9 @@ func (e *Engine) replace(next lb.Config, dryRun bool) (lb.Config, error) {
 			return old, &config.OpError{Index: -1, Err: err}
 		}
 		if err := e.dryRunHops(old, edit.Next, ch); err != nil {
+			return old, &config.OpError{Index: -1, Err: err}
+		}
+		if err := e.dryRunMove(old, edit.Next); err != nil {
 			return old, &config.OpError{Index: -1, Err: err}
 		}
 		delta, err := e.ids.Apply(ch, e.opts.MaxServices, e.opts.MaxBackends)

@@ -350,6 +350,12 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 	if err := h.apply(start("eth1")); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "eth1 is down") {
 		t.Errorf("moving to eth1, down: %v, want refused", err)
 	}
+	// A file's dry run (apply --diff) says so too.
+	moved := h.config()
+	moved.Executor.Interface = "eth1"
+	if _, err := h.replace(moved, true); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "eth1 is down") {
+		t.Errorf("a dry run moving to eth1, down: %v, want refused", err)
+	}
 	check("after the move to eth1, down, refused", "eth0", 2)
 	h.nif.mu.Lock()
 	h.nif.secondDown = false
