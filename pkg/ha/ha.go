@@ -578,18 +578,12 @@ func (n *Node) Configure(h lb.HighAvailability, digest uint64) error {
 		n.peerKey = n.loadPeerKey()
 	}
 	n.rotateSecretLocked(key)
-	if roleChanged {
-		for g := range n.groups {
-			if n.groups[g].state != lb.HANoExecutor {
-				n.groups[g] = group{}
-			}
-		}
-	}
-	// A group outside the role is idle: resumed from states journaled
-	// under another role, it would never decide (only the role's groups
-	// do), and its heartbeats would never confirm the peer's boot.
+	// A new role decides every group anew. A group outside the role is
+	// idle: resumed from states journaled under another role, it would
+	// never decide (only the role's groups do), and its heartbeats would
+	// never confirm the peer's boot.
 	for g := range n.groups {
-		if !slices.Contains(h.Groups(), lb.HAGroup(g)) {
+		if !slices.Contains(h.Groups(), lb.HAGroup(g)) || roleChanged && n.groups[g].state != lb.HANoExecutor {
 			n.groups[g] = group{}
 		}
 	}
