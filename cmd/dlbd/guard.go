@@ -35,12 +35,7 @@ func (h *hostGuard) Guard(ifname string, addrs []netip.Addr) error {
 	if len(addrs) == 0 {
 		// Also an earlier dlbd's filter, which still guards what that
 		// one configured, and the interfaces left lingering.
-		var errs []error
-		for name, t := range h.lingering {
-			t.Stop()
-			errs = append(errs, h.nif.DetachGuard(name))
-		}
-		h.lingering = nil
+		errs := []error{h.leaveLocked()}
 		for _, name := range []string{h.on, ifname} {
 			if name != "" {
 				errs = append(errs, h.nif.DetachGuard(name))
@@ -92,11 +87,18 @@ func (h *hostGuard) Linger(ifname string, d time.Duration) {
 func (h *hostGuard) leave() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	_ = h.leaveLocked()
+}
+
+// leaveLocked is leave's work, h.mu held.
+func (h *hostGuard) leaveLocked() error {
+	var errs []error
 	for name, t := range h.lingering {
 		t.Stop()
 		if name != h.on {
-			_ = h.nif.DetachGuard(name)
+			errs = append(errs, h.nif.DetachGuard(name))
 		}
 	}
 	h.lingering = nil
+	return errors.Join(errs...)
 }
