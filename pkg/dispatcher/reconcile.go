@@ -320,9 +320,20 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		undo()
 		return err
 	}
-	mode, err := dp.Attach(link.Index, e.attachMode(ex, link))
+	want := e.attachMode(ex, link)
+	left, err := e.takeBack(dp, link, want)
+	if err != nil {
+		undo()
+		return lb.Errorf("interface", ex.Interface, "%v", err)
+	}
+	mode, err := dp.Attach(link.Index, want)
 	if err != nil {
 		err = e.attachRefused(dp, link, err)
+		if left.Index != 0 { // forwarding on where it was found
+			if _, berr := dp.Attach(left.Index, left.XDP.Mode); berr != nil {
+				e.log.Error("attaching the executor again where it was found", "interface", left.Name, "err", berr)
+			}
+		}
 		undo()
 		return lb.Errorf("interface", ex.Interface, "%v", err)
 	}
@@ -335,9 +346,15 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 			e.logReplacement(link.Name, rep)
 		}
 	}
+	if left.Index != 0 && left.Index != link.Index {
+		e.addressesLeft(left, link)
+	}
 	if err := e.configureAddresses(cfg); err != nil {
 		undo()
 		return lb.Errorf("configure", "", "%v", err)
+	}
+	if left.Index != 0 && left.Index != link.Index {
+		e.announceMoved(ex.Interface, link.Index, 0)
 	}
 	e.exec.err = nil
 	if !adopted && e.opts.HA != nil {
@@ -351,6 +368,61 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		e.out.Warnings = append(e.out.Warnings, e.hopProblems(cfg, nexthop.AllHops(cfg))...)
 	}
 	return nil
+}
+
+// takeBack detaches the executor a dlbd adopted where its saved
+// configuration does not put it: on another interface than link, or on
+// link in another XDP mode than want. A dlbd stopped during a move (or a
+// change of mode) left it there after the kernel took it and before the
+// change was saved: the change was never reported done, so the saved
+// configuration holds, and the executor goes back with its tables (Attach
+// attaches it again). It returns the interface the executor was found on
+// (Index 0: it was where it belongs, or is not a detacher).
+func (e *Engine) takeBack(dp Datapath, link lb.Link, want lb.XDPMode) (lb.Link, error) {
+	a, ok := dp.Attached()
+	d, detaches := dp.(detacher)
+	if !ok || !detaches {
+		return lb.Link{}, nil
+	}
+	found := link
+	if a.Ifindex != link.Index {
+		l, err := e.opts.Netif.LinkByIndex(a.Ifindex)
+		if err != nil {
+			return lb.Link{}, nil // going with its interface: Attach says so
+		}
+		found = l
+	} else if want == lb.XDPAuto || link.XDP.Mode == lb.XDPAuto || link.XDP.Mode == want {
+		return lb.Link{}, nil
+	}
+	if err := d.Detach(); err != nil {
+		return lb.Link{}, fmt.Errorf("detaching the executor from %s (XDP mode %s), where a dlbd stopped during a change left it: %w",
+			found.Name, found.XDP.Mode, err)
+	}
+	e.log.Warn("the executor was found where the saved configuration does not put it, left there by a dlbd stopped "+
+		"during a change that was never saved: put back, its connection tables kept",
+		"found_on", found.Name, "found_mode", found.XDP.Mode, "interface", link.Name, "xdp_mode", want)
+	return found, nil
+}
+
+// addressesLeft moves the addresses dlbd put on the executor's interface
+// link from left, where the executor was found (takeBack): a dlbd stopped
+// during a move had moved them with it. The guard stays on left a while,
+// as after a move.
+func (e *Engine) addressesLeft(left, link lb.Link) {
+	if g, ok := e.opts.Guard.(guardLingerer); ok {
+		g.Linger(left.Name, guardLinger())
+	}
+	for a, ifname := range e.host.configured {
+		if ifname != link.Name {
+			continue
+		}
+		if _, err := e.opts.Netif.AddAddress(ifname, a); err != nil {
+			e.log.Warn("putting an address back on the executor's interface", "address", a, "interface", ifname, "err", err)
+		}
+		if err := e.opts.Netif.DelAddress(left.Name, a); err != nil {
+			e.log.Warn("taking an address off the interface the executor was found on", "address", a, "interface", left.Name, "err", err)
+		}
+	}
 }
 
 // replacer is a Datapath that can take the place of an executor pinned by

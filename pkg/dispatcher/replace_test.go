@@ -448,3 +448,87 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 	}
 	check("after the mode change taken back", "eth0", 2)
 }
+
+// TestRestartTakesBackAChangeNeverSaved: a dlbd stopped during a move
+// (or a change of XDP mode), after the kernel took the executor there and
+// before the change was saved, left it where the saved configuration does
+// not put it. The next dlbd failed to start it ("attached to another
+// interface") and left it forwarding, unmanaged, while high availability
+// told the peer this dispatcher could not forward. It is put back where
+// the saved configuration says, its tables kept, and what moved with it
+// (the addresses, the guard) moves back.
+func TestRestartTakesBackAChangeNeverSaved(t *testing.T) {
+	saved := announceAfter
+	t.Cleanup(func() { announceAfter = saved })
+	announceAfter = []time.Duration{0, 10 * time.Millisecond}
+	vipAddr := netip.MustParseAddr(vip)
+	for _, tc := range []struct {
+		name string
+		// leave is where the stopped dlbd left the executor: an
+		// interface index, and what the host reports of eth0's XDP.
+		ifindex int
+		xdp     lb.XDPProgram
+		// found is the interface the restart found it on ("": none
+		// taken back).
+		found string
+	}{
+		{name: "moved to eth1", ifindex: 3, found: "eth1"},
+		{name: "on eth0 in native mode", ifindex: 2, xdp: lb.XDPProgram{Attached: true, Mode: lb.XDPNative}, found: "eth0"},
+		{name: "where it belongs", ifindex: 2, xdp: lb.XDPProgram{Attached: true, Mode: lb.XDPGeneric}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			guard := &fakeGuard{}
+			h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.Guard = guard })
+			base(h)
+			h.mustApply(op("executor", "start", "", "interface", "eth0", "xdp-mode", "generic"))
+			h.stop()
+			h.nif.mu.Lock()
+			h.nif.second = "eth1"
+			h.nif.xdp = tc.xdp
+			if tc.ifindex == 3 {
+				h.nif.addresses[vipAddr] = "eth1"
+			}
+			h.nif.announced = nil
+			h.nif.mu.Unlock()
+			h.dp.mu.Lock()
+			h.dp.ifindex = tc.ifindex
+			detaches := h.dp.detaches
+			h.dp.mu.Unlock()
+			guard.mu.Lock()
+			guard.lingered = nil
+			guard.mu.Unlock()
+
+			h.start()
+			x := h.status(Query{}).Executor
+			if x.Err != "" || x.Attachment.Ifindex != 2 || x.AttachedMode != lb.XDPGeneric {
+				t.Errorf("after the restart: executor error %q, attached to ifindex %d in %s; want eth0 (2) in generic",
+					x.Err, x.Attachment.Ifindex, x.AttachedMode)
+			}
+			h.dp.mu.Lock()
+			n, removed := h.dp.detaches-detaches, h.dp.removed
+			h.dp.mu.Unlock()
+			if want := map[bool]int{true: 1, false: 0}[tc.found != ""]; n != want || removed {
+				t.Errorf("detached %d times, pins removed %v; want %d, pins kept", n, removed, want)
+			}
+			h.nif.mu.Lock()
+			on, announced := h.nif.addresses[vipAddr], slices.Contains(h.nif.announced, vipAddr)
+			h.nif.mu.Unlock()
+			if on != "eth0" {
+				t.Errorf("the cluster address is on %q, want eth0", on)
+			}
+			guard.mu.Lock()
+			lingered := slices.Clone(guard.lingered)
+			guard.mu.Unlock()
+			if tc.found == "eth1" {
+				if !announced {
+					t.Error("the cluster address was not announced from eth0, back from eth1")
+				}
+				if len(lingered) != 1 || lingered[0].ifname != "eth1" {
+					t.Errorf("guard lingering %+v, want on eth1 a while", lingered)
+				}
+			} else if len(lingered) != 0 {
+				t.Errorf("guard lingering %+v, want none", lingered)
+			}
+		})
+	}
+}
