@@ -434,14 +434,15 @@ type fakeNetif struct {
 	// name, when set, is the interface's name instead of eth0 (rename).
 	name string
 	// second, when set, names a second Ethernet interface (index 3);
-	// secondDown sets it down.
+	// secondDown sets it down; secondXDP is the XDP program it reports.
 	second     string
 	secondDown bool
+	secondXDP  lb.XDPProgram
 }
 
 // secondLink is the second interface; n.mu held.
 func (n *fakeNetif) secondLink() lb.Link {
-	return lb.Link{Index: 3, Name: n.second, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}, Up: !n.secondDown}
+	return lb.Link{Index: 3, Name: n.second, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}, Up: !n.secondDown, XDP: n.secondXDP}
 }
 
 // ifname is the interface's name; n.mu held.

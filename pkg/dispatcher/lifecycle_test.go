@@ -1148,3 +1148,75 @@ func TestInterfaceMovedToAnotherNamespace(t *testing.T) {
 	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkAdded, Ifindex: 2, Ifname: "eth0"}
 	eventually(t, "no warning once it is back", func() bool { return !moved() })
 }
+
+// TestDetachedExecutorMoved: the executor's interface deleted (a NIC that
+// died) and the operator moves it to another one. Stopped and started
+// there, it lost its tables (50 of 50 NAT connections broke in the lab);
+// it is attached with them, its next hops pointed at the new interface
+// before it sees a frame, its addresses put there and announced.
+func TestDetachedExecutorMoved(t *testing.T) {
+	saved := announceAfter
+	t.Cleanup(func() { announceAfter = saved })
+	announceAfter = []time.Duration{0, 10 * time.Millisecond}
+	h := newHarness(t, t.TempDir())
+	base(h)
+	v := netip.MustParseAddr(vip)
+	h.nif.mu.Lock()
+	h.nif.second = "eth1"
+	h.nif.mu.Unlock()
+
+	h.nif.setIfindex(0)
+	h.dp.sever()
+	h.nif.dropAddress(v)
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+	h.nif.mu.Lock()
+	h.nif.announced = nil
+	h.nif.mu.Unlock()
+
+	// eth1 held by another tool's XDP program: refused, by the dry run
+	// (apply --diff) too, and the executor stays as it was.
+	h.nif.mu.Lock()
+	h.nif.secondXDP = lb.XDPProgram{Attached: true, ID: 99, Mode: lb.XDPNative}
+	h.nif.mu.Unlock()
+	moved := h.config()
+	moved.Executor.Interface = "eth1"
+	if _, err := h.replace(moved, true); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "already runs XDP program 99") {
+		t.Errorf("a dry run moving the detached executor to eth1, taken: %v, want refused naming the program", err)
+	}
+	if err := h.apply(op("executor", "start", "", "interface", "eth1")); lb.FieldOf(err) != "interface" || !strings.Contains(err.Error(), "already runs XDP program 99") {
+		t.Errorf("moving the detached executor to eth1, taken: %v, want refused naming the program", err)
+	}
+	if st := h.status(Query{}).Executor; st.Detached == "" || h.config().Executor.Interface != "eth0" {
+		t.Errorf("after the refused move: detached %q, configuration %s; want detached from eth0", st.Detached, h.config().Executor.Interface)
+	}
+	h.nif.mu.Lock()
+	h.nif.secondXDP = lb.XDPProgram{}
+	h.nif.mu.Unlock()
+
+	if err := h.apply(op("executor", "start", "", "interface", "eth1")); err != nil {
+		t.Fatalf("moving the detached executor to eth1: %v", err)
+	}
+	h.dp.mu.Lock()
+	removed, attached, at, stale := h.dp.removed, h.dp.attached, h.dp.ifindex, slices.Clone(h.dp.staleAtAttach)
+	h.dp.mu.Unlock()
+	if removed || !attached || at != 3 || h.opens != 1 {
+		t.Errorf("pins removed %v, attached %v to ifindex %d, %d loads; want attached to eth1 (3), loaded once, pins kept",
+			removed, attached, at, h.opens)
+	}
+	if len(stale) > 0 {
+		t.Errorf("backends %v still reached through the gone interface when the executor was attached to eth1", stale)
+	}
+	if st := h.status(Query{}).Executor; st.Err != "" || st.Detached != "" || st.Attachment.Ifindex != 3 {
+		t.Errorf("executor report: error %q, detached %q, attached to %d; want attached to 3", st.Err, st.Detached, st.Attachment.Ifindex)
+	}
+	if got := h.config().Executor.Interface; got != "eth1" {
+		t.Errorf("the configuration says %s, want eth1", got)
+	}
+	h.nif.mu.Lock()
+	on, announced := h.nif.addresses[v], slices.Contains(h.nif.announced, v)
+	h.nif.mu.Unlock()
+	if on != "eth1" || !announced {
+		t.Errorf("the cluster address is on %q, announced %v; want on eth1, announced", on, announced)
+	}
+}

@@ -92,6 +92,9 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 			}
 			break // the executor's other settings, below
 		}
+		if e.exec.attach.detached != "" && old.Executor.Interface != ex.Interface {
+			return true, e.moveDetached(old, next)
+		}
 		if err := e.stopExecutor(next); err != nil {
 			return true, err
 		}
@@ -167,7 +170,7 @@ type detacher interface {
 // addresses dlbd put on the old interface go to the new one, are guarded
 // there and, under high availability, announced from it. It reports
 // false when the executor cannot be detached alone, or is detached
-// already (its interface gone): it is then stopped and started again. An
+// already (its interface gone: see moveDetached). An
 // attachment the kernel refuses leaves the executor where and as it was
 // (written false); if even that fails, the next tick's check attaches it
 // again.
@@ -227,6 +230,51 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 	e.note(fmt.Sprintf("the executor moved from %s to %s (XDP mode %s), its connection tables kept; the addresses dlbd put on %s moved with it and are announced from %s",
 		back.Name, ex.Interface, e.host.attachedMode, back.Name, ex.Interface))
 	return true, true, nil
+}
+
+// moveDetached attaches the executor, detached (old's interface gone: a
+// NIC that died, a deleted veth), to next's interface, another one, its
+// tables kept. Stopped and started again there, it lost them: every NAT
+// connection broke (50 of 50 in the lab), though the clients' packets
+// reach the new interface once it is announced. As when an interface of
+// its name comes back (reattach), the whole state is written with the
+// next hops through the gone interface pointed at the new one before the
+// executor is attached; then the addresses dlbd put on the gone
+// interface go on the new one and are announced from it. The whole of
+// next is written: the caller has nothing left to write.
+func (e *Engine) moveDetached(old, next lb.Config) error {
+	ex := next.Executor
+	link, err := e.executorLink(ex)
+	if err != nil {
+		return err
+	}
+	if err := e.moveRefused(link, lb.Link{}); err != nil { // it leaves nothing that forwards
+		return err
+	}
+	from := old.Executor.Interface
+	e.net.Moved(e.exec.attach.ifindex, link)
+	err = e.writeBeforeAttach(next)
+	e.net.ClearAsked()
+	if err != nil {
+		return err
+	}
+	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
+	e.logDropped(e.exec.dp)
+	if err != nil {
+		return lb.Errorf("interface", ex.Interface, "attaching the executor to %s: %v", ex.Interface, e.attachRefused(e.exec.dp, link, err))
+	}
+	if mode != lb.XDPAuto {
+		e.host.attachedMode = mode
+	}
+	e.attached(next, link, "executor attached to another interface, its own gone")
+	e.host.indexReturns(next)
+	if err := e.configureAddresses(next); err != nil {
+		return lb.Errorf("configure", "", "%v", err)
+	}
+	e.announceMoved(ex.Interface, link.Index, 0)
+	e.note(fmt.Sprintf("the executor, detached from %s (gone), was attached to %s (XDP mode %s), its connection tables kept; "+
+		"the addresses dlbd put on %s are on %s and announced from it", from, ex.Interface, e.host.attachedMode, from, ex.Interface))
+	return nil
 }
 
 // moveRefused says why the executor, attached to back, may not move to

@@ -46,20 +46,23 @@ func (e *Engine) dryRunHops(old, next lb.Config, ch config.Change) error {
 	return e.checkHops(old, next, ch, fresh, func(a netip.Addr) (lb.Neighbor, error) { return routes[a], errs[a] })
 }
 
-// dryRunMove refuses what moveAttachment would refuse before the executor
-// leaves its interface, when the change moves it to another one.
+// dryRunMove refuses what moveAttachment (or moveDetached) would refuse
+// before the executor leaves its interface, when the change moves it to
+// another one.
 func (e *Engine) dryRunMove(old, next lb.Config) error {
 	o, n := old.Executor, next.Executor
-	if e.exec.dp == nil || !o.Started || !n.Started || o.Interface == n.Interface || e.exec.attach.detached != "" || e.attachedTo(n.Interface) {
+	if e.exec.dp == nil || !o.Started || !n.Started || o.Interface == n.Interface || e.attachedTo(n.Interface) {
 		return nil
 	}
 	link, err := e.executorLink(n)
 	if err != nil {
 		return err
 	}
-	back, err := e.opts.Netif.LinkByIndex(e.exec.attach.ifindex)
-	if err != nil {
-		return nil // stopped and started: the link's check is all
+	var back lb.Link // detached: it leaves nothing (moveDetached)
+	if e.exec.attach.detached == "" {
+		if back, err = e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err != nil {
+			return nil // stopped and started: the link's check is all
+		}
 	}
 	return e.moveRefused(link, back)
 }

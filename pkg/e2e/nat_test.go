@@ -189,10 +189,12 @@ func TestPrivilegedE2ENATClientMoves(t *testing.T) {
 // answered only on the interface holding the address, as such a host
 // needs). executor start --interface attaches it there, its tables kept;
 // the cluster and return addresses and the guard go with it, and are
-// announced from it: keep-alive connections, MAC and NAT, all go on. A
-// configuration file moves it back the same way, an interface that does
-// not exist is refused with nothing changed. (Stopped and started again,
-// as before, all 80 connections broke.)
+// announced from it: keep-alive connections, MAC and NAT, all go on. An
+// interface that does not exist is refused with nothing changed. The
+// second NIC then dies (deleted) and a configuration file moves the
+// detached executor back, its tables kept too. (Stopped and started
+// again, as before, all 80 connections broke; after the NIC died, the 40
+// NAT ones.)
 func TestPrivilegedE2EExecutorMoved(t *testing.T) {
 	parallel(t)
 	l := newLabArgs(t, "-n", "2", "-r", "2", "-c", "1")
@@ -288,10 +290,22 @@ func TestPrivilegedE2EExecutorMoved(t *testing.T) {
 	if !strings.Contains(cfg, "interface: "+second) {
 		t.Fatalf("the configuration does not name %s:\n%s", second, cfg)
 	}
+	// The second NIC dies (deleted): the executor is detached. Moved
+	// back by a file, it keeps its tables (stopped and started there, it
+	// lost them: every NAT connection broke).
+	l.mustNS("d", "ip", "link", "del", second)
+	poll(t, 5*time.Second, "the executor to be detached from "+second, func() bool { return l.executor().Detached != "" })
 	file := l.writeLabFile("back.yaml", strings.Replace(cfg, "interface: "+second, "interface: "+ifname, 1))
-	l.mustCtl("apply", "-f", file)
-	check("moved back with dlbctl apply", ifname, second)
-	guardLeaves(second)
+	out = l.mustCtl("apply", "-f", file)
+	t.Logf("dlbctl apply -f back.yaml: %q", strings.TrimSpace(out))
+	if !strings.Contains(out, "was attached to "+ifname) || !strings.Contains(out, "tables kept") {
+		t.Errorf("dlbctl apply moving the detached executor back to %s does not say its tables were kept: %q", ifname, out)
+	}
+	check("moved back with dlbctl apply, "+second+" gone", ifname, second)
+	poll(t, 2*time.Second, "the client's neighbour entry for the cluster address to name "+ifname+"'s MAC", func() bool {
+		out, _ := l.inNS("c1", "ip", "neigh", "show", vip)
+		return strings.Contains(out, l.env["LAB_DISPATCHER_MAC"])
+	})
 
 	for _, port := range []string{"80", "81"} {
 		t.Logf("port %s:", port)
