@@ -279,7 +279,7 @@ func executorTable(w io.Writer, r api.ExecutorReport) {
 			if r.DetachedSince != "" {
 				state += " at " + r.DetachedSince
 			}
-			state += "; it attaches again when an interface of that name appears)"
+			state += "; it attaches again when an interface of that name appears, or, its tables kept, to another: dlbctl executor start --interface NAME)"
 		}
 		fmt.Fprintf(w, "state:\t%s\n", state)
 	}

@@ -296,7 +296,11 @@ func (a *app) status(ctx context.Context) (statusReport, error) {
 func attention(r statusReport, x api.ExecutorReport) []string {
 	out := []string{}
 	if x.Started && x.State != api.ExecutorAttached {
-		out = append(out, "the executor is started and "+x.State+orSuffix(r.Executor.Error))
+		msg := "the executor is started and " + x.State + orSuffix(r.Executor.Error)
+		if x.State == api.ExecutorDetached {
+			msg += " (back when " + x.Interface + " is; to another interface, its tables kept: dlbctl executor start --interface NAME)"
+		}
+		out = append(out, msg)
 	}
 	if len(r.NoServer) > 0 {
 		out = append(out, "no server takes new connections on "+strings.Join(r.NoServer, ", "))

@@ -61,7 +61,7 @@ func TestStatus(t *testing.T) {
 			"warnings           1. cluster 10.0.0.101 is on no interface of this host",
 			"                   2. the state cannot be saved",
 		}, []string{
-			"the executor is started and detached: interface eth0 was deleted",
+			"the executor is started and detached: interface eth0 was deleted (back when eth0 is; to another interface, its tables kept: dlbctl executor start --interface NAME)",
 			"no server takes new connections on 10.0.0.100@80",
 			"2 warnings",
 			"the high-availability peer is not heard",

@@ -288,7 +288,7 @@ func TestEventText(t *testing.T) {
 		{events.HalfOpenDone, map[string]string{"DLB_CLUSTER": "198.18.0.100", "DLB_PORT": "80", "DLB_HALFOPEN": "3"}, "198.18.0.100@80: half-open connections back at or below maxhalfopen (3)", false},
 		{"haTakeover", map[string]string{"DLB_ROLE": "primary", "DLB_PEER": "198.18.0.3"}, "peer=198.18.0.3 role=primary", false},
 		{events.ExecutorDetached, map[string]string{"DLB_INTERFACE": "eth0", "DLB_REASON": "interface eth0 was deleted"},
-			"the executor's interface eth0 is gone (interface eth0 was deleted): it attaches again when an interface of that name appears", true},
+			"the executor's interface eth0 is gone (interface eth0 was deleted): it attaches again when an interface of that name appears, or to another with dlbctl executor start --interface NAME", true},
 		{events.ExecutorAttached, map[string]string{"DLB_INTERFACE": "eth0", "DLB_IFINDEX": "7"}, "the executor is attached to eth0 again (ifindex 7)", false},
 		{events.GoActive, map[string]string{"DLB_HA_GROUP": "local", "DLB_HA_STATE": "active", "DLB_HA_PREVIOUS": "listen",
 			"DLB_HA_REASON": "the peer is not heard", "DLB_HA_ROLE": "primary", "DLB_HA_CLUSTERS": "198.18.0.100 198.18.0.101"},

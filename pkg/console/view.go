@@ -274,7 +274,7 @@ func eventView(r events.Record) EventView {
 		ev.Text = e["DLB_CLUSTER"] + "@" + e["DLB_PORT"] + ": half-open connections back at or below maxhalfopen (" + e["DLB_HALFOPEN"] + ")"
 	case events.ExecutorDetached:
 		ev.Bad = true
-		ev.Text = "the executor's interface " + e["DLB_INTERFACE"] + " is gone (" + e["DLB_REASON"] + "): it attaches again when an interface of that name appears"
+		ev.Text = "the executor's interface " + e["DLB_INTERFACE"] + " is gone (" + e["DLB_REASON"] + "): it attaches again when an interface of that name appears, or to another with dlbctl executor start --interface NAME"
 	case events.ExecutorAttached:
 		ev.Text = "the executor is attached to " + e["DLB_INTERFACE"] + " again (ifindex " + e["DLB_IFINDEX"] + ")"
 	case events.GoActive, events.GoStandby, events.GoInOp, events.HighAvailChange:

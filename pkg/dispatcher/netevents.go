@@ -305,7 +305,8 @@ func (e *Engine) detach(why string) {
 	}
 	e.exec.attach.detached, e.exec.attach.since = why, time.Now()
 	cfg := e.ed.Config()
-	e.log.Warn("executor detached; it attaches again when an interface of that name appears",
+	e.log.Warn("executor detached; it attaches again when an interface of that name appears, or to another one, its tables kept, "+
+		"with dlbctl executor start --interface NAME",
 		"interface", cfg.Executor.Interface, "reason", why)
 	e.events.Emit(events.ExecutorDetached, map[string]string{
 		"DLB_INTERFACE": cfg.Executor.Interface, "DLB_REASON": why,
