@@ -39,10 +39,14 @@ type conflicts struct {
 type conflictJob []conflictAsk
 
 // conflictAsk asks, from src, who else answers for addrs, and who
-// answers for peers (the high-availability peer's addresses).
+// answers for peers (the high-availability peer's addresses). holder is
+// the MAC of the executor's interface, which holds addrs: an NFA on
+// another interface of the segment hears it answer, which is no
+// conflict.
 type conflictAsk struct {
 	src          netip.Addr
 	addrs, peers []netip.Addr
+	holder       string
 }
 
 // addrs are all the addresses the job asks about.
@@ -117,7 +121,15 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		job, err := call(ctx, e, func() (conflictJob, error) { return e.conflictJob(), nil })
+		job, err := call(ctx, e, func() (conflictJob, error) {
+			job := e.conflictJob()
+			if l, err := e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err == nil && len(job) > 0 {
+				for i := range job {
+					job[i].holder = l.MAC.String()
+				}
+			}
+			return job, nil
+		})
 		if err != nil {
 			return
 		}
@@ -130,6 +142,9 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 			}
 			for a, macs := range answers {
 				for _, m := range macs {
+					if m.String() == ask.holder {
+						continue
+					}
 					if slices.Contains(ask.peers, a) {
 						peer[m.String()] = a
 					} else {

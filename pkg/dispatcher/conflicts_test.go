@@ -200,3 +200,23 @@ func TestAddressConflictsHAPeer(t *testing.T) {
 		t.Errorf("standby: %d addresses still recorded as answered for", found)
 	}
 }
+
+// TestAddressConflictsNotTheHolder: the NFA on another interface of the
+// segment than the executor's (the executor moved to a second NIC) hears
+// the executor's interface answer for the addresses it holds: no
+// conflict. (It was reported as another host, with a server's fix.)
+func TestAddressConflictsNotTheHolder(t *testing.T) {
+	h, fa, _ := conflictHarness(t)
+	base(h)
+	v := netip.MustParseAddr(vip)
+	own, server := net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}, net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15} // eth0's, a server's
+	fa.set(v, own, server)
+	eventually(t, "the server reported", func() bool { return len(h.executorWarnings("answers ARP")) == 1 })
+	if w := h.executorWarnings("answers ARP")[0]; !strings.Contains(w, server.String()) || strings.Contains(w, own.String()) {
+		t.Errorf("warning %q; want the server MAC, not the executor interface", w)
+	}
+	fa.set(v, own)
+	eventually(t, "no conflict with the executor's interface alone answering", func() bool {
+		return len(h.executorWarnings("answers ARP")) == 0
+	})
+}
