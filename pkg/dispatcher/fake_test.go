@@ -690,6 +690,14 @@ func (n *fakeNetif) DelAddress(ifname string, a netip.Addr) error {
 	return nil
 }
 
+// fastAnnouncements makes announceAfter's delays after (short ones) for
+// the test.
+func fastAnnouncements(t *testing.T, after ...time.Duration) {
+	saved := announceAfter
+	t.Cleanup(func() { announceAfter = saved })
+	announceAfter = after
+}
+
 // harness is an engine on fakes, running until the test ends.
 type harness struct {
 	t     *testing.T

@@ -385,9 +385,7 @@ func TestHAStopRefusedWhileThePeerCanServe(t *testing.T) {
 func TestHAReassertedAnnouncesAgain(t *testing.T) {
 	// Shorter repeats, restored once the engine stopped (cleanups run
 	// last first).
-	saved := announceAfter
-	t.Cleanup(func() { announceAfter = saved })
-	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
+	fastAnnouncements(t, 0, 10*time.Millisecond, 30*time.Millisecond, 60*time.Millisecond)
 	h, f := haNATSetup(t)
 	f.set(lb.GroupLocal, lb.HAActive)
 	// The takeover's announcements: now, and at each delay.
@@ -839,9 +837,7 @@ func TestHAFullCopySweeps(t *testing.T) {
 // peer); a cluster moved to the peer, whose group stands by here, comes
 // off unannounced; a change that gains nothing announces nothing.
 func TestHAClusterMovedInIsAnnounced(t *testing.T) {
-	saved := announceAfter
-	t.Cleanup(func() { announceAfter = saved })
-	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
+	fastAnnouncements(t, 0, 10*time.Millisecond, 30*time.Millisecond, 60*time.Millisecond)
 	const vip2, ret2 = "198.18.0.101", "198.18.0.6"
 	f := newFakeHA()
 	h := haHarness(t, t.TempDir(), f)

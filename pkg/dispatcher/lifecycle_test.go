@@ -889,6 +889,90 @@ func TestMovedHopsDue(t *testing.T) {
 	}
 }
 
+// A neighbour that went and came back with its MAC (the kernel flushes
+// an interface's neighbours when the interface's own MAC changes, and
+// collects unused ones) did not move: the NAT entries' hops to it stay.
+// (Each pass for 32 s cleared them, and the next replies cached them
+// again.) One that comes back with another MAC moved.
+func TestNeighborBackWithItsMAC(t *testing.T) {
+	h := newHarness(t, t.TempDir())
+	base(h)
+	h.mustApply(natPortOps()...)
+	m := func(b byte) [6]byte { return [6]byte{2, 0, 0, 0, 0x77, b} }
+	one, two := m(1), m(2)
+	sentinel := byte(0x80)
+	event := func(a string, mac, old []byte) lb.NetEvent {
+		return lb.NetEvent{Kind: lb.NetNeighborChanged, Ifindex: 2, Ifname: "eth0", Addr: netip.MustParseAddr(a), MAC: mac, OldMAC: old}
+	}
+	watched := func(mac [6]byte) bool {
+		v, err := call(context.Background(), h.e, func() (bool, error) { return h.e.exec.moved.stale(2, mac[:]), nil })
+		return err == nil && v
+	}
+	// handled sends evs, then another neighbour's going (a MAC of its
+	// own each time), and waits until that is watched: evs were handled
+	// before it.
+	handled := func(evs ...lb.NetEvent) {
+		t.Helper()
+		sentinel++
+		other := m(sentinel)
+		for _, ev := range append(evs, event("198.18.0.251", nil, other[:])) {
+			h.nif.events <- ev
+		}
+		eventually(t, "the events handled", func() bool { return watched(other) })
+	}
+	cached := []movedHop{{2, one}}
+
+	handled(event("198.18.0.250", nil, one[:]), event("198.18.0.250", one[:], nil)) // gone, back with its MAC
+	if watched(one) {
+		t.Error("a neighbour back with its MAC is watched as moved")
+	}
+	h.dp.mu.Lock()
+	h.dp.hops = slices.Clone(cached) // the next replies cached it again, if a pass cleared it
+	h.dp.mu.Unlock()
+	if err := h.e.do(context.Background(), h.e.sweepConns); err != nil {
+		t.Fatal(err)
+	}
+	if hops, _ := h.dp.cachedHops(); !slices.Equal(hops, cached) {
+		t.Errorf("after the neighbour came back with its MAC, a sweep: hops %v, want %v kept", hops, cached)
+	}
+
+	handled(event("198.18.0.250", nil, one[:]), event("198.18.0.250", two[:], nil)) // gone, back with another MAC
+	if !watched(one) {
+		t.Error("a neighbour back with another MAC: its old one is not watched")
+	}
+}
+
+// The executor's interface changes its MAC (by hand, a bond's failover):
+// the addresses dlbd put on it are announced with the new one (the
+// segment kept sending them to the old one, which a NIC drops), the next
+// hops are read again and the NAT entries look their hops up again (the
+// frames left from the old MAC). Another interface's change does nothing.
+func TestExecutorInterfaceMACChanged(t *testing.T) {
+	fastAnnouncements(t, 0, 10*time.Millisecond)
+	h := newHarness(t, t.TempDir())
+	base(h)
+	h.mustApply(natPortOps()...)
+	v := netip.MustParseAddr(vip)
+	announced := func() int {
+		h.nif.mu.Lock()
+		defer h.nif.mu.Unlock()
+		return len(slices.DeleteFunc(slices.Clone(h.nif.announced), func(a netip.Addr) bool { return a != v }))
+	}
+	changed := func(ifindex int, name string) lb.NetEvent {
+		return lb.NetEvent{Kind: lb.NetLinkMACChanged, Ifindex: ifindex, Ifname: name,
+			MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xab}, OldMAC: net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}}
+	}
+	was, told := announced(), h.dp.routesTold()
+	h.nif.events <- changed(9, "eth9")
+	time.Sleep(100 * time.Millisecond)
+	if n, r := announced(), h.dp.routesTold(); n != was || r != told {
+		t.Errorf("another interface's MAC changed: announced %d times, routes told %d times; want nothing", n-was, r-told)
+	}
+	h.nif.events <- changed(2, "eth0")
+	eventually(t, "the cluster address announced twice", func() bool { return announced() == was+len(announceAfter) })
+	eventually(t, "the NAT entries told to look their hops up again", func() bool { return h.dp.routesTold() > told })
+}
+
 // Probes and metric polls leave from the NFA of the server's family, and
 // follow it when it changes.
 func TestProbesAndPollsUseTheNFA(t *testing.T) {
@@ -1155,9 +1239,7 @@ func TestInterfaceMovedToAnotherNamespace(t *testing.T) {
 // it is attached with them, its next hops pointed at the new interface
 // before it sees a frame, its addresses put there and announced.
 func TestDetachedExecutorMoved(t *testing.T) {
-	saved := announceAfter
-	t.Cleanup(func() { announceAfter = saved })
-	announceAfter = []time.Duration{0, 10 * time.Millisecond}
+	fastAnnouncements(t, 0, 10*time.Millisecond)
 	h := newHarness(t, t.TempDir())
 	base(h)
 	v := netip.MustParseAddr(vip)

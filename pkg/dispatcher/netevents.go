@@ -80,7 +80,7 @@ drain:
 	}
 	cfg := e.ed.Config()
 	ex := cfg.Executor
-	var attachment, resync, rehop, routes bool
+	var attachment, resync, rehop, routes, ownMAC bool
 	// NAT replies routed by the executor cache hops that a neighbour's
 	// MAC change makes stale.
 	routedNAT := e.exec.dp != nil && (len(routedNATPorts(cfg, false)) > 0 || len(routedNATPorts(cfg, true)) > 0)
@@ -120,6 +120,7 @@ drain:
 				restore[a] = "it was removed"
 			}
 		case lb.NetNeighborChanged:
+			e.exec.moved.back(ev.Ifindex, ev.MAC)
 			if ev.OldMAC != nil && routedNAT {
 				e.exec.moved.add(ev.Ifindex, ev.OldMAC, time.Now())
 			}
@@ -134,6 +135,17 @@ drain:
 			}
 		case lb.NetRouteChanged:
 			routes = true
+		case lb.NetLinkMACChanged:
+			// The executor's interface has another MAC (set by hand, a
+			// bond's failover): the segment still sends the addresses
+			// it holds to the old one, which a NIC drops, until its
+			// neighbour entries expire (a router's may live for hours);
+			// the frames it sends leave from the old one.
+			if e.exec.dp != nil && e.exec.attach.detached == "" && ev.Ifindex == e.exec.attach.ifindex {
+				ownMAC, rehop, routes = true, true, true
+				e.log.Warn("the executor's interface changed its MAC: the addresses dlbd put on it are announced with the new one",
+					"interface", ev.Ifname, "mac", ev.MAC.String(), "was", ev.OldMAC.String())
+			}
 		case lb.NetResync:
 			resync = true
 		}
@@ -169,6 +181,9 @@ drain:
 	e.forgetMovedHops(false)
 	if routes && routedNAT {
 		e.routesMoved(time.Now())
+	}
+	if ownMAC {
+		e.announceMoved(ex.Interface, e.exec.attach.ifindex, 0)
 	}
 }
 
@@ -512,6 +527,17 @@ func (m *movedHops) due(now time.Time, sweep bool) bool {
 		}
 	}
 	return len(m.until) > 0 && (sweep || now.Sub(m.swept) >= movedHopGap)
+}
+
+// back stops watching mac on ifindex: a neighbour has it (again). The
+// kernel flushes an interface's neighbours when its own MAC changes, and
+// may collect an unused one: each went, its MAC watched as an old one,
+// and came back with the same; every pass for movedHopWatch then cleared
+// the NAT entries' hops to it, which the next replies cached again.
+func (m *movedHops) back(ifindex int, mac net.HardwareAddr) {
+	if len(mac) == 6 {
+		delete(m.until, movedHop{ifindex, [6]byte(mac)})
+	}
 }
 
 // stale reports whether a hop through ifindex to mac is a moved one.

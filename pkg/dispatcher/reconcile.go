@@ -298,7 +298,8 @@ func (e *Engine) moveRefused(link, back lb.Link) error {
 // would send their clients' packets (and the servers' NAT replies) there,
 // to the host stack, which resets them. As after a takeover, they are
 // announced now and again at announceAfter's delays (step is the one due),
-// while the executor stays there.
+// while the executor stays there. So they are when the interface's own
+// MAC changed.
 func (e *Engine) announceMoved(ifname string, ifindex, step int) {
 	an, ok := e.opts.Netif.(Announcer)
 	if !ok || e.exec.dp == nil || e.exec.attach.ifindex != ifindex {

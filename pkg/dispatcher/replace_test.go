@@ -307,9 +307,7 @@ func TestReplaceXDPModeKeepsTheTables(t *testing.T) {
 // executor, its addresses and the configuration where they were; a
 // change that fails after the move takes it back.
 func TestMoveInterfaceKeepsTheTables(t *testing.T) {
-	saved := announceAfter
-	t.Cleanup(func() { announceAfter = saved })
-	announceAfter = []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond, 60 * time.Millisecond}
+	fastAnnouncements(t, 0, 10*time.Millisecond, 30*time.Millisecond, 60*time.Millisecond)
 	guard := &fakeGuard{}
 	h := newHarnessWith(t, t.TempDir(), func(o *Options) { o.Guard = guard })
 	base(h)
@@ -458,9 +456,7 @@ func TestMoveInterfaceKeepsTheTables(t *testing.T) {
 // the saved configuration says, its tables kept, and what moved with it
 // (the addresses, the guard) moves back.
 func TestRestartTakesBackAChangeNeverSaved(t *testing.T) {
-	saved := announceAfter
-	t.Cleanup(func() { announceAfter = saved })
-	announceAfter = []time.Duration{0, 10 * time.Millisecond}
+	fastAnnouncements(t, 0, 10*time.Millisecond)
 	vipAddr := netip.MustParseAddr(vip)
 	for _, tc := range []struct {
 		name string

@@ -35,10 +35,13 @@ const (
 	// NetRouteChanged: routes were added, replaced or removed, in any
 	// routing table; one event for many (which, it does not say).
 	NetRouteChanged
+	// NetLinkMACChanged: an interface's own MAC changed; MAC is the new
+	// one, OldMAC the old.
+	NetLinkMACChanged
 )
 
 var netEventNames = [...]string{"", "link added", "link removed", "link up", "link down",
-	"address added", "address removed", "neighbour changed", "resync", "routes changed"}
+	"address added", "address removed", "neighbour changed", "resync", "routes changed", "link MAC changed"}
 
 // String names the kind ("link added").
 func (k NetEventKind) String() string {
@@ -58,7 +61,8 @@ type NetEvent struct {
 	// Prefix is the address of address events, with its prefix length.
 	Prefix netip.Prefix
 	// Addr and MAC are the neighbour and its MAC of neighbour events;
-	// OldMAC is the MAC it had before (nil: none usable).
+	// OldMAC is the MAC it had before (nil: none usable). A link MAC
+	// event has the interface's new and old MAC.
 	Addr   netip.Addr
 	MAC    net.HardwareAddr
 	OldMAC net.HardwareAddr
@@ -78,6 +82,8 @@ func (e NetEvent) String() string {
 		return fmt.Sprintf("%s %s on %d: %s", e.Kind, e.Addr, e.Ifindex, mac)
 	case NetResync, NetRouteChanged:
 		return e.Kind.String()
+	case NetLinkMACChanged:
+		return fmt.Sprintf("%s %s (%d): %s, was %s", e.Kind, e.Ifname, e.Ifindex, e.MAC, e.OldMAC)
 	}
 	return fmt.Sprintf("%s %s (%d)", e.Kind, e.Ifname, e.Ifindex)
 }

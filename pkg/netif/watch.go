@@ -187,7 +187,9 @@ func (w *watcher) run(ctx context.Context) {
 		case u, open := <-w.links:
 			ok = open
 			if open {
-				evs = w.state.setLink(int(u.Index), u.Attrs().Name, u.Attrs().Flags&net.FlagUp != 0, u.Header.Type != unix.RTM_DELLINK)
+				a := u.Attrs()
+				evs = w.state.setLink(int(u.Index), linkState{name: a.Name, mac: a.HardwareAddr.String(), up: a.Flags&net.FlagUp != 0},
+					u.Header.Type != unix.RTM_DELLINK)
 			}
 		case u, open := <-w.addrs:
 			ok = open
@@ -269,7 +271,7 @@ func (w *watcher) snapshot() (netState, error) {
 	}
 	for _, l := range links {
 		a := l.Attrs()
-		s.links[a.Index] = linkState{name: a.Name, up: a.Flags&net.FlagUp != 0}
+		s.links[a.Index] = linkState{name: a.Name, mac: a.HardwareAddr.String(), up: a.Flags&net.FlagUp != 0}
 	}
 	addrs, err := w.h.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -337,6 +339,7 @@ type netState struct {
 
 type linkState struct {
 	name string
+	mac  string // net.HardwareAddr's String
 	up   bool
 }
 
@@ -354,9 +357,10 @@ func newNetState() netState {
 	return netState{links: map[int]linkState{}, addrs: map[addrKey]bool{}, neighs: map[neighKey]net.HardwareAddr{}}
 }
 
-// setLink records an interface (present false: removed) and returns the
-// events that makes.
-func (s *netState) setLink(ifindex int, name string, up, present bool) []lb.NetEvent {
+// setLink records an interface as l says (present false: removed) and
+// returns the events that makes.
+func (s *netState) setLink(ifindex int, l linkState, present bool) []lb.NetEvent {
+	name, up := l.name, l.up
 	if s.links == nil {
 		*s = newNetState()
 	}
@@ -386,7 +390,16 @@ func (s *netState) setLink(ifindex int, name string, up, present bool) []lb.NetE
 		out = append(out, ev(lb.NetLinkRemoved, old.name))
 		known = false
 	}
-	s.links[ifindex] = linkState{name: name, up: up}
+	if l.mac == "" && known {
+		l.mac = old.mac // not reported: kept
+	}
+	s.links[ifindex] = l
+	if known && l.mac != old.mac && old.mac != "" {
+		ev := ev(lb.NetLinkMACChanged, name)
+		ev.MAC, _ = net.ParseMAC(l.mac)
+		ev.OldMAC, _ = net.ParseMAC(old.mac)
+		out = append(out, ev)
+	}
 	switch {
 	case !known:
 		out = append(out, ev(lb.NetLinkAdded, name))
@@ -448,7 +461,7 @@ func (s *netState) replace(snap netState) []lb.NetEvent {
 	var out []lb.NetEvent
 	for _, i := range sortedKeys(snap.links, cmp.Compare[int]) {
 		l := snap.links[i]
-		out = append(out, s.setLink(i, l.name, l.up, true)...)
+		out = append(out, s.setLink(i, l, true)...)
 	}
 	addrCmp := func(a, b addrKey) int {
 		return cmp.Or(cmp.Compare(a.ifindex, b.ifindex), a.prefix.Addr().Compare(b.prefix.Addr()), cmp.Compare(a.prefix.Bits(), b.prefix.Bits()))
@@ -472,7 +485,7 @@ func (s *netState) replace(snap netState) []lb.NetEvent {
 	}
 	for _, i := range sortedKeys(s.links, cmp.Compare[int]) {
 		if _, ok := snap.links[i]; !ok {
-			out = append(out, s.setLink(i, "", false, false)...)
+			out = append(out, s.setLink(i, linkState{}, false)...)
 		}
 	}
 	return out

@@ -34,7 +34,12 @@ func TestNetStateChanges(t *testing.T) {
 		want []lb.NetEvent
 	}
 	link := func(i int, name string, up, present bool) func(*netState) []lb.NetEvent {
-		return func(s *netState) []lb.NetEvent { return s.setLink(i, name, up, present) }
+		return func(s *netState) []lb.NetEvent { return s.setLink(i, linkState{name: name, up: up}, present) }
+	}
+	linkMAC := func(i int, m net.HardwareAddr) func(*netState) []lb.NetEvent {
+		return func(s *netState) []lb.NetEvent {
+			return s.setLink(i, linkState{name: "dlbh0", mac: m.String(), up: true}, true)
+		}
 	}
 	addr := func(i int, present bool) func(*netState) []lb.NetEvent {
 		return func(s *netState) []lb.NetEvent { return s.setAddr(i, p, present) }
@@ -59,6 +64,13 @@ func TestNetStateChanges(t *testing.T) {
 			{link(3, "", false, false), []lb.NetEvent{ev(lb.NetLinkRemoved, 3, "dlbh9")}},
 			{link(3, "", false, false), nil},
 			{link(4, "dlbh1", true, true), []lb.NetEvent{ev(lb.NetLinkAdded, 4, "dlbh1"), ev(lb.NetLinkUp, 4, "dlbh1")}},
+		}},
+		{"link MAC", []step{
+			{linkMAC(3, mac(1)), []lb.NetEvent{ev(lb.NetLinkAdded, 3, "dlbh0"), ev(lb.NetLinkUp, 3, "dlbh0")}},
+			{linkMAC(3, mac(1)), nil},
+			{linkMAC(3, mac(2)), []lb.NetEvent{{Kind: lb.NetLinkMACChanged, Ifindex: 3, Ifname: "dlbh0", MAC: mac(2), OldMAC: mac(1)}}},
+			{linkMAC(3, nil), nil}, // not reported (none read): kept
+			{linkMAC(3, mac(3)), []lb.NetEvent{{Kind: lb.NetLinkMACChanged, Ifindex: 3, Ifname: "dlbh0", MAC: mac(3), OldMAC: mac(2)}}},
 		}},
 		{"addresses", []step{
 			{link(3, "dlbh0", true, true), []lb.NetEvent{ev(lb.NetLinkAdded, 3, "dlbh0"), ev(lb.NetLinkUp, 3, "dlbh0")}},
@@ -99,8 +111,8 @@ func TestNetStateReplace(t *testing.T) {
 	p1, p2 := netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("2001:2::1/64")
 	n1, n2 := netip.MustParseAddr("198.18.0.9"), netip.MustParseAddr("2001:2::9")
 	var s netState
-	s.setLink(2, "dlbh0", true, true)
-	s.setLink(5, "dlbh5", true, true)
+	s.setLink(2, linkState{name: "dlbh0", up: true}, true)
+	s.setLink(5, linkState{name: "dlbh5", up: true}, true)
 	s.setAddr(2, p1, true)
 	s.setNeigh(2, n1, mac(9))
 	s.setNeigh(2, n2, mac(1))
