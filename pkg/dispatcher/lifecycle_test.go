@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -1275,6 +1276,28 @@ func TestDetachedExecutorMoved(t *testing.T) {
 	h.nif.mu.Lock()
 	h.nif.secondXDP = lb.XDPProgram{}
 	h.nif.mu.Unlock()
+
+	// An address eth1 refuses (IPv6 disabled there, say) after the
+	// executor was attached: detached again, nothing left on eth1, the
+	// change refused. (It stayed attached there, the configuration
+	// naming eth0, retried as a rename every second.)
+	h.nif.mu.Lock()
+	h.nif.refuse = map[netip.Addr]bool{v: true}
+	h.nif.mu.Unlock()
+	if err := h.apply(op("executor", "start", "", "interface", "eth1")); lb.FieldOf(err) != "configure" {
+		t.Errorf("moving the detached executor to eth1, which refuses its address: %v, want refused", err)
+	}
+	h.dp.mu.Lock()
+	attachedAfter := h.dp.attached
+	h.dp.mu.Unlock()
+	h.nif.mu.Lock()
+	left := slices.Collect(maps.Values(h.nif.addresses))
+	h.nif.refuse = nil
+	h.nif.mu.Unlock()
+	if st := h.status(Query{}).Executor; st.Detached == "" || attachedAfter || h.config().Executor.Interface != "eth0" || slices.Contains(left, "eth1") {
+		t.Errorf("after the refused move: detached %q, attached %v, configuration %s, addresses on %v; want detached from eth0, nothing on eth1",
+			st.Detached, attachedAfter, h.config().Executor.Interface, left)
+	}
 
 	if err := h.apply(op("executor", "start", "", "interface", "eth1")); err != nil {
 		t.Fatalf("moving the detached executor to eth1: %v", err)

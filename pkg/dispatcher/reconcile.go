@@ -263,14 +263,29 @@ func (e *Engine) moveDetached(old, next lb.Config) error {
 	if err != nil {
 		return lb.Errorf("interface", ex.Interface, "attaching the executor to %s: %v", ex.Interface, e.attachRefused(e.exec.dp, link, err))
 	}
+	was := e.exec.attach
+	e.exec.attach.detached, e.exec.attach.ifindex = "", link.Index // the addresses go on the host
+	e.host.indexReturns(next)
+	if err := e.configureAddresses(next); err != nil {
+		// Detached again, as it was, nothing left on link: the change
+		// is refused and undone (left attached there, it forwarded for
+		// a configuration that names the gone interface).
+		if cerr := e.configureAddresses(lb.Config{}); cerr != nil {
+			e.log.Error("taking the addresses off again after a refused move", "interface", ex.Interface, "err", cerr)
+		}
+		if d, ok := e.exec.dp.(detacher); ok {
+			if derr := d.Detach(); derr != nil {
+				e.log.Error("detaching the executor again after a refused move", "interface", ex.Interface, "err", derr)
+			}
+		}
+		e.exec.attach = was
+		return lb.Errorf("configure", "", "%v", err)
+	}
 	if mode != lb.XDPAuto {
 		e.host.attachedMode = mode
 	}
+	e.exec.attach = was
 	e.attached(next, link, "executor attached to another interface, its own gone")
-	e.host.indexReturns(next)
-	if err := e.configureAddresses(next); err != nil {
-		return lb.Errorf("configure", "", "%v", err)
-	}
 	e.announceMoved(ex.Interface, link.Index, 0)
 	e.note(fmt.Sprintf("the executor, detached from %s (gone), was attached to %s (XDP mode %s), its connection tables kept; "+
 		"the addresses dlbd put on %s are on %s and announced from it", from, ex.Interface, e.host.attachedMode, from, ex.Interface))

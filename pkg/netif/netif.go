@@ -276,6 +276,10 @@ func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error)
 		return false, fmt.Errorf("%s %w: not an address one host can hold", addr, ErrBroadcast)
 	}
 	if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
+		if addr.Is6() && errors.Is(err, unix.EACCES) {
+			// What the kernel says when IPv6 is off on the interface.
+			return false, fmt.Errorf("adding %s to %s: %w (is IPv6 disabled there? sysctl net.ipv6.conf.%s.disable_ipv6)", addr, ifname, err, ifname)
+		}
 		return false, fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
 	}
 	return true, nil
