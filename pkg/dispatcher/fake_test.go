@@ -481,7 +481,7 @@ func (n *fakeNetif) LinkByName(name string) (lb.Link, error) {
 		return n.secondLink(), nil
 	}
 	if name != n.ifname() || n.ifindex == 0 {
-		return lb.Link{}, fmt.Errorf("looking up interface %q: Link not found", name)
+		return lb.Link{}, fmt.Errorf("looking up interface %q: %w", name, lb.ErrNoInterface)
 	}
 	return n.link(), nil
 }
@@ -493,7 +493,7 @@ func (n *fakeNetif) LinkByIndex(index int) (lb.Link, error) {
 		return n.secondLink(), nil
 	}
 	if index != n.ifindex || n.ifindex == 0 {
-		return lb.Link{}, fmt.Errorf("looking up interface %d: Link not found", index)
+		return lb.Link{}, fmt.Errorf("looking up interface %d: %w", index, lb.ErrNoInterface)
 	}
 	return n.link(), nil
 }

@@ -974,6 +974,55 @@ func TestExecutorInterfaceMACChanged(t *testing.T) {
 	eventually(t, "the NAT entries told to look their hops up again", func() bool { return h.dp.routesTold() > told })
 }
 
+// The executor's interface moved to another network namespace (ip link
+// set netns; it keeps its index there): its link still held the program
+// there, the report said it was attached here, and a move to another
+// interface stopped it (tables lost). It is detached, as if the interface
+// were deleted, and moves to another interface with its tables. So when
+// the index it had is another interface's here (one without the
+// executor's program): the configuration does not follow that one.
+func TestInterfaceLeftNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(n *fakeNetif)
+	}{
+		{"index gone", func(n *fakeNetif) { n.setIfindex(0) }},
+		{"index another interface's", func(n *fakeNetif) {
+			n.rename("other0")
+			n.setXDP(lb.XDPProgram{Attached: true, ID: 99})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, t.TempDir())
+			base(h)
+			h.nif.mu.Lock()
+			h.nif.second = "eth1"
+			h.nif.mu.Unlock()
+			tc.leave(h.nif) // the link stays attached
+			h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
+			eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
+			h.dp.mu.Lock()
+			attached, detaches := h.dp.attached, h.dp.detaches
+			h.dp.mu.Unlock()
+			if st := h.status(Query{}).Executor; !strings.Contains(st.Detached, "eth0 left this network namespace") || attached || detaches != 1 {
+				t.Errorf("detached %q, link attached %v, %d detaches; want detached by dlbd, said so", st.Detached, attached, detaches)
+			}
+			if name := h.config().Executor.Interface; name != "eth0" {
+				t.Errorf("the configuration names %s, want eth0", name)
+			}
+			if err := h.apply(op("executor", "start", "", "interface", "eth1")); err != nil {
+				t.Fatalf("moving the executor to eth1: %v", err)
+			}
+			h.dp.mu.Lock()
+			removed, at := h.dp.removed, h.dp.ifindex
+			h.dp.mu.Unlock()
+			if removed || at != 3 || h.opens != 1 {
+				t.Errorf("after the move: pins removed %v, attached to %d, %d loads; want eth1 (3), pins kept, loaded once", removed, at, h.opens)
+			}
+		})
+	}
+}
+
 // Probes and metric polls leave from the NFA of the server's family, and
 // follow it when it changes.
 func TestProbesAndPollsUseTheNFA(t *testing.T) {
@@ -1130,18 +1179,9 @@ func TestInterfaceRenamed(t *testing.T) {
 		}
 	}
 
-	// An interface with the executor's index that does not run its
-	// program (the executor's went to another namespace, where it keeps
-	// its index, and this one got the index here) is not followed.
-	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 99})
-	rename("eth0", "other0")
-	time.Sleep(200 * time.Millisecond)
-	if name := h.status(Query{}).Config.Executor.Interface; name != "eth0" {
-		t.Fatalf("the configuration followed an interface that does not run the executor: %s", name)
-	}
-	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 8})
-
-	rename("other0", "eth9")
+	// (An interface with the executor's index that does not run its
+	// program is not followed: TestInterfaceLeftNamespace.)
+	rename("eth0", "eth9")
 	followed("eth9")
 	if !strings.Contains(logs.String(), "interface was renamed") || strings.Contains(logs.String(), "event=executorDetached") {
 		t.Errorf("want the rename logged, and no executorDetached event:\n%s", logs.String())

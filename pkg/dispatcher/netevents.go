@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -237,6 +238,9 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 			e.attached(cfg, link, "executor attached")
 		}
 	case attached:
+		if e.leftNamespace(ex, att, lerr) {
+			return
+		}
 		// Still attached, to an interface that no longer has the name
 		// (renamed): it keeps forwarding there, and the configuration
 		// follows the new name.
@@ -278,6 +282,40 @@ func (e *Engine) followRename(cfg lb.Config, att lb.Attachment) {
 	e.exec.attach.renameErr = ""
 	e.log.Warn("the executor's interface was renamed: it forwards there still, and the configuration names it so "+
 		"(a configuration file naming the old name needs the new one)", "from", from, "to", link.Name, "ifindex", ifindex)
+}
+
+// leftNamespace detaches the executor, attached (att) to an interface
+// that is no longer in this network namespace (lerr: its name is not
+// here, nor its index with the executor's program): moved to another
+// (ip link set netns; a container's tool taking the NIC). Its link still
+// held the program on it there, forwarding that namespace's traffic,
+// while the report said it was attached here and a move to another
+// interface stopped it, losing its tables. Detached, it is as if the
+// interface were deleted: attached again when an interface of its name
+// appears, or moved to another with its tables. It reports whether it
+// did (a lookup that failed otherwise proves nothing).
+func (e *Engine) leftNamespace(ex lb.Executor, att lb.Attachment, lerr error) bool {
+	if !errors.Is(lerr, lb.ErrNoInterface) {
+		return false
+	}
+	link, err := e.opts.Netif.LinkByIndex(att.Ifindex)
+	switch {
+	case errors.Is(err, lb.ErrNoInterface):
+	case err == nil && (!link.XDP.Attached || (link.XDP.ID != 0 && link.XDP.ID != att.ProgramID)):
+		// The index is another interface's here.
+	default:
+		return false
+	}
+	d, ok := e.exec.dp.(detacher)
+	if !ok {
+		return false
+	}
+	if err := d.Detach(); err != nil {
+		e.log.Error("detaching the executor from its interface, gone to another network namespace", "interface", ex.Interface, "err", err)
+		return true
+	}
+	e.detach(fmt.Sprintf("interface %s left this network namespace", ex.Interface))
+	return true
 }
 
 // pinnedRenamed reports whether the interface cfg's executor is started

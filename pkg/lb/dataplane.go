@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -292,6 +293,10 @@ type Replacement struct {
 	Carried, Lost int
 	Err           string
 }
+
+// ErrNoInterface says an interface looked up (by name or index) is not
+// on this host: not in this network namespace.
+var ErrNoInterface = errors.New("no interface")
 
 // Link is a network interface.
 type Link struct {

@@ -41,8 +41,9 @@ type Netif struct{}
 // New returns a Netif.
 func New() *Netif { return &Netif{} }
 
-// ErrNoInterface: the host has no interface of the name given.
-var ErrNoInterface = errors.New("no interface")
+// ErrNoInterface: the host has no interface of the name (or index)
+// given.
+var ErrNoInterface = lb.ErrNoInterface
 
 // LinkByName returns the named interface. When there is none, the error
 // (ErrNoInterface) names the Ethernet interfaces there are: a misspelt
@@ -88,6 +89,10 @@ func ethernetNames() string {
 // LinkByIndex returns the interface with the given index.
 func (*Netif) LinkByIndex(index int) (lb.Link, error) {
 	l, err := netlink.LinkByIndex(index)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return lb.Link{}, fmt.Errorf("looking up interface %d: %w of that index on this host", index, ErrNoInterface)
+	}
 	if err != nil {
 		return lb.Link{}, fmt.Errorf("looking up interface %d: %w", index, err)
 	}
