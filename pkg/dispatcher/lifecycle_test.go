@@ -324,6 +324,14 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 			t.Errorf("cluster address %s not on the new interface: %v", a, h.nif.addresses)
 		}
 	}
+	// The new interface may have another MAC: the addresses are
+	// announced from it.
+	h.nif.mu.Lock()
+	announced := slices.Contains(h.nif.announced, v)
+	h.nif.mu.Unlock()
+	if !announced {
+		t.Error("the cluster address was not announced from the new interface")
+	}
 
 	// Stopped while detached: it stops, and nothing is left to restore.
 	h.nif.setIfindex(0)

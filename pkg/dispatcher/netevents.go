@@ -430,6 +430,11 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 	}
 	e.restoreAddresses(all)
 	e.attached(cfg, link, "executor re-attached")
+	if !same {
+		// A new interface may have a MAC of its own (a NIC replaced, a
+		// VM's hot-plugged again): the segment still has the old one.
+		e.announceMoved(ex.Interface, link.Index, 0)
+	}
 	e.checkAlerts(cfg, nil)
 }
 
