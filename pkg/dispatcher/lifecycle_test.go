@@ -956,6 +956,7 @@ func TestNeighborBackWithItsMAC(t *testing.T) {
 // segment kept sending them to the old one, which a NIC drops), the next
 // hops are read again and the NAT entries look their hops up again (the
 // frames left from the old MAC). Another interface's change does nothing.
+// One set up again is announced from too.
 func TestExecutorInterfaceMACChanged(t *testing.T) {
 	fastAnnouncements(t, 0, 10*time.Millisecond)
 	h := newHarness(t, t.TempDir())
@@ -980,6 +981,12 @@ func TestExecutorInterfaceMACChanged(t *testing.T) {
 	h.nif.events <- changed(2, "eth0")
 	eventually(t, "the cluster address announced twice", func() bool { return announced() == was+len(announceAfter) })
 	eventually(t, "the NAT entries told to look their hops up again", func() bool { return h.dp.routesTold() > told })
+
+	// Set up again after it was down (its announcements lost, perhaps
+	// on another switch port now): announced too.
+	was = announced()
+	h.nif.events <- lb.NetEvent{Kind: lb.NetLinkUp, Ifindex: 2, Ifname: "eth0"}
+	eventually(t, "the cluster address announced after the link came up", func() bool { return announced() == was+len(announceAfter) })
 }
 
 // The executor's interface moved to another network namespace (ip link

@@ -81,7 +81,7 @@ drain:
 	}
 	cfg := e.ed.Config()
 	ex := cfg.Executor
-	var attachment, resync, rehop, routes, ownMAC bool
+	var attachment, resync, rehop, routes, announce bool
 	// NAT replies routed by the executor cache hops that a neighbour's
 	// MAC change makes stale.
 	routedNAT := e.exec.dp != nil && (len(routedNATPorts(cfg, false)) > 0 || len(routedNATPorts(cfg, true)) > 0)
@@ -107,6 +107,9 @@ drain:
 					}
 				}
 				rehop = true
+				// Down, its announcements were lost (and it may be
+				// plugged into another switch port now).
+				announce = true
 			}
 		case lb.NetAddressAdded:
 			// A subnet on the executor's interface (not a host address
@@ -143,7 +146,7 @@ drain:
 			// neighbour entries expire (a router's may live for hours);
 			// the frames it sends leave from the old one.
 			if e.exec.dp != nil && e.exec.attach.detached == "" && ev.Ifindex == e.exec.attach.ifindex {
-				ownMAC, rehop, routes = true, true, true
+				announce, rehop, routes = true, true, true
 				e.log.Warn("the executor's interface changed its MAC: the addresses dlbd put on it are announced with the new one",
 					"interface", ev.Ifname, "mac", ev.MAC.String(), "was", ev.OldMAC.String())
 			}
@@ -183,7 +186,7 @@ drain:
 	if routes && routedNAT {
 		e.routesMoved(time.Now())
 	}
-	if ownMAC {
+	if announce && e.exec.dp != nil && e.exec.attach.detached == "" {
 		e.announceMoved(ex.Interface, e.exec.attach.ifindex, 0)
 	}
 }
