@@ -175,16 +175,17 @@ type peerState struct {
 	// answered and then stops answering is down, not restarting dlbd.
 	hostAnswered time.Time
 	hostFails    int
-	// recent are the last heartbeats accepted (their sequence numbers,
-	// when): the same heartbeat on another path is a copy, not a replay
+	// recent are the last fresh heartbeats (their boots and sequence
+	// numbers, when), accepted or refused until the peer confirms this
+	// boot: the same heartbeat on another path is a copy, not a replay
 	// (isCopyLocked).
 	recent [4]heardSeq
 }
 
-// heardSeq is a heartbeat accepted: its sequence number, when.
+// heardSeq is a fresh heartbeat: its boot and sequence number, when.
 type heardSeq struct {
-	seq uint64
-	at  time.Time
+	boot, seq uint64
+	at        time.Time
 }
 
 // reachState is one reach target's probing.
@@ -1208,13 +1209,15 @@ func (n *Node) heartbeatLocked(b []byte, fromPort netip.AddrPort, to netip.Addr)
 		// the one it sends from, even in a heartbeat refused until it
 		// confirms this boot (a restarted peer must hear the answer).
 		n.notePeerPortLocked(fromPort.Port())
+		// One refused so has copies too, which may arrive on another
+		// path after the next heartbeat was accepted.
+		copy(n.peer.recent[1:], n.peer.recent[:])
+		n.peer.recent[0] = heardSeq{boot: m.Boot, seq: m.Seq, at: now}
 	}
 	if err != nil {
 		n.refused[err.Error()]++
 		return
 	}
-	copy(n.peer.recent[1:], n.peer.recent[:])
-	n.peer.recent[0] = heardSeq{seq: m.Seq, at: now}
 	if !bytes.Equal(key, n.peerKey) {
 		if n.peerKey != nil && bytes.Equal(key, n.key) {
 			n.log.Info("high availability: the peer is heard with the new shared secret; the former one is no longer accepted")
@@ -1315,16 +1318,15 @@ func (n *Node) notePeerPortLocked(p uint16) {
 }
 
 // isCopyLocked reports whether m, refused as a replay, is a heartbeat
-// accepted lately on another path: of the peer's boot, one of the last
-// sequence numbers accepted, less than an interval ago (a replay made
-// later is refused still).
+// heard fresh lately on another path (accepted, or refused until the
+// peer confirmed this boot: at a start its copy may come after the next
+// heartbeat was accepted): of one of the last boots and sequence numbers
+// heard, less than an interval ago (a replay made later is refused
+// still).
 func (n *Node) isCopyLocked(m message, now time.Time) bool {
-	if !n.peer.heard || m.Boot != n.peer.last.Boot {
-		return false
-	}
-	within := time.Duration(max(n.cfg.IntervalMS(), uint32(n.peer.last.IntervalMS))) * time.Millisecond
+	within := time.Duration(max(n.cfg.IntervalMS(), uint32(m.IntervalMS))) * time.Millisecond
 	for _, r := range n.peer.recent {
-		if r.seq == m.Seq && !r.at.IsZero() && now.Sub(r.at) < within {
+		if r.boot == m.Boot && r.seq == m.Seq && !r.at.IsZero() && now.Sub(r.at) < within {
 			return true
 		}
 	}

@@ -1146,6 +1146,51 @@ func TestNodeTwoPaths(t *testing.T) {
 	}
 }
 
+// TestNodeCopyOfAnUnconfirmedHeartbeat: at a start, a heartbeat refused
+// until the peer confirms this boot may have its copy on the other path
+// arrive after the next heartbeat was accepted: a copy, not a replay
+// (TestNodeTwoPaths failed on it in CI, 1 of about 25 runs). The same
+// heartbeat sent again later is a replay still.
+func TestNodeCopyOfAnUnconfirmedHeartbeat(t *testing.T) {
+	addrC := netip.MustParseAddr("127.0.0.3")
+	addrD := netip.MustParseAddr("127.0.0.4")
+	port := freePort(t)
+	cfg := testConfig(lb.RolePrimary, addrA, addrB, port)
+	cfg.Heartbeats = append(cfg.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
+	a := startSim(t, cfg, "secret-secret")
+	a.n.mu.Lock()
+	key, own := a.n.key, a.n.boot
+	a.n.mu.Unlock()
+	// The peer's two paths: B -> A and D -> C.
+	send := func(from, to netip.Addr, m message) {
+		t.Helper()
+		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(to, port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(m.encode(key)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // handled before the next
+	}
+	hb := func(seq, peerBoot uint64) message {
+		return message{Boot: 0xb007, Seq: seq, PeerBoot: peerBoot, Role: lb.RoleBackup, Healthy: true, IntervalMS: 50}
+	}
+	refused := func() map[string]uint64 { return a.n.Status().Refused }
+	send(addrD, addrC, hb(1, 0))   // before the peer heard this boot: refused
+	send(addrB, addrA, hb(2, own)) // accepted
+	send(addrB, addrA, hb(1, 0))   // the first one's copy, late on the other path
+	if r := refused(); r["replayed"] != 0 || r["unconfirmed boot"] != 1 {
+		t.Errorf("refused %v; want the unconfirmed heartbeat once, no replay", r)
+	}
+	time.Sleep(100 * time.Millisecond) // two intervals
+	send(addrB, addrA, hb(1, 0))
+	if r := refused(); r["replayed"] != 1 {
+		t.Errorf("refused %v; want the heartbeat sent again later refused as a replay", r)
+	}
+}
+
 // TestNodeRestartedWithAnotherPort: a dlbd restarted over its saved
 // configuration, then given a configuration file with another port
 // before it heard its peer (the operator edited the file, restarted):
