@@ -34,6 +34,9 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 var (
 	addrA = netip.MustParseAddr("127.0.0.1")
 	addrB = netip.MustParseAddr("127.0.0.2")
+	// addrC and addrD are a second path's ends (twoPaths).
+	addrC = netip.MustParseAddr("127.0.0.3")
+	addrD = netip.MustParseAddr("127.0.0.4")
 )
 
 type simEngine struct {
@@ -52,6 +55,19 @@ type simEngine struct {
 func testConfig(role lb.HARole, src, dst netip.Addr, port uint16) lb.HighAvailability {
 	return lb.HighAvailability{Role: role, Recovery: lb.RecoveryAuto, Port: port, SecretFile: "/secret",
 		Interval: 50, Count: 4, Heartbeats: []lb.Heartbeat{{Source: src, Destination: dst}}}
+}
+
+// twoPaths is testConfig with two heartbeat paths: the primary's A -> B
+// and C -> D, the backup's B -> A and D -> C.
+func twoPaths(role lb.HARole, port uint16) lb.HighAvailability {
+	if role == lb.RoleBackup {
+		h := testConfig(role, addrB, addrA, port)
+		h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrD, Destination: addrC})
+		return h
+	}
+	h := testConfig(role, addrA, addrB, port)
+	h.Heartbeats = append(h.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
+	return h
 }
 
 func freePort(t *testing.T) uint16 {
@@ -988,8 +1004,6 @@ func TestNodePeerWithALongerInterval(t *testing.T) {
 // other, as an operator does it: neither side stops hearing the other,
 // neither changes state, and replication reconnects in between.
 func TestNodeChangedOnOneSide(t *testing.T) {
-	addrC := netip.MustParseAddr("127.0.0.3")
-	addrD := netip.MustParseAddr("127.0.0.4")
 	for _, tc := range []struct {
 		name string
 		// first and second are the sides changed in that order (0: the
@@ -1117,14 +1131,8 @@ func TestNodeCheck(t *testing.T) {
 // count what they carry, and nothing is refused (the slower path's
 // copies were refused as replayed, and it looked silent).
 func TestNodeTwoPaths(t *testing.T) {
-	addrC := netip.MustParseAddr("127.0.0.3")
-	addrD := netip.MustParseAddr("127.0.0.4")
 	port := freePort(t)
-	ha := testConfig(lb.RolePrimary, addrA, addrB, port)
-	ha.Heartbeats = append(ha.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
-	hb := testConfig(lb.RoleBackup, addrB, addrA, port)
-	hb.Heartbeats = append(hb.Heartbeats, lb.Heartbeat{Source: addrD, Destination: addrC})
-	a, b := startSim(t, ha, "secret-secret"), startSim(t, hb, "secret-secret")
+	a, b := startSim(t, twoPaths(lb.RolePrimary, port), "secret-secret"), startSim(t, twoPaths(lb.RoleBackup, port), "secret-secret")
 	waitFor(t, 2*time.Second, "primary active, backup standby", func() bool {
 		return a.state(lb.GroupLocal) == lb.HAActive && b.state(lb.GroupPeer) == lb.HAStandby
 	})
@@ -1152,12 +1160,8 @@ func TestNodeTwoPaths(t *testing.T) {
 // (TestNodeTwoPaths failed on it in CI, 1 of about 25 runs). The same
 // heartbeat sent again later is a replay still.
 func TestNodeCopyOfAnUnconfirmedHeartbeat(t *testing.T) {
-	addrC := netip.MustParseAddr("127.0.0.3")
-	addrD := netip.MustParseAddr("127.0.0.4")
 	port := freePort(t)
-	cfg := testConfig(lb.RolePrimary, addrA, addrB, port)
-	cfg.Heartbeats = append(cfg.Heartbeats, lb.Heartbeat{Source: addrC, Destination: addrD})
-	a := startSim(t, cfg, "secret-secret")
+	a := startSim(t, twoPaths(lb.RolePrimary, port), "secret-secret")
 	a.n.mu.Lock()
 	key, own := a.n.key, a.n.boot
 	a.n.mu.Unlock()
@@ -1285,7 +1289,6 @@ func TestNodeRestartedWithAnotherSecret(t *testing.T) {
 // under another secret is not. Once the path is configured here too, it
 // is no longer stray.
 func TestNodeStrayPath(t *testing.T) {
-	addrC := netip.MustParseAddr("127.0.0.3")
 	port := freePort(t)
 	pcfg, bcfg := testConfig(lb.RolePrimary, addrA, addrB, port), testConfig(lb.RoleBackup, addrB, addrA, port)
 	a, b := startSim(t, pcfg, "secret-secret"), startSim(t, bcfg, "secret-secret")
