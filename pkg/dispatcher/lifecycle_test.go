@@ -990,13 +990,12 @@ func TestExecutorInterfaceMACChanged(t *testing.T) {
 }
 
 // The executor's interface moved to another network namespace (ip link
-// set netns; it keeps its index there): its link still held the program
-// there, the report said it was attached here, and a move to another
-// interface stopped it (tables lost). It is detached, as if the interface
-// were deleted, and moves to another interface with its tables. So when
-// the index it had is another interface's here (one without the
-// executor's program): the configuration does not follow that one.
-func TestInterfaceLeftNamespace(t *testing.T) {
+// set netns; it keeps its index there), where its link holds it still
+// (TestInterfaceMovedToAnotherNamespace), and the operator moves it to
+// another interface: it was stopped and started there, its tables lost.
+// It is detached from the other namespace and attached with them. So
+// when the index it had is another interface's here.
+func TestMoveFromAnotherNamespace(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		leave func(n *fakeNetif)
@@ -1015,24 +1014,19 @@ func TestInterfaceLeftNamespace(t *testing.T) {
 			h.nif.mu.Unlock()
 			tc.leave(h.nif) // the link stays attached
 			h.nif.events <- lb.NetEvent{Kind: lb.NetLinkRemoved, Ifindex: 2, Ifname: "eth0"}
-			eventually(t, "detached", func() bool { return h.status(Query{}).Executor.Detached != "" })
-			h.dp.mu.Lock()
-			attached, detaches := h.dp.attached, h.dp.detaches
-			h.dp.mu.Unlock()
-			if st := h.status(Query{}).Executor; !strings.Contains(st.Detached, "eth0 left this network namespace") || attached || detaches != 1 {
-				t.Errorf("detached %q, link attached %v, %d detaches; want detached by dlbd, said so", st.Detached, attached, detaches)
-			}
-			if name := h.config().Executor.Interface; name != "eth0" {
-				t.Errorf("the configuration names %s, want eth0", name)
-			}
+			time.Sleep(50 * time.Millisecond)
 			if err := h.apply(op("executor", "start", "", "interface", "eth1")); err != nil {
 				t.Fatalf("moving the executor to eth1: %v", err)
 			}
 			h.dp.mu.Lock()
-			removed, at := h.dp.removed, h.dp.ifindex
+			removed, attached, at := h.dp.removed, h.dp.attached, h.dp.ifindex
 			h.dp.mu.Unlock()
-			if removed || at != 3 || h.opens != 1 {
-				t.Errorf("after the move: pins removed %v, attached to %d, %d loads; want eth1 (3), pins kept, loaded once", removed, at, h.opens)
+			if removed || !attached || at != 3 || h.opens != 1 {
+				t.Errorf("after the move: pins removed %v, attached %v to %d, %d loads; want eth1 (3), pins kept, loaded once",
+					removed, attached, at, h.opens)
+			}
+			if st := h.status(Query{}).Executor; st.Detached != "" || st.Err != "" || h.config().Executor.Interface != "eth1" {
+				t.Errorf("after the move: detached %q, error %q, configuration %s", st.Detached, st.Err, h.config().Executor.Interface)
 			}
 		})
 	}
@@ -1194,9 +1188,18 @@ func TestInterfaceRenamed(t *testing.T) {
 		}
 	}
 
-	// (An interface with the executor's index that does not run its
-	// program is not followed: TestInterfaceLeftNamespace.)
-	rename("eth0", "eth9")
+	// An interface with the executor's index that does not run its
+	// program (the executor's went to another namespace, where it keeps
+	// its index, and this one got the index here) is not followed.
+	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 99})
+	rename("eth0", "other0")
+	time.Sleep(200 * time.Millisecond)
+	if name := h.status(Query{}).Config.Executor.Interface; name != "eth0" {
+		t.Fatalf("the configuration followed an interface that does not run the executor: %s", name)
+	}
+	h.nif.setXDP(lb.XDPProgram{Attached: true, ID: 8})
+
+	rename("other0", "eth9")
 	followed("eth9")
 	if !strings.Contains(logs.String(), "interface was renamed") || strings.Contains(logs.String(), "event=executorDetached") {
 		t.Errorf("want the rename logged, and no executorDetached event:\n%s", logs.String())

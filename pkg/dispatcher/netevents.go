@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -241,9 +240,6 @@ func (e *Engine) checkAttachment(cfg lb.Config) {
 			e.attached(cfg, link, "executor attached")
 		}
 	case attached:
-		if e.leftNamespace(ex, att, lerr) {
-			return
-		}
 		// Still attached, to an interface that no longer has the name
 		// (renamed): it keeps forwarding there, and the configuration
 		// follows the new name.
@@ -285,40 +281,6 @@ func (e *Engine) followRename(cfg lb.Config, att lb.Attachment) {
 	e.exec.attach.renameErr = ""
 	e.log.Warn("the executor's interface was renamed: it forwards there still, and the configuration names it so "+
 		"(a configuration file naming the old name needs the new one)", "from", from, "to", link.Name, "ifindex", ifindex)
-}
-
-// leftNamespace detaches the executor, attached (att) to an interface
-// that is no longer in this network namespace (lerr: its name is not
-// here, nor its index with the executor's program): moved to another
-// (ip link set netns; a container's tool taking the NIC). Its link still
-// held the program on it there, forwarding that namespace's traffic,
-// while the report said it was attached here and a move to another
-// interface stopped it, losing its tables. Detached, it is as if the
-// interface were deleted: attached again when an interface of its name
-// appears, or moved to another with its tables. It reports whether it
-// did (a lookup that failed otherwise proves nothing).
-func (e *Engine) leftNamespace(ex lb.Executor, att lb.Attachment, lerr error) bool {
-	if !errors.Is(lerr, lb.ErrNoInterface) {
-		return false
-	}
-	link, err := e.opts.Netif.LinkByIndex(att.Ifindex)
-	switch {
-	case errors.Is(err, lb.ErrNoInterface):
-	case err == nil && (!link.XDP.Attached || (link.XDP.ID != 0 && link.XDP.ID != att.ProgramID)):
-		// The index is another interface's here.
-	default:
-		return false
-	}
-	d, ok := e.exec.dp.(detacher)
-	if !ok {
-		return false
-	}
-	if err := d.Detach(); err != nil {
-		e.log.Error("detaching the executor from its interface, gone to another network namespace", "interface", ex.Interface, "err", err)
-		return true
-	}
-	e.detach(fmt.Sprintf("interface %s left this network namespace", ex.Interface))
-	return true
 }
 
 // pinnedRenamed reports whether the interface cfg's executor is started
@@ -401,18 +363,9 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.reattachFailed(link, lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", occupied(e.exec.dp, link)))
 		return
 	}
-	e.net.Moved(e.exec.attach.ifindex, link)
-	err := e.writeBeforeAttach(cfg)
-	e.net.ClearAsked()
+	mode, err := e.attachTo(cfg, link)
 	if err != nil {
 		e.reattachFailed(link, err)
-		return
-	}
-	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
-	e.logDropped(e.exec.dp)
-	if err != nil {
-		err = e.attachRefused(e.exec.dp, link, err)
-		e.reattachFailed(link, lb.Errorf("interface", ex.Interface, "attaching to the new interface: %v", err))
 		return
 	}
 	if mode != lb.XDPAuto && mode != e.host.attachedMode {
@@ -439,6 +392,29 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.announceMoved(ex.Interface, link.Index, 0)
 	}
 	e.checkAlerts(cfg, nil)
+}
+
+// attachTo attaches the executor, detached from the interface it was on
+// (gone), to link: a new interface of its name (reattach) or another one
+// (moveDetached). The whole state of cfg is written first, the next hops
+// reached through the old interface pointed at link: the first frame
+// the executor sees there must not be sent to the old one's index (a
+// redirect to an interface that is gone loses the frame), while the
+// routing table may not know link yet. A refused attachment is an error
+// of field "interface".
+func (e *Engine) attachTo(cfg lb.Config, link lb.Link) (lb.XDPMode, error) {
+	e.net.Moved(e.exec.attach.ifindex, link)
+	err := e.writeBeforeAttach(cfg)
+	e.net.ClearAsked()
+	if err != nil {
+		return 0, err
+	}
+	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(cfg.Executor, link))
+	e.logDropped(e.exec.dp)
+	if err != nil {
+		return 0, lb.Errorf("interface", cfg.Executor.Interface, "attaching to %s: %v", link.Name, e.attachRefused(e.exec.dp, link, err))
+	}
+	return mode, nil
 }
 
 // reattachFailed records why the executor could not be attached to link;

@@ -170,7 +170,8 @@ type detacher interface {
 // addresses dlbd put on the old interface go to the new one, are guarded
 // there and, under high availability, announced from it. It reports
 // false when the executor cannot be detached alone, or is detached
-// already (its interface gone: see moveDetached). An
+// already or now (its interface gone, or in another network namespace:
+// see moveDetached). An
 // attachment the kernel refuses leaves the executor where and as it was
 // (written false); if even that fails, the next tick's check attaches it
 // again.
@@ -190,7 +191,18 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 	if moved {
 		field, value, where = "interface", ex.Interface, "to "+ex.Interface
 		if back, err = e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err != nil {
-			return false, false, nil // its interface is going: stopped and started
+			if !errors.Is(err, lb.ErrNoInterface) {
+				return false, false, nil // stopped and started
+			}
+			// Its interface left this network namespace (ip link set
+			// netns), where the link still holds it; or is being
+			// deleted. Detached, it moves as one whose interface is
+			// gone (moveDetached), with its tables.
+			if err := d.Detach(); err != nil {
+				return true, false, fmt.Errorf("detaching the executor from interface %d, not in this network namespace: %w", e.exec.attach.ifindex, err)
+			}
+			e.detach(fmt.Sprintf("interface %s left this network namespace, or is being deleted", old.Executor.Interface))
+			return false, false, nil
 		}
 		if err := e.moveRefused(link, back); err != nil {
 			return true, false, err
@@ -236,12 +248,11 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 // NIC that died, a deleted veth), to next's interface, another one, its
 // tables kept. Stopped and started again there, it lost them: every NAT
 // connection broke (50 of 50 in the lab), though the clients' packets
-// reach the new interface once it is announced. As when an interface of
-// its name comes back (reattach), the whole state is written with the
-// next hops through the gone interface pointed at the new one before the
-// executor is attached; then the addresses dlbd put on the gone
-// interface go on the new one and are announced from it. The whole of
-// next is written: the caller has nothing left to write.
+// reach the new interface once it is announced. It is attached as when
+// an interface of its name comes back (attachTo); then the addresses
+// dlbd put on the gone interface go on the new one and are announced
+// from it. The whole of next is written: the caller has nothing left to
+// write.
 func (e *Engine) moveDetached(old, next lb.Config) error {
 	ex := next.Executor
 	link, err := e.executorLink(ex)
@@ -252,16 +263,9 @@ func (e *Engine) moveDetached(old, next lb.Config) error {
 		return err
 	}
 	from := old.Executor.Interface
-	e.net.Moved(e.exec.attach.ifindex, link)
-	err = e.writeBeforeAttach(next)
-	e.net.ClearAsked()
+	mode, err := e.attachTo(next, link)
 	if err != nil {
 		return err
-	}
-	mode, err := e.exec.dp.Attach(link.Index, e.attachMode(ex, link))
-	e.logDropped(e.exec.dp)
-	if err != nil {
-		return lb.Errorf("interface", ex.Interface, "attaching the executor to %s: %v", ex.Interface, e.attachRefused(e.exec.dp, link, err))
 	}
 	was := e.exec.attach
 	e.exec.attach.detached, e.exec.attach.ifindex = "", link.Index // the addresses go on the host
@@ -355,7 +359,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	}
 	e.exec.attach.dropped = 0
 	e.logDropped(dp)
-	_, adopted := dp.Attached()
+	att, adopted := dp.Attached()
 	e.exec.adopted = adopted
 	// undo releases the executor again: a freshly created one is removed,
 	// an adopted one (still forwarding) only released.
@@ -385,7 +389,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 		return err
 	}
 	want := e.attachMode(ex, link)
-	left, err := e.takeBack(dp, link, want)
+	left, err := e.takeBack(dp, att, adopted, link, want)
 	if err != nil {
 		undo()
 		return lb.Errorf("interface", ex.Interface, "%v", err)
@@ -440,12 +444,12 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 // change of mode) left it there after the kernel took it and before the
 // change was saved: the change was never reported done, so the saved
 // configuration holds, and the executor goes back with its tables (Attach
-// attaches it again). It returns the interface the executor was found on
-// (Index 0: it was where it belongs, or is not a detacher).
-func (e *Engine) takeBack(dp Datapath, link lb.Link, want lb.XDPMode) (lb.Link, error) {
-	a, ok := dp.Attached()
+// attaches it again). a is dp's attachment (attached: it has one). It
+// returns the interface the executor was found on (Index 0: it was where
+// it belongs, or is not a detacher).
+func (e *Engine) takeBack(dp Datapath, a lb.Attachment, attached bool, link lb.Link, want lb.XDPMode) (lb.Link, error) {
 	d, detaches := dp.(detacher)
-	if !ok || !detaches {
+	if !attached || !detaches {
 		return lb.Link{}, nil
 	}
 	found := link
