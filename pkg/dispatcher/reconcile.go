@@ -414,14 +414,15 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 			e.logReplacement(link.Name, rep)
 		}
 	}
-	if left.Index != 0 && left.Index != link.Index {
+	moved := left.Index != 0 && left.Index != link.Index // by a dlbd stopped mid-move
+	if moved {
 		e.addressesLeft(left, link)
 	}
 	if err := e.configureAddresses(cfg); err != nil {
 		undo()
 		return lb.Errorf("configure", "", "%v", err)
 	}
-	if left.Index != 0 && left.Index != link.Index {
+	if moved {
 		e.announceMoved(ex.Interface, link.Index, 0)
 	}
 	e.exec.err = nil

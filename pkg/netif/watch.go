@@ -187,9 +187,7 @@ func (w *watcher) run(ctx context.Context) {
 		case u, open := <-w.links:
 			ok = open
 			if open {
-				a := u.Attrs()
-				evs = w.state.setLink(int(u.Index), linkState{name: a.Name, mac: a.HardwareAddr.String(), up: a.Flags&net.FlagUp != 0},
-					u.Header.Type != unix.RTM_DELLINK)
+				evs = w.state.setLink(int(u.Index), linkStateOf(u.Attrs()), u.Header.Type != unix.RTM_DELLINK)
 			}
 		case u, open := <-w.addrs:
 			ok = open
@@ -270,8 +268,7 @@ func (w *watcher) snapshot() (netState, error) {
 		return s, fmt.Errorf("listing interfaces: %w", err)
 	}
 	for _, l := range links {
-		a := l.Attrs()
-		s.links[a.Index] = linkState{name: a.Name, mac: a.HardwareAddr.String(), up: a.Flags&net.FlagUp != 0}
+		s.links[l.Attrs().Index] = linkStateOf(l.Attrs())
 	}
 	addrs, err := w.h.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -343,6 +340,11 @@ type linkState struct {
 	up   bool
 }
 
+// linkStateOf is what the state keeps of an interface netlink reports.
+func linkStateOf(a *netlink.LinkAttrs) linkState {
+	return linkState{name: a.Name, mac: a.HardwareAddr.String(), up: a.Flags&net.FlagUp != 0}
+}
+
 type addrKey struct {
 	ifindex int
 	prefix  netip.Prefix
@@ -360,7 +362,6 @@ func newNetState() netState {
 // setLink records an interface as l says (present false: removed) and
 // returns the events that makes.
 func (s *netState) setLink(ifindex int, l linkState, present bool) []lb.NetEvent {
-	name, up := l.name, l.up
 	if s.links == nil {
 		*s = newNetState()
 	}
@@ -386,7 +387,7 @@ func (s *netState) setLink(ifindex int, l linkState, present bool) []lb.NetEvent
 			}
 		}
 		return []lb.NetEvent{ev(lb.NetLinkRemoved, old.name)}
-	case known && old.name != name:
+	case known && old.name != l.name:
 		out = append(out, ev(lb.NetLinkRemoved, old.name))
 		known = false
 	}
@@ -395,21 +396,21 @@ func (s *netState) setLink(ifindex int, l linkState, present bool) []lb.NetEvent
 	}
 	s.links[ifindex] = l
 	if known && l.mac != old.mac && old.mac != "" {
-		ev := ev(lb.NetLinkMACChanged, name)
+		ev := ev(lb.NetLinkMACChanged, l.name)
 		ev.MAC, _ = net.ParseMAC(l.mac)
 		ev.OldMAC, _ = net.ParseMAC(old.mac)
 		out = append(out, ev)
 	}
 	switch {
 	case !known:
-		out = append(out, ev(lb.NetLinkAdded, name))
-		if up {
-			out = append(out, ev(lb.NetLinkUp, name))
+		out = append(out, ev(lb.NetLinkAdded, l.name))
+		if l.up {
+			out = append(out, ev(lb.NetLinkUp, l.name))
 		}
-	case up && !old.up:
-		out = append(out, ev(lb.NetLinkUp, name))
-	case !up && old.up:
-		out = append(out, ev(lb.NetLinkDown, name))
+	case l.up && !old.up:
+		out = append(out, ev(lb.NetLinkUp, l.name))
+	case !l.up && old.up:
+		out = append(out, ev(lb.NetLinkDown, l.name))
 	}
 	return out
 }
