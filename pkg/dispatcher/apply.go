@@ -129,6 +129,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	}
 	hostBefore := e.host.clone()
 	e.net.ClearAsked()
+	e.intentSaved = false
 	if written, err := e.reconcile(old, next, ch, delta, stop); err != nil {
 		e.ids.Revert(delta)
 		if written {
@@ -138,6 +139,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		}
 		e.unask(old)
 		e.restoreSpeaker(old, ch)
+		e.unsaveIntent()
 		return refuse(err)
 	}
 	e.host.record(&rec, hostBefore)
@@ -146,6 +148,7 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 		e.undo(old, hostBefore)
 		e.unask(old)
 		e.restoreSpeaker(old, ch)
+		e.unsaveIntent()
 		return refuse(fmt.Errorf("saving the change: %w (it was taken back: nothing was applied)", err))
 	}
 	e.net.ClearAsked()
@@ -154,6 +157,15 @@ func (e *Engine) change(edit *config.Edit, index int, stop bool) error {
 	e.facts.lastChange = time.Now()
 	e.afterCommit(old, next, ch, delta)
 	return nil
+}
+
+// unsaveIntent journals the host as a refused change left it, when the
+// change journaled addresses before it put them on (saveIntent): they came
+// off again.
+func (e *Engine) unsaveIntent() {
+	if e.intentSaved {
+		e.persistHost()
+	}
 }
 
 // undo takes back a change that wrote to the executor or the host and
@@ -398,8 +410,9 @@ func (e *Engine) restoreStore() error {
 	return nil
 }
 
-// persistHost journals the host facts (after the executor was brought up
-// outside a change: at start).
+// persistHost journals the host facts, outside a change's record (the
+// executor brought up at start, a refused change that journaled addresses
+// it was about to put on).
 func (e *Engine) persistHost() {
 	var rec store.Record
 	conf, found := maps.Clone(e.host.configured), maps.Clone(e.host.found)

@@ -280,6 +280,10 @@ type Engine struct {
 	repl       replState
 	// guarded is what the guard was last told (interface and addresses).
 	guarded string
+	// intentSaved says configureAddresses journaled addresses before it
+	// put them on (saveIntent) since it was last cleared: a change that
+	// is then refused journals the host as it is left.
+	intentSaved bool
 	// long is the operation, long by nature, the management loop is in
 	// (nil: none); read by Busy from any goroutine.
 	long atomic.Pointer[longOp]
@@ -395,6 +399,9 @@ func New(opts Options) (*Engine, error) {
 		// function decides otherwise; whether that holds (the executor
 		// still forwards) is checked once it is up.
 		e.ha.applied = state.HAStates
+		if cfg.Executor.Started {
+			e.claimPairAddresses(cfg)
+		}
 	}
 	if cfg.Executor.Started {
 		start := cfg

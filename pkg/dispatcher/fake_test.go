@@ -422,6 +422,9 @@ type fakeNetif struct {
 	noRoutes bool
 	// src is the source address of the routes Neighbors finds.
 	src netip.Addr
+	// afterAdd, if set, is called (n.mu held) once AddAddress put an
+	// address on.
+	afterAdd func(netip.Addr)
 	// refuse makes AddAddress fail for these addresses.
 	refuse map[netip.Addr]bool
 	// preferred are the IPv6 addresses on as an older dlbd put them on
@@ -668,6 +671,9 @@ func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) (bool, error) {
 		return false, fmt.Errorf("adding %s to %s: refused by the test", a, ifname)
 	}
 	n.addresses[a] = ifname
+	if n.afterAdd != nil {
+		n.afterAdd(a)
+	}
 	return true, nil
 }
 

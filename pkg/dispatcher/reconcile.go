@@ -897,6 +897,7 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 		e.host.configured, e.host.found = want, map[netip.Addr]string{}
 		return nil
 	}
+	intent := e.saveIntent(cfg, want)
 	var errs []error
 	for a, ifname := range e.host.configured {
 		if want[a] == ifname {
@@ -931,8 +932,66 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 				"interface", ifname)
 		}
 	}
+	for a, ifname := range intent {
+		if e.host.configured[a] != ifname {
+			// One did not go on: the journal says as the host is.
+			e.persistHost()
+			break
+		}
+	}
 	if err := e.guardAddresses(cfg); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// saveIntent journals, as dlbd's (configured), the addresses of want that
+// configureAddresses (for cfg) is about to put on, before they go on, and
+// returns them. A dlbd killed after putting one on and before the change
+// that wanted it was saved then takes it off when it starts again (the
+// saved configuration does not want it), instead of leaving the host
+// answering for an address nothing serves, the address recorded nowhere.
+// One an interface has already may be the operator's: it is not journaled
+// (a dlbd killed then leaves it on). Under high availability, where the
+// addresses are the pair's, neither is one the saved configuration has: a
+// restart takes it off if its group is not active (claimPairAddresses),
+// and a takeover puts on many at once, that must not wait for the disk.
+func (e *Engine) saveIntent(cfg lb.Config, want map[netip.Addr]string) map[netip.Addr]string {
+	var saved map[netip.Addr]bool
+	if e.haOn(cfg) {
+		saved = map[netip.Addr]bool{}
+		for _, addrs := range e.haAddresses(e.ed.Config()) {
+			for _, a := range addrs {
+				saved[a] = true
+			}
+		}
+	}
+	var intent map[netip.Addr]string
+	for a, ifname := range want {
+		if e.host.configured[a] == ifname {
+			continue
+		}
+		if saved != nil {
+			if saved[a] {
+				continue
+			}
+		} else if held, err := e.opts.Netif.HoldsAddress(a); err != nil || held {
+			continue
+		}
+		if intent == nil {
+			intent = map[netip.Addr]string{}
+		}
+		intent[a] = ifname
+	}
+	if intent == nil {
+		return nil
+	}
+	conf := maps.Clone(e.host.configured)
+	maps.Copy(conf, intent)
+	if err := e.store.Append(store.Record{Configured: &conf}); err != nil {
+		e.log.Error("saving the addresses about to be put on", "err", err)
+		return nil
+	}
+	e.intentSaved = true
+	return intent
 }

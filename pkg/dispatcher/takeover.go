@@ -85,6 +85,31 @@ func (e *Engine) runFastTakeover(ctx context.Context, activated <-chan lb.HAGrou
 	}
 }
 
+// claimPairAddresses counts as the engine's, at start, the addresses of
+// the groups the previous dlbd did not serve as active that the host has
+// and the journal does not: a takeover's fast path puts them on before
+// the engine journals anything, and a dlbd killed in between left them
+// on. Under high availability the addresses are the pair's
+// (configureAddresses): left on a standby, they would answer beside the
+// active; counted, they come off with the executor's start.
+func (e *Engine) claimPairAddresses(cfg lb.Config) {
+	for g, addrs := range e.haAddresses(cfg) {
+		if e.ha.applied[g] == lb.HAActive {
+			continue
+		}
+		for _, a := range addrs {
+			if _, ok := e.host.configured[a]; ok {
+				continue
+			}
+			if held, err := e.opts.Netif.HoldsAddress(a); err == nil && held {
+				e.log.Warn("high availability: an address of a group not active here is on the host, recorded nowhere "+
+					"(a dlbd stopped during a takeover?): taken off", "address", a, "group", lb.HAGroup(g))
+				e.host.configured[a] = cfg.Executor.Interface
+			}
+		}
+	}
+}
+
 // fastTakeover puts group g's planned addresses on the interface and
 // announces them, if the function still has g active.
 func (e *Engine) fastTakeover(g lb.HAGroup) {
