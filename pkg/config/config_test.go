@@ -120,7 +120,13 @@ func TestPrepareRefusesAndChangesNothing(t *testing.T) {
 		{"unknown object", []Op{op("rule", Add, vip)}, "object", 0},
 		{"unknown action", []Op{op(Cluster, Down, vip)}, "action", 0},
 		{"second op bad: first not applied", []Op{op(Cluster, Add, vip2), op(Port, Add, vip2+"@0")}, "port", 1},
-		{"batch invalid as a whole", []Op{op(Port, Set, vip+"@80", "crossport", "443"), op(Port, Set, vip+"@443", "stickytime", "9")}, "crossport", -1},
+		// A refusal of the whole batch blames the last operation that
+		// added or set the object it names.
+		{"batch invalid as a whole", []Op{op(Port, Set, vip+"@80", "crossport", "443"), op(Port, Set, vip+"@443", "stickytime", "9")}, "crossport", 0},
+		{"batch invalid as a whole: the server added", []Op{op(Port, Add, vip+"@82"), op(Server, Add, vip+"@82@198.18.0.31"),
+			op(Cluster, Add, vip2), op(Port, Set, vip+"@82", "method", "nat")}, "returnaddress", 1},
+		{"batch invalid as a whole: the server set last", []Op{op(Server, Add, vip+"@80@198.18.0.31"), op(Cluster, Add, vip2),
+			op(Server, Set, vip+"@80@198.18.0.31", "router", "198.18.0.254"), op(Server, Set, vip+"@80@198.18.0.22", "weight", "3")}, "router", 2},
 		{"proportions not summing to 100", []Op{op(Cluster, Set, vip, "proportions", "10 10 10 10")}, "proportions", 0},
 		{"advisor interval 0", []Op{op(Advisor, Start, "@80", "advisor", "http", "interval", "0")}, "interval", 0},
 		{"advisor on a cluster without the port", []Op{op(Advisor, Start, vip+"@8080", "advisor", "http")}, "port", 0},

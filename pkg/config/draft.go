@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 
@@ -20,10 +21,33 @@ type draft struct {
 	ownAdvisors bool
 	ownPorts    map[netip.Addr]bool
 	ownServers  map[lb.ServiceKey]bool
+	// op is the index of the operation being applied; touched maps the
+	// clusters, ports and servers (by the name refusals give them) that
+	// operations added or set to the last of them (blame).
+	op      int
+	touched map[string]int
 }
 
 func newDraft(base lb.Config) *draft {
-	return &draft{cfg: base, ownPorts: map[netip.Addr]bool{}, ownServers: map[lb.ServiceKey]bool{}}
+	return &draft{cfg: base, ownPorts: map[netip.Addr]bool{}, ownServers: map[lb.ServiceKey]bool{}, touched: map[string]int{}}
+}
+
+// touch records that the operation being applied added or set the object
+// named name.
+func (d *draft) touch(name string) { d.touched[name] = d.op }
+
+// blame returns the index of the operation to blame for err, a refusal of
+// the batch as a whole: the last that added or set the object err names
+// (-1: none did, or err names none).
+func blame(touched map[string]int, err error) int {
+	var fe *lb.FieldError
+	if !errors.As(err, &fe) || fe.Object == "" {
+		return -1
+	}
+	if i, ok := touched[fe.Object]; ok {
+		return i
+	}
+	return -1
 }
 
 // clusters returns the draft's own, writable cluster slice.
@@ -107,6 +131,7 @@ func (d *draft) addCluster(cl lb.Cluster) {
 	i, _ := findCluster(d.cfg.Clusters, cl.Address)
 	d.cfg.Clusters = slices.Insert(d.clusters(), i, cl)
 	d.ownPorts[cl.Address] = true // a new cluster's slices are its own
+	d.touch(cl.Address.String())
 }
 
 // addPort inserts a port in order into cluster ci.
@@ -115,12 +140,16 @@ func (d *draft) addPort(ci int, p lb.Port) {
 	i, _ := findPort(ps, p.Number)
 	cl := d.cluster(ci)
 	cl.Ports = slices.Insert(ps, i, p)
-	d.ownServers[lb.ServiceKey{Cluster: cl.Address, Port: p.Number}] = true
+	k := lb.ServiceKey{Cluster: cl.Address, Port: p.Number}
+	d.ownServers[k] = true
+	d.touch(k.String())
 }
 
 // addServer inserts a server in order into port (ci, pi).
 func (d *draft) addServer(ci, pi int, s lb.Server) {
 	ss := d.servers(ci, pi)
 	i, _ := findServer(ss, s.Address)
-	d.port(ci, pi).Servers = slices.Insert(ss, i, s)
+	p := d.port(ci, pi)
+	p.Servers = slices.Insert(ss, i, s)
+	d.touch(lb.BackendKey{Service: lb.ServiceKey{Cluster: d.cfg.Clusters[ci].Address, Port: p.Number}, Server: s.Address}.String())
 }

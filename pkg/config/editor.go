@@ -60,6 +60,9 @@ type Edit struct {
 	Ops int
 
 	base lb.Config
+	// touched maps what the operations added or set to the last of them
+	// (Blame).
+	touched map[string]int
 }
 
 // Prepare applies ops to the committed configuration and validates the
@@ -73,6 +76,7 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 	d := newDraft(ed.cfg)
 	removes := false
 	for i := range ops {
+		d.op = i
 		if err := ed.apply(d, &ops[i]); err != nil {
 			return nil, &OpError{Index: i, Err: err}
 		}
@@ -90,13 +94,25 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 		err = newHAAddressProblem(ed.cfg, d.cfg)
 	}
 	if err != nil {
-		last := -1
+		last := blame(d.touched, err)
 		if len(ops) == 1 {
 			last = 0
 		}
 		return nil, &OpError{Index: last, Err: err}
 	}
-	return &Edit{Next: d.cfg, Change: ch, Ops: len(ops), base: ed.cfg}, nil
+	return &Edit{Next: d.cfg, Change: ch, Ops: len(ops), base: ed.cfg, touched: d.touched}, nil
+}
+
+// Blame returns the index of the operation of the edit's batch to blame
+// for err, a refusal of the whole batch after it was prepared (the
+// executor or the host refused it): the last operation that added or set
+// the cluster, port or server err names; -1 when none did, or err names
+// none. A batch of one operation blames it.
+func (e *Edit) Blame(err error) int {
+	if e.Ops == 1 {
+		return 0
+	}
+	return blame(e.touched, err)
 }
 
 // Commit makes a prepared edit the committed configuration. The edit must

@@ -248,6 +248,7 @@ func applyCluster(d *draft, op *Op, p *params) error {
 		}
 		for _, c := range cls {
 			cl := d.cluster(c.ci)
+			d.touch(cl.Address.String())
 			if configureOK {
 				cl.Configure = configure
 			}
@@ -404,6 +405,7 @@ func applyPort(d *draft, op *Op, p *params) error {
 		}
 		for _, pr := range ports {
 			set(d.port(pr.ci, pr.pi))
+			d.touch(pr.key.String())
 		}
 	case Remove:
 		ports, err := matchPorts(&d.cfg, t, op.Target)
@@ -543,6 +545,7 @@ func applyServer(d *draft, op *Op, p *params) error {
 				d.server(sr.ci, sr.pi, sr.si).Weight = w
 			}
 			set(d.server(sr.ci, sr.pi, sr.si))
+			d.touch(sr.key.String())
 		}
 	case Down, Up:
 		servers, err := matchServers(&d.cfg, t, op.Target)
@@ -552,6 +555,7 @@ func applyServer(d *draft, op *Op, p *params) error {
 		for _, sr := range servers {
 			if s := d.cfg.Clusters[sr.ci].Ports[sr.pi].Servers[sr.si]; s.Down != (op.Action == Down) {
 				d.server(sr.ci, sr.pi, sr.si).Down = op.Action == Down
+				d.touch(sr.key.String())
 			}
 		}
 	case Remove:
@@ -644,6 +648,7 @@ func applyManager(d *draft, op *Op, p *params) error {
 			if cur.Quiesced != q || cur.QuiesceNow != qn {
 				s := d.server(sr.ci, sr.pi, sr.si)
 				s.Quiesced, s.QuiesceNow = q, qn
+				d.touch(sr.key.String())
 			}
 		}
 	default:
@@ -846,6 +851,7 @@ func applyMetric(d *draft, op *Op, p *params) error {
 				}
 			}
 			d.setMetrics(c.ci, ms)
+			d.touch(cl.Address.String())
 		}
 	case Set:
 		if op.Target != "" {
