@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -80,6 +81,12 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		return op.Object == config.Executor && op.Action == config.Stop
 	})
 	if err := e.change(edit, last, stop); err != nil {
+		// Refused as a whole (by the executor or the host): the
+		// operation that brought in what was refused is named.
+		var oe *config.OpError
+		if errors.As(err, &oe) && oe.Index < 0 {
+			oe.Index = edit.Blame(oe.Err)
+		}
 		return 0, err
 	}
 	for i, op := range ops {

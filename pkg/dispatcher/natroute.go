@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -183,12 +184,49 @@ func (e *Engine) tableLookup(a netip.Addr) (lb.Neighbor, error) {
 // brings in, looked up by look), or that gives a NAT server a return
 // address the host's own connections leave from (checkReturnSources).
 func (e *Engine) checkHops(old, next lb.Config, ch config.Change, fresh []netip.Addr, look hopLookup) error {
+	failed := map[netip.Addr]error{}
 	for _, a := range fresh {
 		if _, err := look(a); err != nil {
-			return lb.Errorf(hopRole(next, a), a.String(), "%v", err)
+			failed[a] = err
 		}
 	}
+	if len(failed) > 0 {
+		return hopRefusal(next, ch, failed)
+	}
 	return e.checkReturnSources(old, next, ch, fresh, look)
+}
+
+// hopRefusal refuses a change to next for the next hops in failed (each
+// with why it cannot be reached), naming the first server in next's order
+// that the change added or changed and that forwards to one: a batch, a
+// script or a file of 10,000 servers is refused for the same one every
+// time, placed on the line that added it (config.Edit.Blame, the file's
+// placement). A hop no such server names (a client gateway) is named
+// alone, the lowest first.
+func hopRefusal(next lb.Config, ch config.Change, failed map[netip.Addr]error) error {
+	for _, cl := range next.Clusters {
+		for _, p := range cl.Ports {
+			for _, s := range p.Servers {
+				h := s.NextHop()
+				err, ok := failed[h]
+				if !ok {
+					continue
+				}
+				k := lb.BackendKey{Service: lb.ServiceKey{Cluster: cl.Address, Port: p.Number}, Server: s.Address}
+				if kind, touched := ch.Servers[k]; !touched || kind == config.Removed {
+					continue
+				}
+				field := "server"
+				if h != s.Address {
+					field = "router"
+				}
+				return lb.Errorf(field, k.String(), "%v", err)
+			}
+		}
+	}
+	hops := slices.Collect(maps.Keys(failed))
+	a := slices.MinFunc(hops, netip.Addr.Compare)
+	return lb.Errorf(hopRole(next, a), a.String(), "%v", failed[a])
 }
 
 // A return address must be the executor's alone: it takes every packet
