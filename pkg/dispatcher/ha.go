@@ -371,12 +371,13 @@ func (e *Engine) announceGained(cfg lb.Config, had map[netip.Addr]string) {
 	}
 }
 
-// post runs f on the management goroutine later, unless Run returned.
+// post runs f on the management goroutine later, unless Run returned. It
+// may be called before Run (an announcement scheduled while New brought
+// the executor up): it reads nothing Run sets.
 func (e *Engine) post(f func()) {
 	go func() {
 		select {
 		case e.mgmt <- f:
-		case <-e.ctx.Done():
 		case <-e.stopped:
 		}
 	}()
