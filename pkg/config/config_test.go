@@ -267,3 +267,40 @@ func TestTableSize(t *testing.T) {
 		t.Errorf("fixed table size %d", p.Table())
 	}
 }
+
+// TestEditBlame: a refusal of a prepared batch (by the executor or the
+// host) blames the last operation that added or set what it names: a
+// server, a port, a cluster, or for a field of the executor's, the last
+// executor operation.
+func TestEditBlame(t *testing.T) {
+	ops := []Op{
+		op(Server, Add, vip+"@80@198.18.0.31"),
+		op(Executor, Set, "", "nfa", "198.18.0.9"),
+		op(Cluster, Add, vip2),
+		op(Server, Set, vip+"@80@198.18.0.31", "weight", "3"),
+		op(Port, Add, vip2+"@80"),
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"a server set after it was added", lb.Errorf("server", vip+"@80@198.18.0.31", "finding a route: no route"), 3},
+		{"a cluster", lb.Errorf("cluster", vip2, "refused"), 2},
+		{"a port", lb.Errorf("port", vip2+"@80", "refused"), 4},
+		{"the executor's interface", lb.Errorf("interface", "eth9", "no interface \"eth9\""), 1},
+		{"an object the batch did not touch", lb.Errorf("server", vip+"@80@198.18.0.21", "refused"), -1},
+		{"no object", lb.Errorf("configure", "", "refused"), -1},
+		{"not a field's refusal", errors.New("saving the change: disk full"), -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := base(t).Prepare(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := e.Blame(tc.err); got != tc.want {
+				t.Errorf("Blame(%v) = %d, want %d", tc.err, got, tc.want)
+			}
+		})
+	}
+}

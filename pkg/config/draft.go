@@ -36,16 +36,26 @@ func newDraft(base lb.Config) *draft {
 // named name.
 func (d *draft) touch(name string) { d.touched[name] = d.op }
 
+// executorObject is the name touched records executor operations under
+// (the executor has none in refusals).
+const executorObject = "(executor)"
+
 // blame returns the index of the operation to blame for err, a refusal of
-// the batch as a whole: the last that added or set the object err names
-// (-1: none did, or err names none).
+// the batch as a whole: the last that added or set the object err names,
+// or the last executor operation for a refusal of one of the executor's
+// fields (-1: none did, or err names nothing such).
 func blame(touched map[string]int, err error) int {
 	var fe *lb.FieldError
-	if !errors.As(err, &fe) || fe.Object == "" {
+	if !errors.As(err, &fe) {
 		return -1
 	}
-	if i, ok := touched[fe.Object]; ok {
+	if i, ok := touched[fe.Object]; ok && fe.Object != "" {
 		return i
+	}
+	if slices.ContainsFunc(executorFields, func(f field[lb.Executor]) bool { return f.key == fe.Field }) {
+		if i, ok := touched[executorObject]; ok {
+			return i
+		}
 	}
 	return -1
 }

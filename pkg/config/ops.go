@@ -26,6 +26,7 @@ func (ed *Editor) apply(d *draft, op *Op) error {
 	switch op.Object {
 	case Executor:
 		err = applyExecutor(d, op, p)
+		d.touch(executorObject)
 	case Cluster:
 		err = applyCluster(d, op, p)
 	case Port:

@@ -13,7 +13,8 @@ import (
 // host cannot reach names the server that brings it in, the first in the
 // configuration's order, and the operation that added it, so that
 // "dlbctl file load" and "dlbctl apply -f" can name its line in a script
-// of 10,000 servers. A client gateway names no server and no operation.
+// of 10,000 servers. A client gateway, a field of the executor's, names
+// the last executor operation.
 func TestHopRefusalNamesTheOperation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -35,7 +36,7 @@ func TestHopRefusalNamesTheOperation(t *testing.T) {
 		{name: "a client gateway", ops: []config.Op{
 			op("executor", "set", "", "clientgateway", "198.18.0.250"),
 			op("cluster", "add", "198.18.0.101"),
-		}, field: "clientgateway", obj: "198.18.0.250", index: -1},
+		}, field: "clientgateway", obj: "198.18.0.250", index: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, t.TempDir())
