@@ -40,11 +40,15 @@ func (d *draft) touch(name string) { d.touched[name] = d.op }
 // (the executor has none in refusals).
 const executorObject = "(executor)"
 
-// blame returns the index of the operation to blame for err, a refusal of
-// the batch as a whole: the last that added or set the object err names,
-// or the last executor operation for a refusal of one of the executor's
-// fields (-1: none did, or err names nothing such).
-func blame(touched map[string]int, err error) int {
+// blame returns the index of the operation of a batch of n to blame for
+// err, a refusal of the batch as a whole: the only one, or the last that
+// added or set the object err names, or the last executor operation for a
+// refusal of one of the executor's fields (-1: none did, or err names
+// nothing such).
+func blame(n int, touched map[string]int, err error) int {
+	if n == 1 {
+		return 0
+	}
 	var fe *lb.FieldError
 	if !errors.As(err, &fe) {
 		return -1

@@ -94,25 +94,18 @@ func (ed *Editor) Prepare(ops []Op) (*Edit, error) {
 		err = newHAAddressProblem(ed.cfg, d.cfg)
 	}
 	if err != nil {
-		last := blame(d.touched, err)
-		if len(ops) == 1 {
-			last = 0
-		}
-		return nil, &OpError{Index: last, Err: err}
+		return nil, &OpError{Index: blame(len(ops), d.touched, err), Err: err}
 	}
 	return &Edit{Next: d.cfg, Change: ch, Ops: len(ops), base: ed.cfg, touched: d.touched}, nil
 }
 
 // Blame returns the index of the operation of the edit's batch to blame
 // for err, a refusal of the whole batch after it was prepared (the
-// executor or the host refused it): the last operation that added or set
-// the cluster, port or server err names; -1 when none did, or err names
-// none. A batch of one operation blames it.
+// executor or the host refused it), as Prepare does: the only one, or the
+// last that added or set the cluster, port or server err names (the
+// executor, for one of its fields); -1 when none did, or err names none.
 func (e *Edit) Blame(err error) int {
-	if e.Ops == 1 {
-		return 0
-	}
-	return blame(e.touched, err)
+	return blame(e.Ops, e.touched, err)
 }
 
 // Commit makes a prepared edit the committed configuration. The edit must

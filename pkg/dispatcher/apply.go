@@ -73,14 +73,10 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	last := -1
-	if len(ops) == 1 {
-		last = 0
-	}
 	stop := slices.ContainsFunc(ops, func(op config.Op) bool {
 		return op.Object == config.Executor && op.Action == config.Stop
 	})
-	if err := e.change(edit, last, stop); err != nil {
+	if err := e.change(edit, -1, stop); err != nil {
 		// Refused as a whole (by the executor or the host): the
 		// operation that brought in what was refused is named.
 		var oe *config.OpError
