@@ -180,7 +180,8 @@ type Options struct {
 	TickInterval, SweepInterval time.Duration
 	// ResolveWait bounds how long a change waits for new servers' MAC
 	// addresses to resolve before it is applied without them (default 1 s).
-	// The management loop waits for at most loopResolveWait of it; the
+	// The management loop waits for at most loopResolveWait of it, and
+	// only while no other call or change waits for the loop; the
 	// caller of Apply or Replace waits for the rest outside the loop, which
 	// meanwhile serves everyone else, and then finds the servers that
 	// resolved usable.
@@ -243,6 +244,12 @@ type Engine struct {
 	conflicts conflicts
 	mgmt      chan func()
 	stopped   chan struct{} // closed when Run returns: nothing takes mgmt any more
+	// callers counts the calls (do) waiting for the management loop to
+	// take them.
+	callers atomic.Int32
+	// queued reports whether other changes wait to be let in by whoever
+	// made the change being applied (Queued; nil: no change is).
+	queued func() bool
 	// ctx lives as long as Run; probe and metric loops hang off it.
 	ctx context.Context
 
@@ -631,15 +638,27 @@ func (e *Engine) Run(ctx context.Context) {
 // do runs f on the management goroutine and waits for it.
 func (e *Engine) do(ctx context.Context, f func()) error {
 	done := make(chan struct{})
+	e.callers.Add(1)
 	select {
-	case e.mgmt <- func() { f(); close(done) }:
+	case e.mgmt <- func() { e.callers.Add(-1); f(); close(done) }:
 	case <-ctx.Done():
+		e.callers.Add(-1)
 		return ctx.Err()
 	case <-e.stopped:
+		e.callers.Add(-1)
 		return ErrStopped
 	}
 	<-done
 	return nil
+}
+
+// othersWait reports, on the management loop, whether anyone else waits
+// for it: a call not taken yet, or a change its maker holds back until
+// the one being applied is (WithQueued). The loop then stops waiting for
+// a new next hop's MAC: the change's caller waits for the rest outside it
+// (awaitHops), and a host that is not up yet holds no one else.
+func (e *Engine) othersWait() bool {
+	return e.callers.Load() > 0 || (e.queued != nil && e.queued())
 }
 
 // call runs f on the management goroutine and returns its result.
@@ -665,6 +684,24 @@ func WithLoopDone(ctx context.Context, done func()) context.Context {
 	return context.WithValue(ctx, loopDoneKey{}, done)
 }
 
+// queuedKey is the context key of WithQueued's function.
+type queuedKey struct{}
+
+// WithQueued returns a context that makes a change made with it ask
+// queued, while it is applied, whether other changes wait for their turn
+// behind it (as they do behind WithLoopDone's): the management loop then
+// waits for no next hop's MAC, and lets them in sooner.
+func WithQueued(ctx context.Context, queued func() bool) context.Context {
+	return context.WithValue(ctx, queuedKey{}, queued)
+}
+
+// Queued calls the function WithQueued put in ctx: whether other changes
+// wait behind the one made with ctx (false without one).
+func Queued(ctx context.Context) bool {
+	q, ok := ctx.Value(queuedKey{}).(func() bool)
+	return ok && q()
+}
+
 // LoopDone calls the function WithLoopDone put in ctx, if any: an
 // engine calls it once a change made with ctx is applied or refused.
 func LoopDone(ctx context.Context) {
@@ -686,7 +723,8 @@ func callChange[T any](ctx context.Context, e *Engine, f func() (T, error)) (T, 
 	var said Applied
 	out, err := call(ctx, e, func() (T, error) {
 		e.out, e.unresolved = &Applied{}, nil
-		defer func() { e.out = nil }()
+		e.queued = func() bool { return Queued(ctx) }
+		defer func() { e.out, e.queued = nil, nil }()
 		out, err := f()
 		if err == nil {
 			said, unresolved = *e.out, e.unresolved

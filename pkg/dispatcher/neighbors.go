@@ -13,7 +13,9 @@ import (
 // loopResolveWait is how long the management loop itself waits for the
 // MACs of the next hops a change brings in: a host that answers does
 // within a poll or two; one that does not (a server not booted yet) no
-// longer holds every other caller for the whole ResolveWait.
+// longer holds every other caller for the whole ResolveWait. It waits
+// only while no one else waits for the loop (othersWait): 100 changes
+// each adding a host not up yet, at once, would take 10 s of it.
 const loopResolveWait = 100 * time.Millisecond
 
 // awaitHops waits, outside the management loop, until the next hops addrs

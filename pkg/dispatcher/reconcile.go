@@ -109,7 +109,7 @@ func (e *Engine) reconcile(old, next lb.Config, ch config.Change, delta *store.I
 			unknown = append(unknown, a)
 		}
 	}
-	e.unresolved = e.net.Wait(e.opts.Netif, e.log, unknown, min(e.opts.ResolveWait, loopResolveWait))
+	e.unresolved = e.net.Wait(e.opts.Netif, e.log, unknown, min(e.opts.ResolveWait, loopResolveWait), e.othersWait)
 	if err := e.checkHops(old, next, ch, fresh, e.tableLookup); err != nil {
 		return false, err
 	}
@@ -678,7 +678,7 @@ func (e *Engine) executorLink(ex lb.Executor) (lb.Link, error) {
 // that are gone: what must hold before the program is attached, for the
 // first frame it sees must not be sent to an index that no longer exists.
 func (e *Engine) writeBeforeAttach(cfg lb.Config) error {
-	e.net.Wait(e.opts.Netif, e.log, nexthop.AllHops(cfg), e.opts.ResolveWait)
+	e.net.Wait(e.opts.Netif, e.log, nexthop.AllHops(cfg), e.opts.ResolveWait, nil)
 	if err := e.exec.dp.Apply(e.dataplane(cfg)); err != nil {
 		return fmt.Errorf("applying to the executor: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/api"
@@ -197,6 +198,8 @@ type handler struct {
 	o    Options
 	log  *slog.Logger
 	turn chan struct{}
+	// waiting counts the change requests waiting for their turn.
+	waiting atomic.Int32
 }
 
 func (h *handler) ops(w http.ResponseWriter, r *http.Request) {
@@ -239,15 +242,20 @@ func (h *handler) ops(w http.ResponseWriter, r *http.Request) {
 // to end (ok false). The turn is given up by leave, or as soon as the
 // engine has applied (or refused) the change made with the returned
 // context: the MACs of the servers a change brought in are waited for
-// (up to a second) after that, while the next change goes ahead.
+// (up to a second) after that, while the next change goes ahead; the
+// change is told (dispatcher.WithQueued) while others wait for their turn.
 func (h *handler) takeTurn(ctx context.Context) (_ context.Context, leave func(), ok bool) {
+	h.waiting.Add(1)
 	select {
 	case h.turn <- struct{}{}:
+		h.waiting.Add(-1)
 	case <-ctx.Done():
+		h.waiting.Add(-1)
 		return ctx, nil, false
 	}
 	var once sync.Once
 	leave = func() { once.Do(func() { <-h.turn }) }
+	ctx = dispatcher.WithQueued(ctx, func() bool { return h.waiting.Load() > 0 })
 	return dispatcher.WithLoopDone(ctx, leave), leave, true
 }
 

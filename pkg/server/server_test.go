@@ -29,7 +29,8 @@ type fakeEngine struct {
 	batches int
 	ops     int
 	gate    chan struct{}
-	entered chan struct{} // receives once per Apply, when set
+	entered chan struct{}        // receives once per Apply, when set
+	ctxs    chan context.Context // receives each Apply's context, when set
 	// settle, when set, holds a change after it is applied (and
 	// dispatcher.LoopDone called), as the engine waits for the MACs of
 	// the servers a change brought in.
@@ -74,6 +75,9 @@ func (f *fakeEngine) settled(ctx context.Context) {
 func (f *fakeEngine) Apply(ctx context.Context, ops []config.Op) (int, error) {
 	if f.entered != nil {
 		f.entered <- struct{}{}
+	}
+	if f.ctxs != nil {
+		f.ctxs <- ctx
 	}
 	if f.gate != nil {
 		select {
@@ -267,19 +271,8 @@ func TestWaitingRequestKeepsItsBody(t *testing.T) {
 	const tmo = 200 * time.Millisecond
 	eng := &fakeEngine{gate: make(chan struct{}), entered: make(chan struct{}, 2)}
 	path := serveAPI(t, eng, Options{HeaderTimeout: tmo, BodyTimeout: tmo})
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}}
-	post := func() (int, error) {
-		resp, err := hc.Post("http://dlbd"+api.PathOps, "application/json", strings.NewReader(oneOp))
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, nil
-	}
+	hc := unixClient(path)
+	post := func() (int, error) { return postOps(hc) }
 	type result struct {
 		status int
 		err    error
@@ -315,10 +308,7 @@ func TestTurnEndsWhenApplied(t *testing.T) {
 		t.Run(c.path, func(t *testing.T) {
 			eng := &fakeEngine{settle: make(chan struct{})}
 			path := serveAPI(t, eng, Options{})
-			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", path)
-			}}}
+			hc := unixClient(path)
 			post := func(done chan<- int) {
 				resp, err := hc.Post("http://dlbd"+c.path, "application/json", strings.NewReader(c.body))
 				if err != nil {
@@ -364,6 +354,66 @@ func TestTurnEndsWhenApplied(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// unixClient returns an HTTP client of the API socket at path.
+func unixClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
+}
+
+// postOps posts oneOp with hc and returns the answer's status.
+func postOps(hc *http.Client) (int, error) {
+	resp, err := hc.Post("http://dlbd"+api.PathOps, "application/json", strings.NewReader(oneOp))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// TestChangeKnowsOthersWait: a change being applied is told whether
+// other change requests wait for their turn behind it
+// (dispatcher.Queued), so that the engine does not make them wait for
+// the MAC of a server it brings in that is not up yet.
+func TestChangeKnowsOthersWait(t *testing.T) {
+	eng := &fakeEngine{gate: make(chan struct{}), ctxs: make(chan context.Context, 2)}
+	path := serveAPI(t, eng, Options{})
+	hc := unixClient(path)
+	statuses := make(chan int, 2)
+	post := func() {
+		st, err := postOps(hc)
+		if err != nil {
+			t.Error(err)
+		}
+		statuses <- st
+	}
+	go post()
+	first := <-eng.ctxs // held in Apply by the gate
+	if dispatcher.Queued(first) {
+		t.Error("a change alone was told others wait behind it")
+	}
+	go post()
+	deadline := time.Now().Add(5 * time.Second)
+	for !dispatcher.Queued(first) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !dispatcher.Queued(first) {
+		t.Error("a change was not told within 5s that another waits behind it")
+	}
+	close(eng.gate)
+	second := <-eng.ctxs
+	for range 2 {
+		if st := <-statuses; st != http.StatusOK {
+			t.Errorf("status %d, want 200", st)
+		}
+	}
+	if dispatcher.Queued(first) || dispatcher.Queued(second) {
+		t.Error("changes were told others wait after every one had its turn")
 	}
 }
 

@@ -294,15 +294,16 @@ func (t *Table) Refresh(r Resolver, log *slog.Logger, addrs []netip.Addr) []neti
 }
 
 // Wait resolves addrs, polling for at most limit until each has a MAC or
-// an error, and returns those that have neither yet. The addresses count
-// as asked (TakeAsked).
-func (t *Table) Wait(r Resolver, log *slog.Logger, addrs []netip.Addr, limit time.Duration) []netip.Addr {
+// an error, or until stop (nil: never) reports true after a poll, and
+// returns those that have neither yet. The addresses count as asked
+// (TakeAsked).
+func (t *Table) Wait(r Resolver, log *slog.Logger, addrs []netip.Addr, limit time.Duration, stop func() bool) []netip.Addr {
 	t.asked = append(t.asked, addrs...)
 	deadline := time.Now().Add(limit)
 	for len(addrs) > 0 {
 		t.Refresh(r, log, addrs)
 		addrs = t.Unresolved(addrs)
-		if len(addrs) == 0 || time.Now().After(deadline) {
+		if len(addrs) == 0 || time.Now().After(deadline) || (stop != nil && stop()) {
 			return addrs
 		}
 		time.Sleep(20 * time.Millisecond)

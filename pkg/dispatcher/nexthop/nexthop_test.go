@@ -238,7 +238,7 @@ func TestWaitAndAsked(t *testing.T) {
 	r := &resolver{neigh: map[netip.Addr]lb.Neighbor{s1: {Ifindex: 3, MAC: mac("02:00:00:00:00:21")}, s2: {Ifindex: 3}},
 		errs: map[netip.Addr]error{router: errors.New("network unreachable")}}
 	began := time.Now()
-	left := tab.Wait(r, discard, []netip.Addr{s1, s2, router}, 100*time.Millisecond)
+	left := tab.Wait(r, discard, []netip.Addr{s1, s2, router}, 100*time.Millisecond, nil)
 	if !slices.Equal(left, []netip.Addr{s2}) {
 		t.Errorf("unresolved after the wait: %v, want [%v]", left, s2)
 	}
@@ -251,7 +251,7 @@ func TestWaitAndAsked(t *testing.T) {
 	if asked := tab.TakeAsked(); len(asked) != 0 {
 		t.Errorf("asked again %v", asked)
 	}
-	tab.Wait(r, discard, []netip.Addr{s1}, time.Second)
+	tab.Wait(r, discard, []netip.Addr{s1}, time.Second, nil)
 	tab.ClearAsked()
 	if asked := tab.TakeAsked(); len(asked) != 0 {
 		t.Errorf("asked after ClearAsked: %v", asked)
