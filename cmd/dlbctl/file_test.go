@@ -458,7 +458,13 @@ func (n fakeNetif) Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[n
 	return out, errs
 }
 
-func (fakeNetif) AddAddress(string, netip.Addr) (bool, error)       { return true, nil }
+func (fakeNetif) AddAddresses(_ string, addrs []netip.Addr) (map[netip.Addr]bool, error) {
+	on := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		on[a] = true
+	}
+	return on, nil
+}
 func (fakeNetif) DeprecateAddress(string, netip.Addr) (bool, error) { return false, nil }
 func (fakeNetif) DelAddress(string, netip.Addr) error               { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
@@ -470,7 +476,13 @@ func (fakeNetif) NeighborsAt([]lb.NATHop) (map[lb.NATHop][]netip.Addr, error) { 
 func (fakeNetif) ReprobeUnmanaged(int, []netip.Addr, time.Duration) error     { return nil }
 func (fakeNetif) Forwarding(string, bool) (bool, error)                       { return true, nil }
 func (fakeNetif) GRO(int) (string, bool, error)                               { return "eth0", false, nil }
-func (fakeNetif) HoldsAddress(netip.Addr) (bool, error)                       { return true, nil }
+func (fakeNetif) HeldAddresses(addrs []netip.Addr) (map[netip.Addr]bool, error) {
+	held := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		held[a] = true
+	}
+	return held, nil
+}
 
 // realDaemon runs dispatcher's engine over the fakes and serves it.
 func realDaemon(t *testing.T) string {

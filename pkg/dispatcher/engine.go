@@ -103,13 +103,14 @@ type Netif interface {
 	// the routes alone: no MAC, and nothing asked of the kernel that
 	// would stay (a dry run's lookups).
 	Routes(addrs []netip.Addr) (map[netip.Addr]lb.Neighbor, map[netip.Addr]error)
-	// AddAddress and DelAddress put a cluster address on an interface and
-	// take it off (off an interface that is gone: done, not an error).
-	// AddAddress reports whether it put the address on: one the
-	// interface has already is left as it is.
-	AddAddress(ifname string, addr netip.Addr) (added bool, err error)
+	// AddAddresses and DelAddress put cluster addresses on an interface
+	// and take one off (off an interface that is gone: done, not an
+	// error). AddAddresses reports, in on, each address the interface
+	// has now: true if it put it on, false if it was there already (left
+	// as it is); err joins the failures, each naming its address.
+	AddAddresses(ifname string, addrs []netip.Addr) (on map[netip.Addr]bool, err error)
 	// DeprecateAddress makes an IPv6 host address deprecated, as
-	// AddAddress puts one on, if it is not; it reports whether it did.
+	// AddAddresses puts one on, if it is not; it reports whether it did.
 	DeprecateAddress(ifname string, addr netip.Addr) (changed bool, err error)
 	DelAddress(ifname string, addr netip.Addr) error
 	// Watch reports changes of interfaces, addresses and neighbours until
@@ -132,8 +133,8 @@ type Netif interface {
 	// GRO reports whether generic receive offload is on for an
 	// interface, and the interface's name.
 	GRO(ifindex int) (string, bool, error)
-	// HoldsAddress reports whether an interface of this host has addr.
-	HoldsAddress(addr netip.Addr) (bool, error)
+	// HeldAddresses returns those of addrs an interface of this host has.
+	HeldAddresses(addrs []netip.Addr) (map[netip.Addr]bool, error)
 }
 
 // OwnerLock is a lock that makes this dlbd the only owner of a directory

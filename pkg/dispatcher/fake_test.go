@@ -408,7 +408,7 @@ type fakeNetif struct {
 	reprobedNAT  []netip.Addr
 	// forwarding is what Forwarding reports, by family (true: IPv6).
 	forwarding map[bool]bool
-	// held are the host's own addresses besides those AddAddress put on
+	// held are the host's own addresses besides those AddAddresses put on
 	// (the NFAs the tests use).
 	held map[netip.Addr]bool
 	// gro is what GRO reports, by interface index.
@@ -422,10 +422,13 @@ type fakeNetif struct {
 	noRoutes bool
 	// src is the source address of the routes Neighbors finds.
 	src netip.Addr
-	// afterAdd, if set, is called (n.mu held) once AddAddress put an
+	// afterAdd, if set, is called (n.mu held) once AddAddresses put an
 	// address on.
 	afterAdd func(netip.Addr)
-	// refuse makes AddAddress fail for these addresses.
+	// listings counts the listings of the host's addresses that
+	// AddAddresses and HeldAddresses made.
+	listings int
+	// refuse makes AddAddresses fail for these addresses.
 	refuse map[netip.Addr]bool
 	// preferred are the IPv6 addresses on as an older dlbd put them on
 	// (not deprecated), until DeprecateAddress.
@@ -586,10 +589,20 @@ func (n *fakeNetif) setHeld(a netip.Addr, held bool) {
 	n.held[a] = held
 }
 
-func (n *fakeNetif) HoldsAddress(a netip.Addr) (bool, error) {
+func (n *fakeNetif) HeldAddresses(addrs []netip.Addr) (map[netip.Addr]bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.held[a] || n.addresses[a] != "", nil
+	held := map[netip.Addr]bool{}
+	if len(addrs) == 0 {
+		return held, nil
+	}
+	n.listings++
+	for _, a := range addrs {
+		if n.held[a] || n.addresses[a] != "" {
+			held[a] = true
+		}
+	}
+	return held, nil
 }
 
 func (n *fakeNetif) Forwarding(ifname string, ipv6 bool) (bool, error) {
@@ -658,23 +671,34 @@ func (n *fakeNetif) DeprecateAddress(ifname string, a netip.Addr) (bool, error) 
 	return true, nil
 }
 
-func (n *fakeNetif) AddAddress(ifname string, a netip.Addr) (bool, error) {
+func (n *fakeNetif) AddAddresses(ifname string, addrs []netip.Addr) (map[netip.Addr]bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	on := map[netip.Addr]bool{}
+	if len(addrs) == 0 {
+		return on, nil
+	}
 	if (n.ifindex == 0 || ifname != n.ifname()) && (n.second == "" || ifname != n.second) {
-		return false, fmt.Errorf("looking up interface %q: Link not found", ifname)
+		return on, fmt.Errorf("looking up interface %q: Link not found", ifname)
 	}
-	if n.addresses[a] == ifname {
-		return false, nil
+	n.listings++
+	var errs []error
+	for _, a := range addrs {
+		if n.addresses[a] == ifname {
+			on[a] = false
+			continue
+		}
+		if n.refuse[a] {
+			errs = append(errs, fmt.Errorf("adding %s to %s: refused by the test", a, ifname))
+			continue
+		}
+		n.addresses[a] = ifname
+		on[a] = true
+		if n.afterAdd != nil {
+			n.afterAdd(a)
+		}
 	}
-	if n.refuse[a] {
-		return false, fmt.Errorf("adding %s to %s: refused by the test", a, ifname)
-	}
-	n.addresses[a] = ifname
-	if n.afterAdd != nil {
-		n.afterAdd(a)
-	}
-	return true, nil
+	return on, errors.Join(errs...)
 }
 
 func (n *fakeNetif) Announce(ifname string, addrs []netip.Addr) error {

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -620,19 +621,44 @@ func (e *Engine) logDropped(dp Datapath) {
 // restoreAddresses puts back addresses dlbd configured that the host lost
 // (why says how, for the log; "": it may not have, make sure quietly).
 func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
-	for a, why := range addrs {
-		ifname, ok := e.host.configured[a]
-		if !ok {
-			continue
-		}
-		if _, err := e.opts.Netif.AddAddress(ifname, a); err != nil {
-			e.log.Warn("restoring an address dlbd configured", "address", a, "interface", ifname, "err", err)
-			continue
-		}
-		if why != "" {
-			e.log.Info("restored an address dlbd configured", "address", a, "interface", ifname, "because", why)
+	put := map[netip.Addr]string{}
+	for a := range addrs {
+		if ifname, ok := e.host.configured[a]; ok {
+			put[a] = ifname
 		}
 	}
+	on, err := e.putAddresses(put)
+	if err != nil {
+		e.log.Warn("restoring addresses dlbd configured", "err", err)
+	}
+	for a, why := range addrs {
+		if _, ok := on[a]; ok && why != "" {
+			e.log.Info("restored an address dlbd configured", "address", a, "interface", put[a], "because", why)
+		}
+	}
+}
+
+// putAddresses puts addrs on their interfaces (address → interface name),
+// asking each interface's addresses once (Netif.AddAddresses: with
+// thousands of clusters, asking address by address took seconds); on and
+// err are as AddAddresses's, for every interface.
+func (e *Engine) putAddresses(addrs map[netip.Addr]string) (on map[netip.Addr]bool, err error) {
+	by := map[string][]netip.Addr{}
+	for a, ifname := range addrs {
+		by[ifname] = append(by[ifname], a)
+	}
+	on = map[netip.Addr]bool{}
+	var errs []error
+	for _, ifname := range slices.Sorted(maps.Keys(by)) {
+		list := by[ifname]
+		slices.SortFunc(list, netip.Addr.Compare)
+		o, err := e.opts.Netif.AddAddresses(ifname, list)
+		maps.Copy(on, o)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return on, errors.Join(errs...)
 }
 
 // deprecateOwnAddresses deprecates the IPv6 addresses dlbd put on that

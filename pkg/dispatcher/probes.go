@@ -149,16 +149,22 @@ func advisorProblem(a lb.Advisor) string {
 	return fmt.Sprintf("advisor %s %s: until it can probe, its servers are not probed and keep their state", a.Key(), why)
 }
 
-// lacks reports whether no interface of this host has addr (what names
-// it); a failed check is logged and counts as held: nothing is said of an
-// address that could not be checked.
-func (e *Engine) lacks(what string, addr netip.Addr) bool {
-	held, err := e.opts.Netif.HoldsAddress(addr)
+// lacking returns those of addrs that no interface of this host has (what
+// names them), asking the host once; a failed check is logged and counts
+// as held: nothing is said of an address that could not be checked.
+func (e *Engine) lacking(what string, addrs []netip.Addr) map[netip.Addr]bool {
+	held, err := e.opts.Netif.HeldAddresses(addrs)
 	if err != nil {
-		e.log.Warn("checking that the host holds an address", "what", what, "address", addr, "err", err)
-		return false
+		e.log.Warn("checking that the host holds addresses", "what", what, "addresses", len(addrs), "err", err)
+		return nil
 	}
-	return !held
+	out := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		if !held[a] {
+			out[a] = true
+		}
+	}
+	return out
 }
 
 // nfaProblems names each NFA of cfg that no interface of this host has:
@@ -166,9 +172,16 @@ func (e *Engine) lacks(what string, addr netip.Addr) bool {
 // missing (a typo, or taken off), and its servers keep their state,
 // unwatched, until it is back.
 func (e *Engine) nfaProblems(cfg lb.Config) []string {
-	var out []string
+	var nfas []netip.Addr
 	for _, nfa := range []netip.Addr{cfg.Executor.NFA, cfg.Executor.NFA6} {
-		if nfa.IsValid() && e.lacks("nfa", nfa) {
+		if nfa.IsValid() {
+			nfas = append(nfas, nfa)
+		}
+	}
+	lacking := e.lacking("nfa", nfas)
+	var out []string
+	for _, nfa := range nfas {
+		if lacking[nfa] {
 			out = append(out, fmt.Sprintf("nfa %s is not an address of this host: advisors cannot probe from it, and their servers "+
 				"keep their state unwatched, until it is put on an interface (ip addr add %s/PREFIX dev %s)", nfa, nfa, cfg.Executor.Interface))
 		}
@@ -185,8 +198,10 @@ func (e *Engine) haSourceProblems(cfg lb.Config) []string {
 		return nil
 	}
 	var out []string
-	for _, src := range cfg.HA.Sources() {
-		if e.lacks("heartbeat source", src) {
+	sources := cfg.HA.Sources()
+	lacking := e.lacking("heartbeat source", sources)
+	for _, src := range sources {
+		if lacking[src] {
 			out = append(out, fmt.Sprintf("heartbeat source %s is not an address of this host: high availability cannot start "+
 				"with it (highavailability backup add is refused) until it is put on an interface (ip addr add %s/PREFIX dev IF) "+
 				"or the heartbeat is removed", src, src))
@@ -217,7 +232,7 @@ func (e *Engine) clusterProblems(cfg lb.Config, only map[netip.Addr]config.Kind)
 	if !cfg.Executor.Started || e.haOn(cfg) {
 		return nil
 	}
-	var missing []string
+	var unput []netip.Addr
 	for i := range cfg.Clusters {
 		cl := &cfg.Clusters[i]
 		if only != nil {
@@ -225,11 +240,15 @@ func (e *Engine) clusterProblems(cfg lb.Config, only map[netip.Addr]config.Kind)
 				continue
 			}
 		}
-		if cl.Configure || cl.Announce {
-			continue
+		if !cl.Configure && !cl.Announce {
+			unput = append(unput, cl.Address)
 		}
-		if e.lacks("cluster", cl.Address) {
-			missing = append(missing, cl.Address.String())
+	}
+	lacking := e.lacking("cluster", unput)
+	var missing []string
+	for _, a := range unput {
+		if lacking[a] {
+			missing = append(missing, a.String())
 		}
 	}
 	if len(missing) == 0 {

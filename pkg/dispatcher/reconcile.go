@@ -481,13 +481,16 @@ func (e *Engine) addressesLeft(left, link lb.Link) {
 	if g, ok := e.opts.Guard.(guardLingerer); ok {
 		g.Linger(left.Name, guardLinger())
 	}
+	var back []netip.Addr
 	for a, ifname := range e.host.configured {
-		if ifname != link.Name {
-			continue
+		if ifname == link.Name {
+			back = append(back, a)
 		}
-		if _, err := e.opts.Netif.AddAddress(ifname, a); err != nil {
-			e.log.Warn("putting an address back on the executor's interface", "address", a, "interface", ifname, "err", err)
-		}
+	}
+	if _, err := e.opts.Netif.AddAddresses(link.Name, back); err != nil {
+		e.log.Warn("putting addresses back on the executor's interface", "interface", link.Name, "err", err)
+	}
+	for _, a := range back {
 		if err := e.opts.Netif.DelAddress(left.Name, a); err != nil {
 			e.log.Warn("taking an address off the interface the executor was found on", "address", a, "interface", left.Name, "err", err)
 		}
@@ -914,15 +917,18 @@ func (e *Engine) configureAddresses(cfg lb.Config) error {
 		delete(e.host.configured, a)
 		delete(e.host.found, a)
 	}
+	put := map[netip.Addr]string{}
 	for a, ifname := range want {
-		if e.host.configured[a] == ifname {
-			continue
+		if e.host.configured[a] != ifname {
+			put[a] = ifname
 		}
-		added, err := e.opts.Netif.AddAddress(ifname, a)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	}
+	on, err := e.putAddresses(put)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for a, added := range on {
+		ifname := put[a]
 		e.host.configured[a] = ifname
 		// Under high availability the addresses are the pair's, and
 		// the takeover's fast path may have just put them on.
@@ -966,25 +972,25 @@ func (e *Engine) saveIntent(cfg lb.Config, want map[netip.Addr]string) map[netip
 			}
 		}
 	}
-	var intent map[netip.Addr]string
+	var fresh []netip.Addr
 	for a, ifname := range want {
-		if e.host.configured[a] == ifname {
-			continue
+		if e.host.configured[a] != ifname && !saved[a] {
+			fresh = append(fresh, a)
 		}
-		if saved != nil {
-			if saved[a] {
-				continue
-			}
-		} else if held, err := e.opts.Netif.HoldsAddress(a); err != nil || held {
-			continue
-		}
-		if intent == nil {
-			intent = map[netip.Addr]string{}
-		}
-		intent[a] = ifname
 	}
-	if intent == nil {
+	if saved == nil && len(fresh) > 0 {
+		held, err := e.opts.Netif.HeldAddresses(fresh)
+		if err != nil {
+			return nil // which are the operator's is unknown: none is journaled
+		}
+		fresh = slices.DeleteFunc(fresh, func(a netip.Addr) bool { return held[a] })
+	}
+	if len(fresh) == 0 {
 		return nil
+	}
+	intent := make(map[netip.Addr]string, len(fresh))
+	for _, a := range fresh {
+		intent[a] = want[a]
 	}
 	conf := maps.Clone(e.host.configured)
 	maps.Copy(conf, intent)

@@ -93,19 +93,32 @@ func (e *Engine) runFastTakeover(ctx context.Context, activated <-chan lb.HAGrou
 // (configureAddresses): left on a standby, they would answer beside the
 // active; counted, they come off with the executor's start.
 func (e *Engine) claimPairAddresses(cfg lb.Config) {
+	group := map[netip.Addr]lb.HAGroup{}
+	var unrecorded []netip.Addr
 	for g, addrs := range e.haAddresses(cfg) {
 		if e.ha.applied[g] == lb.HAActive {
 			continue
 		}
 		for _, a := range addrs {
-			if _, ok := e.host.configured[a]; ok {
-				continue
+			if _, ok := e.host.configured[a]; !ok {
+				group[a] = lb.HAGroup(g)
+				unrecorded = append(unrecorded, a)
 			}
-			if held, err := e.opts.Netif.HoldsAddress(a); err == nil && held {
-				e.log.Warn("high availability: an address of a group not active here is on the host, recorded nowhere "+
-					"(a dlbd stopped during a takeover?): taken off", "address", a, "group", lb.HAGroup(g))
-				e.host.configured[a] = cfg.Executor.Interface
-			}
+		}
+	}
+	if len(unrecorded) == 0 {
+		return
+	}
+	held, err := e.opts.Netif.HeldAddresses(unrecorded)
+	if err != nil {
+		e.log.Warn("high availability: checking the host for addresses a takeover put on", "err", err)
+		return
+	}
+	for _, a := range unrecorded {
+		if held[a] {
+			e.log.Warn("high availability: an address of a group not active here is on the host, recorded nowhere "+
+				"(a dlbd stopped during a takeover?): taken off", "address", a, "group", group[a])
+			e.host.configured[a] = cfg.Executor.Interface
 		}
 	}
 }
@@ -134,14 +147,12 @@ func (e *Engine) fastTakeover(g lb.HAGroup) {
 		}
 	}
 	announced := time.Since(start)
-	on := 0
-	for _, a := range p.addrs[g] {
-		added, err := e.opts.Netif.AddAddress(p.ifname, a)
-		if err != nil {
-			e.log.Warn("high availability: putting an address on at once (the engine tries again)", "address", a, "err", err)
-			continue
-		}
-		on++
+	put, err := e.opts.Netif.AddAddresses(p.ifname, p.addrs[g])
+	if err != nil {
+		e.log.Warn("high availability: putting addresses on at once (the engine tries again)", "err", err)
+	}
+	on := len(put)
+	for a, added := range put {
 		if !added {
 			continue // on already: not the fast path's to take off
 		}

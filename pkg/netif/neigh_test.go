@@ -338,6 +338,21 @@ func TestPrivilegedForgetNeighbors(t *testing.T) {
 	}
 }
 
+// addOperatorsAddresses puts on link the addresses an operator might
+// have: 198.18.0.101/24 and 2001:2::101/64.
+func addOperatorsAddresses(t *testing.T, link netlink.Link) {
+	t.Helper()
+	for _, p := range []string{"198.18.0.101/24", "2001:2::101/64"} {
+		addr, err := netlink.ParseAddr(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.AddrAdd(link, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestPrivilegedAddAddressLeavesWhatIsThere: AddAddress puts a host
 // address on and says so; an address the interface has already, with any
 // prefix length, it leaves as it is (no second address, no other flags)
@@ -346,15 +361,7 @@ func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	a, _ := pair(t, testutil.InNewNetNS(t))
 	n := New()
-	for _, p := range []string{"198.18.0.101/24", "2001:2::101/64"} {
-		addr, err := netlink.ParseAddr(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.AddrAdd(a, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addOperatorsAddresses(t, a)
 	count := func(ip netip.Addr) (n int, prefixes []string) {
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 			addrs, err := netlink.AddrList(a, fam)
@@ -390,6 +397,38 @@ func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
 		if got, prefixes := count(ip); got != 1 || prefixes[0] != tc.want {
 			t.Errorf("%s: the interface has %v, want only %s", tc.addr, prefixes, tc.want)
 		}
+	}
+}
+
+// TestPrivilegedAddAddressesInOneGo: AddAddresses does for many
+// addresses what AddAddress does for one, each failure named, and
+// HeldAddresses says which the host has.
+func TestPrivilegedAddAddressesInOneGo(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	a, _ := pair(t, testutil.InNewNetNS(t))
+	addOperatorsAddresses(t, a)
+	n := New()
+	ips := []netip.Addr{netip.MustParseAddr("198.18.0.100"), netip.MustParseAddr("198.18.0.101"),
+		netip.MustParseAddr("198.18.0.255"), netip.MustParseAddr("2001:2::100"), netip.MustParseAddr("2001:2::101")}
+	for call, want := range []map[netip.Addr]bool{
+		{ips[0]: true, ips[1]: false, ips[3]: true, ips[4]: false},
+		{ips[0]: false, ips[1]: false, ips[3]: false, ips[4]: false},
+	} {
+		on, err := n.AddAddresses("dlbhn0", ips)
+		if !maps.Equal(on, want) {
+			t.Errorf("call %d: on %v, want %v", call+1, on, want)
+		}
+		if err == nil || !strings.Contains(err.Error(), "198.18.0.255 is the broadcast address of a subnet of this host") {
+			t.Errorf("call %d: error %v; want the broadcast address named", call+1, err)
+		}
+	}
+	if on, err := n.AddAddresses("dlbhn9", ips[:1]); len(on) != 0 || err == nil || !strings.Contains(err.Error(), `looking up interface "dlbhn9"`) {
+		t.Errorf("an interface that is not there: on %v, %v; want none and the interface named", on, err)
+	}
+	other := netip.MustParseAddr("198.18.0.77")
+	held, err := n.HeldAddresses(append(ips, other))
+	if want := map[netip.Addr]bool{ips[0]: true, ips[1]: true, ips[3]: true, ips[4]: true}; err != nil || !maps.Equal(held, want) {
+		t.Errorf("HeldAddresses: %v, %v; want %v", held, err, want)
 	}
 }
 

@@ -263,31 +263,55 @@ func resolveAs(h *netlink.Handle, ifindex, family int, ip net.IP, managed bool) 
 // the host answers ARP (or neighbour solicitations) for it, and reports
 // whether it did: an interface that has the address already (with any
 // prefix length: the operator's, or put there before) is left as it is.
-func (*Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error) {
+func (n *Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error) {
+	on, err := n.AddAddresses(ifname, []netip.Addr{addr})
+	return on[addr], err
+}
+
+// AddAddresses puts each of addrs on the named interface as AddAddress
+// does, listing the host's addresses once rather than once an address (a
+// listing holds every address of the host: a thousand clusters put on
+// one by one took a second, four thousand nine). on has each address the
+// interface has now: true if this call put it on, false if it was there.
+// err joins the failures, each naming its address; one that concerns
+// them all (the interface gone) leaves on empty.
+func (*Netif) AddAddresses(ifname string, addrs []netip.Addr) (on map[netip.Addr]bool, err error) {
+	on = map[netip.Addr]bool{}
+	if len(addrs) == 0 {
+		return on, nil
+	}
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
-		return false, fmt.Errorf("looking up interface %q: %w", ifname, err)
+		return on, fmt.Errorf("looking up interface %q: %w", ifname, err)
 	}
-	has, err := holds(l, addr)
+	have, err := listAddresses(l)
 	if err != nil {
-		return false, fmt.Errorf("listing the addresses of %s: %w", ifname, err)
+		return on, fmt.Errorf("listing the addresses of %s: %w", ifname, err)
 	}
-	if has {
-		return false, nil
-	}
-	// As a /32 it would take the place of the broadcast route: the host
-	// would stop taking the subnet's broadcasts as broadcasts.
-	if r, err := netlink.RouteGet(addr.AsSlice()); err == nil && len(r) > 0 && r[0].Type == unix.RTN_BROADCAST {
-		return false, fmt.Errorf("%s %w: not an address one host can hold", addr, ErrBroadcast)
-	}
-	if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
-		if addr.Is6() && errors.Is(err, unix.EACCES) {
-			// What the kernel says when IPv6 is off on the interface.
-			return false, fmt.Errorf("adding %s to %s: %w (is IPv6 disabled there? sysctl net.ipv6.conf.%s.disable_ipv6)", addr, ifname, err, ifname)
+	var errs []error
+	for _, addr := range addrs {
+		if _, ok := have[addr]; ok {
+			on[addr] = false
+			continue
 		}
-		return false, fmt.Errorf("adding %s to %s: %w", addr, ifname, err)
+		// As a /32 it would take the place of the broadcast route: the
+		// host would stop taking the subnet's broadcasts as broadcasts.
+		if r, err := netlink.RouteGet(addr.AsSlice()); err == nil && len(r) > 0 && r[0].Type == unix.RTN_BROADCAST {
+			errs = append(errs, fmt.Errorf("%s %w: not an address one host can hold", addr, ErrBroadcast))
+			continue
+		}
+		if err := netlink.AddrReplace(l, hostAddr(addr)); err != nil {
+			if addr.Is6() && errors.Is(err, unix.EACCES) {
+				// What the kernel says when IPv6 is off on the interface.
+				err = fmt.Errorf("%w (is IPv6 disabled there? sysctl net.ipv6.conf.%s.disable_ipv6)", err, ifname)
+			}
+			errs = append(errs, fmt.Errorf("adding %s to %s: %w", addr, ifname, err))
+			continue
+		}
+		on[addr] = true
+		have[addr] = netlink.Addr{}
 	}
-	return true, nil
+	return on, errors.Join(errs...)
 }
 
 // DeprecateAddress makes the IPv6 host address addr (a /128) on the
@@ -327,38 +351,56 @@ func (*Netif) DeprecateAddress(ifname string, addr netip.Addr) (changed bool, er
 
 // HoldsAddress reports whether an interface of this host (of this network
 // namespace) has addr.
-func (*Netif) HoldsAddress(addr netip.Addr) (bool, error) {
-	has, err := holds(nil, addr)
-	if err != nil {
-		return false, fmt.Errorf("listing the host's addresses: %w", err)
-	}
-	return has, nil
+func (n *Netif) HoldsAddress(addr netip.Addr) (bool, error) {
+	held, err := n.HeldAddresses([]netip.Addr{addr})
+	return held[addr], err
 }
 
-// holds reports whether link (nil: any interface) has addr, with any
-// prefix length.
-func holds(link netlink.Link, addr netip.Addr) (bool, error) {
-	_, ok, err := find(link, addr)
-	return ok, err
+// HeldAddresses returns those of addrs that an interface of this host (of
+// this network namespace) has, with any prefix length, listing the host's
+// addresses once.
+func (*Netif) HeldAddresses(addrs []netip.Addr) (map[netip.Addr]bool, error) {
+	held := map[netip.Addr]bool{}
+	if len(addrs) == 0 {
+		return held, nil
+	}
+	have, err := listAddresses(nil)
+	if err != nil {
+		return held, fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if _, ok := have[a]; ok {
+			held[a] = true
+		}
+	}
+	return held, nil
+}
+
+// listAddresses returns the addresses link (nil: every interface) has, of
+// both families, by address.
+func listAddresses(link netlink.Link) (map[netip.Addr]netlink.Addr, error) {
+	have, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Addr]netlink.Addr, len(have))
+	for _, h := range have {
+		if a, ok := netip.AddrFromSlice(h.IP); ok {
+			out[a.Unmap()] = h
+		}
+	}
+	return out, nil
 }
 
 // find returns addr as link (nil: any interface) has it, with any prefix
 // length; ok is false when it has not.
 func find(link netlink.Link, addr netip.Addr) (h netlink.Addr, ok bool, err error) {
-	family := netlink.FAMILY_V4
-	if addr.Is6() {
-		family = netlink.FAMILY_V6
-	}
-	have, err := netlink.AddrList(link, family)
+	have, err := listAddresses(link)
 	if err != nil {
 		return netlink.Addr{}, false, err
 	}
-	for _, h := range have {
-		if a, ok := netip.AddrFromSlice(h.IP); ok && a.Unmap() == addr {
-			return h, true, nil
-		}
-	}
-	return netlink.Addr{}, false, nil
+	h, ok = have[addr]
+	return h, ok, nil
 }
 
 // DelAddress removes addr from the named interface; an address that is not
