@@ -27,6 +27,27 @@ const watchBuffer = 256
 // subscription failed to open.
 const resubscribeDelay = time.Second
 
+// eventBuffer is the receive buffer of the interface, address and
+// neighbour subscriptions: a burst larger than the buffer is dropped by
+// the kernel, and read again as a resync. The default (net.core.rmem_max,
+// 208 KiB) held the events of about 1,000 addresses put on at once: a
+// batch of clusters, or a takeover, made dlbd warn that it lost events.
+// The kernel charges what the buffer holds, not its size.
+const eventBuffer = 16 << 20
+
+// canForceBuffer reports whether this process may size a socket's
+// receive buffer beyond net.core.rmem_max (SO_RCVBUFFORCE, which takes
+// CAP_NET_ADMIN), trying it on a netlink socket of its own: the netlink
+// package leaves the socket of a subscription it could not size open.
+func canForceBuffer() bool {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, eventBuffer) == nil
+}
+
 // Watch reports changes of the interfaces, addresses and neighbours of the
 // network namespace of the calling thread, from netlink subscriptions (no
 // polling), until ctx ends; the channel is then closed. Every change after
@@ -135,13 +156,19 @@ func (w *watcher) subscribe() error {
 		}
 		cur.Close()
 	}
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns}); err != nil {
+	// Sized beyond rmem_max where this process may (dlbd.service can),
+	// as large as rmem_max lets it otherwise.
+	force := canForceBuffer()
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns,
+		ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: force}); err != nil {
 		return fail("interface", err, closeLinks, closeAddrs, closeNeighs)
 	}
-	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &ns}); err != nil {
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &ns,
+		ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: force}); err != nil {
 		return fail("address", err, closeAddrs, closeNeighs)
 	}
-	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns}); err != nil {
+	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns,
+		ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: force}); err != nil {
 		return fail("neighbour", err, closeNeighs)
 	}
 	routes, err := subscribeRoutes(ns, done)
