@@ -15,6 +15,14 @@ import (
 // advertisement) answers.
 const conflictWait = 200 * time.Millisecond
 
+// conflictBatch bounds the addresses of a family asked about in one
+// round: asked all at once, 4,000 addresses were 4,000 broadcasts every
+// round, more than the interface's queue took (the round failed whole,
+// every round). With more addresses, each is asked once every
+// ceil(addresses/conflictBatch) rounds; what a round found stays until
+// the address is asked again.
+const conflictBatch = 256
+
 // conflicts is what the last checks found: per address this dispatcher
 // holds, the Ethernet addresses of the other hosts that answered ARP (or,
 // for IPv6, neighbour solicitations) for it. A server that holds a
@@ -32,6 +40,36 @@ type conflicts struct {
 	peer map[string]netip.Addr
 	// err is the last check's error, logged once.
 	err string
+	// after is, per family (IPv6: true), the last address a round asked
+	// about: the next asks from the one after it (pick).
+	after map[bool]netip.Addr
+}
+
+// pick narrows each ask of job (its addresses sorted) to at most
+// conflictBatch addresses: those after the last the previous round asked,
+// in address order, starting again from the first at the end.
+func (c *conflicts) pick(job conflictJob) conflictJob {
+	if c.after == nil {
+		c.after = map[bool]netip.Addr{}
+	}
+	out := make(conflictJob, 0, len(job))
+	for _, ask := range job {
+		if n := len(ask.addrs); n > conflictBatch {
+			v6 := ask.addrs[0].Is6()
+			i, found := slices.BinarySearchFunc(ask.addrs, c.after[v6], netip.Addr.Compare)
+			if found {
+				i++
+			}
+			some := make([]netip.Addr, 0, conflictBatch)
+			for k := range conflictBatch {
+				some = append(some, ask.addrs[(i+k)%n])
+			}
+			ask.addrs = some
+			c.after[v6] = some[len(some)-1]
+		}
+		out = append(out, ask)
+	}
+	return out
 }
 
 // conflictJob is what one round of checks asks: from each NFA, who else
@@ -54,6 +92,17 @@ func (j conflictJob) addrs() []netip.Addr {
 	var out []netip.Addr
 	for _, a := range j {
 		out = append(out, a.addrs...)
+	}
+	return out
+}
+
+// held is the set of the job's addresses.
+func (j conflictJob) held() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, a := range j {
+		for _, addr := range a.addrs {
+			out[addr] = true
+		}
 	}
 	return out
 }
@@ -122,7 +171,7 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 		case <-t.C:
 		}
 		job, err := call(ctx, e, func() (conflictJob, error) {
-			job := e.conflictJob()
+			job := e.conflicts.pick(e.conflictJob())
 			if l, err := e.opts.Netif.LinkByIndex(e.exec.attach.ifindex); err == nil && len(job) > 0 {
 				for i := range job {
 					job[i].holder = l.MAC.String()
@@ -162,7 +211,8 @@ func (e *Engine) watchConflicts(ctx context.Context) {
 }
 
 // onConflicts records a round of checks of addrs (and the MACs of the
-// high-availability peer), logging what changed.
+// high-availability peer), logging what changed; what earlier rounds
+// found for the addresses this dispatcher still holds stays.
 func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, peer map[string]netip.Addr, errText string) {
 	if errText != e.conflicts.err {
 		if errText != "" {
@@ -173,11 +223,21 @@ func (e *Engine) onConflicts(addrs []netip.Addr, found map[netip.Addr][]string, 
 	}
 	old := e.conflicts.found
 	e.conflicts.found, e.conflicts.peer = map[netip.Addr][]string{}, peer
+	if len(old) > 0 {
+		held := e.conflictJob().held()
+		for a, macs := range old {
+			if held[a] {
+				e.conflicts.found[a] = macs
+			}
+		}
+	}
 	for _, a := range addrs {
 		now := found[a]
 		slices.Sort(now)
 		if len(now) > 0 {
 			e.conflicts.found[a] = now
+		} else {
+			delete(e.conflicts.found, a)
 		}
 		asked, fix := conflictOf(a)
 		switch was := old[a]; {
@@ -232,9 +292,9 @@ func conflictOf(a netip.Addr) (asked, fix string) {
 // longer has its addresses answered for by this host.
 func (e *Engine) conflictWarnings() []string {
 	var out []string
-	held := e.conflictJob().addrs()
+	held := e.conflictJob().held()
 	for a, macs := range e.conflicts.found {
-		if !slices.Contains(held, a) {
+		if !held[a] {
 			continue
 		}
 		asked, fix := conflictOf(a)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlbproject/dlb/pkg/config"
 	"github.com/dlbproject/dlb/pkg/lb"
 	"github.com/dlbproject/dlb/pkg/testutil"
 )
@@ -20,12 +21,14 @@ type fakeAnswerers struct {
 	mu    sync.Mutex
 	macs  map[netip.Addr][]net.HardwareAddr
 	asked map[netip.Addr]netip.Addr // address -> source
+	most  int                       // the most addresses one call asked about
 }
 
 func (f *fakeAnswerers) answer(_ context.Context, src netip.Addr, addrs []netip.Addr, _ time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[netip.Addr][]net.HardwareAddr{}
+	f.most = max(f.most, len(addrs))
 	for _, a := range addrs {
 		f.asked[a] = src
 		if m := f.macs[a]; len(m) > 0 {
@@ -219,4 +222,46 @@ func TestAddressConflictsNotTheHolder(t *testing.T) {
 	eventually(t, "no conflict with the executor's interface alone answering", func() bool {
 		return len(h.executorWarnings("answers ARP")) == 0
 	})
+}
+
+// TestAddressConflictsManyAddresses: with more addresses than
+// conflictBatch, a round asks about conflictBatch of them, the next round
+// the next ones, every address in turn; a conflict found stays reported
+// through the rounds that do not ask about its address, and goes when it
+// is asked about again and no other host answers. Asked all at once, 4,000
+// addresses overflowed the interface's queue and every round failed.
+func TestAddressConflictsManyAddresses(t *testing.T) {
+	const n = conflictBatch*2 + 10
+	h, fa, _ := conflictHarness(t)
+	base(h)
+	var ops []config.Op
+	for i := range n - 1 { // and base's vip
+		ops = append(ops, op("cluster", "add", netip.AddrFrom4([4]byte{198, 19, byte(i / 200), byte(i%200 + 1)}).String(), "configure", "yes"))
+	}
+	h.mustApply(ops...)
+	server := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15}
+	first := netip.MustParseAddr("198.19.0.1")
+	fa.set(first, server)
+	warned := func() []string { return h.executorWarnings("answers ARP") }
+	eventually(t, "the conflict reported", func() bool { return len(warned()) == 1 })
+	eventually(t, "every address asked", func() bool {
+		fa.mu.Lock()
+		defer fa.mu.Unlock()
+		return len(fa.asked) == n
+	})
+	// Reported through whole cycles of rounds.
+	for range 10 {
+		if w := warned(); len(w) != 1 || !strings.Contains(w[0], first.String()) {
+			t.Fatalf("warnings %q; want the conflict of %v, still", w, first)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fa.mu.Lock()
+	most := fa.most
+	fa.mu.Unlock()
+	if most > conflictBatch {
+		t.Errorf("a round asked about %d addresses at once; want at most %d", most, conflictBatch)
+	}
+	fa.set(first)
+	eventually(t, "the conflict forgotten", func() bool { return len(warned()) == 0 })
 }
