@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +181,37 @@ func TestHATableHealth(t *testing.T) {
 		}
 		if line != tc.want {
 			t.Errorf("%s: %q, want %q\n%s", tc.name, line, tc.want, b.String())
+		}
+	}
+}
+
+// TestHATableClusters: a group's line lists its clusters, the first few
+// of many with their count.
+func TestHATableClusters(t *testing.T) {
+	many := make([]string, 4000)
+	for i := range many {
+		many[i] = fmt.Sprintf("198.19.%d.%d", i/250, i%250+1)
+	}
+	for _, tc := range []struct {
+		name     string
+		clusters []string
+		want     string
+	}{
+		{"two", many[:2], "198.19.0.1 198.19.0.2"},
+		{"eight", many[:8], strings.Join(many[:8], " ")},
+		{"many", many, strings.Join(many[:8], " ") + " and 3992 more (4000 in all: -o json lists them)"},
+	} {
+		var b bytes.Buffer
+		haTable(&b, api.HAReport{Configured: true, Running: true, Healthy: true,
+			Groups: []api.HAGroupReport{{Group: "local", State: "active", Clusters: tc.clusters}}})
+		line := ""
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "  clusters:") {
+				line = strings.TrimSpace(strings.TrimPrefix(l, "  clusters:"))
+			}
+		}
+		if line != tc.want {
+			t.Errorf("%s: clusters line %q, want %q", tc.name, line, tc.want)
 		}
 	}
 }
