@@ -15,12 +15,14 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,12 +117,31 @@ func New(dir string, timeout time.Duration, log *slog.Logger) *Runner {
 		counts: map[string]uint64{}}
 }
 
+// maxLogged bounds the length of a variable's value as logged: a pair's
+// 4,000 clusters made each of its events' lines 60 KB long (longer than
+// journald keeps in one entry). Scripts and the recent events have it
+// whole.
+const maxLogged = 512
+
+// logged is v as logged: cut after the last word that ends within
+// maxLogged bytes, the rest counted.
+func logged(v string) string {
+	if len(v) <= maxLogged {
+		return v
+	}
+	cut := strings.LastIndexByte(v[:maxLogged+1], ' ')
+	if cut <= 0 {
+		cut = maxLogged
+	}
+	return fmt.Sprintf("%s … (%d bytes in all)", v[:cut], len(v))
+}
+
 // Emit logs an event, counts it, remembers it among the recent ones, and
 // queues its script, if the scripts directory is set. It never blocks.
 func (r *Runner) Emit(name string, env map[string]string) {
 	attrs := make([]any, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		attrs = append(attrs, slog.String(k, env[k]))
+		attrs = append(attrs, slog.String(k, logged(env[k])))
 	}
 	// A group, not the map: the text log reads env.DLB_PORT=80, not
 	// env="map[DLB_PORT:80]".

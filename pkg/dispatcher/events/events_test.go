@@ -173,3 +173,28 @@ func TestEmitLogsTheEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestEmitLogsLongValuesCut: a long value (the clusters of a pair with
+// thousands) is logged cut after a whole word, with its length, while the
+// recent events keep it whole.
+func TestEmitLogsLongValuesCut(t *testing.T) {
+	words := make([]string, 4000)
+	for i := range words {
+		words[i] = fmt.Sprintf("198.19.%d.%d", i/250, i%250+1)
+	}
+	long := strings.Join(words, " ")
+	var b strings.Builder
+	r := New("", 0, slog.New(slog.NewTextHandler(&b, nil)))
+	r.Emit(GoActive, map[string]string{"DLB_HA_CLUSTERS": long, "DLB_HA_GROUP": "local"})
+	line := b.String()
+	if len(line) > 2*maxLogged {
+		t.Errorf("logged %d bytes for a value of %d", len(line), len(long))
+	}
+	want := fmt.Sprintf(`env.DLB_HA_CLUSTERS="%s … (%d bytes in all)"`, long[:strings.LastIndexByte(long[:maxLogged+1], ' ')], len(long))
+	if !strings.Contains(line, want) || !strings.Contains(line, "env.DLB_HA_GROUP=local") {
+		t.Errorf("logged %q\nwant it to hold %q", line, want)
+	}
+	if rec := r.Recent(); len(rec) != 1 || rec[0].Env["DLB_HA_CLUSTERS"] != long {
+		t.Error("the recent event does not keep the whole value")
+	}
+}
