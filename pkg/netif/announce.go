@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -40,25 +41,55 @@ func (*Netif) Announce(ifname string, addrs []netip.Addr) error {
 		return fmt.Errorf("announcing on %s: opening a packet socket: %w", ifname, err)
 	}
 	defer func() { go unix.Close(fd) }()
-	var errs []error
-	send := func(frame []byte) {
-		if err := sendFrame(fd, l.Attrs().Index, frame); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	var frames [][]byte
 	for _, a := range addrs {
 		if a.Is4() {
-			send(garp(1, mac, a))
-			send(garp(2, mac, a))
+			frames = append(frames, garp(1, mac, a), garp(2, mac, a))
 		} else {
-			send(ndframe.Advertisement(mac, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a))
+			frames = append(frames, ndframe.Advertisement(mac, net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}, a))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	ifindex := l.Attrs().Index
+	if err := sendAll(frames, func(f []byte) error { return sendFrame(fd, ifindex, f) }, time.Now().Add(announceTime)); err != nil {
 		return fmt.Errorf("announcing on %s: %w", ifname, err)
 	}
 	return nil
 }
+
+// announceTime bounds how long Announce waits for room to send in.
+const announceTime = 2 * time.Second
+
+// sendAll sends frames with send, each in turn; a frame refused for want
+// of room (ENOBUFS: the interface's queue full, or for a veth its peer's
+// backlog) is sent again once there may be room, until deadline: the
+// 8,000 frames announcing 4,000 addresses filled the queue, and each
+// frame refused was an announcement lost. The error counts the frames
+// not sent.
+func sendAll(frames [][]byte, send func([]byte) error, deadline time.Time) error {
+	failed := 0
+	var first error
+	for _, f := range frames {
+		err := send(f)
+		for errors.Is(err, unix.ENOBUFS) && time.Now().Before(deadline) {
+			time.Sleep(roomWait)
+			err = send(f)
+		}
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d frames not sent: %w", failed, len(frames), first)
+	}
+	return nil
+}
+
+// roomWait is the wait before a frame refused for want of room is sent
+// again.
+const roomWait = 200 * time.Microsecond
 
 var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
