@@ -19,8 +19,8 @@ const conflictWait = 200 * time.Millisecond
 // round: asked all at once, 4,000 addresses were 4,000 broadcasts every
 // round, more than the interface's queue took (the round failed whole,
 // every round). With more addresses, each is asked once every
-// ceil(addresses/conflictBatch) rounds; what a round found stays until
-// the address is asked again.
+// ceil(addresses/conflictBatch) rounds, and those found answered for
+// (up to conflictBatch more) every round.
 const conflictBatch = 256
 
 // conflicts is what the last checks found: per address this dispatcher
@@ -47,7 +47,10 @@ type conflicts struct {
 
 // pick narrows each ask of job (its addresses sorted) to at most
 // conflictBatch addresses: those after the last the previous round asked,
-// in address order, starting again from the first at the end.
+// in address order, starting again from the first at the end; and asks
+// again about (up to conflictBatch) addresses found answered for, so that
+// a conflict that ended (a peer that took its addresses off) is not
+// reported for a whole cycle of rounds.
 func (c *conflicts) pick(job conflictJob) conflictJob {
 	if c.after == nil {
 		c.after = map[bool]netip.Addr{}
@@ -64,8 +67,18 @@ func (c *conflicts) pick(job conflictJob) conflictJob {
 			for k := range conflictBatch {
 				some = append(some, ask.addrs[(i+k)%n])
 			}
-			ask.addrs = some
 			c.after[v6] = some[len(some)-1]
+			again := 0
+			for _, a := range ask.addrs {
+				if again == conflictBatch {
+					break
+				}
+				if len(c.found[a]) > 0 && !slices.Contains(some, a) {
+					some = append(some, a)
+					again++
+				}
+			}
+			ask.addrs = some
 		}
 		out = append(out, ask)
 	}

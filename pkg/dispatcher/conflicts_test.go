@@ -22,6 +22,7 @@ type fakeAnswerers struct {
 	macs  map[netip.Addr][]net.HardwareAddr
 	asked map[netip.Addr]netip.Addr // address -> source
 	most  int                       // the most addresses one call asked about
+	calls int
 }
 
 func (f *fakeAnswerers) answer(_ context.Context, src netip.Addr, addrs []netip.Addr, _ time.Duration) (map[netip.Addr][]net.HardwareAddr, error) {
@@ -29,6 +30,7 @@ func (f *fakeAnswerers) answer(_ context.Context, src netip.Addr, addrs []netip.
 	defer f.mu.Unlock()
 	out := map[netip.Addr][]net.HardwareAddr{}
 	f.most = max(f.most, len(addrs))
+	f.calls++
 	for _, a := range addrs {
 		f.asked[a] = src
 		if m := f.macs[a]; len(m) > 0 {
@@ -226,17 +228,17 @@ func TestAddressConflictsNotTheHolder(t *testing.T) {
 
 // TestAddressConflictsManyAddresses: with more addresses than
 // conflictBatch, a round asks about conflictBatch of them, the next round
-// the next ones, every address in turn; a conflict found stays reported
-// through the rounds that do not ask about its address, and goes when it
-// is asked about again and no other host answers. Asked all at once, 4,000
-// addresses overflowed the interface's queue and every round failed.
+// the next ones, every address in turn, and the addresses found answered
+// for again: a conflict found stays reported, and goes the next round
+// after no other host answers. Asked all at once, 4,000 addresses
+// overflowed the interface's queue and every round failed.
 func TestAddressConflictsManyAddresses(t *testing.T) {
-	const n = conflictBatch*2 + 10
+	const n = conflictBatch*8 + 10
 	h, fa, _ := conflictHarness(t)
 	base(h)
 	var ops []config.Op
 	for i := range n - 1 { // and base's vip
-		ops = append(ops, op("cluster", "add", netip.AddrFrom4([4]byte{198, 19, byte(i / 200), byte(i%200 + 1)}).String(), "configure", "yes"))
+		ops = append(ops, op("cluster", "add", netip.AddrFrom4([4]byte{198, 19, byte(i / 250), byte(i%250 + 1)}).String(), "configure", "yes"))
 	}
 	h.mustApply(ops...)
 	server := net.HardwareAddr{2, 0xd1, 0xb0, 0, 0, 0x15}
@@ -259,9 +261,42 @@ func TestAddressConflictsManyAddresses(t *testing.T) {
 	fa.mu.Lock()
 	most := fa.most
 	fa.mu.Unlock()
-	if most > conflictBatch {
-		t.Errorf("a round asked about %d addresses at once; want at most %d", most, conflictBatch)
+	if most > conflictBatch+1 {
+		t.Errorf("a round asked about %d addresses at once; want at most %d and the one answered for", most, conflictBatch)
+	}
+	calls := func() int {
+		fa.mu.Lock()
+		defer fa.mu.Unlock()
+		return fa.calls
 	}
 	fa.set(first)
+	before := calls()
 	eventually(t, "the conflict forgotten", func() bool { return len(warned()) == 0 })
+	// The round under way may have asked before the answer changed.
+	if rounds := calls() - before; rounds > 3 {
+		t.Errorf("the conflict was forgotten %d rounds after it ended; want the next round (of %d a cycle)", rounds, n/conflictBatch+1)
+	}
+}
+
+// TestConflictPick: a round asks about the next conflictBatch addresses
+// after those the last asked, in order, wrapping around, and again about
+// those found answered for.
+func TestConflictPick(t *testing.T) {
+	addrs := make([]netip.Addr, conflictBatch*3)
+	for i := range addrs {
+		addrs[i] = netip.AddrFrom4([4]byte{198, 19, byte(i / 250), byte(i%250 + 1)})
+	}
+	answered := addrs[10]
+	c := &conflicts{found: map[netip.Addr][]string{answered: {"02:d1:b0:00:00:15"}}}
+	for round, want := range [][2]int{{0, conflictBatch}, {conflictBatch, 2 * conflictBatch}, {2 * conflictBatch, 3 * conflictBatch}, {0, conflictBatch}} {
+		job := c.pick(conflictJob{{src: netip.MustParseAddr("198.18.0.2"), addrs: addrs}})
+		got := job[0].addrs
+		wantAddrs := slices.Clone(addrs[want[0]:want[1]])
+		if !slices.Contains(wantAddrs, answered) {
+			wantAddrs = append(wantAddrs, answered)
+		}
+		if !slices.Equal(got, wantAddrs) {
+			t.Errorf("round %d asked %d addresses from %v; want %d from %v, and %v", round, len(got), got[0], want[1]-want[0], addrs[want[0]], answered)
+		}
+	}
 }
