@@ -652,3 +652,42 @@ func TestFileLoadBGP(t *testing.T) {
 		t.Errorf("sent %v\nwant [%s]", got, opJSON(want...))
 	}
 }
+
+// TestFileLoadSameAsCommands: a script's lines, each parsed with only the
+// command it names, send the operations the same commands send from the
+// command line (aliases and abbreviations included).
+func TestFileLoadSameAsCommands(t *testing.T) {
+	lines := [][]string{
+		{"executor", "set", "nfa", "198.18.0.2"},
+		{"cluster", "add", "198.18.0.100", "--configure", "--primaryhost", "198.18.0.2"},
+		{"port", "add", "198.18.0.100@80", "--method", "nat"},
+		{"server", "add", "198.18.0.100@80@198.18.1.11", "--mapport", "8080", "--returnaddress", "198.18.0.3", "--router", "198.18.0.254"},
+		{"se", "set", "198.18.0.100@80@198.18.1.11", "--weight", "7"},
+		{"manager", "start"},
+		{"advisor", "start", "http", "198.18.0.100@80"},
+		{"highavailability", "backup", "add", "primary", "auto", "12345"},
+		{"ha", "heartbeat", "add", "198.18.0.2", "198.18.0.4", "--secret-file", "/etc/dlb/ha.secret"},
+		{"ha", "reach", "add", "198.18.0.254"},
+		{"bgp", "set", "--asn", "64512", "--routerid", "198.18.0.2"},
+	}
+	byCommand := &fakeEngine{}
+	sock := serve(t, byCommand)
+	var script strings.Builder
+	for _, l := range lines {
+		if r := dlbctl(sock, l...); r.code != exitOK {
+			t.Fatalf("dlbctl %v: exit %d: %s", l, r.code, r.stderr)
+		}
+		script.WriteString(strings.Join(l, " ") + "\n")
+	}
+	var want []api.Op
+	for _, b := range byCommand.sent() {
+		want = append(want, b...)
+	}
+	byScript := &fakeEngine{}
+	if r := dlbctl(serve(t, byScript), "file", "load", writeTemp(t, script.String())); r.code != exitOK {
+		t.Fatalf("file load: exit %d: %s", r.code, r.stderr)
+	}
+	if got := byScript.sent(); len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+		t.Errorf("the script sent %v\nthe commands %s", got, opJSON(want...))
+	}
+}

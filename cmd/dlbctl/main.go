@@ -256,6 +256,12 @@ Exit status:
      ended): a change may have been applied or not`
 
 func (a *app) newRoot() *cobra.Command {
+	return a.newRootOf(nil)
+}
+
+// newRootOf is newRoot with only the commands whose index in commands keep
+// accepts (nil: all): a line of a script needs only its own.
+func (a *app) newRootOf(keep func(int) bool) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlbctl",
 		Short: "Configure and report dlbd, the dlb dispatcher",
@@ -308,11 +314,19 @@ func (a *app) newRoot() *cobra.Command {
 		pf.DurationVar(&a.timeout, "timeout", client.DefaultTimeout, "how long to wait for dlbd's answer (0: no limit)")
 		_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	}
-	root.AddCommand(a.executorCmd(), a.clusterCmd(), a.portCmd(), a.serverCmd(), a.managerCmd(), a.advisorCmd(),
-		a.metricCmd(), a.haCmd(), a.bgpCmd(), a.fileCmd(), a.applyCmd(), a.getCmd(), a.statusCmd(), a.versionCmd())
-	// Run on a backend host, not against dlbd (backend.go).
-	root.AddCommand(a.backendCmd())
+	for i, build := range a.commands() {
+		if keep == nil || keep(i) {
+			root.AddCommand(build())
+		}
+	}
 	return root
+}
+
+// commands returns the builders of the root's commands.
+func (a *app) commands() []func() *cobra.Command {
+	return []func() *cobra.Command{a.executorCmd, a.clusterCmd, a.portCmd, a.serverCmd, a.managerCmd, a.advisorCmd,
+		a.metricCmd, a.haCmd, a.bgpCmd, a.fileCmd, a.applyCmd, a.getCmd, a.statusCmd, a.versionCmd,
+		a.backendCmd} // run on a backend host, not against dlbd (backend.go)
 }
 
 // runE wraps a command's body so that fail can tell errors of the body
