@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -432,6 +433,7 @@ func New(opts Options) (*Engine, error) {
 		e.persistHost()
 	}
 	if !cfg.Executor.Started && opts.Pins != nil {
+		e.removeStartCutShort(cfg)
 		// A state directory that is new, or was lost, beside an
 		// executor still forwarding: say so rather than leave it
 		// unseen (it is not removed: that would stop the traffic).
@@ -651,6 +653,31 @@ func (e *Engine) do(ctx context.Context, f func()) error {
 	}
 	<-done
 	return nil
+}
+
+// removeStartCutShort removes, at start, the pins of an executor that an
+// "executor start" left when dlbd stopped before the start was done (and
+// saved): the saved configuration does not start it, but did name its
+// interface (a new or lost state directory names none), and it is
+// attached to no interface, so it forwards nothing. Left, it held its
+// tables' memory, and a warning, until an operator removed it.
+func (e *Engine) removeStartCutShort(cfg lb.Config) {
+	if cfg.Executor.Interface == "" || e.opts.PinnedAttachment == nil || e.opts.RemovePins == nil {
+		return
+	}
+	if pins, err := e.opts.Pins(); err != nil || len(pins) == 0 {
+		return
+	}
+	if _, attached, err := e.opts.PinnedAttachment(); err != nil || attached {
+		return
+	}
+	removed, err := e.opts.RemovePins()
+	if err != nil {
+		e.log.Warn("removing the pins of an executor whose start was cut short", "err", err)
+		return
+	}
+	e.log.Warn("removed the pins of an executor attached to no interface that the saved configuration does not start: "+
+		"a start cut short (dlbd stopped during it)", "pins", strings.Join(removed, ", "))
 }
 
 // othersWait reports, on the management loop, whether anyone else waits

@@ -117,6 +117,51 @@ func TestPinnedExecutorWithoutState(t *testing.T) {
 	}
 }
 
+// TestStartCutShortRemoved: an executor pinned and attached to no
+// interface beside a saved configuration that does not start it but names
+// its interface (an "executor start" that dlbd did not live to save) is
+// removed when dlbd starts; one attached somewhere, or beside a new state
+// directory, is left (and warned of).
+func TestStartCutShortRemoved(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		stopped  bool // the state stopped an executor (names its interface)
+		attached bool
+		removed  bool
+	}{
+		{name: "cut short", stopped: true, removed: true},
+		{name: "attached", stopped: true, attached: true},
+		{name: "a new state directory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs testutil.LogBuffer
+			removed := 0
+			pins := []string{"config", "conns"}
+			h := newHarnessWith(t, t.TempDir(), func(o *Options) {
+				logTo(&logs, true)(o)
+				o.Pins = func() ([]string, error) { return pins, nil }
+				o.PinnedAttachment = func() (lb.Attachment, bool, error) {
+					return lb.Attachment{Ifindex: 2, LinkID: 7, ProgramID: 8}, c.attached, nil
+				}
+				o.RemovePins = func() ([]string, error) { removed++; return pins, nil }
+			})
+			if c.stopped {
+				base(h)
+				h.mustApply(op("executor", "stop", ""))
+			}
+			removed = 0
+			h.restart()
+			if got := removed > 0; got != c.removed {
+				t.Errorf("removed %v, want %v:\n%s", got, c.removed, logs.String())
+			}
+			said := strings.Contains(logs.String(), "removed the pins of an executor attached to no interface")
+			if said != c.removed {
+				t.Errorf("logged the removal %v, want %v", said, c.removed)
+			}
+		})
+	}
+}
+
 // TestPinsDeletedUnderDlbd: the executor's pins are deleted while dlbd
 // runs: within a tick it is pinned again, the pin directory locked again,
 // and the log says so; with nothing deleted, nothing is said.
