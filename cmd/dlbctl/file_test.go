@@ -465,8 +465,8 @@ func (fakeNetif) AddAddresses(_ string, addrs []netip.Addr) (map[netip.Addr]bool
 	}
 	return on, nil
 }
-func (fakeNetif) DeprecateAddress(string, netip.Addr) (bool, error) { return false, nil }
-func (fakeNetif) DelAddress(string, netip.Addr) error               { return nil }
+func (fakeNetif) DeprecateAddresses(string, []netip.Addr) ([]netip.Addr, error) { return nil, nil }
+func (fakeNetif) DelAddress(string, netip.Addr) error                           { return nil }
 func (fakeNetif) Watch(context.Context) (<-chan lb.NetEvent, error) {
 	return nil, errors.New("no watch in this fake")
 }

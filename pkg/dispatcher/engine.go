@@ -110,9 +110,10 @@ type Netif interface {
 	// has now: true if it put it on, false if it was there already (left
 	// as it is); err joins the failures, each naming its address.
 	AddAddresses(ifname string, addrs []netip.Addr) (on map[netip.Addr]bool, err error)
-	// DeprecateAddress makes an IPv6 host address deprecated, as
-	// AddAddresses puts one on, if it is not; it reports whether it did.
-	DeprecateAddress(ifname string, addr netip.Addr) (changed bool, err error)
+	// DeprecateAddresses makes IPv6 host addresses deprecated, as
+	// AddAddresses puts them on, where they are not; it returns those it
+	// changed.
+	DeprecateAddresses(ifname string, addrs []netip.Addr) (changed []netip.Addr, err error)
 	DelAddress(ifname string, addr netip.Addr) error
 	// Watch reports changes of interfaces, addresses and neighbours until
 	// ctx ends.

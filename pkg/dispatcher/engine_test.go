@@ -327,6 +327,9 @@ func TestManyClustersAskTheHostOnce(t *testing.T) {
 	var put []netip.Addr
 	for i := range n {
 		a := netip.AddrFrom4([4]byte{198, 19, byte(i / 100), byte(i%100 + 1)})
+		if i%4 == 0 {
+			a = netip.AddrFrom16([16]byte{0x20, 0x01, 0, 2, 15: byte(i)})
+		}
 		if i%2 == 0 { // put on by dlb
 			ops = append(ops, op("cluster", "add", a.String(), "configure", "yes"))
 			put = append(put, a)
@@ -358,7 +361,7 @@ func TestManyClustersAskTheHostOnce(t *testing.T) {
 		{"the batch", func() { h.mustApply(ops...) }, 4},
 		// nfaProblems, clusterProblems
 		{"a status", func() { h.status(Query{Warnings: true}) }, 2},
-		// restoreAddresses at start (the rest as a status's)
+		// restoreAddresses and deprecateOwnAddresses at start
 		{"a restart", func() { h.restart(); h.status(Query{}) }, 3},
 		// restoreAddresses after the watch lost events
 		{"a resync", func() {

@@ -431,7 +431,7 @@ type fakeNetif struct {
 	// refuse makes AddAddresses fail for these addresses.
 	refuse map[netip.Addr]bool
 	// preferred are the IPv6 addresses on as an older dlbd put them on
-	// (not deprecated), until DeprecateAddress.
+	// (not deprecated), until DeprecateAddresses.
 	preferred map[netip.Addr]bool
 	// xdp is the XDP program eth0 reports.
 	xdp lb.XDPProgram
@@ -661,14 +661,20 @@ func (n *fakeNetif) setMAC(a netip.Addr, mac net.HardwareAddr) {
 	n.macs[a] = mac
 }
 
-func (n *fakeNetif) DeprecateAddress(ifname string, a netip.Addr) (bool, error) {
+func (n *fakeNetif) DeprecateAddresses(ifname string, addrs []netip.Addr) ([]netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.addresses[a] != ifname || !n.preferred[a] {
-		return false, nil
+	if len(addrs) > 0 {
+		n.listings++
 	}
-	delete(n.preferred, a)
-	return true, nil
+	var changed []netip.Addr
+	for _, a := range addrs {
+		if n.addresses[a] == ifname && n.preferred[a] {
+			delete(n.preferred, a)
+			changed = append(changed, a)
+		}
+	}
+	return changed, nil
 }
 
 func (n *fakeNetif) AddAddresses(ifname string, addrs []netip.Addr) (map[netip.Addr]bool, error) {

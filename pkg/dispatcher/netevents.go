@@ -666,14 +666,20 @@ func (e *Engine) putAddresses(addrs map[netip.Addr]string) (on map[netip.Addr]bo
 // would leave from them, and hang, their replies taken by the executor.
 // The operator's own addresses are only warned of (ownSourceProblems).
 func (e *Engine) deprecateOwnAddresses() {
+	by := map[string][]netip.Addr{}
 	for a, ifname := range e.host.configured {
-		if !a.Is6() || e.host.found[a] == ifname {
-			continue
+		if a.Is6() && e.host.found[a] != ifname {
+			by[ifname] = append(by[ifname], a)
 		}
-		changed, err := e.opts.Netif.DeprecateAddress(ifname, a)
+	}
+	for _, ifname := range slices.Sorted(maps.Keys(by)) {
+		addrs := by[ifname]
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		changed, err := e.opts.Netif.DeprecateAddresses(ifname, addrs)
 		if err != nil {
-			e.log.Warn("deprecating an IPv6 address dlbd put on", "address", a, "interface", ifname, "err", err)
-		} else if changed {
+			e.log.Warn("deprecating IPv6 addresses dlbd put on", "interface", ifname, "err", err)
+		}
+		for _, a := range changed {
 			e.log.Info("deprecated an IPv6 address an older dlbd put on as preferred: the host's own connections no longer leave from it",
 				"address", a, "interface", ifname)
 		}
