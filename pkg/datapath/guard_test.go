@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"testing"
@@ -90,6 +91,48 @@ func TestPrivilegedGuard(t *testing.T) {
 		}
 		if ret != c.want {
 			t.Errorf("%s: verdict %d, want %d", c.name, ret, c.want)
+		}
+	}
+}
+
+// TestPrivilegedGuardSetMirrors: after any sequence of Sets, the map holds
+// exactly the last set (Set compares with its mirror, not the map).
+func TestPrivilegedGuardSetMirrors(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	g, err := NewGuard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	a := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 19, byte(i / 250), byte(i%250 + 1)}) }
+	var sets [][]netip.Addr
+	for _, r := range [][2]int{{0, 1000}, {500, 1500}, {0, 0}, {10, 20}, {15, 3000}, {2999, 3000}} {
+		var set []netip.Addr
+		for i := r[0]; i < r[1]; i++ {
+			set = append(set, a(i))
+		}
+		sets = append(sets, set)
+	}
+	for n, set := range sets {
+		if err := g.Set(set); err != nil {
+			t.Fatal(err)
+		}
+		var k [16]byte
+		var v uint8
+		got := map[netip.Addr]bool{}
+		it := g.addrs.Iterate()
+		for it.Next(&k, &v) {
+			got[netip.AddrFrom16(k).Unmap()] = true
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[netip.Addr]bool{}
+		for _, x := range set {
+			want[x] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("set %d: the map holds %d addresses, want %d", n, len(got), len(want))
 		}
 	}
 }
