@@ -125,7 +125,7 @@ type dispatcherDlbConfig struct {
 type dispatcherDlbConsts uint32
 
 const (
-	dispatcherDlbConstsDLB_ABI_VERSION          dispatcherDlbConsts = 7
+	dispatcherDlbConstsDLB_ABI_VERSION          dispatcherDlbConsts = 8
 	dispatcherDlbConstsDLB_HALF_OPEN_SECONDS    dispatcherDlbConsts = 30
 	dispatcherDlbConstsDLB_HANDSHAKE_SEEN_SHIFT dispatcherDlbConsts = 20
 	dispatcherDlbConstsDLB_NAT_CANDIDATES       dispatcherDlbConsts = 8
