@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net"
@@ -643,15 +644,9 @@ func (e *Engine) restoreAddresses(addrs map[netip.Addr]string) {
 // thousands of clusters, asking address by address took seconds); on and
 // err are as AddAddresses's, for every interface.
 func (e *Engine) putAddresses(addrs map[netip.Addr]string) (on map[netip.Addr]bool, err error) {
-	by := map[string][]netip.Addr{}
-	for a, ifname := range addrs {
-		by[ifname] = append(by[ifname], a)
-	}
 	on = map[netip.Addr]bool{}
 	var errs []error
-	for _, ifname := range slices.Sorted(maps.Keys(by)) {
-		list := by[ifname]
-		slices.SortFunc(list, netip.Addr.Compare)
+	for ifname, list := range byInterface(addrs) {
 		o, err := e.opts.Netif.AddAddresses(ifname, list)
 		maps.Copy(on, o)
 		if err != nil {
@@ -661,20 +656,36 @@ func (e *Engine) putAddresses(addrs map[netip.Addr]string) (on map[netip.Addr]bo
 	return on, errors.Join(errs...)
 }
 
+// byInterface groups addrs (address → interface name) by interface: the
+// interfaces in the order of their names, each with its addresses sorted.
+func byInterface(addrs map[netip.Addr]string) iter.Seq2[string, []netip.Addr] {
+	by := map[string][]netip.Addr{}
+	for a, ifname := range addrs {
+		by[ifname] = append(by[ifname], a)
+	}
+	return func(yield func(string, []netip.Addr) bool) {
+		for _, ifname := range slices.Sorted(maps.Keys(by)) {
+			list := by[ifname]
+			slices.SortFunc(list, netip.Addr.Compare)
+			if !yield(ifname, list) {
+				return
+			}
+		}
+	}
+}
+
 // deprecateOwnAddresses deprecates the IPv6 addresses dlbd put on that
 // are not (an older dlbd put them on so): the host's own connections
 // would leave from them, and hang, their replies taken by the executor.
 // The operator's own addresses are only warned of (ownSourceProblems).
 func (e *Engine) deprecateOwnAddresses() {
-	by := map[string][]netip.Addr{}
+	own := map[netip.Addr]string{}
 	for a, ifname := range e.host.configured {
 		if a.Is6() && e.host.found[a] != ifname {
-			by[ifname] = append(by[ifname], a)
+			own[a] = ifname
 		}
 	}
-	for _, ifname := range slices.Sorted(maps.Keys(by)) {
-		addrs := by[ifname]
-		slices.SortFunc(addrs, netip.Addr.Compare)
+	for ifname, addrs := range byInterface(own) {
 		changed, err := e.opts.Netif.DeprecateAddresses(ifname, addrs)
 		if err != nil {
 			e.log.Warn("deprecating IPv6 addresses dlbd put on", "interface", ifname, "err", err)
