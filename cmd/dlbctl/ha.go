@@ -306,19 +306,6 @@ func msFlag(cmd *cobra.Command) *float64 {
 	return &f
 }
 
-// listedClusters bounds the clusters a group's line of the status lists.
-const listedClusters = 8
-
-// someClusters lists clusters, the first listedClusters of many, with
-// their count: a pair with 4,000 clusters printed them all on one line.
-func someClusters(clusters []string) string {
-	if len(clusters) <= listedClusters {
-		return strings.Join(clusters, " ")
-	}
-	return fmt.Sprintf("%s and %d more (%d in all: -o json lists them)",
-		strings.Join(clusters[:listedClusters], " "), len(clusters)-listedClusters, len(clusters))
-}
-
 func haTable(w io.Writer, r api.HAReport) {
 	if !r.Configured {
 		fmt.Fprintln(w, "high availability:\tnot configured")
@@ -354,7 +341,7 @@ func haTable(w io.Writer, r api.HAReport) {
 		}
 		fmt.Fprintf(w, "state (%s clusters):\t%s since %s, peer %s\n", g.Group, strings.ToUpper(g.State), g.Since, peer)
 		if len(g.Clusters) > 0 {
-			fmt.Fprintf(w, "  clusters:\t%s\n", someClusters(g.Clusters))
+			fmt.Fprintf(w, "  clusters:\t%s\n", someAddresses(g.Clusters, " "))
 		}
 		// Why it changed then, which may no longer hold ("no peer heard"
 		// with the peer heard since): on one line with the state, it read

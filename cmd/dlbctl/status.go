@@ -303,7 +303,7 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 		out = append(out, msg)
 	}
 	if len(r.NoServer) > 0 {
-		out = append(out, "no server takes new connections on "+strings.Join(r.NoServer, ", "))
+		out = append(out, "no server takes new connections on "+someAddresses(r.NoServer, ", "))
 	}
 	if ex := r.Executor; len(ex.Dropping) > 0 {
 		out = append(out, "the executor drops what it should forward: "+lb.DroppingText(ex.Dropping, seconds(ex.DroppingSeconds)))
@@ -356,7 +356,7 @@ func attention(r statusReport, x api.ExecutorReport) []string {
 			out = append(out, "BGP sessions down: "+strings.Join(b.Down, ", "))
 		}
 		if len(b.Withdrawn) > 0 {
-			out = append(out, "clusters withdrawn: "+strings.Join(b.Withdrawn, "; "))
+			out = append(out, "clusters withdrawn: "+someAddresses(b.Withdrawn, "; "))
 		}
 	}
 	return out
@@ -395,10 +395,31 @@ func byState(counts map[string]int) string {
 
 // listSome joins the first n of items with "; ", and counts the rest.
 func listSome(items []string, n int) string {
+	return listFirst(items, n, "; ")
+}
+
+// listFirst lists the first n of items, sep between them, and counts the
+// rest.
+func listFirst(items []string, n int, sep string) string {
 	shown := items[:min(len(items), n)]
-	s := strings.Join(shown, "; ")
+	s := strings.Join(shown, sep)
 	if more := len(items) - len(shown); more > 0 {
 		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
+// listedAddresses bounds the addresses (clusters, ports) a line of a
+// report lists.
+const listedAddresses = 8
+
+// someAddresses lists addresses, sep between them, the first
+// listedAddresses of many with their count: 4,000 clusters were printed
+// on one line.
+func someAddresses(items []string, sep string) string {
+	s := listFirst(items, listedAddresses, sep)
+	if len(items) > listedAddresses {
+		s += fmt.Sprintf(" (%d in all: -o json lists them)", len(items))
 	}
 	return s
 }

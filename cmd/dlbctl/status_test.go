@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -170,5 +172,23 @@ func TestStatus(t *testing.T) {
 				t.Errorf("status --check: exit %d (stderr %q), want %d", r.code, r.stderr, want)
 			}
 		})
+	}
+}
+
+// TestAttentionListsSomeOfMany: the lines naming ports or clusters list
+// the first few of thousands, with their count (-o json has them all).
+func TestAttentionListsSomeOfMany(t *testing.T) {
+	ports, withdrawn := make([]string, 4000), make([]string, 4000)
+	for i := range ports {
+		a := fmt.Sprintf("198.19.%d.%d", i/250, i%250+1)
+		ports[i], withdrawn[i] = a+"@80", a+": no server takes new connections"
+	}
+	got := attention(statusReport{NoServer: ports, BGP: &statusBGP{Withdrawn: withdrawn}}, api.ExecutorReport{})
+	want := []string{
+		"no server takes new connections on " + strings.Join(ports[:listedAddresses], ", ") + " and 3992 more (4000 in all: -o json lists them)",
+		"clusters withdrawn: " + strings.Join(withdrawn[:listedAddresses], "; ") + " and 3992 more (4000 in all: -o json lists them)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("attention\n%q\nwant\n%q", got, want)
 	}
 }
