@@ -353,7 +353,7 @@ func addOperatorsAddresses(t *testing.T, link netlink.Link) {
 	}
 }
 
-// TestPrivilegedAddAddressLeavesWhatIsThere: AddAddress puts a host
+// TestPrivilegedAddAddressLeavesWhatIsThere: AddAddresses puts a host
 // address on and says so; an address the interface has already, with any
 // prefix length, it leaves as it is (no second address, no other flags)
 // and says it did not add it.
@@ -389,7 +389,8 @@ func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
 	} {
 		ip := netip.MustParseAddr(tc.addr)
 		for i, want := range tc.wantAdded {
-			added, err := n.AddAddress("dlbhn0", ip)
+			on, err := n.AddAddresses("dlbhn0", []netip.Addr{ip})
+			added := on[ip]
 			if err != nil || added != want {
 				t.Errorf("%s, call %d: added %v, %v; want %v", tc.addr, i+1, added, err, want)
 			}
@@ -400,8 +401,8 @@ func TestPrivilegedAddAddressLeavesWhatIsThere(t *testing.T) {
 	}
 }
 
-// TestPrivilegedAddAddressesInOneGo: AddAddresses does for many
-// addresses what AddAddress does for one, each failure named, and
+// TestPrivilegedAddAddressesInOneGo: AddAddresses puts many addresses on
+// in one call, those there already left, each failure named, and
 // HeldAddresses says which the host has.
 func TestPrivilegedAddAddressesInOneGo(t *testing.T) {
 	testutil.RequirePrivileged(t)
@@ -432,7 +433,7 @@ func TestPrivilegedAddAddressesInOneGo(t *testing.T) {
 	}
 }
 
-// TestPrivilegedAddAddressIsNoSource: an IPv6 address AddAddress puts on
+// TestPrivilegedAddAddressIsNoSource: an IPv6 address AddAddresses puts on
 // is deprecated, so that the host's own connections do not leave from it
 // (IPv6 source selection picks the latest address of a subnet otherwise,
 // and the executor takes every reply to a cluster or return address); an
@@ -445,7 +446,7 @@ func TestPrivilegedAddAddressIsNoSource(t *testing.T) {
 		{"198.18.0.3", "198.18.0.254", "198.18.0.1"},
 	} {
 		ip := netip.MustParseAddr(tc.add)
-		if _, err := New().AddAddress("dlbhn0", ip); err != nil {
+		if _, err := New().AddAddresses("dlbhn0", []netip.Addr{ip}); err != nil {
 			t.Fatal(err)
 		}
 		got, errs := New().Routes([]netip.Addr{netip.MustParseAddr(tc.to)})
@@ -488,9 +489,9 @@ func TestPrivilegedDeprecateAddress(t *testing.T) {
 	}{
 		{"2001:2::3", true}, {"2001:2::3", false}, {"2001:2::4", false}, {"198.18.0.1", false}, {"2001:2::99", false},
 	} {
-		changed, err := n.DeprecateAddress("dlbhn0", netip.MustParseAddr(tc.addr))
-		if err != nil || changed != tc.changed {
-			t.Errorf("DeprecateAddress(%s): %v, %v; want %v", tc.addr, changed, err, tc.changed)
+		done, err := n.DeprecateAddresses("dlbhn0", []netip.Addr{netip.MustParseAddr(tc.addr)})
+		if changed := len(done) > 0; err != nil || changed != tc.changed {
+			t.Errorf("DeprecateAddresses(%s): %v, %v; want %v", tc.addr, changed, err, tc.changed)
 		}
 	}
 	addrs, err := netlink.AddrList(a, netlink.FAMILY_V6)
@@ -510,8 +511,8 @@ func TestPrivilegedDeprecateAddress(t *testing.T) {
 			}
 		}
 	}
-	if changed, err := n.DeprecateAddress("dlbgone0", netip.MustParseAddr("2001:2::3")); changed || err != nil {
-		t.Errorf("an interface that is gone: %v, %v; want no change, no error", changed, err)
+	if done, err := n.DeprecateAddresses("dlbgone0", []netip.Addr{netip.MustParseAddr("2001:2::3")}); len(done) > 0 || err != nil {
+		t.Errorf("an interface that is gone: %v, %v; want no change, no error", done, err)
 	}
 }
 
@@ -522,9 +523,10 @@ func TestPrivilegedAddAddressRefusesABroadcastAddress(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	a, _ := pair(t, testutil.InNewNetNS(t))
 	bcast := netip.MustParseAddr("198.18.0.255")
-	added, err := New().AddAddress("dlbhn0", bcast)
+	on, err := New().AddAddresses("dlbhn0", []netip.Addr{bcast})
+	added := on[bcast]
 	if added || err == nil || !strings.Contains(err.Error(), "198.18.0.255 is the broadcast address of a subnet of this host") {
-		t.Errorf("AddAddress(%s): added %v, %v; want a refusal naming the broadcast address", bcast, added, err)
+		t.Errorf("AddAddresses(%s): added %v, %v; want a refusal naming the broadcast address", bcast, added, err)
 	}
 	addrs, err := netlink.AddrList(a, netlink.FAMILY_V4)
 	if err != nil {
@@ -547,8 +549,8 @@ func TestPrivilegedDelAddress(t *testing.T) {
 	a, _ := pair(t, testutil.InNewNetNS(t))
 	n := New()
 	vip := netip.MustParseAddr("198.18.0.100")
-	if added, err := n.AddAddress("dlbhn0", vip); err != nil || !added {
-		t.Fatalf("AddAddress: %v, %v; want added", added, err)
+	if on, err := n.AddAddresses("dlbhn0", []netip.Addr{vip}); err != nil || !on[vip] {
+		t.Fatalf("AddAddresses: %v, %v; want added", on, err)
 	}
 	has := func() bool {
 		addrs, err := netlink.AddrList(a, netlink.FAMILY_V4)
@@ -563,7 +565,7 @@ func TestPrivilegedDelAddress(t *testing.T) {
 		return false
 	}
 	if !has() {
-		t.Fatal("AddAddress put nothing on")
+		t.Fatal("AddAddresses put nothing on")
 	}
 	for i, name := range []string{"dlbhn0", "dlbhn0"} {
 		if err := n.DelAddress(name, vip); err != nil {
@@ -673,9 +675,10 @@ func TestPrivilegedHoldsAddress(t *testing.T) {
 	pair(t, testutil.InNewNetNS(t))
 	for addr, want := range map[string]bool{"198.18.0.1": true, "2001:2::1": true, "127.0.0.1": true, "198.18.0.9": false,
 		"2001:2::9": false, "198.18.0.77": false} {
-		got, err := New().HoldsAddress(netip.MustParseAddr(addr))
-		if err != nil || got != want {
-			t.Errorf("HoldsAddress(%s) = %v, %v; want %v", addr, got, err, want)
+		a := netip.MustParseAddr(addr)
+		held, err := New().HeldAddresses([]netip.Addr{a})
+		if got := held[a]; err != nil || got != want {
+			t.Errorf("HeldAddresses(%s) = %v, %v; want %v", addr, got, err, want)
 		}
 	}
 }

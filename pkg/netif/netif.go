@@ -259,22 +259,16 @@ func resolveAs(h *netlink.Handle, ifindex, family int, ip net.IP, managed bool) 
 	return err
 }
 
-// AddAddress puts addr on the named interface as a /32 (or /128), so that
-// the host answers ARP (or neighbour solicitations) for it, and reports
-// whether it did: an interface that has the address already (with any
-// prefix length: the operator's, or put there before) is left as it is.
-func (n *Netif) AddAddress(ifname string, addr netip.Addr) (added bool, err error) {
-	on, err := n.AddAddresses(ifname, []netip.Addr{addr})
-	return on[addr], err
-}
-
-// AddAddresses puts each of addrs on the named interface as AddAddress
-// does, listing the host's addresses once rather than once an address (a
-// listing holds every address of the host: a thousand clusters put on
-// one by one took a second, four thousand nine). on has each address the
-// interface has now: true if this call put it on, false if it was there.
-// err joins the failures, each naming its address; one that concerns
-// them all (the interface gone) leaves on empty.
+// AddAddresses puts each of addrs on the named interface as a /32 (or
+// /128), so that the host answers ARP (or neighbour solicitations) for
+// it; an interface that has an address already (with any prefix length:
+// the operator's, or put there before) is left as it is. It lists the
+// host's addresses once rather than once an address (a listing holds
+// every address of the host: a thousand clusters put on one by one took a
+// second, four thousand nine). on has each address the interface has now:
+// true if this call put it on, false if it was there. err joins the
+// failures, each naming its address; one that concerns them all (the
+// interface gone) leaves on empty.
 func (*Netif) AddAddresses(ifname string, addrs []netip.Addr) (on map[netip.Addr]bool, err error) {
 	on = map[netip.Addr]bool{}
 	if len(addrs) == 0 {
@@ -316,22 +310,15 @@ func (*Netif) AddAddresses(ifname string, addrs []netip.Addr) (on map[netip.Addr
 	return on, errors.Join(errs...)
 }
 
-// DeprecateAddress makes the IPv6 host address addr (a /128) on the
-// named interface deprecated, as AddAddress puts one on, if it is not (an
-// older dlbd put it on without): IPv6 source selection would otherwise
-// pick it for the host's own connections, whose replies the executor
-// takes. It reports whether it changed the address; an IPv4 address, one
-// that is not there or has another prefix length (the operator's), and
-// an interface that is gone are left as they are.
-func (n *Netif) DeprecateAddress(ifname string, addr netip.Addr) (changed bool, err error) {
-	done, err := n.DeprecateAddresses(ifname, []netip.Addr{addr})
-	return len(done) > 0, err
-}
-
-// DeprecateAddresses does what DeprecateAddress does for each of addrs,
-// listing the interface's addresses once (4,000 IPv6 clusters, one
-// listing each, held every start for 12 s); it returns those it changed,
-// and joins the failures, each naming its address.
+// DeprecateAddresses makes each IPv6 host address of addrs (a /128) on
+// the named interface deprecated, as AddAddresses puts one on, if it is
+// not (an older dlbd put it on without): IPv6 source selection would
+// otherwise pick it for the host's own connections, whose replies the
+// executor takes. An IPv4 address, one that is not there or has another
+// prefix length (the operator's), and an interface that is gone are left
+// as they are. It lists the interface's addresses once (4,000 IPv6
+// clusters, one listing each, held every start for 12 s); it returns the
+// addresses it changed, and joins the failures, each naming its address.
 func (*Netif) DeprecateAddresses(ifname string, addrs []netip.Addr) (changed []netip.Addr, err error) {
 	if !slices.ContainsFunc(addrs, netip.Addr.Is6) {
 		return nil, nil
@@ -373,13 +360,6 @@ func routeGet4(addr netip.Addr) ([]netlink.Route, error) {
 		return nil, nil
 	}
 	return netlink.RouteGet(addr.AsSlice())
-}
-
-// HoldsAddress reports whether an interface of this host (of this network
-// namespace) has addr.
-func (n *Netif) HoldsAddress(addr netip.Addr) (bool, error) {
-	held, err := n.HeldAddresses([]netip.Addr{addr})
-	return held[addr], err
 }
 
 // HeldAddresses returns those of addrs that an interface of this host (of
