@@ -10,6 +10,12 @@
 // logged. The high-availability and executor events have a goroutine of
 // their own: a takeover's goActive does not wait behind a burst of
 // managerAlert scripts (a router lost behind a thousand ports).
+//
+// A variable longer than MaxInEnvironment (DLB_HA_CLUSTERS of a group of
+// thousands of clusters) cannot be put in a script's environment: Linux
+// refuses to run a program given a string of 128 KiB or more (E2BIG).
+// Its script gets NAME_FILE instead of NAME, the path of a file holding
+// the value, removed when the script ends.
 package events
 
 import (
@@ -71,6 +77,11 @@ const dropLogEvery = 10 * time.Second
 // package comment), in the order raised.
 var urgent = map[string]bool{GoActive: true, GoStandby: true, GoInOp: true, HighAvailChange: true,
 	ExecutorDetached: true, ExecutorAttached: true, ExecutorReplaced: true}
+
+// MaxInEnvironment is the longest value a script gets in its environment;
+// a longer one is in the file NAME_FILE names. Linux's bound is 128 KiB
+// for a string, and a quarter of the stack limit for all of them.
+const MaxInEnvironment = 64 << 10
 
 // RecentEvents is how many of the latest events a Runner remembers for
 // Recent.
@@ -246,8 +257,27 @@ func (r *Runner) run(ctx context.Context, ev event) {
 		return
 	}
 	env := append(os.Environ(), "DLB_EVENT="+ev.name, "DLB_TIME="+ev.at.UTC().Format(time.RFC3339))
-	for k, v := range ev.env {
-		env = append(env, k+"="+v)
+	var files []string
+	defer func() {
+		for _, f := range files {
+			if err := os.Remove(f); err != nil {
+				r.log.Warn("removing an event script's variable file", "file", f, "err", err)
+			}
+		}
+	}()
+	for _, k := range slices.Sorted(maps.Keys(ev.env)) {
+		v := ev.env[k]
+		if len(v) <= MaxInEnvironment {
+			env = append(env, k+"="+v)
+			continue
+		}
+		f, err := valueFile(ev.name, k, v)
+		if err != nil {
+			r.log.Warn("event script runs without a variable too long for its environment", "script", path, "variable", k, "err", err)
+			continue
+		}
+		files = append(files, f)
+		env = append(env, k+"_FILE="+f)
 	}
 	res := runner.Run(ctx, runner.Cmd{Path: path, Env: env, Timeout: r.timeout})
 	out := string(res.Stdout) + string(res.Stderr)
@@ -259,4 +289,23 @@ func (r *Runner) run(ctx context.Context, ev event) {
 	default:
 		r.log.Info("event script ran", "script", path, "output", out)
 	}
+}
+
+// valueFile writes the value of an event's variable into a new file of
+// the temporary directory (readable by its owner only) and returns its
+// path.
+func valueFile(event, name, value string) (string, error) {
+	f, err := os.CreateTemp("", "dlb-"+event+"-"+name+"-*")
+	if err != nil {
+		return "", fmt.Errorf("creating the file of %s: %w", name, err)
+	}
+	_, err = f.WriteString(value + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", fmt.Errorf("writing the file of %s: %w", name, err)
+	}
+	return f.Name(), nil
 }

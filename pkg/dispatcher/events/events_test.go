@@ -198,3 +198,72 @@ func TestEmitLogsLongValuesCut(t *testing.T) {
 		t.Error("the recent event does not keep the whole value")
 	}
 }
+
+// TestLongValuesInAFile: a variable too long for a script's environment
+// (the clusters of a group of thousands: Linux refuses a string of
+// 128 KiB) reaches the script as NAME_FILE, a file holding the value,
+// removed when the script ends; shorter ones stay in the environment.
+func TestLongValuesInAFile(t *testing.T) {
+	words := make([]string, 12000) // IPv6 clusters: some 300 KB
+	for i := range words {
+		words[i] = fmt.Sprintf("2001:2:0:%x::%x", i/250, i%250+1)
+	}
+	tests := []struct {
+		name   string
+		value  string
+		inFile bool
+	}{
+		{"short", "198.18.0.100 198.18.0.101", false},
+		{"at the bound", strings.Repeat("a", MaxInEnvironment), false},
+		{"past the bound", strings.Repeat("a", MaxInEnvironment+1), true},
+		{"12,000 IPv6 clusters", strings.Join(words, " "), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			// The script reads the value as the README says, and notes
+			// the file's name if it had one.
+			script(t, dir, GoActive, `clusters=${DLB_HA_CLUSTERS-$(cat "$DLB_HA_CLUSTERS_FILE")}
+printf '%s\n' "$clusters" > `+out+`.value
+if [ -n "$DLB_HA_CLUSTERS_FILE" ]; then echo "$DLB_HA_CLUSTERS_FILE" > `+out+`.file; fi
+printf '%s' "$DLB_HA_GROUP" > `+out+`.group`)
+			// Raised after, in the same lane: it runs once goActive's
+			// script has ended and its file is removed.
+			script(t, dir, GoStandby, `touch `+out+`.done`)
+			ctx, cancel := context.WithCancel(context.Background())
+			var logs testutil.LogBuffer
+			r := New(dir, 10*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+			done := make(chan struct{})
+			go func() { r.Run(ctx); close(done) }()
+			r.Emit(GoActive, map[string]string{"DLB_HA_CLUSTERS": tt.value, "DLB_HA_GROUP": "local"})
+			r.Emit(GoStandby, nil)
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(out + ".done"); err == nil {
+					break
+				}
+			}
+			cancel()
+			<-done
+			got, err := os.ReadFile(out + ".value")
+			if err != nil {
+				t.Fatalf("the script did not run: %v\n%s", err, logs.String())
+			}
+			if string(got) != tt.value+"\n" {
+				t.Errorf("the script got %d bytes, want the %d of the value", len(got), len(tt.value)+1)
+			}
+			if g, _ := os.ReadFile(out + ".group"); string(g) != "local" {
+				t.Errorf("DLB_HA_GROUP = %q beside it, want local", g)
+			}
+			file, err := os.ReadFile(out + ".file")
+			if (err == nil) != tt.inFile {
+				t.Fatalf("value passed in a file: %v, want %v", err == nil, tt.inFile)
+			}
+			if tt.inFile {
+				if _, err := os.Stat(strings.TrimSpace(string(file))); !os.IsNotExist(err) {
+					t.Errorf("the value's file %s is left after the script: %v", file, err)
+				}
+			}
+		})
+	}
+}
