@@ -207,6 +207,47 @@ func TestSpeakerAnnounces(t *testing.T) {
 	}
 }
 
+// TestSpeakerWithdrawsMany: of thousands of routes, the ones no longer wanted are withdrawn and exactly the rest reach the
+// router.
+func TestSpeakerWithdrawsMany(t *testing.T) {
+	r := newRouter(t, 65000, 65001)
+	s := New(quiet)
+	defer s.Close()
+	if err := s.Configure(speakerConfig(r.port)); err != nil {
+		t.Fatal(err)
+	}
+	var all, keep []lb.Route
+	for i := range 3000 {
+		all = append(all, route(fmt.Sprintf("198.19.%d.%d/32", i/250, i%250+1), uint32(i%2)))
+		if i%5 == 0 {
+			keep = append(keep, all[i])
+		}
+	}
+	if err := s.Announce(all); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.Announce(keep); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("withdrew %d of %d routes in %v", len(all)-len(keep), len(all), time.Since(start).Round(time.Millisecond))
+	if n := len(s.Status().Announced); n != len(keep) {
+		t.Errorf("%d routes announced after the withdrawals, want %d", n, len(keep))
+	}
+	eventually(t, "the kept routes at the router", func() string {
+		got := r.rib(t)
+		if len(got) != len(keep) {
+			return fmt.Sprintf("%d routes, want %d", len(got), len(keep))
+		}
+		for _, k := range keep {
+			if _, ok := got[k.Prefix.String()]; !ok {
+				return fmt.Sprintf("%s missing", k.Prefix)
+			}
+		}
+		return ""
+	})
+}
+
 // TestSpeakerStops checks that configuring BGP off stops the sessions,
 // and that a new AS number restarts the speaker with its routes.
 func TestSpeakerStops(t *testing.T) {
