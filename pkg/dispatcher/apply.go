@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlbproject/dlb/pkg/config"
@@ -85,10 +86,31 @@ func (e *Engine) apply(ops []config.Op) (int, error) {
 		}
 		return 0, err
 	}
-	for i, op := range ops {
-		e.log.Info("applied", "op", i, "object", op.Object, "action", op.Action, "target", op.Target)
-	}
+	logEach(e.log, "applied", len(ops), func(i int) []any {
+		return []any{"op", i, "object", ops[i].Object, "action", ops[i].Action, "target", ops[i].Target}
+	}, func(i int) string { return fmt.Sprintf("%s %s %s", ops[i].Object, ops[i].Action, ops[i].Target) },
+		"operations", opCounts(ops))
 	return len(ops), nil
+}
+
+// opCounts counts a batch's operations by object and action, in the
+// order they first appear: "4000 cluster add, 4000 port add".
+func opCounts(ops []config.Op) string {
+	type kind struct{ object, action string }
+	var order []kind
+	n := map[kind]int{}
+	for _, op := range ops {
+		k := kind{fmt.Sprint(op.Object), fmt.Sprint(op.Action)}
+		if n[k] == 0 {
+			order = append(order, k)
+		}
+		n[k]++
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%d %s %s", n[k], k.object, k.action)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // functionsCheck refuses a change the high-availability function or the

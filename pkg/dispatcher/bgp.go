@@ -180,18 +180,29 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 		e.log.Error("announcing cluster addresses", "err", err)
 		return
 	}
+	// Withdrawals by reason, so that a summed-up line gives one.
+	byReason := map[string][]netip.Addr{}
+	var reasons []string
 	for _, a := range withdrawn {
 		reason := "the cluster is gone"
 		if cl := cfg.Cluster(a); cl != nil {
 			reason = e.withdrawReason(cfg, cl, e.forwarding())
 		}
-		e.log.Info("cluster address withdrawn", "cluster", a, "reason", reason)
+		if byReason[reason] == nil {
+			reasons = append(reasons, reason)
+		}
+		byReason[reason] = append(byReason[reason], a)
 	}
-	for _, a := range announced {
-		e.log.Info("cluster address announced", "cluster", a, "med", want[a].MED)
+	for _, reason := range reasons {
+		as := byReason[reason]
+		logEach(e.log, "cluster address withdrawn", len(as), func(i int) []any { return []any{"cluster", as[i], "reason", reason} },
+			func(i int) string { return as[i].String() }, "reason", reason)
 	}
+	logEach(e.log, "cluster address announced", len(announced), func(i int) []any { return []any{"cluster", announced[i], "med", want[announced[i]].MED} },
+		func(i int) string { return announced[i].String() })
 	slices.SortFunc(remed, netip.Addr.Compare)
-	for _, a := range remed {
+	remedArgs := func(i int) []any {
+		a := remed[i]
 		args := []any{"cluster", a, "med", want[a].MED}
 		if e.haOn(cfg) {
 			state := "active"
@@ -200,8 +211,9 @@ func (e *Engine) syncRoutes(cfg lb.Config) {
 			}
 			args = append(args, "high_availability", state)
 		}
-		e.log.Info("cluster address announced with another MED", args...)
+		return args
 	}
+	logEach(e.log, "cluster address announced with another MED", len(remed), remedArgs, func(i int) string { return remed[i].String() })
 	e.bgp.book.Told(want)
 }
 
