@@ -13,14 +13,16 @@ import (
 
 // TestPrivilegedFillTable: a Maglev table filled through its memory
 // reads back slot by slot as written, at the smallest and the largest
-// size (the kernel keeps an array's 4-byte slots 8 bytes apart).
+// size (the kernel keeps an array's 4-byte slots 8 bytes apart), with a
+// buffer kept from a table to the next, larger or smaller.
 func TestPrivilegedFillTable(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	spec, err := loadDispatcher()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, size := range []uint32{lb.MinTableSize, lb.MaxTableSize} {
+	var buf []byte
+	for round, size := range []uint32{lb.MinTableSize, lb.MaxTableSize, lb.MinTableSize} {
 		in := spec.Maps[dispatcherMapMaglevTables].InnerMap.Copy()
 		in.MaxEntries = size
 		m, err := ebpf.NewMap(in)
@@ -29,9 +31,9 @@ func TestPrivilegedFillTable(t *testing.T) {
 		}
 		table := make([]uint32, size)
 		for i := range table {
-			table[i] = uint32(i)*2654435761 + 1
+			table[i] = uint32(i+round)*2654435761 + 1
 		}
-		if err := fillTable(m, table); err != nil {
+		if buf, err = fillTable(m, table, buf); err != nil {
 			t.Fatal(err)
 		}
 		keys, got := make([]uint32, size), make([]uint32, size)
