@@ -333,41 +333,106 @@ func fingerprint(members []maglev.Backend, m uint32) [sha256.Size]byte {
 	return out
 }
 
+// layout identifies a table's layout, which of its members owns each
+// slot: its size and its members' keys and weights, not their ids.
+// Members must be sorted by key (fingerprint sorts them).
+type layout [sha256.Size]byte
+
+func layoutOf(members []maglev.Backend, m uint32) layout {
+	h := sha256.New()
+	var buf [4]byte
+	binary.LittleEndian.PutUint32(buf[:], m)
+	h.Write(buf[:])
+	for _, b := range members {
+		binary.LittleEndian.PutUint32(buf[:], uint32(len(b.Key)))
+		h.Write(buf[:])
+		_, _ = io.WriteString(h, b.Key) // a hash.Hash never fails
+		binary.LittleEndian.PutUint32(buf[:], b.Weight)
+		h.Write(buf[:])
+	}
+	var out layout
+	h.Sum(out[:0])
+	return out
+}
+
 // buildTables rebuilds the given tables on up to GOMAXPROCS goroutines and
 // stores them in the cache. A port none of whose servers takes new
-// connections has no table (nil).
+// connections has no table (nil). Maglev places a table's members by
+// their keys and weights only, so the ports of one set of servers (4,000
+// clusters in front of one pool, changed by one batch) share a layout,
+// computed once: each table maps it to its own servers' ids.
 func (e *Engine) buildTables(jobs []tableJob) {
-	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	// The layouts to build, each with the job whose members build it,
+	// and the layout of each job.
+	var leaders []int
+	index := map[layout]int{}
+	of := make([]int, len(jobs))
+	for i := range jobs {
+		of[i] = -1
+		if len(jobs[i].members) == 0 {
+			continue
+		}
+		l := layoutOf(jobs[i].members, jobs[i].size)
+		k, ok := index[l]
+		if !ok {
+			k = len(leaders)
+			index[l] = k
+			leaders = append(leaders, i)
+		}
+		of[i] = k
+	}
+	// Each layout holds, per slot, 1 + the index of its owner among the
+	// members: built with those as ids.
+	layouts := make([][]uint32, len(leaders))
+	e.parallel(len(leaders), func(k int) {
+		j := &jobs[leaders[k]]
+		members := slices.Clone(j.members)
+		for i := range members {
+			members[i].ID = uint32(i) + 1
+		}
+		slots, err := maglev.Build(members, j.size)
+		if err != nil {
+			// Build only fails on inputs the engine never produces
+			// (a non-prime size, duplicate keys); serve nothing
+			// rather than something wrong.
+			e.log.Error("building Maglev table", "service", j.sid, "err", fmt.Sprint(err))
+			return
+		}
+		layouts[k] = slots
+	})
+	e.parallel(len(jobs), func(i int) {
+		j := &jobs[i]
+		j.out = table{fingerprint: j.fp}
+		if of[i] < 0 || layouts[of[i]] == nil {
+			return
+		}
+		l := layouts[of[i]]
+		slots := make([]uint32, len(l))
+		for s, o := range l {
+			slots[s] = j.members[o-1].ID
+		}
+		j.out.slots, j.out.sum = slots, lb.TableSum(slots)
+	})
+	for _, j := range jobs {
+		e.exec.tables[j.sid] = j.out
+	}
+}
+
+// parallel runs f(0) … f(n-1) on up to GOMAXPROCS goroutines.
+func (e *Engine) parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range workers {
+		wg.Go(func() {
 			for i := range next {
-				j := &jobs[i]
-				j.out = table{fingerprint: j.fp}
-				if len(j.members) == 0 {
-					continue
-				}
-				slots, err := maglev.Build(j.members, j.size)
-				if err != nil {
-					// Build only fails on inputs the engine never produces
-					// (a non-prime size, duplicate keys); serve nothing
-					// rather than something wrong.
-					e.log.Error("building Maglev table", "service", j.sid, "err", fmt.Sprint(err))
-					continue
-				}
-				j.out.slots, j.out.sum = slots, lb.TableSum(slots)
+				f(i)
 			}
-		}()
+		})
 	}
-	for i := range jobs {
+	for i := range n {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	for _, j := range jobs {
-		e.exec.tables[j.sid] = j.out
-	}
 }
