@@ -44,12 +44,15 @@ type bgpState struct {
 	// err is the speaker's last configuration or announcement error.
 	err error
 	// digests caches each service's table digest, with the fingerprint
-	// of the table it was computed for.
-	digests map[uint32]digest
+	// of the table it was computed for; byLayout each layout's (tables
+	// of one layout have the same digest: its members' keys are their
+	// addresses).
+	digests  map[uint32]digest
+	byLayout map[layout]uint64
 }
 
 func newBGPState() bgpState {
-	return bgpState{book: announce.New(), digests: map[uint32]digest{}}
+	return bgpState{book: announce.New(), digests: map[uint32]digest{}, byLayout: map[layout]uint64{}}
 }
 
 // digest is a table's digest by server address.
@@ -393,7 +396,9 @@ func tableSizeChanges(old, next lb.Config, ch config.Change, touched []lb.Servic
 // (FNV-1a 64 over each slot's server address and a newline; 0: no table).
 // Ids are a dispatcher's own; addresses are what dispatchers behind ECMP
 // must agree on, so equal digests mean that they send every slot to the
-// same server. It is computed once per table.
+// same server. It is computed once per layout (1 ms at 65,537 slots: the
+// first status after 4,000 tables changed took 4 s when it was computed
+// per table).
 func (e *Engine) tableDigest(sid uint32, sk lb.ServiceKey, p *lb.Port) uint64 {
 	t, ok := e.exec.tables[sid]
 	if !ok || len(t.slots) == 0 {
@@ -401,6 +406,10 @@ func (e *Engine) tableDigest(sid uint32, sk lb.ServiceKey, p *lb.Port) uint64 {
 	}
 	if d, ok := e.bgp.digests[sid]; ok && d.fingerprint == t.fingerprint {
 		return d.sum
+	}
+	if d, ok := e.bgp.byLayout[t.layout]; ok {
+		e.bgp.digests[sid] = digest{fingerprint: t.fingerprint, sum: d}
+		return d
 	}
 	addr := make(map[uint32]string, len(p.Servers))
 	for _, s := range p.Servers {
@@ -416,5 +425,10 @@ func (e *Engine) tableDigest(sid uint32, sk lb.ServiceKey, p *lb.Port) uint64 {
 		d = 1
 	}
 	e.bgp.digests[sid] = digest{fingerprint: t.fingerprint, sum: d}
+	// Layouts of tables long gone are forgotten now and then.
+	if len(e.bgp.byLayout) >= max(1024, 2*len(e.exec.tables)) {
+		clear(e.bgp.byLayout)
+	}
+	e.bgp.byLayout[t.layout] = d
 	return d
 }

@@ -337,6 +337,11 @@ func TestMaglevTablesAreTheSameOnEveryDispatcher(t *testing.T) {
 		}
 	}
 	compare("configured")
+	// The three ports have the same servers and weights: one layout,
+	// one digest.
+	if da := digests(t, a); da[vip+"@80"] != da[vip+"@443"] || da[vip+"@80"] != da[vip+"@8080"] {
+		t.Errorf("ports of the same servers have digests %v", da)
+	}
 	b.restart()
 	compare("after a restart")
 	a.restart()
@@ -350,6 +355,12 @@ func TestMaglevTablesAreTheSameOnEveryDispatcher(t *testing.T) {
 	b.mustApply(op("server", "set", vip+"@80@198.18.0.21", "weight", "1"))
 	if da, db := digests(t, a), digests(t, b); da[vip+"@80"] == db[vip+"@80"] || da[vip+"@443"] != db[vip+"@443"] {
 		t.Errorf("after a change on one dispatcher: digests %v and %v", da, db)
+	}
+	// Digests computed afresh, by a restarted engine, are the same.
+	before := digests(t, b)
+	b.restart()
+	if after := digests(t, b); !maps.Equal(before, after) {
+		t.Errorf("digests %v, computed afresh after a restart %v", before, after)
 	}
 }
 

@@ -299,6 +299,7 @@ func affinityGroups(cl *lb.Cluster, ids map[lb.ServiceKey]uint32) map[lb.Service
 // table is a cached Maglev table and what it was built from.
 type table struct {
 	fingerprint [sha256.Size]byte
+	layout      layout // the layout it maps to its servers' ids
 	slots       []uint32
 	sum         uint64
 }
@@ -365,6 +366,7 @@ func (e *Engine) buildTables(jobs []tableJob) {
 	// The layouts to build, each with the job whose members build it,
 	// and the layout of each job.
 	var leaders []int
+	var keys []layout
 	index := map[layout]int{}
 	of := make([]int, len(jobs))
 	for i := range jobs {
@@ -378,6 +380,7 @@ func (e *Engine) buildTables(jobs []tableJob) {
 			k = len(leaders)
 			index[l] = k
 			leaders = append(leaders, i)
+			keys = append(keys, l)
 		}
 		of[i] = k
 	}
@@ -407,6 +410,7 @@ func (e *Engine) buildTables(jobs []tableJob) {
 			return
 		}
 		l := layouts[of[i]]
+		j.out.layout = keys[of[i]]
 		slots := make([]uint32, len(l))
 		for s, o := range l {
 			slots[s] = j.members[o-1].ID
