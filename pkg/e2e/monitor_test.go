@@ -635,6 +635,34 @@ func TestPrivilegedE2EConsole(t *testing.T) {
 		t.Errorf("the page shows a session with a host that speaks no BGP as %q", panel[4])
 	}
 	shot("console-ha-bgp.png")
+
+	// Thousands of clusters made as many rows, rebuilt every second: the
+	// BGP panel shows 20 and counts the rest, the group's cell names 8
+	// (of 32: 30 more, the VIP and 198.18.0.150).
+	var many strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&many, "cluster add 198.19.0.%d --announce yes\n", i)
+	}
+	manyFile := filepath.Join(l.run, "many.cfg")
+	if err := os.WriteFile(manyFile, []byte(many.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.mustCtl("file", "load", manyFile)
+	lists := `(() => {
+		const rows = document.querySelectorAll('#bgp-clusters tbody tr'), last = rows[rows.length - 1];
+		const g = document.querySelector('#ha-groups tr[data-group="local"] td.wrap');
+		return [rows.length, last && last.dataset.more ? last.dataset.more : "", g ? g.textContent : ""];
+	})()`
+	var list []string
+	waitFor(t, 10*time.Second, "the BGP and group lists cut short", func() bool {
+		v, err := chromedp.Run(tctx, chromedp.Evaluate[[]any](lists))
+		if err != nil || len(v) != 3 {
+			t.Fatalf("reading the lists: %v %v", v, err)
+		}
+		list = []string{fmt.Sprint(v[0]), fmt.Sprint(v[1]), fmt.Sprint(v[2])}
+		return list[0] == "21" && list[1] == "11" && strings.HasSuffix(list[2], " and 24 more (32 in all)")
+	})
+	t.Logf("32 clusters, 31 announced: %s rows in the BGP panel, the last counting %s more; the group's cell %q", list[0], list[1], list[2])
 	if e := errs.list(); len(e) > 0 {
 		t.Errorf("the page reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
 	}

@@ -412,6 +412,17 @@
 
   // --- warnings, high availability, BGP ---
 
+  // MAXROWS bounds the rows of a list that may hold every cluster.
+  const MAXROWS = 20;
+
+  // someOf names the first n of a list, and how many more there are.
+  function someOf(list, n) {
+    if (list.length <= n) {
+      return list.join(', ');
+    }
+    return list.slice(0, n).join(', ') + ' and ' + fmtInt(list.length - n) + ' more (' + fmtInt(list.length) + ' in all)';
+  }
+
   function badge(text, cls) {
     return el('span', 'state ' + cls, text);
   }
@@ -479,7 +490,7 @@
       }
       tr.append(el('td', '', g.group), st, el('td', '', since(g.since)),
         el('td', '', g.synced ? 'full copy' : (g.state === 'active' ? '–' : 'no full copy')),
-        el('td', '', g.clusters.length ? g.clusters.join(', ') : 'none'));
+        el('td', 'wrap', g.clusters.length ? someOf(g.clusters, 8) : 'none'));
       tbody.appendChild(tr);
     }
     const peer = document.getElementById('ha-peer');
@@ -532,7 +543,11 @@
     document.getElementById('bgp-neighbors').hidden = b.neighbors.length === 0;
     const cl = document.querySelector('#bgp-clusters tbody');
     cl.textContent = '';
-    for (const c of b.clusters) {
+    // The withdrawn first (they are what may need attention), and at
+    // most MAXROWS: a row per cluster of thousands kept the page busy.
+    const withdrawn = b.clusters.filter(function (c) { return !c.announced; });
+    const shown = withdrawn.concat(b.clusters.filter(function (c) { return c.announced; })).slice(0, MAXROWS);
+    for (const c of shown) {
       const tr = el('tr');
       tr.dataset.cluster = c.address;
       tr.dataset.announced = c.announced;
@@ -542,6 +557,16 @@
         st.appendChild(document.createTextNode(' ' + c.reason));
       }
       tr.append(el('td', '', c.address), st);
+      cl.appendChild(tr);
+    }
+    if (b.clusters.length > shown.length) {
+      const more = b.clusters.length - shown.length;
+      const td = el('td', 'muted', 'and ' + fmtInt(more) + ' more (' + fmtInt(b.clusters.length) + ' in all, ' +
+        fmtInt(withdrawn.length) + ' withdrawn): dlbctl bgp report lists them all');
+      td.colSpan = 2;
+      const tr = el('tr');
+      tr.dataset.more = more;
+      tr.appendChild(td);
       cl.appendChild(tr);
     }
     document.getElementById('bgp-clusters').hidden = b.clusters.length === 0;
