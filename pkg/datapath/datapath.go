@@ -101,10 +101,13 @@ type Datapath struct {
 	innerSpec *ebpf.MapSpec
 	maxTable  uint32
 	// empty stands for removed Maglev tables (see placeholder).
-	empty   *ebpf.Map
-	xdp     link.Link // nil while not attached
-	extra   map[int]link.Link
-	applied applied
+	empty *ebpf.Map
+	xdp   link.Link // nil while not attached
+	// nativeRefused is why the interface refused native mode when auto
+	// mode attached xdp in generic mode.
+	nativeRefused error
+	extra         map[int]link.Link
+	applied       applied
 	// adopted: the maps were found pinned and what they hold is known
 	// only from reading them; Update waits for an Apply of the whole
 	// state.
@@ -683,17 +686,24 @@ func (d *Datapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) {
 		}
 		return lb.XDPAuto, nil
 	}
-	l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
+	l, m, refused, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
 	if err != nil {
 		return 0, err
 	}
-	d.xdp = l
+	d.xdp, d.nativeRefused = l, refused
 	return m, nil
 }
 
+// NativeRefused says why the interface refused the program in native
+// mode when, asked for auto mode, it was attached in generic mode (a
+// driver without XDP, an MTU too large for native XDP), nil otherwise.
+func (d *Datapath) NativeRefused() error { return d.nativeRefused }
+
 // attachLink attaches the program to an interface in the given mode (auto:
-// native, else generic) and pins the link at pin.
-func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Link, lb.XDPMode, error) {
+// native, else generic) and pins the link at pin. It returns the link,
+// the mode it is attached in, and, in auto mode, why native mode was
+// refused when generic mode was not.
+func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Link, lb.XDPMode, error, error) {
 	try := []lb.XDPMode{mode}
 	if mode == lb.XDPAuto {
 		try = []lb.XDPMode{lb.XDPNative, lb.XDPGeneric}
@@ -716,11 +726,11 @@ func (d *Datapath) attachLink(ifindex int, mode lb.XDPMode, pin string) (link.Li
 		}
 		if err := l.Pin(pin); err != nil {
 			l.Close()
-			return nil, 0, fmt.Errorf("pinning XDP link: %w", err)
+			return nil, 0, nil, fmt.Errorf("pinning XDP link: %w", err)
 		}
-		return l, m, nil
+		return l, m, errors.Join(errs...), nil
 	}
-	return nil, 0, fmt.Errorf("attaching XDP program: %w", errors.Join(errs...))
+	return nil, 0, nil, fmt.Errorf("attaching XDP program: %w", errors.Join(errs...))
 }
 
 // executorProgName is the kernel's name of the executor's XDP program
@@ -775,7 +785,7 @@ func (d *Datapath) attachInterface(ifindex int, mode lb.XDPMode) (lb.XDPMode, er
 			return 0, err
 		}
 	}
-	l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(ifindex)))
+	l, m, _, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, extraLinkPin+strconv.Itoa(ifindex)))
 	if err != nil {
 		return 0, err
 	}
@@ -836,7 +846,7 @@ func (d *Datapath) Detach() error {
 		return fmt.Errorf("unpinning XDP link: %w", err)
 	}
 	err := d.xdp.Close()
-	d.xdp = nil
+	d.xdp, d.nativeRefused = nil, nil
 	if err != nil {
 		return fmt.Errorf("detaching XDP program: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dlbproject/dlb/pkg/lb"
+	"github.com/dlbproject/dlb/pkg/testutil"
 )
 
 // TestPrivilegedAttachRefusesAnotherProgram: the interface runs an XDP
@@ -123,5 +124,61 @@ func TestPrivilegedAttachRefusesAnotherExecutor(t *testing.T) {
 	removed = true
 	if _, err := e.dp.Attach(e.dummy, lb.XDPGeneric); err != nil {
 		t.Fatalf("Attach once the other executor was removed: %v", err)
+	}
+}
+
+// TestPrivilegedAutoModeSaysWhyGeneric: in auto mode, an interface that
+// refuses native XDP (a macvlan has none) gets the executor in generic
+// mode, and NativeRefused says why; asked for generic mode, or attached
+// natively, there is nothing to say. (No subtests: they would run on
+// other threads, outside the test's network namespace.)
+func TestPrivilegedAutoModeSaysWhyGeneric(t *testing.T) {
+	e := newTestEnv(t)
+	// The macvlan's parent is a veth of its own: a veth under a macvlan
+	// refuses native XDP too.
+	parent, err := testutil.AddVethPair("dlbdp2", "dlbdp3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mv := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "dlbdpm0", ParentIndex: parent}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+	if err := netlink.LinkAdd(mv); err != nil {
+		t.Fatalf("adding a macvlan: %v", err)
+	}
+	l, err := netlink.LinkByName("dlbdpm0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		ifindex int
+		mode    lb.XDPMode
+		want    lb.XDPMode
+		refused bool
+	}{
+		{"veth, auto", e.dummy, lb.XDPAuto, lb.XDPNative, false},
+		{"macvlan, auto", l.Attrs().Index, lb.XDPAuto, lb.XDPGeneric, true},
+		{"macvlan, generic", l.Attrs().Index, lb.XDPGeneric, lb.XDPGeneric, false},
+	} {
+		m, err := e.dp.Attach(c.ifindex, c.mode)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		why := e.dp.NativeRefused()
+		t.Logf("%s: attached in %s mode; native refused: %v", c.name, m, why)
+		if m != c.want || (why != nil) != c.refused {
+			t.Errorf("%s: attached in %s mode, native refused %v; want %s mode, refused %v", c.name, m, why, c.want, c.refused)
+		}
+		if why != nil && !errors.Is(why, unix.EOPNOTSUPP) {
+			t.Errorf("%s: native refused for %v, want the kernel's EOPNOTSUPP", c.name, why)
+		}
+		if err := e.dp.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		if e.dp.NativeRefused() != nil {
+			t.Errorf("%s: NativeRefused after Detach", c.name)
+		}
 	}
 }

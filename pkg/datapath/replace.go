@@ -248,11 +248,11 @@ func (d *Datapath) replaceOld(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 		}
 	}
 	if d.xdp == nil {
-		l, m, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
+		l, m, refused, err := d.attachLink(ifindex, mode, filepath.Join(d.pinDir, linkPin))
 		if err != nil {
 			return 0, err
 		}
-		d.xdp, got = l, m
+		d.xdp, got, d.nativeRefused = l, m, refused
 	}
 	for i, l := range r.extra {
 		delete(r.extra, i)

@@ -26,22 +26,25 @@ type fakeDatapath struct {
 	mu       sync.Mutex
 	attached bool
 	// refuseMode is a mode Attach refuses (auto: none); detaches counts
-	// Detach calls.
-	refuseMode lb.XDPMode
-	detaches   int
-	ifindex    int
-	globals    lb.DataplaneGlobals
-	services   map[uint32]lb.DataplaneService
-	backends   map[uint32]lb.DataplaneBackend
-	loaded     bool  // the state was applied at least once
-	applies    int   // Apply and Update calls that changed something
-	wholes     int   // Apply calls (the whole state written)
-	failNext   error // returned by the next Apply or Update
-	removed    bool
-	closed     bool
-	dropped    []uint32       // backends DropAffinity was called for
-	swept      lb.SweepResult // what Sweep returns
-	updated    []lb.DataplaneUpdate
+	// Detach calls. nativeRefused is why native mode is refused: an
+	// attachment in auto mode falls back to generic with it.
+	refuseMode    lb.XDPMode
+	nativeRefused error
+	lastMode      lb.XDPMode // the mode the last Attach asked for
+	detaches      int
+	ifindex       int
+	globals       lb.DataplaneGlobals
+	services      map[uint32]lb.DataplaneService
+	backends      map[uint32]lb.DataplaneBackend
+	loaded        bool  // the state was applied at least once
+	applies       int   // Apply and Update calls that changed something
+	wholes        int   // Apply calls (the whole state written)
+	failNext      error // returned by the next Apply or Update
+	removed       bool
+	closed        bool
+	dropped       []uint32       // backends DropAffinity was called for
+	swept         lb.SweepResult // what Sweep returns
+	updated       []lb.DataplaneUpdate
 	// droppedPins is what Dropped returns.
 	droppedPins []string
 	// staleAtAttach lists the backends that, when Attach was called, were
@@ -129,10 +132,20 @@ func (f *fakeDatapath) Attach(ifindex int, mode lb.XDPMode) (lb.XDPMode, error) 
 			f.staleAtAttach = append(f.staleAtAttach, b.ID)
 		}
 	}
+	f.lastMode = mode
 	if mode == lb.XDPAuto {
 		mode = lb.XDPGeneric
 	}
 	return mode, nil
+}
+
+func (f *fakeDatapath) NativeRefused() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lastMode != lb.XDPAuto {
+		return nil
+	}
+	return f.nativeRefused
 }
 
 // DescribeXDP is the real datapath's reading of a program's name and link.

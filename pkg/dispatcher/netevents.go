@@ -374,6 +374,7 @@ func (e *Engine) reattach(cfg lb.Config, link lb.Link) {
 		e.host.attachedMode = mode
 		e.persistHost()
 	}
+	e.logFallback(link.Name)
 	e.exec.attach.ifindex = link.Index
 	all := map[netip.Addr]string{}
 	for a := range e.host.configured {

@@ -227,6 +227,7 @@ func (e *Engine) moveAttachment(old, next lb.Config) (done, written bool, err er
 	if mode != lb.XDPAuto {
 		e.host.attachedMode = mode
 	}
+	e.logFallback(link.Name)
 	if !moved {
 		e.note(fmt.Sprintf("the executor was attached again on %s in XDP mode %s, its connection tables kept", ex.Interface, e.host.attachedMode))
 		return true, true, nil
@@ -288,6 +289,7 @@ func (e *Engine) moveDetached(old, next lb.Config) error {
 	if mode != lb.XDPAuto {
 		e.host.attachedMode = mode
 	}
+	e.logFallback(link.Name)
 	e.exec.attach = was
 	e.attached(next, link, "executor attached to another interface, its own gone")
 	e.announceMoved(ex.Interface, link.Index, 0)
@@ -408,6 +410,7 @@ func (e *Engine) startExecutor(cfg lb.Config) error {
 	if mode != lb.XDPAuto { // Auto: an existing attachment, mode unchanged
 		e.host.attachedMode = mode
 	}
+	e.logFallback(link.Name)
 	e.exec.attach = attachState{ifindex: link.Index, dropped: e.exec.attach.dropped}
 	if r, ok := dp.(replacer); ok {
 		if rep, replaced := r.Replaced(); replaced {
@@ -502,6 +505,35 @@ func (e *Engine) addressesLeft(left, link lb.Link) {
 // sizes (package datapath's can).
 type replacer interface {
 	Replaced() (lb.Replacement, bool)
+}
+
+// nativeRefuser is a datapath that says why auto mode fell back to
+// generic mode (the executor's does).
+type nativeRefuser interface {
+	NativeRefused() error
+}
+
+// nativeRefused says, if the executor asked for auto mode runs in
+// generic mode because the interface refused native mode, why: "" if
+// not.
+func (e *Engine) nativeRefused() string {
+	r, ok := e.exec.dp.(nativeRefuser)
+	if !ok || e.host.attachedMode != lb.XDPGeneric {
+		return ""
+	}
+	if err := r.NativeRefused(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// logFallback warns, after an attachment, that auto mode fell back to
+// generic mode, and why.
+func (e *Engine) logFallback(ifname string) {
+	if why := e.nativeRefused(); why != "" {
+		e.log.Warn("the executor runs in generic XDP mode: the interface refused native mode (generic mode forwards several times fewer packets per core)",
+			"interface", ifname, "native", why)
+	}
 }
 
 // logReplacement says, in the log and with the executorReplaced event,

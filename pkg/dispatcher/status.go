@@ -302,6 +302,10 @@ func (e *Engine) executorStatus(x *ExecutorStatus, stats lb.DataplaneStats, memo
 	}
 	if warnings {
 		x.Warnings = append(e.natRouteProblems(e.ed.Config()), e.natGROProblems(e.ed.Config())...)
+		if why := e.nativeRefused(); why != "" {
+			x.Warnings = append(x.Warnings, fmt.Sprintf("the executor runs in generic XDP mode, several times slower, because %s refused native mode (%s): "+
+				"use a driver with native XDP, or ask for generic mode (dlbctl executor start --xdp-mode generic)", e.ed.Config().Executor.Interface, why))
+		}
 		if w := e.pinnedUnstarted(); w != "" {
 			x.Warnings = append(x.Warnings, w)
 		}

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -93,6 +94,30 @@ func TestInterfaceDownWarned(t *testing.T) {
 	down(false)
 	if w := h.executorWarnings(key); len(w) != 0 {
 		t.Errorf("warnings with the interface up again: %q", w)
+	}
+}
+
+// TestNativeRefusedWarned: an executor asked for auto mode that the
+// interface refused in native mode runs in generic mode, and the log and
+// the report say so and why; asked for generic mode, it is not warned of.
+func TestNativeRefusedWarned(t *testing.T) {
+	var logs testutil.LogBuffer
+	h := newHarnessWith(t, t.TempDir(), logTo(&logs, true))
+	h.dp.nativeRefused = errors.New("native mode: operation not supported")
+	h.mustApply(op("executor", "start", "", "interface", "eth0"))
+	const key = "refused native mode"
+	want := "the executor runs in generic XDP mode, several times slower, because eth0 refused native mode (native mode: operation not supported): " +
+		"use a driver with native XDP, or ask for generic mode (dlbctl executor start --xdp-mode generic)"
+	if w := h.executorWarnings(key); len(w) != 1 || w[0] != want {
+		t.Errorf("warnings in auto mode, native refused: %q; want %q", w, want)
+	}
+	if !strings.Contains(logs.String(), `msg="the executor runs in generic XDP mode: the interface refused native mode`) ||
+		!strings.Contains(logs.String(), `native="native mode: operation not supported"`) {
+		t.Errorf("not logged:\n%s", logs.String())
+	}
+	h.mustApply(op("executor", "start", "", "xdp-mode", "generic"))
+	if w := h.executorWarnings(key); len(w) != 0 {
+		t.Errorf("warnings in generic mode asked for: %q", w)
 	}
 }
 
