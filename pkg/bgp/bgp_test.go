@@ -375,7 +375,7 @@ func TestPath(t *testing.T) {
 var quiet = slog.New(slog.DiscardHandler)
 
 // TestSpeakerAnnouncesIPv6: a /128 goes to an IPv6 neighbour with the
-// session's local address as its next hop.
+// session's local address as its next hop, and is withdrawn.
 func TestSpeakerAnnouncesIPv6(t *testing.T) {
 	l, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
@@ -410,26 +410,39 @@ func TestSpeakerAnnouncesIPv6(t *testing.T) {
 	if err := s.Announce([]lb.Route{route("2001:2::100/128", 5, "65000:7")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "IPv6 route", func() string {
-		var got []string
-		err := r.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: gobgp.RF_IPv6_UC},
-			func(prefix gobgp.NLRI, paths []*apiutil.Path) {
-				for _, p := range paths {
-					for _, a := range p.Attrs {
-						if mp, ok := a.(*gobgp.PathAttributeMpReachNLRI); ok {
-							got = append(got, prefix.String()+" via "+mp.Nexthop.String())
+	rib6 := func(want ...string) func() string {
+		return func() string {
+			var got []string
+			err := r.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: gobgp.RF_IPv6_UC},
+				func(prefix gobgp.NLRI, paths []*apiutil.Path) {
+					for _, p := range paths {
+						for _, a := range p.Attrs {
+							if mp, ok := a.(*gobgp.PathAttributeMpReachNLRI); ok {
+								got = append(got, prefix.String()+" via "+mp.Nexthop.String())
+							}
 						}
 					}
-				}
-			})
-		if err != nil {
-			return err.Error()
+				})
+			if err != nil {
+				return err.Error()
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				return fmt.Sprint(got)
+			}
+			return ""
 		}
-		if len(got) != 1 || got[0] != "2001:2::100/128 via ::1" {
-			return fmt.Sprint(got)
-		}
-		return ""
-	})
+	}
+	eventually(t, "IPv6 route", rib6("2001:2::100/128 via ::1"))
+	// A second route, then the first withdrawn (by its path).
+	if err := s.Announce([]lb.Route{route("2001:2::100/128", 5, "65000:7"), route("2001:2::101/128", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "two IPv6 routes", rib6("2001:2::100/128 via ::1", "2001:2::101/128 via ::1"))
+	if err := s.Announce([]lb.Route{route("2001:2::101/128", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "an IPv6 route withdrawn", rib6("2001:2::101/128 via ::1"))
 }
 
 func TestPeerConfig(t *testing.T) {
