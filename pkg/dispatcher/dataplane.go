@@ -315,23 +315,10 @@ type tableJob struct {
 
 // fingerprint identifies a table's inputs: its size and its members' keys,
 // ids and weights (a digest: a port's list of 100 servers is kilobytes).
+// It sorts members by key.
 func fingerprint(members []maglev.Backend, m uint32) [sha256.Size]byte {
 	slices.SortFunc(members, func(a, b maglev.Backend) int { return strings.Compare(a.Key, b.Key) })
-	h := sha256.New()
-	var buf [8]byte
-	binary.LittleEndian.PutUint32(buf[:4], m)
-	h.Write(buf[:4])
-	for _, b := range members {
-		binary.LittleEndian.PutUint32(buf[:4], uint32(len(b.Key)))
-		h.Write(buf[:4])
-		_, _ = io.WriteString(h, b.Key) // a hash.Hash never fails
-		binary.LittleEndian.PutUint32(buf[:4], b.ID)
-		binary.LittleEndian.PutUint32(buf[4:], b.Weight)
-		h.Write(buf[:])
-	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
+	return membersHash(members, m, true)
 }
 
 // layout identifies a table's layout, which of its members owns each
@@ -340,18 +327,28 @@ func fingerprint(members []maglev.Backend, m uint32) [sha256.Size]byte {
 type layout [sha256.Size]byte
 
 func layoutOf(members []maglev.Backend, m uint32) layout {
+	return membersHash(members, m, false)
+}
+
+// membersHash hashes a table's size and its members' keys, ids (if
+// withIDs) and weights, in their order.
+func membersHash(members []maglev.Backend, m uint32, withIDs bool) [sha256.Size]byte {
 	h := sha256.New()
 	var buf [4]byte
-	binary.LittleEndian.PutUint32(buf[:], m)
-	h.Write(buf[:])
-	for _, b := range members {
-		binary.LittleEndian.PutUint32(buf[:], uint32(len(b.Key)))
-		h.Write(buf[:])
-		_, _ = io.WriteString(h, b.Key) // a hash.Hash never fails
-		binary.LittleEndian.PutUint32(buf[:], b.Weight)
+	put := func(v uint32) {
+		binary.LittleEndian.PutUint32(buf[:], v)
 		h.Write(buf[:])
 	}
-	var out layout
+	put(m)
+	for _, b := range members {
+		put(uint32(len(b.Key)))
+		_, _ = io.WriteString(h, b.Key) // a hash.Hash never fails
+		if withIDs {
+			put(b.ID)
+		}
+		put(b.Weight)
+	}
+	var out [sha256.Size]byte
 	h.Sum(out[:0])
 	return out
 }
@@ -387,7 +384,7 @@ func (e *Engine) buildTables(jobs []tableJob) {
 	// Each layout holds, per slot, 1 + the index of its owner among the
 	// members: built with those as ids.
 	layouts := make([][]uint32, len(leaders))
-	e.parallel(len(leaders), func(k int) {
+	parallel(len(leaders), func(k int) {
 		j := &jobs[leaders[k]]
 		members := slices.Clone(j.members)
 		for i := range members {
@@ -403,7 +400,7 @@ func (e *Engine) buildTables(jobs []tableJob) {
 		}
 		layouts[k] = slots
 	})
-	e.parallel(len(jobs), func(i int) {
+	parallel(len(jobs), func(i int) {
 		j := &jobs[i]
 		j.out = table{fingerprint: j.fp}
 		if of[i] < 0 || layouts[of[i]] == nil {
@@ -423,7 +420,7 @@ func (e *Engine) buildTables(jobs []tableJob) {
 }
 
 // parallel runs f(0) … f(n-1) on up to GOMAXPROCS goroutines.
-func (e *Engine) parallel(n int, f func(i int)) {
+func parallel(n int, f func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	next := make(chan int)
 	var wg sync.WaitGroup
